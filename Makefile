@@ -1,0 +1,52 @@
+# GMTS Explorer — set up and run. `make serve` runs the app; `make test` runs every test.
+# Both create .venv on first use: torch==2.13.0 (a CPU build where one is available) goes in
+# first so that the project's `torch>=2.4` range installs nothing more.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-dev
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: setup setup-dev browser serve test test-fast lint bench clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install torch==2.13.0
+
+$(VENV)/.installed: $(VENV)/bin/python pyproject.toml
+	$(PY) -m pip install -e .
+	touch $@
+
+$(STAMP): $(VENV)/bin/python pyproject.toml
+	$(PY) -m pip install -e ".[dev]"
+	touch $@ $(VENV)/.installed
+
+setup: $(VENV)/.installed
+
+setup-dev: $(STAMP) browser
+
+# Browser tests drive Debian's Chromium (never a browser downloaded by a test tool).
+browser:
+	@if [ ! -x $(CHROMIUM) ]; then \
+		if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+			apt-get update -q && apt-get install -y -q chromium chromium-driver; \
+		else echo "Chromium missing: install Debian's chromium to run the browser tests"; fi; \
+	fi
+
+serve: setup
+	$(VENV)/bin/gmts serve
+
+test: setup-dev
+	$(PY) -m pytest -q
+
+test-fast: setup-dev
+	$(PY) -m pytest -q -m "not slow and not browser"
+
+lint: setup-dev
+	$(VENV)/bin/ruff check gmts_core app tests benchmarks
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,77 @@
+"""Options and helpers shared by the CLI commands (model choice, groups from flags)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gmts_core.analysis import GroupInput, RewardSpec
+from gmts_core.errors import GMTSError, InvalidInputError
+from gmts_core.modeling import LoadedModel, load_model
+from gmts_core.sampling import SamplingConfig
+
+
+def builtin_aliases() -> dict[str, Path]:
+    """Model aliases every install has: the bundled demo model."""
+    from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
+
+    return {DEMO_ALIAS: DEMO_MODEL_DIR}
+
+
+def load_cli_model(
+    name: str, device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False
+) -> LoadedModel:
+    """Load an alias, a local folder or a hub id (the CLI user may name any folder)."""
+    source: str | Path = builtin_aliases().get(name, name)
+    return load_model(
+        source, name=name, device=device, dtype=dtype, trust_remote_code=trust_remote_code
+    )
+
+
+def parse_rewards(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise typer.BadParameter(
+            f"--rewards must be comma-separated numbers, got {text!r}"
+        ) from None
+
+
+def group_from_flags(
+    prompt: str,
+    answers: list[str] | None,
+    num_samples: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    seed: int,
+    rewards: str | None,
+    reward_kind: str,
+    reference: str | None,
+) -> GroupInput:
+    """One group from CLI flags: given answers or sampling, explicit rewards or a rule."""
+    explicit = parse_rewards(rewards)
+    if explicit is None and reference is None:
+        raise typer.BadParameter("give --rewards or --reference (with --reward-kind)")
+    sampling = (
+        None
+        if answers
+        else SamplingConfig(
+            num_samples=num_samples,
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+        )
+    )
+    reward = None if explicit is not None else RewardSpec(reward_kind, reference)
+    return GroupInput(prompt, answers or None, sampling, reward, explicit)
+
+
+def fail(exc: GMTSError | InvalidInputError) -> typer.Exit:
+    """Print a library error plainly and return the exit to raise."""
+    typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+    return typer.Exit(code=2)

@@ -1,0 +1,116 @@
+"""Token statistics of answers from one forward pass of the model over prompt + answer.
+
+The transformer body runs once over each padded micro-batch; the LM head is then applied only
+to the positions that predict answer tokens, chunk by chunk, so full-vocabulary logits never
+exist for prompt positions or for all answer positions at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
+from gmts_core.metrics import DEFAULT_CHUNK_SIZE, TokenStats, token_stats_chunked
+
+
+@dataclass
+class AnswerStats:
+    """Statistics of one answer's tokens (length L)."""
+
+    stats: TokenStats  # each field (L,) or (L, K)
+    hidden_norm: torch.Tensor  # (L,) ||h_t|| of the final hidden state that predicts token t
+
+
+def _body_and_head(model: Any) -> tuple[Any, Any]:
+    """The transformer body (returns final hidden states) and the LM head of a causal LM."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT
+    body = getattr(inner, inner.base_model_prefix, None)
+    if body is None or body is inner:
+        raise InvalidInputError(f"cannot find the transformer body of {type(inner).__name__}")
+    return body, inner.get_output_embeddings()
+
+
+def _logit_softcap(model: Any) -> float | None:
+    return getattr(model.config, "final_logit_softcapping", None)
+
+
+def _micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Group sequence indices so that each padded batch has at most ``max_tokens`` tokens."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i, n in enumerate(lengths):
+        if current and max(longest, n) * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, n)
+    return batches + ([current] if current else [])
+
+
+def _answer_hidden(
+    body: Any, seqs: list[tuple[list[int], list[int]]], pad_id: int, device: torch.device
+) -> list[torch.Tensor]:
+    """Final hidden states at the positions that predict each answer token: [(L_i, D)]."""
+    width = max(len(p) + len(a) for p, a in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)  # (B, T) right-padded
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, (p, a) in enumerate(seqs):
+        ids[row, : len(p) + len(a)] = torch.tensor(p + a)
+        mask[row, : len(p) + len(a)] = 1
+    hidden = body(input_ids=ids.to(device), attention_mask=mask.to(device))[0]  # (B, T, D)
+    # position t predicts token t + 1, so answer token j is predicted at len(p) - 1 + j
+    return [hidden[row, len(p) - 1 : len(p) - 1 + len(a)] for row, (p, a) in enumerate(seqs)]
+
+
+def answer_token_stats(
+    model: Any,
+    sequences: list[tuple[list[int], list[int]]],
+    pad_id: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    max_batch_tokens: int = 8192,
+) -> list[AnswerStats]:
+    """Statistics of every answer token for (prompt_ids, answer_ids) pairs.
+
+    Raises NonFiniteLogitsError if the model produces NaN/Inf logits for any answer token.
+    """
+    if any(not p for p, _ in sequences):
+        raise InvalidInputError("every prompt needs at least one token")
+    body, head = _body_and_head(model)
+    device = next(model.parameters()).device
+    softcap = _logit_softcap(model)
+    results: list[AnswerStats | None] = [None] * len(sequences)
+    with torch.no_grad():
+        lengths = [len(p) + len(a) for p, a in sequences]
+        for batch in _micro_batches(lengths, max_batch_tokens):
+            hiddens = _answer_hidden(body, [sequences[i] for i in batch], pad_id, device)
+            for i, h in zip(batch, hiddens):
+                results[i] = _stats_for_answer(
+                    h, head, sequences[i][1], temperature, top_k, chunk_size, softcap
+                )
+    return [r for r in results if r is not None]
+
+
+def _stats_for_answer(
+    h: torch.Tensor,
+    head: Any,
+    answer_ids: list[int],
+    temperature: float,
+    top_k: int,
+    chunk_size: int,
+    softcap: float | None,
+) -> AnswerStats:
+    def logits_fn(sl: slice) -> torch.Tensor:
+        logits = head(h[sl])  # (C, V) in the model's dtype
+        return logits if softcap is None else torch.tanh(logits / softcap) * softcap
+
+    targets = torch.tensor(answer_ids, dtype=torch.long, device=h.device)
+    stats = token_stats_chunked(len(answer_ids), logits_fn, targets, temperature, top_k, chunk_size)
+    if not (torch.isfinite(stats.logprob).all() and torch.isfinite(stats.entropy).all()):
+        raise NonFiniteLogitsError("the model produced NaN or infinite logits for this input")
+    return AnswerStats(stats, h.float().norm(dim=-1))

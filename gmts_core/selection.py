@@ -1,0 +1,154 @@
+"""Token selection methods (a registry) and top-k selection with ranks.
+
+A method maps the per-token quantities of a batch to one score per token; selection keeps the
+top k = ceil(ratio * N) tokens of each scope (the whole batch, one group, or one answer).
+Ties are broken by flat order, which is (group, answer, position). Adding a method is one
+small function decorated with ``@register_method``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from gmts_core.registry import Registry
+
+SCOPES = ("batch", "group", "answer")
+
+
+@dataclass
+class SelectionInputs:
+    """Flat per-token quantities of a batch, all shape (N,), ordered by (group, answer, pos)."""
+
+    entropy: torch.Tensor  # nats
+    logprob: torch.Tensor  # log pi_y
+    grad_norm: torch.Tensor  # || d log pi_y / d z ||
+    grad_proxy: torch.Tensor  # |A_i| w_i grad_norm
+    signal_scale: torch.Tensor  # |A_i| w_i of the token's answer
+    answer_index: torch.Tensor  # int64, global answer index
+    group_index: torch.Tensor  # int64
+    seed: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.entropy.numel())
+
+
+@dataclass(frozen=True)
+class SelectionMethod:
+    name: str
+    score: Callable[[SelectionInputs], torch.Tensor]
+    description: str
+    uses_ratio: bool = True  # False: the method keeps every token (plain GRPO)
+
+
+METHODS: Registry[SelectionMethod] = Registry("selection method")
+
+
+def register_method(
+    name: str, description: str, uses_ratio: bool = True
+) -> Callable[
+    [Callable[[SelectionInputs], torch.Tensor]], Callable[[SelectionInputs], torch.Tensor]
+]:
+    """Register a scoring function as selection method ``name`` (decorator)."""
+
+    def wrap(
+        fn: Callable[[SelectionInputs], torch.Tensor],
+    ) -> Callable[[SelectionInputs], torch.Tensor]:
+        METHODS.register(name)(SelectionMethod(name, fn, description, uses_ratio))
+        return fn
+
+    return wrap
+
+
+def list_methods() -> list[str]:
+    return METHODS.names()
+
+
+@register_method("entropy", "Shannon entropy H (the 80/20 rule; TRL top_entropy_quantile)")
+def entropy_score(x: SelectionInputs) -> torch.Tensor:
+    return x.entropy
+
+
+@register_method("gmts", "GMTS: exact logit-gradient magnitude |A| w g of the GRPO loss")
+def gmts_score(x: SelectionInputs) -> torch.Tensor:
+    return x.grad_proxy
+
+
+@register_method("gmts_entropy", "GMTS entropy approximation |A| w H")
+def gmts_entropy_score(x: SelectionInputs) -> torch.Tensor:
+    return x.signal_scale * x.entropy
+
+
+@register_method("surprisal", "surprisal -log p: low-probability tokens carry large gradients")
+def surprisal_score(x: SelectionInputs) -> torch.Tensor:
+    return -x.logprob
+
+
+@register_method("random", "seeded uniform random scores (a control)")
+def random_score(x: SelectionInputs) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(x.seed)
+    return torch.rand(x.num_tokens, generator=gen, dtype=torch.float64).to(x.entropy.device)
+
+
+@register_method("all", "every token (plain GRPO)", uses_ratio=False)
+def all_score(x: SelectionInputs) -> torch.Tensor:
+    return torch.ones_like(x.entropy)
+
+
+def top_k_count(ratio: float, n: int) -> int:
+    """k = ceil(ratio * n), robust to float noise (0.7 * 10 is 7, not 8)."""
+    if not 0.0 < ratio <= 1.0:
+        raise ValueError(f"ratio must be in (0, 1], got {ratio}")
+    return min(n, math.ceil(round(ratio * n, 9)))
+
+
+@dataclass
+class Selection:
+    """Result of one method: scores, ranks within the scope (1 = highest), selected flags."""
+
+    method: str
+    scores: torch.Tensor  # (N,) float
+    ranks: torch.Tensor  # (N,) int64, 1-based within the token's scope
+    selected: torch.Tensor  # (N,) bool
+
+
+def rank_and_select(
+    scores: torch.Tensor, scope_ids: torch.Tensor, ratio: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ranks (1 = highest score) and top-k flags within each scope; ties by flat order."""
+    n = scores.numel()
+    ranks = torch.zeros(n, dtype=torch.long)
+    selected = torch.zeros(n, dtype=torch.bool)
+    clean = torch.nan_to_num(scores.detach().double().cpu(), nan=-math.inf)
+    scope_cpu = scope_ids.cpu()
+    for scope in torch.unique(scope_cpu):
+        idx = (scope_cpu == scope).nonzero().squeeze(-1)  # (n_s,) ascending flat order
+        order = torch.sort(clean[idx], descending=True, stable=True).indices
+        ranks[idx[order]] = torch.arange(1, idx.numel() + 1)
+        selected[idx[order[: top_k_count(ratio, idx.numel())]]] = True
+    return ranks, selected
+
+
+def scope_ids_for(x: SelectionInputs, scope: str) -> torch.Tensor:
+    """The id of each token's scope: one for the batch, its group, or its answer."""
+    if scope == "batch":
+        return torch.zeros_like(x.answer_index)
+    if scope == "group":
+        return x.group_index
+    if scope == "answer":
+        return x.answer_index
+    raise ValueError(f"unknown scope {scope!r}; valid: {', '.join(SCOPES)}")
+
+
+def select(x: SelectionInputs, method: str, ratio: float, scope: str = "batch") -> Selection:
+    """Score every token with ``method`` and keep the top ceil(ratio * N) of each scope."""
+    spec = METHODS.get(method)
+    scores = spec.score(x)
+    ranks, selected = rank_and_select(
+        scores, scope_ids_for(x, scope), ratio if spec.uses_ratio else 1.0
+    )
+    return Selection(method, scores, ranks, selected)

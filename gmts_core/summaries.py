@@ -1,0 +1,70 @@
+"""Summaries that teach: gradient coverage, overlaps, entropy/gradient rank correlation,
+wasted selection budget, and each group's share of the budget.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+from statistics import median
+
+import torch
+from scipy.stats import spearmanr
+
+from gmts_core.selection import Selection
+
+
+def gradient_coverage(grad_proxy: torch.Tensor, selected: torch.Tensor) -> float:
+    """Share of the logit-gradient mass sum(gamma) that the selection keeps (1.0 if none)."""
+    total = float(grad_proxy.double().sum())
+    if total <= 0.0:
+        return 1.0 if bool(selected.all()) else 0.0
+    return float(grad_proxy.double()[selected].sum()) / total
+
+
+def overlap(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
+    """Overlap of two selections: intersection count and Jaccard index."""
+    inter = int((a & b).sum())
+    union = int((a | b).sum())
+    return {"count": inter, "jaccard": inter / union if union else 1.0}
+
+
+def pairwise_overlap(selections: dict[str, Selection]) -> dict[str, dict[str, float]]:
+    """Overlap of every pair of methods, keyed ``"a|b"`` in the order the methods were given."""
+    return {
+        f"{a}|{b}": overlap(selections[a].selected, selections[b].selected)
+        for a, b in combinations(selections, 2)
+    }
+
+
+def spearman(x: torch.Tensor, y: torch.Tensor) -> float | None:
+    """Spearman rank correlation, or None where it is undefined (n < 2 or a constant input)."""
+    if x.numel() < 2 or bool((x == x[0]).all()) or bool((y == y[0]).all()):
+        return None
+    rho = spearmanr(x.double().cpu().numpy(), y.double().cpu().numpy()).statistic
+    return None if rho is None or math.isnan(float(rho)) else float(rho)
+
+
+def spearman_by_answer(
+    x: torch.Tensor, y: torch.Tensor, answer_index: torch.Tensor
+) -> dict[str, float | None]:
+    """Spearman of x and y over all tokens, and the median of the per-answer correlations."""
+    within = [
+        rho
+        for a in torch.unique(answer_index)
+        if (rho := spearman(x[answer_index == a], y[answer_index == a])) is not None
+    ]
+    return {"batch": spearman(x, y), "within_answer_median": median(within) if within else None}
+
+
+def wasted_share(grad_proxy: torch.Tensor, selected: torch.Tensor) -> float:
+    """Share of selected tokens whose gradient proxy is exactly 0 (they cannot move the model)."""
+    n = int(selected.sum())
+    return int(((grad_proxy == 0) & selected).sum()) / n if n else 0.0
+
+
+def budget_share(selected: torch.Tensor, group_index: torch.Tensor, num_groups: int) -> list[float]:
+    """Share of the method's selected tokens that falls in each group."""
+    n = int(selected.sum())
+    counts = torch.bincount(group_index[selected], minlength=num_groups)
+    return [int(c) / n if n else 0.0 for c in counts]
