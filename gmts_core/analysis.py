@@ -25,7 +25,14 @@ from gmts_core.modeling import LoadedModel
 from gmts_core.records import AnalysisResult, AnswerRecord, GroupRecord, build_tokens
 from gmts_core.rewards import RewardVerdict, compute_reward, explicit_reward
 from gmts_core.sampling import SamplingConfig, sample_answers
-from gmts_core.selection import SCOPES, Selection, SelectionInputs, list_methods, select
+from gmts_core.selection import (
+    SCOPES,
+    Selection,
+    SelectionInputs,
+    list_methods,
+    select,
+    selection_budget,
+)
 from gmts_core.summaries import (
     budget_share,
     gradient_coverage,
@@ -289,8 +296,7 @@ def summarize(
     x: SelectionInputs, selections: dict[str, Selection], num_groups: int, config: AnalysisConfig
 ) -> dict[str, Any]:
     """The batch summary of DESIGN §2.4 (and §5's keys)."""
-    ratio_methods = [s for s in selections.values() if s.selected.sum() < x.num_tokens]
-    k = int(ratio_methods[0].selected.sum()) if ratio_methods else x.num_tokens
+    k = selection_budget(x, config.ratio, config.scope)
     group_zero = [
         bool((x.signal_scale[x.group_index == gi] == 0).all()) for gi in range(num_groups)
     ]

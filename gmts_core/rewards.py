@@ -16,7 +16,8 @@ from typing import Any
 
 import regex
 
-from gmts_core.errors import InvalidInputError, UnknownNameError
+from gmts_core.errors import InvalidInputError
+from gmts_core.registry import Registry
 
 logger = logging.getLogger(__name__)
 
@@ -39,28 +40,20 @@ class RewardVerdict:
 
 
 RewardFn = Callable[[str, Any], RewardVerdict]
-_REWARDS: dict[str, RewardFn] = {}
+REWARDS: Registry[RewardFn] = Registry("reward rule")
 
 
 def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
     """Register a reward rule under ``name`` (decorator)."""
-
-    def wrap(fn: RewardFn) -> RewardFn:
-        _REWARDS[name] = fn
-        return fn
-
-    return wrap
+    return REWARDS.register(name)
 
 
 def list_rewards() -> list[str]:
-    return sorted(_REWARDS)
+    return REWARDS.names()
 
 
 def get_reward(name: str) -> RewardFn:
-    try:
-        return _REWARDS[name]
-    except KeyError:
-        raise UnknownNameError("reward rule", name, list_rewards()) from None
+    return REWARDS.get(name)
 
 
 def compute_reward(kind: str, answer: str, reference: Any) -> RewardVerdict:

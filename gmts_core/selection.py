@@ -144,6 +144,12 @@ def scope_ids_for(x: SelectionInputs, scope: str) -> torch.Tensor:
     raise ValueError(f"unknown scope {scope!r}; valid: {', '.join(SCOPES)}")
 
 
+def selection_budget(x: SelectionInputs, ratio: float, scope: str) -> int:
+    """k: how many tokens a ratio-based method selects in total (ceil(ratio * n) per scope)."""
+    counts = torch.bincount(scope_ids_for(x, scope).cpu())
+    return sum(top_k_count(ratio, int(n)) for n in counts if n > 0)
+
+
 def select(x: SelectionInputs, method: str, ratio: float, scope: str = "batch") -> Selection:
     """Score every token with ``method`` and keep the top ceil(ratio * N) of each scope."""
     spec = METHODS.get(method)
