@@ -46,8 +46,16 @@ def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
 
 
 def compute_advantages(rewards: torch.Tensor, mode: str = "grpo") -> torch.Tensor:
-    """Advantages of one group with the estimator ``mode`` (float64, shape (G,))."""
-    return ADVANTAGES.get(mode)(rewards)
+    """Advantages of one group with the estimator ``mode`` (float64, shape (G,)).
+
+    A group whose rewards are all equal gets exact zeros: r - mean(r) is not exactly 0 in
+    floating point for rewards like 0.1, and that rounding noise must not pass for a signal.
+    """
+    fn = ADVANTAGES.get(mode)
+    r = rewards.double()
+    if r.numel() == 0 or bool((r == r[0]).all()):
+        return torch.zeros_like(r)
+    return fn(r)
 
 
 def list_advantages() -> list[str]:

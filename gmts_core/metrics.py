@@ -6,10 +6,16 @@ For logits z in R^V at temperature tau, pi = softmax(z / tau) and sampled token 
     entropy  = H = -sum_v pi_v log pi_v                      (Shannon entropy, nats)
     grad_norm = g = (1/tau) * sqrt(1 - 2p + sum_v pi_v^2)     (exact L2 norm of d log pi_y / d z)
 
-All three come from one exponentiation pass: with m = max z/tau, e = exp(z/tau - m),
-S = sum e, log Z = m + log S, H = log Z - sum(e * z/tau) / S and sum pi^2 = sum(e^2) / S^2.
-Positions are processed in chunks, so at most one chunk of full-vocabulary float32 values
-(plus its temporaries) exists at a time; bf16/fp16 logits are accumulated in float32.
+All three come from one exponentiation pass over shifted logits u = (z - max z) / tau:
+e = exp(u), S = sum e, log p = u_y - log S, H = log S - sum(e u) / S, sum pi^2 = sum(e^2) / S^2.
+The target's term is split off (e_y is zeroed after it is read), so that
+1 - 2p + sum pi^2 = (1 - p)^2 + sum_{v != y} pi_v^2 is computed from the *rest* of the mass
+without cancellation: g stays accurate to float32 precision even for a confident token
+(p = 0.9999), where the naive expression would lose every digit.
+
+Positions are processed in chunks of ``chunk_size`` rows; the two (C, V) float32 work buffers
+are allocated once per call and reused, so at most one chunk of full-vocabulary float32 values
+(and its shifted copy) exists at a time; bf16/fp16 logits are accumulated in float32.
 """
 
 from __future__ import annotations
@@ -45,33 +51,99 @@ def grad_norm_from_probs(
 
     From d log pi_y / d z_v = (1[v=y] - pi_v) / tau:
     sum_v (1[v=y] - pi_v)^2 = 1 - 2 p + sum_v pi_v^2.
+    For p close to 1 this form cancels catastrophically in float32; where the sums are at hand,
+    :func:`token_stats_chunked` uses the equivalent (1 - p)^2 + sum_{v != y} pi_v^2 instead.
     """
     return (1.0 - 2.0 * prob + sum_sq_prob).clamp_min(0.0).sqrt() / temperature
 
 
+class _Workspace:
+    """Two reusable (C, V) float32 buffers: shifted logits u and e = exp(u).
+
+    Reusing them matters on CPU, where every fresh 10-100 MB allocation is page-faulted in
+    again; it costs more than the arithmetic.
+    """
+
+    def __init__(self, rows: int, vocab: int, device: torch.device) -> None:
+        self.u = torch.empty(rows, vocab, dtype=torch.float32, device=device)
+        self.e = torch.empty(rows, vocab, dtype=torch.float32, device=device)
+
+    def views(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.u[:rows], self.e[:rows]
+
+
 def _chunk_stats(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    top_k: int,
+    work: _Workspace | None = None,
 ) -> tuple[torch.Tensor, ...]:
-    """Statistics for one chunk of logits (C, V); see the module docstring for the algebra."""
-    z = logits.float()  # (C, V) one float32 copy (no-op for float32 input)
-    if temperature != 1.0:
-        z = z / temperature
-    m = z.amax(dim=-1, keepdim=True)  # (C, 1)
-    e = (z - m).exp_()  # (C, V)
-    s = e.sum(dim=-1)  # (C,)
-    ez = torch.bmm(e.unsqueeze(1), z.unsqueeze(2)).view(-1)  # (C,) sum_v e_v z_v
-    e2 = torch.bmm(e.unsqueeze(1), e.unsqueeze(2)).view(-1)  # (C,) sum_v e_v^2
-    log_z = m.squeeze(-1) + s.log()  # (C,)
-    logprob = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
-    entropy = log_z - ez / s
-    sum_sq = e2 / (s * s)
-    if top_k > 0:
-        top_vals, top_ids = z.topk(min(top_k, z.shape[-1]), dim=-1)
-        top_lp = top_vals - log_z.unsqueeze(-1)
+    """Statistics of one chunk of logits (C, V): logprob, entropy, grad_norm, sum pi^2, top-k."""
+    c, v = logits.shape
+    work = work or _Workspace(c, v, logits.device)
+    u, e = work.views(c)  # (C, V) float32 each
+    m = logits.amax(dim=-1, keepdim=True).float()  # (C, 1) exact in any dtype
+    if logits.dtype == torch.float32:
+        torch.sub(logits, m, out=u)
     else:
-        top_ids = torch.empty(z.shape[0], 0, dtype=torch.long, device=z.device)
-        top_lp = torch.empty(z.shape[0], 0, dtype=torch.float32, device=z.device)
-    return logprob, entropy.clamp_min(0.0), sum_sq, top_ids, top_lp
+        u.copy_(logits).sub_(m)  # subtract in float32, not in the logits' dtype
+    if temperature != 1.0:
+        u.div_(temperature)  # u = (z - max z) / tau = z/tau - max(z/tau)
+    torch.exp(u, out=e)
+    col = targets.unsqueeze(-1)  # (C, 1)
+    u_y = u.gather(-1, col).squeeze(-1)  # (C,)
+    e_y = e.gather(-1, col).squeeze(-1)
+    e.scatter_(-1, col, 0.0)  # e now holds the rest of the mass, v != y
+    s_rest = e.sum(dim=-1)  # (C,)
+    e2_rest = torch.linalg.vector_norm(e, dim=-1).square()  # sum_{v != y} e_v^2
+    eu_rest = u.mul_(e).sum(dim=-1)  # sum_{v != y} e_v u_v (u is not needed after this)
+    s = s_rest + e_y
+    log_s = s.log()
+    logprob = u_y - log_s
+    entropy = log_s - (eu_rest + e_y * u_y) / s
+    sum_sq = (e2_rest + e_y * e_y) / (s * s)
+    grad_norm = ((s_rest / s).square() + e2_rest / (s * s)).sqrt() / temperature
+    top_ids, top_lp = _top_alternatives(logits, m, log_s, temperature, top_k)
+    return logprob, entropy.clamp_min(0.0), grad_norm, sum_sq, top_ids, top_lp
+
+
+def _top_alternatives(
+    logits: torch.Tensor, m: torch.Tensor, log_s: torch.Tensor, temperature: float, top_k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``top_k`` most probable tokens (C, K) and their log-probabilities (C, K)."""
+    c, v = logits.shape
+    if top_k <= 0:
+        empty_ids = torch.empty(c, 0, dtype=torch.long, device=logits.device)
+        return empty_ids, torch.empty(c, 0, dtype=torch.float32, device=logits.device)
+    vals, ids = _top_k(logits, min(top_k, v))  # (C, K) each; ordering is exact in any dtype
+    top_lp = (vals.float() - m) / temperature - log_s.unsqueeze(-1)
+    return ids, top_lp
+
+
+_TOPK_BLOCK = 128
+
+
+def _top_k(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row-wise top-k of (C, V) logits, most probable first, via block maxima.
+
+    ``torch.topk`` over a 150k vocabulary costs more than all the statistics together on CPU.
+    The k largest values of a row lie in the k blocks with the largest maxima (any other block
+    would have k larger maxima above it), so one max pass over blocks and a top-k over
+    k * block candidates (plus the ragged tail) give the same values.
+    """
+    c, v = logits.shape
+    nb = v // _TOPK_BLOCK
+    if nb <= 4 * k:
+        return logits.topk(k, dim=-1)
+    block_max = logits[:, : nb * _TOPK_BLOCK].view(c, nb, _TOPK_BLOCK).amax(dim=-1)  # (C, nb)
+    blocks = block_max.topk(k, dim=-1).indices  # (C, k)
+    offsets = torch.arange(_TOPK_BLOCK, device=logits.device)
+    cand = (blocks.unsqueeze(-1) * _TOPK_BLOCK + offsets).view(c, k * _TOPK_BLOCK)
+    tail = torch.arange(nb * _TOPK_BLOCK, v, device=logits.device).expand(c, -1)
+    cand = torch.cat([cand, tail], dim=-1)  # (C, k * block + tail) candidate token ids
+    vals, pos = logits.gather(-1, cand).topk(k, dim=-1)
+    return vals, cand.gather(-1, pos)
 
 
 def token_stats_chunked(
@@ -90,22 +162,22 @@ def token_stats_chunked(
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     parts: list[tuple[torch.Tensor, ...]] = []
+    work: _Workspace | None = None
     for start in range(0, n_positions, chunk_size):
         sl = slice(start, min(start + chunk_size, n_positions))
-        parts.append(_chunk_stats(logits_fn(sl), targets[sl], temperature, top_k))
+        logits = logits_fn(sl)  # (C, V)
+        if work is None:
+            work = _Workspace(min(chunk_size, n_positions), logits.shape[-1], logits.device)
+        tgt = targets[sl].to(logits.device)
+        parts.append(_chunk_stats(logits, tgt, temperature, top_k, work))
     if not parts:
         empty = torch.empty(0, device=targets.device)
-        return TokenStats(
-            empty,
-            empty,
-            empty,
-            empty,
-            torch.empty(0, top_k, dtype=torch.long),
-            torch.empty(0, top_k),
-        )
-    logprob, entropy, sum_sq, top_ids, top_lp = (torch.cat(p) for p in zip(*parts))
-    grad_norm = grad_norm_from_probs(logprob.exp(), sum_sq, temperature)
+        no_ids = torch.empty(0, max(top_k, 0), dtype=torch.long, device=targets.device)
+        return TokenStats(empty, empty, empty, empty, no_ids, torch.empty(0, max(top_k, 0)))
+    logprob, entropy, grad_norm, sum_sq, top_ids, top_lp = (torch.cat(p) for p in zip(*parts))
     return TokenStats(logprob, entropy, grad_norm, sum_sq, top_ids, top_lp)
 
 

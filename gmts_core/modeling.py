@@ -22,6 +22,7 @@ from gmts_core.errors import InvalidInputError, ModelLoadError, ModelNotFoundErr
 logger = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 @dataclass
@@ -36,7 +37,8 @@ class LoadedModel:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where inputs go: the input embeddings' device (the first one under a device_map)."""
+        return next(self.model.get_input_embeddings().parameters()).device
 
     @property
     def dtype(self) -> torch.dtype:
@@ -66,11 +68,20 @@ def resolve_device(device: str = "auto") -> torch.device:
     """``auto`` picks CUDA when available, else CPU."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise InvalidInputError(
+            f"unknown device {device!r}; e.g. auto, cpu, cuda, cuda:1"
+        ) from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InvalidInputError(f"device {device!r} was asked for, but CUDA is not available")
+    return dev
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """``auto`` is bfloat16 on a GPU that supports it, else float32."""
+    """``auto`` is bfloat16 on a GPU that supports it, else float32; bf16/fp16/fp32 are aliases."""
+    dtype = _DTYPE_ALIASES.get(dtype, dtype)
     if dtype == "auto":
         if device.type == "cuda" and torch.cuda.is_bf16_supported():
             return torch.bfloat16
@@ -178,6 +189,11 @@ class ModelCache:
                     evicted, _ = self._models.popitem(last=False)
                     logger.info("evicted model %s from cache", evicted.split("\0")[0])
             return loaded
+
+    def peek(self, name: str, source: str | Path) -> LoadedModel | None:
+        """The model if it is loaded already; never loads."""
+        with self._lock:
+            return self._models.get(f"{name}\0{source}")
 
     def loaded_names(self) -> list[str]:
         with self._lock:

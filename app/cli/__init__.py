@@ -10,7 +10,7 @@ import logging
 
 from app.cli._app import cli
 
-_COMMAND_MODULES = ("analyze",)
+_COMMAND_MODULES = ("analyze", "serve", "analyze_file", "compare", "gradcheck")
 
 
 def main() -> None:

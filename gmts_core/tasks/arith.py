@@ -268,11 +268,11 @@ class ExamplePrompt:
 def example_prompts() -> list[ExamplePrompt]:
     """A handful of held-out prompts: easy, hard, and ones where sampled groups split."""
     chosen = [
-        ("easy", 23, 14, "+", "no carry: the model is almost always right"),
-        ("carry", 47, 38, "+", "a carry: groups of 8 usually split between right and wrong"),
-        ("borrow", 52, 37, "-", "a borrow: groups usually split"),
-        ("hard", 86, 59, "+", "a carry into a three-digit answer"),
-        ("easy subtraction", 68, 25, "-", "no borrow"),
+        ("easy", 71, 23, "+", "no carry: the model is almost always right"),
+        ("carry", 24, 68, "+", "a carry: groups of 8 usually split between right and wrong"),
+        ("borrow", 83, 65, "-", "a borrow: groups usually split"),
+        ("hard", 68, 69, "+", "a carry into a three-digit answer"),
+        ("easy subtraction", 58, 32, "-", "no borrow"),
     ]
     return [
         ExamplePrompt(label, format_prompt(a, b, op), str(solve(a, b, op)), note)

@@ -1,0 +1,1 @@
+"""The HTTP layer: dependencies, error mapping and one route module per resource."""

@@ -1,0 +1,41 @@
+"""Request dependencies as ``Annotated`` aliases: the shared services and the API key check."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from app.api.errors import UnauthorizedError
+from app.core.config import Settings
+from app.services.container import Services
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="Set GMTS_API_KEY on the server to require `Authorization: Bearer <key>`.",
+)
+
+
+def get_services(request: Request) -> Services:
+    return request.app.state.services  # type: ignore[no-any-return]
+
+
+def get_settings(request: Request) -> Settings:
+    return get_services(request).settings
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def require_api_key(settings: SettingsDep, credentials: BearerDep) -> None:
+    """Constant-time check of the bearer key when one is configured (GMTS_API_KEY)."""
+    expected = settings.api_key_value
+    if expected is None:
+        return
+    given = credentials.credentials if credentials is not None else ""
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        raise UnauthorizedError("a valid API key is required: Authorization: Bearer <key>")

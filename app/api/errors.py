@@ -1,0 +1,122 @@
+"""Every error as JSON ``{"error": {"code", "message"}}`` with the right HTTP status.
+
+Library errors (gmts_core.errors) and service errors map by type; request validation becomes a
+422 whose message names each offending field; anything unexpected is logged and answered with a
+plain 500 that leaks no internals.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.services.errors import QueueFullError, SessionNotFoundError
+from gmts_core.errors import (
+    GMTSError,
+    InvalidInputError,
+    LimitExceededError,
+    ModelLoadError,
+    ModelNotFoundError,
+    NonFiniteLogitsError,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class UnauthorizedError(GMTSError):
+    """A /v1 request without the right bearer API key."""
+
+    code = "unauthorized"
+
+
+# Most specific first: the first class in an error's MRO found here decides its status.
+STATUS_BY_ERROR: dict[type[GMTSError], int] = {
+    UnauthorizedError: 401,
+    ModelNotFoundError: 404,
+    SessionNotFoundError: 404,
+    LimitExceededError: 413,
+    NonFiniteLogitsError: 422,
+    ModelLoadError: 422,
+    InvalidInputError: 422,
+    QueueFullError: 429,
+    GMTSError: 400,
+}
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "too_many_requests",
+}
+
+
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    body = {"error": {"code": code, "message": message, **extra}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def status_for(exc: GMTSError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in STATUS_BY_ERROR:
+            return STATUS_BY_ERROR[cls]  # type: ignore[index]
+    return 400
+
+
+async def gmts_error_handler(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, GMTSError)
+    headers: dict[str, str] = {}
+    if isinstance(exc, QueueFullError):
+        headers["Retry-After"] = str(exc.retry_after_s)
+    if isinstance(exc, UnauthorizedError):
+        headers["WWW-Authenticate"] = "Bearer"
+    return error_response(status_for(exc), exc.code, str(exc), headers or None)
+
+
+def _clean(msg: object) -> str:
+    return str(msg).removeprefix("Value error, ")
+
+
+def _field(loc: tuple[Any, ...] | list[Any]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+async def validation_error_handler(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    details = [
+        {"field": _field(e.get("loc", ())), "message": _clean(e.get("msg", "")), "type": e.get("type")}
+        for e in exc.errors()
+    ]
+    message = "; ".join(f"{d['field']}: {d['message']}" for d in details) or "invalid request"
+    return error_response(422, "validation_error", message, details=details)
+
+
+async def http_error_handler(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+    headers = dict(exc.headers) if exc.headers else None
+    return error_response(exc.status_code, code, str(exc.detail), headers)
+
+
+async def unexpected_error_handler(_request: Request, exc: Exception) -> JSONResponse:
+    logger.exception("unexpected error", exc_info=exc)
+    return error_response(500, "internal_error", "internal server error")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(GMTSError, gmts_error_handler)
+    app.add_exception_handler(RequestValidationError, validation_error_handler)
+    app.add_exception_handler(StarletteHTTPException, http_error_handler)
+    app.add_exception_handler(Exception, unexpected_error_handler)

@@ -1,0 +1,21 @@
+"""OpenAPI descriptions of the error responses the /v1 routes can give."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.schemas import ErrorBody
+
+_ERRORS = {
+    400: "The body could not be decoded (e.g. not UTF-8).",
+    401: "Missing or wrong API key (only when GMTS_API_KEY is set).",
+    404: "Unknown model (the message lists the available ones) or unknown session.",
+    413: "Request over a size limit (body bytes, prompt length, answers, tokens).",
+    422: "Invalid request: the message names each offending field.",
+    429: "Too many heavy jobs running or queued; retry after the Retry-After header.",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for these statuses, always with 400 (an unparseable body)."""
+    return {s: {"model": ErrorBody, "description": _ERRORS[s]} for s in sorted({400, *statuses})}

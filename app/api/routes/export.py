@@ -1,0 +1,47 @@
+"""POST /v1/analyze/export: the same analysis as a CSV (one row per token) or JSON download."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Body, Query
+from fastapi.responses import Response
+
+from app.api.deps import ServicesDep
+from app.api.routes.common import error_responses
+from app.api.routes.examples import ANALYZE_EXAMPLES
+from app.schemas import AnalyzeRequest
+from app.services.analysis import result_body
+from gmts_core.export import to_csv, to_json
+
+router = APIRouter(tags=["analyze"])
+
+_MEDIA = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
+
+
+@router.post(
+    "/analyze/export",
+    summary="Run an analysis and download it as CSV or JSON.",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "A file download (Content-Disposition: attachment).",
+            "content": {"text/csv": {"schema": {"type": "string"}}, "application/json": {}},
+        },
+        **error_responses(401, 404, 413, 422, 429),
+    },
+)
+async def export_analysis(
+    req: Annotated[AnalyzeRequest, Body(openapi_examples=ANALYZE_EXAMPLES)],
+    services: ServicesDep,
+    fmt: Annotated[Literal["csv", "json"], Query(alias="format")] = "csv",
+) -> Response:
+    """CSV: one row per answer token with every per-token field, group and answer index,
+    reward and advantage. JSON: exactly the body of POST /v1/analyze."""
+    body = result_body(await services.analysis.analyze(req))
+    text = to_csv(body) if fmt == "csv" else to_json(body)
+    return Response(
+        text,
+        media_type=_MEDIA[fmt],
+        headers={"Content-Disposition": f'attachment; filename="gmts-analysis.{fmt}"'},
+    )

@@ -1,0 +1,105 @@
+"""/v1/sessions: private policies for live GRPO steps (create, step, inspect, reset, delete)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Path, Response
+
+from app.api.deps import ServicesDep
+from app.api.routes.common import error_responses
+from app.services.sessions import SessionService
+from app.session_schemas import (
+    EvaluationOut,
+    SessionCreateRequest,
+    SessionEvalRequest,
+    SessionOut,
+    SessionStepRequest,
+    StepOut,
+)
+
+router = APIRouter(prefix="/sessions", tags=["sessions"])
+
+SessionId = Annotated[str, Path(min_length=1, max_length=128, description="From POST /sessions.")]
+
+
+def _service(services: ServicesDep) -> SessionService:
+    assert isinstance(services.sessions, SessionService)
+    return services.sessions
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=SessionOut,
+    summary="Create a session: a private trainable copy of the model with its RL settings.",
+    responses=error_responses(401, 404, 413, 422, 429),
+)
+async def create_session(
+    services: ServicesDep, req: Annotated[SessionCreateRequest, Body()] | None = None
+) -> SessionOut:
+    """Returns `session_id`, the settings and an empty history. The base model is never changed."""
+    body = await _service(services).create(req or SessionCreateRequest())
+    return SessionOut(**body)
+
+
+@router.post(
+    "/{session_id}/step",
+    response_model=StepOut,
+    summary="Run GRPO steps with a selection method; metrics and per-token log-prob changes.",
+    responses=error_responses(401, 404, 413, 422, 429),
+)
+async def step_session(
+    session_id: SessionId,
+    services: ServicesDep,
+    req: Annotated[SessionStepRequest, Body()] | None = None,
+) -> StepOut:
+    """Without `prompts`, each step draws a batch from the demo task. Knobs given here apply to
+    these steps only. 429 while another step of this session runs."""
+    return StepOut(**await _service(services).step(session_id, req or SessionStepRequest()))
+
+
+@router.get(
+    "/{session_id}",
+    response_model=SessionOut,
+    summary="A session's settings and step history.",
+    responses=error_responses(401, 404),
+)
+def get_session(session_id: SessionId, services: ServicesDep) -> SessionOut:
+    return SessionOut(**_service(services).info(session_id))
+
+
+@router.post(
+    "/{session_id}/evaluate",
+    response_model=EvaluationOut,
+    summary="Held-out accuracy of the session's policy on the demo task (recorded in history).",
+    responses=error_responses(401, 404, 422, 429),
+)
+async def evaluate_session(
+    session_id: SessionId,
+    services: ServicesDep,
+    req: Annotated[SessionEvalRequest, Body()] | None = None,
+) -> EvaluationOut:
+    body = await _service(services).evaluate(session_id, req or SessionEvalRequest())
+    return EvaluationOut(**body)
+
+
+@router.post(
+    "/{session_id}/reset",
+    response_model=SessionOut,
+    summary="Back to the starting weights (bit-identical), fresh optimizer, empty history.",
+    responses=error_responses(401, 404, 429),
+)
+async def reset_session(session_id: SessionId, services: ServicesDep) -> SessionOut:
+    return SessionOut(**await _service(services).reset(session_id))
+
+
+@router.delete(
+    "/{session_id}",
+    status_code=204,
+    summary="Delete a session and free its policy.",
+    responses=error_responses(401, 404),
+)
+def delete_session(session_id: SessionId, services: ServicesDep) -> Response:
+    _service(services).delete(session_id)
+    return Response(status_code=204)

@@ -1,0 +1,189 @@
+"""`gmts analyze-file rollouts.jsonl`: analyze a trainer's dump of rollouts, line by line.
+
+Each input line is one group: ``{"prompt": ..., "completions": [...], "rewards": [...]}`` or,
+instead of ``rewards``, a ``reference`` scored with ``--reward-kind`` (or the line's own
+``reward_kind``). ``--batch-size B`` analyzes B lines as one batch (selection scope ``batch``
+ranks all their tokens together, as the trainer did). Output: JSONL (one analysis per batch,
+the API's body plus the input line numbers) or CSV (one row per token, with its input line).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, TextIO
+
+import typer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from tqdm import tqdm
+
+from app.cli._app import cli
+from app.cli.common import fail, load_cli_model
+from app.services.analysis import result_body
+from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze
+from gmts_core.errors import GMTSError, InvalidInputError
+from gmts_core.export import write_csv
+
+logger = logging.getLogger(__name__)
+
+
+class RolloutLine(BaseModel):
+    """One line of a rollout file: a prompt, its completions and rewards or a reference."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+    prompt: str = Field(min_length=1)
+    completions: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+    rewards: list[float] | None = None
+    reference: str | float | None = None
+    reward_kind: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _answers_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "completions" not in data and "answers" in data:
+            data = {**data, "completions": data["answers"]}
+        return data
+
+    @model_validator(mode="after")
+    def _rewards_or_reference(self) -> RolloutLine:
+        if self.rewards is None and self.reference is None:
+            raise ValueError("needs rewards or a reference")
+        if self.rewards is not None and len(self.rewards) != len(self.completions):
+            raise ValueError(f"{len(self.rewards)} rewards for {len(self.completions)} completions")
+        return self
+
+    def group(self, default_kind: str) -> GroupInput:
+        if self.rewards is not None:
+            return GroupInput(self.prompt, self.completions, rewards=self.rewards)
+        spec = RewardSpec(self.reward_kind or default_kind, self.reference)
+        return GroupInput(self.prompt, self.completions, reward=spec)
+
+
+def read_rollouts(
+    path: Path, default_kind: str, skip_invalid: bool
+) -> Iterator[tuple[int, GroupInput]]:
+    """(line number, group) for each non-empty line; bad lines raise or are skipped."""
+    with path.open(encoding="utf-8") as f:
+        for number, text in enumerate(f, start=1):
+            if not text.strip():
+                continue
+            try:
+                yield number, RolloutLine.model_validate_json(text).group(default_kind)
+            except ValidationError as exc:
+                message = f"{path}:{number}: {_first_error(exc)}"
+                if not skip_invalid:
+                    raise InvalidInputError(message) from None
+                logger.warning("skipping %s", message)
+
+
+def _first_error(exc: ValidationError) -> str:
+    e = exc.errors()[0]
+    where = ".".join(str(p) for p in e.get("loc", ())) or "line"
+    return f"{where}: {str(e.get('msg', '')).removeprefix('Value error, ')}"
+
+
+def _batches(
+    items: Iterator[tuple[int, GroupInput]], size: int
+) -> Iterator[list[tuple[int, GroupInput]]]:
+    batch: list[tuple[int, GroupInput]] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class _Writer:
+    """Writes each batch's analysis as one JSONL line or as CSV token rows."""
+
+    def __init__(self, out: TextIO, fmt: str) -> None:
+        self.out, self.fmt, self.rows, self._header = out, fmt, 0, True
+
+    def write(self, body: dict[str, Any], lines: list[int], batch_index: int) -> None:
+        if self.fmt == "jsonl":
+            record = {"batch": batch_index, "lines": lines, **body}
+            self.out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self.rows += 1
+            return
+        extra = {"batch": batch_index}
+        group_extra = [{"line": n} for n in lines]
+        self.rows += write_csv(body, self.out, extra, self._header, group_extra)
+        self._header = False
+
+
+def _analyze_batch(
+    lm: Any,
+    batch: list[tuple[int, GroupInput]],
+    config: AnalysisConfig,
+    writer: _Writer,
+    index: int,
+    skip_invalid: bool,
+) -> None:
+    lines = [n for n, _ in batch]
+    try:
+        result = analyze(lm, [g for _, g in batch], config)
+    except InvalidInputError as exc:
+        if not skip_invalid:
+            raise InvalidInputError(f"lines {lines}: {exc}") from None
+        logger.warning("skipping lines %s: %s", lines, exc)
+        return
+    writer.write(result_body(result), lines, index)
+
+
+def _count_lines(path: Path) -> int:
+    with path.open(encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())
+
+
+@cli.command("analyze-file")
+def analyze_file_command(
+    rollouts: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSONL file.")],
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Output file (.jsonl or .csv).")
+    ] = None,
+    fmt: Annotated[
+        str | None, typer.Option("--format", help="jsonl | csv (default: from --output).")
+    ] = None,
+    model: Annotated[str, typer.Option(help="Alias, local folder or hub id.")] = "tiny-arith",
+    batch_size: Annotated[int, typer.Option(min=1, help="Lines analyzed as one batch.")] = 1,
+    reward_kind: Annotated[str, typer.Option(help="Rule for lines with a reference.")] = "numeric",
+    ratio: Annotated[float, typer.Option(help="Share of tokens each method selects.")] = 0.2,
+    scope: Annotated[str, typer.Option(help="batch | group | answer")] = "batch",
+    advantage: Annotated[str, typer.Option(help="grpo | dr_grpo | rloo")] = "grpo",
+    aggregation: Annotated[str, typer.Option(help="Loss aggregation.")] = "token_mean",
+    temperature: Annotated[float, typer.Option(help="Statistics temperature.")] = 1.0,
+    top_alternatives: Annotated[int, typer.Option(help="Alternatives per token.")] = 5,
+    skip_invalid: Annotated[bool, typer.Option(help="Skip bad lines instead of failing.")] = False,
+) -> None:
+    """Analyze every group of a rollout dump (one JSON object per line) with a progress bar."""
+    output = output or rollouts.with_suffix(".gmts.jsonl")
+    fmt = fmt or ("csv" if output.suffix.lower() == ".csv" else "jsonl")
+    if fmt not in ("jsonl", "csv"):
+        raise typer.BadParameter("--format must be jsonl or csv")
+    config = AnalysisConfig(
+        temperature=temperature,
+        advantage=advantage,
+        loss_aggregation=aggregation,
+        ratio=ratio,
+        scope=scope,
+        top_alternatives=top_alternatives,
+    )
+    try:
+        config.validate()
+        lm = load_cli_model(model)
+        total = _count_lines(rollouts)
+        with output.open("w", encoding="utf-8", newline="") as out:
+            writer = _Writer(out, fmt)
+            items = read_rollouts(rollouts, reward_kind, skip_invalid)
+            with tqdm(total=total, unit="line", desc="analyzing") as bar:
+                for i, batch in enumerate(_batches(items, batch_size)):
+                    _analyze_batch(lm, batch, config, writer, i, skip_invalid)
+                    bar.update(len(batch))
+    except GMTSError as exc:
+        raise fail(exc) from None
+    typer.echo(f"wrote {writer.rows} {'rows' if fmt == 'csv' else 'lines'} to {output}", err=True)

@@ -1,0 +1,88 @@
+"""`gmts demo-path`, `gmts train-demo`, `gmts eval-demo`: the bundled demo model ``tiny-arith``."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from app.cli._app import cli
+from gmts_core.demo import DEMO_MODEL_DIR
+
+_FIGURES = (
+    ("accuracy_t1", "accuracy, temperature 1.0 (all sampled answers)"),
+    ("accuracy_greedy", "accuracy, greedy"),
+    ("mixed_group_share", "groups with mixed rewards"),
+    ("fork_share_top_entropy", "top-20%-entropy tokens at fork points (whole set)"),
+    ("fork_share_top_entropy_per_group", "... ranked within each group (mean)"),
+    ("fork_token_share", "fork tokens among all answer tokens (base rate)"),
+    ("mean_answer_tokens", "answer length, tokens (with <eos>)"),
+)
+
+
+@cli.command("demo-path")
+def demo_path_command() -> None:
+    """Print the folder of the bundled demo model (a Hugging Face model folder)."""
+    typer.echo(str(DEMO_MODEL_DIR))
+
+
+@cli.command("train-demo")
+def train_demo_command(
+    out: Annotated[Path, typer.Option(help="Folder to write the model to.")] = DEMO_MODEL_DIR,
+    seed: Annotated[int, typer.Option(help="Seed of the data stream and the weights.")] = 0,
+    steps: Annotated[int | None, typer.Option(help="Optimizer steps (default: recipe).")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Examples per step.")] = None,
+    lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
+    flaw_rate: Annotated[
+        float | None, typer.Option(help="Share of training solutions with one mistake.")
+    ] = None,
+) -> None:
+    """Train the demo model from scratch (seeded; minutes on a CPU) and save it to OUT."""
+    from dataclasses import replace
+
+    from gmts_core.demo.train import FlawMix, TrainConfig, train_demo_model
+
+    config = TrainConfig(seed=seed)
+    knobs = {"steps": steps, "batch_size": batch_size, "lr": lr}
+    config = replace(config, **{k: v for k, v in knobs.items() if v is not None})
+    if flaw_rate is not None:
+        config = replace(config, mix=FlawMix(flaw_rate=flaw_rate))
+    start = time.perf_counter()
+    folder = train_demo_model(out, config)
+    typer.echo(f"saved {folder} ({time.perf_counter() - start:.0f}s)")
+
+
+@cli.command("eval-demo")
+def eval_demo_command(
+    model: Annotated[Path, typer.Option(help="Model folder.")] = DEMO_MODEL_DIR,
+    num_prompts: Annotated[int, typer.Option(help="Held-out prompts to evaluate.")] = 64,
+    group_size: Annotated[int, typer.Option(help="Answers sampled per prompt.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed of the prompts and the sampling.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Measure a demo model on held-out prompts: accuracy, mixed groups, fork-point entropy."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gmts_core.demo.evaluate import DemoEvalConfig, evaluate_demo_model
+
+    if not (model / "config.json").is_file():
+        raise typer.BadParameter(f"{model} is not a model folder (no config.json)", "--model")
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    lm = AutoModelForCausalLM.from_pretrained(str(model))
+    config = DemoEvalConfig(num_prompts=num_prompts, group_size=group_size, seed=seed)
+    result = evaluate_demo_model(lm, tokenizer, config).to_dict()
+    if as_json:
+        typer.echo(json.dumps({"model": str(model), "seed": seed, **result}))
+        return
+    table = Table(title=f"{model.name}: {num_prompts} held-out prompts x {group_size} samples")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, label in _FIGURES:
+        value = result[key]
+        table.add_row(label, f"{value:.1f}" if key == "mean_answer_tokens" else f"{value:.1%}")
+    Console().print(table)

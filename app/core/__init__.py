@@ -1,0 +1,1 @@
+"""Server configuration (settings)."""

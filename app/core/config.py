@@ -1,0 +1,98 @@
+"""Server settings: one pydantic-settings object, read from ``GMTS_*`` environment variables.
+
+Lists accept JSON (``["a","b"]``) or a comma-separated string (``a,b``); model aliases accept
+JSON (``{"name": "/path"}``) or ``name=/path,other=/path2``. Every limit here is enforced by the
+service layer and answered with HTTP 413 when exceeded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def _split_csv(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Every knob of the server; see the README's settings table."""
+
+    model_config = SettingsConfigDict(env_prefix="GMTS_", extra="ignore")
+
+    # --- serving ---
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    api_url: str | None = Field(
+        None, description="A remote GMTS backend for the UI (the UI then calls its HTTP API)."
+    )
+    ui_enabled: bool = True
+    log_level: str = "info"
+
+    # --- models ---
+    default_model: str = "tiny-arith"
+    model_aliases: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
+    model_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
+    allow_hub_models: bool = False
+    trust_remote_code: bool = False
+    device: str = "auto"
+    dtype: str = "auto"
+    max_loaded_models: int = Field(2, ge=1)
+    torch_threads: int | None = Field(None, ge=1)
+
+    # --- security ---
+    api_key: SecretStr | None = None
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
+    # --- limits (per request) ---
+    max_body_bytes: int = Field(1_000_000, ge=1)
+    max_prompt_chars: int = Field(8_000, ge=1)
+    max_answer_chars: int = Field(16_000, ge=1)
+    max_groups: int = Field(32, ge=1)
+    max_answers: int = Field(64, ge=1)  # all groups together
+    max_new_tokens: int = Field(256, ge=1)
+    max_total_tokens: int = Field(32_768, ge=1)  # prompt + answer tokens of all answers
+    max_top_alternatives: int = Field(20, ge=0)
+
+    # --- heavy jobs (model loading and analysis) ---
+    max_concurrent_jobs: int = Field(1, ge=1)
+    max_queued_jobs: int = Field(8, ge=0)
+    retry_after_s: int = Field(5, ge=1)
+
+    # --- live RL sessions ---
+    session_ttl_s: float = Field(1800.0, gt=0, description="A session unused this long expires.")
+    max_sessions: int = Field(8, ge=1)  # beyond it, the least recently used idle one is evicted
+    max_session_steps: int = Field(20, ge=1)  # GRPO steps per step request
+    session_policy: Literal["auto", "full", "lora"] = "auto"
+    session_lora_threshold: int = Field(100_000_000, ge=0)  # parameters; auto: LoRA above it
+
+    @field_validator("model_roots", "cors_origins", mode="before")
+    @classmethod
+    def _parse_list(cls, value: Any) -> Any:
+        return _split_csv(value)
+
+    @field_validator("model_aliases", mode="before")
+    @classmethod
+    def _parse_aliases(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("{"):
+                return json.loads(text)
+            pairs = [p.split("=", 1) for p in text.split(",") if p.strip()]
+            if any(len(p) != 2 for p in pairs):
+                raise ValueError("model_aliases: use JSON or name=path,name2=path2")
+            return {k.strip(): v.strip() for k, v in pairs}
+        return value
+
+    @property
+    def api_key_value(self) -> str | None:
+        return self.api_key.get_secret_value() if self.api_key else None

@@ -1,0 +1,383 @@
+"""Request and response models of the HTTP API v1 (DESIGN §5), with OpenAPI examples.
+
+Requests are strict (unknown fields and NaN/Infinity are rejected) and registry names
+(reward rules, advantage estimators, loss aggregations, selection methods) are checked here, so a
+typo is a 422 that names the field and lists the valid values before any model work starts.
+Responses mirror ``gmts_core.records.AnalysisResult.to_dict()``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gmts_core.advantages import ADVANTAGES
+from gmts_core.aggregation import AGGREGATIONS
+from gmts_core.analysis import DEFAULT_METHODS
+from gmts_core.rewards import get_reward
+from gmts_core.selection import METHODS
+
+_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+MAX_SEED = 2**32 - 1
+DEFAULT_NUM_SAMPLES = 8
+
+NonEmptyText = Annotated[str, Field(min_length=1)]
+
+
+# --- requests --------------------------------------------------------------------------------
+
+
+class RewardRule(BaseModel):
+    """A verifiable reward rule and its reference answer."""
+
+    model_config = ConfigDict(
+        **_STRICT, json_schema_extra={"examples": [{"kind": "numeric", "reference": "85"}]}
+    )
+
+    kind: str = Field(description="numeric | exact | regex | math", max_length=64)
+    reference: str | float = Field(description="The reference answer (or regex pattern).")
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        get_reward(v)  # raises UnknownNameError (a ValueError) listing the valid rules
+        return v
+
+
+class SelectionOptions(BaseModel):
+    """Which selection methods to compare, at which ratio, over which scope."""
+
+    model_config = _STRICT
+
+    ratio: float = Field(0.2, gt=0, le=1, description="Share of tokens each method keeps.")
+    scope: Literal["batch", "group", "answer"] = Field(
+        "batch", description="Rank all tokens together (batch), per group, or per answer."
+    )
+    methods: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_METHODS),
+        min_length=1,
+        max_length=32,
+        description=f"Selection methods (registry): {', '.join(DEFAULT_METHODS)}.",
+    )
+
+    @field_validator("methods")
+    @classmethod
+    def _known_methods(cls, v: list[str]) -> list[str]:
+        for name in v:
+            METHODS.get(name)
+        return list(dict.fromkeys(v))  # keep order, drop repeats
+
+
+class SamplingFields(BaseModel):
+    """Sampling settings, used when no answers are given."""
+
+    model_config = _STRICT
+
+    num_samples: int | None = Field(None, ge=1, le=1024, description="Group size G (default 8).")
+    top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling (default 1).")
+    max_new_tokens: int | None = Field(
+        None, ge=1, le=65_536, description="Longest sampled answer (default 64)."
+    )
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="Sampling seed (default 0).")
+
+
+class GroupRequest(SamplingFields):
+    """One prompt with its answers (given or sampled) and how to reward them."""
+
+    prompt: str = Field(min_length=1, description="The prompt text.")
+    answers: list[NonEmptyText] | None = Field(
+        None, min_length=1, description="Given answers; omit to sample num_samples answers."
+    )
+    reward: RewardRule | None = Field(None, description="A reward rule with its reference.")
+    rewards: list[float] | None = Field(
+        None, min_length=1, description="Explicit rewards, one per answer."
+    )
+
+    @model_validator(mode="after")
+    def _answers_or_sampling(self) -> GroupRequest:
+        _check_group(self.answers, self.num_samples, self.reward, self.rewards, None)
+        return self
+
+
+def _check_group(
+    answers: list[str] | None,
+    num_samples: int | None,
+    reward: RewardRule | None,
+    rewards: list[float] | None,
+    default_samples: int | None,
+) -> None:
+    """Consistency of one group's fields (the messages say what to fix).
+
+    ``default_samples`` is the group size when num_samples is not given (None: not known yet,
+    as for a batch group that inherits the top-level num_samples).
+    """
+    if answers is not None and num_samples is not None:
+        raise ValueError("give either answers or num_samples, not both")
+    if reward is not None and rewards is not None:
+        raise ValueError("give either reward (a rule) or rewards (numbers), not both")
+    if rewards is not None:
+        n = len(answers) if answers is not None else num_samples or default_samples
+        if n is not None and n != len(rewards):
+            raise ValueError(f"rewards has {len(rewards)} values for {n} answers")
+
+
+class AnalyzeRequest(SamplingFields):
+    """Body of ``POST /v1/analyze``: one group (``prompt``...) or a batch (``groups``)."""
+
+    model: str | None = Field(
+        None, max_length=256, description="Alias or folder (default: the server's)."
+    )
+    prompt: str | None = Field(None, min_length=1, description="Single form: the prompt.")
+    answers: list[NonEmptyText] | None = Field(None, min_length=1)
+    rewards: list[float] | None = Field(None, min_length=1)
+    reward: RewardRule | None = Field(
+        None, description="Reward rule; in the batch form, the default for groups without one."
+    )
+    groups: list[GroupRequest] | None = Field(
+        None, min_length=1, description="Batch form: several groups analyzed in one call."
+    )
+    temperature: float = Field(
+        1.0, gt=0, le=100, description="Sampling temperature and tau of the token statistics."
+    )
+    advantage: str = Field("grpo", description="Advantage estimator: grpo | dr_grpo | rloo.")
+    loss_aggregation: str = Field(
+        "token_mean",
+        description="token_mean | seq_mean_token_mean | seq_mean_token_sum_norm.",
+    )
+    selection: SelectionOptions = Field(default_factory=SelectionOptions)
+    top_alternatives: int = Field(5, ge=0, le=100, description="Alternatives listed per token.")
+    chat_template: bool = Field(False, description="Wrap prompts in the tokenizer's template.")
+    session_id: str | None = Field(
+        None, min_length=1, max_length=128, description="Analyze with this RL session's policy."
+    )
+
+    @field_validator("advantage")
+    @classmethod
+    def _known_advantage(cls, v: str) -> str:
+        ADVANTAGES.get(v)
+        return v
+
+    @field_validator("loss_aggregation")
+    @classmethod
+    def _known_aggregation(cls, v: str) -> str:
+        AGGREGATIONS.get(v)
+        return v
+
+    @model_validator(mode="after")
+    def _one_form(self) -> AnalyzeRequest:
+        if (self.prompt is None) == (self.groups is None):
+            raise ValueError("give either prompt (one group) or groups (a batch), not both")
+        if self.groups is not None and (self.answers is not None or self.rewards is not None):
+            raise ValueError("in the batch form, answers and rewards go inside each group")
+        default_samples = self.num_samples or DEFAULT_NUM_SAMPLES
+        if self.prompt is not None:
+            _check_group(self.answers, self.num_samples, self.reward, self.rewards, default_samples)
+        for i, g in enumerate(self.groups or []):
+            where = f"groups[{i}]: "
+            n = g.num_samples or (None if g.answers is not None else default_samples)
+            if g.rewards is not None and g.answers is None and n != len(g.rewards):
+                raise ValueError(f"{where}rewards has {len(g.rewards)} values for {n} answers")
+        for i, g in enumerate(self.groups or [self]):
+            if g.reward is None and g.rewards is None and self.reward is None:
+                where = f"groups[{i}]" if self.groups is not None else "the request"
+                raise ValueError(f"{where} needs a reward rule (reward) or explicit rewards")
+        return self
+
+    def group_requests(self) -> list[GroupRequest]:
+        """The groups to analyze; sampling fields and the reward rule fall back to top level."""
+        if self.prompt is not None:
+            single = self.model_dump(include={"prompt", "answers", "reward", "rewards"})
+            single.update(self.model_dump(include=set(SamplingFields.model_fields)))
+            return [_inherit(GroupRequest.model_validate(single), self)]
+        return [_inherit(g, self) for g in self.groups or []]
+
+    model_config = ConfigDict(
+        **_STRICT,
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "tiny-arith",
+                    "prompt": "Q: 47+38=?\nA:",
+                    "num_samples": 8,
+                    "max_new_tokens": 40,
+                    "seed": 0,
+                    "reward": {"kind": "numeric", "reference": "85"},
+                    "selection": {"ratio": 0.2, "scope": "batch", "methods": ["entropy", "gmts"]},
+                }
+            ]
+        },
+    )
+
+
+def _inherit(group: GroupRequest, top: AnalyzeRequest) -> GroupRequest:
+    updates: dict[str, Any] = {}
+    for name in SamplingFields.model_fields:
+        if getattr(group, name) is None and getattr(top, name) is not None:
+            updates[name] = getattr(top, name)
+    if group.answers is not None:
+        updates.pop("num_samples", None)
+    if group.reward is None and group.rewards is None and top.reward is not None:
+        updates["reward"] = top.reward
+    return group.model_copy(update=updates) if updates else group
+
+
+# --- responses -------------------------------------------------------------------------------
+
+Num = float | None  # JSON cannot carry NaN/Inf: non-finite numbers are null
+
+
+class Alternative(BaseModel):
+    id: int
+    text: str
+    prob: float
+
+
+class TokenOut(BaseModel):
+    position: int
+    id: int
+    text: str
+    logprob: Num
+    prob: Num
+    entropy: Num = Field(description="Shannon entropy of the next-token distribution (nats).")
+    grad_norm: Num = Field(description="Exact L2 norm of d log pi_y / d z.")
+    grad_proxy: Num = Field(description="|A_i| w_i grad_norm: GRPO loss gradient at the logits.")
+    scores: dict[str, Num]
+    ranks: dict[str, int]
+    selected: dict[str, bool]
+    alternatives: list[Alternative]
+    grad_head: Num = None
+
+
+class RewardDetail(BaseModel):
+    reward: float
+    rule: str
+    extracted: str | None
+    reference: str | None
+    verdict: str
+
+
+class AnswerOut(BaseModel):
+    index: int
+    text: str
+    reward: float
+    reward_detail: RewardDetail
+    advantage: float
+    weight: float
+    length: int
+    finished: bool
+    selected_count: dict[str, int]
+    tokens: list[TokenOut]
+
+
+class Spearman(BaseModel):
+    batch: Num
+    within_answer_median: Num
+
+
+class Overlap(BaseModel):
+    count: int
+    jaccard: float
+
+
+class Summary(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    num_tokens: int
+    num_answers: int
+    num_groups: int
+    ratio: float
+    scope: str
+    k: int
+    zero_signal: bool = Field(description="True when every advantage is 0: no learning signal.")
+    num_zero_signal_groups: int
+    selected_count: dict[str, int]
+    gradient_coverage: dict[str, float]
+    wasted_share: dict[str, float]
+    budget_share: dict[str, list[float]]
+    overlap: dict[str, Overlap]
+    spearman_entropy_grad: Spearman
+
+
+class GroupSummary(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    num_tokens: int
+    zero_signal: bool
+    reward_mean: float
+    selected_count: dict[str, int]
+    gradient_coverage: dict[str, float]
+    spearman_entropy_grad: Spearman
+
+
+class GroupOut(BaseModel):
+    index: int
+    prompt: str
+    answers: list[AnswerOut]
+    summary: GroupSummary
+
+
+class AnalysisSettingsOut(BaseModel):
+    temperature: float
+    advantage: str
+    loss_aggregation: str
+    ratio: float
+    scope: str
+    methods: list[str]
+
+
+class AnalyzeResponse(BaseModel):
+    """``AnalysisResult.to_dict()`` plus human ``notes`` (e.g. the zero-signal warning)."""
+
+    model: str
+    summary: Summary
+    settings: AnalysisSettingsOut
+    prompt: str | None = Field(None, description="Single form only.")
+    answers: list[AnswerOut] | None = Field(None, description="Single form only.")
+    groups: list[GroupOut] | None = Field(None, description="Batch form only.")
+    notes: list[str] = Field(default_factory=list)
+
+
+class ModelInfo(BaseModel):
+    alias: str
+    source: str
+    kind: Literal["alias", "folder", "hub"]
+    default: bool
+    loaded: bool
+    available: bool
+    parameters: int | None
+    vocab_size: int | None
+    device: str | None
+    dtype: str | None
+    architecture: str | None
+
+
+class ModelsResponse(BaseModel):
+    default: str
+    models: list[ModelInfo]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "not_ready"]
+    default_model: str
+    loaded: bool
+    loadable: bool
+    message: str | None = None
+    jobs_running: int
+    jobs_waiting: int
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(examples=["validation_error"])
+    message: str = Field(examples=["body.selection.ratio: Input should be less than or equal to 1"])
+    details: list[dict[str, Any]] | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every error response: ``{"error": {"code": ..., "message": ...}}``."""
+
+    error: ErrorDetail

@@ -1,0 +1,1 @@
+"""The service layer shared by the HTTP API, the UI and the CLI."""

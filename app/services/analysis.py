@@ -1,0 +1,239 @@
+"""The analysis service: turns an AnalyzeRequest into gmts_core calls, within the limits.
+
+Cheap checks come first (limits, model name, session), so bad input is refused before any
+model loads; the heavy part (loading, sampling, the forward pass) runs in a worker thread under
+the job limiter. The model is the registry's base model, a policy passed in by the caller, or a
+session's policy from a registered :class:`PolicyProvider` (``session_id``).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from app.core.config import Settings
+from app.schemas import DEFAULT_NUM_SAMPLES, AnalyzeRequest, GroupRequest
+from app.services.errors import SessionNotFoundError
+from app.services.jobs import JobLimiter
+from app.services.model_registry import ModelRef, ModelRegistry
+from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze, encode_prompt
+from gmts_core.errors import LimitExceededError
+from gmts_core.modeling import LoadedModel
+from gmts_core.records import AnalysisResult
+from gmts_core.sampling import SamplingConfig
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_NEW_TOKENS = 64
+
+
+class PolicyProvider(Protocol):
+    """What the session service offers the analysis: a session's policy, held while in use.
+
+    ``use_policy`` raises SessionNotFoundError for an unknown id; the context manager may hold
+    the session's lock so that no RL step changes the policy during the analysis.
+    """
+
+    def use_policy(self, session_id: str) -> AbstractContextManager[LoadedModel]: ...
+
+
+@dataclass
+class PreparedAnalysis:
+    """A validated request, ready to run: the model to use, the groups and the config."""
+
+    ref: ModelRef | None  # None when a session's policy is used
+    session_id: str | None
+    groups: list[GroupInput]
+    config: AnalysisConfig
+
+
+class AnalysisService:
+    """Runs analyses for the API, the UI and the CLI with one set of limits."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        models: ModelRegistry,
+        jobs: JobLimiter,
+        sessions: PolicyProvider | None = None,
+    ) -> None:
+        self.settings = settings
+        self.models = models
+        self.jobs = jobs
+        self.sessions = sessions
+
+    # --- entry points ---
+
+    async def analyze(
+        self, req: AnalyzeRequest, policy: LoadedModel | None = None
+    ) -> AnalysisResult:
+        """Validate, then run off the event loop under the job limiter."""
+        prepared = self.prepare(req, policy is not None)
+        return await self.jobs.run(lambda: self.execute(prepared, policy))
+
+    def analyze_blocking(
+        self, req: AnalyzeRequest, policy: LoadedModel | None = None
+    ) -> AnalysisResult:
+        """The same, for callers on a worker thread (sync UI handlers, scripts)."""
+        prepared = self.prepare(req, policy is not None)
+        return self.jobs.run_blocking(lambda: self.execute(prepared, policy))
+
+    # --- steps ---
+
+    def prepare(self, req: AnalyzeRequest, has_policy: bool = False) -> PreparedAnalysis:
+        """Cheap checks and conversion; raises before any model work."""
+        group_reqs = req.group_requests()
+        check_request_limits(self.settings, req, group_reqs)
+        ref = None
+        if req.session_id is not None and not has_policy:
+            if self.sessions is None:
+                raise SessionNotFoundError(
+                    f"unknown session {req.session_id!r} (no session service on this server)"
+                )
+        elif not has_policy:
+            ref = self.models.resolve(req.model)
+            self.models.ensure_available(ref)
+        groups = [self._group_input(g, req.temperature) for g in group_reqs]
+        return PreparedAnalysis(ref, req.session_id, groups, analysis_config(req))
+
+    def execute(
+        self, prepared: PreparedAnalysis, policy: LoadedModel | None = None
+    ) -> AnalysisResult:
+        """The heavy part (blocking): get the model, check token limits, analyze."""
+        with self._model_for(prepared, policy) as lm:
+            check_token_limits(self.settings, lm, prepared)
+            return analyze(lm, prepared.groups, prepared.config)
+
+    def _model_for(
+        self, prepared: PreparedAnalysis, policy: LoadedModel | None
+    ) -> AbstractContextManager[LoadedModel]:
+        if policy is not None:
+            return nullcontext(policy)
+        if prepared.ref is None:
+            assert self.sessions is not None and prepared.session_id is not None
+            return self.sessions.use_policy(prepared.session_id)
+        return nullcontext(self.models.load(prepared.ref))
+
+    def _group_input(self, g: GroupRequest, temperature: float) -> GroupInput:
+        sampling = None
+        if g.answers is None:
+            sampling = SamplingConfig(
+                num_samples=g.num_samples or DEFAULT_NUM_SAMPLES,
+                temperature=temperature,
+                top_p=1.0 if g.top_p is None else g.top_p,
+                max_new_tokens=g.max_new_tokens or self.default_max_new_tokens,
+                seed=g.seed or 0,
+            )
+        reward = RewardSpec(g.reward.kind, g.reward.reference) if g.reward else None
+        return GroupInput(g.prompt, g.answers, sampling, reward, g.rewards)
+
+    @property
+    def default_max_new_tokens(self) -> int:
+        return min(DEFAULT_MAX_NEW_TOKENS, self.settings.max_new_tokens)
+
+
+def analysis_config(req: AnalyzeRequest) -> AnalysisConfig:
+    """The algorithm knobs of a request."""
+    return AnalysisConfig(
+        temperature=req.temperature,
+        advantage=req.advantage,
+        loss_aggregation=req.loss_aggregation,
+        ratio=req.selection.ratio,
+        scope=req.selection.scope,
+        methods=tuple(req.selection.methods),
+        top_alternatives=req.top_alternatives,
+        seed=req.seed or 0,
+        chat_template=req.chat_template,
+    )
+
+
+def _limit(what: str, value: int, limit: int, setting: str) -> None:
+    if value > limit:
+        raise LimitExceededError(
+            f"{what} is {value}; this server's limit is {limit} (GMTS_{setting.upper()})"
+        )
+
+
+def check_request_limits(s: Settings, req: AnalyzeRequest, groups: list[GroupRequest]) -> None:
+    """Size limits that need no tokenizer: groups, answers, characters, new tokens."""
+    _limit("the number of groups", len(groups), s.max_groups, "max_groups")
+    num_answers = sum(
+        len(g.answers) if g.answers is not None else g.num_samples or DEFAULT_NUM_SAMPLES
+        for g in groups
+    )
+    _limit("the number of answers", num_answers, s.max_answers, "max_answers")
+    _limit("top_alternatives", req.top_alternatives, s.max_top_alternatives, "max_top_alternatives")
+    for i, g in enumerate(groups):
+        _limit(
+            f"prompt {i} length (characters)", len(g.prompt), s.max_prompt_chars, "max_prompt_chars"
+        )
+        for a in g.answers or []:
+            _limit(
+                f"an answer of group {i} (characters)",
+                len(a),
+                s.max_answer_chars,
+                "max_answer_chars",
+            )
+        if g.answers is None:
+            new = g.max_new_tokens or min(DEFAULT_MAX_NEW_TOKENS, s.max_new_tokens)
+            _limit("max_new_tokens", new, s.max_new_tokens, "max_new_tokens")
+    sampled = sum(
+        (g.num_samples or DEFAULT_NUM_SAMPLES)
+        * (g.max_new_tokens or min(DEFAULT_MAX_NEW_TOKENS, s.max_new_tokens))
+        for g in groups
+        if g.answers is None
+    )
+    _limit("the number of tokens to sample", sampled, s.max_total_tokens, "max_total_tokens")
+
+
+def check_token_limits(s: Settings, lm: LoadedModel, prepared: PreparedAnalysis) -> None:
+    """The total tokens of all sequences (prompt + answer, sampled at most max_new_tokens)."""
+    chat = prepared.config.chat_template
+    total = 0
+    for g in prepared.groups:
+        prompt_len = len(encode_prompt(lm.tokenizer, g.prompt, chat))
+        if g.answers is not None:
+            lens = [len(lm.tokenizer(a, add_special_tokens=False)["input_ids"]) for a in g.answers]
+            total += sum(prompt_len + n for n in lens)
+        else:
+            assert g.sampling is not None
+            total += g.sampling.num_samples * (prompt_len + g.sampling.max_new_tokens)
+    _limit(
+        "the number of tokens (prompts + answers)", total, s.max_total_tokens, "max_total_tokens"
+    )
+
+
+def result_body(result: AnalysisResult) -> dict[str, Any]:
+    """The JSON body of ``POST /v1/analyze``: ``result.to_dict()`` plus human ``notes``."""
+    body = result.to_dict()
+    body["notes"] = result_notes(result)
+    return body
+
+
+def result_notes(result: AnalysisResult) -> list[str]:
+    """Plain-language remarks a user should not miss (zero-signal groups, cut answers)."""
+    notes: list[str] = []
+    s = result.summary
+    n_groups = len(result.groups)
+    if n_groups == 1 and s["zero_signal"]:
+        r = result.groups[0].answers[0].reward if result.groups[0].answers else 0.0
+        notes.append(
+            f"All rewards in this group are equal ({r:g}), so every advantage is 0: this group "
+            "carries no learning signal and every token's gradient proxy is 0. Sample more "
+            "answers or use a harder/easier prompt to get mixed rewards."
+        )
+    elif s["num_zero_signal_groups"]:
+        zero = [g.index for g in result.groups if g.summary.get("zero_signal")]
+        notes.append(
+            f"{len(zero)} of {n_groups} groups have equal rewards and carry no learning signal "
+            f"(groups {', '.join(map(str, zero))}); wasted_share shows how much of each method's "
+            "selection lands on their tokens."
+        )
+    cut = sum(not a.finished for _, a in result.iter_answers())
+    if cut:
+        notes.append(
+            f"{cut} sampled answer(s) reached max_new_tokens without an end-of-sequence token."
+        )
+    return notes

@@ -1,0 +1,64 @@
+"""The Gradio explorer UI, mounted at ``/ui`` on the FastAPI app.
+
+``mount_ui(app, settings, services)`` builds the Blocks against the local service layer, or
+against a remote GMTS server when ``settings.api_url`` is set, and serves the renderer's
+CSS/JS from ``static/``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+
+logger = logging.getLogger(__name__)
+
+UI_PATH = "/ui"
+STATIC_DIR = Path(__file__).resolve().parents[2] / "static"
+
+
+def ui_head() -> str:
+    """The ``<head>`` addition: the tooltip script, inlined so it works behind any root path."""
+    js = (STATIC_DIR / "gmts.js").read_text(encoding="utf-8")
+    return f"<script>{js}</script>"
+
+
+def api_key_login(api_key: str | None) -> Callable[[str, str], bool] | None:
+    """When the server has an API key, the UI asks for it as a password (any user name)."""
+    if not api_key:
+        return None
+
+    def check(_username: str, password: str) -> bool:
+        return hmac.compare_digest(password.encode(), api_key.encode())
+
+    return check
+
+
+def mount_ui(app: FastAPI, settings: Any, services: Any, path: str = UI_PATH) -> FastAPI:
+    """Mount the explorer at ``path`` (default ``/ui``); returns the app."""
+    import gradio as gr
+
+    from app.ui.blocks import build_blocks
+    from app.ui.client import make_backend
+
+    backend = make_backend(settings, services)
+    blocks = build_blocks(backend, settings)
+    logger.info("mounting the UI at %s (%s backend)", path, backend.label)
+    return gr.mount_gradio_app(
+        app,
+        blocks,
+        path=path,
+        auth=api_key_login(getattr(settings, "api_key_value", None)),
+        auth_message="This server requires its API key (GMTS_API_KEY) as the password.",
+        css_paths=[STATIC_DIR / "gmts.css"],
+        head=ui_head(),
+        ssr_mode=False,
+        footer_links=[],
+    )
+
+
+__all__ = ["UI_PATH", "mount_ui"]

@@ -1,0 +1,294 @@
+"""The Gradio Blocks of GMTS Explorer: wiring only, components -> functions.
+
+Every handler here converts component values, calls a Gradio-free function (``explore``,
+``batch``, ``render``, ``charts``, ``learn``) or the backend, and turns library errors into
+``gr.Error`` with the library's message. Each tab is built by its own function taking a
+:class:`UIContext`, so later tabs (Train, Compare, "How good is the proxy?") plug in through
+``extra_tabs`` without touching the Explore tab.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from app.ui import batch, explore
+from app.ui.charts import SUMMARY_HEADERS
+from app.ui.client import Backend
+from app.ui.export import write_exports
+from gmts_core.errors import GMTSError
+
+logger = logging.getLogger(__name__)
+
+FORM_FIELDS = [f.name for f in fields(explore.ExploreForm)]
+INTRO = (
+    "### GMTS Explorer — which answer tokens drive learning?\n"
+    "Sample a group of answers (or paste your own), reward them, and compare which tokens two "
+    "selection methods would train on: **entropy** (the 80/20 rule) vs **gmts** (gradient "
+    "magnitude). Hover a token for its numbers."
+)
+
+
+@dataclass
+class UIContext:
+    """What every tab builder can reach: the backend, settings and shared state."""
+
+    backend: Backend
+    settings: Any
+    result: gr.State  # the current analysis (the API's JSON body) or None
+    method_a: gr.Dropdown | None = None
+    method_b: gr.Dropdown | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+TabBuilder = Callable[[UIContext], None]
+
+
+def _call(fn: Callable[[], Any]) -> Any:
+    """Run a backend call, turning library errors into messages for the person."""
+    try:
+        return fn()
+    except GMTSError as exc:
+        raise gr.Error(str(exc)) from None
+
+
+def _form(values: Sequence[Any]) -> explore.ExploreForm:
+    return explore.ExploreForm(**dict(zip(FORM_FIELDS, values, strict=True)))
+
+
+def _controls(ctx: UIContext) -> dict[str, gr.components.Component]:
+    """The Explore form's components, keyed by ExploreForm field name."""
+    from gmts_core.tasks.arith import example_prompts
+
+    examples = example_prompts()
+    first = next((e for e in examples if e.label == "carry"), examples[0])
+    models, default_model = ctx.backend.models()
+    methods = explore.method_choices()
+    c: dict[str, gr.components.Component] = {}
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3, min_width=300):
+            c["prompt"] = gr.Textbox(first.prompt, label="Prompt", lines=3, elem_id="prompt")
+            c["reference"] = gr.Textbox(
+                first.reference, label="Reference answer (for the reward rule)", elem_id="reference"
+            )
+            gr.Examples(
+                [[e.prompt, e.reference] for e in examples],
+                [c["prompt"], c["reference"]],
+                label="Example prompts (demo task)",
+                example_labels=[f"{e.label}: {e.note}" for e in examples],
+            )
+            with gr.Accordion("Paste answers instead of sampling", open=False):
+                c["answers_text"] = gr.Textbox(
+                    "",
+                    label="Answers: one per line, or blocks separated by '---' lines",
+                    lines=4,
+                    elem_id="answers",
+                )
+        with gr.Column(scale=2, min_width=280):
+            c["model"] = gr.Dropdown(
+                models, value=default_model, label="Model", allow_custom_value=True
+            )
+            with gr.Row():
+                c["group_size"] = gr.Slider(
+                    1, 32, 8, step=1, label="Group size G", elem_id="group-size"
+                )
+                c["temperature"] = gr.Slider(0.1, 2.0, 1.0, step=0.05, label="Temperature")
+            with gr.Row():
+                c["max_new_tokens"] = gr.Slider(
+                    4, 256, 48, step=4, label="Max new tokens", elem_id="max-new-tokens"
+                )
+                c["seed"] = gr.Number(0, precision=0, label="Seed", minimum=0)
+            with gr.Row():
+                c["reward_kind"] = gr.Dropdown(
+                    explore.reward_choices(),
+                    value="numeric",
+                    label="Reward rule",
+                    elem_id="reward-kind",
+                )
+                c["explicit_rewards"] = gr.Textbox(
+                    "", label="Explicit rewards (e.g. 1,0,0,1)", elem_id="explicit-rewards"
+                )
+            with gr.Row():
+                c["ratio"] = gr.Slider(0.05, 1.0, 0.2, step=0.05, label="Selection ratio")
+                c["scope"] = gr.Radio(["batch", "group", "answer"], value="batch", label="Scope")
+            with gr.Row():
+                c["method_a"] = gr.Dropdown(
+                    methods, value="entropy", label="Method A", elem_id="method-a"
+                )
+                c["method_b"] = gr.Dropdown(
+                    methods, value="gmts", label="Method B", elem_id="method-b"
+                )
+            c["top_alternatives"] = gr.Slider(0, 20, 5, step=1, label="Alternatives per token")
+    ctx.method_a, ctx.method_b = c["method_a"], c["method_b"]  # type: ignore[assignment]
+    return {name: c[name] for name in FORM_FIELDS}
+
+
+@dataclass
+class ExploreOutputs:
+    """The Explore tab's output components, in the order handlers return them."""
+
+    notes: gr.Markdown
+    tokens: gr.HTML
+    summary: gr.Dataframe
+    scatter: gr.Plot
+    distributions: gr.Plot
+    positions: gr.Plot
+    advantages: gr.Plot
+    learn: gr.HTML
+    overview: gr.Dataframe
+    budget: gr.Plot
+    batch_box: gr.Column
+
+    def view_list(self) -> list[Any]:
+        return [
+            self.notes, self.tokens, self.summary, self.scatter, self.distributions,
+            self.positions, self.advantages, self.learn, self.overview, self.budget,
+            self.batch_box,
+        ]  # fmt: skip
+
+
+def views(result: Any, a: str, b: str, color_by: str, group: Any) -> list[Any]:
+    """Values for ``ExploreOutputs.view_list()`` from the current result."""
+    gi = int(group or 0)
+    v = explore.explore_view(result, a, b, color_by, gi)
+    figs = [v.figures.get(k) for k in ("scatter", "distributions", "positions", "advantages")]
+    is_batch = bool(result) and "groups" in result and bool(v.figures)
+    notes = "\n".join(f"- {n}" for n in v.notes)
+    if is_batch:
+        notes = (batch.batch_notes(result) + "\n" + notes).strip()
+    return [
+        notes,
+        v.tokens_html,
+        pd.DataFrame(v.summary_rows, columns=SUMMARY_HEADERS),
+        *figs,
+        v.learn_html,
+        pd.DataFrame(
+            batch.overview_rows(result, (a, b)) if is_batch else [],
+            columns=batch.overview_headers((a, b)),
+        ),
+        batch.budget_chart(result, (a, b)) if is_batch else None,
+        gr.Column(visible=is_batch),
+    ]
+
+
+def new_result(result: Any, a: str, b: str, color_by: str) -> list[Any]:
+    """Everything that changes when a new analysis arrives (state, drill-down, views)."""
+    choices = batch.group_choices(result)
+    return [result, gr.Dropdown(choices=choices, value=0), *views(result, a, b, color_by, 0)]
+
+
+def exports(result: Any) -> list[Any]:
+    """The download buttons for the current result (CSV: one row per token; JSON: the body)."""
+    if not result:
+        return [gr.DownloadButton(visible=False), gr.DownloadButton(visible=False)]
+    csv_path, json_path = write_exports(result)
+    return [
+        gr.DownloadButton(value=str(csv_path), visible=True),
+        gr.DownloadButton(value=str(json_path), visible=True),
+    ]
+
+
+def _outputs_panel() -> tuple[ExploreOutputs, gr.Dropdown, gr.DownloadButton, gr.DownloadButton]:
+    notes = gr.Markdown(elem_id="notes")
+    with gr.Column(visible=False, elem_id="batch-box") as batch_box:
+        overview = gr.Dataframe(
+            headers=batch.OVERVIEW_HEADERS, label="Groups", interactive=False, wrap=True,
+            elem_id="batch-overview",
+        )  # fmt: skip
+        group = gr.Dropdown([], value=None, label="Drill into group", elem_id="group-select")
+        budget = gr.Plot(label="Selection budget per group", elem_id="budget-plot")
+    with gr.Row():
+        color_by = gr.Dropdown(explore.color_choices(), value="entropy", label="Shade tokens by",
+                               elem_id="color-by", scale=1, min_width=160)  # fmt: skip
+        csv_btn = gr.DownloadButton("Download CSV", visible=False, elem_id="csv-download",
+                                    scale=0, min_width=140)  # fmt: skip
+        json_btn = gr.DownloadButton("Download JSON", visible=False, elem_id="json-download",
+                                     scale=0, min_width=140)  # fmt: skip
+    tokens = gr.HTML(explore.explore_view(None, "entropy", "gmts", "entropy").tokens_html,
+                     elem_id="token-view", js_on_load=None)  # fmt: skip
+    summary = gr.Dataframe(headers=SUMMARY_HEADERS, label="Summary", interactive=False, wrap=True,
+                           elem_id="summary-table")  # fmt: skip
+    with gr.Row():
+        scatter = gr.Plot(label="Entropy vs gradient proxy", elem_id="scatter-plot", min_width=300)
+        advantages = gr.Plot(label="Advantages", elem_id="advantage-plot", min_width=300)
+    with gr.Row():
+        distributions = gr.Plot(label="Distributions", elem_id="dist-plot", min_width=300)
+        positions = gr.Plot(label="By position", elem_id="position-plot", min_width=300)
+    out = ExploreOutputs(
+        notes, tokens, summary, scatter, distributions, positions, advantages,
+        gr.HTML(render=False, elem_id="learn-view"), overview, budget, batch_box,
+    )  # fmt: skip
+    out.color_by = color_by  # type: ignore[attr-defined]
+    return out, group, csv_btn, json_btn
+
+
+def build_explore_tab(ctx: UIContext) -> ExploreOutputs:
+    """Explore: the form, Analyze, the batch view and every output."""
+    form = _controls(ctx)
+    with gr.Row():
+        analyze_btn = gr.Button("Analyze", variant="primary", elem_id="analyze-btn")
+    with gr.Accordion("Batch of prompts (selection across groups)", open=False):
+        batch_text = gr.Textbox(
+            "",
+            lines=6,
+            elem_id="batch-text",
+            label="Prompts separated by '---' lines; '=> 85' gives a reference",
+        )
+        with gr.Row():
+            demo_btn = gr.Button("Demo batch (4 prompts)", elem_id="demo-batch-btn")
+            batch_btn = gr.Button("Analyze batch", variant="primary", elem_id="analyze-batch-btn")
+    out, group, csv_btn, json_btn = _outputs_panel()
+    color_by = out.color_by  # type: ignore[attr-defined]
+    ctx.extras["explore_outputs"] = out
+    a, b = form["method_a"], form["method_b"]
+    new_outputs = [ctx.result, group, *out.view_list()]
+
+    def run_single(*values: Any) -> list[Any]:
+        f = _form(values[:-1])
+        result = _call(lambda: ctx.backend.analyze(explore.build_request(f)))
+        return new_result(result, f.method_a, f.method_b, values[-1])
+
+    def run_batch(*values: Any) -> list[Any]:
+        f = _form(values[:-2])
+        body = _call(lambda: batch.build_batch_request(f, values[-2]))
+        result = _call(lambda: ctx.backend.analyze(body))
+        return new_result(result, f.method_a, f.method_b, values[-1])
+
+    inputs = list(form.values())
+    for btn, fn, extra in ((analyze_btn, run_single, []), (batch_btn, run_batch, [batch_text])):
+        btn.click(fn, [*inputs, *extra, color_by], new_outputs).success(
+            exports, [ctx.result], [csv_btn, json_btn]
+        )
+    demo_btn.click(lambda seed: batch.demo_batch_text(int(seed or 0)), [form["seed"]], batch_text)
+    for trigger in (a, b, color_by, group):
+        trigger.change(views, [ctx.result, a, b, color_by, group], out.view_list())
+    return out
+
+
+def build_learn_tab(ctx: UIContext) -> None:
+    """Learn: the formulas with the current group's numbers (filled by Explore's handlers)."""
+    out: ExploreOutputs = ctx.extras["explore_outputs"]
+    out.learn.render()
+
+
+def build_blocks(
+    backend: Backend, settings: Any, extra_tabs: Sequence[tuple[str, TabBuilder]] = ()
+) -> gr.Blocks:
+    """The whole UI; ``extra_tabs`` are ``(title, builder)`` pairs added after Learn."""
+    with gr.Blocks(title="GMTS Explorer", fill_width=True) as demo:
+        gr.Markdown(INTRO + f"\n\nBackend: `{backend.label}`")
+        ctx = UIContext(backend, settings, gr.State(None))
+        with gr.Tabs():
+            with gr.Tab("Explore", id="explore", elem_id="tab-explore"):
+                build_explore_tab(ctx)
+            with gr.Tab("Learn", id="learn", elem_id="tab-learn"):
+                build_learn_tab(ctx)
+            for title, builder in extra_tabs:
+                with gr.Tab(title, elem_id=f"tab-{title.lower().replace(' ', '-')}"):
+                    builder(ctx)
+    return demo

@@ -1,0 +1,198 @@
+"""Plotly figures and summary tables of an analysis (pure: JSON result in, figure out).
+
+Nothing here computes a statistic of its own: every number comes from the analysis result
+(``AnalysisResult.to_dict()``), the figures only arrange it. Colours follow the Okabe-Ito
+palette, and selections are marked by marker shape as well as colour.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from app.ui.render import Json, groups_of
+
+OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000")
+MARK_A, MARK_B = "#E69F00", "#0072B2"
+# legend below the x-axis title, with room for two rows of entries
+_LAYOUT = dict(
+    template="plotly_white",
+    margin=dict(l=55, r=20, t=50, b=130),
+    legend=dict(orientation="h", yanchor="top", y=-0.2, x=0),
+    height=440,
+)
+
+
+def answer_color(index: int) -> str:
+    return OKABE_ITO[index % len(OKABE_ITO)]
+
+
+def _tokens(group: Json) -> list[tuple[int, Json]]:
+    return [(int(a.get("index", 0)), t) for a in group.get("answers", []) for t in a["tokens"]]
+
+
+def _hover(ai: int, t: Json) -> str:
+    return f"answer #{ai} pos {t.get('position')}: {t.get('text', '')!r}"
+
+
+def scatter_entropy_proxy(group: Json, methods: tuple[str, str]) -> go.Figure:
+    """Entropy vs gradient proxy, one point per token, coloured by answer, selections ringed."""
+    fig = go.Figure()
+    for ans in group.get("answers", []):
+        ai, toks = int(ans.get("index", 0)), ans.get("tokens", [])
+        fig.add_trace(
+            go.Scatter(
+                x=[t.get("entropy") for t in toks],
+                y=[t.get("grad_proxy") for t in toks],
+                mode="markers",
+                name=f"answer #{ai} (A={ans.get('advantage', 0):+.2f})",
+                marker=dict(color=answer_color(ai), size=8, opacity=0.85),
+                text=[_hover(ai, t) for t in toks],
+                hovertemplate="%{text}<br>entropy %{x:.3f}<br>grad_proxy %{y:.3g}<extra></extra>",
+            )
+        )
+    for method, color, symbol, size in (
+        (methods[0], MARK_A, "circle-open", 15),
+        (methods[1], MARK_B, "square-open", 19),
+    ):
+        sel = [(ai, t) for ai, t in _tokens(group) if t.get("selected", {}).get(method)]
+        fig.add_trace(
+            go.Scatter(
+                x=[t.get("entropy") for _, t in sel],
+                y=[t.get("grad_proxy") for _, t in sel],
+                mode="markers",
+                name=f"selected by {method}",
+                marker=dict(symbol=symbol, size=size, color=color, line=dict(width=2, color=color)),
+                hoverinfo="skip",
+            )
+        )
+    fig.update_layout(
+        title="Entropy vs gradient proxy (per token)",
+        xaxis_title="entropy H (nats)",
+        yaxis_title="grad_proxy |A|·w·g",
+        **_LAYOUT,
+    )
+    return fig
+
+
+def score_distributions(group: Json, methods: tuple[str, str]) -> go.Figure:
+    """Histograms of entropy and gradient proxy: all tokens vs each method's selection."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("entropy H (nats)", "grad_proxy"))
+    toks = [t for _, t in _tokens(group)]
+    subsets = [("all tokens", "#999999", toks)] + [
+        (f"selected by {m}", c, [t for t in toks if t.get("selected", {}).get(m)])
+        for m, c in ((methods[0], MARK_A), (methods[1], MARK_B))
+    ]
+    for col, key in ((1, "entropy"), (2, "grad_proxy")):
+        for name, color, subset in subsets:
+            fig.add_trace(
+                go.Histogram(
+                    x=[t.get(key) for t in subset],
+                    name=name,
+                    marker_color=color,
+                    opacity=0.6,
+                    nbinsx=30,
+                    legendgroup=name,
+                    showlegend=col == 1,
+                ),
+                row=1,
+                col=col,
+            )
+    fig.update_layout(title="Score distributions", barmode="overlay", **_LAYOUT)
+    return fig
+
+
+def position_curves(group: Json, key: str = "entropy") -> go.Figure:
+    """A score along the answer positions, one line per answer."""
+    fig = go.Figure()
+    for ans in group.get("answers", []):
+        ai, toks = int(ans.get("index", 0)), ans.get("tokens", [])
+        fig.add_trace(
+            go.Scatter(
+                x=[t.get("position") for t in toks],
+                y=[t.get(key) for t in toks],
+                mode="lines+markers",
+                name=f"answer #{ai}",
+                line=dict(color=answer_color(ai)),
+                marker=dict(size=5),
+                text=[repr(t.get("text", "")) for t in toks],
+                hovertemplate="pos %{x} %{text}<br>" + key + " %{y:.3g}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title=f"{key} by position", xaxis_title="position in answer", yaxis_title=key, **_LAYOUT
+    )
+    return fig
+
+
+def advantage_bars(group: Json) -> go.Figure:
+    """Advantage of each answer (the factor that scales all its tokens' gradients)."""
+    answers = group.get("answers", [])
+    adv = [a.get("advantage") or 0.0 for a in answers]
+    fig = go.Figure(
+        go.Bar(
+            x=[f"#{a.get('index', i)} (r={a.get('reward', 0):g})" for i, a in enumerate(answers)],
+            y=adv,
+            marker_color=["#009E73" if v > 0 else "#D55E00" if v < 0 else "#999999" for v in adv],
+            marker_pattern_shape=["" if v >= 0 else "/" for v in adv],
+            hovertemplate="answer %{x}<br>advantage %{y:.3f}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title="Advantage per answer (hatched: pushed down)",
+        xaxis_title="answer (reward)",
+        yaxis_title="advantage A",
+        **_LAYOUT,
+    )
+    return fig
+
+
+def _pct(x: Any) -> str:
+    return "—" if x is None else f"{100 * float(x):.1f}%"
+
+
+def _num(x: Any) -> str:
+    return "—" if x is None else f"{float(x):.3f}"
+
+
+SUMMARY_HEADERS = ["quantity", "value"]
+
+
+def summary_rows(summary: Json, methods: tuple[str, str]) -> list[list[str]]:
+    """The summary table: coverage, wasted share, overlap and Spearman correlations."""
+    a, b = methods
+    cov = summary.get("gradient_coverage", {})
+    wasted = summary.get("wasted_share", {})
+    counts = summary.get("selected_count", {})
+    ov = summary.get("overlap", {}).get(f"{a}|{b}") or summary.get("overlap", {}).get(f"{b}|{a}")
+    rho = summary.get("spearman_entropy_grad", {})
+    rows = [
+        ["tokens (N) / k", f"{summary.get('num_tokens', '—')} / {summary.get('k', '—')}"],
+        ["selection scope, ratio", f"{summary.get('scope', '—')}, {summary.get('ratio', '—')}"],
+    ]
+    for m in dict.fromkeys(methods):
+        rows.append([f"{m}: selected", str(counts.get(m, "—"))])
+        rows.append([f"{m}: gradient coverage", _pct(cov.get(m))])
+        if m in wasted:
+            rows.append([f"{m}: wasted share", _pct(wasted.get(m))])
+    if ov is not None and a != b:
+        rows.append([f"overlap {a} ∩ {b}", f"{ov['count']} tokens (Jaccard {ov['jaccard']:.2f})"])
+    rows.append(["Spearman(H, grad_proxy) whole group", _num(rho.get("batch"))])
+    rows.append(
+        ["Spearman(H, grad_proxy) within answers (median)", _num(rho.get("within_answer_median"))]
+    )
+    return rows
+
+
+def group_figures(result: Json, methods: tuple[str, str], group_index: int = 0) -> dict[str, Any]:
+    """All figures of one group of a result, keyed by name."""
+    groups = groups_of(result)
+    group = groups[min(max(group_index, 0), len(groups) - 1)]
+    return {
+        "scatter": scatter_entropy_proxy(group, methods),
+        "distributions": score_distributions(group, methods),
+        "positions": position_curves(group, "entropy"),
+        "advantages": advantage_bars(group),
+    }

@@ -1,0 +1,288 @@
+"""The token renderer: one analysed group as an HTML string (pure, no Gradio).
+
+Every answer token becomes ``<span class="tok" data-...>``, its background shaded by the chosen
+score, with the selections of two methods marked in a colour-blind-safe way (line position and
+style, not colour alone): selected by A only (solid underline), by B only (dashed overline), by
+both (both lines and bold). Spaces and newlines are drawn (``·``, ``⏎``) yet lines still wrap.
+All text, including tooltip data in ``data-*`` attributes, is HTML-escaped; the tooltip itself
+is drawn by ``static/gmts.js`` from ``data-tip`` using ``textContent``.
+
+The input is the JSON form of an analysis (``AnalysisResult.to_dict()`` / the body of
+``POST /v1/analyze``), so a local and a remote backend render identically.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ScoreSpec:
+    """How to shade tokens by one score."""
+
+    label: str
+    value: Callable[[Json], float | None]
+    higher_is_stronger: bool
+    help: str
+
+
+COLOR_BY: dict[str, ScoreSpec] = {
+    "entropy": ScoreSpec(
+        "entropy H (nats)", lambda t: t.get("entropy"), True, "darker = more uncertain"
+    ),
+    "grad_proxy": ScoreSpec(
+        "gradient proxy |A|·w·g", lambda t: t.get("grad_proxy"), True, "darker = larger gradient"
+    ),
+    "gmts_rank": ScoreSpec(
+        "GMTS rank", lambda t: t.get("ranks", {}).get("gmts"), False, "darker = ranked higher"
+    ),
+    "logprob": ScoreSpec(
+        "log-probability log p", lambda t: t.get("logprob"), False, "darker = less likely"
+    ),
+}
+
+ZERO_SIGNAL_TEXT = (
+    "No learning signal: every answer got the same reward, so every advantage is 0 and no "
+    "token of this group has a gradient. Any selection here spends budget on tokens that "
+    "cannot move the model."
+)
+
+
+def _fmt(x: float | None, digits: int = 4) -> str:
+    """A number for people: compact, signed minus, '—' when missing."""
+    if x is None or not math.isfinite(x):
+        return "—"
+    return f"{x:.{digits}g}".replace("-", "−")
+
+
+def groups_of(result: Json) -> list[Json]:
+    """The groups of a result in batch form, whether it came in single- or batch form."""
+    if "groups" in result:
+        return list(result["groups"])
+    return [
+        {
+            "index": 0,
+            "prompt": result.get("prompt", ""),
+            "answers": result.get("answers", []),
+            "summary": result.get("summary", {}),
+        }
+    ]
+
+
+def visible_text(text: str) -> str:
+    """Escaped token text with spaces, tabs and newlines drawn, keeping wrap opportunities."""
+    if text == "":
+        return '<span class="ws">∅</span>'
+    out = []
+    for ch in text:
+        if ch == " ":
+            out.append('<span class="ws">·</span><wbr>')
+        elif ch == "\n":
+            out.append('<span class="ws">⏎</span><br>')
+        elif ch == "\t":
+            out.append('<span class="ws">→</span><wbr>')
+        elif ch == "\r":
+            out.append('<span class="ws">␍</span>')
+        else:
+            out.append(escape(ch))
+    return "".join(out)
+
+
+def score_range(tokens: list[Json], color_by: str) -> tuple[float, float]:
+    """Min and max of the chosen score over ``tokens`` (0, 0 if none is finite)."""
+    spec = COLOR_BY[color_by]
+    vals = [v for t in tokens if (v := spec.value(t)) is not None and math.isfinite(v)]
+    return (min(vals), max(vals)) if vals else (0.0, 0.0)
+
+
+def shade_level(value: float | None, lo: float, hi: float, higher_is_stronger: bool) -> float:
+    """Shade in [0, 1] of a value within [lo, hi]; 0 for a missing value or a flat range."""
+    if value is None or not math.isfinite(value) or hi <= lo:
+        return 0.0
+    level = (value - lo) / (hi - lo)
+    return level if higher_is_stronger else 1.0 - level
+
+
+def mark_class(sel_a: bool, sel_b: bool) -> str:
+    """The styling class of a token's selection mark."""
+    if sel_a and sel_b:
+        return "mark-both"
+    return "mark-a" if sel_a else "mark-b" if sel_b else ""
+
+
+def tooltip_text(tok: Json, answer_index: int, methods: tuple[str, str]) -> str:
+    """The plain-text tooltip of a token (lines separated by newlines)."""
+    ranks = tok.get("ranks", {})
+    sel = tok.get("selected", {})
+    alts = " · ".join(
+        f"{a.get('text', '')!r} {_fmt(a.get('prob'), 3)}" for a in tok.get("alternatives", [])
+    )
+    rank_parts = [
+        f"{m} {ranks.get(m, '—')}{' ✓' if sel.get(m) else ''}" for m in dict.fromkeys(methods)
+    ]
+    if "gmts" not in methods and "gmts" in ranks:
+        rank_parts.append(f"gmts {ranks['gmts']}")
+    return "\n".join(
+        [
+            f"answer #{answer_index} · position {tok.get('position')} · id {tok.get('id')} · "
+            f"{tok.get('text', '')!r}",
+            f"prob {_fmt(tok.get('prob'), 3)} · logprob {_fmt(tok.get('logprob'), 3)}",
+            f"entropy {_fmt(tok.get('entropy'), 3)} nats",
+            f"grad_norm {_fmt(tok.get('grad_norm'), 3)} · grad_proxy {_fmt(tok.get('grad_proxy'))}",
+            "rank " + " · ".join(rank_parts) + " (✓ selected)",
+            f"top alternatives: {alts or '—'}",
+        ]
+    )
+
+
+def _attr(name: str, value: Any) -> str:
+    text = "" if value is None else str(value)
+    return f' data-{name}="{escape(text, quote=True)}"'
+
+
+def render_token(
+    tok: Json, answer_index: int, level: float, methods: tuple[str, str], color_by: str
+) -> str:
+    """One ``<span class="tok">`` with data attributes, shade and selection classes."""
+    a, b = methods
+    sel = tok.get("selected", {})
+    sel_a, sel_b = bool(sel.get(a)), bool(sel.get(b))
+    classes = ["tok"]
+    classes += ["sel-a"] if sel_a else []
+    classes += ["sel-b"] if sel_b else []
+    classes += [c] if (c := mark_class(sel_a, sel_b)) else []
+    classes += ["tok-empty"] if tok.get("text", "") == "" else []
+    ranks = tok.get("ranks", {})
+    attrs = (
+        _attr("answer", answer_index)
+        + _attr("pos", tok.get("position"))
+        + _attr("id", tok.get("id"))
+        + _attr("prob", tok.get("prob"))
+        + _attr("entropy", tok.get("entropy"))
+        + _attr("grad-norm", tok.get("grad_norm"))
+        + _attr("grad-proxy", tok.get("grad_proxy"))
+        + _attr("rank-a", ranks.get(a))
+        + _attr("rank-b", ranks.get(b))
+        + _attr("score", COLOR_BY[color_by].value(tok))
+        + _attr("tip", tooltip_text(tok, answer_index, methods))
+    )
+    return (
+        f'<span class="{" ".join(classes)}" style="--lv:{level:.3f}"{attrs}>'
+        f"{visible_text(tok.get('text', ''))}</span>"
+    )
+
+
+def _verdict_text(ans: Json) -> str:
+    d = ans.get("reward_detail") or {}
+    if not d or d.get("rule") == "explicit":
+        return "explicit reward"
+    return (
+        f"{d.get('rule')}: extracted {d.get('extracted')!r}, reference {d.get('reference')!r}, "
+        f"{d.get('verdict')}"
+    )
+
+
+def answer_header(ans: Json, methods: tuple[str, str]) -> str:
+    """Reward, advantage, weight, length and selected counts of one answer (escaped HTML)."""
+    counts = ans.get("selected_count") or {}
+    adv = ans.get("advantage") or 0.0
+    sign = "pos" if adv > 0 else "neg" if adv < 0 else "zero"
+    facts = [
+        f"reward <b>{_fmt(ans.get('reward'))}</b>",
+        f'advantage <b class="adv-{sign}">{_fmt(adv, 3)}</b>',
+        f"weight {_fmt(ans.get('weight'), 3)}",
+        f"length {ans.get('length', len(ans.get('tokens', [])))}",
+        *(f"{escape(m)} selects <b>{counts.get(m, 0)}</b>" for m in dict.fromkeys(methods)),
+    ]
+    if ans.get("finished") is False:
+        facts.append("unfinished (hit max tokens)")
+    return (
+        f'<div class="ans-head"><span class="ans-id">#{ans.get("index", 0)}</span> '
+        + " · ".join(facts)
+        + f'<div class="verdict">{escape(_verdict_text(ans))}</div></div>'
+    )
+
+
+def render_answer(ans: Json, methods: tuple[str, str], color_by: str, lo: float, hi: float) -> str:
+    """One answer: its header and its tokens."""
+    spec = COLOR_BY[color_by]
+    idx = int(ans.get("index", 0))
+    spans = [
+        render_token(
+            t, idx, shade_level(spec.value(t), lo, hi, spec.higher_is_stronger), methods, color_by
+        )
+        for t in ans.get("tokens", [])
+    ]
+    return (
+        f'<div class="answer" data-answer="{idx}">{answer_header(ans, methods)}'
+        f'<div class="tokens">{"<wbr>".join(spans)}</div></div>'
+    )
+
+
+def render_legend(color_by: str, lo: float, hi: float, methods: tuple[str, str]) -> str:
+    """Shade scale and the three selection marks."""
+    spec = COLOR_BY[color_by]
+    a, b = (escape(m) for m in methods)
+    low, high = (_fmt(lo), _fmt(hi)) if spec.higher_is_stronger else (_fmt(hi), _fmt(lo))
+    return (
+        '<div class="legend">'
+        f'<span class="legend-scale">shade: {escape(spec.label)} — {escape(spec.help)} '
+        f'<span class="ramp-end">{low}</span><span class="ramp"></span>'
+        f'<span class="ramp-end">{high}</span></span>'
+        f'<span class="legend-mark"><span class="sample mark-both">both</span></span>'
+        f'<span class="legend-mark"><span class="sample mark-a">only {a}</span> '
+        "(solid underline)</span>"
+        f'<span class="legend-mark"><span class="sample mark-b">only {b}</span> '
+        "(dashed overline)</span>"
+        '<span class="legend-mark"><span class="ws">·</span> space '
+        '<span class="ws">⏎</span> newline <span class="ws">∅</span> empty token</span>'
+        "</div>"
+    )
+
+
+def zero_signal_banner() -> str:
+    return f'<div class="zero-signal" role="alert">⚠ {escape(ZERO_SIGNAL_TEXT)}</div>'
+
+
+def render_group(group: Json, methods: tuple[str, str], color_by: str = "entropy") -> str:
+    """A whole group: prompt, legend, zero-signal banner if any, and every answer."""
+    if color_by not in COLOR_BY:
+        raise ValueError(f"unknown colour-by {color_by!r}; valid: {', '.join(COLOR_BY)}")
+    answers = group.get("answers", [])
+    tokens = [t for ans in answers for t in ans.get("tokens", [])]
+    lo, hi = score_range(tokens, color_by)
+    zero = (group.get("summary") or {}).get("zero_signal")
+    if zero is None:
+        zero = bool(answers) and all((ans.get("advantage") or 0) == 0 for ans in answers)
+    parts = [
+        f'<div class="gmts-view" data-group="{int(group.get("index", 0))}">',
+        f'<div class="prompt"><span class="label">prompt</span> '
+        f'<span class="prompt-text">{visible_text(group.get("prompt", ""))}</span></div>',
+        render_legend(color_by, lo, hi, methods),
+        zero_signal_banner() if zero else "",
+        *(render_answer(ans, methods, color_by, lo, hi) for ans in answers),
+        "</div>",
+    ]
+    return "".join(parts)
+
+
+def render_result(
+    result: Json, methods: tuple[str, str], color_by: str = "entropy", group_index: int = 0
+) -> str:
+    """Render one group of a result (single or batch form)."""
+    groups = groups_of(result)
+    if not groups:
+        return placeholder("The analysis has no groups.")
+    gi = min(max(group_index, 0), len(groups) - 1)
+    return render_group(groups[gi], methods, color_by)
+
+
+def placeholder(message: str) -> str:
+    """A short escaped notice shown where a view has nothing to show yet."""
+    return f'<div class="gmts-view placeholder">{escape(message)}</div>'

@@ -1,0 +1,297 @@
+"""GMTS token selection inside TRL's ``GRPOTrainer`` (single process or accelerate/DeepSpeed).
+
+:class:`GMTSGRPOTrainer` trains only on the top ``selection_ratio`` of completion tokens ranked
+by a ``gmts_core`` selection method (``gmts``, ``entropy``, ``gmts_entropy``, ``surprisal``,
+``random``, ``all`` or any method registered later), and otherwise is TRL's ``GRPOTrainer``.
+
+How it hooks into TRL (1.16), with no copy of TRL's loss code:
+
+- TRL already builds a token mask for its ``top_entropy_quantile`` option: ``_compute_loss``
+  calls ``get_high_entropy_mask(entropies, mask, threshold)`` and multiplies the per-token loss
+  (and the entropy bonus) by it. This class overrides that method to return the mask of the
+  chosen ``gmts_core`` method, and makes TRL always ask for a mask.
+- TRL scores completions with a fused, chunked LM head that never materializes the logits. The
+  same kernel pass that gives TRL its entropy also returns ``log(sum_v pi_v^2)`` when asked, so
+  the exact per-token gradient norm g = (1/tau) sqrt(1 - 2p + sum pi^2)
+  (:func:`gmts_core.metrics.grad_norm_from_probs`) costs no extra pass over the vocabulary.
+- The advantages come from ``inputs["advantages"]``; the loss-aggregation weights w_i follow
+  TRL's ``loss_type`` (:data:`TRL_LOSS_AGGREGATION`), so gamma = |A_i| w_i g is the norm of
+  the gradient of TRL's own loss at each token's logits (on-policy, before clipping).
+- Under several processes the per-token quantities are gathered (``pad_across_processes`` +
+  ``gather``, as TRL does for its entropy quantile), every process runs the same
+  :func:`gmts_core.selection.select` on the whole batch, so the top-k is global, and each takes
+  back its own slice.
+
+Unlike TRL's ``top_entropy_quantile`` (a ``torch.quantile`` threshold, which keeps every token
+tied at the threshold), selection keeps exactly k = ceil(ratio * N) tokens, ties broken by
+(answer, position) order, as everywhere in ``gmts_core``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from accelerate.utils import is_peft_model
+from trl import GRPOTrainer
+from trl.trainer.utils import add_fused_lm_head
+
+from gmts_core.aggregation import loss_weights
+from gmts_core.errors import InvalidInputError
+from gmts_core.metrics import grad_proxy
+from gmts_core.selection import METHODS, Selection, SelectionInputs, select, top_k_count
+from gmts_core.summaries import gradient_coverage, overlap
+
+logger = logging.getLogger(__name__)
+
+# TRL loss_type -> gmts_core loss-aggregation mode (the weights w_i of TRL's loss).
+# "grpo"/"sapo": mean over answers of each answer's token mean -> 1 / (G |o_i|).
+# "dr_grpo": sum over tokens / (G * max_completion_length) -> 1 / (G L_max).
+# "dapo"/"bnpo"/"cispo"/"vespo": sum over tokens / token count -> 1 / sum_j |o_j|. bnpo divides
+#   by each process's own count, dapo by the global one; the ranking uses the global count.
+# At the on-policy point (ratio 1) the per-token gradients of cispo, vespo and sapo reduce to
+# w_i A_i d log pi / dz as well. "luspo" (a sequence sum scaled by length) has no mode here.
+TRL_LOSS_AGGREGATION: dict[str, str] = {
+    "grpo": "seq_mean_token_mean",
+    "sapo": "seq_mean_token_mean",
+    "dr_grpo": "seq_mean_token_sum_norm",
+    "dapo": "token_mean",
+    "bnpo": "token_mean",
+    "cispo": "token_mean",
+    "vespo": "token_mean",
+}
+
+_FUSED_OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs")
+
+
+def aggregation_for_loss_type(loss_type: str) -> str:
+    """The ``gmts_core.aggregation`` mode whose weights w_i match TRL's ``loss_type``."""
+    try:
+        return TRL_LOSS_AGGREGATION[loss_type]
+    except KeyError:
+        raise InvalidInputError(
+            f"GMTSGRPOTrainer does not support loss_type {loss_type!r}; "
+            f"supported: {', '.join(sorted(TRL_LOSS_AGGREGATION))}"
+        ) from None
+
+
+@dataclass
+class AppliedSelection:
+    """What the trainer selected on its last micro-batch (for logging, tests and debugging)."""
+
+    inputs: SelectionInputs  # the gathered, global batch, flat (N,) in (process, answer, pos)
+    selection: Selection  # gmts_core's result on ``inputs``
+    local_mask: torch.Tensor  # (B, T) bool, this process's slice, the mask applied to the loss
+    offset: int  # where this process's tokens start in ``inputs``
+    num_local: int  # how many of them are this process's
+
+
+def grad_norm_from_logprob(
+    logprob: torch.Tensor, log_sum_sq_prob: torch.Tensor, temperature: float, vocab_size: int
+) -> torch.Tensor:
+    """g = (1/tau) sqrt(1 - 2p + sum pi^2) from log p and log(sum_v pi_v^2), in float64.
+
+    Written as (1 - p)^2 + (sum pi^2 - p^2), the second term being sum_{v != y} pi_v^2. For a
+    confident token that difference cancels in the kernel's float32 sums, so it is clamped to
+    its exact range [(1 - p)^2 / (V - 1), (1 - p)^2]: g is then within a factor sqrt(2) of the
+    truth however confident the token, and equal to
+    :func:`gmts_core.metrics.grad_norm_from_probs` (same formula) wherever nothing cancels.
+    Shapes: (n,) each.
+    """
+    lp = logprob.double()
+    p = lp.exp()
+    miss_sq = torch.expm1(lp).square()  # (1 - p)^2, accurate for p near 1
+    rest = log_sum_sq_prob.double().exp() - p.square()
+    rest = torch.minimum(torch.maximum(rest, miss_sq / max(vocab_size - 1, 1)), miss_sq)
+    return (miss_sq + rest).sqrt() / temperature
+
+
+def _per_token_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Advantages (B,) or (B, T) -> one value per valid token, flat (n,)."""
+    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
+    return adv.expand_as(mask)[mask]
+
+
+class GMTSGRPOTrainer(GRPOTrainer):
+    """TRL's ``GRPOTrainer`` that trains on the tokens a ``gmts_core`` selection method picks.
+
+    Args (besides every ``GRPOTrainer`` argument):
+        token_selection: a registered selection method (``gmts_core.selection.list_methods()``).
+        selection_ratio: the share of completion tokens kept, in (0, 1]; k = ceil(ratio * N)
+            over all completion tokens of the micro-batch on every process.
+
+    Logged per step (``self._metrics``): ``gmts/selected_fraction``, ``gmts/gradient_coverage``
+    (share of sum gamma the applied selection keeps), ``gmts/gradient_coverage_entropy`` and
+    ``gmts/gradient_coverage_gmts`` (the same for entropy and GMTS selection at the same ratio)
+    and ``gmts/overlap_entropy_gmts`` (Jaccard index of those two selections).
+    """
+
+    def __init__(
+        self, *args: Any, token_selection: str = "gmts", selection_ratio: float = 0.2, **kwargs: Any
+    ) -> None:
+        METHODS.get(token_selection)  # unknown names fail here, listing the valid ones
+        top_k_count(selection_ratio, 1)  # validates 0 < ratio <= 1
+        self.token_selection = token_selection
+        self.selection_ratio = float(selection_ratio)
+        self.last_selection: AppliedSelection | None = None
+        self._captured: list[Any] = []
+        self._capturing = False
+        self._batch: dict[str, Any] | None = None
+        self._selection_calls = 0
+        super().__init__(*args, **kwargs)
+        self.aggregation = aggregation_for_loss_type(self.loss_type)
+        self._vocab = int(self._base_model().get_output_embeddings().weight.shape[0])
+        self._add_gmts_lm_head()
+
+    # --- hooks into TRL ------------------------------------------------------------------------
+
+    @property  # type: ignore[override]
+    def top_entropy_quantile(self) -> float:
+        """Always < 1, so TRL's ``_compute_loss`` asks ``get_high_entropy_mask`` for a mask."""
+        return 0.0
+
+    @top_entropy_quantile.setter
+    def top_entropy_quantile(self, value: float) -> None:
+        if value < 1.0:
+            raise InvalidInputError(
+                "GMTSGRPOTrainer selects tokens itself: leave top_entropy_quantile at 1.0 and use "
+                "token_selection='entropy' with selection_ratio for the 80/20 rule"
+            )
+
+    def _add_gmts_lm_head(self) -> None:
+        """Ask TRL's fused LM head for log(sum pi^2) too, and capture its per-token outputs.
+
+        TRL patched ``forward`` with outputs (log_probs, entropy); patching again wraps that
+        forward (called unchanged without ``fused_lm_head``), so generation is unaffected.
+        """
+        base = self._base_model()
+        args: Any = self.args  # a GRPOConfig
+        add_fused_lm_head(
+            base,
+            temperature=self.temperature,
+            cast_lm_head_to_fp32=args.cast_lm_head_to_fp32,
+            outputs=_FUSED_OUTPUTS,
+        )
+        base.register_forward_hook(self._capture_fused_outputs)
+
+    def _base_model(self) -> Any:
+        """The policy under any PEFT wrapper: the module TRL gave its fused LM head."""
+        model: Any = self.model
+        return model.get_base_model() if is_peft_model(model) else model
+
+    def _capture_fused_outputs(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if self._capturing and getattr(output, "log_sum_sq_probs", None) is not None:
+            self._captured.append(output)
+
+    def _compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
+        self._captured, self._capturing, self._batch = [], True, inputs
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._captured, self._capturing, self._batch = [], False, None
+
+    def get_high_entropy_mask(
+        self, entropies: torch.Tensor, mask: torch.Tensor, threshold: float
+    ) -> torch.Tensor:
+        """The selection mask (B, T) of ``token_selection``; ``threshold`` is TRL's, unused."""
+        if self._batch is None:
+            raise RuntimeError("get_high_entropy_mask is only called from _compute_loss")
+        valid = mask.bool()  # (B, T)
+        logprob, log_sum_sq = self._captured_stats(entropies.shape)
+        applied = self.select_tokens(
+            entropy=entropies.detach()[valid],
+            logprob=logprob[valid],
+            log_sum_sq_prob=log_sum_sq[valid],
+            advantage=_per_token_advantages(self._batch["advantages"], valid),
+            valid=valid,
+        )
+        self._log_selection(applied)
+        return applied.local_mask
+
+    def _captured_stats(self, shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
+        """log p and log(sum pi^2) of the completion tokens, (B, T), from the captured passes."""
+        if not self._captured:
+            raise RuntimeError("GMTSGRPOTrainer: the fused LM head returned no log(sum pi^2)")
+        width = shape[1]
+        logprob = torch.cat([o.log_probs[:, -width:] for o in self._captured]).detach()
+        log_sum_sq = torch.cat([o.log_sum_sq_probs[:, -width:] for o in self._captured])
+        return logprob, log_sum_sq
+
+    # --- selection -----------------------------------------------------------------------------
+
+    def select_tokens(
+        self,
+        entropy: torch.Tensor,
+        logprob: torch.Tensor,
+        log_sum_sq_prob: torch.Tensor,
+        advantage: torch.Tensor,
+        valid: torch.Tensor,
+    ) -> AppliedSelection:
+        """Gather this process's valid tokens (flat, (n,)), select globally, return the slice."""
+        grad_norm = grad_norm_from_logprob(logprob, log_sum_sq_prob, self.temperature, self._vocab)
+        answer_id = valid.nonzero()[:, 0]  # (n,) local answer index of each valid token
+        lengths = valid.sum(dim=1)  # (B,)
+        local_rows = torch.stack([entropy, logprob, grad_norm, advantage], dim=1).double()  # (n, 4)
+        rows, offset = self._gather_rows(local_rows)
+        all_lengths, answer_offset = self._gather_rows(lengths.unsqueeze(1))
+        answer_ids, _ = self._gather_rows((answer_id + answer_offset).unsqueeze(1))
+        x = self._selection_inputs(rows.cpu(), all_lengths[:, 0].cpu(), answer_ids[:, 0])
+        sel = select(x, self.token_selection, self.selection_ratio)  # "all" ignores the ratio
+        local_mask = torch.zeros_like(valid)
+        local_mask[valid] = sel.selected[offset : offset + int(valid.sum())].to(valid.device)
+        self.last_selection = AppliedSelection(x, sel, local_mask, offset, int(valid.sum()))
+        return self.last_selection
+
+    def _selection_inputs(
+        self, rows: torch.Tensor, lengths: torch.Tensor, answer_ids: torch.Tensor
+    ) -> SelectionInputs:
+        """SelectionInputs of the global batch; w_i from TRL's loss type via gmts_core."""
+        entropy, logprob, grad_norm, advantage = rows.unbind(dim=1)  # each (N,)
+        weights = loss_weights(lengths, self.aggregation, max_length=self.max_completion_length)
+        w = weights[answer_ids.cpu()]  # (N,) per token
+        self._selection_calls += 1
+        return SelectionInputs(
+            entropy=entropy,
+            logprob=logprob,
+            grad_norm=grad_norm,
+            grad_proxy=grad_proxy(advantage, w, grad_norm),
+            signal_scale=advantage.abs() * w,
+            answer_index=answer_ids.cpu(),
+            group_index=torch.zeros_like(answer_ids.cpu()),
+            seed=self.args.seed * 1_000_003 + self._selection_calls,
+        )
+
+    def _gather_rows(self, local: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """Rows (n_p, F) of every process, concatenated in process order, and this one's offset.
+
+        Processes hold different numbers of rows, so each is padded to the longest before the
+        gather (as TRL's entropy quantile does) and the padding is cut off by the known counts.
+        """
+        acc = self.accelerator
+        count = torch.tensor([local.shape[0]], device=local.device)
+        counts = acc.gather(count).cpu()  # (P,)
+        padded = acc.pad_across_processes(local, dim=0)  # (n_max, F)
+        gathered = acc.gather(padded).view(len(counts), padded.shape[0], -1)  # (P, n_max, F)
+        rows = torch.cat([gathered[p, : int(c)] for p, c in enumerate(counts)])  # (N, F)
+        offset = int(counts[: acc.process_index].sum())
+        return rows, offset
+
+    def _log_selection(self, applied: AppliedSelection) -> None:
+        """Selected fraction, gradient coverage, and entropy/GMTS coverage and overlap."""
+        mode = "train" if getattr(self.model, "training", False) else "eval"
+        x, sel = applied.inputs, applied.selection
+        if x.num_tokens == 0:
+            return
+        ratio = self.selection_ratio
+        by_entropy = select(x, "entropy", ratio).selected
+        by_gmts = select(x, "gmts", ratio).selected
+        metrics = self._metrics[mode]
+        metrics["gmts/selected_fraction"].append(float(sel.selected.double().mean()))
+        if float(x.grad_proxy.sum()) > 0.0:  # GMTS ranks nothing in a zero-signal batch
+            metrics["gmts/overlap_entropy_gmts"].append(overlap(by_entropy, by_gmts)["jaccard"])
+            metrics["gmts/gradient_coverage"].append(gradient_coverage(x.grad_proxy, sel.selected))
+            for name, chosen in (("entropy", by_entropy), ("gmts", by_gmts)):
+                cov = gradient_coverage(x.grad_proxy, chosen)
+                metrics[f"gmts/gradient_coverage_{name}"].append(cov)

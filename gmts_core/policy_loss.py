@@ -1,0 +1,106 @@
+"""The GRPO policy-gradient loss on a flat batch of answer tokens, with PPO clipping and KL.
+
+For answer token t of answer i, with the policy's log-probability logp_t (temperature tau),
+the log-probability old_t of the policy that sampled the batch, the frozen reference's ref_t,
+advantage A_i, aggregation weight w_i and selection mask m_t:
+
+    rho_t   = exp(logp_t - old_t)                                   (1 at the first update)
+    pg_t    = -min(rho_t A_i, clip(rho_t, 1 - eps_low, 1 + eps_high) A_i)
+    kl_t    = exp(ref_t - logp_t) - (ref_t - logp_t) - 1            (k3 estimator, >= 0)
+    loss    = sum_t w_i m_t pg_t + beta * sum_t w_i kl_t
+
+At rho = 1 the gradient of the policy term is -sum_t w_i A_i m_t d logp_t, DESIGN §2.2's
+L = -sum w A m log pi. As in TRL's GRPOTrainer, the selection mask applies to the policy term
+only; the KL term (when beta > 0) covers every answer token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gmts_core.forward import _answer_hidden, _body_and_head, _logit_softcap
+
+
+def answer_logprobs(
+    model: Any,
+    sequences: list[tuple[list[int], list[int]]],
+    pad_id: int,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """log pi(y_t) of every answer token, flat (N,) in (answer, position) order, float32.
+
+    Differentiable when grad is enabled. The LM head runs only on the positions that predict
+    answer tokens (as in :mod:`gmts_core.forward`), so prompt positions never get logits.
+    """
+    body, head = _body_and_head(model)
+    device = next(model.parameters()).device
+    hidden = torch.cat(_answer_hidden(body, sequences, pad_id, device))  # (N, D)
+    logits = head(hidden).float()  # (N, V)
+    softcap = _logit_softcap(model)
+    if softcap is not None:
+        logits = torch.tanh(logits / softcap) * softcap
+    targets = torch.tensor([t for _, a in sequences for t in a], device=device)  # (N,)
+    logp = torch.log_softmax(logits / temperature, dim=-1)  # (N, V)
+    return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (N,)
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(pi || ref): exp(ref - logp) - (ref - logp) - 1, shape (N,)."""
+    delta = ref_logp - logp
+    return delta.exp() - delta - 1.0
+
+
+@dataclass
+class LossTerms:
+    """One evaluation of the loss and what it is made of (tensors are scalars)."""
+
+    loss: torch.Tensor  # differentiable total
+    policy_loss: torch.Tensor  # sum_t w m pg_t (detached)
+    kl_mean: torch.Tensor  # plain mean of kl_t over answer tokens (0 when not measured)
+    clip_low_fraction: float  # share of selected tokens with rho < 1 - eps_low and A < 0
+    clip_high_fraction: float  # share of selected tokens with rho > 1 + eps_high and A > 0
+
+
+def grpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    weights: torch.Tensor,
+    mask: torch.Tensor,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.28,
+    ref_logp: torch.Tensor | None = None,
+    beta: float = 0.0,
+) -> LossTerms:
+    """The clipped, masked GRPO loss of the module docstring; every tensor is per token (N,).
+
+    ``advantages`` and ``weights`` are A_i and w_i repeated over answer i's tokens; ``mask``
+    is the selection (bool). ``ref_logp`` is needed for the KL term and its report.
+    """
+    adv = advantages.to(logp)
+    w = weights.to(logp)
+    m = mask.to(logp)
+    ratio = torch.exp(logp - old_logp.detach())  # (N,)
+    clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
+    per_token_pg = -torch.minimum(ratio * adv, clipped * adv)  # (N,)
+    policy_loss = (w * m * per_token_pg).sum()
+    loss = policy_loss
+    kl_mean = torch.zeros((), device=logp.device)
+    if ref_logp is not None:
+        kl = k3_kl(logp, ref_logp.detach())  # (N,)
+        kl_mean = kl.detach().mean() if kl.numel() else kl_mean
+        if beta != 0.0:
+            loss = loss + beta * (w * kl).sum()
+    n_sel = max(int(mask.sum()), 1)
+    low = ((ratio < 1.0 - epsilon_low) & (adv < 0) & mask).sum()
+    high = ((ratio > 1.0 + epsilon_high) & (adv > 0) & mask).sum()
+    return LossTerms(
+        loss=loss,
+        policy_loss=policy_loss.detach(),
+        kl_mean=kl_mean,
+        clip_low_fraction=int(low) / n_sel,
+        clip_high_fraction=int(high) / n_sel,
+    )

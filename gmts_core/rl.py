@@ -1,0 +1,284 @@
+"""One live GRPO step with token selection, as small named functions.
+
+rollout_groups  -> a group of G sampled answers per prompt, with its reward rule
+score_batch     -> rewards, advantages, token statistics and every method's selection:
+                   exactly :func:`gmts_core.analysis.analyze`, so what users inspect in
+                   the analysis is what the step trains on
+training_batch  -> flat per-token tensors: advantages, weights, the selection mask
+policy_update   -> ``inner_steps`` AdamW updates of the clipped, masked GRPO loss
+                   (:mod:`gmts_core.policy_loss`) with gradient-norm clipping
+grpo_step       -> all of the above, plus metrics and the per-token log-prob change
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze, encode_prompt
+from gmts_core.errors import InvalidInputError
+from gmts_core.policy import TrainablePolicy
+from gmts_core.policy_loss import LossTerms, answer_logprobs, grpo_loss
+from gmts_core.records import AnalysisResult
+from gmts_core.rl_records import StepMetrics, StepResult, answer_changes
+from gmts_core.sampling import SamplingConfig
+from gmts_core.selection import list_methods
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RLPrompt:
+    """A training prompt and how to reward its answers (e.g. numeric, reference "85")."""
+
+    prompt: str
+    reference: str
+    reward_kind: str = "numeric"
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    """Every knob of a GRPO step (defaults tuned on the demo model; see benchmarks/rl_gain.py)."""
+
+    method: str = "gmts"  # selection method whose mask the loss uses
+    ratio: float = 0.2  # share of answer tokens selected (k = ceil(ratio * N))
+    scope: str = "batch"  # selection scope: batch | group | answer
+    group_size: int = 8  # G answers sampled per prompt
+    prompts_per_step: int = 8  # prompts in a batch drawn from the demo task
+    learning_rate: float = 1e-3
+    inner_steps: int = 1  # optimizer updates per sampled batch (PPO epochs)
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.28  # DAPO's clip-higher
+    beta: float = 0.0  # weight of the k3 KL term to the reference (the starting policy)
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+    temperature: float = 1.0  # sampling temperature and tau of the loss's log-probs
+    top_p: float = 1.0
+    max_new_tokens: int = 48
+    advantage: str = "grpo"
+    loss_aggregation: str = "token_mean"
+    chat_template: bool = False
+    measure_kl: bool = True  # report KL even when beta is 0 (one more forward pass)
+    report_methods: tuple[str, ...] = ("entropy", "gmts")  # wasted_share etc. also for these
+
+    def validate(self) -> None:
+        if self.method not in list_methods():
+            raise InvalidInputError(
+                f"unknown selection method {self.method!r}; valid: {', '.join(list_methods())}"
+            )
+        checks = [
+            (self.temperature > 0, "temperature must be > 0 for RL (sampling and log-probs)"),
+            (self.group_size >= 2, "group_size must be >= 2 (advantages compare answers)"),
+            (self.prompts_per_step >= 1, "prompts_per_step must be >= 1"),
+            (self.inner_steps >= 1, "inner_steps must be >= 1"),
+            (self.learning_rate >= 0, "learning_rate must be >= 0"),
+            (self.epsilon_low >= 0 and self.epsilon_high >= 0, "epsilons must be >= 0"),
+            (self.beta >= 0, "beta must be >= 0"),
+            (self.max_grad_norm > 0, "max_grad_norm must be > 0"),
+            (self.max_new_tokens >= 1, "max_new_tokens must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise InvalidInputError(message)
+        self.analysis_config(0).validate()
+
+    def selection_methods(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.method, *self.report_methods)))
+
+    def analysis_config(self, seed: int) -> AnalysisConfig:
+        return AnalysisConfig(
+            temperature=self.temperature,
+            advantage=self.advantage,
+            loss_aggregation=self.loss_aggregation,
+            ratio=self.ratio,
+            scope=self.scope,
+            methods=self.selection_methods(),
+            top_alternatives=0,
+            seed=seed,
+            chat_template=self.chat_template,
+        )
+
+
+@dataclass
+class TrainBatch:
+    """Flat per-token training tensors, (N,) in (group, answer, position) order."""
+
+    sequences: list[tuple[list[int], list[int]]]  # (prompt_ids, answer_ids) per answer
+    advantages: torch.Tensor  # float64, A_i of the token's answer
+    weights: torch.Tensor  # float64, w_i of the token's answer
+    mask: torch.Tensor  # bool, selected by the training method
+    answer_index: torch.Tensor  # int64
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.mask.numel())
+
+
+def rollout_groups(prompts: Sequence[RLPrompt], config: RLConfig, seed: int) -> list[GroupInput]:
+    """One group of ``group_size`` answers to sample per prompt, each group with its own seed."""
+    return [
+        GroupInput(
+            prompt=p.prompt,
+            sampling=SamplingConfig(
+                num_samples=config.group_size,
+                temperature=config.temperature,
+                top_p=config.top_p,
+                max_new_tokens=config.max_new_tokens,
+                seed=seed * 1_000_003 + i,
+            ),
+            reward=RewardSpec(p.reward_kind, p.reference),
+        )
+        for i, p in enumerate(prompts)
+    ]
+
+
+def score_batch(
+    policy: TrainablePolicy, groups: list[GroupInput], config: RLConfig, seed: int
+) -> AnalysisResult:
+    """Sample, reward, compute advantages, statistics and selections: one ``analyze`` call."""
+    return analyze(policy.as_loaded(), groups, config.analysis_config(seed))
+
+
+def training_batch(result: AnalysisResult, tokenizer: object, config: RLConfig) -> TrainBatch:
+    """Per-token advantages, weights and the training method's selection mask."""
+    seqs, adv, wts, mask, index = [], [], [], [], []
+    for a, (group, ans) in enumerate(result.iter_answers()):
+        prompt_ids = encode_prompt(tokenizer, group.prompt, config.chat_template)
+        seqs.append((prompt_ids, [t.id for t in ans.tokens]))
+        adv += [ans.advantage] * ans.length
+        wts += [ans.weight] * ans.length
+        mask += [t.selected[config.method] for t in ans.tokens]
+        index += [a] * ans.length
+    return TrainBatch(
+        sequences=seqs,
+        advantages=torch.tensor(adv, dtype=torch.float64),
+        weights=torch.tensor(wts, dtype=torch.float64),
+        mask=torch.tensor(mask, dtype=torch.bool),
+        answer_index=torch.tensor(index, dtype=torch.long),
+    )
+
+
+def make_optimizer(policy: TrainablePolicy, config: RLConfig) -> torch.optim.Optimizer:
+    """AdamW over the policy's trainable parameters."""
+    return torch.optim.AdamW(
+        policy.trainable_parameters(),
+        lr=config.learning_rate,
+        betas=(0.9, 0.99),
+        weight_decay=config.weight_decay,
+    )
+
+
+@dataclass
+class UpdateStats:
+    """Means over the inner steps, and the batch's log-probs before and after the update."""
+
+    loss: float
+    policy_loss: float
+    kl: float
+    grad_norm: float
+    clip_low_fraction: float
+    clip_high_fraction: float
+    logprob_before: torch.Tensor  # (N,)
+    logprob_after: torch.Tensor  # (N,)
+    per_inner_step: list[dict[str, float]] = field(default_factory=list)
+
+
+def _reference_logprobs(
+    policy: TrainablePolicy, batch: TrainBatch, pad_id: int, config: RLConfig
+) -> torch.Tensor | None:
+    if config.beta == 0 and not config.measure_kl:
+        return None
+    with torch.no_grad(), policy.reference() as ref:
+        return answer_logprobs(ref, batch.sequences, pad_id, config.temperature)
+
+
+def _one_update(
+    policy: TrainablePolicy,
+    optimizer: torch.optim.Optimizer,
+    batch: TrainBatch,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    config: RLConfig,
+) -> tuple[LossTerms, float]:
+    """One AdamW update; the gradient stays in ``.grad`` (clipped) for inspection."""
+    terms = grpo_loss(
+        logp,
+        old_logp,
+        batch.advantages,
+        batch.weights,
+        batch.mask,
+        config.epsilon_low,
+        config.epsilon_high,
+        ref_logp,
+        config.beta,
+    )
+    optimizer.zero_grad(set_to_none=False)
+    terms.loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), config.max_grad_norm)
+    optimizer.step()
+    return terms, float(grad_norm)
+
+
+def policy_update(
+    policy: TrainablePolicy, optimizer: torch.optim.Optimizer, batch: TrainBatch, config: RLConfig
+) -> UpdateStats:
+    """``inner_steps`` updates on one batch; pi_old is the policy that sampled it."""
+    pad_id = policy.tokenizer.pad_token_id
+    for group in optimizer.param_groups:
+        group["lr"] = config.learning_rate
+        group["weight_decay"] = config.weight_decay
+    ref_logp = _reference_logprobs(policy, batch, pad_id, config)
+    old_logp: torch.Tensor | None = None
+    rows: list[dict[str, float]] = []
+    for _ in range(config.inner_steps):
+        logp = answer_logprobs(policy.model, batch.sequences, pad_id, config.temperature)
+        if old_logp is None:
+            old_logp = logp.detach()  # so the ratio is exactly 1 at the first update
+        terms, grad_norm = _one_update(policy, optimizer, batch, logp, old_logp, ref_logp, config)
+        rows.append(
+            {
+                "loss": float(terms.loss.detach()),
+                "policy_loss": float(terms.policy_loss),
+                "kl": float(terms.kl_mean),
+                "grad_norm": grad_norm,
+                "clip_low_fraction": terms.clip_low_fraction,
+                "clip_high_fraction": terms.clip_high_fraction,
+            }
+        )
+    with torch.no_grad():
+        after = answer_logprobs(policy.model, batch.sequences, pad_id, config.temperature)
+    assert old_logp is not None
+    means = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
+    return UpdateStats(**means, logprob_before=old_logp, logprob_after=after, per_inner_step=rows)
+
+
+def grpo_step(
+    policy: TrainablePolicy,
+    optimizer: torch.optim.Optimizer,
+    prompts: Sequence[RLPrompt],
+    config: RLConfig,
+    seed: int,
+    step: int = 0,
+) -> StepResult:
+    """One GRPO step on ``prompts``: rollout, reward, advantages, mask, update, metrics."""
+    config.validate()
+    if not prompts:
+        raise InvalidInputError("a step needs at least one prompt")
+    start = time.perf_counter()
+    result = score_batch(policy, rollout_groups(prompts, config, seed), config, seed)
+    batch = training_batch(result, policy.tokenizer, config)
+    update = policy_update(policy, optimizer, batch, config)
+    metrics = StepMetrics.from_parts(step, config, result, batch.mask, update)
+    metrics.seconds = time.perf_counter() - start
+    logger.info("step %d (%s): reward %.3f", step, config.method, metrics.reward_mean)
+    return StepResult(
+        metrics=metrics,
+        answers=answer_changes(result, batch.mask, update.logprob_before, update.logprob_after),
+        analysis=result,
+        batch=batch,
+    )

@@ -1,0 +1,81 @@
+"""`gmts analyze-file`: rollout dumps to JSONL or CSV, per line or in batches."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import app.cli.analyze_file  # noqa: F401  (registers the command)
+from app.cli._app import cli
+from tests.app.api_helpers import TINY
+
+LINES = [
+    {"prompt": "Q: 1+2=?\nA:", "completions": [" 3", " 4"], "rewards": [1, 0]},
+    {"prompt": "Q: 4+4=?\nA:", "completions": [" 8", " 7", " 8"], "reference": "8"},
+    {"prompt": "Q: 5+2=?\nA:", "answers": [" 7"], "rewards": [1]},
+]
+
+
+@pytest.fixture
+def rollouts(tmp_path: Path) -> Path:
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in LINES) + "\n\n")
+    return path
+
+
+def _run(*args: str):  # noqa: ANN202
+    return CliRunner().invoke(cli, ["analyze-file", *args])
+
+
+def test_jsonl_output_one_analysis_per_line(rollouts: Path, model_root: Path) -> None:
+    out = rollouts.with_name("out.jsonl")
+    r = _run(str(rollouts), "--model", str(model_root / TINY), "-o", str(out))
+    assert r.exit_code == 0, r.output
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [rec["lines"] for rec in records] == [[1], [2], [3]]
+    assert [len(rec["answers"]) for rec in records] == [2, 3, 1]
+    assert [a["reward"] for a in records[1]["answers"]] == [1.0, 0.0, 1.0]  # numeric rule
+    assert records[1]["answers"][0]["reward_detail"]["verdict"] == "correct"
+
+
+def test_batches_rank_tokens_across_lines(rollouts: Path, model_root: Path) -> None:
+    out = rollouts.with_name("out.jsonl")
+    args = ["--model", str(model_root / TINY), "-o", str(out), "--batch-size", "2"]
+    r = _run(str(rollouts), *args, "--ratio", "0.5", "--scope", "batch")
+    assert r.exit_code == 0, r.output
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [rec["lines"] for rec in records] == [[1, 2], [3]]
+    first = records[0]
+    assert len(first["groups"]) == 2 and first["summary"]["scope"] == "batch"
+    n = first["summary"]["num_tokens"]
+    assert first["summary"]["selected_count"]["gmts"] == -(-n // 2)
+
+
+def test_csv_output_rows_per_token_with_line(rollouts: Path, model_root: Path) -> None:
+    out = rollouts.with_name("out.csv")
+    r = _run(str(rollouts), "--model", str(model_root / TINY), "-o", str(out))
+    assert r.exit_code == 0, r.output
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
+    jsonl = rollouts.with_name("ref.jsonl")
+    _run(str(rollouts), "--model", str(model_root / TINY), "-o", str(jsonl))
+    total = sum(json.loads(x)["summary"]["num_tokens"] for x in jsonl.read_text().splitlines())
+    assert len(rows) == total
+    assert {r["line"] for r in rows} == {"1", "2", "3"}
+
+
+def test_bad_line_fails_with_its_number_or_is_skipped(tmp_path: Path, model_root: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    lines = [json.dumps(LINES[0]), '{"prompt": "x"}', json.dumps(LINES[2])]
+    path.write_text("\n".join(lines))
+    out = tmp_path / "out.jsonl"
+    r = _run(str(path), "--model", str(model_root / TINY), "-o", str(out))
+    assert r.exit_code == 2
+    assert "bad.jsonl:2" in r.output
+    r = _run(str(path), "--model", str(model_root / TINY), "-o", str(out), "--skip-invalid")
+    assert r.exit_code == 0, r.output
+    assert [json.loads(x)["lines"] for x in out.read_text().splitlines()] == [[1], [3]]

@@ -1,0 +1,71 @@
+"""The UI mounted on the app: served at /ui, its assets, the API-key login, the backends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.ui import STATIC_DIR, api_key_login, ui_head
+from app.ui.client import LocalBackend, RemoteBackend, make_backend
+from tests.app.api_helpers import make_settings
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("ui-models")  # no model is loaded by these tests
+
+
+def test_ui_is_served_with_its_assets(root: Path) -> None:
+    with TestClient(create_app(make_settings(root, ui_enabled=True))) as client:
+        page = client.get("/ui/")
+        assert page.status_code == 200
+        assert "__gmtsTipInstalled" in page.text  # the tooltip script is in the head
+        config = client.get("/ui/config")
+        assert config.status_code == 200
+        assert ".tok" in config.text  # the renderer's CSS travels in the config
+        assert client.get("/healthz").status_code == 200  # the API still answers
+
+
+def test_ui_can_be_disabled(root: Path) -> None:
+    with TestClient(create_app(make_settings(root, ui_enabled=False))) as client:
+        assert client.get("/ui/").status_code == 404
+
+
+def test_ui_asks_for_the_api_key_when_one_is_set(root: Path) -> None:
+    app = create_app(make_settings(root, ui_enabled=True, api_key="s3cret"))
+    with TestClient(app) as client:
+        assert client.get("/ui/config").status_code == 401
+        bad = client.post("/ui/login", data={"username": "x", "password": "nope"})
+        assert bad.status_code >= 400
+        ok = client.post("/ui/login", data={"username": "x", "password": "s3cret"})
+        assert ok.status_code == 200
+        assert client.get("/ui/config").status_code == 200
+
+
+def test_login_check_compares_the_key() -> None:
+    assert api_key_login(None) is None
+    check = api_key_login("k")
+    assert check is not None and check("anyone", "k") and not check("anyone", "K")
+
+
+def test_backend_choice_follows_api_url(root: Path) -> None:
+    assert isinstance(make_backend(make_settings(root), object()), LocalBackend)
+    remote = make_backend(make_settings(root, api_url="http://127.0.0.1:9/"), object())
+    assert isinstance(remote, RemoteBackend) and remote.base_url == "http://127.0.0.1:9"
+
+
+def test_remote_backend_reports_an_unreachable_server() -> None:
+    from app.ui.client import BackendError
+
+    backend = RemoteBackend("http://127.0.0.1:9", timeout_s=2)
+    with pytest.raises(BackendError, match="cannot reach"):
+        backend.analyze({"prompt": "x"})
+    assert backend.models() == ([], None)
+
+
+def test_static_assets_exist() -> None:
+    assert (STATIC_DIR / "gmts.css").is_file()
+    assert "<script>" in ui_head() and "textContent" in ui_head()

@@ -1,0 +1,196 @@
+"""The explorer UI in a real Chromium: rendering, hover, charts, export, escaping, layout,
+the batch view, and the remote-backend mode against a second server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.main import create_app
+from app.ui.render import _fmt
+from gmts_core.demo import DEMO_MODEL_DIR
+from tests.app.api_helpers import LiveServer
+from tests.browser.conftest import demo_model_ready, ui_settings
+
+pytestmark = pytest.mark.browser
+
+TIMEOUT_MS = 180_000
+EVIL = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
+LONG_ANSWER = " 7+8=15 carry 1, 4+3+1=8, answer 85; checking: 85-38=47, so 47+38 is 85 indeed"
+
+
+def open_ui(chromium: Any, url: str, width: int = 1280, height: int = 800) -> Any:
+    context = chromium.new_context(
+        viewport={"width": width, "height": height}, accept_downloads=True
+    )
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url + "/ui/", wait_until="load")
+    page.wait_for_selector("#analyze-btn")
+    return page
+
+
+def set_number(page: Any, elem_id: str, value: int) -> None:
+    """Set a Gradio slider through its number box."""
+    box = page.locator(f"#{elem_id} input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def run_analysis(page: Any, prompt: str | None = None, answers: list[str] | None = None) -> None:
+    """Fill the form, press Analyze and wait until the token view shows the new result."""
+    if prompt is not None:
+        page.fill("#prompt textarea", prompt)
+    if answers is not None:
+        page.get_by_text("Paste answers instead of sampling").click()
+        page.fill("#answers textarea", "\n".join(answers))
+    page.click("#analyze-btn")
+    page.wait_for_selector("#token-view .gmts-view[data-group] .tok")
+    page.wait_for_selector("#json-download", state="visible")
+
+
+def download(page: Any, selector: str) -> Path:
+    with page.expect_download() as info:
+        page.click(selector)
+    return Path(info.value.path())
+
+
+def result_json(page: Any) -> dict[str, Any]:
+    return json.loads(download(page, "#json-download").read_text(encoding="utf-8"))
+
+
+def all_tokens(group: dict[str, Any]) -> list[dict[str, Any]]:
+    return [t for a in group["answers"] for t in a["tokens"]]
+
+
+def test_explore_sampled_group(chromium: Any, ui_server: LiveServer, artifacts: Path) -> None:
+    page = open_ui(chromium, ui_server.url)
+    set_number(page, "max-new-tokens", 40)
+    run_analysis(page)  # the default example prompt, sampled with G = 8
+    body = result_json(page)
+    tokens = all_tokens(body)
+    k = body["summary"]["k"]
+    view = page.locator("#token-view")
+    assert view.locator(".tok").count() == len(tokens) == body["summary"]["num_tokens"]
+    assert view.locator(".tok.sel-a").count() == k  # entropy
+    assert view.locator(".tok.sel-b").count() == k  # gmts
+    for ans in body["answers"]:
+        assert view.locator(f'.tok[data-answer="{ans["index"]}"]').count() == ans["length"]
+
+    # hover: the tooltip shows this token's numbers
+    span = view.locator(".tok").nth(min(4, len(tokens) - 1))
+    answer, pos = int(span.get_attribute("data-answer")), int(span.get_attribute("data-pos"))
+    tok = body["answers"][answer]["tokens"][pos]
+    span.hover()
+    tip = page.locator("#gmts-tip")
+    tip.wait_for(state="visible")
+    text = tip.inner_text()
+    assert f"position {pos}" in text and f"id {tok['id']}" in text
+    assert f"entropy {_fmt(tok['entropy'], 3)}" in text
+    assert f"grad_proxy {_fmt(tok['grad_proxy'])}" in text
+    assert "top alternatives" in text
+
+    # the scatter chart: a plotly div with at least one point per token
+    page.wait_for_selector("#scatter-plot .js-plotly-plot .scatterlayer .point")
+    assert page.locator("#scatter-plot .scatterlayer .point").count() >= len(tokens)
+
+    # CSV export: one row per token
+    with download(page, "#csv-download").open(encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(tokens)
+
+    page.screenshot(path=str(artifacts / "ui-explore.png"), full_page=True)
+    page.get_by_role("tab", name="Learn").click()
+    learn = page.locator("#learn-view")
+    learn.wait_for(state="visible")
+    assert "scaled by" in learn.inner_text() or "no gradient" in learn.inner_text()
+    page.screenshot(path=str(artifacts / "ui-learn.png"), full_page=True)
+    page.context.close()
+
+
+def test_markup_in_prompt_and_answers_renders_as_text(chromium: Any, ui_server: LiveServer) -> None:
+    page = open_ui(chromium, ui_server.url)
+    run_analysis(page, prompt=f"Q: 47+38=?{EVIL}\nA:", answers=[f" answer 85 {EVIL}", " 75"])
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("#token-view img").count() == 0
+    assert page.locator("#token-view script").count() == 0
+    assert "<script>" in page.locator("#token-view .prompt-text").inner_text()
+    assert "<img" in page.locator("#token-view .answer").first.inner_text()
+    page.locator("#token-view .tok").first.hover()
+    assert page.evaluate("window.__pwned") is None
+    page.context.close()
+
+
+def test_narrow_viewport_wraps_without_page_scroll(
+    chromium: Any, ui_server: LiveServer, artifacts: Path
+) -> None:
+    page = open_ui(chromium, ui_server.url, width=390, height=844)
+    run_analysis(page, answers=[LONG_ANSWER, " answer 75"])
+    width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= width[1] + 1, width
+    tops = page.evaluate(
+        "Array.from(document.querySelectorAll('#token-view .tok[data-answer=\"0\"]'))"
+        ".map(e => Math.round(e.getBoundingClientRect().top))"
+    )
+    assert len(set(tops)) > 1, "a long answer should wrap onto several lines"
+    page.screenshot(path=str(artifacts / "ui-explore-390px.png"), full_page=True)
+    page.context.close()
+
+
+def test_demo_batch_and_drill_down(chromium: Any, ui_server: LiveServer, artifacts: Path) -> None:
+    page = open_ui(chromium, ui_server.url)
+    page.get_by_text("Batch of prompts (selection across groups)").click()
+    set_number(page, "group-size", 4)  # 4 prompts x 4 answers keep the test quick on 2 cores
+    set_number(page, "max-new-tokens", 24)
+    page.click("#demo-batch-btn")
+    page.wait_for_function(
+        "document.querySelector('#batch-text textarea').value.split('---').length === 4"
+    )
+    page.click("#analyze-batch-btn")
+    page.wait_for_selector("#batch-box", state="visible")
+    page.wait_for_selector("#json-download", state="visible")
+    body = result_json(page)
+    assert len(body["groups"]) == 4
+    grid = page.locator("#batch-overview [role=grid]")
+    assert grid.get_attribute("aria-rowcount") == "5"  # a header row and one row per group
+    page.wait_for_selector("#budget-plot .js-plotly-plot .barlayer .point")
+
+    page.locator("#group-select input").click()
+    page.get_by_role("option", name=re.compile(r"^group 2:")).click()
+    page.wait_for_selector('#token-view .gmts-view[data-group="2"]')
+    group = body["groups"][2]
+    view = page.locator("#token-view")
+    assert view.locator(".tok").count() == group["summary"]["num_tokens"]
+    assert view.locator(".tok.sel-b").count() == group["summary"]["selected_count"]["gmts"]
+    assert view.locator(".tok.sel-a").count() == group["summary"]["selected_count"]["entropy"]
+    page.screenshot(path=str(artifacts / "ui-batch.png"), full_page=True)
+    page.context.close()
+
+
+def test_remote_backend_mode(chromium: Any, browser_model_root: Path) -> None:
+    """A UI server with api_url calls a second server's API; its own registry lacks the model."""
+    source = DEMO_MODEL_DIR if demo_model_ready() else browser_model_root / "tiny-random"
+    backend_settings = ui_settings(
+        browser_model_root,
+        ui_enabled=False,
+        model_aliases={"remote-only": str(source)},
+        default_model="remote-only",
+    )
+    with LiveServer(create_app(backend_settings)) as backend:
+        front_settings = ui_settings(
+            browser_model_root, api_url=backend.url, model_aliases={}, default_model="absent"
+        )
+        with LiveServer(create_app(front_settings)) as front:
+            page = open_ui(chromium, front.url)
+            assert f"remote {backend.url}" in page.locator("body").inner_text()
+            run_analysis(page, answers=[" answer 85", " answer 75", " 85"])
+            body = result_json(page)
+            assert body["model"] == backend_settings.default_model
+            n = sum(len(a["tokens"]) for a in body["answers"])
+            assert page.locator("#token-view .tok").count() == n
+            page.context.close()

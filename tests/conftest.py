@@ -1,0 +1,64 @@
+"""Shared fixtures: tiny random Llama / Qwen2 / GPT-2 model folders, built once per session.
+
+Each folder holds a ~30k-parameter random model in safetensors with a locally built tokenizer
+(tests/tiny_models.py), so no test downloads anything. Loaded models are cached per session;
+tests must not mutate them (base models are loaded with requires_grad False).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from gmts_core.modeling import LoadedModel, load_model
+from tests.tiny_models import save_tiny_model
+
+ARCHS = ("llama", "qwen2", "gpt2")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _few_threads() -> None:
+    """Tiny models gain nothing from many threads on a shared 2-core CI machine."""
+    torch.set_num_threads(min(torch.get_num_threads(), 2))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``tiny_model_dir(arch)``: the folder of a tiny random model, built on first use."""
+    root = tmp_path_factory.mktemp("tiny-models")
+    built: dict[str, Path] = {}
+
+    def get(arch: str) -> Path:
+        if arch not in built:
+            built[arch] = save_tiny_model(root / f"tiny-{arch}", arch)
+        return built[arch]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tiny_model_dir: Callable[[str], Path]) -> Callable[[str], LoadedModel]:
+    """``tiny_lm(arch)``: the loaded tiny model (float32 on CPU), loaded once per session."""
+    loaded: dict[str, LoadedModel] = {}
+
+    def get(arch: str) -> LoadedModel:
+        if arch not in loaded:
+            loaded[arch] = load_model(
+                tiny_model_dir(arch), name=f"tiny-{arch}", device="cpu", dtype="float32"
+            )
+        return loaded[arch]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tiny_model_dir: Callable[[str], Path]) -> Path:
+    return tiny_model_dir("llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tiny_lm: Callable[[str], LoadedModel]) -> LoadedModel:
+    return tiny_lm("llama")
