@@ -36,7 +36,7 @@ class RewardRule(BaseModel):
     )
 
     kind: str = Field(description="numeric | exact | regex | math", max_length=64)
-    reference: str | float = Field(description="The reference answer (or regex pattern).")
+    reference: str | int | float = Field(description="The reference answer (or regex pattern).")
 
     @field_validator("kind")
     @classmethod

@@ -37,6 +37,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--prompts-per-step", type=int, default=RLConfig.prompts_per_step)
     p.add_argument("--lr", type=float, default=RLConfig.learning_rate)
     p.add_argument("--inner-steps", type=int, default=RLConfig.inner_steps)
+    p.add_argument("--adam-epsilon", type=float, default=RLConfig.adam_epsilon)
+    p.add_argument("--policy", default="full", choices=["full", "lora"])
+    p.add_argument("--freeze-embeddings", type=int, default=1)
     p.add_argument("--eval-problems", type=int, default=300)
     p.add_argument("--eval-samples", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
@@ -57,6 +60,7 @@ def main() -> int:
         prompts_per_step=args.prompts_per_step,
         learning_rate=args.lr,
         inner_steps=args.inner_steps,
+        adam_epsilon=args.adam_epsilon,
     )
     problems = heldout_problems(args.eval_problems)
 
@@ -67,7 +71,8 @@ def main() -> int:
 
     start_time = time.perf_counter()
     before = accuracy(lm.model)
-    policy = TrainablePolicy(lm, PolicySettings(kind="full"))
+    settings = PolicySettings(kind=args.policy, freeze_embeddings=bool(args.freeze_embeddings))
+    policy = TrainablePolicy(lm, settings)
     optimizer = make_optimizer(policy, config)
     rewards = []
     for step in range(args.steps):
@@ -86,6 +91,9 @@ def main() -> int:
         "prompts_per_step": config.prompts_per_step,
         "learning_rate": config.learning_rate,
         "inner_steps": config.inner_steps,
+        "adam_epsilon": config.adam_epsilon,
+        "policy": args.policy,
+        "freeze_embeddings": bool(args.freeze_embeddings),
         "eval": f"{args.eval_problems} held-out problems x {args.eval_samples} samples at T=1",
         "accuracy_before": round(before, 4),
         "accuracy_after": round(after, 4),

@@ -88,6 +88,11 @@ def _current_rss_bytes() -> int:
         return _peak_rss_bytes()
 
 
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _make_inputs(args: argparse.Namespace) -> tuple[Any, Any]:
     """Random logits (B, T, V) filled in place row block by row block, and targets (B, T)."""
     import torch
@@ -150,18 +155,20 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     else:
         reset = _rss_reset()
         base = _current_rss_bytes() if reset else _peak_rss_bytes()
-    times, out = [], {}
+    times, cpu_times, out = [], [], {}
     for _ in range(args.repeats):
         out = {}  # free the previous outputs first
-        start = time.perf_counter()
+        cpu0, start = _cpu_seconds(), time.perf_counter()
         out = _run_variant(args.worker, logits, targets, args)
         sync()
         times.append(time.perf_counter() - start)
+        cpu_times.append(_cpu_seconds() - cpu0)
     peak = torch.cuda.max_memory_allocated() if cuda else _peak_rss_bytes()
     return {
         "variant": args.worker,
         "time_s": min(times),
         "times_s": times,
+        "cpu_s": min(cpu_times),  # process CPU time (all threads): steadier on a busy machine
         "peak_extra_bytes": max(peak - base, 0),
         "logits_bytes": logits.numel() * logits.element_size(),
         "means": {k: float(v.double().mean()) for k, v in out.items()},
@@ -192,10 +199,13 @@ def summarize(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> d
     from gmts_core.metrics import DEFAULT_CHUNK_SIZE
 
     t = {k: v["time_s"] for k, v in results.items()}
+    cpu = {k: v["cpu_s"] for k, v in results.items()}
     mem = {k: v["peak_extra_bytes"] for k, v in results.items()}
     ratios = {
         "time_chunked_vs_logsumexp": _ratio(t.get("chunked"), t.get("logsumexp")),
         "time_chunked_topk_vs_logsumexp": _ratio(t.get("chunked_topk"), t.get("logsumexp")),
+        "cpu_chunked_vs_logsumexp": _ratio(cpu.get("chunked"), cpu.get("logsumexp")),
+        "cpu_chunked_topk_vs_logsumexp": _ratio(cpu.get("chunked_topk"), cpu.get("logsumexp")),
         "mem_chunked_vs_naive": _ratio(mem.get("chunked"), mem.get("naive")),
         "mem_chunked_topk_vs_naive": _ratio(mem.get("chunked_topk"), mem.get("naive")),
     }
@@ -233,15 +243,19 @@ def print_table(report: dict[str, Any]) -> None:
         f"(torch {report['torch']}, {report['threads']} threads, chunk {report['chunk_size']}, "
         f"tau {report['temperature']}, best of {report['repeats']})"
     )
+    nan = float("nan")
     print(
-        f"{'variant':14s} {'time s':>9s} {'x logsumexp':>12s} {'peak extra MiB':>15s} {'x naive':>8s}"
+        f"{'variant':14s} {'time s':>9s} {'x logsumexp':>12s} {'cpu s':>9s} {'x logsumexp':>12s}"
+        f" {'peak extra MiB':>15s} {'x naive':>8s}"
     )
     for name, r in res.items():
         tr = _ratio(r["time_s"], lse.get("time_s"))
+        cr = _ratio(r["cpu_s"], lse.get("cpu_s"))
         mr = _ratio(r["peak_extra_bytes"], naive.get("peak_extra_bytes"))
         print(
-            f"{name:14s} {r['time_s']:9.3f} {tr if tr is not None else float('nan'):12.2f} "
-            f"{r['peak_extra_bytes'] / 2**20:15.1f} {mr if mr is not None else float('nan'):8.3f}"
+            f"{name:14s} {r['time_s']:9.3f} {tr if tr is not None else nan:12.2f} "
+            f"{r['cpu_s']:9.3f} {cr if cr is not None else nan:12.2f} "
+            f"{r['peak_extra_bytes'] / 2**20:15.1f} {mr if mr is not None else nan:8.3f}"
         )
     print("targets:", json.dumps(report["targets_met"]))
     if report["mean_abs_diff_chunked_vs_naive"]:

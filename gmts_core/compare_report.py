@@ -81,7 +81,7 @@ def compare_figures(result: CompareResult) -> dict[str, go.Figure]:
     }
     for i, m in enumerate(result.config.methods):
         acc = result.accuracy_curve(m)
-        _band(figs["accuracy"], [r["step"] for r in acc], acc, m, i)
+        _band(figs["accuracy"], [int(r["step"]) for r in acc], acc, m, i)
         _band(figs["reward"], steps, result.curve(m, "reward"), m, i)
         _band(figs["wasted_share"], steps, result.wasted_curve(m), m, i)
         _band(figs["loss"], steps, result.curve(m, "loss"), m, i)

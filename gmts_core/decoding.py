@@ -20,7 +20,42 @@ def decode(tokenizer: Any, ids: list[int]) -> str:
 
 
 def token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
-    """The text each token adds; ``"".join(token_texts(t, ids)) == decode(t, ids)``."""
+    """The text each token adds; ``"".join(token_texts(t, ids)) == decode(t, ids)``.
+
+    Decodes a short sliding window per token (linear time); if a decoder is not stable under
+    windowing, falls back to decoding every prefix (quadratic, exact).
+    """
+    full = decode(tokenizer, ids) if ids else ""
+    texts = _windowed_texts(tokenizer, ids)
+    if "".join(texts) != full:
+        texts = _prefix_texts(tokenizer, ids)
+        _repair_join(texts, full)
+    return texts
+
+
+def _windowed_texts(tokenizer: Any, ids: list[int]) -> list[str]:
+    """Incremental detokenization over a window that starts one emitted token back.
+
+    The window keeps the previous token as context, so decoders that treat a sequence's first
+    token specially (SentencePiece drops its leading space) still give each later token its
+    space; a token that ends inside a multi-byte character waits for the one completing it.
+    """
+    texts: list[str] = []
+    prefix, read = 0, 0  # ids[prefix:read] is decoded context already emitted
+    for i in range(len(ids)):
+        before = decode(tokenizer, ids[prefix:read])
+        after = decode(tokenizer, ids[prefix : i + 1])
+        complete = not after.endswith(_INCOMPLETE) and after.startswith(before)
+        if complete or i == len(ids) - 1:
+            texts.append(after[len(before) :] if after.startswith(before) else after)
+            prefix, read = read, i + 1
+        else:
+            texts.append("")
+    return texts
+
+
+def _prefix_texts(tokenizer: Any, ids: list[int]) -> list[str]:
+    """The exact but quadratic version: decode every prefix and take what each token adds."""
     texts: list[str] = []
     emitted = ""  # the decoded text already assigned to earlier tokens
     for i in range(len(ids)):
@@ -31,7 +66,6 @@ def token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
             emitted = current if current.startswith(emitted) else emitted
         else:
             texts.append("")  # inside a multi-byte character: wait for the completing token
-    _repair_join(texts, decode(tokenizer, ids) if ids else "")
     return texts
 
 

@@ -54,7 +54,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_BATCH_ELEMENTS = 2**26  # per-token gradient numbers held at once (256 MiB in float32)
 PRECISIONS: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.float64}
-_FULL = "\0full"  # accumulator of the full-loss gradient g (not a selection method)
 
 
 @dataclass
@@ -106,7 +105,7 @@ def _answer_forward(
     with torch.no_grad():
         # d l / d z = -coef (e_y - pi) / tau, so ||d l / d W|| = |coef| ||e_y - pi|| ||h|| / tau
         delta = z.softmax(-1)
-        delta[torch.arange(n), targets] -= 1.0
+        delta[torch.arange(n, device=device), targets] -= 1.0
         head = abs(coef) * delta.norm(dim=-1) * h.norm(dim=-1) / temperature
     return -coef * logp, head.double(), logp.detach().double()
 

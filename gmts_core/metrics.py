@@ -121,7 +121,7 @@ def _top_alternatives(
     return ids, top_lp
 
 
-_TOPK_BLOCK = 128
+_TOPK_BLOCK = 256
 
 
 def _top_k(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,8 +177,8 @@ def token_stats_chunked(
         empty = torch.empty(0, device=targets.device)
         no_ids = torch.empty(0, max(top_k, 0), dtype=torch.long, device=targets.device)
         return TokenStats(empty, empty, empty, empty, no_ids, torch.empty(0, max(top_k, 0)))
-    logprob, entropy, grad_norm, sum_sq, top_ids, top_lp = (torch.cat(p) for p in zip(*parts))
-    return TokenStats(logprob, entropy, grad_norm, sum_sq, top_ids, top_lp)
+    columns = (torch.cat(p) for p in zip(*parts, strict=True))  # one tensor per field
+    return TokenStats(*columns)
 
 
 def token_stats(

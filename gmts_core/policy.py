@@ -44,6 +44,9 @@ class PolicySettings:
     lora_alpha: int = 16
     lora_target_modules: str | tuple[str, ...] = "all-linear"
     seed: int = 0  # initialises the LoRA A matrices
+    # full copies: keep the token embeddings (and a tied LM head) frozen. A token's embedding
+    # is shared by every context it appears in, so RL updates to it move every sequence.
+    freeze_embeddings: bool = False
 
     def validate(self) -> None:
         if self.kind not in POLICY_KINDS:
@@ -105,9 +108,13 @@ class TrainablePolicy:
         self.base = base
         self.settings = settings
         self.kind = settings.resolve_kind(base.num_parameters)
+        self.model: torch.nn.Module
         if self.kind == "full":
             self.model = copy.deepcopy(base.model)
             self.model.requires_grad_(True)
+            if settings.freeze_embeddings:
+                self.model.get_input_embeddings().requires_grad_(False)
+                self.model.get_output_embeddings().requires_grad_(False)
         else:
             self.model = _lora_model(base.model, settings)
         self.model.eval()  # no dropout: a step is a deterministic function of its seed

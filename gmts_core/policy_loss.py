@@ -55,13 +55,27 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class LossTerms:
-    """One evaluation of the loss and what it is made of (tensors are scalars)."""
+    """One evaluation of the loss on some tokens, with counts so parts can be summed."""
 
-    loss: torch.Tensor  # differentiable total
-    policy_loss: torch.Tensor  # sum_t w m pg_t (detached)
-    kl_mean: torch.Tensor  # plain mean of kl_t over answer tokens (0 when not measured)
-    clip_low_fraction: float  # share of selected tokens with rho < 1 - eps_low and A < 0
-    clip_high_fraction: float  # share of selected tokens with rho > 1 + eps_high and A > 0
+    loss: torch.Tensor  # differentiable total: sum_t w m pg_t + beta * sum_t w kl_t
+    policy_loss: float  # sum_t w m pg_t
+    kl_sum: float  # sum_t kl_t over answer tokens (0 when not measured)
+    num_tokens: int
+    num_selected: int
+    clip_low: int  # selected tokens with rho < 1 - eps_low and A < 0
+    clip_high: int  # selected tokens with rho > 1 + eps_high and A > 0
+
+    @property
+    def kl_mean(self) -> float:
+        return self.kl_sum / max(self.num_tokens, 1)
+
+    @property
+    def clip_low_fraction(self) -> float:
+        return self.clip_low / max(self.num_selected, 1)
+
+    @property
+    def clip_high_fraction(self) -> float:
+        return self.clip_high / max(self.num_selected, 1)
 
 
 def grpo_loss(
@@ -77,8 +91,9 @@ def grpo_loss(
 ) -> LossTerms:
     """The clipped, masked GRPO loss of the module docstring; every tensor is per token (N,).
 
-    ``advantages`` and ``weights`` are A_i and w_i repeated over answer i's tokens; ``mask``
-    is the selection (bool). ``ref_logp`` is needed for the KL term and its report.
+    ``advantages`` and ``weights`` are A_i and w_i repeated over answer i's tokens (w already
+    normalised over the whole batch, so the loss of a batch is the sum of its parts' losses);
+    ``mask`` is the selection (bool). ``ref_logp`` is needed for the KL term and its report.
     """
     adv = advantages.to(logp)
     w = weights.to(logp)
@@ -88,19 +103,19 @@ def grpo_loss(
     per_token_pg = -torch.minimum(ratio * adv, clipped * adv)  # (N,)
     policy_loss = (w * m * per_token_pg).sum()
     loss = policy_loss
-    kl_mean = torch.zeros((), device=logp.device)
+    kl_sum = 0.0
     if ref_logp is not None:
         kl = k3_kl(logp, ref_logp.detach())  # (N,)
-        kl_mean = kl.detach().mean() if kl.numel() else kl_mean
+        kl_sum = float(kl.detach().sum())
         if beta != 0.0:
             loss = loss + beta * (w * kl).sum()
-    n_sel = max(int(mask.sum()), 1)
-    low = ((ratio < 1.0 - epsilon_low) & (adv < 0) & mask).sum()
-    high = ((ratio > 1.0 + epsilon_high) & (adv > 0) & mask).sum()
+    sel = mask.to(torch.bool)
     return LossTerms(
         loss=loss,
-        policy_loss=policy_loss.detach(),
-        kl_mean=kl_mean,
-        clip_low_fraction=int(low) / n_sel,
-        clip_high_fraction=int(high) / n_sel,
+        policy_loss=float(policy_loss.detach()),
+        kl_sum=kl_sum,
+        num_tokens=int(logp.numel()),
+        num_selected=int(sel.sum()),
+        clip_low=int(((ratio < 1.0 - epsilon_low) & (adv < 0) & sel).sum()),
+        clip_high=int(((ratio > 1.0 + epsilon_high) & (adv > 0) & sel).sum()),
     )

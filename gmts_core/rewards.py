@@ -76,6 +76,8 @@ _NUMBER = regex.compile(
     r"|(?<![\w.])[-+−]?\.\d+"
 )
 _BOXED = "\\boxed{"
+# LaTeX fractions with simple numeric parts: \frac{3}{4}, \dfrac{-1}{2}, \tfrac{3}{4}
+_LATEX_FRAC = regex.compile(r"\\[dt]?frac\s*\{\s*([-+−]?[\d.,]+)\s*\}\s*\{\s*([-+−]?[\d.,]+)\s*\}")
 
 
 def _last_boxed(text: str) -> str | None:
@@ -112,7 +114,7 @@ def parse_number(text: str) -> Fraction | None:
 def extract_final_number(text: str) -> str | None:
     """The final answer: the content of the last \\boxed{} if any, else the last number."""
     boxed = _last_boxed(text)
-    source = boxed if boxed is not None else text
+    source = _LATEX_FRAC.sub(r"\1/\2", boxed if boxed is not None else text)
     matches = _NUMBER.findall(source)
     if not matches:
         return boxed.strip() if boxed is not None and boxed.strip() else None

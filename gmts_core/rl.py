@@ -16,11 +16,13 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze, encode_prompt
 from gmts_core.errors import InvalidInputError
+from gmts_core.forward import _micro_batches
 from gmts_core.policy import TrainablePolicy
 from gmts_core.policy_loss import LossTerms, answer_logprobs, grpo_loss
 from gmts_core.records import AnalysisResult
@@ -56,6 +58,8 @@ class RLConfig:
     beta: float = 0.0  # weight of the k3 KL term to the reference (the starting policy)
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
+    adam_betas: tuple[float, float] = (0.9, 0.99)
+    adam_epsilon: float = 1e-8  # larger values damp the updates of parameters with tiny gradients
     temperature: float = 1.0  # sampling temperature and tau of the loss's log-probs
     top_p: float = 1.0
     max_new_tokens: int = 48
@@ -63,6 +67,7 @@ class RLConfig:
     loss_aggregation: str = "token_mean"
     chat_template: bool = False
     measure_kl: bool = True  # report KL even when beta is 0 (one more forward pass)
+    max_batch_tokens: int = 8192  # padded tokens per forward/backward micro-batch
     report_methods: tuple[str, ...] = ("entropy", "gmts")  # wasted_share etc. also for these
 
     def validate(self) -> None:
@@ -80,6 +85,7 @@ class RLConfig:
             (self.beta >= 0, "beta must be >= 0"),
             (self.max_grad_norm > 0, "max_grad_norm must be > 0"),
             (self.max_new_tokens >= 1, "max_new_tokens must be >= 1"),
+            (self.max_batch_tokens >= 1, "max_batch_tokens must be >= 1"),
         ]
         for ok, message in checks:
             if not ok:
@@ -167,7 +173,8 @@ def make_optimizer(policy: TrainablePolicy, config: RLConfig) -> torch.optim.Opt
     return torch.optim.AdamW(
         policy.trainable_parameters(),
         lr=config.learning_rate,
-        betas=(0.9, 0.99),
+        betas=config.adam_betas,
+        eps=config.adam_epsilon,
         weight_decay=config.weight_decay,
     )
 
@@ -187,41 +194,87 @@ class UpdateStats:
     per_inner_step: list[dict[str, float]] = field(default_factory=list)
 
 
-def _reference_logprobs(
-    policy: TrainablePolicy, batch: TrainBatch, pad_id: int, config: RLConfig
-) -> torch.Tensor | None:
-    if config.beta == 0 and not config.measure_kl:
-        return None
-    with torch.no_grad(), policy.reference() as ref:
-        return answer_logprobs(ref, batch.sequences, pad_id, config.temperature)
+Parts = list[tuple[list[int], slice]]  # micro-batches: answer indices and their token slice
+
+
+def micro_batches(batch: TrainBatch, max_tokens: int) -> Parts:
+    """Consecutive answers in padded batches of at most ``max_tokens`` tokens each."""
+    lengths = [len(p) + len(a) for p, a in batch.sequences]
+    offsets = [0]
+    for _, a in batch.sequences:
+        offsets.append(offsets[-1] + len(a))
+    return [
+        (idx, slice(offsets[idx[0]], offsets[idx[-1] + 1]))
+        for idx in _micro_batches(lengths, max_tokens)
+    ]
+
+
+def _logprobs(
+    model: Any, batch: TrainBatch, parts: Parts, pad_id: int, temperature: float
+) -> torch.Tensor:
+    """log pi of every token of the batch (N,), without gradients, part by part."""
+    with torch.no_grad():
+        return torch.cat(
+            [
+                answer_logprobs(model, [batch.sequences[i] for i in idx], pad_id, temperature)
+                for idx, _ in parts
+            ]
+        )
+
+
+def _merge(terms: list[LossTerms], grad_norm: float) -> dict[str, float]:
+    """One inner step's numbers from its micro-batches' terms (sums and counts)."""
+    tokens = sum(t.num_tokens for t in terms)
+    selected = max(sum(t.num_selected for t in terms), 1)
+    return {
+        "loss": sum(float(t.loss.detach()) for t in terms),
+        "policy_loss": sum(t.policy_loss for t in terms),
+        "kl": sum(t.kl_sum for t in terms) / max(tokens, 1),
+        "grad_norm": grad_norm,
+        "clip_low_fraction": sum(t.clip_low for t in terms) / selected,
+        "clip_high_fraction": sum(t.clip_high for t in terms) / selected,
+    }
 
 
 def _one_update(
     policy: TrainablePolicy,
     optimizer: torch.optim.Optimizer,
     batch: TrainBatch,
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
+    parts: Parts,
+    old_logp: torch.Tensor | None,
     ref_logp: torch.Tensor | None,
     config: RLConfig,
-) -> tuple[LossTerms, float]:
-    """One AdamW update; the gradient stays in ``.grad`` (clipped) for inspection."""
-    terms = grpo_loss(
-        logp,
-        old_logp,
-        batch.advantages,
-        batch.weights,
-        batch.mask,
-        config.epsilon_low,
-        config.epsilon_high,
-        ref_logp,
-        config.beta,
-    )
+) -> tuple[dict[str, float], torch.Tensor]:
+    """One AdamW update, gradients accumulated over micro-batches; returns its numbers and the
+    log-probs of pi_old (the current policy's own when ``old_logp`` is None, so rho = 1).
+
+    The gradient stays in ``.grad`` (clipped) for inspection.
+    """
+    pad_id = policy.tokenizer.pad_token_id
     optimizer.zero_grad(set_to_none=False)
-    terms.loss.backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), config.max_grad_norm)
+    terms, olds = [], []
+    for idx, sl in parts:
+        seqs = [batch.sequences[i] for i in idx]
+        logp = answer_logprobs(policy.model, seqs, pad_id, config.temperature)  # (n,)
+        old = logp.detach() if old_logp is None else old_logp[sl]
+        olds.append(old)
+        part = grpo_loss(
+            logp,
+            old,
+            batch.advantages[sl],
+            batch.weights[sl],
+            batch.mask[sl],
+            config.epsilon_low,
+            config.epsilon_high,
+            None if ref_logp is None else ref_logp[sl],
+            config.beta,
+        )
+        part.loss.backward()
+        terms.append(part)
+    params = policy.trainable_parameters()
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
     optimizer.step()
-    return terms, float(grad_norm)
+    return _merge(terms, grad_norm), torch.cat(olds)
 
 
 def policy_update(
@@ -232,27 +285,19 @@ def policy_update(
     for group in optimizer.param_groups:
         group["lr"] = config.learning_rate
         group["weight_decay"] = config.weight_decay
-    ref_logp = _reference_logprobs(policy, batch, pad_id, config)
+    parts = micro_batches(batch, config.max_batch_tokens)
+    ref_logp = None
+    if config.beta != 0 or config.measure_kl:
+        with policy.reference() as ref:
+            ref_logp = _logprobs(ref, batch, parts, pad_id, config.temperature)
     old_logp: torch.Tensor | None = None
     rows: list[dict[str, float]] = []
     for _ in range(config.inner_steps):
-        logp = answer_logprobs(policy.model, batch.sequences, pad_id, config.temperature)
-        if old_logp is None:
-            old_logp = logp.detach()  # so the ratio is exactly 1 at the first update
-        terms, grad_norm = _one_update(policy, optimizer, batch, logp, old_logp, ref_logp, config)
-        rows.append(
-            {
-                "loss": float(terms.loss.detach()),
-                "policy_loss": float(terms.policy_loss),
-                "kl": float(terms.kl_mean),
-                "grad_norm": grad_norm,
-                "clip_low_fraction": terms.clip_low_fraction,
-                "clip_high_fraction": terms.clip_high_fraction,
-            }
-        )
-    with torch.no_grad():
-        after = answer_logprobs(policy.model, batch.sequences, pad_id, config.temperature)
+        row, old = _one_update(policy, optimizer, batch, parts, old_logp, ref_logp, config)
+        old_logp = old if old_logp is None else old_logp
+        rows.append(row)
     assert old_logp is not None
+    after = _logprobs(policy.model, batch, parts, pad_id, config.temperature)
     means = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
     return UpdateStats(**means, logprob_before=old_logp, logprob_after=after, per_inner_step=rows)
 

@@ -96,7 +96,7 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
 async def validation_error_handler(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     details = [
-        {"field": _field(e.get("loc", ())), "message": _clean(e.get("msg", "")), "type": e.get("type")}
+        {"field": _field(e.get("loc", ())), "message": _clean(e.get("msg")), "type": e.get("type")}
         for e in exc.errors()
     ]
     message = "; ".join(f"{d['field']}: {d['message']}" for d in details) or "invalid request"

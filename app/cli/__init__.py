@@ -10,7 +10,7 @@ import logging
 
 from app.cli._app import cli
 
-_COMMAND_MODULES = ("analyze", "serve", "analyze_file", "compare", "gradcheck")
+_COMMAND_MODULES = ("analyze", "analyze_file", "serve", "demo", "gradcheck", "compare")
 
 
 def main() -> None:

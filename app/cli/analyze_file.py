@@ -37,7 +37,7 @@ class RolloutLine(BaseModel):
     prompt: str = Field(min_length=1)
     completions: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
     rewards: list[float] | None = None
-    reference: str | float | None = None
+    reference: str | int | float | None = None
     reward_kind: str | None = None
 
     @model_validator(mode="before")

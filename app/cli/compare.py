@@ -63,7 +63,8 @@ def compare_command(
     group_size: Annotated[int, typer.Option(help="Answers per prompt (G).")] = 8,
     prompts_per_step: Annotated[int, typer.Option(help="Prompts per step.")] = 8,
     lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = RLConfig.learning_rate,
-    inner_steps: Annotated[int, typer.Option(help="Updates per batch.")] = 1,
+    inner_steps: Annotated[int, typer.Option(help="Updates per batch.")] = RLConfig.inner_steps,
+    max_new_tokens: Annotated[int, typer.Option(help="Longest sampled answer.")] = 48,
     eval_every: Annotated[int, typer.Option(help="Evaluate every N steps.")] = 10,
     eval_problems: Annotated[int, typer.Option(help="Held-out problems.")] = 200,
     threads: Annotated[int, typer.Option(help="torch CPU threads (0: torch's default).")] = 1,
@@ -87,6 +88,7 @@ def compare_command(
                 prompts_per_step=prompts_per_step,
                 learning_rate=lr,
                 inner_steps=inner_steps,
+                max_new_tokens=max_new_tokens,
             ),
         )
         config.validate()

@@ -38,6 +38,15 @@ def api_key_login(api_key: str | None) -> Callable[[str, str], bool] | None:
     return check
 
 
+def extra_tabs() -> list[tuple[str, Any]]:
+    """Tabs after Explore and Learn, as ``(title, builder(ctx: UIContext))`` pairs.
+
+    The extension point for the Train and Compare tabs: add the pair here; each builder gets
+    the backend, the settings and the shared state (see ``app.ui.blocks.UIContext``).
+    """
+    return []
+
+
 def mount_ui(app: FastAPI, settings: Any, services: Any, path: str = UI_PATH) -> FastAPI:
     """Mount the explorer at ``path`` (default ``/ui``); returns the app."""
     import gradio as gr
@@ -46,7 +55,7 @@ def mount_ui(app: FastAPI, settings: Any, services: Any, path: str = UI_PATH) ->
     from app.ui.client import make_backend
 
     backend = make_backend(settings, services)
-    blocks = build_blocks(backend, settings)
+    blocks = build_blocks(backend, settings, extra_tabs())
     logger.info("mounting the UI at %s (%s backend)", path, backend.label)
     return gr.mount_gradio_app(
         app,

@@ -61,76 +61,75 @@ def _form(values: Sequence[Any]) -> explore.ExploreForm:
     return explore.ExploreForm(**dict(zip(FORM_FIELDS, values, strict=True)))
 
 
-def _controls(ctx: UIContext) -> dict[str, gr.components.Component]:
-    """The Explore form's components, keyed by ExploreForm field name."""
+def _prompt_column(c: dict[str, Any]) -> None:
+    """Prompt, reference, the demo task's example prompts and pasted answers."""
     from gmts_core.tasks.arith import example_prompts
 
     examples = example_prompts()
     first = next((e for e in examples if e.label == "carry"), examples[0])
-    models, default_model = ctx.backend.models()
+    c["prompt"] = gr.Textbox(first.prompt, label="Prompt", lines=3, elem_id="prompt")
+    c["reference"] = gr.Textbox(
+        first.reference, label="Reference answer (for the reward rule)", elem_id="reference"
+    )
+    gr.Examples(
+        [[e.prompt, e.reference] for e in examples],
+        [c["prompt"], c["reference"]],
+        label="Example prompts (demo task)",
+        example_labels=[f"{e.label}: {e.note}" for e in examples],
+    )
+    with gr.Accordion("Paste answers instead of sampling", open=False):
+        c["answers_text"] = gr.Textbox(
+            "",
+            label="Answers: one per line, or blocks separated by '---' lines",
+            lines=4,
+            elem_id="answers",
+        )
+
+
+def _settings_column(c: dict[str, Any], backend: Backend) -> None:
+    """Model, sampling, reward, selection and the two methods to compare."""
+    models, default_model = backend.models()
     methods = explore.method_choices()
-    c: dict[str, gr.components.Component] = {}
+    c["model"] = gr.Dropdown(models, value=default_model, label="Model", allow_custom_value=True)
+    with gr.Row():
+        c["group_size"] = gr.Slider(1, 32, 8, step=1, label="Group size G", elem_id="group-size")
+        c["temperature"] = gr.Slider(0.1, 2.0, 1.0, step=0.05, label="Temperature")
+    with gr.Row():
+        c["max_new_tokens"] = gr.Slider(
+            4, 256, 48, step=4, label="Max new tokens", elem_id="max-new-tokens"
+        )
+        c["seed"] = gr.Number(0, precision=0, label="Seed", minimum=0)
+    with gr.Row():
+        c["reward_kind"] = gr.Dropdown(
+            explore.reward_choices(), value="numeric", label="Reward rule", elem_id="reward-kind"
+        )
+        c["explicit_rewards"] = gr.Textbox(
+            "", label="Explicit rewards (e.g. 1,0,0,1)", elem_id="explicit-rewards"
+        )
+    with gr.Row():
+        c["ratio"] = gr.Slider(0.05, 1.0, 0.2, step=0.05, label="Selection ratio")
+        c["scope"] = gr.Radio(["batch", "group", "answer"], value="batch", label="Scope")
+    with gr.Row():
+        c["method_a"] = gr.Dropdown(methods, value="entropy", label="Method A", elem_id="method-a")
+        c["method_b"] = gr.Dropdown(methods, value="gmts", label="Method B", elem_id="method-b")
+    c["top_alternatives"] = gr.Slider(0, 20, 5, step=1, label="Alternatives per token")
+
+
+def _controls(ctx: UIContext) -> dict[str, Any]:
+    """The Explore form's components, keyed (and ordered) by ExploreForm field name."""
+    c: dict[str, Any] = {}
     with gr.Row(equal_height=False):
         with gr.Column(scale=3, min_width=300):
-            c["prompt"] = gr.Textbox(first.prompt, label="Prompt", lines=3, elem_id="prompt")
-            c["reference"] = gr.Textbox(
-                first.reference, label="Reference answer (for the reward rule)", elem_id="reference"
-            )
-            gr.Examples(
-                [[e.prompt, e.reference] for e in examples],
-                [c["prompt"], c["reference"]],
-                label="Example prompts (demo task)",
-                example_labels=[f"{e.label}: {e.note}" for e in examples],
-            )
-            with gr.Accordion("Paste answers instead of sampling", open=False):
-                c["answers_text"] = gr.Textbox(
-                    "",
-                    label="Answers: one per line, or blocks separated by '---' lines",
-                    lines=4,
-                    elem_id="answers",
-                )
+            _prompt_column(c)
         with gr.Column(scale=2, min_width=280):
-            c["model"] = gr.Dropdown(
-                models, value=default_model, label="Model", allow_custom_value=True
-            )
-            with gr.Row():
-                c["group_size"] = gr.Slider(
-                    1, 32, 8, step=1, label="Group size G", elem_id="group-size"
-                )
-                c["temperature"] = gr.Slider(0.1, 2.0, 1.0, step=0.05, label="Temperature")
-            with gr.Row():
-                c["max_new_tokens"] = gr.Slider(
-                    4, 256, 48, step=4, label="Max new tokens", elem_id="max-new-tokens"
-                )
-                c["seed"] = gr.Number(0, precision=0, label="Seed", minimum=0)
-            with gr.Row():
-                c["reward_kind"] = gr.Dropdown(
-                    explore.reward_choices(),
-                    value="numeric",
-                    label="Reward rule",
-                    elem_id="reward-kind",
-                )
-                c["explicit_rewards"] = gr.Textbox(
-                    "", label="Explicit rewards (e.g. 1,0,0,1)", elem_id="explicit-rewards"
-                )
-            with gr.Row():
-                c["ratio"] = gr.Slider(0.05, 1.0, 0.2, step=0.05, label="Selection ratio")
-                c["scope"] = gr.Radio(["batch", "group", "answer"], value="batch", label="Scope")
-            with gr.Row():
-                c["method_a"] = gr.Dropdown(
-                    methods, value="entropy", label="Method A", elem_id="method-a"
-                )
-                c["method_b"] = gr.Dropdown(
-                    methods, value="gmts", label="Method B", elem_id="method-b"
-                )
-            c["top_alternatives"] = gr.Slider(0, 20, 5, step=1, label="Alternatives per token")
-    ctx.method_a, ctx.method_b = c["method_a"], c["method_b"]  # type: ignore[assignment]
+            _settings_column(c, ctx.backend)
+    ctx.method_a, ctx.method_b = c["method_a"], c["method_b"]
     return {name: c[name] for name in FORM_FIELDS}
 
 
 @dataclass
 class ExploreOutputs:
-    """The Explore tab's output components, in the order handlers return them."""
+    """The Explore tab's output components; ``view_list`` is the order ``views`` returns."""
 
     notes: gr.Markdown
     tokens: gr.HTML
@@ -139,10 +138,14 @@ class ExploreOutputs:
     distributions: gr.Plot
     positions: gr.Plot
     advantages: gr.Plot
-    learn: gr.HTML
+    learn: gr.HTML  # rendered in the Learn tab
     overview: gr.Dataframe
     budget: gr.Plot
     batch_box: gr.Column
+    group: gr.Dropdown  # drill-down: which group the views show
+    color_by: gr.Dropdown
+    csv: gr.DownloadButton
+    json: gr.DownloadButton
 
     def view_list(self) -> list[Any]:
         return [
@@ -193,38 +196,60 @@ def exports(result: Any) -> list[Any]:
     ]
 
 
-def _outputs_panel() -> tuple[ExploreOutputs, gr.Dropdown, gr.DownloadButton, gr.DownloadButton]:
+def _plots() -> dict[str, gr.Plot]:
+    """The four per-group charts, two per row (one per row on a phone)."""
+    names = [
+        ("scatter", "Entropy vs gradient proxy"),
+        ("advantages", "Advantages"),
+        ("distributions", "Distributions"),
+        ("positions", "By position"),
+    ]
+    plots: dict[str, gr.Plot] = {}
+    for i in range(0, len(names), 2):
+        with gr.Row():
+            for key, label in names[i : i + 2]:
+                plots[key] = gr.Plot(label=label, elem_id=f"{key}-plot", min_width=300)
+    return plots
+
+
+def _outputs_panel() -> ExploreOutputs:
     notes = gr.Markdown(elem_id="notes")
     with gr.Column(visible=False, elem_id="batch-box") as batch_box:
         overview = gr.Dataframe(
-            headers=batch.OVERVIEW_HEADERS, label="Groups", interactive=False, wrap=True,
+            headers=batch.OVERVIEW_HEADERS,
+            label="Groups",
+            interactive=False,
+            wrap=True,
             elem_id="batch-overview",
-        )  # fmt: skip
+        )
         group = gr.Dropdown([], value=None, label="Drill into group", elem_id="group-select")
         budget = gr.Plot(label="Selection budget per group", elem_id="budget-plot")
     with gr.Row():
-        color_by = gr.Dropdown(explore.color_choices(), value="entropy", label="Shade tokens by",
-                               elem_id="color-by", scale=1, min_width=160)  # fmt: skip
-        csv_btn = gr.DownloadButton("Download CSV", visible=False, elem_id="csv-download",
-                                    scale=0, min_width=140)  # fmt: skip
-        json_btn = gr.DownloadButton("Download JSON", visible=False, elem_id="json-download",
-                                     scale=0, min_width=140)  # fmt: skip
-    tokens = gr.HTML(explore.explore_view(None, "entropy", "gmts", "entropy").tokens_html,
-                     elem_id="token-view", js_on_load=None)  # fmt: skip
-    summary = gr.Dataframe(headers=SUMMARY_HEADERS, label="Summary", interactive=False, wrap=True,
-                           elem_id="summary-table")  # fmt: skip
-    with gr.Row():
-        scatter = gr.Plot(label="Entropy vs gradient proxy", elem_id="scatter-plot", min_width=300)
-        advantages = gr.Plot(label="Advantages", elem_id="advantage-plot", min_width=300)
-    with gr.Row():
-        distributions = gr.Plot(label="Distributions", elem_id="dist-plot", min_width=300)
-        positions = gr.Plot(label="By position", elem_id="position-plot", min_width=300)
-    out = ExploreOutputs(
-        notes, tokens, summary, scatter, distributions, positions, advantages,
-        gr.HTML(render=False, elem_id="learn-view"), overview, budget, batch_box,
+        color_by = gr.Dropdown(
+            explore.color_choices(), value="entropy", label="Shade tokens by", elem_id="color-by"
+        )
+        downloads = [
+            gr.DownloadButton(
+                f"Download {kind.upper()}",
+                visible=False,
+                elem_id=f"{kind}-download",
+                scale=0,
+                min_width=140,
+            )  # fmt: skip
+            for kind in ("csv", "json")
+        ]
+    empty = explore.explore_view(None, "entropy", "gmts", "entropy")
+    tokens = gr.HTML(empty.tokens_html, elem_id="token-view", js_on_load=None)
+    summary = gr.Dataframe(
+        headers=SUMMARY_HEADERS, label="Summary", interactive=False, wrap=True,
+        elem_id="summary-table",
     )  # fmt: skip
-    out.color_by = color_by  # type: ignore[attr-defined]
-    return out, group, csv_btn, json_btn
+    plots = _plots()
+    learn = gr.HTML(empty.learn_html, render=False, elem_id="learn-view", js_on_load=None)
+    return ExploreOutputs(
+        notes, tokens, summary, plots["scatter"], plots["distributions"], plots["positions"],
+        plots["advantages"], learn, overview, budget, batch_box, group, color_by, *downloads,
+    )  # fmt: skip
 
 
 def build_explore_tab(ctx: UIContext) -> ExploreOutputs:
@@ -242,11 +267,10 @@ def build_explore_tab(ctx: UIContext) -> ExploreOutputs:
         with gr.Row():
             demo_btn = gr.Button("Demo batch (4 prompts)", elem_id="demo-batch-btn")
             batch_btn = gr.Button("Analyze batch", variant="primary", elem_id="analyze-batch-btn")
-    out, group, csv_btn, json_btn = _outputs_panel()
-    color_by = out.color_by  # type: ignore[attr-defined]
+    out = _outputs_panel()
     ctx.extras["explore_outputs"] = out
-    a, b = form["method_a"], form["method_b"]
-    new_outputs = [ctx.result, group, *out.view_list()]
+    a, b, color_by = form["method_a"], form["method_b"], out.color_by
+    new_outputs = [ctx.result, out.group, *out.view_list()]
 
     def run_single(*values: Any) -> list[Any]:
         f = _form(values[:-1])
@@ -262,11 +286,11 @@ def build_explore_tab(ctx: UIContext) -> ExploreOutputs:
     inputs = list(form.values())
     for btn, fn, extra in ((analyze_btn, run_single, []), (batch_btn, run_batch, [batch_text])):
         btn.click(fn, [*inputs, *extra, color_by], new_outputs).success(
-            exports, [ctx.result], [csv_btn, json_btn]
+            exports, [ctx.result], [out.csv, out.json]
         )
     demo_btn.click(lambda seed: batch.demo_batch_text(int(seed or 0)), [form["seed"]], batch_text)
-    for trigger in (a, b, color_by, group):
-        trigger.change(views, [ctx.result, a, b, color_by, group], out.view_list())
+    for trigger in (a, b, color_by, out.group):
+        trigger.input(views, [ctx.result, a, b, color_by, out.group], out.view_list())
     return out
 
 

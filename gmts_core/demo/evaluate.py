@@ -41,6 +41,7 @@ class DemoEvalConfig:
     top_ratio: float = 0.2
     max_new_tokens: int = 48
     seed: int = 0
+    num_threads: int = 1  # one thread: reproducible, and fastest on a small shared CPU
 
 
 @dataclass(frozen=True)
@@ -208,11 +209,15 @@ def evaluate_demo_model(
     config = config or DemoEvalConfig()
     problems = problems or generate_problems(config.num_prompts, config.seed, "heldout")
     model.eval()
-    torch.manual_seed(config.seed)
-    groups = [sample_group(model, tokenizer, p, config) for p in problems]
-    greedy = sample_answers(
-        model, tokenizer, [p.prompt for p in problems], None, config.max_new_tokens
-    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.num_threads)
+    try:
+        torch.manual_seed(config.seed)
+        groups = [sample_group(model, tokenizer, p, config) for p in problems]
+        prompts = [p.prompt for p in problems]
+        greedy = sample_answers(model, tokenizer, prompts, None, config.max_new_tokens)
+    finally:
+        torch.set_num_threads(threads)
     greedy_rewards = [
         p.reward(tokenizer.decode(ans, skip_special_tokens=True)).reward
         for p, ans in zip(problems, greedy, strict=True)

@@ -12,8 +12,11 @@ How it hooks into TRL (1.16), with no copy of TRL's loss code:
   chosen ``gmts_core`` method, and makes TRL always ask for a mask.
 - TRL scores completions with a fused, chunked LM head that never materializes the logits. The
   same kernel pass that gives TRL its entropy also returns ``log(sum_v pi_v^2)`` when asked, so
-  the exact per-token gradient norm g = (1/tau) sqrt(1 - 2p + sum pi^2)
-  (:func:`gmts_core.metrics.grad_norm_from_probs`) costs no extra pass over the vocabulary.
+  the per-token gradient norm g = (1/tau) sqrt(1 - 2p + sum pi^2) (the formula of
+  :mod:`gmts_core.metrics`) costs no extra pass over the vocabulary
+  (:func:`grad_norm_from_logprob`; exact except for very confident tokens, p > ~0.999, where
+  the kernel's float32 sums cancel and g is only known within a factor sqrt(2): those tokens
+  sit at the bottom of the GMTS ranking).
 - The advantages come from ``inputs["advantages"]``; the loss-aggregation weights w_i follow
   TRL's ``loss_type`` (:data:`TRL_LOSS_AGGREGATION`), so gamma = |A_i| w_i g is the norm of
   the gradient of TRL's own loss at each token's logits (on-policy, before clipping).
@@ -29,7 +32,9 @@ tied at the threshold), selection keeps exactly k = ceil(ratio * N) tokens, ties
 
 from __future__ import annotations
 
+import functools
 import logging
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,7 +169,9 @@ class GMTSGRPOTrainer(GRPOTrainer):
         """Ask TRL's fused LM head for log(sum pi^2) too, and capture its per-token outputs.
 
         TRL patched ``forward`` with outputs (log_probs, entropy); patching again wraps that
-        forward (called unchanged without ``fused_lm_head``), so generation is unaffected.
+        forward (called unchanged without ``fused_lm_head``), so generation is unaffected. The
+        capture wraps ``forward`` itself rather than using a module hook, because some wrappers
+        (older PEFT releases) call ``model.forward`` directly, which skips hooks.
         """
         base = self._base_model()
         args: Any = self.args  # a GRPOConfig
@@ -174,16 +181,21 @@ class GMTSGRPOTrainer(GRPOTrainer):
             cast_lm_head_to_fp32=args.cast_lm_head_to_fp32,
             outputs=_FUSED_OUTPUTS,
         )
-        base.register_forward_hook(self._capture_fused_outputs)
+        fused_forward = base.forward
+
+        @functools.wraps(type(base).forward)  # generate() validates kwargs against it
+        def forward_and_capture(module: torch.nn.Module, *f_args: Any, **f_kwargs: Any) -> Any:
+            output = fused_forward(*f_args, **f_kwargs)
+            if self._capturing and getattr(output, "log_sum_sq_probs", None) is not None:
+                self._captured.append(output)
+            return output
+
+        base.forward = types.MethodType(forward_and_capture, base)
 
     def _base_model(self) -> Any:
         """The policy under any PEFT wrapper: the module TRL gave its fused LM head."""
         model: Any = self.model
         return model.get_base_model() if is_peft_model(model) else model
-
-    def _capture_fused_outputs(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if self._capturing and getattr(output, "log_sum_sq_probs", None) is not None:
-            self._captured.append(output)
 
     def _compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
         self._captured, self._capturing, self._batch = [], True, inputs
@@ -284,14 +296,14 @@ class GMTSGRPOTrainer(GRPOTrainer):
         x, sel = applied.inputs, applied.selection
         if x.num_tokens == 0:
             return
-        ratio = self.selection_ratio
-        by_entropy = select(x, "entropy", ratio).selected
-        by_gmts = select(x, "gmts", ratio).selected
+        ratio, chosen = self.selection_ratio, self.token_selection
+        by_entropy = sel.selected if chosen == "entropy" else select(x, "entropy", ratio).selected
+        by_gmts = sel.selected if chosen == "gmts" else select(x, "gmts", ratio).selected
         metrics = self._metrics[mode]
         metrics["gmts/selected_fraction"].append(float(sel.selected.double().mean()))
         if float(x.grad_proxy.sum()) > 0.0:  # GMTS ranks nothing in a zero-signal batch
             metrics["gmts/overlap_entropy_gmts"].append(overlap(by_entropy, by_gmts)["jaccard"])
             metrics["gmts/gradient_coverage"].append(gradient_coverage(x.grad_proxy, sel.selected))
-            for name, chosen in (("entropy", by_entropy), ("gmts", by_gmts)):
-                cov = gradient_coverage(x.grad_proxy, chosen)
+            for name, mask in (("entropy", by_entropy), ("gmts", by_gmts)):
+                cov = gradient_coverage(x.grad_proxy, mask)
                 metrics[f"gmts/gradient_coverage_{name}"].append(cov)

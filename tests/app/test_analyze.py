@@ -183,3 +183,12 @@ def test_openapi_documents_examples_and_errors(client: TestClient) -> None:
     assert {"sampled", "given", "batch"} <= set(examples)
     assert {"401", "404", "413", "422", "429"} <= set(op["responses"])
     assert "ErrorBody" in op["responses"]["422"]["content"]["application/json"]["schema"]["$ref"]
+
+
+def test_numeric_json_reference_keeps_its_form(client: TestClient) -> None:
+    """A JSON number reference 85 must compare as "85" (not "85.0") under the exact rule."""
+    body = given_body(answers=[" 85", " 75"], rewards=None)
+    body["reward"] = {"kind": "exact", "reference": 85}
+    out = client.post("/v1/analyze", json=body).json()
+    assert [a["reward"] for a in out["answers"]] == [1.0, 0.0]
+    assert out["answers"][0]["reward_detail"]["reference"] == "85"

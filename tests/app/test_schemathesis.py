@@ -26,7 +26,8 @@ from tests.app.api_helpers import make_settings
 
 KEY = "fuzz-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-EXAMPLES = {GenerationMode.POSITIVE: 100, GenerationMode.NEGATIVE: 50}  # per POST route
+# per POST/DELETE route of this issue (/v1/analyze*); other routes (sessions) get a quarter
+EXAMPLES = {GenerationMode.POSITIVE: 60, GenerationMode.NEGATIVE: 30}
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +77,8 @@ def test_generated_requests_never_get_a_5xx(fuzz_app: FastAPI) -> None:
         if operation.method.upper() == "GET":  # no inputs: a few calls suffice
             total += _fuzz(operation, GenerationMode.POSITIVE, 3)
             continue
+        ours = operation.path.startswith("/v1/analyze")
         for mode, n in EXAMPLES.items():
-            import time; t=time.time(); c = _fuzz(operation, mode, n); total += c
-            print(operation.label, mode, round(time.time()-t,1), dict(c))
+            total += _fuzz(operation, mode, n if ours else max(n // 4, 5))
     assert sum(total.values()) >= 250, total
     assert total[200] > 0, total  # some generated analyses really ran

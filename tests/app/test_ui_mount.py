@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.ui import STATIC_DIR, api_key_login, ui_head
 from app.ui.client import LocalBackend, RemoteBackend, make_backend
+from gmts_core.errors import GMTSError
 from tests.app.api_helpers import make_settings
 
 
@@ -69,3 +70,21 @@ def test_remote_backend_reports_an_unreachable_server() -> None:
 def test_static_assets_exist() -> None:
     assert (STATIC_DIR / "gmts.css").is_file()
     assert "<script>" in ui_head() and "textContent" in ui_head()
+
+
+def test_remote_and_local_backends_give_the_same_result(model_root: Path) -> None:
+    """The UI's remote mode against a second server on 127.0.0.1 returns the local dict."""
+    from tests.app.api_helpers import LiveServer, given_body
+
+    app = create_app(make_settings(model_root))
+    local = LocalBackend(app.state.services)
+    with LiveServer(app) as server:
+        remote = RemoteBackend(server.url)
+        names, default = remote.models()
+        assert default in names and (names, default) == local.models()
+        body = given_body()
+        assert remote.analyze(body) == local.analyze(body)
+        with pytest.raises(GMTSError, match="ratio"):
+            remote.analyze(given_body(selection={"ratio": 2}))
+        with pytest.raises(GMTSError, match="ratio"):
+            local.analyze(given_body(selection={"ratio": 2}))

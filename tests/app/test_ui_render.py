@@ -12,16 +12,15 @@ import pytest
 from app.ui import charts, learn, render
 from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze
 from gmts_core.modeling import load_model
-from tests.tiny_models import save_tiny_model
+from tests.app.api_helpers import TINY
 
 EVIL = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 METHODS = ("entropy", "gmts")
 
 
 @pytest.fixture(scope="module")
-def tiny_lm(tmp_path_factory: pytest.TempPathFactory):
-    folder = save_tiny_model(Path(tmp_path_factory.mktemp("tiny")) / "llama", "llama")
-    return load_model(folder, name="tiny")
+def tiny_lm(model_root: Path):
+    return load_model(model_root / TINY, name="tiny")
 
 
 @pytest.fixture(scope="module")

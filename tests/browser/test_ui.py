@@ -194,3 +194,11 @@ def test_remote_backend_mode(chromium: Any, browser_model_root: Path) -> None:
             n = sum(len(a["tokens"]) for a in body["answers"])
             assert page.locator("#token-view .tok").count() == n
             page.context.close()
+
+
+def test_user_error_shows_the_library_message(chromium: Any, ui_server: LiveServer) -> None:
+    page = open_ui(chromium, ui_server.url)
+    page.fill("#reference textarea, #reference input", "")
+    page.click("#analyze-btn")
+    page.get_by_text("needs a reference answer").first.wait_for(state="visible")
+    page.context.close()

@@ -185,3 +185,18 @@ def test_batched_evaluation_equals_one_prompt_at_a_time(lm: LoadedModel) -> None
         expected.append(compute_reward("regex", text, p.reference).reward)
     assert got.per_problem == expected
     assert got.accuracy == pytest.approx(sum(expected) / len(expected))
+
+
+def test_micro_batches_accumulate_the_same_gradient(lm: LoadedModel) -> None:
+    config = dataclasses.replace(CONFIG, learning_rate=0.0, beta=0.1)
+    grads, metrics = [], []
+    for max_tokens in (100_000, 1):  # one forward for the batch / one per answer
+        policy = TrainablePolicy(lm, PolicySettings(kind="full"))
+        cfg = dataclasses.replace(config, max_batch_tokens=max_tokens)
+        step = grpo_step(policy, make_optimizer(policy, cfg), PROMPTS, cfg, seed=3)
+        grads.append([p.grad.clone() for p in policy.trainable_parameters()])
+        metrics.append(step.metrics)
+    for g0, g1 in zip(*grads, strict=True):
+        torch.testing.assert_close(g0, g1, rtol=1e-4, atol=1e-7)
+    assert metrics[0].loss == pytest.approx(metrics[1].loss, rel=1e-4, abs=1e-7)
+    assert metrics[0].selected_fraction == metrics[1].selected_fraction

@@ -190,7 +190,7 @@ lengths_strategy = st.lists(
 def test_gmts_coverage_dominates_every_method(
     lengths: list[list[int]], seed: int, ratio: float, scope: str, zero_first: bool
 ) -> None:
-    """With the same k per scope, the top-k by gamma keeps the most gamma mass: no method beats it."""
+    """With the same k per scope, top-k by gamma keeps the most gamma mass: none beats it."""
     x = make_inputs(lengths, seed=seed, zero_groups=(0,) if zero_first else ())
     cov = {
         m: gradient_coverage(x.grad_proxy, select(x, m, ratio, scope).selected)

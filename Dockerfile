@@ -1,0 +1,35 @@
+# GMTS Explorer, CPU image: the API, its docs and the UI on port 8000.
+#   docker build -t gmts-explorer .
+#   docker run --rm -p 8000:8000 gmts-explorer      # then open http://127.0.0.1:8000/ui
+# Set GMTS_API_KEY (and GMTS_CORS_ORIGINS if a browser app calls the API) when the port is
+# reachable by others; mount extra models read-only and list their folder in GMTS_MODEL_ROOTS.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HF_HUB_OFFLINE=1 \
+    GMTS_HOST=0.0.0.0 \
+    GMTS_PORT=8000
+
+# The CPU build of torch first, so the project's torch>=2.4 requirement installs nothing more.
+RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY gmts_core ./gmts_core
+COPY app ./app
+COPY static ./static
+# Editable: the UI reads its CSS/JS from the source tree's static/ folder.
+RUN pip install -e .
+
+RUN useradd --create-home --uid 10001 gmts
+USER gmts
+ENV HF_HOME=/home/gmts/.cache/huggingface
+
+EXPOSE 8000
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD python -c "import urllib.request, sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4).status != 200)"
+
+CMD ["gmts", "serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -1,0 +1,195 @@
+"""Benchmark: end-to-end ``POST /v1/analyze`` vs a bare ``model.generate`` of the same answers.
+
+The analysis samples ``--num-samples`` answers of exactly ``--max-new-tokens`` tokens each
+(default 8 x 64) on the bundled ``tiny-arith`` model, then computes every per-token statistic,
+every selection method and the summaries, and serializes the JSON body. The reference is one
+bare batched ``model.generate`` call with the same prompt, seed and sampling settings, i.e. the
+cheapest way to merely *produce* those answers. Both are forced to the full length with
+``min_new_tokens`` (set on the model's generation config, which both paths use), so neither
+stops early at the end-of-sequence token; the benchmark checks that both produce the same
+token ids.
+
+The request goes through the real app (``create_app``): by default over HTTP to a uvicorn
+server on 127.0.0.1 (``--transport http``), or in-process through Starlette's TestClient
+(``--transport asgi``). The two are timed alternately, ``--repeats`` times each after a
+warm-up, and the medians are compared. Target: analyze / generate <= 1.5.
+
+    .venv/bin/python benchmarks/analyze_vs_generate.py
+    .venv/bin/python benchmarks/analyze_vs_generate.py --json --repeats 9
+    .venv/bin/python benchmarks/analyze_vs_generate.py --num-samples 2 --max-new-tokens 8 --repeats 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import torch
+from _common import LiveServer, emit, machine, median
+from fastapi.testclient import TestClient
+
+from app.core.config import Settings
+from app.main import create_app
+from gmts_core.analysis import encode_prompt
+from gmts_core.modeling import LoadedModel
+
+TARGET_RATIO = 1.5
+PROMPT = "Q: 47+38=?\nA:"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", default="tiny-arith", help="alias or folder (default: demo)")
+    p.add_argument("--prompt", default=PROMPT)
+    p.add_argument("--num-samples", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=7, help="timed runs of each (median)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (both paths)")
+    p.add_argument("--transport", choices=("http", "asgi"), default="http")
+    p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    return p.parse_args(argv)
+
+
+def request_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The analyze request: sampling fields, a reward rule, every default selection method."""
+    return {
+        "model": args.model,
+        "prompt": args.prompt,
+        "num_samples": args.num_samples,
+        "max_new_tokens": args.max_new_tokens,
+        "temperature": args.temperature,
+        "seed": args.seed,
+        "reward": {"kind": "numeric", "reference": "85"},
+    }
+
+
+def bare_generate(lm: LoadedModel, args: argparse.Namespace) -> Callable[[], torch.Tensor]:
+    """The reference: one batched, KV-cached ``generate`` with the analysis' settings."""
+    prompt_ids = encode_prompt(lm.tokenizer, args.prompt, chat_template=False)
+    input_ids = torch.tensor([prompt_ids]).repeat(args.num_samples, 1)  # (G, P)
+
+    def run() -> torch.Tensor:
+        torch.manual_seed(args.seed)
+        with torch.no_grad():
+            out = lm.model.generate(
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                max_new_tokens=args.max_new_tokens,
+                min_new_tokens=args.max_new_tokens,
+                do_sample=True,
+                temperature=args.temperature,
+                top_p=1.0,
+                top_k=0,
+                pad_token_id=lm.tokenizer.pad_token_id,
+                use_cache=True,
+            )
+        return out[:, len(prompt_ids) :]  # (G, T)
+
+    return run
+
+
+@contextlib.contextmanager
+def poster(app: Any, transport: str) -> Iterator[Callable[[dict[str, Any]], dict[str, Any]]]:
+    """``post(body) -> json`` for POST /v1/analyze over HTTP or in-process ASGI."""
+    if transport == "http":
+        with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=600) as http:
+            yield lambda body: _checked(http.post("/v1/analyze", json=body))
+    else:
+        with TestClient(app) as client:
+            yield lambda body: _checked(client.post("/v1/analyze", json=body))
+
+
+def _checked(response: httpx.Response) -> dict[str, Any]:
+    if response.status_code != 200:
+        raise RuntimeError(f"analyze failed: {response.status_code} {response.text[:500]}")
+    return response.json()  # type: ignore[no-any-return]
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    torch.set_num_threads(args.threads)
+    settings = Settings(
+        ui_enabled=False,
+        torch_threads=args.threads,
+        max_new_tokens=max(args.max_new_tokens, 1),
+        max_answers=max(args.num_samples, 1),
+    )
+    app = create_app(settings)
+    lm = app.state.services.models.get(args.model)
+    # force full-length answers in both paths (generate reads this config on every call)
+    lm.model.generation_config.min_new_tokens = args.max_new_tokens
+    body = request_body(args)
+    generate = bare_generate(lm, args)
+    times: dict[str, list[float]] = {"analyze": [], "generate": []}
+    with poster(app, args.transport) as post:
+        result, ids = post(body), generate()  # warm-up (and the token check)
+        for i in range(args.repeats):
+            order = ("analyze", "generate") if i % 2 == 0 else ("generate", "analyze")
+            for name in order:
+                fn = (lambda: post(body)) if name == "analyze" else generate
+                times[name].append(_timed(fn)[0])
+    api_ids = [[t["id"] for t in a["tokens"]] for a in result["answers"]]
+    return report(args, times, api_ids, ids.tolist())
+
+
+def report(
+    args: argparse.Namespace,
+    times: dict[str, list[float]],
+    api_ids: list[list[int]],
+    gen_ids: list[list[int]],
+) -> dict[str, Any]:
+    a, g = median(times["analyze"]), median(times["generate"])
+    ratio = a / g if g else float("nan")
+    return {
+        "benchmark": "analyze_vs_generate",
+        "model": args.model,
+        "transport": args.transport,
+        "num_samples": args.num_samples,
+        "max_new_tokens": args.max_new_tokens,
+        "tokens_per_answer": sorted({len(x) for x in api_ids}),
+        "same_tokens_as_generate": api_ids == gen_ids,
+        "repeats": args.repeats,
+        "analyze_median_s": a,
+        "generate_median_s": g,
+        "ratio": ratio,
+        "target_ratio": TARGET_RATIO,
+        "target_met": ratio <= TARGET_RATIO,
+        "analyze_times_s": times["analyze"],
+        "generate_times_s": times["generate"],
+        "machine": machine(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    rep = measure(args)
+    lines = [
+        f"POST /v1/analyze ({args.transport}) vs bare generate: {args.num_samples} answers x "
+        f"{args.max_new_tokens} tokens, {args.model}, median of {args.repeats}, "
+        f"{rep['machine']['torch_threads']} torch thread(s), load {rep['machine']['load_average_1m']}",
+        f"  analyze   {rep['analyze_median_s']:.3f} s",
+        f"  generate  {rep['generate_median_s']:.3f} s",
+        f"  ratio     {rep['ratio']:.2f} (target <= {TARGET_RATIO}: "
+        f"{'met' if rep['target_met'] else 'MISSED'})",
+        f"  same token ids in both paths: {rep['same_tokens_as_generate']}",
+    ]
+    emit(rep, args.json, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""Benchmark: one ``gmts_core`` GRPO step vs one TRL ``GRPOTrainer`` step, same model and batch.
+
+Both train a fresh copy of the bundled ``tiny-arith`` model on CPU in float32 with the same
+batch (``--prompts`` demo prompts x ``--group-size`` answers), the same sampling
+(temperature 1, ``--max-new-tokens``), the same reward (``numeric`` against the reference), the
+same loss settings (token-mean aggregation = TRL's ``dapo``, epsilon 0.2 / 0.28, beta 0, one
+update per batch, AdamW betas (0.9, 0.99), grad-norm clip 1.0, constant learning rate):
+
+    gmts_core   ``gmts_core.rl.grpo_step`` (rollout, rewards, advantages, the full token
+                analysis and ``--method`` selection, the masked update, metrics and the
+                per-token log-prob change; ``measure_kl`` off unless ``--measure-kl``)
+    trl         ``trl.GRPOTrainer`` (generation, rewards, advantages, loss, backward, optimizer
+                step, its logging), trained on all tokens as in plain GRPO
+
+A step is timed from the start of the rollout to the end of the optimizer step. The first step
+of each is a warm-up and is not counted. The steps alternate (TRL step k, then gmts_core step
+k, run from a TRL callback outside TRL's timed region), so both see the same machine load.
+Target: gmts_core / TRL <= 1.0 (medians).
+
+    .venv/bin/python benchmarks/rl_vs_trl.py
+    .venv/bin/python benchmarks/rl_vs_trl.py --json --steps 5
+    .venv/bin/python benchmarks/rl_vs_trl.py --prompts 2 --group-size 2 --max-new-tokens 8 --steps 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+import time
+import warnings
+from typing import Any
+
+import torch
+from _common import emit, machine, median
+from datasets import Dataset
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from gmts_core.demo import DEMO_MODEL_DIR
+from gmts_core.evaluation import demo_batch
+from gmts_core.modeling import load_model
+from gmts_core.policy import PolicySettings, TrainablePolicy
+from gmts_core.rewards import compute_reward
+from gmts_core.rl import RLConfig, RLPrompt, grpo_step, make_optimizer
+
+TARGET_RATIO = 1.0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--prompts", type=int, default=8, help="prompts per step")
+    p.add_argument("--group-size", type=int, default=8, help="answers per prompt (G)")
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--steps", type=int, default=3, help="timed steps of each, after a warm-up")
+    p.add_argument("--method", default="gmts", help="gmts_core selection method")
+    p.add_argument("--ratio", type=float, default=0.2)
+    p.add_argument("--learning-rate", type=float, default=1e-3)
+    p.add_argument("--measure-kl", action="store_true", help="gmts_core: also measure KL")
+    p.add_argument(
+        "--force-length", action="store_true", help="both: every answer max-new-tokens long"
+    )
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    return p.parse_args(argv)
+
+
+def step_prompts(args: argparse.Namespace, step: int) -> list[RLPrompt]:
+    """The demo prompts of step ``step`` (the same for both trainers)."""
+    return demo_batch(args.prompts, args.seed + step)
+
+
+class OursStepper:
+    """gmts_core's side: a fresh full-copy policy, its optimizer and the step settings."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        lm = load_model(DEMO_MODEL_DIR, name="tiny-arith", device="cpu", dtype="float32")
+        self.config = RLConfig(
+            method=args.method,
+            ratio=args.ratio,
+            group_size=args.group_size,
+            prompts_per_step=args.prompts,
+            learning_rate=args.learning_rate,
+            max_new_tokens=args.max_new_tokens,
+            measure_kl=args.measure_kl,
+        )
+        self.policy = TrainablePolicy(lm, PolicySettings(kind="full"))
+        if args.force_length:
+            self.policy.model.generation_config.min_new_tokens = args.max_new_tokens
+        self.optimizer = make_optimizer(self.policy, self.config)
+        self.args = args
+        self.times: list[float] = []
+        self.tokens: list[int] = []
+        self.rewards: list[float] = []
+
+    def step(self, k: int) -> None:
+        prompts = step_prompts(self.args, k)
+        start = time.perf_counter()
+        result = grpo_step(self.policy, self.optimizer, prompts, self.config, self.args.seed + k)
+        self.times.append(time.perf_counter() - start)
+        self.tokens.append(result.metrics.num_tokens)
+        self.rewards.append(float(result.metrics.reward_mean or 0.0))
+
+
+def numeric_reward(completions: list[str], reference: list[str], **_: Any) -> list[float]:
+    """TRL reward function: the same ``numeric`` rule gmts_core uses."""
+    return [compute_reward("numeric", c, r).reward for c, r in zip(completions, reference)]
+
+
+class Interleave(TrainerCallback):
+    """Times each TRL step; after it, runs gmts_core's step of the same index."""
+
+    def __init__(self, ours: OursStepper) -> None:
+        self.ours = ours
+        self.times: list[float] = []
+        self._start = 0.0
+
+    def on_step_begin(self, *_args: Any, **_kwargs: Any) -> None:
+        self._start = time.perf_counter()
+
+    def on_step_end(self, *_args: Any, **_kwargs: Any) -> None:
+        self.times.append(time.perf_counter() - self._start)
+        self.ours.step(len(self.times) - 1)
+
+
+def trl_trainer(args: argparse.Namespace, out_dir: str, callback: Interleave) -> GRPOTrainer:
+    steps = args.steps + 1
+    rows = [
+        {"prompt": p.prompt, "reference": p.reference}
+        for k in range(steps)
+        for p in step_prompts(args, k)
+    ]
+    config = GRPOConfig(
+        output_dir=out_dir,
+        max_steps=steps,
+        per_device_train_batch_size=args.prompts * args.group_size,  # completions per step
+        num_generations=args.group_size,
+        max_completion_length=args.max_new_tokens,
+        generation_kwargs={"min_new_tokens": args.max_new_tokens} if args.force_length else None,
+        temperature=1.0,
+        top_p=1.0,
+        learning_rate=args.learning_rate,
+        lr_scheduler_type="constant",
+        optim="adamw_torch",
+        adam_beta2=0.99,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        beta=0.0,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        loss_type="dapo",  # = gmts_core's token_mean
+        num_iterations=1,
+        shuffle_dataset=False,  # step k sees exactly step_prompts(k)
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=args.seed,
+    )
+    return GRPOTrainer(
+        model=str(DEMO_MODEL_DIR),
+        reward_funcs=numeric_reward,
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        callbacks=[callback],
+    )
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    torch.set_num_threads(args.threads)
+    ours = OursStepper(args)
+    callback = Interleave(ours)
+    with tempfile.TemporaryDirectory() as out:
+        trainer = trl_trainer(args, out, callback)
+        trainer.train()
+    logs = [log for log in trainer.state.log_history if "completions/mean_length" in log]
+    trl_lengths = [float(log["completions/mean_length"]) for log in logs]
+    trl_rewards = [float(log["reward"]) for log in logs]
+    answers = args.prompts * args.group_size
+    o, t = median(ours.times[1:]), median(callback.times[1:])
+    ratio = o / t if t else float("nan")
+    return {
+        "benchmark": "rl_vs_trl",
+        "model": "tiny-arith",
+        "prompts": args.prompts,
+        "group_size": args.group_size,
+        "max_new_tokens": args.max_new_tokens,
+        "force_length": args.force_length,
+        "method": args.method,
+        "ratio_selected": args.ratio,
+        "measure_kl": args.measure_kl,
+        "timed_steps": args.steps,
+        "gmts_core_median_s": o,
+        "trl_median_s": t,
+        "ratio": ratio,
+        "target_ratio": TARGET_RATIO,
+        "target_met": ratio <= TARGET_RATIO,
+        "gmts_core_times_s": ours.times,  # the first one is the warm-up
+        "trl_times_s": callback.times,
+        "gmts_core_mean_answer_tokens": [n / answers for n in ours.tokens],
+        "trl_mean_answer_tokens": trl_lengths,
+        "gmts_core_reward_mean": ours.rewards,
+        "trl_reward_mean": trl_rewards,
+        "machine": machine(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    warnings.filterwarnings("ignore")
+    rep = measure(args)
+    lines = [
+        f"one GRPO step, tiny-arith, {args.prompts} prompts x {args.group_size} answers, "
+        f"<= {args.max_new_tokens} new tokens, median of {args.steps} after a warm-up, "
+        f"{rep['machine']['torch_threads']} torch thread(s), load {rep['machine']['load_average_1m']}",
+        f"  gmts_core ({args.method} {args.ratio})  {rep['gmts_core_median_s']:.3f} s",
+        f"  TRL GRPOTrainer         {rep['trl_median_s']:.3f} s",
+        f"  ratio {rep['ratio']:.2f} (target <= {TARGET_RATIO}: "
+        f"{'met' if rep['target_met'] else 'MISSED'})",
+        f"  mean answer tokens: gmts_core {rep['gmts_core_mean_answer_tokens']}, "
+        f"TRL {rep['trl_mean_answer_tokens']}",
+    ]
+    emit(rep, args.json, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
