@@ -8,7 +8,9 @@ model, or on a random Llama of the same shape when the demo folder does not exis
 output says which). The exact computation is :func:`gmts_core.gradcheck.exact_token_gradients`
 with six 20% selection masks (like the six selection methods); ``--loop`` also times it with
 one backward per token instead of vmapped blocks. The baseline is what a trainer pays per
-step: one padded forward over the 8 answers and one backward of the summed loss.
+step: one padded forward over the 8 answers and one backward of the summed loss. Timings use
+one torch thread by default (``--threads``): on a busy 2-core machine more threads can make
+small models many times slower.
 """
 
 from __future__ import annotations
@@ -150,9 +152,11 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: stable timings)")
     parser.add_argument("--loop", action="store_true", help="also time one backward per token")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     results = run(args)
     if args.json:
         print(json.dumps(results))

@@ -37,6 +37,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--prompts-per-step", type=int, default=RLConfig.prompts_per_step)
     p.add_argument("--lr", type=float, default=RLConfig.learning_rate)
     p.add_argument("--inner-steps", type=int, default=RLConfig.inner_steps)
+    p.add_argument("--warmup-steps", type=int, default=RLConfig.warmup_steps)
     p.add_argument("--adam-epsilon", type=float, default=RLConfig.adam_epsilon)
     p.add_argument("--policy", default="full", choices=["full", "lora"])
     p.add_argument("--freeze-embeddings", type=int, default=1)
@@ -61,6 +62,7 @@ def main() -> int:
         learning_rate=args.lr,
         inner_steps=args.inner_steps,
         adam_epsilon=args.adam_epsilon,
+        warmup_steps=args.warmup_steps,
     )
     problems = heldout_problems(args.eval_problems)
 
@@ -92,6 +94,7 @@ def main() -> int:
         "learning_rate": config.learning_rate,
         "inner_steps": config.inner_steps,
         "adam_epsilon": config.adam_epsilon,
+        "warmup_steps": config.warmup_steps,
         "policy": args.policy,
         "freeze_embeddings": bool(args.freeze_embeddings),
         "eval": f"{args.eval_problems} held-out problems x {args.eval_samples} samples at T=1",

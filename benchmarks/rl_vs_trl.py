@@ -25,6 +25,7 @@ Target: gmts_core / TRL <= 1.0 (medians).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import tempfile
@@ -175,7 +176,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     ours = OursStepper(args)
     callback = Interleave(ours)
-    with tempfile.TemporaryDirectory() as out:
+    # TRL prints its logs to stdout; keep stdout for the report (one JSON object with --json)
+    with tempfile.TemporaryDirectory() as out, contextlib.redirect_stdout(sys.stderr):
         trainer = trl_trainer(args, out, callback)
         trainer.train()
     logs = [log for log in trainer.state.log_history if "completions/mean_length" in log]

@@ -24,7 +24,7 @@ from gmts_core.metrics import grad_proxy
 from gmts_core.modeling import LoadedModel
 from gmts_core.records import AnalysisResult, AnswerRecord, GroupRecord, build_tokens
 from gmts_core.rewards import RewardVerdict, compute_reward, explicit_reward
-from gmts_core.sampling import SamplingConfig, sample_answers
+from gmts_core.sampling import SamplingConfig, sample_groups
 from gmts_core.selection import (
     SCOPES,
     Selection,
@@ -129,20 +129,33 @@ def encode_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]
     return ids
 
 
-def _prepare_group(lm: LoadedModel, g: GroupInput, config: AnalysisConfig) -> _Group:
+def _given_answer_ids(tok: Any, answers: list[str]) -> list[list[int]]:
+    ids = [list(tok(a, add_special_tokens=False)["input_ids"]) for a in answers]
+    if any(not a for a in ids):
+        raise InvalidInputError("every answer needs at least one token")
+    return ids
+
+
+def _prepare_groups(
+    lm: LoadedModel, groups: Sequence[GroupInput], config: AnalysisConfig
+) -> list[_Group]:
+    """Tokenize every group (given answers first: bad input fails before any sampling), then
+    sample the groups without answers, compatible groups in one generate call."""
     tok = lm.tokenizer
-    prompt_ids = encode_prompt(tok, g.prompt, config.chat_template)
-    if g.answers is not None:
-        ids = [list(tok(a, add_special_tokens=False)["input_ids"]) for a in g.answers]
-        if any(not a for a in ids):
-            raise InvalidInputError("every answer needs at least one token")
-        return _Group(g.prompt, prompt_ids, ids, [True] * len(ids))
-    sampling = g.sampling or SamplingConfig(temperature=config.temperature)
-    sampled = sample_answers(lm.model, tok, prompt_ids, sampling)
-    # an answer that is empty (can only happen with max_new_tokens = 0) has nothing to analyze
-    return _Group(
-        g.prompt, prompt_ids, [s.token_ids for s in sampled], [s.finished for s in sampled]
-    )
+    prompts = [encode_prompt(tok, g.prompt, config.chat_template) for g in groups]
+    work = {
+        i: _Group(g.prompt, prompts[i], _given_answer_ids(tok, g.answers), [True] * len(g.answers))
+        for i, g in enumerate(groups)
+        if g.answers is not None
+    }
+    to_sample = [i for i, g in enumerate(groups) if g.answers is None]
+    default = SamplingConfig(temperature=config.temperature)
+    configs = [groups[i].sampling or default for i in to_sample]
+    sampled = sample_groups(lm.model, tok, [prompts[i] for i in to_sample], configs)
+    for i, answers in zip(to_sample, sampled, strict=True):
+        ids, finished = [a.token_ids for a in answers], [a.finished for a in answers]
+        work[i] = _Group(groups[i].prompt, prompts[i], ids, finished)
+    return [work[i] for i in range(len(groups))]
 
 
 def _reward_group(lm: LoadedModel, group: _Group, spec: GroupInput, advantage: str) -> None:
@@ -205,8 +218,8 @@ def analyze(
         raise InvalidInputError("at least one group is needed")
     note = progress or (lambda _msg: None)
     note("sampling" if any(g.answers is None for g in groups) else "tokenizing")
-    work = [_prepare_group(lm, g, config) for g in groups]
-    for w, g in zip(work, groups):
+    work = _prepare_groups(lm, groups, config)
+    for w, g in zip(work, groups, strict=True):
         _reward_group(lm, w, g, config.advantage)
     note("forward pass")
     seqs = [(w.prompt_ids, a) for w in work for a in w.answer_ids]

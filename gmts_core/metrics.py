@@ -80,6 +80,7 @@ def _chunk_stats(
     work: _Workspace | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """Statistics of one chunk of logits (C, V): logprob, entropy, grad_norm, sum pi^2, top-k."""
+    logits = logits.detach()  # statistics, not a loss: the work buffers are written in place
     c, v = logits.shape
     work = work or _Workspace(c, v, logits.device)
     u, e = work.views(c)  # (C, V) float32 each

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from gmts_core.errors import InvalidInputError, ModelLoadError, ModelNotFoundError
@@ -143,7 +144,7 @@ def load_model(
         if not local and "not a local folder and is not a valid model identifier" in str(exc):
             raise ModelNotFoundError(f"model {source!s} not found") from exc
         raise ModelLoadError(f"could not load model {source!s}: {exc}") from exc
-    except (ValueError, RuntimeError, KeyError) as exc:
+    except (ValueError, RuntimeError, KeyError, SafetensorError) as exc:  # corrupt weights too
         raise ModelLoadError(f"could not load model {source!s}: {exc}") from exc
     if device_map is None:
         model.to(dev)

@@ -52,6 +52,7 @@ class RLConfig:
     group_size: int = 8  # G answers sampled per prompt
     prompts_per_step: int = 8  # prompts in a batch drawn from the demo task
     learning_rate: float = 1e-3
+    warmup_steps: int = 0  # linear warmup of the learning rate over the first steps
     inner_steps: int = 1  # optimizer updates per sampled batch (PPO epochs)
     epsilon_low: float = 0.2
     epsilon_high: float = 0.28  # DAPO's clip-higher
@@ -81,6 +82,7 @@ class RLConfig:
             (self.prompts_per_step >= 1, "prompts_per_step must be >= 1"),
             (self.inner_steps >= 1, "inner_steps must be >= 1"),
             (self.learning_rate >= 0, "learning_rate must be >= 0"),
+            (self.warmup_steps >= 0, "warmup_steps must be >= 0"),
             (self.epsilon_low >= 0 and self.epsilon_high >= 0, "epsilons must be >= 0"),
             (self.beta >= 0, "beta must be >= 0"),
             (self.max_grad_norm > 0, "max_grad_norm must be > 0"),
@@ -91,6 +93,16 @@ class RLConfig:
             if not ok:
                 raise InvalidInputError(message)
         self.analysis_config(0).validate()
+
+    def learning_rate_at(self, step: int) -> float:
+        """The learning rate of step ``step`` (1-based): linear warmup, then constant.
+
+        Adam's first updates move every parameter by about the learning rate whatever its
+        gradient, which a small, sharp model does not survive at full rate.
+        """
+        if self.warmup_steps <= 0:
+            return self.learning_rate
+        return self.learning_rate * min(1.0, max(step, 1) / self.warmup_steps)
 
     def selection_methods(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((self.method, *self.report_methods)))
@@ -278,12 +290,16 @@ def _one_update(
 
 
 def policy_update(
-    policy: TrainablePolicy, optimizer: torch.optim.Optimizer, batch: TrainBatch, config: RLConfig
+    policy: TrainablePolicy,
+    optimizer: torch.optim.Optimizer,
+    batch: TrainBatch,
+    config: RLConfig,
+    learning_rate: float | None = None,
 ) -> UpdateStats:
     """``inner_steps`` updates on one batch; pi_old is the policy that sampled it."""
     pad_id = policy.tokenizer.pad_token_id
     for group in optimizer.param_groups:
-        group["lr"] = config.learning_rate
+        group["lr"] = config.learning_rate if learning_rate is None else learning_rate
         group["weight_decay"] = config.weight_decay
     parts = micro_batches(batch, config.max_batch_tokens)
     ref_logp = None
@@ -317,8 +333,10 @@ def grpo_step(
     start = time.perf_counter()
     result = score_batch(policy, rollout_groups(prompts, config, seed), config, seed)
     batch = training_batch(result, policy.tokenizer, config)
-    update = policy_update(policy, optimizer, batch, config)
+    lr = config.learning_rate_at(step)
+    update = policy_update(policy, optimizer, batch, config, lr)
     metrics = StepMetrics.from_parts(step, config, result, batch.mask, update)
+    metrics.learning_rate = lr
     metrics.seconds = time.perf_counter() - start
     logger.info("step %d (%s): reward %.3f", step, config.method, metrics.reward_mean)
     return StepResult(

@@ -1,14 +1,24 @@
-"""Sampling a group of G answers to one prompt with one batched, KV-cached ``generate``."""
+"""Sampling a group of G answers to one prompt with one batched, KV-cached ``generate``.
+
+Several groups whose prompts have the same number of tokens and whose settings differ at most
+in the seed share one ``generate`` call (:func:`sample_groups`): on a small model each decoding
+step costs about the same for 8 rows as for 64, so an RL step's rollout of 8 prompts runs in
+one call instead of eight.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
-from gmts_core.errors import InvalidInputError
+from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
 
 # ``generate`` draws from torch's global RNG; seeding it must not interleave across threads.
 _RNG_LOCK = threading.Lock()
@@ -47,17 +57,37 @@ def _trim(row: list[int], eos_ids: set[int]) -> SampledAnswer:
     return SampledAnswer(row, False)
 
 
-@torch.no_grad()
-def sample_answers(
-    model: Any, tokenizer: Any, prompt_ids: list[int], config: SamplingConfig
-) -> list[SampledAnswer]:
-    """Sample ``config.num_samples`` answers to ``prompt_ids`` in one batched generate call."""
+class RejectNonFiniteLogits(LogitsProcessor):
+    """Stops generation with NonFiniteLogitsError when a step's scores hold NaN or +inf, or a
+    row is all -inf: sampling from them would fail inside ``torch.multinomial`` (on CUDA, with
+    a device-side assert that breaks the process's CUDA context)."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        bad = torch.isnan(scores).any() | torch.isposinf(scores).any()  # scores: (B, V)
+        if bool(bad | torch.isneginf(scores).all(dim=-1).any()):
+            raise NonFiniteLogitsError("the model produced NaN or infinite logits while sampling")
+        return scores
+
+
+MAX_BATCH_ROWS = 512  # answers sampled in one generate call at most (memory bound)
+
+
+def _check(prompt_ids: list[int], config: SamplingConfig) -> None:
     if not prompt_ids:
         raise InvalidInputError("prompt is empty after tokenization")
     if config.num_samples < 1 or config.max_new_tokens < 1:
         raise InvalidInputError("num_samples and max_new_tokens must be >= 1")
+
+
+@torch.no_grad()
+def _generate(
+    model: Any, tokenizer: Any, prompts: list[list[int]], config: SamplingConfig
+) -> list[SampledAnswer]:
+    """``config.num_samples`` answers to each prompt (all of one length) in one generate call,
+    prompt by prompt."""
     device = next(model.parameters()).device
-    input_ids = torch.tensor([prompt_ids], device=device).repeat(config.num_samples, 1)  # (G, P)
+    input_ids = torch.tensor(prompts, device=device)  # (B, P)
+    input_ids = input_ids.repeat_interleave(config.num_samples, 0)  # (B * G, P)
     greedy = config.temperature == 0
     gen_kwargs: dict[str, Any] = {
         "max_new_tokens": config.max_new_tokens,
@@ -68,8 +98,53 @@ def sample_answers(
     }
     if not greedy:
         gen_kwargs.update(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k)
+        gen_kwargs["logits_processor"] = LogitsProcessorList([RejectNonFiniteLogits()])
     with _RNG_LOCK, torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):
         torch.manual_seed(config.seed)
-        out = model.generate(input_ids, **gen_kwargs)  # (G, P + T)
+        out = model.generate(input_ids, **gen_kwargs)  # (B * G, P + T)
     eos_ids = _eos_ids(model, tokenizer)
-    return [_trim(row, eos_ids) for row in out[:, len(prompt_ids) :].tolist()]
+    return [_trim(row, eos_ids) for row in out[:, len(prompts[0]) :].tolist()]
+
+
+def sample_answers(
+    model: Any, tokenizer: Any, prompt_ids: list[int], config: SamplingConfig
+) -> list[SampledAnswer]:
+    """Sample ``config.num_samples`` answers to ``prompt_ids`` in one batched generate call."""
+    _check(prompt_ids, config)
+    return _generate(model, tokenizer, [prompt_ids], config)
+
+
+def batch_seed(seeds: Sequence[int]) -> int:
+    """The seed of one generate call for groups with these seeds (a lone group keeps its own)."""
+    if len(seeds) == 1:
+        return int(seeds[0])
+    digest = hashlib.sha256(",".join(map(str, seeds)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def sample_groups(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[list[int]],
+    configs: Sequence[SamplingConfig],
+) -> list[list[SampledAnswer]]:
+    """Each group's answers; compatible groups share a call (see the module docstring).
+
+    A group sampled alone gets exactly what :func:`sample_answers` gives it. Groups sampled
+    together are seeded with :func:`batch_seed` of their seeds, so the answers are a
+    deterministic function of the prompts and all their settings.
+    """
+    buckets: dict[tuple[int, SamplingConfig], list[int]] = {}
+    for i, (p, c) in enumerate(zip(prompts, configs, strict=True)):
+        _check(p, c)
+        buckets.setdefault((len(p), dataclasses.replace(c, seed=0)), []).append(i)
+    out: list[list[SampledAnswer]] = [[] for _ in prompts]
+    for (_, shared), members in buckets.items():
+        per_call = max(1, MAX_BATCH_ROWS // shared.num_samples)
+        for start in range(0, len(members), per_call):
+            chunk = members[start : start + per_call]
+            call = dataclasses.replace(shared, seed=batch_seed([configs[i].seed for i in chunk]))
+            rows = _generate(model, tokenizer, [prompts[i] for i in chunk], call)
+            for j, i in enumerate(chunk):
+                out[i] = rows[j * shared.num_samples : (j + 1) * shared.num_samples]
+    return out

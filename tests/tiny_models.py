@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import (
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 from transformers import (
     AutoModelForCausalLM,
     GPT2Config,
@@ -39,12 +48,30 @@ def byte_level_bpe_tokenizer(vocab_size: int = 400) -> PreTrainedTokenizerFast:
 
 
 def sentencepiece_bpe_tokenizer(vocab_size: int = 400) -> PreTrainedTokenizerFast:
-    """A Llama-style SentencePiece (Metaspace, byte-fallback) BPE tokenizer."""
-    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
-    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(
+    """A Llama-style SentencePiece (Metaspace, byte-fallback) BPE tokenizer.
+
+    As in Llama's vocabulary, ``<unk> <s> </s>`` are ids 0-2 and the 256 byte tokens
+    ``<0x00>..<0xFF>`` are ids 3-258: ordinary (not special) tokens, so decoding with
+    ``skip_special_tokens=True`` keeps the characters they spell.
+    """
+    specials = ["<unk>", "<s>", "</s>"]
+    trained = Tokenizer(models.BPE(unk_token="<unk>"))
+    trained.normalizer = _metaspace_normalizer()
+    trained.pre_tokenizer = pre_tokenizers.Metaspace(
         replacement="▁", prepend_scheme="never", split=False
     )
+    trained.train_from_iterator(
+        CORPUS, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials)
+    )
+    model = json.loads(trained.to_str())["model"]
+    pieces = sorted(model["vocab"].items(), key=lambda kv: kv[1])
+    ordered = specials + [f"<0x{i:02X}>" for i in range(256)]
+    ordered += [p for p, _ in pieces if p not in ordered]
+    vocab = {piece: i for i, piece in enumerate(ordered)}
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    tok = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True))
+    tok.normalizer = trained.normalizer
+    tok.pre_tokenizer = trained.pre_tokenizer
     tok.decoder = decoders.Sequence(
         [
             decoders.Replace("▁", " "),
@@ -53,14 +80,18 @@ def sentencepiece_bpe_tokenizer(vocab_size: int = 400) -> PreTrainedTokenizerFas
             decoders.Strip(" ", 1, 0),
         ]
     )
-    byte_tokens = [f"<0x{i:02X}>" for i in range(256)]
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size + 256, special_tokens=["<unk>", "<s>", "</s>", *byte_tokens]
+    tok.add_special_tokens(specials)
+    # like Llama: the prompt gets a BOS token (answers are encoded without special tokens)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", vocab["<s>"])]
     )
-    tok.train_from_iterator(CORPUS, trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="</s>"
     )
+
+
+def _metaspace_normalizer() -> normalizers.Normalizer:
+    return normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
 
 
 def save_tiny_model(folder: Path, arch: str = "llama", seed: int = 0) -> Path:

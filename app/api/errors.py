@@ -1,8 +1,9 @@
 """Every error as JSON ``{"error": {"code", "message"}}`` with the right HTTP status.
 
 Library errors (gmts_core.errors) and service errors map by type; request validation becomes a
-422 whose message names each offending field; anything unexpected is logged and answered with a
-plain 500 that leaks no internals.
+422 whose message names each offending field; running out of (GPU) memory is a 503 with
+``Retry-After``; anything unexpected is logged and answered with a plain 500 that leaks no
+internals.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import torch
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -110,6 +112,23 @@ async def http_error_handler(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status_code, code, str(exc.detail), headers)
 
 
+OUT_OF_MEMORY_RETRY_AFTER_S = 10
+
+
+async def out_of_memory_handler(_request: Request, exc: Exception) -> JSONResponse:
+    """The request needed more memory than the device had. Base models are never written to,
+    so the server keeps serving; the next, smaller request may well fit."""
+    logger.error("out of memory: %s", exc)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # give the cached blocks back before the next request
+    message = (
+        "the server ran out of memory for this request; retry later or ask for less "
+        "(fewer or shorter answers, fewer groups)"
+    )
+    headers = {"Retry-After": str(OUT_OF_MEMORY_RETRY_AFTER_S)}
+    return error_response(503, "out_of_memory", message, headers)
+
+
 async def unexpected_error_handler(_request: Request, exc: Exception) -> JSONResponse:
     logger.exception("unexpected error", exc_info=exc)
     return error_response(500, "internal_error", "internal server error")
@@ -119,4 +138,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(GMTSError, gmts_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
+    app.add_exception_handler(torch.OutOfMemoryError, out_of_memory_handler)
     app.add_exception_handler(Exception, unexpected_error_handler)

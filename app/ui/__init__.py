@@ -44,7 +44,15 @@ def extra_tabs() -> list[tuple[str, Any]]:
     The extension point for the Train and Compare tabs: add the pair here; each builder gets
     the backend, the settings and the shared state (see ``app.ui.blocks.UIContext``).
     """
-    return []
+    from app.ui.compare import build_compare_tab
+    from app.ui.proxy import build_proxy_tab
+    from app.ui.train import build_train_tab
+
+    return [
+        ("Train", build_train_tab),
+        ("Compare", build_compare_tab),
+        ("Proxy check", build_proxy_tab),
+    ]
 
 
 def mount_ui(app: FastAPI, settings: Any, services: Any, path: str = UI_PATH) -> FastAPI:

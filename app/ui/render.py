@@ -286,3 +286,93 @@ def render_result(
 def placeholder(message: str) -> str:
     """A short escaped notice shown where a view has nothing to show yet."""
     return f'<div class="gmts-view placeholder">{escape(message)}</div>'
+
+
+# --- the Train tab's last batch: per-token log-prob change of a GRPO step ---------------------
+
+CHANGE_UP, CHANGE_DOWN = "0, 158, 115", "213, 94, 0"  # Okabe-Ito bluish green / vermillion
+
+
+def _change_tip(tok: Json, answer: Json) -> str:
+    return "\n".join(
+        [
+            f"group {answer.get('group', 0)} · answer #{answer.get('index', 0)} · position "
+            f"{tok.get('position')} · {tok.get('text', '')!r}",
+            f"selected for training: {'yes' if tok.get('selected') else 'no'}",
+            f"log p before {_fmt(tok.get('logprob_before'), 3)} → after "
+            f"{_fmt(tok.get('logprob_after'), 3)} (Δ {_fmt(tok.get('logprob_change'), 3)})",
+        ]
+    )
+
+
+def render_change_token(tok: Json, answer: Json, scale: float) -> str:
+    """A token shaded by its log-prob change (green up, vermillion down), selected underlined."""
+    change = tok.get("logprob_change")
+    level = 0.0 if change is None or scale <= 0 else min(abs(change) / scale, 1.0)
+    rgb = CHANGE_UP if (change or 0.0) >= 0 else CHANGE_DOWN
+    classes = "tok sel-a mark-a" if tok.get("selected") else "tok"
+    style = f"--lv:{level:.3f};background:rgba({rgb},{0.06 + 0.8 * level:.3f})"
+    return (
+        f'<span class="{classes}" style="{style}"{_attr("change", change)}'
+        f"{_attr('tip', _change_tip(tok, answer))}>{visible_text(tok.get('text', ''))}</span>"
+    )
+
+
+def _mean_change(tokens: list[Json], selected: bool) -> float | None:
+    vals = [
+        c
+        for t in tokens
+        if bool(t.get("selected")) == selected and (c := t.get("logprob_change")) is not None
+    ]
+    return sum(vals) / len(vals) if vals else None
+
+
+def render_batch_changes(answers: list[Json]) -> str:
+    """The last training batch: every answer's tokens shaded by their log-prob change."""
+    if not answers:
+        return placeholder("Run a step to see the batch it trained on.")
+    changes = [
+        abs(c)
+        for a in answers
+        for t in a.get("tokens", [])
+        if (c := t.get("logprob_change")) is not None
+    ]
+    scale = max(changes, default=0.0)
+    parts = [
+        '<div class="gmts-view gmts-changes"><div class="legend">'
+        f'<span class="legend-mark"><span class="sample mark-a">selected</span> for training '
+        "(solid underline)</span>"
+        f'<span class="legend-scale">shade: log-prob change after the update, '
+        f'<span style="background:rgba({CHANGE_UP},0.86)">&nbsp;up&nbsp;</span> / '
+        f'<span style="background:rgba({CHANGE_DOWN},0.86)">&nbsp;down&nbsp;</span>, '
+        f"full shade at |Δ| = {_fmt(scale, 3)} nats</span></div>"
+    ]
+    prompt = None
+    for ans in answers:
+        if ans.get("prompt") != prompt:
+            prompt = ans.get("prompt", "")
+            parts.append(
+                f'<div class="prompt"><span class="label">group {int(ans.get("group", 0))}</span> '
+                f'<span class="prompt-text">{visible_text(prompt)}</span></div>'
+            )
+        parts.append(_render_change_answer(ans, scale))
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _render_change_answer(ans: Json, scale: float) -> str:
+    tokens = ans.get("tokens", [])
+    adv = ans.get("advantage") or 0.0
+    sign = "pos" if adv > 0 else "neg" if adv < 0 else "zero"
+    head = (
+        f'<div class="ans-head"><span class="ans-id">#{int(ans.get("index", 0))}</span> '
+        f"reward <b>{_fmt(ans.get('reward'))}</b> · advantage "
+        f'<b class="adv-{sign}">{_fmt(adv, 3)}</b> · mean Δ log p: selected '
+        f"<b>{_fmt(_mean_change(tokens, True), 3)}</b>, others "
+        f"{_fmt(_mean_change(tokens, False), 3)}</div>"
+    )
+    spans = "<wbr>".join(render_change_token(t, ans, scale) for t in tokens)
+    return (
+        f'<div class="answer" data-answer="{int(ans.get("index", 0))}">{head}'
+        f'<div class="tokens">{spans}</div></div>'
+    )

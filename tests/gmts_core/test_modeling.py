@@ -85,7 +85,7 @@ def test_safetensors_only(tmp_path: Path, tiny_model_dir: Callable[[str], Path])
     torch.save(state, folder / "pytorch_model.bin")
     for f in folder.glob("*.safetensors"):
         f.unlink()
-    with pytest.raises(ModelLoadError):
+    with pytest.raises(ModelLoadError, match="safetensors"):
         load_model(folder, device="cpu")
 
 

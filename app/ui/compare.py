@@ -1,0 +1,259 @@
+"""The Compare tab: selection methods compared by training, run here or loaded from a file.
+
+A run calls :func:`gmts_core.compare.run_compare` through the backend (the local service layer
+only: it holds a job slot for the whole run, so the UI keeps its sizes small); a finished run of
+``gmts compare --out DIR`` is loaded from ``DIR/compare.json``. Either way the tab shows what
+``compare.html`` shows, built by the same functions (:mod:`gmts_core.compare_report`): held-out
+accuracy and training reward per method (mean ± std band over seeds), the wasted share of each
+method's selection per step, and the final table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from gmts_core.compare import CompareConfig, CompareResult, RunCurve
+from gmts_core.compare_report import TABLE_HEADER, compare_figures, compare_html, table_rows
+from gmts_core.errors import InvalidInputError
+from gmts_core.policy import PolicySettings
+from gmts_core.rl import RLConfig
+
+Json = dict[str, Any]
+MAX_FILE_BYTES = 50_000_000
+FIGURES = ("accuracy", "reward", "wasted_share", "loss")
+
+
+@dataclass
+class CompareForm:
+    """The Compare tab's run controls (small defaults: about a minute on 2 CPU cores)."""
+
+    model: str | None = None
+    methods: list[str] = field(default_factory=lambda: ["entropy", "gmts"])
+    ratio: float = 0.2
+    steps: int = 6
+    seeds: int = 1
+    group_size: int = 4
+    prompts_per_step: int = 2
+    max_new_tokens: int = 48
+    learning_rate: float = 1e-3
+    eval_every: int = 3
+    eval_problems: int = 50
+
+    def config(self) -> CompareConfig:
+        rl = dataclasses.replace(
+            RLConfig(),
+            group_size=int(self.group_size),
+            prompts_per_step=int(self.prompts_per_step),
+            max_new_tokens=int(self.max_new_tokens),
+            learning_rate=float(self.learning_rate),
+        )
+        config = CompareConfig(
+            methods=tuple(self.methods or ()),
+            ratio=float(self.ratio),
+            steps=int(self.steps),
+            seeds=int(self.seeds),
+            eval_every=int(self.eval_every),
+            eval_problems=int(self.eval_problems),
+            rl=rl,
+        )
+        config.validate()
+        return config
+
+
+# --- a compare JSON back into a CompareResult --------------------------------------------------
+
+
+def _build(cls: type, data: Any, **nested: Any) -> Any:
+    """A dataclass from its ``asdict`` form (JSON lists back to tuples, unknown keys ignored)."""
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"expected an object for {cls.__name__}, got {type(data).__name__}")
+    values = {}
+    for f in fields(cls):
+        if f.name in nested:
+            values[f.name] = nested[f.name]
+        elif f.name in data:
+            v = data[f.name]
+            values[f.name] = tuple(v) if isinstance(v, list) and "tuple" in str(f.type) else v
+    try:
+        return cls(**values)
+    except TypeError as exc:
+        raise InvalidInputError(f"{cls.__name__}: {exc}") from None
+
+
+def result_from_dict(data: Json) -> CompareResult:
+    """The :class:`CompareResult` of ``CompareResult.to_dict()`` (e.g. a loaded compare.json)."""
+    missing = [k for k in ("model", "config", "runs", "start_accuracy") if k not in data]
+    if missing:
+        raise InvalidInputError(
+            f"not a `gmts compare` JSON (compare.json): missing {', '.join(missing)}"
+        )
+    c = data["config"]
+    config = _build(
+        CompareConfig,
+        c,
+        rl=_build(RLConfig, c.get("rl", {})),
+        policy=_build(PolicySettings, c.get("policy", {})),
+    )
+    runs = []
+    for r in data["runs"]:
+        acc = {int(k): float(v) for k, v in (r.get("accuracy") or {}).items()}
+        runs.append(_build(RunCurve, r, accuracy=acc))
+    for m in config.methods:
+        if not any(run.method == m for run in runs):
+            raise InvalidInputError(f"the compare JSON has no runs of method {m!r}")
+    return CompareResult(
+        config, str(data["model"]), runs, float(data["start_accuracy"]), data.get("seconds", 0.0)
+    )
+
+
+def load_compare_file(path: str | Path) -> CompareResult:
+    """Read a compare.json (size-limited) into a result, with a clear error otherwise."""
+    p = Path(path)
+    if p.stat().st_size > MAX_FILE_BYTES:
+        raise InvalidInputError(f"{p.name} is over {MAX_FILE_BYTES // 1_000_000} MB")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidInputError(f"{p.name} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"{p.name}: not a `gmts compare` JSON (expected an object)")
+    return result_from_dict(data)
+
+
+# --- the view ---------------------------------------------------------------------------------
+
+
+def summary_markdown(result: CompareResult) -> str:
+    c = result.config
+    return (
+        f"**{result.model}** · methods {', '.join(c.methods)} · ratio {c.ratio:g} · "
+        f"{c.steps} steps × {c.seeds} seed(s) · G = {c.rl.group_size}, "
+        f"{c.rl.prompts_per_step} prompts per step · held-out problems {c.eval_problems} · "
+        f"start accuracy **{result.start_accuracy:.3f}** · wall time {result.seconds:.0f} s"
+    )
+
+
+def compare_view(result: CompareResult) -> list[Any]:
+    """Summary, final table and the four figures, in ``FIGURES`` order."""
+    import pandas as pd
+
+    figs = compare_figures(result)
+    table = pd.DataFrame(table_rows(result), columns=TABLE_HEADER)
+    return [summary_markdown(result), table, *(figs[k] for k in FIGURES)]
+
+
+def write_downloads(result: CompareResult) -> tuple[Path, Path]:
+    """compare.json and compare.html of ``result`` in a fresh temporary folder."""
+    out = Path(tempfile.mkdtemp(prefix="gmts-compare-"))
+    json_path, html_path = out / "compare.json", out / "compare.html"
+    json_path.write_text(json.dumps(result.to_dict(), indent=1) + "\n", encoding="utf-8")
+    html_path.write_text(compare_html(result), encoding="utf-8")
+    return json_path, html_path
+
+
+# --- Gradio wiring ----------------------------------------------------------------------------
+
+FORM_FIELDS = [f.name for f in fields(CompareForm)]
+
+
+def _controls(ctx: Any) -> dict[str, Any]:
+    import gradio as gr
+
+    from app.ui.explore import method_choices
+
+    models, default_model = ctx.backend.models()
+    c: dict[str, Any] = {}
+    c["model"] = gr.Dropdown(models, value=default_model, label="Model", allow_custom_value=True)
+    c["methods"] = gr.CheckboxGroup(
+        method_choices(), value=["entropy", "gmts"], label="Methods", elem_id="compare-methods"
+    )
+    with gr.Row():
+        c["ratio"] = gr.Slider(0.05, 1.0, 0.2, step=0.05, label="Ratio")
+        c["steps"] = gr.Slider(1, 30, 6, step=1, label="Steps", elem_id="compare-steps")
+        c["seeds"] = gr.Slider(1, 3, 1, step=1, label="Seeds", elem_id="compare-seeds")
+        c["group_size"] = gr.Slider(2, 16, 4, step=1, label="Group size G", elem_id="compare-g")
+        c["prompts_per_step"] = gr.Slider(
+            1, 8, 2, step=1, label="Prompts per step", elem_id="compare-prompts"
+        )
+    with gr.Row():
+        c["max_new_tokens"] = gr.Slider(
+            8, 128, 48, step=4, label="Max new tokens", elem_id="compare-max-new"
+        )
+        c["learning_rate"] = gr.Number(1e-3, label="Learning rate", minimum=0, maximum=1)
+        c["eval_every"] = gr.Slider(1, 30, 3, step=1, label="Evaluate every", elem_id="compare-ee")
+        c["eval_problems"] = gr.Slider(
+            10, 400, 50, step=10, label="Held-out problems", elem_id="compare-eval"
+        )
+    return {name: c[name] for name in FORM_FIELDS}
+
+
+def _outputs() -> list[Any]:
+    import gradio as gr
+
+    summary = gr.Markdown(elem_id="compare-summary")
+    table = gr.Dataframe(
+        headers=TABLE_HEADER, label="Final table (mean ± std over seeds)", interactive=False,
+        elem_id="compare-table",
+    )  # fmt: skip
+    plots = []
+    for i in range(0, len(FIGURES), 2):
+        with gr.Row():
+            plots += [
+                gr.Plot(label=k, elem_id=f"compare-{k.replace('_', '-')}-plot", min_width=300)
+                for k in FIGURES[i : i + 2]
+            ]
+    return [summary, table, *plots]
+
+
+def build_compare_tab(ctx: Any) -> None:
+    """Compare: run a small comparison here, or load a finished compare.json."""
+    import gradio as gr
+
+    from app.ui.blocks import _call
+
+    gr.Markdown(
+        "Every method trains from the **same start with the same batches** (per seed) on the "
+        "demo task. Small runs here (the server runs one heavy job at a time); for the full "
+        "table run `gmts compare --out DIR` and load `DIR/compare.json`."
+    )
+    form = _controls(ctx)
+    with gr.Row():
+        run_btn = gr.Button("Run compare", variant="primary", elem_id="compare-run-btn")
+        upload = gr.File(
+            label="…or load compare.json", file_types=[".json"], elem_id="compare-upload"
+        )
+    with gr.Row():
+        json_btn = gr.DownloadButton("Download JSON", visible=False, elem_id="compare-json")
+        html_btn = gr.DownloadButton("Download HTML", visible=False, elem_id="compare-html")
+    outputs = [*_outputs(), json_btn, html_btn]
+
+    def show(result: CompareResult) -> list[Any]:
+        json_path, html_path = write_downloads(result)
+        return [
+            *compare_view(result),
+            gr.DownloadButton(value=str(json_path), visible=True),
+            gr.DownloadButton(value=str(html_path), visible=True),
+        ]
+
+    def run(*values: Any, progress: Any = gr.Progress()) -> list[Any]:
+        f = CompareForm(**dict(zip(FORM_FIELDS, values, strict=True)))
+        config = _call(f.config)
+
+        def tick(done: int, total: int, label: str) -> None:
+            progress((done, total), desc=label)
+
+        data = _call(lambda: ctx.backend.compare(f.model, config, tick))
+        return show(_call(lambda: result_from_dict(data)))
+
+    def load(path: str | None) -> list[Any]:
+        if not path:
+            raise gr.Error("Choose a compare.json file (written by `gmts compare --out DIR`).")
+        return show(_call(lambda: load_compare_file(path)))
+
+    run_btn.click(run, list(form.values()), outputs)
+    upload.upload(load, [upload], outputs)

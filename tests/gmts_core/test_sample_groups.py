@@ -1,0 +1,75 @@
+"""sample_groups: compatible groups share one generate call; a lone group is sampled as before."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gmts_core.analysis import AnalysisConfig, GroupInput, analyze
+from gmts_core.modeling import LoadedModel
+from gmts_core.sampling import SamplingConfig, batch_seed, sample_answers, sample_groups
+
+CONFIG = SamplingConfig(num_samples=3, temperature=1.0, max_new_tokens=6, seed=5)
+
+
+def _ids(lm: LoadedModel, text: str) -> list[int]:
+    return list(lm.tokenizer(text, add_special_tokens=True)["input_ids"])
+
+
+def _tokens(answers: list) -> list[list[int]]:  # noqa: ANN001
+    return [a.token_ids for a in answers]
+
+
+def test_a_lone_group_gets_what_sample_answers_gives(tiny_llama: LoadedModel) -> None:
+    prompt = _ids(tiny_llama, "Q: 1+2=?")
+    (alone,) = sample_groups(tiny_llama.model, tiny_llama.tokenizer, [prompt], [CONFIG])
+    direct = sample_answers(tiny_llama.model, tiny_llama.tokenizer, prompt, CONFIG)
+    assert _tokens(alone) == _tokens(direct)
+
+
+def test_batched_groups_are_deterministic_and_keep_their_order(tiny_llama: LoadedModel) -> None:
+    a, b = _ids(tiny_llama, "Q: 1+2=?"), _ids(tiny_llama, "Q: 7+5=?")
+    assert len(a) == len(b)  # same length: one call
+    longer = _ids(tiny_llama, "Q: 12+345=?")
+    prompts = [a, longer, b]
+    configs = [CONFIG, dataclasses.replace(CONFIG, seed=9), dataclasses.replace(CONFIG, seed=6)]
+    first = sample_groups(tiny_llama.model, tiny_llama.tokenizer, prompts, configs)
+    again = sample_groups(tiny_llama.model, tiny_llama.tokenizer, prompts, configs)
+    assert [_tokens(g) for g in first] == [_tokens(g) for g in again]
+    assert [len(g) for g in first] == [3, 3, 3]
+    # the longer prompt is alone in its call, so it keeps its own seed
+    (alone,) = sample_groups(tiny_llama.model, tiny_llama.tokenizer, [longer], [configs[1]])
+    assert _tokens(first[1]) == _tokens(alone)
+    # different seeds of the batched groups give a different batch
+    other = [CONFIG, configs[1], dataclasses.replace(CONFIG, seed=7)]
+    changed = sample_groups(tiny_llama.model, tiny_llama.tokenizer, prompts, other)
+    assert batch_seed([5, 6]) != batch_seed([5, 7])
+    assert [_tokens(g) for g in changed] != [_tokens(g) for g in first]
+
+
+def test_analyze_mixes_given_and_sampled_groups(tiny_llama: LoadedModel) -> None:
+    groups = [
+        GroupInput("Q: 1+2=?", sampling=CONFIG, rewards=[1, 0, 0]),
+        GroupInput("Q: 3+4=?", answers=[" 7", " 8"], rewards=[1, 0]),
+        GroupInput("Q: 5+6=?", sampling=dataclasses.replace(CONFIG, seed=8), rewards=[0, 1, 0]),
+    ]
+    result = analyze(tiny_llama, groups, AnalysisConfig(methods=("gmts",), top_alternatives=0))
+    assert [len(g.answers) for g in result.groups] == [3, 2, 3]
+    assert [a.text for a in result.groups[1].answers] == [" 7", " 8"]
+    assert all(1 <= a.length <= 6 for g in (0, 2) for a in result.groups[g].answers)
+
+
+def test_bad_given_answers_fail_before_sampling(tiny_llama: LoadedModel) -> None:
+    calls = []
+    handle = tiny_llama.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        groups = [
+            GroupInput("Q: 1+2=?", sampling=CONFIG, rewards=[1, 0, 0]),
+            GroupInput("Q: 3+4=?", answers=[""], rewards=[1]),
+        ]
+        with pytest.raises(ValueError, match="at least one token"):
+            analyze(tiny_llama, groups)
+    finally:
+        handle.remove()
+    assert calls == []
