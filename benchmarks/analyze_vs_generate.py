@@ -16,7 +16,8 @@ warm-up, and the medians are compared. Target: analyze / generate <= 1.5.
 
     .venv/bin/python benchmarks/analyze_vs_generate.py
     .venv/bin/python benchmarks/analyze_vs_generate.py --json --repeats 9
-    .venv/bin/python benchmarks/analyze_vs_generate.py --num-samples 2 --max-new-tokens 8 --repeats 1
+    .venv/bin/python benchmarks/analyze_vs_generate.py --num-samples 2 --max-new-tokens 8 \
+        --repeats 1
 """
 
 from __future__ import annotations
@@ -177,10 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     rep = measure(args)
+    m = rep["machine"]
     lines = [
         f"POST /v1/analyze ({args.transport}) vs bare generate: {args.num_samples} answers x "
         f"{args.max_new_tokens} tokens, {args.model}, median of {args.repeats}, "
-        f"{rep['machine']['torch_threads']} torch thread(s), load {rep['machine']['load_average_1m']}",
+        f"{m['torch_threads']} torch thread(s), load {m['load_average_1m']}",
         f"  analyze   {rep['analyze_median_s']:.3f} s",
         f"  generate  {rep['generate_median_s']:.3f} s",
         f"  ratio     {rep['ratio']:.2f} (target <= {TARGET_RATIO}: "

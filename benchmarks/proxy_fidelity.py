@@ -10,7 +10,7 @@ batch selection). Per method it reports, averaged over the groups that carry a l
 Spearman correlation of the score with the true norm (over the group's tokens, and the median
 within answers), the cosine between the selected tokens' gradient and the full-loss gradient,
 and the share of the true gradient mass (and squared mass) the selection keeps. With
-``--batch`` all groups are also checked together as one training batch (selection over the
+``--batch`` the same answers are also checked together as one training batch (selection over the
 whole batch, as trainers do; this is where zero-signal groups waste a score's budget).
 """
 
@@ -22,9 +22,11 @@ import logging
 import statistics
 from typing import Any
 
+import torch
+
 from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec
 from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
-from gmts_core.gradcheck import gradcheck
+from gmts_core.gradcheck import GradcheckResult, gradcheck
 from gmts_core.modeling import LoadedModel, load_model
 from gmts_core.sampling import SamplingConfig
 from gmts_core.tasks.arith import REWARD_RULE, generate_problems
@@ -76,11 +78,15 @@ def mean_over(rows: list[dict[str, float | None]]) -> dict[str, float | None]:
     return out
 
 
-def per_group(lm: LoadedModel, groups: list[GroupInput], config: AnalysisConfig) -> dict:
+def per_group(
+    lm: LoadedModel, groups: list[GroupInput], config: AnalysisConfig
+) -> tuple[dict[str, Any], list[GradcheckResult]]:
     rows: dict[str, list[dict[str, float | None]]] = {m: [] for m in METHODS}
     zero_signal, tokens, seconds = 0, 0, 0.0
+    results = []
     for i, g in enumerate(groups):
         result = gradcheck(lm, [g], config, max_tokens=4096)
+        results.append(result)
         fid = result.fidelity
         tokens, seconds = tokens + fid["num_tokens"], seconds + fid["seconds"]
         if fid["full_grad_norm"] == 0.0:
@@ -90,16 +96,27 @@ def per_group(lm: LoadedModel, groups: list[GroupInput], config: AnalysisConfig)
         for m in METHODS:
             rows[m].append(method_metrics(fid, m))
         logging.info("group %d: gmts cosine %.3f", i, fid["cosine_to_full"]["gmts"])
-    return {
+    summary = {
         "groups": len(groups),
         "groups_with_signal": len(groups) - zero_signal,
         "tokens": tokens,
         "exact_gradient_seconds": seconds,
         "mean_over_groups_with_signal": {m: mean_over(rows[m]) for m in METHODS},
     }
+    return summary, results
 
 
-def as_batch(lm: LoadedModel, groups: list[GroupInput], config: AnalysisConfig) -> dict:
+def as_batch(lm: LoadedModel, checked: list[GradcheckResult], config: AnalysisConfig) -> dict:
+    """The same answers (their exact token texts) and rewards, selected as one batch."""
+    groups = [
+        GroupInput(
+            g.prompt,
+            answers=[a.decoded for a in g.answers],
+            rewards=[a.reward for a in g.answers],
+        )
+        for r in checked
+        for g in r.analysis.groups
+    ]
     result = gradcheck(lm, groups, config, max_tokens=100_000)
     fid = result.fidelity
     return {
@@ -127,7 +144,7 @@ def print_rows(rows: dict[str, dict[str, float | None]]) -> None:
     labels = ("Spearman all", "Spearman in-ans", "cosine", "mass kept", "mass^2 kept")
     print(f"{'method':<14}" + "".join(f"{label:>16}" for label in labels))
     for m, row in rows.items():
-        cells = "".join(f"{'n/a' if row[k] is None else f'{row[k]:.3f}':>16}" for k in METRICS)
+        cells = "".join(f"{'n/a' if row[k] is None else f'{row[k]:.4f}':>16}" for k in METRICS)
         print(f"{m:<14}{cells}")
 
 
@@ -141,9 +158,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch", action="store_true", help="also check all groups as one batch")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    torch.set_num_threads(args.threads)
     if not (DEMO_MODEL_DIR / "config.json").is_file():
         raise SystemExit(f"the demo model is missing ({DEMO_MODEL_DIR}); train it first")
     lm = load_model(DEMO_MODEL_DIR, name=DEMO_ALIAS, device="cpu", dtype="float32")
@@ -154,10 +173,10 @@ def main() -> None:
         "samples": args.samples,
         "ratio": args.ratio,
         "seed": args.seed,
-        "per_group": per_group(lm, groups, config),
     }
+    report["per_group"], checked = per_group(lm, groups, config)
     if args.batch:
-        report["batch"] = as_batch(lm, groups, config)
+        report["batch"] = as_batch(lm, checked, config)
     if args.json:
         print(json.dumps(report))
     else:

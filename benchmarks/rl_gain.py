@@ -37,16 +37,30 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--prompts-per-step", type=int, default=RLConfig.prompts_per_step)
     p.add_argument("--lr", type=float, default=RLConfig.learning_rate)
     p.add_argument("--inner-steps", type=int, default=RLConfig.inner_steps)
+    p.add_argument("--optimizer", default=RLConfig.optimizer, choices=["adamw", "sgd"])
     p.add_argument("--warmup-steps", type=int, default=RLConfig.warmup_steps)
     p.add_argument("--adam-epsilon", type=float, default=RLConfig.adam_epsilon)
     p.add_argument("--policy", default="full", choices=["full", "lora"])
-    p.add_argument("--freeze-embeddings", type=int, default=1)
+    p.add_argument("--freeze-embeddings", type=int, default=0)
     p.add_argument("--eval-problems", type=int, default=300)
     p.add_argument("--eval-samples", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--min-gain", type=float, default=0.15)
     return p.parse_args()
+
+
+def train(policy: TrainablePolicy, config: RLConfig, steps: int, seed: int) -> list[float]:
+    """``steps`` GRPO steps on demo-task batches; the training reward of each step."""
+    optimizer = make_optimizer(policy, config)
+    rewards = []
+    for step in range(steps):
+        s = step_seed(seed, step)
+        batch = demo_batch(config.prompts_per_step, s)
+        result = grpo_step(policy, optimizer, batch, config, s, step + 1)
+        rewards.append(round(result.metrics.reward_mean, 4))
+        print(f"step {step + 1}: reward {result.metrics.reward_mean:.3f}", file=sys.stderr)
+    return rewards
 
 
 def main() -> int:
@@ -63,6 +77,7 @@ def main() -> int:
         inner_steps=args.inner_steps,
         adam_epsilon=args.adam_epsilon,
         warmup_steps=args.warmup_steps,
+        optimizer=args.optimizer,
     )
     problems = heldout_problems(args.eval_problems)
 
@@ -75,15 +90,7 @@ def main() -> int:
     before = accuracy(lm.model)
     settings = PolicySettings(kind=args.policy, freeze_embeddings=bool(args.freeze_embeddings))
     policy = TrainablePolicy(lm, settings)
-    optimizer = make_optimizer(policy, config)
-    rewards = []
-    for step in range(args.steps):
-        seed = step_seed(args.seed, step)
-        result = grpo_step(
-            policy, optimizer, demo_batch(config.prompts_per_step, seed), config, seed, step + 1
-        )
-        rewards.append(round(result.metrics.reward_mean, 4))
-        print(f"step {step + 1}: reward {result.metrics.reward_mean:.3f}", file=sys.stderr)
+    rewards = train(policy, config, args.steps, args.seed)
     after = accuracy(policy.model)
     report = {
         "method": args.method,
@@ -95,6 +102,7 @@ def main() -> int:
         "inner_steps": config.inner_steps,
         "adam_epsilon": config.adam_epsilon,
         "warmup_steps": config.warmup_steps,
+        "optimizer": config.optimizer,
         "policy": args.policy,
         "freeze_embeddings": bool(args.freeze_embeddings),
         "eval": f"{args.eval_problems} held-out problems x {args.eval_samples} samples at T=1",

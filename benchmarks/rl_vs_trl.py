@@ -107,7 +107,8 @@ class OursStepper:
 
 def numeric_reward(completions: list[str], reference: list[str], **_: Any) -> list[float]:
     """TRL reward function: the same ``numeric`` rule gmts_core uses."""
-    return [compute_reward("numeric", c, r).reward for c, r in zip(completions, reference)]
+    pairs = zip(completions, reference, strict=True)
+    return [compute_reward("numeric", c, r).reward for c, r in pairs]
 
 
 class Interleave(TrainerCallback):
@@ -217,10 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     warnings.filterwarnings("ignore")
     rep = measure(args)
+    m = rep["machine"]
     lines = [
         f"one GRPO step, tiny-arith, {args.prompts} prompts x {args.group_size} answers, "
         f"<= {args.max_new_tokens} new tokens, median of {args.steps} after a warm-up, "
-        f"{rep['machine']['torch_threads']} torch thread(s), load {rep['machine']['load_average_1m']}",
+        f"{m['torch_threads']} torch thread(s), load {m['load_average_1m']}",
         f"  gmts_core ({args.method} {args.ratio})  {rep['gmts_core_median_s']:.3f} s",
         f"  TRL GRPOTrainer         {rep['trl_median_s']:.3f} s",
         f"  ratio {rep['ratio']:.2f} (target <= {TARGET_RATIO}: "

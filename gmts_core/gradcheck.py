@@ -138,10 +138,15 @@ def _block_grads(
 
 
 class _Accumulator:
-    """Per-token squared norms and the running gradient sums g_S of each mask (and of all)."""
+    """Per-token squared norms and the running gradient sums g_S of each mask (and of all).
+
+    A block's products are formed in the compute precision (at most ``block`` terms each) and
+    accumulated across blocks and parameters in float64.
+    """
 
     def __init__(self, params: list[torch.Tensor], masks: torch.Tensor, head_index: int) -> None:
-        self.masks = masks.double()  # (N, M + 1); the last column is all ones (the full loss)
+        # (M + 1, N) in the compute dtype; the last row is all ones (the full loss)
+        self.masks_t = masks.T.to(params[0].dtype)
         self.head_index = head_index
         self.sums = [
             torch.zeros((masks.shape[1], *p.shape), dtype=torch.float64, device=p.device)
@@ -153,16 +158,19 @@ class _Accumulator:
 
     def add(self, rows: slice, grads: list[torch.Tensor]) -> None:
         sq = torch.zeros(rows.stop - rows.start, dtype=torch.float64, device=grads[0].device)
-        for acc, g in zip(self.sums, grads, strict=True):
-            g64 = g.double().flatten(1)  # (B, p)
-            sq += g64.pow(2).sum(1)
-            acc.view(acc.shape[0], -1).add_(self.masks[rows].T.to(g64.device) @ g64)
+        masks_t = self.masks_t[:, rows]  # (M + 1, B)
+        for i, (acc, g) in enumerate(zip(self.sums, grads, strict=True)):
+            flat = g.flatten(1)  # (B, p)
+            g_sq = torch.einsum("bp,bp->b", flat, flat).double()  # (B,)
+            sq += g_sq
+            if i == self.head_index:
+                self.head_sq[rows] = g_sq.cpu()
+            acc.view(acc.shape[0], -1).add_(masks_t @ flat)  # (M + 1, p)
         self.true_sq[rows] = sq.cpu()
-        self.head_sq[rows] = grads[self.head_index].double().flatten(1).pow(2).sum(1).cpu()
 
     def gram(self) -> torch.Tensor:
         """(M + 1, M + 1) inner products <g_a, g_b> of the accumulated sums."""
-        gram = torch.zeros(self.masks.shape[1], self.masks.shape[1], dtype=torch.float64)
+        gram = torch.zeros(len(self.masks_t), len(self.masks_t), dtype=torch.float64)
         for acc in self.sums:
             flat = acc.view(acc.shape[0], -1)  # (M + 1, p)
             gram += (flat @ flat.T).cpu()

@@ -51,7 +51,7 @@ class RLConfig:
     scope: str = "batch"  # selection scope: batch | group | answer
     group_size: int = 8  # G answers sampled per prompt
     prompts_per_step: int = 8  # prompts in a batch drawn from the demo task
-    learning_rate: float = 1e-3
+    learning_rate: float = 1e-4  # above ~1.5e-4 the demo model collapses (see README)
     warmup_steps: int = 0  # linear warmup of the learning rate over the first steps
     inner_steps: int = 1  # optimizer updates per sampled batch (PPO epochs)
     epsilon_low: float = 0.2
@@ -59,6 +59,7 @@ class RLConfig:
     beta: float = 0.0  # weight of the k3 KL term to the reference (the starting policy)
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
+    optimizer: str = "adamw"  # adamw | sgd
     adam_betas: tuple[float, float] = (0.9, 0.99)
     adam_epsilon: float = 1e-8  # larger values damp the updates of parameters with tiny gradients
     temperature: float = 1.0  # sampling temperature and tau of the loss's log-probs
@@ -83,6 +84,7 @@ class RLConfig:
             (self.inner_steps >= 1, "inner_steps must be >= 1"),
             (self.learning_rate >= 0, "learning_rate must be >= 0"),
             (self.warmup_steps >= 0, "warmup_steps must be >= 0"),
+            (self.optimizer in ("adamw", "sgd"), "optimizer must be adamw or sgd"),
             (self.epsilon_low >= 0 and self.epsilon_high >= 0, "epsilons must be >= 0"),
             (self.beta >= 0, "beta must be >= 0"),
             (self.max_grad_norm > 0, "max_grad_norm must be > 0"),
@@ -181,9 +183,12 @@ def training_batch(result: AnalysisResult, tokenizer: object, config: RLConfig) 
 
 
 def make_optimizer(policy: TrainablePolicy, config: RLConfig) -> torch.optim.Optimizer:
-    """AdamW over the policy's trainable parameters."""
+    """AdamW (default) or plain SGD over the policy's trainable parameters."""
+    params = policy.trainable_parameters()
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=config.learning_rate, weight_decay=config.weight_decay)
     return torch.optim.AdamW(
-        policy.trainable_parameters(),
+        params,
         lr=config.learning_rate,
         betas=config.adam_betas,
         eps=config.adam_epsilon,

@@ -194,7 +194,7 @@ EXPLAIN = (
     "### How good is the proxy?\n"
     "For the group shown in Explore, the tool computes each answer token's **exact** "
     "full-parameter gradient norm ‖∂(w·A·log π(y))/∂θ‖ (one backward per token: small models "
-    "only, about a minute for 200 tokens of the demo model on 2 CPU cores) and compares every "
+    "only: a few seconds for a group of the demo model on one CPU thread) and compares every "
     "method's score with it. *true norm kept*: share of the sum of true norms in the selection; "
     "*cosine to full gradient*: does training on the selection keep the update's direction? "
     "Answers are re-tokenized from their text; rewards are taken as given numbers."

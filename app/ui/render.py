@@ -347,17 +347,28 @@ def render_batch_changes(answers: list[Json]) -> str:
         f'<span style="background:rgba({CHANGE_DOWN},0.86)">&nbsp;down&nbsp;</span>, '
         f"full shade at |Δ| = {_fmt(scale, 3)} nats</span></div>"
     ]
-    prompt = None
+    group = None
     for ans in answers:
-        if ans.get("prompt") != prompt:
-            prompt = ans.get("prompt", "")
-            parts.append(
-                f'<div class="prompt"><span class="label">group {int(ans.get("group", 0))}</span> '
-                f'<span class="prompt-text">{visible_text(prompt)}</span></div>'
-            )
+        if ans.get("group") != group:
+            group = ans.get("group")
+            parts.append(_change_group_head(ans, [a for a in answers if a.get("group") == group]))
         parts.append(_render_change_answer(ans, scale))
     parts.append("</div>")
     return "".join(parts)
+
+
+def _change_group_head(first: Json, group: list[Json]) -> str:
+    """The group's prompt, and a plain remark when its answers carry no learning signal."""
+    zero = all((a.get("advantage") or 0.0) == 0.0 for a in group)
+    remark = (
+        ' <span class="adv-zero">— all rewards equal: no learning signal, no gradient</span>'
+        if zero
+        else ""
+    )
+    return (
+        f'<div class="prompt"><span class="label">group {int(first.get("group", 0))}</span> '
+        f'<span class="prompt-text">{visible_text(first.get("prompt", ""))}</span>{remark}</div>'
+    )
 
 
 def _render_change_answer(ans: Json, scale: float) -> str:

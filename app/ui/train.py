@@ -10,6 +10,7 @@ figures and tables only arrange the session's history (``GET /v1/sessions/{id}``
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -102,6 +103,9 @@ def reward_figure(history: list[Json], evaluations: list[Json]) -> go.Figure:
         OKABE_ITO[5],
         line_dash="dash",
     )
+    values = [v for t in fig.data for v in t.y if v is not None]
+    if all(0.0 <= v <= 1.0 for v in values):  # 0/1 rewards and accuracies: a fixed scale
+        fig.update_yaxes(range=[-0.03, 1.03])
     return fig
 
 
@@ -257,12 +261,12 @@ def run_steps(
         body = backend.step_session(view.session_id, form.step_request())
         view.last_batch = body.get("last_batch") or view.last_batch
         view.info = backend.get_session(view.session_id)
-        yield view
+        yield dataclasses.replace(view)  # a snapshot: the loop goes on changing ``view``
     if form.eval_problems > 0:
         if progress is not None:
             progress((total, total), desc="held-out accuracy")
         _evaluate(backend, view, form)
-    yield view
+    yield dataclasses.replace(view)
 
 
 def reset_session(backend: Backend, session_id: str | None) -> TrainView:

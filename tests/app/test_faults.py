@@ -186,23 +186,26 @@ def test_cancelled_requests_through_the_asgi_app_leak_no_job_slot(
 ) -> None:
     jobs = app.state.services.jobs
 
-    async def cancel_two(release: threading.Event) -> bool:
+    async def cancel_both(entered: threading.Event, release: threading.Event) -> None:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
 
             async def post() -> None:
                 await client.post("/v1/analyze", json=given_body())
 
-            with anyio.move_on_after(0.5) as scope:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(post)  # takes the slot and waits at the gate
-                    tg.start_soon(post)  # waits in the queue
-            # the cancelled jobs' worker threads finish; their slots must come back
-            threading.Timer(0.2, release.set).start()
-            return scope.cancelled_caught
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(post)  # takes the slot and waits at the gate
+                tg.start_soon(post)  # waits in the queue
+                assert await anyio.to_thread.run_sync(entered.wait, 30)
+                while jobs.waiting != 1:
+                    await anyio.sleep(0.01)
+                threading.Timer(0.3, release.set).start()
+                # cancelled mid-flight; anyio lets the worker threads finish (they cannot be
+                # interrupted), and the slots must come back when they do
+                tg.cancel_scope.cancel()
 
-    with gated(base) as (_entered, release):
-        assert anyio.run(cancel_two, release)
+    with gated(base) as (entered, release):
+        anyio.run(cancel_both, entered, release)
     _idle(app)
     assert jobs.running == 0 and jobs.waiting == 0
     with TestClient(app) as client:
@@ -213,9 +216,7 @@ def test_cancelled_requests_through_the_asgi_app_leak_no_job_slot(
 
 
 @pytest.mark.parametrize("how", ["evicted", "deleted"])
-def test_session_gone_while_its_step_is_queued_is_a_clear_404(
-    model_root: Path, how: str
-) -> None:
+def test_session_gone_while_its_step_is_queued_is_a_clear_404(model_root: Path, how: str) -> None:
     app = create_app(
         make_settings(model_root, max_concurrent_jobs=1, max_queued_jobs=4, max_sessions=1)
     )

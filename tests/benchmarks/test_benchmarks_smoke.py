@@ -1,0 +1,78 @@
+"""Each end-to-end benchmark runs with tiny sizes and ``--json`` prints one valid JSON object.
+
+The figures themselves are not asserted (they depend on the machine); the shape of the report
+and the correctness checks the benchmarks make along the way are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gmts_core.demo import DEMO_MODEL_DIR
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(
+    not (DEMO_MODEL_DIR / "config.json").is_file(), reason="the demo model is not trained yet"
+)
+
+
+def run_benchmark(name: str, *args: str, timeout_s: float = 600) -> dict[str, Any]:
+    """Run ``benchmarks/<name>.py --json ...``; its whole stdout must be one JSON object."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / f"{name}.py"), "--json", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=timeout_s,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert isinstance(report, dict) and report["benchmark"] == name
+    return report
+
+
+@pytest.mark.slow
+def test_analyze_vs_generate_smoke() -> None:
+    r = run_benchmark(
+        "analyze_vs_generate", "--num-samples", "2", "--max-new-tokens", "6", "--repeats", "1"
+    )
+    assert r["same_tokens_as_generate"] is True
+    assert r["tokens_per_answer"] == [6]  # forced to the full length in both paths
+    assert r["analyze_median_s"] > 0 and r["generate_median_s"] > 0
+    assert r["ratio"] == pytest.approx(r["analyze_median_s"] / r["generate_median_s"])
+
+
+@pytest.mark.slow
+def test_rl_vs_trl_smoke() -> None:
+    r = run_benchmark(
+        "rl_vs_trl",
+        *("--prompts", "2", "--group-size", "2", "--max-new-tokens", "8", "--steps", "1"),
+    )
+    assert len(r["gmts_core_times_s"]) == len(r["trl_times_s"]) == 2  # warm-up + 1 timed
+    assert r["gmts_core_median_s"] > 0 and r["trl_median_s"] > 0
+    assert all(0 < n <= 8 for n in r["gmts_core_mean_answer_tokens"] + r["trl_mean_answer_tokens"])
+
+
+@pytest.mark.slow
+def test_load_smoke() -> None:
+    r = run_benchmark(
+        "load",
+        *("--clients", "3", "--requests", "6", "--sessions", "1", "--steps-per-session", "1"),
+        *("--max-new-tokens", "4", "--step-new-tokens", "8"),
+    )
+    assert r["errors"] == 0 and r["zero_errors"] is True
+    assert r["latency"]["analyze"]["count"] == 6 and r["latency"]["step"]["count"] == 1
+    iso = r["isolation"]
+    assert iso["histories_hold_exactly_own_steps"] and iso["steps_per_session"] == [1]
+    assert iso["base_checksum_unchanged"] and iso["base_probe_bit_identical"]

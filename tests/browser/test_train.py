@@ -1,0 +1,156 @@
+"""The Train, Compare and proxy-check tabs in a real Chromium: live steps move the curves, each
+browser context has its own session, a compare runs and loads back, screenshots of each tab."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.app.api_helpers import LiveServer
+
+pytestmark = pytest.mark.browser
+
+TIMEOUT_MS = 180_000
+SMALL = {"train-g": 4, "train-prompts": 1, "train-max-new": 40, "train-eval": 10}
+POINTS_JS = """(sel) => {
+    const d = document.querySelector(sel + ' .js-plotly-plot');
+    return d && d.data ? d.data.map(t => (t.x || []).length) : null;
+}"""
+
+
+def open_tab(chromium: Any, url: str, tab: str) -> Any:
+    context = chromium.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url + "/ui/", wait_until="load")
+    page.wait_for_selector("#analyze-btn")
+    page.get_by_role("tab", name=tab).click()
+    return page
+
+
+def set_number(page: Any, elem_id: str, value: int) -> None:
+    box = page.locator(f"#{elem_id} input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def run_train(page: Any, steps: int, expected_done: int) -> None:
+    """Run ``steps`` steps and wait until the run (steps + evaluation) has finished."""
+    for elem_id, value in {**SMALL, "train-steps": steps}.items():
+        set_number(page, elem_id, value)
+    page.click("#train-run-btn")
+    page.wait_for_function(
+        """([sel, n]) => {
+            const d = document.querySelector(sel + ' .js-plotly-plot');
+            return d && d.data && d.data[0].x.length === n && d.data[1].x.length >= 2;
+        }""",
+        arg=["#train-reward-plot", expected_done],
+    )
+    page.wait_for_selector(f"#train-session:has-text('steps done {expected_done}')")
+
+
+def table_rows(page: Any, elem_id: str) -> int:
+    """Data rows of a Gradio dataframe (its grid's row count less the header row)."""
+    return int(page.locator(f"#{elem_id} [role=grid]").get_attribute("aria-rowcount")) - 1
+
+
+def session_id(page: Any) -> str:
+    return str(page.locator("#train-session code").first.inner_text())
+
+
+def test_two_steps_move_the_reward_curve(
+    chromium: Any, ui_server: LiveServer, artifacts: Path
+) -> None:
+    page = open_tab(chromium, ui_server.url, "Train")
+    assert page.evaluate(POINTS_JS, "#train-reward-plot") in (None, [0, 0])
+    run_train(page, steps=2, expected_done=2)
+    reward_points, accuracy_points = page.evaluate(POINTS_JS, "#train-reward-plot")
+    assert reward_points == 2 and accuracy_points == 2  # steps 1, 2; accuracy at 0 and 2
+    assert page.evaluate(POINTS_JS, "#train-loss-plot") == [2, 2, 2]
+    assert page.evaluate(POINTS_JS, "#train-wasted-plot")[:2] == [2, 2]  # entropy, gmts
+    assert table_rows(page, "train-history") == 2
+    batch = page.locator("#train-batch")
+    assert batch.locator(".answer").count() == 4  # 1 prompt x G = 4
+    assert batch.locator(".tok.mark-a").count() > 0  # the selected tokens are marked
+    page.screenshot(path=str(artifacts / "train-tab.png"), full_page=True)
+
+    page.click("#train-reset-btn")
+    page.wait_for_selector("#train-session:has-text('steps done 0')")
+    assert page.evaluate(POINTS_JS, "#train-reward-plot")[0] == 0
+    page.context.close()
+
+
+def test_two_browser_contexts_keep_separate_sessions(chromium: Any, ui_server: LiveServer) -> None:
+    a = open_tab(chromium, ui_server.url, "Train")
+    b = open_tab(chromium, ui_server.url, "Train")
+    run_train(a, steps=2, expected_done=2)
+    run_train(b, steps=1, expected_done=1)
+    sid_a, sid_b = session_id(a), session_id(b)
+    assert sid_a and sid_b and sid_a != sid_b
+    # the server's own record: each session has only its own steps
+    history = {
+        sid: httpx.get(f"{ui_server.url}/v1/sessions/{sid}").json()["history"]
+        for sid in (sid_a, sid_b)
+    }
+    assert [h["step"] for h in history[sid_a]] == [1, 2]
+    assert [h["step"] for h in history[sid_b]] == [1]
+    assert "steps done 2" in a.locator("#train-session").inner_text()  # unchanged by b's step
+    assert table_rows(a, "train-history") == 2
+    run_train(a, steps=1, expected_done=3)  # a continues its own session
+    assert session_id(a) == sid_a
+    assert len(httpx.get(f"{ui_server.url}/v1/sessions/{sid_b}").json()["history"]) == 1
+    a.context.close()
+    b.context.close()
+
+
+def test_compare_runs_and_loads_back(chromium: Any, ui_server: LiveServer, artifacts: Path) -> None:
+    page = open_tab(chromium, ui_server.url, "Compare")
+    sizes = {"compare-steps": 2, "compare-g": 4, "compare-prompts": 1, "compare-max-new": 40}
+    for elem_id, value in {**sizes, "compare-ee": 1, "compare-eval": 10}.items():
+        set_number(page, elem_id, value)
+    page.click("#compare-run-btn")
+    page.wait_for_selector("#compare-json", state="visible")
+    assert table_rows(page, "compare-table") == 2
+    table_text = page.locator("#compare-table [role=grid]").inner_text()
+    assert table_text.index("entropy") < table_text.index("gmts")
+    # accuracy: a band and a mean line per method; the mean line has steps 0, 1, 2
+    for plot in ("accuracy", "reward", "wasted-share", "loss"):
+        page.wait_for_selector(f"#compare-{plot}-plot .js-plotly-plot .scatterlayer .trace")
+    assert page.evaluate(POINTS_JS, "#compare-accuracy-plot")[1::2] == [3, 3]
+    assert page.evaluate(POINTS_JS, "#compare-wasted-share-plot")[1::2] == [2, 2]
+    page.screenshot(path=str(artifacts / "compare-tab.png"), full_page=True)
+    with page.expect_download() as info:
+        page.click("#compare-json")
+    data = json.loads(Path(info.value.path()).read_text(encoding="utf-8"))
+    assert data["config"]["steps"] == 2 and data["config"]["rl"]["group_size"] == 4
+
+    other = open_tab(chromium, ui_server.url, "Compare")
+    other.locator("#compare-upload input[type=file]").set_input_files(info.value.path())
+    other.wait_for_selector("#compare-json", state="visible")
+    loaded = other.locator("#compare-table [role=grid]").inner_text()
+    assert table_rows(other, "compare-table") == 2 and loaded == table_text
+    page.context.close()
+    other.context.close()
+
+
+def test_proxy_check_of_the_explore_group(
+    chromium: Any, ui_server: LiveServer, artifacts: Path
+) -> None:
+    page = open_tab(chromium, ui_server.url, "Explore")
+    page.get_by_text("Paste answers instead of sampling").click()
+    page.fill("#answers textarea", " 7+8=15 carry 1, 4+3+1=8, so 85\n 7+8=15, 4+3=7, so 75")
+    page.click("#analyze-btn")
+    page.wait_for_selector("#token-view .gmts-view[data-group] .tok")
+    page.get_by_role("tab", name="Proxy check").click()
+    page.click("#proxy-run-btn")
+    page.wait_for_selector("#proxy-scatter .js-plotly-plot .scatterlayer .point")
+    assert table_rows(page, "proxy-table") == 6  # one row per selection method
+    table_text = page.locator("#proxy-table [role=grid]").inner_text()
+    assert all(m in table_text for m in ("entropy", "gmts_entropy", "surprisal", "random"))
+    assert "answer tokens" in page.locator("#proxy-summary").inner_text()
+    page.screenshot(path=str(artifacts / "proxy-tab.png"), full_page=True)
+    page.context.close()
