@@ -39,6 +39,8 @@ from datasets import Dataset
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
+import gmts_core.analysis
+import gmts_core.rl
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.evaluation import demo_batch
 from gmts_core.modeling import load_model
@@ -66,6 +68,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     return p.parse_args(argv)
+
+
+class PhaseTimer:
+    """Seconds spent in named library functions (wrapped in their modules while timing), to
+    show where a gmts_core step's time goes: rollout (sampling), scoring (the rest of the
+    token analysis), update (loss, backward, optimizer, the log-prob-after pass)."""
+
+    TARGETS = {
+        "rollout": (gmts_core.analysis, "sample_groups"),
+        "score": (gmts_core.rl, "score_batch"),
+        "update": (gmts_core.rl, "policy_update"),
+    }
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, list[float]] = {k: [] for k in self.TARGETS}
+        for name, (module, attr) in self.TARGETS.items():
+            setattr(module, attr, self._timed(name, getattr(module, attr)))
+
+    def _timed(self, name: str, fn: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[name].append(time.perf_counter() - start)
+
+        return wrapper
+
+    def medians(self, total: list[float]) -> dict[str, float]:
+        """Median seconds per phase over the timed steps (the first is the warm-up)."""
+        roll, score, update = (self.seconds[k][1:] for k in ("rollout", "score", "update"))
+        return {
+            "rollout": median(roll),
+            "token_analysis": median([s - r for s, r in zip(score, roll, strict=True)]),
+            "update": median(update),
+            "other": median([t - s - u for t, s, u in zip(total[1:], score, update, strict=True)]),
+        }
 
 
 def step_prompts(args: argparse.Namespace, step: int) -> list[RLPrompt]:
@@ -175,6 +214,7 @@ def trl_trainer(args: argparse.Namespace, out_dir: str, callback: Interleave) ->
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
+    phases = PhaseTimer()
     ours = OursStepper(args)
     callback = Interleave(ours)
     # TRL prints its logs to stdout; keep stdout for the report (one JSON object with --json)
@@ -203,6 +243,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "ratio": ratio,
         "target_ratio": TARGET_RATIO,
         "target_met": ratio <= TARGET_RATIO,
+        "gmts_core_phase_median_s": phases.medians(ours.times),
         "gmts_core_times_s": ours.times,  # the first one is the warm-up
         "trl_times_s": callback.times,
         "gmts_core_mean_answer_tokens": [n / answers for n in ours.tokens],
@@ -224,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         f"<= {args.max_new_tokens} new tokens, median of {args.steps} after a warm-up, "
         f"{m['torch_threads']} torch thread(s), load {m['load_average_1m']}",
         f"  gmts_core ({args.method} {args.ratio})  {rep['gmts_core_median_s']:.3f} s",
+        "    phases: "
+        + ", ".join(f"{k} {v:.3f} s" for k, v in rep["gmts_core_phase_median_s"].items()),
         f"  TRL GRPOTrainer         {rep['trl_median_s']:.3f} s",
         f"  ratio {rep['ratio']:.2f} (target <= {TARGET_RATIO}: "
         f"{'met' if rep['target_met'] else 'MISSED'})",

@@ -1,7 +1,8 @@
 """Each end-to-end benchmark runs with tiny sizes and ``--json`` prints one valid JSON object.
 
 The figures themselves are not asserted (they depend on the machine); the shape of the report
-and the correctness checks the benchmarks make along the way are.
+and the correctness checks the benchmarks make along the way are. Each runs in a subprocess
+(~15-20 s on 2 cores, mostly imports); the TRL one imports TRL too and is marked slow.
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ def run_benchmark(name: str, *args: str, timeout_s: float = 600) -> dict[str, An
     return report
 
 
-@pytest.mark.slow
 def test_analyze_vs_generate_smoke() -> None:
     r = run_benchmark(
         "analyze_vs_generate", "--num-samples", "2", "--max-new-tokens", "6", "--repeats", "1"
@@ -64,7 +64,6 @@ def test_rl_vs_trl_smoke() -> None:
     assert all(0 < n <= 8 for n in r["gmts_core_mean_answer_tokens"] + r["trl_mean_answer_tokens"])
 
 
-@pytest.mark.slow
 def test_load_smoke() -> None:
     r = run_benchmark(
         "load",

@@ -107,7 +107,9 @@ def test_two_browser_contexts_keep_separate_sessions(chromium: Any, ui_server: L
     b.context.close()
 
 
-def test_compare_runs_and_loads_back(chromium: Any, ui_server: LiveServer, artifacts: Path) -> None:
+def test_compare_runs_and_loads_back(
+    chromium: Any, ui_server: LiveServer, artifacts: Path, tmp_path: Path
+) -> None:
     page = open_tab(chromium, ui_server.url, "Compare")
     sizes = {"compare-steps": 2, "compare-g": 4, "compare-prompts": 1, "compare-max-new": 40}
     for elem_id, value in {**sizes, "compare-ee": 1, "compare-eval": 10}.items():
@@ -125,11 +127,13 @@ def test_compare_runs_and_loads_back(chromium: Any, ui_server: LiveServer, artif
     page.screenshot(path=str(artifacts / "compare-tab.png"), full_page=True)
     with page.expect_download() as info:
         page.click("#compare-json")
-    data = json.loads(Path(info.value.path()).read_text(encoding="utf-8"))
+    saved = tmp_path / "compare.json"  # the upload accepts .json files only
+    info.value.save_as(saved)
+    data = json.loads(saved.read_text(encoding="utf-8"))
     assert data["config"]["steps"] == 2 and data["config"]["rl"]["group_size"] == 4
 
     other = open_tab(chromium, ui_server.url, "Compare")
-    other.locator("#compare-upload input[type=file]").set_input_files(info.value.path())
+    other.locator("#compare-upload input[type=file]").set_input_files(str(saved))
     other.wait_for_selector("#compare-json", state="visible")
     loaded = other.locator("#compare-table [role=grid]").inner_text()
     assert table_rows(other, "compare-table") == 2 and loaded == table_text

@@ -170,3 +170,25 @@ def test_grad_proxy_is_abs_advantage_times_weight_times_norm() -> None:
     w = torch.tensor([0.1, 0.2, 0.3])
     g = torch.tensor([1.0, 2.0, 4.0])
     assert_close(grad_proxy(adv, w, g), torch.tensor([0.2, 0.0, 0.6]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_top_k_by_block_maxima_equals_torch_topk(dtype: torch.dtype) -> None:
+    """A large vocabulary takes the block-maxima path; planted winners in one block and in the
+    ragged tail must all be found."""
+    gen = torch.Generator().manual_seed(4)
+    v = 10_000  # 39 blocks of 256 and a tail of 16
+    logits = torch.randn(6, v, generator=gen)
+    logits[0, 512:516] = torch.tensor([9.0, 8.0, 7.0, 6.0])  # four winners in one block
+    logits[1, -3:] = torch.tensor([9.0, 8.5, 8.0])  # winners in the tail
+    logits[2, [0, 9_999, 5_000]] = torch.tensor([7.0, 9.0, 8.0])  # first, last, middle
+    logits = logits.to(dtype)
+    targets = torch.zeros(6, dtype=torch.long)
+    got = token_stats(logits, targets, top_k=4, chunk_size=4)
+    want = torch.log_softmax(logits.double(), -1).topk(4, dim=-1)
+    assert_close(got.top_logprobs.double(), want.values, atol=2e-5, rtol=2e-5)
+    picked = torch.log_softmax(logits.double(), -1).gather(-1, got.top_ids)
+    assert_close(picked, want.values)  # ids name tokens with exactly those values
+    assert got.top_ids[0].tolist() == [512, 513, 514, 515]
+    assert got.top_ids[1, :3].tolist() == [9_997, 9_998, 9_999]
+    assert got.top_ids[2, :3].tolist() == [9_999, 5_000, 0]
