@@ -4,7 +4,8 @@ Both train a fresh copy of the bundled ``tiny-arith`` model on CPU in float32 wi
 batch (``--prompts`` demo prompts x ``--group-size`` answers), the same sampling
 (temperature 1, ``--max-new-tokens``), the same reward (``numeric`` against the reference), the
 same loss settings (token-mean aggregation = TRL's ``dapo``, epsilon 0.2 / 0.28, beta 0, one
-update per batch, AdamW betas (0.9, 0.99), grad-norm clip 1.0, constant learning rate):
+update per batch, AdamW betas (0.9, 0.99), grad-norm clip 1.0, the same constant learning rate,
+by default tiny so that neither policy drifts and their answers keep comparable lengths):
 
     gmts_core   ``gmts_core.rl.grpo_step`` (rollout, rewards, advantages, the full token
                 analysis and ``--method`` selection, the masked update, metrics and the
@@ -59,7 +60,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=3, help="timed steps of each, after a warm-up")
     p.add_argument("--method", default="gmts", help="gmts_core selection method")
     p.add_argument("--ratio", type=float, default=0.2)
-    p.add_argument("--learning-rate", type=float, default=1e-3)
+    p.add_argument(
+        "--learning-rate",
+        type=float,
+        default=1e-6,
+        help="tiny by default: both policies stay near the base model, so their answers keep "
+        "comparable lengths across the timed steps (the cost of a step does not depend on it)",
+    )
     p.add_argument("--measure-kl", action="store_true", help="gmts_core: also measure KL")
     p.add_argument(
         "--force-length", action="store_true", help="both: every answer max-new-tokens long"
@@ -132,14 +139,16 @@ class OursStepper:
         self.optimizer = make_optimizer(self.policy, self.config)
         self.args = args
         self.times: list[float] = []
+        self.cpu: list[float] = []
         self.tokens: list[int] = []
         self.rewards: list[float] = []
 
     def step(self, k: int) -> None:
         prompts = step_prompts(self.args, k)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = grpo_step(self.policy, self.optimizer, prompts, self.config, self.args.seed + k)
         self.times.append(time.perf_counter() - start)
+        self.cpu.append(time.process_time() - cpu)
         self.tokens.append(result.metrics.num_tokens)
         self.rewards.append(float(result.metrics.reward_mean or 0.0))
 
@@ -156,13 +165,15 @@ class Interleave(TrainerCallback):
     def __init__(self, ours: OursStepper) -> None:
         self.ours = ours
         self.times: list[float] = []
-        self._start = 0.0
+        self.cpu: list[float] = []
+        self._start = self._cpu = 0.0
 
     def on_step_begin(self, *_args: Any, **_kwargs: Any) -> None:
-        self._start = time.perf_counter()
+        self._start, self._cpu = time.perf_counter(), time.process_time()
 
     def on_step_end(self, *_args: Any, **_kwargs: Any) -> None:
         self.times.append(time.perf_counter() - self._start)
+        self.cpu.append(time.process_time() - self._cpu)
         self.ours.step(len(self.times) - 1)
 
 
@@ -227,6 +238,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     answers = args.prompts * args.group_size
     o, t = median(ours.times[1:]), median(callback.times[1:])
     ratio = o / t if t else float("nan")
+    co, ct = median(ours.cpu[1:]), median(callback.cpu[1:])
     return {
         "benchmark": "rl_vs_trl",
         "model": "tiny-arith",
@@ -243,6 +255,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "ratio": ratio,
         "target_ratio": TARGET_RATIO,
         "target_met": ratio <= TARGET_RATIO,
+        # CPU time of the process: steadier than wall time on a machine shared with other jobs
+        "gmts_core_cpu_median_s": co,
+        "trl_cpu_median_s": ct,
+        "cpu_ratio": co / ct if ct else float("nan"),
         "gmts_core_phase_median_s": phases.medians(ours.times),
         "gmts_core_times_s": ours.times,  # the first one is the warm-up
         "trl_times_s": callback.times,
@@ -270,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         f"  TRL GRPOTrainer         {rep['trl_median_s']:.3f} s",
         f"  ratio {rep['ratio']:.2f} (target <= {TARGET_RATIO}: "
         f"{'met' if rep['target_met'] else 'MISSED'})",
+        f"  CPU time: gmts_core {rep['gmts_core_cpu_median_s']:.3f} s, TRL "
+        f"{rep['trl_cpu_median_s']:.3f} s, ratio {rep['cpu_ratio']:.2f}",
         f"  mean answer tokens: gmts_core {rep['gmts_core_mean_answer_tokens']}, "
         f"TRL {rep['trl_mean_answer_tokens']}",
     ]

@@ -9,7 +9,6 @@ from itertools import combinations
 from statistics import median
 
 import torch
-from scipy.stats import spearmanr
 
 from gmts_core.selection import Selection
 
@@ -37,12 +36,30 @@ def pairwise_overlap(selections: dict[str, Selection]) -> dict[str, dict[str, fl
     }
 
 
+def average_ranks(v: torch.Tensor) -> torch.Tensor:
+    """1-based ranks of the values of ``v`` (1-D), ties sharing their average rank (float64),
+    as ``scipy.stats.rankdata(v, "average")``."""
+    _, inverse, counts = torch.unique(v, sorted=True, return_inverse=True, return_counts=True)
+    last = torch.cumsum(counts, 0).double()  # the last rank taken by each distinct value
+    return (last - (counts.double() - 1) / 2)[inverse]
+
+
 def spearman(x: torch.Tensor, y: torch.Tensor) -> float | None:
-    """Spearman rank correlation, or None where it is undefined (n < 2 or a constant input)."""
+    """Spearman rank correlation, or None where it is undefined (n < 2 or a constant input).
+
+    The Pearson correlation of the average ranks, as ``scipy.stats.spearmanr`` (the tests check
+    it against scipy); computed here because an analysis asks for it twice per answer and
+    scipy's per-call overhead (~2 ms) was 40 % of an analysis of 64 short answers.
+    """
+    x, y = x.detach().double().cpu().flatten(), y.detach().double().cpu().flatten()
     if x.numel() < 2 or bool((x == x[0]).all()) or bool((y == y[0]).all()):
         return None
-    rho = spearmanr(x.double().cpu().numpy(), y.double().cpu().numpy()).statistic
-    return None if rho is None or math.isnan(float(rho)) else float(rho)
+    if bool(x.isnan().any() | y.isnan().any()):
+        return None
+    rx, ry = average_ranks(x), average_ranks(y)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    rho = float((rx * ry).sum() / torch.sqrt((rx * rx).sum() * (ry * ry).sum()))
+    return None if math.isnan(rho) else max(-1.0, min(1.0, rho))
 
 
 def spearman_by_answer(

@@ -40,7 +40,7 @@ class CompareForm:
     group_size: int = 4
     prompts_per_step: int = 2
     max_new_tokens: int = 48
-    learning_rate: float = 1e-3
+    learning_rate: float = RLConfig.learning_rate  # the RL defaults, tuned on the demo model
     eval_every: int = 3
     eval_problems: int = 50
 
@@ -184,7 +184,9 @@ def _controls(ctx: Any) -> dict[str, Any]:
         c["max_new_tokens"] = gr.Slider(
             8, 128, 48, step=4, label="Max new tokens", elem_id="compare-max-new"
         )
-        c["learning_rate"] = gr.Number(1e-3, label="Learning rate", minimum=0, maximum=1)
+        c["learning_rate"] = gr.Number(
+            RLConfig.learning_rate, label="Learning rate", minimum=0, maximum=1, step=1e-5
+        )
         c["eval_every"] = gr.Slider(1, 30, 3, step=1, label="Evaluate every", elem_id="compare-ee")
         c["eval_problems"] = gr.Slider(
             10, 400, 50, step=10, label="Held-out problems", elem_id="compare-eval"

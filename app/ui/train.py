@@ -22,6 +22,7 @@ from app.services.errors import SessionNotFoundError
 from app.ui.charts import _LAYOUT, OKABE_ITO
 from app.ui.client import Backend
 from app.ui.render import Json, _fmt, placeholder, render_batch_changes
+from gmts_core.rl import RLConfig
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class TrainForm:
     model: str | None = None
     method: str = "gmts"
     ratio: float = 0.2
-    learning_rate: float = 1e-3
+    learning_rate: float = RLConfig.learning_rate  # the RL defaults, tuned on the demo model
     group_size: int = 8
     prompts_per_step: int = 4
     max_new_tokens: int = 48
@@ -301,7 +302,9 @@ def _controls(ctx: Any) -> dict[str, Any]:
             method_choices(), value="gmts", label="Selection method", elem_id="train-method"
         )
         c["ratio"] = gr.Slider(0.05, 1.0, 0.2, step=0.05, label="Ratio", elem_id="train-ratio")
-        c["learning_rate"] = gr.Number(1e-3, label="Learning rate", minimum=0, maximum=1)
+        c["learning_rate"] = gr.Number(
+            RLConfig.learning_rate, label="Learning rate", minimum=0, maximum=1, step=1e-5
+        )
     with gr.Row():
         c["group_size"] = gr.Slider(2, 16, 8, step=1, label="Group size G", elem_id="train-g")
         c["prompts_per_step"] = gr.Slider(

@@ -12,11 +12,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from app.services.errors import SessionNotFoundError
 from app.session_schemas import SessionCreateRequest, SessionStepRequest
 from app.ui import render, train
-from app.ui.client import LocalBackend
+from app.ui.client import BackendError, LocalBackend, RemoteBackend
 from gmts_core.rl_records import StepMetrics
-from tests.app.api_helpers import TINY, make_settings
+from tests.app.api_helpers import TINY, LiveServer, given_body, make_settings
 
 EVIL = '<script>window.__pwned=1</script><img src=x onerror="x">'
 
@@ -124,6 +125,11 @@ def test_batch_changes_mark_selected_tokens_and_shade_by_change() -> None:
     assert f"rgba({render.CHANGE_DOWN},0.460)" in spans[1][1]  # half as large, other colour
     assert "selected <b>0.5</b>" in html and "others −0.25" in html
     assert "Run a step" in render.render_batch_changes([])
+    assert "no learning signal" not in html
+    flat = {**answers[0], "group": 1, "advantage": 0.0}
+    two_groups = render.render_batch_changes([answers[0], flat])
+    assert two_groups.count('class="prompt"') == 2
+    assert two_groups.count("no learning signal") == 1  # only group 1 has equal rewards
 
 
 # --- the step loop over a real local backend ------------------------------------------------
@@ -179,3 +185,23 @@ def test_a_new_model_or_a_lost_session_starts_a_new_one(backend: LocalBackend) -
     assert again.session_id not in (view.session_id, None) and "gone" in (again.note or "")
     gone = train.reset_session(backend, view.session_id)
     assert gone.session_id is None and "expired" in (gone.note or "")
+
+
+def test_remote_backend_drives_sessions_and_gradcheck_over_http(model_root: Path) -> None:
+    """The same Train loop against a real server's /v1 API (the UI's remote mode)."""
+    app = create_app(make_settings(model_root, max_new_tokens=8, max_answers=8))
+    with LiveServer(app) as server:
+        remote = RemoteBackend(server.url)
+        views = list(train.run_steps(remote, None, FORM))
+        sid = views[-1].session_id
+        assert [len(v.info["history"]) for v in views] == [1, 2, 2]
+        assert app.state.services.sessions.info(sid)["steps_done"] == 2  # the server's session
+        assert train.reset_session(remote, sid).info["steps_done"] == 0
+        app.state.services.sessions.delete(sid)
+        with pytest.raises(SessionNotFoundError):  # mapped back from the 404, so the tab recovers
+            remote.get_session(sid)
+        assert "gone" in (train.ensure_session(remote, sid, FORM).note or "")
+        body = remote.gradcheck(given_body(max_tokens=64))
+        assert body["fidelity"]["num_tokens"] == body["summary"]["num_tokens"]
+        with pytest.raises(BackendError, match="local backend"):
+            remote.compare(None, None)

@@ -145,6 +145,8 @@ def test_proxy_check_of_the_explore_group(
     chromium: Any, ui_server: LiveServer, artifacts: Path
 ) -> None:
     page = open_tab(chromium, ui_server.url, "Explore")
+    page.fill("#prompt textarea", "Q: 47+38=?\nA:")
+    page.locator("#reference").locator("textarea, input").first.fill("85")
     page.get_by_text("Paste answers instead of sampling").click()
     page.fill("#answers textarea", " 7+8=15 carry 1, 4+3+1=8, so 85\n 7+8=15, 4+3=7, so 75")
     page.click("#analyze-btn")
