@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     session_policy: Literal["auto", "full", "lora"] = "auto"
     session_lora_threshold: int = Field(100_000_000, ge=0)  # parameters; auto: LoRA above it
 
+    # --- exact per-token gradients (POST /v1/gradcheck) ---
+    gradcheck_max_parameters: int = Field(20_000_000, ge=1)  # larger models are refused (413)
+
     @field_validator("model_roots", "cors_origins", mode="before")
     @classmethod
     def _parse_list(cls, value: Any) -> Any:

@@ -23,7 +23,6 @@ from gmts_core.errors import LimitExceededError
 from gmts_core.gradcheck import GradcheckResult, gradcheck
 from gmts_core.modeling import LoadedModel
 
-DEFAULT_MAX_PARAMETERS = 20_000_000  # 7 float64 copies: about 1.1 GB of gradient sums
 
 
 def _finite(value: Any) -> Any:
@@ -51,9 +50,7 @@ class GradcheckService:
     def __init__(self, analysis: AnalysisService) -> None:
         self.analysis = analysis
         settings = analysis.settings
-        self.max_parameters = int(
-            getattr(settings, "gradcheck_max_parameters", DEFAULT_MAX_PARAMETERS)
-        )
+        self.max_parameters = settings.gradcheck_max_parameters
 
     async def run(self, req: GradcheckRequest) -> dict[str, Any]:
         prepared = self.analysis.prepare(req)

@@ -19,7 +19,7 @@ from typing import Any
 
 from gmts_core.compare import CompareConfig, CompareResult, RunCurve
 from gmts_core.compare_report import TABLE_HEADER, compare_figures, compare_html, table_rows
-from gmts_core.errors import InvalidInputError
+from gmts_core.errors import InvalidInputError, LimitExceededError
 from gmts_core.policy import PolicySettings
 from gmts_core.rl import RLConfig
 
@@ -63,6 +63,23 @@ class CompareForm:
         )
         config.validate()
         return config
+
+
+def check_limits(config: CompareConfig, settings: Any) -> None:
+    """The server's per-step limits (as for sessions) apply to each step of a compare run."""
+    rl = config.rl
+    answers, limit = rl.prompts_per_step * rl.group_size, getattr(settings, "max_answers", None)
+    if limit is not None and answers > limit:
+        raise LimitExceededError(
+            f"{rl.prompts_per_step} prompts x {rl.group_size} answers per step; this server's "
+            f"limit is {limit} answers (GMTS_MAX_ANSWERS)"
+        )
+    new_limit = getattr(settings, "max_new_tokens", None)
+    if new_limit is not None and rl.max_new_tokens > new_limit:
+        raise LimitExceededError(
+            f"max_new_tokens is {rl.max_new_tokens}; this server's limit is {new_limit} "
+            "(GMTS_MAX_NEW_TOKENS)"
+        )
 
 
 # --- a compare JSON back into a CompareResult --------------------------------------------------
@@ -245,6 +262,7 @@ def build_compare_tab(ctx: Any) -> None:
     def run(*values: Any, progress: Any = gr.Progress()) -> list[Any]:
         f = CompareForm(**dict(zip(FORM_FIELDS, values, strict=True)))
         config = _call(f.config)
+        _call(lambda: check_limits(config, ctx.settings))
 
         def tick(done: int, total: int, label: str) -> None:
             progress((done, total), desc=label)

@@ -15,11 +15,11 @@ from app.ui import compare, proxy
 from gmts_core.analysis import AnalysisConfig, GroupInput, analyze
 from gmts_core.compare import CompareConfig, run_compare
 from gmts_core.compare_report import TABLE_HEADER, table_rows
-from gmts_core.errors import InvalidInputError
+from gmts_core.errors import InvalidInputError, LimitExceededError
 from gmts_core.gradcheck import gradcheck
 from gmts_core.modeling import load_model
 from gmts_core.rl import RLConfig
-from tests.app.api_helpers import TINY
+from tests.app.api_helpers import TINY, make_settings
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +82,16 @@ def test_compare_form_makes_a_valid_config() -> None:
     assert config.methods == ("gmts", "random") and config.rl.group_size == 4
     with pytest.raises(InvalidInputError, match="at least one method"):
         compare.CompareForm(methods=[]).config()
+
+
+def test_compare_runs_keep_the_server_limits(model_root: Path) -> None:
+    settings = make_settings(model_root, max_answers=8, max_new_tokens=16)
+    form = compare.CompareForm(group_size=4, prompts_per_step=2, max_new_tokens=16)
+    compare.check_limits(form.config(), settings)  # 8 answers of 16 tokens: within
+    with pytest.raises(LimitExceededError, match="GMTS_MAX_ANSWERS"):
+        compare.check_limits(dataclasses.replace(form, prompts_per_step=3).config(), settings)
+    with pytest.raises(LimitExceededError, match="GMTS_MAX_NEW_TOKENS"):
+        compare.check_limits(dataclasses.replace(form, max_new_tokens=20).config(), settings)
 
 
 # --- the proxy check ------------------------------------------------------------------------
