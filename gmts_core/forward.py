@@ -89,7 +89,7 @@ def answer_token_stats(
         lengths = [len(p) + len(a) for p, a in sequences]
         for batch in _micro_batches(lengths, max_batch_tokens):
             hiddens = _answer_hidden(body, [sequences[i] for i in batch], pad_id, device)
-            for i, h in zip(batch, hiddens):
+            for i, h in zip(batch, hiddens, strict=True):
                 results[i] = _stats_for_answer(
                     h, head, sequences[i][1], temperature, top_k, chunk_size, softcap
                 )

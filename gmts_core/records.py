@@ -161,7 +161,7 @@ def build_tokens(
     for t, tok_id in enumerate(ids):
         alts = [
             {"id": i, "text": token_text(tokenizer, i), "prob": math.exp(v)}
-            for i, v in zip(top_ids[t], top_lp[t])
+            for i, v in zip(top_ids[t], top_lp[t], strict=True)
         ]
         tokens.append(
             TokenRecord(

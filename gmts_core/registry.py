@@ -16,7 +16,7 @@ F = TypeVar("F")
 
 
 class Registry(Generic[F]):
-    """Named variants (functions or small objects) of one kind (``kind`` is used in error messages)."""
+    """Named variants (functions or small objects) of one kind, named in error messages."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind

@@ -6,7 +6,7 @@ import typer
 
 cli = typer.Typer(
     name="gmts",
-    help="GMTS Explorer: which answer tokens drive learning in RLVR, and what training on them does.",
+    help="GMTS Explorer: which answer tokens drive learning in RLVR, and what training does.",
     no_args_is_help=True,
     add_completion=False,
 )

@@ -93,7 +93,7 @@ def render_terminal(
             (f"only {b}", _STYLES["b"]),
         )
     )
-    for group, ans in result.iter_answers():
+    for _group, ans in result.iter_answers():
         line = Text(f"#{ans.index} r={ans.reward:g} A={ans.advantage:+.3f}  ")
         for tok in ans.tokens:
             sa, sb = tok.selected.get(a, False), tok.selected.get(b, False)

@@ -24,7 +24,6 @@ from gmts_core.gradcheck import GradcheckResult, gradcheck
 from gmts_core.modeling import LoadedModel
 
 
-
 def _finite(value: Any) -> Any:
     """JSON cannot carry NaN or infinity: such numbers become null (recursively)."""
     if isinstance(value, float):
