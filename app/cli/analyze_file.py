@@ -20,7 +20,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from tqdm import tqdm
 
 from app.cli._app import cli
-from app.cli.common import fail, load_cli_model
+from app.cli.common import (
+    AdvantageOpt,
+    AggregationOpt,
+    ModelOpt,
+    RatioOpt,
+    TopAlternativesOpt,
+    analysis_config,
+    fail,
+    load_cli_model,
+)
 from app.services.analysis import result_body
 from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze
 from gmts_core.errors import GMTSError, InvalidInputError
@@ -149,15 +158,15 @@ def analyze_file_command(
     fmt: Annotated[
         str | None, typer.Option("--format", help="jsonl | csv (default: from --output).")
     ] = None,
-    model: Annotated[str, typer.Option(help="Alias, local folder or hub id.")] = "tiny-arith",
+    model: ModelOpt = "tiny-arith",
     batch_size: Annotated[int, typer.Option(min=1, help="Lines analyzed as one batch.")] = 1,
     reward_kind: Annotated[str, typer.Option(help="Rule for lines with a reference.")] = "numeric",
-    ratio: Annotated[float, typer.Option(help="Share of tokens each method selects.")] = 0.2,
+    ratio: RatioOpt = 0.2,
     scope: Annotated[str, typer.Option(help="batch | group | answer")] = "batch",
-    advantage: Annotated[str, typer.Option(help="grpo | dr_grpo | rloo")] = "grpo",
-    aggregation: Annotated[str, typer.Option(help="Loss aggregation.")] = "token_mean",
+    advantage: AdvantageOpt = "grpo",
+    aggregation: AggregationOpt = "token_mean",
     temperature: Annotated[float, typer.Option(help="Statistics temperature.")] = 1.0,
-    top_alternatives: Annotated[int, typer.Option(help="Alternatives per token.")] = 5,
+    top_alternatives: TopAlternativesOpt = 5,
     skip_invalid: Annotated[bool, typer.Option(help="Skip bad lines instead of failing.")] = False,
 ) -> None:
     """Analyze every group of a rollout dump (one JSON object per line) with a progress bar."""
@@ -165,14 +174,7 @@ def analyze_file_command(
     fmt = fmt or ("csv" if output.suffix.lower() == ".csv" else "jsonl")
     if fmt not in ("jsonl", "csv"):
         raise typer.BadParameter("--format must be jsonl or csv")
-    config = AnalysisConfig(
-        temperature=temperature,
-        advantage=advantage,
-        loss_aggregation=aggregation,
-        ratio=ratio,
-        scope=scope,
-        top_alternatives=top_alternatives,
-    )
+    config = analysis_config(temperature, advantage, aggregation, ratio, scope, top_alternatives)
     try:
         config.validate()
         lm = load_cli_model(model)

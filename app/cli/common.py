@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from gmts_core.analysis import GroupInput, RewardSpec
+from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec
 from gmts_core.errors import GMTSError, InvalidInputError
 from gmts_core.modeling import LoadedModel, load_model
 from gmts_core.sampling import SamplingConfig
@@ -75,3 +76,46 @@ def fail(exc: GMTSError | InvalidInputError) -> typer.Exit:
     """Print a library error plainly and return the exit to raise."""
     typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
     return typer.Exit(code=2)
+
+
+# --- options shared by `analyze`, `gradcheck` and `analyze-file` ------------------------------
+
+ModelOpt = Annotated[str, typer.Option(help="Alias, local folder or hub id.")]
+PromptOpt = Annotated[str, typer.Option(help="The prompt text.")]
+AnswerOpt = Annotated[list[str] | None, typer.Option(help="A given answer (repeat); else sample.")]
+NumSamplesOpt = Annotated[int, typer.Option("-n", "--num-samples", help="Answers to sample.")]
+RewardsOpt = Annotated[str | None, typer.Option(help="Explicit rewards, e.g. 1,0,0,1.")]
+RewardKindOpt = Annotated[str, typer.Option(help="numeric | exact | regex | math")]
+ReferenceOpt = Annotated[str | None, typer.Option(help="Reference answer for the rule.")]
+RatioOpt = Annotated[float, typer.Option(help="Share of tokens each method selects.")]
+AdvantageOpt = Annotated[str, typer.Option(help="grpo | dr_grpo | rloo")]
+AggregationOpt = Annotated[str, typer.Option(help="Loss aggregation.")]
+TemperatureOpt = Annotated[float, typer.Option(help="Sampling and statistics temperature.")]
+TopPOpt = Annotated[float, typer.Option(help="Nucleus sampling.")]
+MaxNewTokensOpt = Annotated[int, typer.Option(help="Longest sampled answer.")]
+SeedOpt = Annotated[int, typer.Option(help="Sampling seed.")]
+TopAlternativesOpt = Annotated[int, typer.Option(help="Alternatives per token.")]
+ChatTemplateOpt = Annotated[bool, typer.Option(help="Wrap the prompt in the chat template.")]
+
+
+def analysis_config(
+    temperature: float,
+    advantage: str,
+    aggregation: str,
+    ratio: float,
+    scope: str,
+    top_alternatives: int,
+    seed: int = 0,
+    chat_template: bool = False,
+) -> AnalysisConfig:
+    """The AnalysisConfig the CLI flags describe."""
+    return AnalysisConfig(
+        temperature=temperature,
+        advantage=advantage,
+        loss_aggregation=aggregation,
+        ratio=ratio,
+        scope=scope,
+        top_alternatives=top_alternatives,
+        seed=seed,
+        chat_template=chat_template,
+    )

@@ -10,35 +10,51 @@ from rich.console import Console
 from rich.table import Table
 
 from app.cli._app import cli
-from app.cli.common import fail, group_from_flags, load_cli_model
-from gmts_core.analysis import AnalysisConfig
+from app.cli.common import (
+    AdvantageOpt,
+    AggregationOpt,
+    AnswerOpt,
+    ChatTemplateOpt,
+    MaxNewTokensOpt,
+    ModelOpt,
+    NumSamplesOpt,
+    PromptOpt,
+    RatioOpt,
+    ReferenceOpt,
+    RewardKindOpt,
+    RewardsOpt,
+    SeedOpt,
+    TemperatureOpt,
+    TopAlternativesOpt,
+    TopPOpt,
+    analysis_config,
+    fail,
+    group_from_flags,
+    load_cli_model,
+)
 from gmts_core.errors import GMTSError
 from gmts_core.gradcheck import DEFAULT_MAX_TOKENS, GradcheckResult, gradcheck
 
 
 @cli.command("gradcheck")
 def gradcheck_command(
-    prompt: Annotated[str, typer.Option(help="The prompt text.")],
-    model: Annotated[str, typer.Option(help="Alias, local folder or hub id.")] = "tiny-arith",
-    answer: Annotated[
-        list[str] | None, typer.Option(help="A given answer (repeat); else sample.")
-    ] = None,
-    n: Annotated[int, typer.Option("-n", "--num-samples", help="Answers to sample.")] = 8,
-    rewards: Annotated[str | None, typer.Option(help="Explicit rewards, e.g. 1,0,0,1.")] = None,
-    reward_kind: Annotated[str, typer.Option(help="numeric | exact | regex | math")] = "numeric",
-    reference: Annotated[str | None, typer.Option(help="Reference answer for the rule.")] = None,
-    ratio: Annotated[float, typer.Option(help="Share of tokens each method selects.")] = 0.2,
+    prompt: PromptOpt,
+    model: ModelOpt = "tiny-arith",
+    answer: AnswerOpt = None,
+    n: NumSamplesOpt = 8,
+    rewards: RewardsOpt = None,
+    reward_kind: RewardKindOpt = "numeric",
+    reference: ReferenceOpt = None,
+    ratio: RatioOpt = 0.2,
     scope: Annotated[str, typer.Option(help="batch | answer")] = "batch",
-    advantage: Annotated[str, typer.Option(help="grpo | dr_grpo | rloo")] = "grpo",
-    aggregation: Annotated[str, typer.Option(help="Loss aggregation.")] = "token_mean",
-    temperature: Annotated[float, typer.Option(help="Sampling and statistics temperature.")] = 1.0,
-    top_p: Annotated[float, typer.Option(help="Nucleus sampling.")] = 1.0,
-    max_new_tokens: Annotated[int, typer.Option(help="Longest sampled answer.")] = 64,
-    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
-    top_alternatives: Annotated[int, typer.Option(help="Alternatives per token.")] = 5,
-    chat_template: Annotated[
-        bool, typer.Option(help="Wrap the prompt in the chat template.")
-    ] = False,
+    advantage: AdvantageOpt = "grpo",
+    aggregation: AggregationOpt = "token_mean",
+    temperature: TemperatureOpt = 1.0,
+    top_p: TopPOpt = 1.0,
+    max_new_tokens: MaxNewTokensOpt = 64,
+    seed: SeedOpt = 0,
+    top_alternatives: TopAlternativesOpt = 5,
+    chat_template: ChatTemplateOpt = False,
     max_tokens: Annotated[
         int, typer.Option(help="Refuse more answer tokens than this (one backward each).")
     ] = DEFAULT_MAX_TOKENS,
@@ -62,15 +78,8 @@ def gradcheck_command(
             reward_kind,
             reference,
         )
-        config = AnalysisConfig(
-            temperature=temperature,
-            advantage=advantage,
-            loss_aggregation=aggregation,
-            ratio=ratio,
-            scope=scope,
-            top_alternatives=top_alternatives,
-            seed=seed,
-            chat_template=chat_template,
+        config = analysis_config(
+            temperature, advantage, aggregation, ratio, scope, top_alternatives, seed, chat_template
         )
         result = gradcheck(lm, [group], config, max_tokens=max_tokens, precision=precision)
     except GMTSError as exc:
