@@ -2,7 +2,8 @@
 
 Runs ``--steps`` GRPO steps (default 30) of ``--method`` (default ``gmts``) at ``--ratio``
 (default 0.2) with G = ``--group-size`` (default 8) on a fresh policy copy of the bundled
-``tiny-arith`` model, with the library's default RL hyperparameters, and measures held-out
+``tiny-arith`` model, with the demo recipe ``gmts_core.rl.DEMO_RECIPE`` (64 prompts a step,
+4 updates per batch, AdamW lr 1.5e-4 with 5 warmup steps), and measures held-out
 accuracy (sampled at temperature 1, ``--eval-samples`` answers to each of ``--eval-problems``
 held-out problems) before and after. Seeded: the same command prints the same figures on CPU.
 
@@ -23,7 +24,7 @@ from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.evaluation import demo_batch, evaluate_accuracy, heldout_problems
 from gmts_core.modeling import load_model
 from gmts_core.policy import PolicySettings, TrainablePolicy
-from gmts_core.rl import RLConfig, grpo_step, make_optimizer
+from gmts_core.rl import DEMO_RECIPE, RLConfig, grpo_step, make_optimizer
 from gmts_core.sessions import step_seed
 
 
@@ -34,12 +35,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--ratio", type=float, default=0.2)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--prompts-per-step", type=int, default=RLConfig.prompts_per_step)
-    p.add_argument("--lr", type=float, default=RLConfig.learning_rate)
-    p.add_argument("--inner-steps", type=int, default=RLConfig.inner_steps)
-    p.add_argument("--optimizer", default=RLConfig.optimizer, choices=["adamw", "sgd"])
-    p.add_argument("--warmup-steps", type=int, default=RLConfig.warmup_steps)
-    p.add_argument("--adam-epsilon", type=float, default=RLConfig.adam_epsilon)
+    p.add_argument("--prompts-per-step", type=int, default=DEMO_RECIPE.prompts_per_step)
+    p.add_argument("--lr", type=float, default=DEMO_RECIPE.learning_rate)
+    p.add_argument("--inner-steps", type=int, default=DEMO_RECIPE.inner_steps)
+    p.add_argument("--optimizer", default=DEMO_RECIPE.optimizer, choices=["adamw", "sgd"])
+    p.add_argument("--warmup-steps", type=int, default=DEMO_RECIPE.warmup_steps)
+    p.add_argument("--adam-epsilon", type=float, default=DEMO_RECIPE.adam_epsilon)
     p.add_argument("--policy", default="full", choices=["full", "lora"])
     p.add_argument("--freeze-embeddings", type=int, default=0)
     p.add_argument("--eval-problems", type=int, default=300)
@@ -68,7 +69,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     lm = load_model(args.model, name="tiny-arith", device="cpu")
     config = dataclasses.replace(
-        RLConfig(),
+        DEMO_RECIPE,
         method=args.method,
         ratio=args.ratio,
         group_size=args.group_size,

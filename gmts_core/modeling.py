@@ -147,7 +147,7 @@ def load_model(
     except (ValueError, RuntimeError, KeyError, SafetensorError) as exc:  # corrupt weights too
         raise ModelLoadError(f"could not load model {source!s}: {exc}") from exc
     if device_map is None:
-        model.to(dev)
+        torch.nn.Module.to(model, dev)
     model.eval()
     model.requires_grad_(False)  # the base model is never trained in place
     ensure_pad_token(tokenizer)

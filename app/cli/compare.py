@@ -64,6 +64,9 @@ def compare_command(
     prompts_per_step: Annotated[int, typer.Option(help="Prompts per step.")] = 8,
     lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = RLConfig.learning_rate,
     inner_steps: Annotated[int, typer.Option(help="Updates per batch.")] = RLConfig.inner_steps,
+    warmup_steps: Annotated[
+        int, typer.Option(help="Linear learning-rate warmup steps.")
+    ] = RLConfig.warmup_steps,
     max_new_tokens: Annotated[int, typer.Option(help="Longest sampled answer.")] = 48,
     eval_every: Annotated[int, typer.Option(help="Evaluate every N steps.")] = 10,
     eval_problems: Annotated[int, typer.Option(help="Held-out problems.")] = 200,
@@ -88,6 +91,7 @@ def compare_command(
                 prompts_per_step=prompts_per_step,
                 learning_rate=lr,
                 inner_steps=inner_steps,
+                warmup_steps=warmup_steps,
                 max_new_tokens=max_new_tokens,
             ),
         )

@@ -19,7 +19,7 @@ from safetensors import SafetensorError, safe_open
 
 from app.core.config import Settings
 from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
-from gmts_core.errors import ModelNotFoundError
+from gmts_core.errors import ModelLoadError, ModelNotFoundError
 from gmts_core.modeling import LoadedModel, ModelCache, is_hub_id, resolve_local_model
 
 logger = logging.getLogger(__name__)
@@ -132,15 +132,22 @@ class ModelRegistry:
         return self.load(ref)
 
     def load(self, ref: ModelRef) -> LoadedModel:
+        """Load (or reuse) ``ref``; a ModelLoadError names the model, not the server's path."""
         self.ensure_available(ref)
         s = self.settings
-        return self.cache.get(
-            ref.name,
-            ref.source,
-            device=s.device,
-            dtype=s.dtype,
-            trust_remote_code=s.trust_remote_code,
-        )
+        try:
+            return self.cache.get(
+                ref.name,
+                ref.source,
+                device=s.device,
+                dtype=s.dtype,
+                trust_remote_code=s.trust_remote_code,
+            )
+        except ModelLoadError as exc:
+            if not ref.is_local:
+                raise
+            message = str(exc).replace(str(Path(ref.source).resolve()), ref.name)
+            raise ModelLoadError(message.replace(ref.source, ref.name)) from exc
 
     def is_loaded(self, ref: ModelRef) -> bool:
         return self.cache.peek(ref.name, ref.source) is not None

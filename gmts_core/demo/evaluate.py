@@ -1,7 +1,9 @@
 """Measure a demo model on held-out arithmetic prompts: accuracy, split groups, fork entropy.
 
 For each of ``num_prompts`` held-out problems the model samples a group of ``group_size``
-answers at temperature 1 (full distribution: no top-k, no top-p) and answers once greedily.
+answers at temperature 1 (full distribution: no top-k, no top-p; seeded per problem, batched
+by :func:`gmts_core.sampling.sample_groups`) and answers once greedily. Entropies come from
+the library's chunked token statistics (:func:`gmts_core.forward.answer_token_stats`).
 Reported:
 
 - ``accuracy_t1``: mean ``numeric`` reward over all sampled answers;
@@ -24,8 +26,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel
 
+from gmts_core.analysis import encode_prompt
+from gmts_core.forward import answer_token_stats
+from gmts_core.sampling import SamplingConfig, sample_groups
 from gmts_core.tasks.arith import ArithProblem, fork_token_mask, generate_problems
 
 logger = logging.getLogger(__name__)
@@ -74,97 +79,57 @@ class SampledGroup:
     fork_masks: list[list[bool]]
 
 
-def _prompt_batch(
-    tokenizer: PreTrainedTokenizerBase, prompts: list[str]
-) -> dict[str, torch.Tensor]:
-    return dict(tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False))
+def _prompt_ids(tokenizer: Any, problem: ArithProblem) -> list[int]:
+    return encode_prompt(tokenizer, problem.prompt, chat_template=False)
 
 
-def _strip_answer(ids: list[int], eos_id: int, pad_id: int) -> list[int]:
-    """The answer's tokens up to and including the first ``<eos>`` (padding dropped)."""
-    out: list[int] = []
-    for tok in ids:
-        if tok == pad_id and tok != eos_id:
-            break
-        out.append(tok)
-        if tok == eos_id:
-            break
+def sample_groups_of(
+    model: PreTrainedModel,
+    tokenizer: Any,
+    problems: list[ArithProblem],
+    config: DemoEvalConfig,
+) -> list[SampledGroup]:
+    """Sample ``config.group_size`` answers to each problem (batched, seeded per problem) and
+    annotate every answer token with its entropy and fork flag."""
+    prompts = [_prompt_ids(tokenizer, p) for p in problems]
+    sampling = [
+        SamplingConfig(
+            config.group_size, config.temperature, 1.0, 0, config.max_new_tokens, config.seed + i
+        )
+        for i in range(len(problems))
+    ]
+    groups = sample_groups(model, tokenizer, prompts, sampling)
+    pairs = [(ids, a.token_ids) for ids, group in zip(prompts, groups, strict=True) for a in group]
+    stats = iter(answer_token_stats(model, pairs, tokenizer.pad_token_id, config.temperature))
+    out = []
+    for problem, group in zip(problems, groups, strict=True):
+        answers = [a.token_ids for a in group]
+        entropies = [next(stats).stats.entropy.tolist() for _ in answers]
+        texts, masks = [], []
+        for ans in answers:
+            pieces = [tokenizer.decode([tok], skip_special_tokens=True) for tok in ans]
+            text = "".join(pieces)
+            texts.append(text)
+            masks.append(fork_token_mask(pieces, problem.fork_spans_in(text)))
+        rewards = [problem.reward(text).reward for text in texts]
+        out.append(SampledGroup(problem, answers, texts, rewards, entropies, masks))
     return out
 
 
-@torch.no_grad()
-def sample_answers(
+def greedy_rewards_of(
     model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    prompts: list[str],
-    temperature: float | None,
-    max_new_tokens: int,
-) -> list[list[int]]:
-    """One answer (token ids, ending at ``<eos>`` when the model stops) per prompt.
-
-    ``temperature=None`` decodes greedily; otherwise samples the full distribution.
-    """
-    batch = _prompt_batch(tokenizer, prompts)
-    sampling: dict[str, Any] = {"do_sample": False}
-    if temperature is not None:
-        sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
-    out = model.generate(
-        **batch,
-        max_new_tokens=max_new_tokens,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        **sampling,
-    )
-    width = batch["input_ids"].shape[1]
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    return [_strip_answer(row[width:].tolist(), eos, pad) for row in out]
-
-
-@torch.no_grad()
-def answer_token_entropies(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    prompt: str,
-    answers: list[list[int]],
-    temperature: float,
-) -> list[list[float]]:
-    """Shannon entropy (nats) of the next-token distribution at temperature ``temperature``
-    at every answer token, for answers to one prompt."""
-    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    width = len(prompt_ids) + max(1, max(len(a) for a in answers))
-    ids = torch.full((len(answers), width), tokenizer.pad_token_id, dtype=torch.long)  # (G, T)
-    mask = torch.zeros_like(ids)
-    for row, ans in enumerate(answers):
-        seq = prompt_ids + ans
-        ids[row, : len(seq)] = torch.tensor(seq)
-        mask[row, : len(seq)] = 1
-    logits = model(input_ids=ids, attention_mask=mask).logits.float() / temperature  # (G, T, V)
-    logp = torch.log_softmax(logits, dim=-1)
-    entropy = -(logp.exp() * logp).sum(-1)  # (G, T)
-    start = len(prompt_ids) - 1  # the logits at position t predict token t + 1
-    return [entropy[row, start : start + len(ans)].tolist() for row, ans in enumerate(answers)]
-
-
-def sample_group(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    problem: ArithProblem,
+    tokenizer: Any,
+    problems: list[ArithProblem],
     config: DemoEvalConfig,
-) -> SampledGroup:
-    """Sample ``config.group_size`` answers to ``problem`` and annotate every answer token."""
-    prompts = [problem.prompt] * config.group_size
-    answers = sample_answers(model, tokenizer, prompts, config.temperature, config.max_new_tokens)
-    entropies = answer_token_entropies(
-        model, tokenizer, problem.prompt, answers, config.temperature
-    )
-    texts, masks = [], []
-    for ans in answers:
-        pieces = [tokenizer.decode([tok], skip_special_tokens=True) for tok in ans]
-        text = "".join(pieces)
-        texts.append(text)
-        masks.append(fork_token_mask(pieces, problem.fork_spans_in(text)))
-    rewards = [problem.reward(text).reward for text in texts]
-    return SampledGroup(problem, answers, texts, rewards, entropies, masks)
+) -> list[float]:
+    """The reward of each problem's greedy answer."""
+    prompts = [_prompt_ids(tokenizer, p) for p in problems]
+    greedy = SamplingConfig(1, 0.0, 1.0, 0, config.max_new_tokens, 0)
+    groups = sample_groups(model, tokenizer, prompts, [greedy] * len(problems))
+    return [
+        p.reward(tokenizer.decode(g[0].token_ids, skip_special_tokens=True)).reward
+        for p, g in zip(problems, groups, strict=True)
+    ]
 
 
 def top_entropy_fork_share(entropies: list[float], forks: list[bool], ratio: float) -> float:
@@ -201,7 +166,7 @@ def summarize(groups: list[SampledGroup], greedy_rewards: list[float], ratio: fl
 
 def evaluate_demo_model(
     model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    tokenizer: Any,
     config: DemoEvalConfig | None = None,
     problems: list[ArithProblem] | None = None,
 ) -> DemoEvalResult:
@@ -212,16 +177,10 @@ def evaluate_demo_model(
     threads = torch.get_num_threads()
     torch.set_num_threads(config.num_threads)
     try:
-        torch.manual_seed(config.seed)
-        groups = [sample_group(model, tokenizer, p, config) for p in problems]
-        prompts = [p.prompt for p in problems]
-        greedy = sample_answers(model, tokenizer, prompts, None, config.max_new_tokens)
+        groups = sample_groups_of(model, tokenizer, problems, config)
+        greedy_rewards = greedy_rewards_of(model, tokenizer, problems, config)
     finally:
         torch.set_num_threads(threads)
-    greedy_rewards = [
-        p.reward(tokenizer.decode(ans, skip_special_tokens=True)).reward
-        for p, ans in zip(problems, greedy, strict=True)
-    ]
     figures = summarize(groups, greedy_rewards, config.top_ratio)
     logger.info("demo model on %d held-out prompts: %s", len(problems), figures)
     return DemoEvalResult(num_prompts=len(problems), group_size=config.group_size, **figures)

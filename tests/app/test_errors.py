@@ -176,8 +176,10 @@ def test_non_finite_logits_are_a_clear_422(model_root: Path, odd_root: Path) -> 
 def test_only_safetensors_are_loaded(model_root: Path, odd_root: Path) -> None:
     with TestClient(create_app(make_settings(model_root, model_roots=[odd_root]))) as c:
         r = c.post("/v1/analyze", json=given_body(model="pickle-model"))
-        _error(r, 422, "model_load_failed")
+        message = _error(r, 422, "model_load_failed")
     assert not (odd_root / "pickle-was-loaded").exists()
+    assert "pickle-model" in message
+    assert str(odd_root) not in message and str(odd_root.resolve()) not in message
 
 
 def test_bad_requests_change_no_state(client: TestClient) -> None:
