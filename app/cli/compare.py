@@ -19,10 +19,15 @@ from rich.table import Table
 
 from app.cli._app import cli
 from app.cli.common import fail, load_cli_model
-from gmts_core.compare import DEFAULT_METHODS, CompareConfig, CompareResult, run_compare
+from gmts_core.compare import (
+    COMPARE_RECIPE,
+    DEFAULT_METHODS,
+    CompareConfig,
+    CompareResult,
+    run_compare,
+)
 from gmts_core.compare_report import TABLE_HEADER, compare_html, table_markdown, table_rows
 from gmts_core.errors import GMTSError
-from gmts_core.rl import RLConfig
 
 
 def _methods(text: str) -> tuple[str, ...]:
@@ -57,25 +62,29 @@ def compare_command(
         DEFAULT_METHODS
     ),
     ratio: Annotated[float, typer.Option(help="Share of tokens each method selects.")] = 0.2,
-    steps: Annotated[int, typer.Option(help="GRPO steps per run.")] = 30,
-    seeds: Annotated[int, typer.Option(help="Seeds per method.")] = 2,
+    steps: Annotated[int, typer.Option(help="GRPO steps per run.")] = CompareConfig.steps,
+    seeds: Annotated[int, typer.Option(help="Seeds per method.")] = CompareConfig.seeds,
     model: Annotated[str, typer.Option(help="Alias or local folder.")] = "tiny-arith",
     group_size: Annotated[int, typer.Option(help="Answers per prompt (G).")] = 8,
-    prompts_per_step: Annotated[int, typer.Option(help="Prompts per step.")] = 8,
-    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = RLConfig.learning_rate,
-    inner_steps: Annotated[int, typer.Option(help="Updates per batch.")] = RLConfig.inner_steps,
+    prompts_per_step: Annotated[
+        int, typer.Option(help="Prompts per step.")
+    ] = COMPARE_RECIPE.prompts_per_step,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = COMPARE_RECIPE.learning_rate,
+    inner_steps: Annotated[
+        int, typer.Option(help="Updates per batch.")
+    ] = COMPARE_RECIPE.inner_steps,
     warmup_steps: Annotated[
         int, typer.Option(help="Linear learning-rate warmup steps.")
-    ] = RLConfig.warmup_steps,
+    ] = COMPARE_RECIPE.warmup_steps,
     max_new_tokens: Annotated[int, typer.Option(help="Longest sampled answer.")] = 48,
     eval_every: Annotated[int, typer.Option(help="Evaluate every N steps.")] = 10,
     eval_problems: Annotated[int, typer.Option(help="Held-out problems.")] = 200,
-    threads: Annotated[int, typer.Option(help="torch CPU threads (0: torch's default).")] = 1,
+    threads: Annotated[int, typer.Option(help="torch CPU threads (0: torch's default).")] = 0,
     out: Annotated[Path, typer.Option(help="Output folder.")] = Path("compare-out"),
 ) -> None:
     """Every method from the same start and seeds on the demo task: curves and a final table."""
     if threads > 0:
-        torch.set_num_threads(threads)  # tiny models run fastest on one thread per process
+        torch.set_num_threads(threads)
     try:
         lm = load_cli_model(model)
         config = CompareConfig(
@@ -86,7 +95,7 @@ def compare_command(
             eval_every=eval_every,
             eval_problems=eval_problems,
             rl=dataclasses.replace(
-                RLConfig(),
+                COMPARE_RECIPE,
                 group_size=group_size,
                 prompts_per_step=prompts_per_step,
                 learning_rate=lr,
