@@ -35,6 +35,9 @@ class RLKnobs(BaseModel):
     prompts_per_step: int | None = Field(None, ge=1, le=64, description="Demo prompts per step.")
     learning_rate: float | None = Field(None, ge=0, le=1)
     inner_steps: int | None = Field(None, ge=1, le=16, description="Updates per batch.")
+    warmup_steps: int | None = Field(
+        None, ge=0, le=10_000, description="Linear learning-rate warmup over the first steps."
+    )
     epsilon_low: float | None = Field(None, ge=0, le=1)
     epsilon_high: float | None = Field(None, ge=0, le=10)
     beta: float | None = Field(None, ge=0, le=100, description="KL weight (k3 estimator).")

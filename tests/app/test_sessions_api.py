@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
@@ -144,3 +145,19 @@ def test_session_cap_evicts_the_least_recently_used(model_root: Path) -> None:
         _assert_error(client.get(f"/v1/sessions/{second}"), 404, "unknown_session", "evicted")
         assert client.get(f"/v1/sessions/{first}").status_code == 200
         assert client.get(f"/v1/sessions/{third}").status_code == 200
+
+
+def test_warmup_ramps_the_learning_rate_across_step_requests(client: TestClient) -> None:
+    sid = _create(client, warmup_steps=4)
+    assert client.get(f"/v1/sessions/{sid}").json()["settings"]["warmup_steps"] == 4
+    for _ in range(2):
+        r = client.post(f"/v1/sessions/{sid}/step", json={"steps": 2, "prompts": PROMPTS})
+        assert r.status_code == 200, r.text
+    rates = [h["learning_rate"] for h in client.get(f"/v1/sessions/{sid}").json()["history"]]
+    assert rates == pytest.approx([0.0125, 0.025, 0.0375, 0.05])
+    _assert_error(
+        client.post(f"/v1/sessions/{sid}/step", json={"warmup_steps": -1}),
+        422,
+        "validation_error",
+        "warmup_steps",
+    )
