@@ -8,36 +8,26 @@ tooltip. Usage: ``.venv/bin/python scripts/ui_screenshot.py [OUT.png]``.
 from __future__ import annotations
 
 import logging
-import socket
 import sys
-import threading
-import time
 from pathlib import Path
 
-import uvicorn
 from playwright.sync_api import sync_playwright
 
 from app.core.config import Settings
+from app.live_server import LiveServer
 from app.main import create_app
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 logger = logging.getLogger("ui_screenshot")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server(port: int) -> uvicorn.Server:
-    settings = Settings(port=port, ui_enabled=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), port=port, log_level="warning"))
-    threading.Thread(target=server.run, daemon=True).start()
-    while not server.started:
-        time.sleep(0.1)
-    return server
 
 
 def shoot(url: str, out: Path) -> None:
@@ -65,11 +55,8 @@ def shoot(url: str, out: Path) -> None:
 def main() -> None:
     logging.basicConfig(level=logging.INFO)
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "explore.png"
-    server = start_server(free_port())
-    try:
-        shoot(f"http://127.0.0.1:{server.config.port}", out)
-    finally:
-        server.should_exit = True
+    with LiveServer(create_app(Settings(ui_enabled=True))) as server:
+        shoot(server.url, out)
     logger.info("wrote %s", out)
 
 

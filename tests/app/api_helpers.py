@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-from fastapi import FastAPI
-
 from app.core.config import Settings
+from app.live_server import LiveServer, free_port
+
+__all__ = ["TINY", "LiveServer", "free_port", "given_body", "make_settings"]
 
 TINY = "tiny-llama"
 
@@ -50,36 +47,3 @@ def given_body(**overrides: Any) -> dict[str, Any]:
     }
     body.update(overrides)
     return body
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class LiveServer:
-    """A real uvicorn server on 127.0.0.1 in a background thread."""
-
-    def __init__(self, app: FastAPI) -> None:
-        self.port = free_port()
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> LiveServer:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=20)
