@@ -129,8 +129,8 @@ DEMO_RECIPE = RLConfig(prompts_per_step=64, inner_steps=4, learning_rate=1.5e-4,
 The demo model's mistakes include +-1 slips on digits. In a small batch, the counts of +1 and -1
 slips among the wrong answers differ by chance, and pushing down the sampled slips then shifts
 every digit prediction up or down at once: a direction the model is very sensitive to, along
-which a single AdamW step at lr 3e-4 halves the accuracy. 64 prompts a step (512 answers) average
-that noise out; 4 updates per batch (clipped, PPO-style) then make the most of each batch.
+which one AdamW step at lr 3e-4 on 8 prompts halves the accuracy. 64 prompts a step (512 answers)
+average that noise out; 4 updates per batch (clipped, PPO-style) make the most of each batch.
 """
 
 
