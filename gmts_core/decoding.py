@@ -22,15 +22,28 @@ def decode(tokenizer: Any, ids: list[int]) -> str:
 def token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
     """The text each token adds; ``"".join(token_texts(t, ids)) == decode(t, ids)``.
 
-    Decodes a short sliding window per token (linear time); if a decoder is not stable under
-    windowing, falls back to decoding every prefix (quadratic, exact).
+    First decodes every token on its own in one batch call: when those texts join to the
+    decoded sequence (byte-level BPE without split characters, character tokenizers) they are
+    the answer. Otherwise decodes a short sliding window per token (linear time); if a decoder
+    is not stable under windowing, falls back to decoding every prefix (quadratic, exact).
     """
     full = decode(tokenizer, ids) if ids else ""
+    texts = _single_token_texts(tokenizer, ids)
+    if "".join(texts) == full:
+        return texts
     texts = _windowed_texts(tokenizer, ids)
     if "".join(texts) != full:
         texts = _prefix_texts(tokenizer, ids)
         _repair_join(texts, full)
     return texts
+
+
+def _single_token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
+    """Each token decoded on its own (one batch call)."""
+    rows = tokenizer.batch_decode(
+        [[i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False
+    )
+    return [str(t) for t in rows]
 
 
 def _windowed_texts(tokenizer: Any, ids: list[int]) -> list[str]:

@@ -59,6 +59,16 @@ def test_windowed_texts_equal_the_prefix_decoding(tokenizer: Any) -> None:
     assert token_texts(tokenizer, ids) == _prefix_texts(tokenizer, ids)
 
 
+@pytest.mark.parametrize(
+    "text", [" 7+8=15 carry 1, 4+3+1=8, answer 85", "Hello world, plain ASCII."]
+)
+def test_the_single_token_path_splits_as_prefix_decoding(tokenizer: Any, text: str) -> None:
+    """Where tokens decoded one by one join to the whole (the fast path), the split is the one
+    that decoding every prefix gives."""
+    ids = _ids(tokenizer, text)
+    assert token_texts(tokenizer, ids) == _prefix_texts(tokenizer, ids)
+
+
 @given(st.text(min_size=0, max_size=40))
 @settings(max_examples=40, deadline=None)
 def test_round_trip_on_arbitrary_text(tokenizer: Any, text: str) -> None:
