@@ -1,6 +1,7 @@
 """Run an app on a real uvicorn server on 127.0.0.1 in a background thread.
 
-For tests, benchmarks and scripts that need real HTTP (never another interface than loopback).
+For tests, benchmarks and scripts that need real HTTP (never another interface than loopback),
+with the Chromium that browser checks drive: Debian's, with flags that keep it offline.
 """
 
 from __future__ import annotations
@@ -11,6 +12,17 @@ import time
 from typing import Any
 
 import uvicorn
+
+CHROMIUM_PATH = "/usr/bin/chromium"  # Debian's chromium package; never a downloaded browser
+CHROMIUM_ARGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 
 
 def free_port() -> int:

@@ -14,25 +14,16 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 
 from app.core.config import Settings
-from app.live_server import LiveServer
+from app.live_server import CHROMIUM_ARGS, CHROMIUM_PATH, LiveServer
 from app.main import create_app
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 logger = logging.getLogger("ui_screenshot")
 
 
 def shoot(url: str, out: Path) -> None:
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM_PATH, args=list(CHROMIUM_ARGS))
         page = browser.new_page(viewport={"width": 1280, "height": 900}, device_scale_factor=1)
         page.set_default_timeout(180_000)
         page.goto(url + "/ui/", wait_until="load")

@@ -14,21 +14,13 @@ from typing import Any
 import pytest
 
 from app.core.config import Settings
+from app.live_server import CHROMIUM_ARGS, CHROMIUM_PATH
 from app.main import create_app
 from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
 from tests.app.api_helpers import LiveServer, make_settings
 from tests.tiny_models import save_tiny_model
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+CHROMIUM = Path(CHROMIUM_PATH)
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
@@ -71,7 +63,7 @@ def chromium() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=list(CHROMIUM_ARGS))
         yield browser
         browser.close()
 
