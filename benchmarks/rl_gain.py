@@ -7,18 +7,18 @@ Runs ``--steps`` GRPO steps (default 30) of ``--method`` (default ``gmts``) at `
 accuracy (sampled at temperature 1, ``--eval-samples`` answers to each of ``--eval-problems``
 held-out problems) before and after. Seeded: the same command prints the same figures on CPU.
 
-    .venv/bin/python benchmarks/rl_gain.py            # prints JSON; exit 1 if gain < --min-gain
+    .venv/bin/python benchmarks/rl_gain.py            # exit 1 if gain < --min-gain; --json for JSON
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 
 import torch
+from _common import emit
 
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.evaluation import demo_batch, evaluate_accuracy, heldout_problems
@@ -48,6 +48,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--min-gain", type=float, default=0.15)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args()
 
 
@@ -94,6 +95,7 @@ def main() -> int:
     rewards = train(policy, config, args.steps, args.seed)
     after = accuracy(policy.model)
     report = {
+        "benchmark": "rl_gain",
         "method": args.method,
         "ratio": args.ratio,
         "steps": args.steps,
@@ -113,7 +115,15 @@ def main() -> int:
         "train_rewards": rewards,
         "seconds": round(time.perf_counter() - start_time, 1),
     }
-    print(json.dumps(report, indent=1))
+    lines = [
+        f"{args.steps} {args.method} steps at ratio {args.ratio}, G={args.group_size}, "
+        f"{config.prompts_per_step} prompts a step, lr {config.learning_rate}, "
+        f"{config.inner_steps} updates per batch ({report['seconds']} s)",
+        f"  held-out accuracy ({report['eval']}): {before:.3f} -> {after:.3f}, "
+        f"gain {report['gain_points']:+.1f} points (target >= {100 * args.min_gain:.0f})",
+        f"  training reward by step: {' '.join(f'{r:.2f}' for r in rewards)}",
+    ]
+    emit(report, args.json, lines)
     return 0 if after - before >= args.min_gain else 1
 
 

@@ -7,40 +7,14 @@ and the correctness checks the benchmarks make along the way are. Each runs in a
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any
-
 import pytest
 
 from gmts_core.demo import DEMO_MODEL_DIR
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.benchmarks.runner import run_benchmark
 
 pytestmark = pytest.mark.skipif(
     not (DEMO_MODEL_DIR / "config.json").is_file(), reason="the demo model is not trained yet"
 )
-
-
-def run_benchmark(name: str, *args: str, timeout_s: float = 600) -> dict[str, Any]:
-    """Run ``benchmarks/<name>.py --json ...``; its whole stdout must be one JSON object."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / f"{name}.py"), "--json", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=timeout_s,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout)
-    assert isinstance(report, dict) and report["benchmark"] == name
-    return report
 
 
 def test_analyze_vs_generate_smoke() -> None:
