@@ -17,6 +17,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from app.api.deps import require_api_key
 from app.api.errors import install_error_handlers
 from app.api.limits import BodySizeLimitMiddleware
+from app.api.middleware import ApiKeyMiddleware, RequestIdMiddleware, install_request_id_logging
 from app.api.routes import analyze, export, gradcheck, health, models, sessions
 from app.core.config import Settings
 from app.services.container import build_services
@@ -67,15 +68,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def _add_middleware(app: FastAPI, settings: Settings) -> None:
+    """Outermost first: request id -> CORS -> API key -> body size (+ disconnect) -> app."""
     app.add_middleware(
         BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes, exempt_prefixes=(UI_PATH,)
     )
+    key = settings.api_key_value
+    if key is not None:
+        app.add_middleware(ApiKeyMiddleware, api_key=key)
     if settings.cors_origins:  # closed unless configured
         app.add_middleware(
             CORSMiddleware,
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=["Authorization", "Content-Type"],
+            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
+            expose_headers=["X-Request-ID"],
         )
+    app.add_middleware(RequestIdMiddleware)
+    install_request_id_logging()
     if settings.api_key is None and settings.host not in ("127.0.0.1", "localhost", "::1"):
         logger.warning("serving on %s without GMTS_API_KEY: /v1 is open", settings.host)

@@ -12,9 +12,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.strict_input import NoBoolNumbers
 from gmts_core.advantages import ADVANTAGES
 from gmts_core.aggregation import AGGREGATIONS
 from gmts_core.analysis import DEFAULT_METHODS
+from gmts_core.bounds import MAX_ABS_REWARD, MIN_TEMPERATURE
 from gmts_core.rewards import get_reward
 from gmts_core.selection import METHODS
 
@@ -23,12 +25,13 @@ MAX_SEED = 2**32 - 1
 DEFAULT_NUM_SAMPLES = 8
 
 NonEmptyText = Annotated[str, Field(min_length=1)]
+Reward = Annotated[float, Field(ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)]
 
 
 # --- requests --------------------------------------------------------------------------------
 
 
-class RewardRule(BaseModel):
+class RewardRule(NoBoolNumbers):
     """A verifiable reward rule and its reference answer."""
 
     model_config = ConfigDict(
@@ -45,7 +48,7 @@ class RewardRule(BaseModel):
         return v
 
 
-class SelectionOptions(BaseModel):
+class SelectionOptions(NoBoolNumbers):
     """Which selection methods to compare, at which ratio, over which scope."""
 
     model_config = _STRICT
@@ -69,7 +72,7 @@ class SelectionOptions(BaseModel):
         return list(dict.fromkeys(v))  # keep order, drop repeats
 
 
-class SamplingFields(BaseModel):
+class SamplingFields(NoBoolNumbers):
     """Sampling settings, used when no answers are given."""
 
     model_config = _STRICT
@@ -90,8 +93,8 @@ class GroupRequest(SamplingFields):
         None, min_length=1, description="Given answers; omit to sample num_samples answers."
     )
     reward: RewardRule | None = Field(None, description="A reward rule with its reference.")
-    rewards: list[float] | None = Field(
-        None, min_length=1, description="Explicit rewards, one per answer."
+    rewards: list[Reward] | None = Field(
+        None, min_length=1, description="Explicit rewards, one per answer (|r| <= 1e9)."
     )
 
     @model_validator(mode="after")
@@ -130,7 +133,9 @@ class AnalyzeRequest(SamplingFields):
     )
     prompt: str | None = Field(None, min_length=1, description="Single form: the prompt.")
     answers: list[NonEmptyText] | None = Field(None, min_length=1)
-    rewards: list[float] | None = Field(None, min_length=1)
+    rewards: list[Reward] | None = Field(
+        None, min_length=1, description="Explicit rewards, one per answer (|r| <= 1e9)."
+    )
     reward: RewardRule | None = Field(
         None, description="Reward rule; in the batch form, the default for groups without one."
     )
@@ -138,7 +143,10 @@ class AnalyzeRequest(SamplingFields):
         None, min_length=1, description="Batch form: several groups analyzed in one call."
     )
     temperature: float = Field(
-        1.0, gt=0, le=100, description="Sampling temperature and tau of the token statistics."
+        1.0,
+        ge=MIN_TEMPERATURE,
+        le=100,
+        description="Sampling temperature and tau of the token statistics (at least 0.001).",
     )
     advantage: str = Field("grpo", description="Advantage estimator: grpo | dr_grpo | rloo.")
     loss_aggregation: str = Field(
@@ -148,6 +156,11 @@ class AnalyzeRequest(SamplingFields):
     selection: SelectionOptions = Field(default_factory=SelectionOptions)
     top_alternatives: int = Field(5, ge=0, le=100, description="Alternatives listed per token.")
     chat_template: bool = Field(False, description="Wrap prompts in the tokenizer's template.")
+    answer_special_tokens: bool = Field(
+        False,
+        description="Given answers: read special-token strings such as '<eos>' as control "
+        "tokens. By default answers are plain text and their token texts join back to them.",
+    )
     session_id: str | None = Field(
         None, min_length=1, max_length=128, description="Analyze with this RL session's policy."
     )

@@ -13,7 +13,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.strict_input import NoBoolNumbers
+
 from gmts_core.advantages import ADVANTAGES
+from gmts_core.bounds import MIN_TEMPERATURE
 from gmts_core.aggregation import AGGREGATIONS
 from gmts_core.rewards import get_reward
 from gmts_core.rl import RLConfig, RLPrompt
@@ -23,7 +26,7 @@ _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 MAX_SEED = 2**32 - 1
 
 
-class RLKnobs(BaseModel):
+class RLKnobs(NoBoolNumbers):
     """The knobs of a GRPO step; any left out keep the session's (or the default) value."""
 
     model_config = _STRICT
@@ -43,7 +46,9 @@ class RLKnobs(BaseModel):
     beta: float | None = Field(None, ge=0, le=100, description="KL weight (k3 estimator).")
     max_grad_norm: float | None = Field(None, gt=0, le=1e6)
     weight_decay: float | None = Field(None, ge=0, le=1)
-    temperature: float | None = Field(None, gt=0, le=10)
+    temperature: float | None = Field(
+        None, ge=MIN_TEMPERATURE, le=10, description="Sampling temperature (at least 0.001)."
+    )
     top_p: float | None = Field(None, gt=0, le=1)
     max_new_tokens: int | None = Field(None, ge=1, le=4096)
     advantage: str | None = None
@@ -97,7 +102,7 @@ class SessionCreateRequest(RLKnobs):
     )
 
 
-class PromptIn(BaseModel):
+class PromptIn(NoBoolNumbers):
     """A training prompt with its reference answer and reward rule."""
 
     model_config = _STRICT
@@ -142,13 +147,22 @@ class SessionStepRequest(RLKnobs):
     )
 
 
-class SessionEvalRequest(BaseModel):
+class SessionEvalRequest(NoBoolNumbers):
     """Body of ``POST /v1/sessions/{id}/evaluate``: held-out accuracy on the demo task."""
 
     model_config = _STRICT
 
     num_problems: int = Field(100, ge=1, le=2000)
-    temperature: float = Field(1.0, ge=0, le=10, description="0: greedy decoding.")
+    temperature: float = Field(
+        1.0, ge=0, le=10, description="0: greedy decoding; otherwise at least 0.001."
+    )
+
+    @field_validator("temperature")
+    @classmethod
+    def _greedy_or_floor(cls, v: float) -> float:
+        if 0 < v < MIN_TEMPERATURE:
+            raise ValueError(f"use 0 (greedy) or a temperature of at least {MIN_TEMPERATURE:g}")
+        return v
     samples_per_problem: int = Field(1, ge=1, le=16)
     seed: int = Field(0, ge=0, le=MAX_SEED)
 

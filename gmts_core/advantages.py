@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 import torch
 
+from gmts_core.bounds import MAX_ABS_REWARD
+from gmts_core.errors import InvalidInputError
 from gmts_core.registry import Registry
 
 GRPO_EPS = 1e-4
@@ -50,12 +52,21 @@ def compute_advantages(rewards: torch.Tensor, mode: str = "grpo") -> torch.Tenso
 
     A group whose rewards are all equal gets exact zeros: r - mean(r) is not exactly 0 in
     floating point for rewards like 0.1, and that rounding noise must not pass for a signal.
+    Rewards must be finite and within +-MAX_ABS_REWARD (gmts_core.bounds), so every estimator
+    stays finite (InvalidInputError otherwise).
     """
     fn = ADVANTAGES.get(mode)
     r = rewards.double()
+    if not bool(torch.isfinite(r).all()) or bool((r.abs() > MAX_ABS_REWARD).any()):
+        raise InvalidInputError(
+            f"rewards must be finite and within +-{MAX_ABS_REWARD:g} to compute advantages"
+        )
     if r.numel() == 0 or bool((r == r[0]).all()):
         return torch.zeros_like(r)
-    return fn(r)
+    advantages = fn(r)
+    if not bool(torch.isfinite(advantages).all()):
+        raise InvalidInputError(f"the {mode} advantages of rewards {r.tolist()} are not finite")
+    return advantages
 
 
 def list_advantages() -> list[str]:

@@ -17,6 +17,8 @@ import torch
 
 from gmts_core.advantages import compute_advantages
 from gmts_core.aggregation import loss_weights
+from gmts_core.bounds import MIN_TEMPERATURE
+from gmts_core.cancel import checkpoint
 from gmts_core.decoding import decode, token_texts
 from gmts_core.errors import InvalidInputError
 from gmts_core.forward import AnswerStats, answer_token_stats
@@ -80,10 +82,16 @@ class AnalysisConfig:
     chat_template: bool = False
     include_grad_head: bool = False
     chunk_size: int = 128
+    # given answers are text: "<eos>" in one is the five characters, not the control token,
+    # unless this is True (then special-token strings become their tokens, as in a prompt)
+    answer_special_tokens: bool = False
 
     def validate(self) -> None:
-        if self.temperature <= 0:
-            raise InvalidInputError("temperature must be > 0 for token statistics")
+        if not MIN_TEMPERATURE <= self.temperature < float("inf"):
+            raise InvalidInputError(
+                f"temperature must be at least {MIN_TEMPERATURE:g} for token statistics "
+                f"(pi = softmax(z / tau) and 1/tau overflow as tau -> 0), got {self.temperature!r}"
+            )
         if not 0 < self.ratio <= 1:
             raise InvalidInputError(f"ratio must be in (0, 1], got {self.ratio}")
         if self.scope not in SCOPES:
@@ -129,8 +137,21 @@ def encode_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]
     return ids
 
 
-def _given_answer_ids(tok: Any, answers: list[str]) -> list[list[int]]:
-    ids = [list(tok(a, add_special_tokens=False)["input_ids"]) for a in answers]
+def encode_answer(tok: Any, answer: str, special_tokens: bool = False) -> list[int]:
+    """A given answer's token ids. As text by default: special-token strings ("<eos>") are
+    split like any other text, so the token texts join back to ``answer``; with
+    ``special_tokens`` they become control tokens."""
+    if special_tokens:
+        return list(tok(answer, add_special_tokens=False)["input_ids"])
+    try:
+        encoded = tok(answer, add_special_tokens=False, split_special_tokens=True)
+    except TypeError:  # a tokenizer without the option: no special-token parsing to avoid
+        encoded = tok(answer, add_special_tokens=False)
+    return list(encoded["input_ids"])
+
+
+def _given_answer_ids(tok: Any, answers: list[str], special_tokens: bool) -> list[list[int]]:
+    ids = [encode_answer(tok, a, special_tokens) for a in answers]
     if any(not a for a in ids):
         raise InvalidInputError("every answer needs at least one token")
     return ids
@@ -144,7 +165,12 @@ def _prepare_groups(
     tok = lm.tokenizer
     prompts = [encode_prompt(tok, g.prompt, config.chat_template) for g in groups]
     work = {
-        i: _Group(g.prompt, prompts[i], _given_answer_ids(tok, g.answers), [True] * len(g.answers))
+        i: _Group(
+            g.prompt,
+            prompts[i],
+            _given_answer_ids(tok, g.answers, config.answer_special_tokens),
+            [True] * len(g.answers),
+        )
         for i, g in enumerate(groups)
         if g.answers is not None
     }
@@ -158,9 +184,14 @@ def _prepare_groups(
     return [work[i] for i in range(len(groups))]
 
 
-def _reward_group(lm: LoadedModel, group: _Group, spec: GroupInput, advantage: str) -> None:
+def _reward_group(
+    lm: LoadedModel, group: _Group, spec: GroupInput, advantage: str, as_text: bool = True
+) -> None:
     tok = lm.tokenizer
-    group.texts = [tok.decode(a, skip_special_tokens=True) for a in group.answer_ids]
+    if spec.answers is not None and as_text:
+        group.texts = list(spec.answers)  # given text is rewarded (and shown) as given
+    else:
+        group.texts = [tok.decode(a, skip_special_tokens=True) for a in group.answer_ids]
     if spec.rewards is not None:
         if len(spec.rewards) != len(group.answer_ids):
             raise InvalidInputError(
@@ -216,11 +247,15 @@ def analyze(
     config.validate()
     if not groups:
         raise InvalidInputError("at least one group is needed")
-    note = progress or (lambda _msg: None)
+    def note(stage: str) -> None:  # a stage boundary: a cancelled job stops here
+        checkpoint()
+        if progress is not None:
+            progress(stage)
+
     note("sampling" if any(g.answers is None for g in groups) else "tokenizing")
     work = _prepare_groups(lm, groups, config)
     for w, g in zip(work, groups, strict=True):
-        _reward_group(lm, w, g, config.advantage)
+        _reward_group(lm, w, g, config.advantage, not config.answer_special_tokens)
     note("forward pass")
     seqs = [(w.prompt_ids, a) for w in work for a in w.answer_ids]
     stats = answer_token_stats(

@@ -13,6 +13,7 @@ grpo_step       -> all of the above, plus metrics and the per-token log-prob cha
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,9 @@ from typing import Any
 import torch
 
 from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze, encode_prompt
-from gmts_core.errors import InvalidInputError
+from gmts_core.bounds import MIN_TEMPERATURE
+from gmts_core.cancel import checkpoint
+from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
 from gmts_core.forward import _micro_batches
 from gmts_core.policy import TrainablePolicy
 from gmts_core.policy_loss import LossTerms, answer_logprobs, grpo_loss
@@ -78,7 +81,10 @@ class RLConfig:
                 f"unknown selection method {self.method!r}; valid: {', '.join(list_methods())}"
             )
         checks = [
-            (self.temperature > 0, "temperature must be > 0 for RL (sampling and log-probs)"),
+            (
+                MIN_TEMPERATURE <= self.temperature < float("inf"),
+                f"temperature must be at least {MIN_TEMPERATURE:g} for RL (sampling, log-probs)",
+            ),
             (self.group_size >= 2, "group_size must be >= 2 (advantages compare answers)"),
             (self.prompts_per_step >= 1, "prompts_per_step must be >= 1"),
             (self.inner_steps >= 1, "inner_steps must be >= 1"),
@@ -301,6 +307,9 @@ def _one_update(
         terms.append(part)
     params = policy.trainable_parameters()
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+    if not math.isfinite(grad_norm):  # never write NaN/inf into the session's weights
+        optimizer.zero_grad(set_to_none=False)
+        raise NonFiniteLogitsError("the loss gradient is not finite; the update was skipped")
     optimizer.step()
     return _merge(terms, grad_norm), torch.cat(olds)
 
@@ -325,6 +334,7 @@ def policy_update(
     old_logp: torch.Tensor | None = None
     rows: list[dict[str, float]] = []
     for _ in range(config.inner_steps):
+        checkpoint()  # a stage boundary: a cancelled job stops before each update
         row, old = _one_update(policy, optimizer, batch, parts, old_logp, ref_logp, config)
         old_logp = old if old_logp is None else old_logp
         rows.append(row)
@@ -348,6 +358,7 @@ def grpo_step(
         raise InvalidInputError("a step needs at least one prompt")
     start = time.perf_counter()
     result = score_batch(policy, rollout_groups(prompts, config, seed), config, seed)
+    checkpoint()  # between scoring (sampling, forward) and the update
     batch = training_batch(result, policy.tokenizer, config)
     lr = config.learning_rate_at(step)
     update = policy_update(policy, optimizer, batch, config, lr)

@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from gmts_core.bounds import MIN_TEMPERATURE
+from gmts_core.cancel import checkpoint
 from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
 
 # ``generate`` draws from torch's global RNG; seeding it must not interleave across threads.
@@ -63,6 +65,7 @@ class RejectNonFiniteLogits(LogitsProcessor):
     a device-side assert that breaks the process's CUDA context)."""
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        checkpoint()  # a cancelled job (client gone, shutdown) stops between decoding steps
         bad = torch.isnan(scores).any() | torch.isposinf(scores).any()  # scores: (B, V)
         if bool(bad | torch.isneginf(scores).all(dim=-1).any()):
             raise NonFiniteLogitsError("the model produced NaN or infinite logits while sampling")
@@ -77,6 +80,11 @@ def _check(prompt_ids: list[int], config: SamplingConfig) -> None:
         raise InvalidInputError("prompt is empty after tokenization")
     if config.num_samples < 1 or config.max_new_tokens < 1:
         raise InvalidInputError("num_samples and max_new_tokens must be >= 1")
+    if config.temperature != 0 and not MIN_TEMPERATURE <= config.temperature < float("inf"):
+        raise InvalidInputError(
+            f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, "
+            f"got {config.temperature!r}"
+        )
 
 
 @torch.no_grad()

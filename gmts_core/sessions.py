@@ -4,7 +4,8 @@ A :class:`Session` owns a :class:`~gmts_core.policy.TrainablePolicy` (the base m
 touched), its AdamW state, default RL settings and the history of its steps. Step ``n`` of a
 session always uses the seed ``(session seed, n)``, so after ``reset()`` the same steps
 replay exactly. The :class:`SessionStore` expires sessions unused for ``ttl_s`` seconds, keeps
-at most ``max_sessions`` (evicting the least recently used idle one), and lets one caller at a
+at most ``max_sessions`` sessions holding at most ``max_bytes`` together (see
+:meth:`Session.memory_bytes`; the least recently used idle one is evicted), and lets one caller at a
 time use a session (a per-session lock; a second caller gets :class:`SessionBusyError`).
 """
 
@@ -21,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from gmts_core.cancel import checkpoint
 from gmts_core.errors import GMTSError, LimitExceededError
 from gmts_core.evaluation import EvalResult, demo_batch, evaluate_accuracy, heldout_problems
 from gmts_core.modeling import LoadedModel
@@ -71,6 +73,14 @@ class Session:
     def steps_done(self) -> int:
         return len(self.history)
 
+    def memory_bytes(self) -> int:
+        """What this session holds: its trainable weights, their start copy (for reset), their
+        gradients and AdamW's two moments, i.e. 5 x the trainable parameters' bytes. A full
+        copy of the 0.17M-parameter demo model is about 3.4 MB; a LoRA adapter counts only
+        its adapter weights (the base model is shared)."""
+        per_copy = sum(p.numel() * p.element_size() for p in self.policy.trainable_parameters())
+        return 5 * per_copy
+
     def step(
         self,
         prompts: Sequence[RLPrompt] | None = None,
@@ -87,6 +97,7 @@ class Session:
         cfg.validate()
         results = []
         for _ in range(num_steps):
+            checkpoint()  # a cancelled job stops between steps
             n = self.steps_done
             seed = step_seed(self.seed, n)
             batch = list(prompts) if prompts else demo_batch(cfg.prompts_per_step, seed)
@@ -139,9 +150,12 @@ class SessionStore:
         ttl_s: float = 1800.0,
         max_sessions: int = 4,
         clock: Callable[[], float] = time.monotonic,
+        max_bytes: float | None = None,
     ) -> None:
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
+        self.max_bytes = max_bytes
+        self.evicted = 0  # sessions evicted to make room (not expired, not deleted)
         self._clock = clock
         self._sessions: OrderedDict[str, Session] = OrderedDict()  # least recently used first
         self._gone: OrderedDict[str, str] = OrderedDict()  # id -> why it is gone
@@ -165,19 +179,31 @@ class SessionStore:
             secrets.token_urlsafe(12), TrainablePolicy(base, policy), config, seed, now, now
         )
         with self._lock:
-            self._make_room_locked()
+            self._make_room_locked(session.memory_bytes())
             self._sessions[session.id] = session
         logger.info("created session %s on %s (%s)", session.id, base.name, session.policy.kind)
         return session
 
-    def _make_room_locked(self) -> None:
-        while len(self._sessions) >= self.max_sessions:
+    def _used_bytes_locked(self) -> int:
+        return sum(s.memory_bytes() for s in self._sessions.values())
+
+    def _full_locked(self, incoming: int) -> bool:
+        if len(self._sessions) >= self.max_sessions:
+            return True
+        if self.max_bytes is None or not self._sessions:
+            return False
+        return self._used_bytes_locked() + incoming > self.max_bytes
+
+    def _make_room_locked(self, incoming: int = 0) -> None:
+        while self._full_locked(incoming):
             idle = [sid for sid, s in self._sessions.items() if not s.lock.locked()]
             if not idle:
                 raise LimitExceededError(
-                    f"all {self.max_sessions} sessions are busy; try again shortly"
+                    f"all {len(self._sessions)} sessions are busy; try again shortly"
                 )
-            self._forget_locked(idle[0], f"was evicted (at most {self.max_sessions} sessions)")
+            mb = "" if self.max_bytes is None else f", {self.max_bytes / 2**20:g} MB"
+            self._forget_locked(idle[0], f"was evicted (at most {self.max_sessions} sessions{mb})")
+            self.evicted += 1
 
     def _forget_locked(self, session_id: str, why: str) -> None:
         self._sessions.pop(session_id, None)

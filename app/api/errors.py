@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.services.errors import QueueFullError, SessionNotFoundError
+from gmts_core.cancel import Cancelled
 from gmts_core.errors import (
     GMTSError,
     InvalidInputError,
@@ -46,6 +47,7 @@ STATUS_BY_ERROR: dict[type[GMTSError], int] = {
     ModelLoadError: 422,
     InvalidInputError: 422,
     QueueFullError: 429,
+    Cancelled: 503,
     GMTSError: 400,
 }
 
@@ -82,6 +84,9 @@ async def gmts_error_handler(_request: Request, exc: Exception) -> JSONResponse:
     headers: dict[str, str] = {}
     if isinstance(exc, QueueFullError):
         headers["Retry-After"] = str(exc.retry_after_s)
+    if isinstance(exc, Cancelled):  # the client left (nobody reads this) or shutdown
+        logger.info("job cancelled: %s", exc.reason)
+        headers["Retry-After"] = "5"
     if isinstance(exc, UnauthorizedError):
         headers["WWW-Authenticate"] = "Bearer"
     return error_response(status_for(exc), exc.code, str(exc), headers or None)
@@ -95,11 +100,27 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
     return ".".join(str(p) for p in loc)
 
 
+def _message(e: dict[str, Any]) -> str:
+    """A validation error in plain words (JSON syntax errors say what and where)."""
+    if e.get("type") == "json_invalid":
+        loc = e.get("loc", ())
+        pos = loc[-1] if loc and isinstance(loc[-1], int) else None
+        what = str((e.get("ctx") or {}).get("error", "invalid JSON"))
+        where = f" at character {pos}" if pos is not None else ""
+        return f"the request body is not valid JSON: {what}{where}"
+    return _clean(e.get("msg"))
+
+
+def _where(e: dict[str, Any]) -> str:
+    if e.get("type") == "json_invalid":
+        return "body"
+    return _field(e.get("loc", ()))
+
+
 async def validation_error_handler(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     details = [
-        {"field": _field(e.get("loc", ())), "message": _clean(e.get("msg")), "type": e.get("type")}
-        for e in exc.errors()
+        {"field": _where(e), "message": _message(e), "type": e.get("type")} for e in exc.errors()
     ]
     message = "; ".join(f"{d['field']}: {d['message']}" for d in details) or "invalid request"
     return error_response(422, "validation_error", message, details=details)
@@ -130,6 +151,8 @@ async def out_of_memory_handler(_request: Request, exc: Exception) -> JSONRespon
 
 
 async def unexpected_error_handler(_request: Request, exc: Exception) -> JSONResponse:
+    """Normally unreached: app.api.middleware.RequestIdMiddleware answers unhandled errors
+    first (without re-raising them, which would reset the client's connection)."""
     logger.exception("unexpected error", exc_info=exc)
     return error_response(500, "internal_error", "internal server error")
 

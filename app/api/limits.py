@@ -4,14 +4,26 @@ A declared ``Content-Length`` over the limit is refused before anything is read;
 without one (chunked) is counted while it streams and refused as soon as it passes the limit.
 The body is buffered (it is small by then) and replayed to the app. Paths under
 ``exempt_prefixes`` (the Gradio UI, which has its own upload limits) pass through.
+
+Once the body is read, the middleware keeps listening to the connection: when the client
+disconnects, the request's :class:`~gmts_core.cancel.CancelToken` is cancelled, so its job
+leaves the queue (or stops at the next stage boundary) instead of running for nobody.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gmts_core.cancel import CancelToken, cancellable
+
+logger = logging.getLogger(__name__)
+
+DISCONNECTED = "the client disconnected"
 
 
 class BodySizeLimitMiddleware:
@@ -32,7 +44,18 @@ class BodySizeLimitMiddleware:
         if body is None:
             await self._too_large(send, None)
             return
-        await self.app(scope, _replay(body, more_messages, receive), send)
+        token = CancelToken()
+        gone = asyncio.Event()
+        if more_messages:  # the client left while sending the body
+            gone.set()
+            token.cancel(DISCONNECTED)
+        watcher = None if gone.is_set() else asyncio.create_task(_watch(receive, token, gone))
+        try:
+            with cancellable(token):
+                await self.app(scope, _replay(body, gone), send)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
 
     async def _read_body(self, receive: Receive) -> tuple[bytes | None, list[Message]]:
         """The whole body, or None once it passes the limit; a disconnect is passed on."""
@@ -84,12 +107,25 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-def _replay(body: bytes, pending: list[Message], receive: Receive) -> Receive:
-    queue: list[Message] = [{"type": "http.request", "body": body, "more_body": False}, *pending]
+async def _watch(receive: Receive, token: CancelToken, gone: asyncio.Event) -> None:
+    """Wait for the client to go (the only message after the body is a disconnect)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            token.cancel(DISCONNECTED)
+            logger.debug("client disconnected: its job (if any) is cancelled")
+            gone.set()
+            return
+
+
+def _replay(body: bytes, gone: asyncio.Event) -> Receive:
+    """The buffered body, then (like the server's own receive) a disconnect once it happens."""
+    queue: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
 
     async def replay() -> Message:
         if queue:
             return queue.pop(0)
-        return await receive()
+        await gone.wait()
+        return {"type": "http.disconnect"}
 
     return replay

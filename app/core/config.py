@@ -51,6 +51,9 @@ class Settings(BaseSettings):
 
     # --- security ---
     api_key: SecretStr | None = None
+    login_attempts_per_minute: int = Field(
+        10, ge=1, description="Failed UI logins allowed per client address and minute."
+    )
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     # --- limits (per request) ---
@@ -62,15 +65,35 @@ class Settings(BaseSettings):
     max_new_tokens: int = Field(256, ge=1)
     max_total_tokens: int = Field(32_768, ge=1)  # prompt + answer tokens of all answers
     max_top_alternatives: int = Field(20, ge=0)
+    max_eval_answers: int = Field(512, ge=1)  # problems x samples of one evaluate request
+    reward_budget_s: float = Field(
+        5.0, gt=0, description="Total time the reward rules of one request may take."
+    )
 
     # --- heavy jobs (model loading and analysis) ---
     max_concurrent_jobs: int = Field(1, ge=1)
     max_queued_jobs: int = Field(8, ge=0)
     retry_after_s: int = Field(5, ge=1)
+    shutdown_grace_s: float = Field(
+        10.0,
+        ge=0,
+        description="On SIGTERM, running requests get this long; then their jobs are cancelled "
+        "(they stop at the next stage boundary) and the process exits.",
+    )
+    ui_queue_wait_s: float = Field(
+        900.0, ge=0, description="How long the UI waits in line for a job slot before giving up."
+    )
 
     # --- live RL sessions ---
     session_ttl_s: float = Field(1800.0, gt=0, description="A session unused this long expires.")
-    max_sessions: int = Field(8, ge=1)  # beyond it, the least recently used idle one is evicted
+    # beyond either cap, the least recently used idle session is evicted
+    max_sessions: int = Field(64, ge=1)
+    session_memory_mb: float = Field(
+        2048.0,
+        gt=0,
+        description="Memory all sessions together may hold (trainable weights, their start "
+        "copy, gradients and AdamW state: about 5 x 4 bytes per trainable parameter).",
+    )
     max_session_steps: int = Field(20, ge=1)  # GRPO steps per step request
     session_policy: Literal["auto", "full", "lora"] = "auto"
     session_lora_threshold: int = Field(100_000_000, ge=0)  # parameters; auto: LoRA above it

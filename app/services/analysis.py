@@ -18,8 +18,16 @@ from app.schemas import DEFAULT_NUM_SAMPLES, AnalyzeRequest, GroupRequest
 from app.services.errors import SessionNotFoundError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRef, ModelRegistry
-from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze, encode_prompt
-from gmts_core.errors import LimitExceededError
+from gmts_core.analysis import (
+    AnalysisConfig,
+    GroupInput,
+    RewardSpec,
+    analyze,
+    encode_answer,
+    encode_prompt,
+)
+from gmts_core.errors import InvalidInputError, LimitExceededError
+from gmts_core.rewards import check_reference, reward_budget
 from gmts_core.modeling import LoadedModel
 from gmts_core.records import AnalysisResult
 from gmts_core.sampling import SamplingConfig
@@ -104,7 +112,8 @@ class AnalysisService:
         """The heavy part (blocking): get the model, check token limits, analyze."""
         with self._model_for(prepared, policy) as lm:
             check_token_limits(self.settings, lm, prepared)
-            return analyze(lm, prepared.groups, prepared.config)
+            with reward_budget(self.settings.reward_budget_s, "GMTS_REWARD_BUDGET_S"):
+                return analyze(lm, prepared.groups, prepared.config)
 
     def _model_for(
         self, prepared: PreparedAnalysis, policy: LoadedModel | None
@@ -146,6 +155,7 @@ def analysis_config(req: AnalyzeRequest) -> AnalysisConfig:
         top_alternatives=req.top_alternatives,
         seed=req.seed or 0,
         chat_template=req.chat_template,
+        answer_special_tokens=req.answer_special_tokens,
     )
 
 
@@ -179,6 +189,13 @@ def check_request_limits(s: Settings, req: AnalyzeRequest, groups: list[GroupReq
         if g.answers is None:
             new = g.max_new_tokens or min(DEFAULT_MAX_NEW_TOKENS, s.max_new_tokens)
             _limit("max_new_tokens", new, s.max_new_tokens, "max_new_tokens")
+    for i, g in enumerate(groups):
+        if g.reward is not None and g.rewards is None:
+            try:
+                check_reference(g.reward.kind, g.reward.reference)
+            except InvalidInputError as exc:
+                where = "reward.reference" if len(groups) == 1 else f"groups[{i}].reward.reference"
+                raise InvalidInputError(f"{where}: {exc}") from None
     sampled = sum(
         (g.num_samples or DEFAULT_NUM_SAMPLES)
         * (g.max_new_tokens or min(DEFAULT_MAX_NEW_TOKENS, s.max_new_tokens))
@@ -195,7 +212,8 @@ def check_token_limits(s: Settings, lm: LoadedModel, prepared: PreparedAnalysis)
     for g in prepared.groups:
         prompt_len = len(encode_prompt(lm.tokenizer, g.prompt, chat))
         if g.answers is not None:
-            lens = [len(lm.tokenizer(a, add_special_tokens=False)["input_ids"]) for a in g.answers]
+            special = prepared.config.answer_special_tokens
+            lens = [len(encode_answer(lm.tokenizer, a, special)) for a in g.answers]
             total += sum(prompt_len + n for n in lens)
         else:
             assert g.sampling is not None

@@ -1,10 +1,16 @@
-"""Bounded concurrency for heavy jobs (model loading, sampling, forward passes).
+"""Bounded concurrency for heavy jobs (model loading, sampling, forward passes, RL steps).
 
 At most ``max_concurrent`` jobs run at once and at most ``max_queued`` more wait; a job beyond
 that is refused at once with QueueFullError (HTTP 429 with ``Retry-After``) instead of piling
 up. Jobs run in worker threads, so the event loop stays free: ``/healthz`` answers while an
 analysis runs. The limiter uses thread primitives only, so it works from any event loop (the
 API's, Gradio's) and from plain threads.
+
+Every job carries a :class:`~gmts_core.cancel.CancelToken`: the HTTP layer cancels it when the
+client disconnects (see ``app.api.limits``), and an awaiting task that is itself cancelled
+(server shutdown past its grace period) cancels it too. A waiting job whose token is cancelled
+leaves the queue without running; a running one stops at its next stage boundary
+(``gmts_core.cancel.checkpoint``). ``cancel_all`` cancels every job (shutdown).
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ from typing import TypeVar
 import anyio.to_thread
 
 from app.services.errors import QueueFullError
+from gmts_core.cancel import Cancelled, CancelToken, cancellable, current_token
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+QUEUE_POLL_S = 0.05  # how often a waiting job looks at its token
 
 
 class JobLimiter:
@@ -35,6 +44,9 @@ class JobLimiter:
         self._lock = threading.Lock()
         self._admitted = 0  # running + waiting
         self._running = 0
+        self._tokens: set[CancelToken] = set()
+        self.dropped = 0  # jobs cancelled while waiting (never ran)
+        self.stopped = 0  # jobs cancelled while running (stopped at a stage boundary)
 
     @property
     def running(self) -> int:
@@ -42,10 +54,17 @@ class JobLimiter:
 
     @property
     def waiting(self) -> int:
-        return self._admitted - self._running
+        return max(self._admitted - self._running, 0)
+
+    def cancel_all(self, reason: str) -> None:
+        """Cancel every admitted job (waiting ones leave the queue, running ones stop)."""
+        with self._lock:
+            tokens = list(self._tokens)
+        for token in tokens:
+            token.cancel(reason)
 
     @contextmanager
-    def _admission(self) -> Iterator[None]:
+    def _admission(self, token: CancelToken) -> Iterator[None]:
         with self._lock:
             if self._admitted >= self.max_concurrent + self.max_queued:
                 raise QueueFullError(
@@ -54,28 +73,63 @@ class JobLimiter:
                     self.retry_after_s,
                 )
             self._admitted += 1
+            self._tokens.add(token)
         try:
             yield
         finally:
             with self._lock:
                 self._admitted -= 1
+                self._tokens.discard(token)
 
-    def _run_in_slot(self, fn: Callable[[], T]) -> T:
-        with self._slots:
+    def _acquire(self, token: CancelToken) -> None:
+        """Wait for a slot; a cancelled token leaves the queue (Cancelled)."""
+        while not self._slots.acquire(timeout=QUEUE_POLL_S):
+            if token.cancelled:
+                with self._lock:
+                    self.dropped += 1
+                raise Cancelled(token.reason)
+        if token.cancelled:
+            self._slots.release()
+            with self._lock:
+                self.dropped += 1
+            raise Cancelled(token.reason)
+
+    def _run_in_slot(self, fn: Callable[[], T], token: CancelToken) -> T:
+        self._acquire(token)
+        try:
             with self._lock:
                 self._running += 1
-            try:
+            with cancellable(token):
                 return fn()
-            finally:
-                with self._lock:
-                    self._running -= 1
+        except Cancelled:
+            with self._lock:
+                self.stopped += 1
+            raise
+        finally:
+            with self._lock:
+                self._running -= 1
+            self._slots.release()
 
-    async def run(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` in a worker thread once a slot is free (raises QueueFullError if full)."""
-        with self._admission():
-            return await anyio.to_thread.run_sync(self._run_in_slot, fn)
+    async def run(self, fn: Callable[[], T], token: CancelToken | None = None) -> T:
+        """Run ``fn`` in a worker thread once a slot is free (raises QueueFullError if full).
 
-    def run_blocking(self, fn: Callable[[], T]) -> T:
+        ``token`` defaults to the request's (set by the HTTP layer) or a new one.
+        """
+        token = token or current_token() or CancelToken()
+        with self._admission(token):
+            try:
+                return await anyio.to_thread.run_sync(
+                    self._run_in_slot, fn, token, abandon_on_cancel=True
+                )
+            except BaseException as exc:  # the awaiting task was cancelled: stop the work too
+                if not isinstance(exc, Exception):
+                    token.cancel("the request was cancelled")
+                raise
+
+    def run_blocking(
+        self, fn: Callable[[], T], token: CancelToken | None = None
+    ) -> T:
         """The same limits for callers already on a worker thread (e.g. sync UI handlers)."""
-        with self._admission():
-            return self._run_in_slot(fn)
+        token = token or current_token() or CancelToken()
+        with self._admission(token):
+            return self._run_in_slot(fn, token)

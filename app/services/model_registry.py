@@ -175,7 +175,8 @@ class ModelRegistry:
         lm = self.loaded_model(ref)
         entry: dict[str, Any] = {
             "alias": ref.name,
-            "source": ref.source,
+            # a local model shows its folder's name only: server paths stay on the server
+            "source": Path(ref.source).name if ref.is_local else ref.source,
             "kind": ref.kind,
             "default": ref.name == self.settings.default_model,
             "loaded": lm is not None,

@@ -21,7 +21,9 @@ from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
 from app.session_schemas import SessionCreateRequest, SessionEvalRequest, SessionStepRequest
 from gmts_core import sessions as core
-from gmts_core.errors import LimitExceededError
+from gmts_core.analysis import encode_prompt
+from gmts_core.errors import InvalidInputError, LimitExceededError
+from gmts_core.rewards import check_reference, reward_budget
 from gmts_core.modeling import LoadedModel
 from gmts_core.policy import PolicySettings
 from gmts_core.rl import RLConfig
@@ -68,7 +70,11 @@ class SessionService:
         self.settings = settings
         self.models = models
         self.jobs = jobs
-        self.store = SessionStore(ttl_s=settings.session_ttl_s, max_sessions=settings.max_sessions)
+        self.store = SessionStore(
+            ttl_s=settings.session_ttl_s,
+            max_sessions=settings.max_sessions,
+            max_bytes=settings.session_memory_mb * 2**20,
+        )
 
     # --- checks (cheap, before any model work) ---
 
@@ -90,6 +96,37 @@ class SessionService:
             raise LimitExceededError(
                 f"max_new_tokens is {config.max_new_tokens}; this server's limit is "
                 f"{s.max_new_tokens} (GMTS_MAX_NEW_TOKENS)"
+            )
+
+    def _check_prompts(self, req: SessionStepRequest) -> None:
+        """Text limits and reward references of given prompts: before any model work."""
+        s = self.settings
+        for i, p in enumerate(req.prompts or []):
+            if len(p.prompt) > s.max_prompt_chars:
+                raise LimitExceededError(
+                    f"prompts[{i}] is {len(p.prompt)} characters; this server's limit is "
+                    f"{s.max_prompt_chars} (GMTS_MAX_PROMPT_CHARS)"
+                )
+            try:
+                check_reference(p.reward_kind, p.reference)
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"prompts[{i}].reference: {exc}") from None
+
+    def _check_step_tokens(self, session: Session, req: SessionStepRequest, config: RLConfig) -> None:
+        """Prompt + sampled tokens of one step within GMTS_MAX_TOTAL_TOKENS (tokenizer only)."""
+        if not req.prompts:
+            return
+        tok = session.policy.tokenizer
+        total = sum(
+            config.group_size
+            * (len(encode_prompt(tok, p.prompt, config.chat_template)) + config.max_new_tokens)
+            for p in req.prompts
+        )
+        limit = self.settings.max_total_tokens
+        if total > limit:
+            raise LimitExceededError(
+                f"one step would process {total} tokens (prompts + sampled answers); this "
+                f"server's limit is {limit} (GMTS_MAX_TOTAL_TOKENS)"
             )
 
     def _initial_config(self, req: SessionCreateRequest) -> RLConfig:
@@ -132,6 +169,7 @@ class SessionService:
                 f"steps is {req.steps}; this server's limit is {self.settings.max_session_steps} "
                 "per request (GMTS_MAX_SESSION_STEPS)"
             )
+        self._check_prompts(req)
         config = req.apply(self.get(session_id).config)
         self._check_config(config, len(req.prompts) if req.prompts else None)
         return config
@@ -145,7 +183,9 @@ class SessionService:
     ) -> dict[str, Any]:
         prompts = [p.to_core() for p in req.prompts] if req.prompts else None
         with _app_errors(), self.store.use(session_id) as session:
-            results = session.step(prompts, req.steps, config, progress)
+            self._check_step_tokens(session, req, config)
+            with reward_budget(self.settings.reward_budget_s, "GMTS_REWARD_BUDGET_S"):
+                results = session.step(prompts, req.steps, config, progress)
             return step_body(session, results, req.include_tokens)
 
     def step_blocking(
@@ -166,9 +206,23 @@ class SessionService:
         self.get(session_id)
         return self.jobs.run_blocking(lambda: self._locked(session_id, _reset))
 
-    def evaluate_blocking(self, session_id: str, req: SessionEvalRequest) -> dict[str, Any]:
+    def _check_evaluate(self, session_id: str, req: SessionEvalRequest) -> None:
+        answers = req.num_problems * req.samples_per_problem
+        limit = self.settings.max_eval_answers
+        if answers > limit:
+            raise LimitExceededError(
+                f"{req.num_problems} problems x {req.samples_per_problem} samples = {answers} "
+                f"answers; this server's limit is {limit} (GMTS_MAX_EVAL_ANSWERS)"
+            )
         self.get(session_id)
-        return self.jobs.run_blocking(lambda: self._locked(session_id, _evaluator(req)))
+
+    def _evaluate(self, session_id: str, req: SessionEvalRequest) -> dict[str, Any]:
+        with reward_budget(self.settings.reward_budget_s, "GMTS_REWARD_BUDGET_S"):
+            return self._locked(session_id, _evaluator(req))
+
+    def evaluate_blocking(self, session_id: str, req: SessionEvalRequest) -> dict[str, Any]:
+        self._check_evaluate(session_id, req)
+        return self.jobs.run_blocking(lambda: self._evaluate(session_id, req))
 
     # --- async entry points for the routes ---
 
@@ -186,8 +240,8 @@ class SessionService:
         return await self.jobs.run(lambda: self._locked(session_id, _reset))
 
     async def evaluate(self, session_id: str, req: SessionEvalRequest) -> dict[str, Any]:
-        self.get(session_id)
-        return await self.jobs.run(lambda: self._locked(session_id, _evaluator(req)))
+        self._check_evaluate(session_id, req)
+        return await self.jobs.run(lambda: self._evaluate(session_id, req))
 
     def info(self, session_id: str) -> dict[str, Any]:
         """Settings and history; answers even while a step runs (history is append-only)."""
