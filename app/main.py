@@ -17,7 +17,12 @@ from fastapi.middleware.cors import CORSMiddleware
 from app.api.deps import require_api_key
 from app.api.errors import install_error_handlers
 from app.api.limits import BodySizeLimitMiddleware
-from app.api.middleware import ApiKeyMiddleware, RequestIdMiddleware, install_request_id_logging
+from app.api.middleware import (
+    ApiKeyMiddleware,
+    LoginRateLimitMiddleware,
+    RequestIdMiddleware,
+    install_request_id_logging,
+)
 from app.api.routes import analyze, export, gradcheck, health, models, sessions
 from app.core.config import Settings
 from app.services.container import build_services
@@ -75,6 +80,9 @@ def _add_middleware(app: FastAPI, settings: Settings) -> None:
     key = settings.api_key_value
     if key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=key)
+        app.add_middleware(
+            LoginRateLimitMiddleware, per_minute=settings.login_attempts_per_minute, prefix=UI_PATH
+        )
     if settings.cors_origins:  # closed unless configured
         app.add_middleware(
             CORSMiddleware,

@@ -2,12 +2,58 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import logging
+import os
+import threading
+from typing import Annotated, Any
 
 import typer
 
 from app.cli._app import cli
 from app.core.config import Settings
+
+
+logger = logging.getLogger(__name__)
+
+WATCHDOG_MARGIN_S = 5.0  # after the grace period, cancelled jobs get this long to stop
+
+
+def make_server(app: Any, settings: Settings) -> Any:
+    """A uvicorn server with bounded, graceful shutdown (``GMTS_SHUTDOWN_GRACE_S``).
+
+    On SIGTERM/SIGINT uvicorn stops accepting connections and gives running requests
+    ``shutdown_grace_s``; then it cancels them, which cancels their jobs (they stop at the next
+    stage boundary, see app.services.jobs). A watchdog ends the process if it is still alive
+    ``WATCHDOG_MARGIN_S`` after the grace period (a stage that does not return).
+    """
+    import uvicorn
+
+    grace = settings.shutdown_grace_s
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=grace,  # type: ignore[arg-type]  # a float works (wait_for)
+    )
+
+    class GracefulServer(uvicorn.Server):
+        _watchdog: threading.Timer | None = None
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self._watchdog is None:
+                logger.info("shutting down: requests get %g s to finish", grace)
+                self._watchdog = threading.Timer(grace + WATCHDOG_MARGIN_S, _force_exit)
+                self._watchdog.daemon = True
+                self._watchdog.start()
+            super().handle_exit(sig, frame)
+
+    return GracefulServer(config)
+
+
+def _force_exit() -> None:
+    logger.error("shutdown did not finish within the grace period: exiting now")
+    os._exit(1)
 
 
 def _overrides(**values: object) -> dict[str, object]:
@@ -34,8 +80,6 @@ def serve_command(
     log_level: Annotated[str | None, typer.Option(help="uvicorn log level.")] = None,
 ) -> None:
     """Serve the HTTP API, its docs at /docs and the UI at /ui."""
-    import uvicorn
-
     from app.main import create_app
 
     settings = Settings(
@@ -49,6 +93,4 @@ def serve_command(
         typer.echo(f"  UI:   {url}/ui")
     typer.echo(f"  docs: {url}/docs")
     typer.echo(f"  default model: {settings.default_model}")
-    uvicorn.run(
-        create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level
-    )
+    make_server(create_app(settings), settings).run()

@@ -11,14 +11,21 @@ client disconnects (see ``app.api.limits``), and an awaiting task that is itself
 (server shutdown past its grace period) cancels it too. A waiting job whose token is cancelled
 leaves the queue without running; a running one stops at its next stage boundary
 (``gmts_core.cancel.checkpoint``). ``cancel_all`` cancels every job (shutdown).
+
+People do not get a 429: a caller on a worker thread (the UI) can wrap its calls in
+:func:`wait_in_line`, and ``run_blocking`` then waits for queue space (up to ``wait_s``,
+telling the person once through ``on_wait``) instead of refusing.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TypeVar
 
 import anyio.to_thread
@@ -31,6 +38,33 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 QUEUE_POLL_S = 0.05  # how often a waiting job looks at its token
+LINE_POLL_S = 0.2  # how often a caller waiting in line looks for queue space
+
+
+@dataclass(frozen=True)
+class LinePolicy:
+    wait_s: float
+    on_wait: Callable[[str], None] | None = None
+
+
+_LINE: contextvars.ContextVar[LinePolicy | None] = contextvars.ContextVar(
+    "gmts_wait_in_line", default=None
+)
+
+
+@contextmanager
+def wait_in_line(wait_s: float, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Blocking job calls inside wait for queue space (up to ``wait_s``) instead of a 429;
+    ``on_wait(message)`` is called once when the caller has to wait."""
+    token = _LINE.set(LinePolicy(wait_s, on_wait))
+    try:
+        yield
+    finally:
+        _LINE.reset(token)
+
+
+def line_policy() -> LinePolicy | None:
+    return _LINE.get()
 
 
 class JobLimiter:
@@ -63,8 +97,7 @@ class JobLimiter:
         for token in tokens:
             token.cancel(reason)
 
-    @contextmanager
-    def _admission(self, token: CancelToken) -> Iterator[None]:
+    def _admit(self, token: CancelToken) -> None:
         with self._lock:
             if self._admitted >= self.max_concurrent + self.max_queued:
                 raise QueueFullError(
@@ -74,6 +107,32 @@ class JobLimiter:
                 )
             self._admitted += 1
             self._tokens.add(token)
+
+    def _admit_waiting(self, token: CancelToken, policy: LinePolicy) -> None:
+        """Admit, waiting in line (a worker thread) up to ``policy.wait_s`` for queue space."""
+        deadline = time.monotonic() + policy.wait_s
+        told = False
+        while True:
+            try:
+                self._admit(token)
+                return
+            except QueueFullError:
+                if time.monotonic() >= deadline or token.cancelled:
+                    raise
+            if not told and policy.on_wait is not None:
+                policy.on_wait(
+                    f"The server is busy ({self._admitted} requests ahead of yours): your "
+                    "request waits in line and runs as soon as a place frees up."
+                )
+                told = True
+            time.sleep(LINE_POLL_S)
+
+    @contextmanager
+    def _admission(self, token: CancelToken, policy: LinePolicy | None = None) -> Iterator[None]:
+        if policy is not None and policy.wait_s > 0:
+            self._admit_waiting(token, policy)
+        else:
+            self._admit(token)
         try:
             yield
         finally:
@@ -131,5 +190,5 @@ class JobLimiter:
     ) -> T:
         """The same limits for callers already on a worker thread (e.g. sync UI handlers)."""
         token = token or current_token() or CancelToken()
-        with self._admission(token):
+        with self._admission(token, line_policy()):
             return self._run_in_slot(fn, token)

@@ -6,12 +6,17 @@ sessions of ``/v1/sessions`` (create, step, get, evaluate, reset). A compare run
 (:mod:`gmts_core.compare`) has no HTTP route, so only the local backend runs one. The remote
 mode (``gmts serve --api-url URL`` or ``GMTS_API_URL``) lets a GPU server hold the models while
 the UI runs elsewhere.
+
+A busy server never shows a person a 429: both backends wait in line (up to
+``GMTS_UI_QUEUE_WAIT_S``) and say so once with a notice, instead of failing.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import urllib.parse
+from contextlib import AbstractContextManager
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -22,6 +27,7 @@ from app.gradcheck_schemas import GradcheckRequest
 from app.schemas import AnalyzeRequest
 from app.services.analysis import result_body
 from app.services.errors import SessionNotFoundError
+from app.services.jobs import wait_in_line
 from app.session_schemas import SessionCreateRequest, SessionEvalRequest, SessionStepRequest
 from gmts_core.errors import GMTSError, InvalidInputError
 
@@ -91,6 +97,18 @@ def validation_message(exc: ValidationError) -> str:
 
 
 M = TypeVar("M", bound=BaseModel)
+DEFAULT_QUEUE_WAIT_S = 900.0
+
+
+def tell_person(message: str) -> None:
+    """A notice in the UI (a Gradio toast) when called from an event, else a log line."""
+    logger.info(message)
+    try:
+        import gradio as gr
+
+        gr.Info(message)
+    except Exception:  # outside a Gradio event there is nobody to tell
+        pass
 
 
 def _validated(schema: type[M], request: Json) -> M:
@@ -106,12 +124,19 @@ class LocalBackend:
 
     label = "local"
 
-    def __init__(self, services: Any) -> None:
+    def __init__(self, services: Any, on_wait: Callable[[str], None] = tell_person) -> None:
         self.services = services
+        settings = getattr(services, "settings", None)
+        self.wait_s = float(getattr(settings, "ui_queue_wait_s", DEFAULT_QUEUE_WAIT_S))
+        self.on_wait = on_wait
+
+    def _in_line(self) -> AbstractContextManager[None]:
+        return wait_in_line(self.wait_s, self.on_wait)
 
     def analyze(self, request: Json) -> Json:
         req = _validated(AnalyzeRequest, request)
-        return result_body(self.services.analysis.analyze_blocking(req))
+        with self._in_line():
+            return result_body(self.services.analysis.analyze_blocking(req))
 
     def models(self) -> tuple[list[str], str | None]:
         names = [m["alias"] for m in self.services.models.list_models()]
@@ -121,25 +146,30 @@ class LocalBackend:
         from app.services.gradcheck import GradcheckService
 
         service = GradcheckService(self.services.analysis)
-        return service.run_blocking(_validated(GradcheckRequest, request))
+        with self._in_line():
+            return service.run_blocking(_validated(GradcheckRequest, request))
 
     def create_session(self, request: Json) -> Json:
         req = _validated(SessionCreateRequest, request)
-        return self.services.sessions.create_blocking(req).info()  # type: ignore[no-any-return]
+        with self._in_line():
+            return self.services.sessions.create_blocking(req).info()  # type: ignore[no-any-return]
 
     def step_session(self, session_id: str, request: Json) -> Json:
         req = _validated(SessionStepRequest, request)
-        return self.services.sessions.step_blocking(session_id, req)  # type: ignore[no-any-return]
+        with self._in_line():
+            return self.services.sessions.step_blocking(session_id, req)  # type: ignore[no-any-return]
 
     def get_session(self, session_id: str) -> Json:
         return self.services.sessions.info(session_id)  # type: ignore[no-any-return]
 
     def evaluate_session(self, session_id: str, request: Json) -> Json:
         req = _validated(SessionEvalRequest, request)
-        return self.services.sessions.evaluate_blocking(session_id, req)  # type: ignore[no-any-return]
+        with self._in_line():
+            return self.services.sessions.evaluate_blocking(session_id, req)  # type: ignore[no-any-return]
 
     def reset_session(self, session_id: str) -> Json:
-        return self.services.sessions.reset_blocking(session_id)  # type: ignore[no-any-return]
+        with self._in_line():
+            return self.services.sessions.reset_blocking(session_id)  # type: ignore[no-any-return]
 
     def compare(
         self, model: str | None, config: Any, progress: CompareProgress | None = None
@@ -151,27 +181,59 @@ class LocalBackend:
         ref = models.resolve(model)
         models.ensure_available(ref)
         config.validate()
-        return self.services.jobs.run_blocking(  # type: ignore[no-any-return]
-            lambda: run_compare(models.load(ref), config, progress).to_dict()
-        )
+        with self._in_line():
+            return self.services.jobs.run_blocking(  # type: ignore[no-any-return]
+                lambda: run_compare(models.load(ref), config, progress).to_dict()
+            )
 
 
 class RemoteBackend:
     """Calls another GMTS server's ``/v1`` API over HTTP."""
 
     def __init__(
-        self, base_url: str, api_key: str | None = None, timeout_s: float = REMOTE_TIMEOUT_S
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        timeout_s: float = REMOTE_TIMEOUT_S,
+        wait_s: float = DEFAULT_QUEUE_WAIT_S,
+        on_wait: Callable[[str], None] = tell_person,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        self.wait_s, self.on_wait, self._sleep = wait_s, on_wait, sleep
         self.base_url = base_url.rstrip("/")
         self.label = f"remote {self.base_url}"
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
 
+    def _request(self, method: str, path: str, body: Json | None) -> httpx.Response:
+        """One call; a 429 (server busy) waits ``Retry-After`` and tries again, in line,
+        up to ``wait_s`` in all (telling the person once), instead of failing."""
+        waited, told = 0.0, False
+        while True:
+            try:
+                resp = self._client.request(method, path, json=body)
+            except httpx.HTTPError as exc:
+                raise BackendError(
+                    f"cannot reach the GMTS backend at {self.base_url}: {exc}"
+                ) from None
+            busy = resp.status_code == 429 and error_code(resp) == "queue_full"
+            if not busy or waited >= self.wait_s:
+                return resp
+            if not told:
+                self.on_wait(
+                    "The server is busy: your request waits in line and runs as soon as a "
+                    "place frees up."
+                )
+                told = True
+            try:
+                pause = min(max(float(resp.headers.get("Retry-After", "1")), 0.2), 10.0)
+            except ValueError:
+                pause = 1.0
+            self._sleep(pause)
+            waited += pause
+
     def _call(self, method: str, path: str, body: Json | None = None) -> Json:
-        try:
-            resp = self._client.request(method, path, json=body)
-        except httpx.HTTPError as exc:
-            raise BackendError(f"cannot reach the GMTS backend at {self.base_url}: {exc}") from None
+        resp = self._request(method, path, body)
         if resp.status_code >= 400:
             if resp.status_code == 404 and error_code(resp) == SessionNotFoundError.code:
                 raise SessionNotFoundError(error_message(resp))
@@ -248,5 +310,6 @@ def make_backend(settings: Any, services: Any) -> Backend:
     url = getattr(settings, "api_url", None)
     if url:
         key = getattr(settings, "api_key_value", None)
-        return RemoteBackend(url, key)
+        wait_s = float(getattr(settings, "ui_queue_wait_s", DEFAULT_QUEUE_WAIT_S))
+        return RemoteBackend(url, key, wait_s=wait_s)
     return LocalBackend(services)

@@ -92,13 +92,24 @@ def methods_for(a: str, b: str) -> list[str]:
 
 
 def _reward_fields(form: ExploreForm) -> dict[str, Any]:
-    if form.reward_kind == EXPLICIT:
+    """Explicit rewards, when typed, win over the reward rule (``reward_note`` says which)."""
+    if form.reward_kind == EXPLICIT or form.explicit_rewards.strip():
         return {"rewards": parse_rewards(form.explicit_rewards)}
     if not form.reference.strip():
         raise InvalidInputError(
             f"the {form.reward_kind!r} rule needs a reference answer (or choose {EXPLICIT!r})"
         )
     return {"reward": {"kind": form.reward_kind, "reference": form.reference.strip()}}
+
+
+def reward_note(form: ExploreForm) -> str:
+    """Which rewards an analysis used, in words (shown with the result)."""
+    if form.reward_kind == EXPLICIT or form.explicit_rewards.strip():
+        note = f"Rewards: the explicit rewards you entered ({form.explicit_rewards.strip()})"
+        if form.reward_kind != EXPLICIT:
+            note += f"; they take precedence over the {form.reward_kind!r} rule, which was not used"
+        return note + "."
+    return f"Rewards: the {form.reward_kind!r} rule with reference {form.reference.strip()!r}."
 
 
 def common_fields(form: ExploreForm) -> dict[str, Any]:
