@@ -207,6 +207,7 @@ class SessionService:
         return self.jobs.run_blocking(lambda: self._locked(session_id, _reset))
 
     def _check_evaluate(self, session_id: str, req: SessionEvalRequest) -> None:
+        self.get(session_id)
         answers = req.num_problems * req.samples_per_problem
         limit = self.settings.max_eval_answers
         if answers > limit:
@@ -214,7 +215,6 @@ class SessionService:
                 f"{req.num_problems} problems x {req.samples_per_problem} samples = {answers} "
                 f"answers; this server's limit is {limit} (GMTS_MAX_EVAL_ANSWERS)"
             )
-        self.get(session_id)
 
     def _evaluate(self, session_id: str, req: SessionEvalRequest) -> dict[str, Any]:
         with reward_budget(self.settings.reward_budget_s, "GMTS_REWARD_BUDGET_S"):
