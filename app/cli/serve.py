@@ -22,9 +22,10 @@ def make_server(app: Any, settings: Settings) -> Any:
     """A uvicorn server with bounded, graceful shutdown (``GMTS_SHUTDOWN_GRACE_S``).
 
     On SIGTERM/SIGINT uvicorn stops accepting connections and gives running requests
-    ``shutdown_grace_s``; then it cancels them, which cancels their jobs (they stop at the next
-    stage boundary, see app.services.jobs). A watchdog ends the process if it is still alive
-    ``WATCHDOG_MARGIN_S`` after the grace period (a stage that does not return).
+    ``shutdown_grace_s``; then every job is cancelled (it stops at its next stage boundary, see
+    app.services.jobs, and its client gets a 503), uvicorn cancels what is left half a margin
+    later, and a watchdog ends the process if it is still alive ``WATCHDOG_MARGIN_S`` after the
+    grace period (a stage that does not return).
     """
     import uvicorn
 
@@ -34,8 +35,10 @@ def make_server(app: Any, settings: Settings) -> Any:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
-        timeout_graceful_shutdown=grace,  # type: ignore[arg-type]  # a float works (wait_for)
+        # a float works (asyncio.wait_for)
+        timeout_graceful_shutdown=grace + WATCHDOG_MARGIN_S / 2,  # type: ignore[arg-type]
     )
+    services = getattr(getattr(app, "state", None), "services", None)
 
     class GracefulServer(uvicorn.Server):
         _watchdog: threading.Timer | None = None
@@ -46,6 +49,12 @@ def make_server(app: Any, settings: Settings) -> Any:
                 self._watchdog = threading.Timer(grace + WATCHDOG_MARGIN_S, _force_exit)
                 self._watchdog.daemon = True
                 self._watchdog.start()
+                if services is not None:
+                    stop = threading.Timer(
+                        grace, services.jobs.cancel_all, ("the server is shutting down",)
+                    )
+                    stop.daemon = True
+                    stop.start()
             super().handle_exit(sig, frame)
 
     return GracefulServer(config)
