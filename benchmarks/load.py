@@ -14,8 +14,15 @@ every session's weights differ from every other's and from the base model; the b
 checksum (SHA-256 of every tensor) is unchanged, and a fixed probe request gives bit-identical
 numbers before and after. The run is bounded by ``--max-seconds``.
 
+``--disconnect-share 0.5`` makes every client abandon half of its analyze requests: it sends
+the request and closes the connection ``--abandon-after-s`` later, without reading the answer.
+Those requests are not expected to succeed; instead, after the run, the queue must drain
+(nothing running or waiting) and the report counts the jobs dropped from the queue and stopped
+while running: no work is left for clients that are gone.
+
     .venv/bin/python benchmarks/load.py                 # 16 clients, 400 analyses, ~2-4 min
     .venv/bin/python benchmarks/load.py --json
+    .venv/bin/python benchmarks/load.py --disconnect-share 0.5     # half the requests abandoned
     .venv/bin/python benchmarks/load.py --clients 4 --requests 20 --sessions 2 --steps-per-session 1
 """
 
@@ -23,7 +30,9 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import logging
+import socket
 import sys
 import threading
 import time
@@ -61,6 +70,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-concurrent-jobs", type=int, default=2)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--max-seconds", type=float, default=600, help="stop sending after this")
+    p.add_argument(
+        "--disconnect-share",
+        type=float,
+        default=0.0,
+        help="share of each client's analyze requests it abandons (0.5: every other one)",
+    )
+    p.add_argument("--abandon-after-s", type=float, default=0.3)
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     return p.parse_args(argv)
 
@@ -101,6 +117,7 @@ class Tally:
     statuses: Counter[str] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
     steps_ok: dict[str, int] = field(default_factory=dict)
+    abandoned: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, kind: str, r: httpx.Response | None, seconds: float, what: str) -> bool:
@@ -147,9 +164,18 @@ class Client(threading.Thread):
                 body = analyze_body(i, self.args)
                 if self.sid and i % 2 == 0:  # the owner analyzes with its session's policy
                     body = {**body, "session_id": self.sid}
+                if self._abandons(i):
+                    _abandon(self.url, body, self.args.abandon_after_s)
+                    with self.tally.lock:
+                        self.tally.abandoned += 1
+                    continue
                 start = time.perf_counter()
                 r, what = _post(http, "/v1/analyze", body)
                 self.tally.record("analyze", r, time.perf_counter() - start, what)
+
+    def _abandons(self, i: int) -> bool:
+        share = self.args.disconnect_share
+        return share > 0 and int((i + 1) * share) != int(i * share)
 
     def _step(self, http: httpx.Client) -> None:
         start = time.perf_counter()
@@ -158,6 +184,35 @@ class Client(threading.Thread):
             assert self.sid is not None
             with self.tally.lock:
                 self.tally.steps_ok[self.sid] = self.tally.steps_ok.get(self.sid, 0) + 1
+
+
+def _abandon(url: str, body: dict[str, Any], after_s: float) -> None:
+    """Send a request, wait ``after_s`` (no reading of the answer) and hang up."""
+    host, port = url.removeprefix("http://").split(":")
+    data = json.dumps(body).encode()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(
+            f"POST /v1/analyze HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        threading.Event().wait(after_s)
+
+
+def drain(app: Any, limit_s: float = 120.0) -> dict[str, Any]:
+    """Wait until no job runs or waits; how long that took and what was cancelled."""
+    jobs = app.state.services.jobs
+    start = time.perf_counter()
+    while (jobs.running or jobs.waiting) and time.perf_counter() - start < limit_s:
+        time.sleep(0.05)
+    return {
+        "drained": jobs.running == 0 and jobs.waiting == 0,
+        "drain_s": time.perf_counter() - start,
+        "left_running": jobs.running,
+        "left_waiting": jobs.waiting,
+        "dropped_from_queue": jobs.dropped,
+        "stopped_while_running": jobs.stopped,
+    }
 
 
 def create_sessions(http: httpx.Client, n: int, args: argparse.Namespace) -> list[str]:
@@ -220,10 +275,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for c in clients:
             c.join()
         wall = time.perf_counter() - start
+        drained = drain(app)
         checks = isolation_checks(app, http, ids, tally)
         checks["base_probe_bit_identical"] = _probe_numbers(http) == probe_before
     checks["base_checksum_unchanged"] = weights_checksum(base.model) == app.state.base_checksum
-    return report(args, tally, wall, checks)
+    checks["queue_drained"] = drained["drained"]
+    rep = report(args, tally, wall, checks)
+    rep["disconnects"] = {"abandoned_requests": tally.abandoned, **drained}
+    return rep
 
 
 def _latency(values: list[float]) -> dict[str, float | int]:
@@ -251,7 +310,8 @@ def report(
         "wall_s": wall,
         "throughput_rps": done / wall if wall else float("nan"),
         "errors": errors,
-        "zero_errors": errors == 0 and len(tally.latencies["analyze"]) == args.requests,
+        "zero_errors": errors == 0
+        and len(tally.latencies["analyze"]) == args.requests - tally.abandoned,
         "statuses": dict(tally.statuses),
         "error_samples": tally.errors,
         "latency": {
@@ -282,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             for kind, v in lat.items()
         ),
         f"  isolation: {rep['isolation']}",
+        f"  disconnects: {rep['disconnects']}",
         *(f"  error: {e}" for e in rep["error_samples"]),
     ]
     emit(rep, args.json, lines)

@@ -4,6 +4,9 @@ About 300 requests (schema-valid and schema-invalid bodies) go through the ASGI 
 against a tiny random model with tiny limits and the API key on; every response must be a
 non-5xx that conforms to the documented schema (status codes, content types, bodies).
 
+The slow variant runs over 2,000 requests: every operation with many more examples, against
+the server open (no key) and with a key (both with and without the bearer header).
+
 ``positive_data_acceptance`` is left out: a schema-valid body can still break a cross-field
 rule JSON Schema cannot state (prompt xor groups, a reward rule or rewards, one reward per
 answer) or a server limit (413), and those are rightly refused.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import schemathesis
@@ -30,10 +34,8 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 EXAMPLES = {GenerationMode.POSITIVE: 60, GenerationMode.NEGATIVE: 30}
 
 
-@pytest.fixture(scope="module")
-def fuzz_app(model_root: Path) -> FastAPI:
-    return create_app(
-        make_settings(
+def _fuzz_settings(model_root: Path, api_key: str | None) -> Any:
+    return make_settings(
             model_root,
             max_new_tokens=4,
             max_answers=4,
@@ -43,12 +45,22 @@ def fuzz_app(model_root: Path) -> FastAPI:
             max_answer_chars=200,
             max_top_alternatives=3,
             max_queued_jobs=32,
-            api_key=KEY,
+            api_key=api_key,
+            reward_budget_s=1.0,
         )
-    )
 
 
-def _fuzz(operation: schemathesis.schemas.APIOperation, mode: GenerationMode, n: int) -> Counter:
+@pytest.fixture(scope="module")
+def fuzz_app(model_root: Path) -> FastAPI:
+    return create_app(_fuzz_settings(model_root, KEY))
+
+
+def _fuzz(
+    operation: schemathesis.schemas.APIOperation,
+    mode: GenerationMode,
+    n: int,
+    headers: dict[str, str] | None = AUTH,
+) -> Counter:
     statuses: Counter = Counter()
 
     @given(case=operation.as_strategy(generation_mode=mode))
@@ -60,10 +72,12 @@ def _fuzz(operation: schemathesis.schemas.APIOperation, mode: GenerationMode, n:
         suppress_health_check=list(HealthCheck),
     )
     def run(case: schemathesis.Case) -> None:
-        response = case.call(headers=AUTH)
+        response = case.call(headers=headers)
         statuses[response.status_code] += 1
         assert response.status_code < 500, (case.body, response.text)
-        case.validate_response(response, headers=AUTH, excluded_checks=[positive_data_acceptance])
+        case.validate_response(
+            response, headers=headers, excluded_checks=[positive_data_acceptance]
+        )
 
     run()
     return statuses
@@ -82,3 +96,34 @@ def test_generated_requests_never_get_a_5xx(fuzz_app: FastAPI) -> None:
             total += _fuzz(operation, mode, n if ours else max(n // 4, 5))
     assert sum(total.values()) >= 250, total
     assert total[200] > 0, total  # some generated analyses really ran
+
+
+SLOW_EXAMPLES = {GenerationMode.POSITIVE: 70, GenerationMode.NEGATIVE: 35}
+
+
+def _fuzz_all(app: FastAPI, headers: dict[str, str] | None) -> Counter:
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    total: Counter = Counter()
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        if operation.method.upper() == "GET":
+            total += _fuzz(operation, GenerationMode.POSITIVE, 10, headers)
+            if operation.path_parameters:  # nothing to make invalid otherwise
+                total += _fuzz(operation, GenerationMode.NEGATIVE, 10, headers)
+            continue
+        for mode, n in SLOW_EXAMPLES.items():
+            total += _fuzz(operation, mode, n, headers)
+    return total
+
+
+@pytest.mark.slow
+def test_over_2000_generated_requests_open_and_with_a_key_never_get_a_5xx(
+    model_root: Path,
+) -> None:
+    open_app = create_app(_fuzz_settings(model_root, None))
+    keyed_app = create_app(_fuzz_settings(model_root, KEY))
+    total = _fuzz_all(open_app, None) + _fuzz_all(keyed_app, AUTH)
+    missing_key = _fuzz_all(keyed_app, None)  # every /v1 request without the key: 401
+    assert sum(total.values()) + sum(missing_key.values()) >= 2000, (total, missing_key)
+    assert total[200] > 0 and missing_key[401] > 0, (total, missing_key)
+    assert all(status < 500 for status in (total + missing_key)), (total, missing_key)
