@@ -18,6 +18,47 @@ logger = logging.getLogger(__name__)
 WATCHDOG_MARGIN_S = 5.0  # after the grace period, cancelled jobs get this long to stop
 
 
+def log_config(level: str) -> dict[str, Any]:
+    """uvicorn's logging, with every line (access log included) carrying the request id."""
+    level = level.upper()
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"request_id": {"()": "app.api.middleware.RequestIdFilter"}},
+        "formatters": {
+            "default": {
+                "()": "uvicorn.logging.DefaultFormatter",
+                "fmt": "%(levelprefix)s [%(request_id)s] %(name)s: %(message)s",
+            },
+            "access": {
+                "()": "uvicorn.logging.AccessFormatter",
+                "fmt": '%(levelprefix)s [%(request_id)s] %(client_addr)s - "%(request_line)s" '
+                "%(status_code)s",
+            },
+        },
+        "handlers": {
+            "default": {
+                "class": "logging.StreamHandler",
+                "formatter": "default",
+                "filters": ["request_id"],
+                "stream": "ext://sys.stderr",
+            },
+            "access": {
+                "class": "logging.StreamHandler",
+                "formatter": "access",
+                "filters": ["request_id"],
+                "stream": "ext://sys.stdout",
+            },
+        },
+        "loggers": {
+            "": {"handlers": ["default"], "level": level},
+            "uvicorn": {"handlers": ["default"], "level": level, "propagate": False},
+            "uvicorn.error": {"level": level},
+            "uvicorn.access": {"handlers": ["access"], "level": level, "propagate": False},
+        },
+    }
+
+
 def make_server(app: Any, settings: Settings) -> Any:
     """A uvicorn server with bounded, graceful shutdown (``GMTS_SHUTDOWN_GRACE_S``).
 
@@ -35,6 +76,7 @@ def make_server(app: Any, settings: Settings) -> Any:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
+        log_config=log_config(settings.log_level),
         # a float works (asyncio.wait_for)
         timeout_graceful_shutdown=grace + WATCHDOG_MARGIN_S / 2,  # type: ignore[arg-type]
     )

@@ -103,7 +103,11 @@ def test_sigterm_during_an_rl_step_exits_within_the_grace_period(
 
         assert _until(up) and proc.poll() is None
         body = {"group_size": 2, "prompts_per_step": 1, "max_new_tokens": 8}
-        sid = httpx.post(f"{url}/v1/sessions", json=body, timeout=120).json()["session_id"]
+        created = httpx.post(
+            f"{url}/v1/sessions", json=body, timeout=120, headers={"X-Request-ID": "create-1"}
+        )
+        assert created.headers["x-request-id"] == "create-1"
+        sid = created.json()["session_id"]
         answer: dict[str, Any] = {}
 
         def step() -> None:
@@ -124,6 +128,8 @@ def test_sigterm_during_an_rl_step_exits_within_the_grace_period(
         proc.wait(timeout=grace + WATCHDOG_MARGIN_S + 10)  # raises TimeoutExpired if not
         client.join(60)
         assert answer["status"] == 503  # told, not dropped
+        log.flush()
+        assert "[create-1]" in (tmp_path / "serve.log").read_text()  # log lines carry the id
     finally:
         if proc.poll() is None:
             proc.kill()
