@@ -14,10 +14,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.strict_input import NoBoolNumbers
-
 from gmts_core.advantages import ADVANTAGES
-from gmts_core.bounds import MIN_TEMPERATURE
 from gmts_core.aggregation import AGGREGATIONS
+from gmts_core.bounds import MIN_TEMPERATURE
 from gmts_core.rewards import get_reward
 from gmts_core.rl import RLConfig, RLPrompt
 from gmts_core.selection import METHODS
@@ -156,6 +155,8 @@ class SessionEvalRequest(NoBoolNumbers):
     temperature: float = Field(
         1.0, ge=0, le=10, description="0: greedy decoding; otherwise at least 0.001."
     )
+    samples_per_problem: int = Field(1, ge=1, le=16)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
 
     @field_validator("temperature")
     @classmethod
@@ -163,8 +164,6 @@ class SessionEvalRequest(NoBoolNumbers):
         if 0 < v < MIN_TEMPERATURE:
             raise ValueError(f"use 0 (greedy) or a temperature of at least {MIN_TEMPERATURE:g}")
         return v
-    samples_per_problem: int = Field(1, ge=1, le=16)
-    seed: int = Field(0, ge=0, le=MAX_SEED)
 
 
 class StepMetricsOut(BaseModel):

@@ -48,4 +48,3 @@ class NoBoolNumbers(BaseModel):
                             f"{name}[{i}]: expected a number or text, got {str(item).lower()}"
                         )
         return data
-

@@ -127,8 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         f"errors {r['errors']}, evicted sessions {r['evicted_sessions']} "
         f"({r['live_sessions']} live, {r['sessions_memory_mb']} MB), "
         f"{r['students_told_to_wait']} students told to wait in line",
-        f"time per call: p50 {r['wait_p50_s']} s, p95 {r['wait_p95_s']} s, "
-        f"max {r['wait_max_s']} s",
+        f"time per call: p50 {r['wait_p50_s']} s, p95 {r['wait_p95_s']} s, max {r['wait_max_s']} s",
     ]
     emit(r, args.json, lines)
     return 0 if r["errors"] == 0 and r["evicted_sessions"] == 0 else 1

@@ -247,6 +247,7 @@ def analyze(
     config.validate()
     if not groups:
         raise InvalidInputError("at least one group is needed")
+
     def note(stage: str) -> None:  # a stage boundary: a cancelled job stops here
         checkpoint()
         if progress is not None:

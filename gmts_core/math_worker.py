@@ -140,7 +140,12 @@ def main() -> None:
             request = json.loads(line)
             reply = _check(str(request["answer"]), str(request["reference"]))
         except Exception as exc:  # a bad expression is "no answer", never a dead helper
-            reply = {"found": False, "correct": False, "extracted": None, "error": type(exc).__name__}
+            reply = {
+                "found": False,
+                "correct": False,
+                "extracted": None,
+                "error": type(exc).__name__,
+            }
         print(json.dumps(reply), flush=True)
 
 

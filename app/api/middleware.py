@@ -40,7 +40,11 @@ class RequestIdFilter(logging.Filter):
 
 def install_request_id_logging() -> None:
     """Attach the filter to the root handlers and the uvicorn loggers (idempotent)."""
-    targets = [logging.getLogger(), logging.getLogger("uvicorn"), logging.getLogger("uvicorn.error")]
+    targets = [
+        logging.getLogger(),
+        logging.getLogger("uvicorn"),
+        logging.getLogger("uvicorn.error"),
+    ]
     for lg in targets:
         for handler in lg.handlers:
             if not any(isinstance(f, RequestIdFilter) for f in handler.filters):
@@ -58,7 +62,9 @@ def json_error(status: int, code: str, message: str, **extra: Any) -> bytes:
     return json.dumps({"error": {"code": code, "message": message, **extra}}).encode()
 
 
-async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+async def send_json(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
     await send(
         {
             "type": "http.response.start",
@@ -97,7 +103,12 @@ class RequestIdMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         except Exception:
-            logger.exception("unexpected error in %s %s (request %s)", scope.get("method"), scope.get("path"), rid)
+            logger.exception(
+                "unexpected error in %s %s (request %s)",
+                scope.get("method"),
+                scope.get("path"),
+                rid,
+            )
             if not started:
                 body = json_error(
                     500,
@@ -120,7 +131,9 @@ class ApiKeyMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or not (path == self.prefix or path.startswith(self.prefix + "/")):
+        if scope["type"] != "http" or not (
+            path == self.prefix or path.startswith(self.prefix + "/")
+        ):
             await self.app(scope, receive, send)
             return
         if scope.get("method") == "OPTIONS":  # CORS preflight carries no credentials
@@ -128,11 +141,15 @@ class ApiKeyMiddleware:
             return
         auth = _header(scope, b"authorization") or ""
         scheme, _, given = auth.partition(" ")
-        ok = scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.expected)
+        ok = scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode(), self.expected
+        )
         if ok:
             await self.app(scope, receive, send)
             return
-        body = json_error(401, "unauthorized", "a valid API key is required: Authorization: Bearer <key>")
+        body = json_error(
+            401, "unauthorized", "a valid API key is required: Authorization: Bearer <key>"
+        )
         await send_json(send, 401, body, [(b"www-authenticate", b"Bearer")])
 
 
@@ -167,7 +184,11 @@ class LoginRateLimitMiddleware:
         return kept
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method") != "POST" or scope["path"] not in self.paths:
+        if (
+            scope["type"] != "http"
+            or scope.get("method") != "POST"
+            or scope["path"] not in self.paths
+        ):
             await self.app(scope, receive, send)
             return
         client = (scope.get("client") or ("?", 0))[0]

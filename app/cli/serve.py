@@ -12,7 +12,6 @@ import typer
 from app.cli._app import cli
 from app.core.config import Settings
 
-
 logger = logging.getLogger(__name__)
 
 WATCHDOG_MARGIN_S = 5.0  # after the grace period, cancelled jobs get this long to stop

@@ -27,9 +27,9 @@ from gmts_core.analysis import (
     encode_prompt,
 )
 from gmts_core.errors import InvalidInputError, LimitExceededError
-from gmts_core.rewards import check_reference, reward_budget
 from gmts_core.modeling import LoadedModel
 from gmts_core.records import AnalysisResult
+from gmts_core.rewards import check_reference, reward_budget
 from gmts_core.sampling import SamplingConfig
 
 logger = logging.getLogger(__name__)

@@ -185,9 +185,7 @@ class JobLimiter:
                     token.cancel("the request was cancelled")
                 raise
 
-    def run_blocking(
-        self, fn: Callable[[], T], token: CancelToken | None = None
-    ) -> T:
+    def run_blocking(self, fn: Callable[[], T], token: CancelToken | None = None) -> T:
         """The same limits for callers already on a worker thread (e.g. sync UI handlers)."""
         token = token or current_token() or CancelToken()
         with self._admission(token, line_policy()):

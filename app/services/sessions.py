@@ -23,9 +23,9 @@ from app.session_schemas import SessionCreateRequest, SessionEvalRequest, Sessio
 from gmts_core import sessions as core
 from gmts_core.analysis import encode_prompt
 from gmts_core.errors import InvalidInputError, LimitExceededError
-from gmts_core.rewards import check_reference, reward_budget
 from gmts_core.modeling import LoadedModel
 from gmts_core.policy import PolicySettings
+from gmts_core.rewards import check_reference, reward_budget
 from gmts_core.rl import RLConfig
 from gmts_core.rl_records import StepResult
 from gmts_core.sessions import Session, SessionStore
@@ -112,7 +112,9 @@ class SessionService:
             except InvalidInputError as exc:
                 raise InvalidInputError(f"prompts[{i}].reference: {exc}") from None
 
-    def _check_step_tokens(self, session: Session, req: SessionStepRequest, config: RLConfig) -> None:
+    def _check_step_tokens(
+        self, session: Session, req: SessionStepRequest, config: RLConfig
+    ) -> None:
         """Prompt + sampled tokens of one step within GMTS_MAX_TOTAL_TOKENS (tokenizer only)."""
         if not req.prompts:
             return

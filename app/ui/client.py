@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 import time
 import urllib.parse
-from contextlib import AbstractContextManager
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 import httpx

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from app.main import create_app
-from tests.app.api_helpers import TINY, LiveServer, given_body, make_settings
+from tests.app.api_helpers import LiveServer, given_body, make_settings
 
 HEALTHZ_BUDGET_S = 0.1  # the bound for /healthz while a bad request is processed
 TRIES = 3
@@ -95,16 +95,53 @@ def cases(sid: str) -> list[Case]:
         Case("step many prompts", "POST", step, {"prompts": [p("Q")["prompts"][0]] * 40}, (413,)),
         Case("step many steps", "POST", step, {"steps": 500}, (413,)),
         Case("step huge group", "POST", step, {"group_size": 64, "prompts_per_step": 8}, (413,)),
-        Case("evaluate 2000x16", "POST", evaluate, {"num_problems": 2000, "samples_per_problem": 16}, (413,)),
-        Case("evaluate 100x2", "POST", evaluate, {"num_problems": 100, "samples_per_problem": 2}, (413,)),
+        Case(
+            "evaluate 2000x16",
+            "POST",
+            evaluate,
+            {"num_problems": 2000, "samples_per_problem": 16},
+            (413,),
+        ),
+        Case(
+            "evaluate 100x2",
+            "POST",
+            evaluate,
+            {"num_problems": 100, "samples_per_problem": 2},
+            (413,),
+        ),
         Case("too many samples", "POST", "/v1/analyze", _sampled(num_samples=1000), (413,)),
         Case("too many new tokens", "POST", "/v1/analyze", _sampled(max_new_tokens=60000), (413,)),
         # 2. numbers: bounded parsing, 422 for references, a verdict for answers
-        Case("huge exponent reference", "POST", "/v1/analyze", _sampled(reward={"kind": "numeric", "reference": HUGE_REF})),
-        Case("exponent 400+ reference", "POST", "/v1/analyze", _sampled(reward={"kind": "numeric", "reference": "1e500"})),
-        Case("exponent -10^7 reference", "POST", "/v1/analyze", _sampled(reward={"kind": "numeric", "reference": "1e-10000000"})),
-        Case("1000-digit reference", "POST", "/v1/analyze", _sampled(reward={"kind": "numeric", "reference": "9" * 1000})),
-        Case("fraction huge reference", "POST", "/v1/analyze", _sampled(reward={"kind": "numeric", "reference": "1/1e999999"})),
+        Case(
+            "huge exponent reference",
+            "POST",
+            "/v1/analyze",
+            _sampled(reward={"kind": "numeric", "reference": HUGE_REF}),
+        ),
+        Case(
+            "exponent 400+ reference",
+            "POST",
+            "/v1/analyze",
+            _sampled(reward={"kind": "numeric", "reference": "1e500"}),
+        ),
+        Case(
+            "exponent -10^7 reference",
+            "POST",
+            "/v1/analyze",
+            _sampled(reward={"kind": "numeric", "reference": "1e-10000000"}),
+        ),
+        Case(
+            "1000-digit reference",
+            "POST",
+            "/v1/analyze",
+            _sampled(reward={"kind": "numeric", "reference": "9" * 1000}),
+        ),
+        Case(
+            "fraction huge reference",
+            "POST",
+            "/v1/analyze",
+            _sampled(reward={"kind": "numeric", "reference": "1/1e999999"}),
+        ),
         Case("step huge reference", "POST", step, p("Q: 1+1=?\nA:", HUGE_REF)),
         Case("step word reference", "POST", step, p("Q: 1+1=?\nA:", "two")),
         Case("step bad regex reference", "POST", step, p("Q: 1+1=?\nA:", "(", "regex")),
@@ -112,7 +149,11 @@ def cases(sid: str) -> list[Case]:
             "400-digit answer",
             "POST",
             "/v1/analyze",
-            _group(answers=["4" * 380, "85"], rewards=None, reward={"kind": "numeric", "reference": "85"}),
+            _group(
+                answers=["4" * 380, "85"],
+                rewards=None,
+                reward={"kind": "numeric", "reference": "85"},
+            ),
             (200,),
             lambda b: _verdicts(b) == ["unparsable", "correct"],
         ),
@@ -120,21 +161,51 @@ def cases(sid: str) -> list[Case]:
             "exponent answer",
             "POST",
             "/v1/analyze",
-            _group(answers=["1e10000000", "x 1e5"], rewards=None, reward={"kind": "numeric", "reference": "5"}),
+            _group(
+                answers=["1e10000000", "x 1e5"],
+                rewards=None,
+                reward={"kind": "numeric", "reference": "5"},
+            ),
             (200,),
         ),
-        Case("large valid reference", "POST", "/v1/analyze", _sampled(reward={"kind": "numeric", "reference": "1e308"}), (200,)),
-        Case("float reference", "POST", "/v1/analyze", _sampled(reward={"kind": "numeric", "reference": 1.5e300}), (200,)),
+        Case(
+            "large valid reference",
+            "POST",
+            "/v1/analyze",
+            _sampled(reward={"kind": "numeric", "reference": "1e308"}),
+            (200,),
+        ),
+        Case(
+            "float reference",
+            "POST",
+            "/v1/analyze",
+            _sampled(reward={"kind": "numeric", "reference": 1.5e300}),
+            (200,),
+        ),
         # 3. the math rule works off the main thread
         Case(
             "math reward",
             "POST",
             "/v1/analyze",
-            _group(answers=["so \\boxed{\\frac{1}{2}}", "it is 3"], rewards=None, reward={"kind": "math", "reference": "0.5"}),
+            _group(
+                answers=["so \\boxed{\\frac{1}{2}}", "it is 3"],
+                rewards=None,
+                reward={"kind": "math", "reference": "0.5"},
+            ),
             (200,),
             lambda b: _verdicts(b) == ["correct", "incorrect"],
         ),
-        Case("math tower", "POST", "/v1/analyze", _group(answers=["10^10^10^10^10", "1"], rewards=None, reward={"kind": "math", "reference": "1"}), (200, 413)),
+        Case(
+            "math tower",
+            "POST",
+            "/v1/analyze",
+            _group(
+                answers=["10^10^10^10^10", "1"],
+                rewards=None,
+                reward={"kind": "math", "reference": "1"},
+            ),
+            (200, 413),
+        ),
         Case("step math", "POST", step, p("Q: 1+1=?\nA:", "2", "math"), (200,)),
         # 4. tiny and extreme numbers
         Case("temperature 1e-300", "POST", "/v1/analyze", _sampled(temperature=1e-300)),
@@ -142,8 +213,18 @@ def cases(sid: str) -> list[Case]:
         Case("session temperature 5e-324", "POST", "/v1/sessions", {"temperature": 5e-324}),
         Case("step temperature 1e-9", "POST", step, {"temperature": 1e-9}),
         Case("evaluate temperature 1e-9", "POST", evaluate, {"temperature": 1e-9}),
-        Case("dr_grpo huge rewards", "POST", "/v1/analyze", _group(answers=["1", "2"], rewards=[1e308, 5e307], advantage="dr_grpo")),
-        Case("grpo opposite huge", "POST", "/v1/analyze", _group(answers=["1", "2"], rewards=[1e308, -1e308])),
+        Case(
+            "dr_grpo huge rewards",
+            "POST",
+            "/v1/analyze",
+            _group(answers=["1", "2"], rewards=[1e308, 5e307], advantage="dr_grpo"),
+        ),
+        Case(
+            "grpo opposite huge",
+            "POST",
+            "/v1/analyze",
+            _group(answers=["1", "2"], rewards=[1e308, -1e308]),
+        ),
         Case(
             "grpo at the reward bound",
             "POST",
@@ -152,21 +233,56 @@ def cases(sid: str) -> list[Case]:
             (200,),
             lambda b: b["answers"][0]["advantage"] > 0 > b["answers"][1]["advantage"],
         ),
-        Case("rloo tiny rewards", "POST", "/v1/analyze", _group(answers=["1", "2"], rewards=[5e-324, 0], advantage="rloo"), (200,)),
-        Case("NaN literal", "POST", "/v1/analyze", raw=b'{"prompt":"Q","answers":["1","2"],"rewards":[NaN,1]}'),
-        Case("Infinity temperature", "POST", "/v1/analyze", raw=b'{"prompt":"Q","answers":["1"],"rewards":[1],"temperature":Infinity}'),
-        Case("1e999 ratio", "POST", "/v1/analyze", raw=b'{"prompt":"Q","answers":["1"],"rewards":[1],"selection":{"ratio":1e999}}'),
+        Case(
+            "rloo tiny rewards",
+            "POST",
+            "/v1/analyze",
+            _group(answers=["1", "2"], rewards=[5e-324, 0], advantage="rloo"),
+            (200,),
+        ),
+        Case(
+            "NaN literal",
+            "POST",
+            "/v1/analyze",
+            raw=b'{"prompt":"Q","answers":["1","2"],"rewards":[NaN,1]}',
+        ),
+        Case(
+            "Infinity temperature",
+            "POST",
+            "/v1/analyze",
+            raw=b'{"prompt":"Q","answers":["1"],"rewards":[1],"temperature":Infinity}',
+        ),
+        Case(
+            "1e999 ratio",
+            "POST",
+            "/v1/analyze",
+            raw=b'{"prompt":"Q","answers":["1"],"rewards":[1],"selection":{"ratio":1e999}}',
+        ),
         # 7/8. evaluate limits above; regex rewards have a per-request budget
         Case(
             "regex budget",
             "POST",
             "/v1/analyze",
-            _group(answers=["a" * 28 + "!"] * 16, rewards=None, reward={"kind": "regex", "reference": "(a|aa)+$"}),
+            _group(
+                answers=["a" * 28 + "!"] * 16,
+                rewards=None,
+                reward={"kind": "regex", "reference": "(a|aa)+$"},
+            ),
             (413,),
             lambda b: "GMTS_REWARD_BUDGET_S" in b["error"]["message"],
         ),
-        Case("regex too long", "POST", "/v1/analyze", _sampled(reward={"kind": "regex", "reference": "a" * 600})),
-        Case("regex invalid", "POST", "/v1/analyze", _sampled(reward={"kind": "regex", "reference": "(?P<"})),
+        Case(
+            "regex too long",
+            "POST",
+            "/v1/analyze",
+            _sampled(reward={"kind": "regex", "reference": "a" * 600}),
+        ),
+        Case(
+            "regex invalid",
+            "POST",
+            "/v1/analyze",
+            _sampled(reward={"kind": "regex", "reference": "(?P<"}),
+        ),
         # 9. special-token text in given answers stays text
         Case(
             "special tokens as text",
@@ -176,27 +292,47 @@ def cases(sid: str) -> list[Case]:
             (200,),
             lambda b: _texts_join(b) and b["answers"][1]["length"] > 1,
         ),
-        Case("special tokens opt-in", "POST", "/v1/analyze", _group(answers=[SPECIAL, "85"], rewards=[1, 0], answer_special_tokens=True), (200,)),
+        Case(
+            "special tokens opt-in",
+            "POST",
+            "/v1/analyze",
+            _group(answers=[SPECIAL, "85"], rewards=[1, 0], answer_special_tokens=True),
+            (200,),
+        ),
         # 10. strict types and plain messages
         Case("ratio true", "POST", "/v1/analyze", _group(selection={"ratio": True})),
         Case("seed false", "POST", "/v1/analyze", _sampled(seed=False)),
         Case("rewards booleans", "POST", "/v1/analyze", _group(rewards=[True, False, True])),
         Case("step lr true", "POST", step, {"learning_rate": True}),
         Case("evaluate problems true", "POST", evaluate, {"num_problems": True}),
-        Case("reference bool", "POST", "/v1/analyze", _sampled(reward={"kind": "numeric", "reference": True})),
+        Case(
+            "reference bool",
+            "POST",
+            "/v1/analyze",
+            _sampled(reward={"kind": "numeric", "reference": True}),
+        ),
         Case(
             "broken JSON",
             "POST",
             "/v1/analyze",
             raw=b'{"prompt": "Q", "answers": [1,}',
-            check=lambda b: "not valid JSON" in b["error"]["message"] and "character" in b["error"]["message"],
+            check=lambda b: (
+                "not valid JSON" in b["error"]["message"] and "character" in b["error"]["message"]
+            ),
         ),
         Case("not UTF-8", "POST", "/v1/analyze", raw=b'{"prompt": "\xff\xfe"}', expect=(400, 422)),
         Case("empty body", "POST", "/v1/analyze", raw=b""),
         Case("JSON array body", "POST", "/v1/analyze", [1, 2, 3]),
-        Case("deep nesting", "POST", "/v1/analyze", raw=b"[" * 5000 + b"]" * 5000, expect=(400, 422)),
+        Case(
+            "deep nesting", "POST", "/v1/analyze", raw=b"[" * 5000 + b"]" * 5000, expect=(400, 422)
+        ),
         Case("unknown field", "POST", "/v1/analyze", _group(evil=1)),
-        Case("unknown reward rule", "POST", "/v1/analyze", _sampled(reward={"kind": "eval", "reference": "1"})),
+        Case(
+            "unknown reward rule",
+            "POST",
+            "/v1/analyze",
+            _sampled(reward={"kind": "eval", "reference": "1"}),
+        ),
         Case("step unknown reward", "POST", step, p("Q", "1", "python")),
         Case("model path traversal", "POST", "/v1/analyze", _group(model="../../etc"), (404, 422)),
         Case("unknown session step", "POST", "/v1/sessions/nope/step", {}, (404,)),
@@ -308,7 +444,9 @@ def test_missing_key_is_401_before_the_body_is_parsed(model_root: Path) -> None:
     app = create_app(make_settings(model_root, api_key="k3y"))
     with LiveServer(app) as live, httpx.Client(base_url=live.url, timeout=60) as http:
         for raw in (b"{not json", b"\xff", b"[" * 100):
-            resp = http.post("/v1/analyze", content=raw, headers={"Content-Type": "application/json"})
+            resp = http.post(
+                "/v1/analyze", content=raw, headers={"Content-Type": "application/json"}
+            )
             assert resp.status_code == 401, resp.text
             assert resp.json()["error"]["code"] == "unauthorized"
         ok = http.post("/v1/analyze", json=given_body(), headers={"Authorization": "Bearer k3y"})

@@ -36,18 +36,18 @@ EXAMPLES = {GenerationMode.POSITIVE: 60, GenerationMode.NEGATIVE: 30}
 
 def _fuzz_settings(model_root: Path, api_key: str | None) -> Any:
     return make_settings(
-            model_root,
-            max_new_tokens=4,
-            max_answers=4,
-            max_groups=2,
-            max_total_tokens=256,
-            max_prompt_chars=200,
-            max_answer_chars=200,
-            max_top_alternatives=3,
-            max_queued_jobs=32,
-            api_key=api_key,
-            reward_budget_s=1.0,
-        )
+        model_root,
+        max_new_tokens=4,
+        max_answers=4,
+        max_groups=2,
+        max_total_tokens=256,
+        max_prompt_chars=200,
+        max_answer_chars=200,
+        max_top_alternatives=3,
+        max_queued_jobs=32,
+        api_key=api_key,
+        reward_budget_s=1.0,
+    )
 
 
 @pytest.fixture(scope="module")

@@ -50,7 +50,9 @@ def test_numeric_reward_compares_exactly_without_overflow() -> None:
     assert compute_reward("numeric", f"so {big}", "1e98").verdict == "incorrect"
     assert compute_reward("numeric", "4" * 400, "5").verdict == "unparsable"
     # exponent references, compared exactly (no float rounding of 23 digits)
-    assert compute_reward("numeric", "12345678901234567890123", "1.2345678901234567890123e22").reward
+    assert compute_reward(
+        "numeric", "12345678901234567890123", "1.2345678901234567890123e22"
+    ).reward
     assert compute_reward("numeric", "it is 0.5", "5e-1").reward == 1.0
 
 
