@@ -39,11 +39,16 @@ class _Worker:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            # the child imports gmts_core from wherever this process found it
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _import_path()},
         )
         self._buffer = b""
         start = time.monotonic()
-        ready = self._read_line(STARTUP_TIMEOUT_S)
+        try:
+            ready = self._read_line(STARTUP_TIMEOUT_S)
+        except MathTimeoutError:
+            self.kill()
+            raise InvalidInputError("the math-verify helper process could not start") from None
         self.startup_s = time.monotonic() - start
         if json.loads(ready).get("ready") is not True:
             self.kill()
@@ -78,6 +83,12 @@ class _Worker:
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()
+
+
+def _import_path() -> str:
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    entries = [package_root, *(p for p in sys.path if p)]
+    return os.pathsep.join(dict.fromkeys(entries))
 
 
 _idle: list[_Worker] = []
