@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     waits = [w for s in students for w in s.waits]
     errors = [e for s in students for e in s.errors]
     return {
+        "benchmark": "classroom",
         "students": args.students,
         "steps_per_student": args.steps,
         "analyses_per_student": args.analyses,

@@ -49,3 +49,22 @@ def test_load_smoke() -> None:
     iso = r["isolation"]
     assert iso["histories_hold_exactly_own_steps"] and iso["steps_per_session"] == [1]
     assert iso["base_checksum_unchanged"] and iso["base_probe_bit_identical"]
+
+
+def test_load_with_disconnecting_clients_smoke() -> None:
+    r = run_benchmark(
+        "load",
+        *("--clients", "2", "--requests", "6", "--sessions", "0", "--max-new-tokens", "4"),
+        *("--disconnect-share", "0.5", "--abandon-after-s", "0.05"),
+    )
+    d = r["disconnects"]
+    assert d["abandoned_requests"] == 3 and r["latency"]["analyze"]["count"] == 3
+    assert d["drained"] and d["left_running"] == 0 and d["left_waiting"] == 0
+    assert r["zero_errors"] is True
+
+
+@pytest.mark.slow
+def test_classroom_smoke() -> None:
+    r = run_benchmark("classroom", "--students", "2", "--steps", "1", "--analyses", "1")
+    assert r["errors"] == 0 and r["evicted_sessions"] == 0
+    assert r["calls"] == 2 * (1 + 1 + 1 + 1) and r["steps_done_min"] == 1
