@@ -388,6 +388,9 @@ class ErrorDetail(BaseModel):
     code: str = Field(examples=["validation_error"])
     message: str = Field(examples=["body.selection.ratio: Input should be less than or equal to 1"])
     details: list[dict[str, Any]] | None = None
+    request_id: str | None = Field(
+        None, description="On a 500: the request's id, also in the X-Request-ID header."
+    )
 
 
 class ErrorBody(BaseModel):

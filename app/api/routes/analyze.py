@@ -22,7 +22,7 @@ AnalyzeBody = Annotated[AnalyzeRequest, Body(openapi_examples=ANALYZE_EXAMPLES)]
     "/analyze",
     response_model=AnalyzeResponse,
     summary="Analyze a group (prompt + answers) or a batch of groups token by token.",
-    responses=error_responses(401, 404, 413, 422, 429),
+    responses=error_responses(401, 404, 413, 422, 429, 503),
 )
 async def analyze(req: AnalyzeBody, services: ServicesDep) -> JSONResponse:
     """Single form: `prompt` with `answers` or sampling fields; batch form: `groups`.

@@ -28,7 +28,7 @@ _MEDIA = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
             "description": "A file download (Content-Disposition: attachment).",
             "content": {"text/csv": {"schema": {"type": "string"}}, "application/json": {}},
         },
-        **error_responses(401, 404, 413, 422, 429),
+        **error_responses(401, 404, 413, 422, 429, 503),
     },
 )
 async def export_analysis(

@@ -19,7 +19,7 @@ router = APIRouter(tags=["gradcheck"])
     "/gradcheck",
     response_model=GradcheckResponse,
     summary="Analyze a group, then check every score against exact per-token gradients.",
-    responses=error_responses(401, 404, 413, 422, 429),
+    responses=error_responses(401, 404, 413, 422, 429, 503),
 )
 async def gradcheck(
     req: Annotated[GradcheckRequest, Body()], services: ServicesDep

@@ -33,7 +33,7 @@ def _service(services: ServicesDep) -> SessionService:
     status_code=201,
     response_model=SessionOut,
     summary="Create a session: a private trainable copy of the model with its RL settings.",
-    responses=error_responses(401, 404, 413, 422, 429),
+    responses=error_responses(401, 404, 413, 422, 429, 503),
 )
 async def create_session(
     services: ServicesDep, req: Annotated[SessionCreateRequest, Body()] | None = None
@@ -47,7 +47,7 @@ async def create_session(
     "/{session_id}/step",
     response_model=StepOut,
     summary="Run GRPO steps with a selection method; metrics and per-token log-prob changes.",
-    responses=error_responses(401, 404, 413, 422, 429),
+    responses=error_responses(401, 404, 413, 422, 429, 503),
 )
 async def step_session(
     session_id: SessionId,
@@ -73,7 +73,7 @@ def get_session(session_id: SessionId, services: ServicesDep) -> SessionOut:
     "/{session_id}/evaluate",
     response_model=EvaluationOut,
     summary="Held-out accuracy of the session's policy on the demo task (recorded in history).",
-    responses=error_responses(401, 404, 422, 429),
+    responses=error_responses(401, 404, 413, 422, 429, 503),
 )
 async def evaluate_session(
     session_id: SessionId,
@@ -88,7 +88,7 @@ async def evaluate_session(
     "/{session_id}/reset",
     response_model=SessionOut,
     summary="Back to the starting weights (bit-identical), fresh optimizer, empty history.",
-    responses=error_responses(401, 404, 429),
+    responses=error_responses(401, 404, 429, 503),
 )
 async def reset_session(session_id: SessionId, services: ServicesDep) -> SessionOut:
     return SessionOut(**await _service(services).reset(session_id))
