@@ -275,7 +275,8 @@ def build_explore_tab(ctx: UIContext) -> ExploreOutputs:
     def run_single(*values: Any) -> list[Any]:
         f = _form(values[:-1])
         result = _call(lambda: ctx.backend.analyze(explore.build_request(f)))
-        result = {**result, "notes": [explore.reward_note(f), *(result.get("notes") or [])]}
+        if explore.rule_overridden(f):  # say which rewards were used
+            gr.Info(explore.reward_note(f))
         return new_result(result, f.method_a, f.method_b, values[-1])
 
     def run_batch(*values: Any) -> list[Any]:

@@ -102,6 +102,11 @@ def _reward_fields(form: ExploreForm) -> dict[str, Any]:
     return {"reward": {"kind": form.reward_kind, "reference": form.reference.strip()}}
 
 
+def rule_overridden(form: ExploreForm) -> bool:
+    """Explicit rewards were typed while a reward rule is chosen (the rewards win)."""
+    return form.reward_kind != EXPLICIT and bool(form.explicit_rewards.strip())
+
+
 def reward_note(form: ExploreForm) -> str:
     """Which rewards an analysis used, in words (shown with the result)."""
     if form.reward_kind == EXPLICIT or form.explicit_rewards.strip():

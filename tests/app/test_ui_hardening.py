@@ -13,7 +13,7 @@ from app.main import create_app
 from app.services.errors import QueueFullError
 from app.services.jobs import JobLimiter, wait_in_line
 from app.ui.client import RemoteBackend
-from app.ui.explore import ExploreForm, build_request, reward_note
+from app.ui.explore import ExploreForm, build_request, reward_note, rule_overridden
 from tests.app.api_helpers import make_settings
 
 
@@ -24,6 +24,7 @@ def test_explicit_rewards_win_over_a_rule_and_the_note_says_so() -> None:
     body = build_request(form)
     assert body["rewards"] == [0, 0, 0, 0] and "reward" not in body
     assert "explicit rewards" in reward_note(form) and "'numeric' rule" in reward_note(form)
+    assert rule_overridden(form) and not rule_overridden(ExploreForm(reference="85"))
     rule = ExploreForm(prompt="Q", reference="85")
     assert build_request(rule)["reward"] == {"kind": "numeric", "reference": "85"}
     assert "numeric" in reward_note(rule) and "85" in reward_note(rule)
