@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gmts_core.advantages import ADVANTAGES
 from gmts_core.aggregation import AGGREGATIONS
-from gmts_core.analysis import DEFAULT_METHODS
+from gmts_core.config import DEFAULT_METHODS
 from gmts_core.rewards import get_reward
 from gmts_core.selection import METHODS
 
@@ -381,3 +381,23 @@ class ErrorBody(BaseModel):
     """Every error response: ``{"error": {"code": ..., "message": ...}}``."""
 
     error: ErrorDetail
+
+
+class MethodInfo(BaseModel):
+    """A selection method of this server's registry."""
+
+    name: str
+    description: str
+
+
+class CapabilitiesResponse(BaseModel):
+    """Body of ``GET /v1/capabilities``: what this server offers, so a remote UI lists the
+    server's own methods, reward rules and limits rather than its local ones."""
+
+    methods: list[MethodInfo]
+    default_methods: list[str]
+    reward_rules: list[str]
+    advantages: list[str]
+    loss_aggregations: list[str]
+    scopes: list[str]
+    limits: dict[str, int] = Field(description="This server's GMTS_* request limits, by name.")

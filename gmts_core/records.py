@@ -10,7 +10,7 @@ from gmts_core.decoding import token_text
 from gmts_core.rewards import RewardVerdict
 
 if TYPE_CHECKING:
-    from gmts_core.analysis import AnalysisConfig
+    from gmts_core.config import AnalysisConfig
     from gmts_core.forward import AnswerStats
     from gmts_core.selection import Selection, SelectionInputs
 

@@ -12,11 +12,41 @@ import torch
 from gmts_core.records import AnalysisResult
 
 if TYPE_CHECKING:
-    from gmts_core.rl import RLConfig, TrainBatch, UpdateStats
+    from gmts_core.config import RLConfig
 
 
 def _num(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
+
+
+@dataclass
+class TrainBatch:
+    """Flat per-token training tensors, (N,) in (group, answer, position) order."""
+
+    sequences: list[tuple[list[int], list[int]]]  # (prompt_ids, answer_ids) per answer
+    advantages: torch.Tensor  # float64, A_i of the token's answer
+    weights: torch.Tensor  # float64, w_i of the token's answer
+    mask: torch.Tensor  # bool, selected by the training method
+    answer_index: torch.Tensor  # int64
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.mask.numel())
+
+
+@dataclass
+class UpdateStats:
+    """Means over the inner steps, and the batch's log-probs before and after the update."""
+
+    loss: float
+    policy_loss: float
+    kl: float
+    grad_norm: float
+    clip_low_fraction: float
+    clip_high_fraction: float
+    logprob_before: torch.Tensor  # (N,)
+    logprob_after: torch.Tensor  # (N,)
+    per_inner_step: list[dict[str, float]] = field(default_factory=list)
 
 
 @dataclass

@@ -15,11 +15,10 @@ from typing import Any, Protocol
 
 from app.core.config import Settings
 from app.schemas import DEFAULT_NUM_SAMPLES, AnalyzeRequest, GroupRequest
-from app.services.errors import SessionNotFoundError
+from app.services.errors import LimitExceededError, SessionNotFoundError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRef, ModelRegistry
 from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze, encode_prompt
-from gmts_core.errors import LimitExceededError
 from gmts_core.modeling import LoadedModel
 from gmts_core.records import AnalysisResult
 from gmts_core.sampling import SamplingConfig
@@ -80,6 +79,12 @@ class AnalysisService:
         prepared = self.prepare(req, policy is not None)
         return self.jobs.run_blocking(lambda: self.execute(prepared, policy))
 
+    def analyze_local(self, req: AnalyzeRequest, lm: LoadedModel) -> AnalysisResult:
+        """A model the caller loaded, on the caller's own machine (the CLI): the same
+        conversion and analysis, without this server's size limits and job queue."""
+        groups = [self.group_input(g, req.temperature) for g in req.group_requests()]
+        return analyze(lm, groups, analysis_config(req))
+
     # --- steps ---
 
     def prepare(self, req: AnalyzeRequest, has_policy: bool = False) -> PreparedAnalysis:
@@ -95,7 +100,7 @@ class AnalysisService:
         elif not has_policy:
             ref = self.models.resolve(req.model)
             self.models.ensure_available(ref)
-        groups = [self._group_input(g, req.temperature) for g in group_reqs]
+        groups = [self.group_input(g, req.temperature) for g in group_reqs]
         return PreparedAnalysis(ref, req.session_id, groups, analysis_config(req))
 
     def execute(
@@ -116,7 +121,7 @@ class AnalysisService:
             return self.sessions.use_policy(prepared.session_id)
         return nullcontext(self.models.load(prepared.ref))
 
-    def _group_input(self, g: GroupRequest, temperature: float) -> GroupInput:
+    def group_input(self, g: GroupRequest, temperature: float) -> GroupInput:
         sampling = None
         if g.answers is None:
             sampling = SamplingConfig(

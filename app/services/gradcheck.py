@@ -16,12 +16,15 @@ from app.gradcheck_schemas import GradcheckRequest
 from app.services.analysis import (
     AnalysisService,
     PreparedAnalysis,
+    analysis_config,
     check_token_limits,
     result_notes,
 )
-from gmts_core.errors import LimitExceededError
-from gmts_core.gradcheck import GradcheckResult, gradcheck
+from app.services.errors import LimitExceededError
+from gmts_core.gradcheck import DEFAULT_MAX_TOKENS, GradcheckResult, gradcheck
 from gmts_core.modeling import LoadedModel
+
+__all__ = ["DEFAULT_MAX_TOKENS", "GradcheckService", "gradcheck_body"]
 
 
 def _finite(value: Any) -> Any:
@@ -58,6 +61,12 @@ class GradcheckService:
     def run_blocking(self, req: GradcheckRequest) -> dict[str, Any]:
         prepared = self.analysis.prepare(req)
         return self.analysis.jobs.run_blocking(lambda: self.execute(prepared, req))
+
+    def run_local(self, req: GradcheckRequest, lm: LoadedModel) -> dict[str, Any]:
+        """A model the caller loaded (the CLI): no server limits, no job queue; the same body."""
+        groups = [self.analysis.group_input(g, req.temperature) for g in req.group_requests()]
+        config = analysis_config(req)
+        return gradcheck_body(gradcheck(lm, groups, config, req.max_tokens, req.precision))
 
     def execute(self, prepared: PreparedAnalysis, req: GradcheckRequest) -> dict[str, Any]:
         """The heavy part (blocking): the model, its size check, analysis and exact gradients."""

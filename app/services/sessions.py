@@ -1,6 +1,6 @@
 """The session service: live-RL sessions for the API and the UI, within the server's limits.
 
-It wraps :class:`gmts_core.sessions.SessionStore` (TTL ``GMTS_SESSION_TTL_S``, at most
+It wraps :class:`app.services.session_store.SessionStore` (TTL ``GMTS_SESSION_TTL_S``, at most
 ``GMTS_MAX_SESSIONS``), runs the heavy work (copying the model, GRPO steps, evaluation) in
 worker threads under the shared job limiter, and is the analysis service's
 :class:`~app.services.analysis.PolicyProvider`, so ``POST /v1/analyze`` with ``session_id``
@@ -11,43 +11,47 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from app.core.config import Settings
-from app.services.errors import QueueFullError, SessionNotFoundError
+from app.services.errors import LimitExceededError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
+from app.services.session_store import SessionStore
 from app.session_schemas import SessionCreateRequest, SessionEvalRequest, SessionStepRequest
-from gmts_core import sessions as core
-from gmts_core.errors import LimitExceededError
+from gmts_core.config import RLConfig
 from gmts_core.modeling import LoadedModel
 from gmts_core.policy import PolicySettings
-from gmts_core.rl import RLConfig
 from gmts_core.rl_records import StepResult
-from gmts_core.sessions import Session, SessionStore
+from gmts_core.sessions import Session
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-class SessionBusyError(QueueFullError):
-    """The session is running a step (one at a time); retry shortly (HTTP 429)."""
-
-    code = "session_busy"
-
-
-@contextmanager
-def _app_errors() -> Iterator[None]:
-    """gmts_core's session errors as the service errors the web layer maps to HTTP."""
-    try:
-        yield
-    except core.SessionNotFoundError as exc:
-        raise SessionNotFoundError(str(exc)) from None
-    except core.SessionBusyError as exc:
-        raise SessionBusyError(str(exc), retry_after_s=2) from None
+def check_step_limits(s: Settings, config: RLConfig, num_prompts: int | None = None) -> None:
+    """This server's per-step limits on a GRPO step (a session's, or each step of a compare run):
+    prompts per step (GMTS_MAX_GROUPS), answers per step (GMTS_MAX_ANSWERS), max_new_tokens."""
+    config.validate()
+    prompts = num_prompts if num_prompts is not None else config.prompts_per_step
+    if prompts > s.max_groups:
+        raise LimitExceededError(
+            f"{prompts} prompts per step; this server's limit is {s.max_groups} (GMTS_MAX_GROUPS)"
+        )
+    if prompts * config.group_size > s.max_answers:
+        raise LimitExceededError(
+            f"{prompts} prompts x {config.group_size} answers per step; this server's "
+            f"limit is {s.max_answers} answers (GMTS_MAX_ANSWERS)"
+        )
+    if config.max_new_tokens > s.max_new_tokens:
+        raise LimitExceededError(
+            f"max_new_tokens is {config.max_new_tokens}; this server's limit is "
+            f"{s.max_new_tokens} (GMTS_MAX_NEW_TOKENS)"
+        )
 
 
 def step_body(session: Session, results: list[StepResult], include_tokens: bool) -> dict[str, Any]:
@@ -64,33 +68,22 @@ def step_body(session: Session, results: list[StepResult], include_tokens: bool)
 class SessionService:
     """Create, step, inspect, reset and delete sessions; lend policies to the analysis."""
 
-    def __init__(self, settings: Settings, models: ModelRegistry, jobs: JobLimiter) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        models: ModelRegistry,
+        jobs: JobLimiter,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
         self.models = models
         self.jobs = jobs
-        self.store = SessionStore(ttl_s=settings.session_ttl_s, max_sessions=settings.max_sessions)
+        self.store = SessionStore(settings.session_ttl_s, settings.max_sessions, clock)
 
     # --- checks (cheap, before any model work) ---
 
     def _check_config(self, config: RLConfig, num_prompts: int | None) -> None:
-        s = self.settings
-        config.validate()
-        prompts = num_prompts if num_prompts is not None else config.prompts_per_step
-        if prompts > s.max_groups:
-            raise LimitExceededError(
-                f"{prompts} prompts per step; this server's limit is {s.max_groups} "
-                "(GMTS_MAX_GROUPS)"
-            )
-        if prompts * config.group_size > s.max_answers:
-            raise LimitExceededError(
-                f"{prompts} prompts x {config.group_size} answers per step; this server's "
-                f"limit is {s.max_answers} answers (GMTS_MAX_ANSWERS)"
-            )
-        if config.max_new_tokens > s.max_new_tokens:
-            raise LimitExceededError(
-                f"max_new_tokens is {config.max_new_tokens}; this server's limit is "
-                f"{s.max_new_tokens} (GMTS_MAX_NEW_TOKENS)"
-            )
+        check_step_limits(self.settings, config, num_prompts)
 
     def _initial_config(self, req: SessionCreateRequest) -> RLConfig:
         """The request's knobs over defaults that fit this server's limits."""
@@ -102,8 +95,7 @@ class SessionService:
         return config
 
     def get(self, session_id: str) -> Session:
-        with _app_errors():
-            return self.store.get(session_id)
+        return self.store.get(session_id)
 
     # --- blocking operations (worker threads; the UI may call them directly) ---
 
@@ -144,7 +136,7 @@ class SessionService:
         progress: Callable[[int, StepResult], None] | None = None,
     ) -> dict[str, Any]:
         prompts = [p.to_core() for p in req.prompts] if req.prompts else None
-        with _app_errors(), self.store.use(session_id) as session:
+        with self.store.use(session_id) as session:
             results = session.step(prompts, req.steps, config, progress)
             return step_body(session, results, req.include_tokens)
 
@@ -159,7 +151,7 @@ class SessionService:
         return self.jobs.run_blocking(lambda: self._run_steps(session_id, req, config, progress))
 
     def _locked(self, session_id: str, fn: Callable[[Session], T]) -> T:
-        with _app_errors(), self.store.use(session_id) as session:
+        with self.store.use(session_id) as session:
             return fn(session)
 
     def reset_blocking(self, session_id: str) -> dict[str, Any]:
@@ -194,15 +186,14 @@ class SessionService:
         return self.get(session_id).info()
 
     def delete(self, session_id: str) -> None:
-        with _app_errors():
-            self.store.delete(session_id)
+        self.store.delete(session_id)
 
     # --- PolicyProvider for the analysis service ---
 
     @contextmanager
     def use_policy(self, session_id: str) -> Iterator[LoadedModel]:
         """The session's policy, held (no step runs) for the duration of the analysis."""
-        with _app_errors(), self.store.use(session_id) as session:
+        with self.store.use(session_id) as session:
             yield session.policy.as_loaded(f"{session.policy.base.name} (session {session_id})")
 
 

@@ -157,7 +157,7 @@ def test_session_policy_is_used_when_registered(
     model_root: Path, policy_model: LoadedModel
 ) -> None:
     app = create_app(make_settings(model_root))
-    app.state.services.register_sessions(_Sessions({"s1": policy_model}))
+    app.state.services.analysis.sessions = _Sessions({"s1": policy_model})
     with TestClient(app) as c:
         r = c.post("/v1/analyze", json=given_body(session_id="s1"))
         assert r.status_code == 200, r.text

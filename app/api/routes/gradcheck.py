@@ -10,7 +10,6 @@ from fastapi.responses import JSONResponse
 from app.api.deps import ServicesDep
 from app.api.routes.common import error_responses
 from app.gradcheck_schemas import GradcheckRequest, GradcheckResponse
-from app.services.gradcheck import GradcheckService
 
 router = APIRouter(tags=["gradcheck"])
 
@@ -29,5 +28,5 @@ async def gradcheck(
     the Spearman correlation with the true norms, the true gradient mass kept and the cosine
     between the selected tokens' gradient and the full one. Small models only (413 otherwise).
     """
-    body = await GradcheckService(services.analysis).run(req)
+    body = await services.gradcheck.run(req)
     return JSONResponse(body)
