@@ -1,9 +1,9 @@
-"""Request and response models of the HTTP API v1 (DESIGN §5), with OpenAPI examples.
+"""Request and response models of the HTTP API v1, with OpenAPI examples.
 
 Requests are strict (unknown fields and NaN/Infinity are rejected) and registry names
 (reward rules, advantage estimators, loss aggregations, selection methods) are checked here, so a
 typo is a 422 that names the field and lists the valid values before any model work starts.
-Responses mirror ``gmts_core.records.AnalysisResult.to_dict()``.
+Responses are built from the library's typed results by ``app.services.bodies``.
 """
 
 from __future__ import annotations
@@ -178,8 +178,9 @@ class AnalyzeRequest(SamplingFields):
             n = g.num_samples or (None if g.answers is not None else default_samples)
             if g.rewards is not None and g.answers is None and n != len(g.rewards):
                 raise ValueError(f"{where}rewards has {len(g.rewards)} values for {n} answers")
-        for i, g in enumerate(self.groups or [self]):
-            if g.reward is None and g.rewards is None and self.reward is None:
+        items: list[GroupRequest | AnalyzeRequest] = [*self.groups] if self.groups else [self]
+        for i, item in enumerate(items):
+            if item.reward is None and item.rewards is None and self.reward is None:
                 where = f"groups[{i}]" if self.groups is not None else "the request"
                 raise ValueError(f"{where} needs a reward rule (reward) or explicit rewards")
         return self
@@ -246,7 +247,13 @@ class TokenOut(BaseModel):
     ranks: dict[str, int]
     selected: dict[str, bool]
     alternatives: list[Alternative]
-    grad_head: Num = None
+    grad_head: Num = Field(None, description="gamma * ||h_t||: this token's LM-head gradient norm.")
+    true_grad_norm: Num = Field(
+        None, description="/v1/gradcheck only: exact full-parameter gradient norm of its loss term."
+    )
+    head_grad_norm: Num = Field(
+        None, description="/v1/gradcheck only: the output-projection part of that gradient."
+    )
 
 
 class RewardDetail(BaseModel):
@@ -327,7 +334,8 @@ class AnalysisSettingsOut(BaseModel):
 
 
 class AnalyzeResponse(BaseModel):
-    """``AnalysisResult.to_dict()`` plus human ``notes`` (e.g. the zero-signal warning)."""
+    """An analysis (single form: ``prompt`` and ``answers``; batch form: ``groups``) plus human
+    ``notes`` (e.g. the zero-signal warning)."""
 
     model: str
     summary: Summary

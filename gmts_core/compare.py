@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gmts_core.config import RLConfig
 from gmts_core.errors import InvalidInputError
 from gmts_core.evaluation import demo_batch, evaluate_accuracy, heldout_problems
 from gmts_core.modeling import LoadedModel
 from gmts_core.policy import PolicySettings, TrainablePolicy
-from gmts_core.config import RLConfig
 from gmts_core.rl import DEMO_RECIPE, RLPrompt, grpo_step, make_optimizer
 from gmts_core.selection import list_methods
 from gmts_core.sessions import step_seed

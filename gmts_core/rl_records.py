@@ -1,11 +1,10 @@
-"""Typed results of a GRPO step (metrics, per-token log-prob changes) and their JSON form."""
+"""Typed results of a GRPO step: the batch, the update, metrics and per-token log-prob changes."""
 
 from __future__ import annotations
 
-import math
 import statistics
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -13,10 +12,6 @@ from gmts_core.records import AnalysisResult
 
 if TYPE_CHECKING:
     from gmts_core.config import RLConfig
-
-
-def _num(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
 
 
 @dataclass
@@ -112,8 +107,6 @@ class StepMetrics:
             unselected_logprob_change=float(delta[~mask].mean()) if (~mask).any() else 0.0,
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: (_num(v) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
 @dataclass
@@ -127,16 +120,9 @@ class TokenChange:
     logprob_before: float
     logprob_after: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "position": self.position,
-            "id": self.id,
-            "text": self.text,
-            "selected": self.selected,
-            "logprob_before": _num(self.logprob_before),
-            "logprob_after": _num(self.logprob_after),
-            "logprob_change": _num(self.logprob_after - self.logprob_before),
-        }
+    @property
+    def logprob_change(self) -> float:
+        return self.logprob_after - self.logprob_before
 
 
 @dataclass
@@ -151,16 +137,6 @@ class AnswerChange:
     advantage: float
     tokens: list[TokenChange]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "group": self.group,
-            "index": self.index,
-            "prompt": self.prompt,
-            "text": self.text,
-            "reward": self.reward,
-            "advantage": self.advantage,
-            "tokens": [t.to_dict() for t in self.tokens],
-        }
 
 
 def answer_changes(
@@ -191,9 +167,3 @@ class StepResult:
     answers: list[AnswerChange]
     analysis: AnalysisResult
     batch: TrainBatch
-
-    def to_dict(self, include_tokens: bool = True) -> dict[str, Any]:
-        d: dict[str, Any] = {"metrics": self.metrics.to_dict()}
-        if include_tokens:
-            d["answers"] = [a.to_dict() for a in self.answers]
-        return d

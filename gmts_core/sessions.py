@@ -9,7 +9,6 @@ server concern: ``app.services.session_store``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -29,6 +28,14 @@ def step_seed(session_seed: int, step: int) -> int:
     return session_seed * 1_000_003 + step
 
 
+@dataclass(frozen=True)
+class SessionEvaluation:
+    """A held-out evaluation of a session's policy, after ``step`` steps."""
+
+    step: int
+    result: EvalResult
+
+
 @dataclass
 class Session:
     """One user's private policy, optimizer, settings and step history."""
@@ -40,7 +47,7 @@ class Session:
     created_at: float = 0.0
     last_used: float = 0.0
     history: list[StepMetrics] = field(default_factory=list)
-    evaluations: list[dict[str, Any]] = field(default_factory=list)
+    evaluations: list[SessionEvaluation] = field(default_factory=list)
     last_result: StepResult | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -86,7 +93,7 @@ class Session:
         result = evaluate_accuracy(
             self.policy.model, self.policy.tokenizer, heldout_problems(num_problems), **kwargs
         )
-        self.evaluations.append({"step": self.steps_done, **result.to_dict()})
+        self.evaluations.append(SessionEvaluation(self.steps_done, result))
         return result
 
     def reset(self) -> None:
@@ -96,17 +103,3 @@ class Session:
         self.history.clear()
         self.evaluations.clear()
         self.last_result = None
-
-    def info(self) -> dict[str, Any]:
-        """Settings and step history (the body of ``GET /v1/sessions/{id}``)."""
-        return {
-            "session_id": self.id,
-            "model": self.policy.base.name,
-            "policy_kind": self.policy.kind,
-            "trainable_parameters": self.policy.num_trainable,
-            "seed": self.seed,
-            "settings": dataclasses.asdict(self.config),
-            "steps_done": self.steps_done,
-            "history": [m.to_dict() for m in self.history],
-            "evaluations": list(self.evaluations),
-        }

@@ -35,7 +35,7 @@ from app.cli.common import (
     services,
 )
 from app.schemas import AnalyzeRequest
-from app.services.analysis import result_body
+from app.services.bodies import analysis_json
 from app.services.errors import GMTSError
 from app.services.validation import validated
 
@@ -85,7 +85,7 @@ def analyze_command(
     }
     try:
         req = validated(AnalyzeRequest, request)
-        body = result_body(services().analysis.analyze_local(req, load_cli_model(model)))
+        body = analysis_json(services().analysis.analyze_local(req, load_cli_model(model)))
     except GMTSError as exc:
         raise fail(exc) from None
     if as_json:

@@ -32,7 +32,7 @@ from app.cli.common import (
     services,
 )
 from app.schemas import AnalyzeRequest
-from app.services.analysis import result_body
+from app.services.bodies import analysis_json
 from app.services.errors import GMTSError, InvalidInputError
 from app.services.export import write_csv
 from app.services.validation import validated
@@ -146,7 +146,7 @@ def _analyze_batch(
             raise InvalidInputError(f"lines {lines}: {exc}") from None
         logger.warning("skipping lines %s: %s", lines, exc)
         return
-    writer.write(result_body(result), lines, index)
+    writer.write(analysis_json(result), lines, index)
 
 
 def _count_lines(path: Path) -> int:

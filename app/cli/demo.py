@@ -58,7 +58,9 @@ def eval_demo_command(
 ) -> None:
     """Measure a demo model on held-out prompts: accuracy, mixed groups, fork-point entropy."""
     if not (model / "config.json").is_file():
-        raise typer.BadParameter(f"{model} is not a model folder (no config.json)", "--model")
+        raise typer.BadParameter(
+            f"{model} is not a model folder (no config.json)", param_hint="--model"
+        )
     result = evaluate_demo(model, num_prompts, group_size, seed)
     if as_json:
         typer.echo(json.dumps({"model": str(model), "seed": seed, **result}))

@@ -34,6 +34,7 @@ from app.cli.common import (
     services,
 )
 from app.gradcheck_schemas import GradcheckRequest
+from app.services.bodies import as_json as json_body
 from app.services.errors import GMTSError
 from app.services.gradcheck import DEFAULT_MAX_TOKENS
 from app.services.validation import validated
@@ -89,7 +90,7 @@ def gradcheck_command(
     }
     try:
         req = validated(GradcheckRequest, request)
-        body = services().gradcheck.run_local(req, load_cli_model(model))
+        body = json_body(services().gradcheck.run_local(req, load_cli_model(model)))
     except GMTSError as exc:
         raise fail(exc) from None
     if as_json:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -10,7 +10,7 @@ from app.cli._app import cli
 from app.core.config import Settings
 
 
-def _overrides(**values: object) -> dict[str, object]:
+def _overrides(**values: Any) -> dict[str, Any]:
     """Only the options given on the command line override the GMTS_* environment."""
     return {k: v for k, v in values.items() if v is not None}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from app.core.config import Settings
 from app.schemas import DEFAULT_NUM_SAMPLES, AnalyzeRequest, GroupRequest
@@ -208,37 +208,3 @@ def check_token_limits(s: Settings, lm: LoadedModel, prepared: PreparedAnalysis)
     _limit(
         "the number of tokens (prompts + answers)", total, s.max_total_tokens, "max_total_tokens"
     )
-
-
-def result_body(result: AnalysisResult) -> dict[str, Any]:
-    """The JSON body of ``POST /v1/analyze``: ``result.to_dict()`` plus human ``notes``."""
-    body = result.to_dict()
-    body["notes"] = result_notes(result)
-    return body
-
-
-def result_notes(result: AnalysisResult) -> list[str]:
-    """Plain-language remarks a user should not miss (zero-signal groups, cut answers)."""
-    notes: list[str] = []
-    s = result.summary
-    n_groups = len(result.groups)
-    if n_groups == 1 and s["zero_signal"]:
-        r = result.groups[0].answers[0].reward if result.groups[0].answers else 0.0
-        notes.append(
-            f"All rewards in this group are equal ({r:g}), so every advantage is 0: this group "
-            "carries no learning signal and every token's gradient proxy is 0. Sample more "
-            "answers or use a harder/easier prompt to get mixed rewards."
-        )
-    elif s["num_zero_signal_groups"]:
-        zero = [g.index for g in result.groups if g.summary.get("zero_signal")]
-        notes.append(
-            f"{len(zero)} of {n_groups} groups have equal rewards and carry no learning signal "
-            f"(groups {', '.join(map(str, zero))}); wasted_share shows how much of each method's "
-            "selection lands on their tokens."
-        )
-    cut = sum(not a.finished for _, a in result.iter_answers())
-    if cut:
-        notes.append(
-            f"{cut} sampled answer(s) reached max_new_tokens without an end-of-sequence token."
-        )
-    return notes

@@ -7,8 +7,6 @@ process has registered. The demo task's example prompts and problems are listed 
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.core.config import Settings
 from app.schemas import CapabilitiesResponse, MethodInfo
 from gmts_core.advantages import ADVANTAGES
@@ -61,8 +59,3 @@ def demo_examples() -> list[ExamplePrompt]:
 def demo_problems(n: int, seed: int = 0, split: str = "heldout") -> list[ArithProblem]:
     """``n`` seeded problems of the demo task's ``split``."""
     return generate_problems(n, seed=seed, split=split)
-
-
-def as_json(model: Any) -> dict[str, Any]:
-    """A response model as the JSON dict an HTTP client would receive."""
-    return model.model_dump(mode="json")  # type: ignore[no-any-return]

@@ -24,7 +24,7 @@ def train_demo(
     from gmts_core.demo.train import FlawMix, TrainConfig, train_demo_model
 
     config = TrainConfig(seed=seed)
-    knobs = {"steps": steps, "batch_size": batch_size, "lr": lr}
+    knobs: dict[str, Any] = {"steps": steps, "batch_size": batch_size, "lr": lr}
     config = replace(config, **{k: v for k, v in knobs.items() if v is not None})
     if flaw_rate is not None:
         config = replace(config, mix=FlawMix(flaw_rate=flaw_rate))

@@ -14,14 +14,22 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from app.core.config import Settings
+from app.services.bodies import evaluation_out, session_out, step_out
 from app.services.errors import LimitExceededError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
 from app.services.session_store import SessionStore
-from app.session_schemas import SessionCreateRequest, SessionEvalRequest, SessionStepRequest
+from app.session_schemas import (
+    EvaluationOut,
+    SessionCreateRequest,
+    SessionEvalRequest,
+    SessionOut,
+    SessionStepRequest,
+    StepOut,
+)
 from gmts_core.config import RLConfig
 from gmts_core.modeling import LoadedModel
 from gmts_core.policy import PolicySettings
@@ -52,17 +60,6 @@ def check_step_limits(s: Settings, config: RLConfig, num_prompts: int | None = N
             f"max_new_tokens is {config.max_new_tokens}; this server's limit is "
             f"{s.max_new_tokens} (GMTS_MAX_NEW_TOKENS)"
         )
-
-
-def step_body(session: Session, results: list[StepResult], include_tokens: bool) -> dict[str, Any]:
-    """The JSON body of a step request."""
-    last = results[-1] if results and include_tokens else None
-    return {
-        "session_id": session.id,
-        "steps_done": session.steps_done,
-        "steps": [r.metrics.to_dict() for r in results],
-        "last_batch": [a.to_dict() for a in last.answers] if last else None,
-    }
 
 
 class SessionService:
@@ -114,9 +111,9 @@ class SessionService:
         lm = self.models.load(self.models.resolve(req.model))
         return self.store.create(lm, self._initial_config(req), policy, req.seed)
 
-    def create_blocking(self, req: SessionCreateRequest) -> Session:
+    def create_blocking(self, req: SessionCreateRequest) -> SessionOut:
         self._check_create(req)
-        return self.jobs.run_blocking(lambda: self._create(req))
+        return session_out(self.jobs.run_blocking(lambda: self._create(req)))
 
     def _prepare_step(self, session_id: str, req: SessionStepRequest) -> RLConfig:
         if req.steps > self.settings.max_session_steps:
@@ -134,18 +131,18 @@ class SessionService:
         req: SessionStepRequest,
         config: RLConfig,
         progress: Callable[[int, StepResult], None] | None = None,
-    ) -> dict[str, Any]:
+    ) -> StepOut:
         prompts = [p.to_core() for p in req.prompts] if req.prompts else None
         with self.store.use(session_id) as session:
             results = session.step(prompts, req.steps, config, progress)
-            return step_body(session, results, req.include_tokens)
+            return step_out(session, results, req.include_tokens)
 
     def step_blocking(
         self,
         session_id: str,
         req: SessionStepRequest,
         progress: Callable[[int, StepResult], None] | None = None,
-    ) -> dict[str, Any]:
+    ) -> StepOut:
         """Run the steps (``progress(done, result)`` after each); the body of a step request."""
         config = self._prepare_step(session_id, req)
         return self.jobs.run_blocking(lambda: self._run_steps(session_id, req, config, progress))
@@ -154,36 +151,35 @@ class SessionService:
         with self.store.use(session_id) as session:
             return fn(session)
 
-    def reset_blocking(self, session_id: str) -> dict[str, Any]:
+    def reset_blocking(self, session_id: str) -> SessionOut:
         self.get(session_id)
         return self.jobs.run_blocking(lambda: self._locked(session_id, _reset))
 
-    def evaluate_blocking(self, session_id: str, req: SessionEvalRequest) -> dict[str, Any]:
+    def evaluate_blocking(self, session_id: str, req: SessionEvalRequest) -> EvaluationOut:
         self.get(session_id)
         return self.jobs.run_blocking(lambda: self._locked(session_id, _evaluator(req)))
 
     # --- async entry points for the routes ---
 
-    async def create(self, req: SessionCreateRequest) -> dict[str, Any]:
+    async def create(self, req: SessionCreateRequest) -> SessionOut:
         self._check_create(req)
-        session = await self.jobs.run(lambda: self._create(req))
-        return session.info()
+        return session_out(await self.jobs.run(lambda: self._create(req)))
 
-    async def step(self, session_id: str, req: SessionStepRequest) -> dict[str, Any]:
+    async def step(self, session_id: str, req: SessionStepRequest) -> StepOut:
         config = self._prepare_step(session_id, req)
         return await self.jobs.run(lambda: self._run_steps(session_id, req, config))
 
-    async def reset(self, session_id: str) -> dict[str, Any]:
+    async def reset(self, session_id: str) -> SessionOut:
         self.get(session_id)
         return await self.jobs.run(lambda: self._locked(session_id, _reset))
 
-    async def evaluate(self, session_id: str, req: SessionEvalRequest) -> dict[str, Any]:
+    async def evaluate(self, session_id: str, req: SessionEvalRequest) -> EvaluationOut:
         self.get(session_id)
         return await self.jobs.run(lambda: self._locked(session_id, _evaluator(req)))
 
-    def info(self, session_id: str) -> dict[str, Any]:
+    def info(self, session_id: str) -> SessionOut:
         """Settings and history; answers even while a step runs (history is append-only)."""
-        return self.get(session_id).info()
+        return session_out(self.get(session_id))
 
     def delete(self, session_id: str) -> None:
         self.store.delete(session_id)
@@ -197,19 +193,19 @@ class SessionService:
             yield session.policy.as_loaded(f"{session.policy.base.name} (session {session_id})")
 
 
-def _reset(session: Session) -> dict[str, Any]:
+def _reset(session: Session) -> SessionOut:
     session.reset()
-    return session.info()
+    return session_out(session)
 
 
-def _evaluator(req: SessionEvalRequest) -> Callable[[Session], dict[str, Any]]:
-    def run(session: Session) -> dict[str, Any]:
-        result = session.evaluate(
+def _evaluator(req: SessionEvalRequest) -> Callable[[Session], EvaluationOut]:
+    def run(session: Session) -> EvaluationOut:
+        session.evaluate(
             req.num_problems,
             temperature=req.temperature,
             samples_per_problem=req.samples_per_problem,
             seed=req.seed,
         )
-        return {"step": session.steps_done, **result.to_dict()}
+        return evaluation_out(session.evaluations[-1])
 
     return run

@@ -58,7 +58,8 @@ def backend_capabilities(backend: Backend) -> Json:
         return backend.capabilities()
     except GMTSError as exc:
         from app.core.config import Settings
-        from app.services.catalog import as_json, capabilities
+        from app.services.bodies import as_json
+        from app.services.catalog import capabilities
 
         logger.warning("cannot ask the backend for its capabilities: %s", exc)
         return as_json(capabilities(Settings()))

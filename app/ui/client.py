@@ -20,8 +20,8 @@ import httpx
 
 from app.gradcheck_schemas import GradcheckRequest
 from app.schemas import AnalyzeRequest
-from app.services.analysis import result_body
-from app.services.catalog import as_json, capabilities
+from app.services.bodies import analysis_json, as_json
+from app.services.catalog import capabilities
 from app.services.compare import CompareConfig
 from app.services.container import Services
 from app.services.errors import GMTSError, SessionNotFoundError
@@ -100,7 +100,7 @@ class LocalBackend:
 
     def analyze(self, request: Json) -> Json:
         req = validated(AnalyzeRequest, request)
-        return result_body(self.services.analysis.analyze_blocking(req))
+        return analysis_json(self.services.analysis.analyze_blocking(req))
 
     def models(self) -> tuple[list[str], str | None]:
         names = [m["alias"] for m in self.services.models.list_models()]
@@ -110,25 +110,25 @@ class LocalBackend:
         return as_json(capabilities(self.services.settings))
 
     def gradcheck(self, request: Json) -> Json:
-        return self.services.gradcheck.run_blocking(validated(GradcheckRequest, request))
+        return as_json(self.services.gradcheck.run_blocking(validated(GradcheckRequest, request)))
 
     def create_session(self, request: Json) -> Json:
         req = validated(SessionCreateRequest, request)
-        return self.services.sessions.create_blocking(req).info()
+        return as_json(self.services.sessions.create_blocking(req))
 
     def step_session(self, session_id: str, request: Json) -> Json:
         req = validated(SessionStepRequest, request)
-        return self.services.sessions.step_blocking(session_id, req)
+        return as_json(self.services.sessions.step_blocking(session_id, req))
 
     def get_session(self, session_id: str) -> Json:
-        return self.services.sessions.info(session_id)
+        return as_json(self.services.sessions.info(session_id))
 
     def evaluate_session(self, session_id: str, request: Json) -> Json:
         req = validated(SessionEvalRequest, request)
-        return self.services.sessions.evaluate_blocking(session_id, req)
+        return as_json(self.services.sessions.evaluate_blocking(session_id, req))
 
     def reset_session(self, session_id: str) -> Json:
-        return self.services.sessions.reset_blocking(session_id)
+        return as_json(self.services.sessions.reset_blocking(session_id))
 
     def compare(
         self, model: str | None, config: CompareConfig, progress: CompareProgress | None = None

@@ -12,6 +12,7 @@ import pytest
 
 from app.gradcheck_schemas import GradcheckRequest
 from app.reports.compare_report import TABLE_HEADER, table_rows
+from app.services.bodies import analysis_json, as_json, gradcheck_response
 from app.services.container import build_services
 from app.ui import compare, proxy
 from gmts_core.analysis import AnalysisConfig, GroupInput, analyze
@@ -107,7 +108,7 @@ def explore_result(tiny_lm: Any) -> dict[str, Any]:
         GroupInput("Q: 1+1=?\nA:", answers=[" 2", " 3 or 4"], rewards=[1.0, 0.0]),
         GroupInput("Q: 2+2=?\nA:", answers=[" 4 is it", " 4", " 5"], rewards=[1.0, 1.0, 0.0]),
     ]
-    return analyze(tiny_lm, groups, AnalysisConfig(ratio=0.3, scope="group")).to_dict()
+    return analysis_json(analyze(tiny_lm, groups, AnalysisConfig(ratio=0.3, scope="group")))
 
 
 def test_gradcheck_request_takes_the_drilled_group(explore_result: dict[str, Any]) -> None:
@@ -126,7 +127,9 @@ def test_gradcheck_request_takes_the_drilled_group(explore_result: dict[str, Any
 @pytest.fixture(scope="module")
 def gradcheck_body(tiny_lm: Any) -> dict[str, Any]:
     group = GroupInput("Q: 2+2=?\nA:", answers=[" 4 is it", " 4", " 5"], rewards=[1.0, 1.0, 0.0])
-    return gradcheck(tiny_lm, [group], AnalysisConfig(top_alternatives=0)).to_dict()
+    return as_json(
+        gradcheck_response(gradcheck(tiny_lm, [group], AnalysisConfig(top_alternatives=0)))
+    )
 
 
 def test_scatter_is_log_log_per_method_without_zero_points(gradcheck_body: dict) -> None:

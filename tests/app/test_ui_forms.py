@@ -6,7 +6,8 @@ import pytest
 
 from app.core.config import Settings
 from app.schemas import AnalyzeRequest
-from app.services.catalog import as_json, capabilities
+from app.services.bodies import as_json
+from app.services.catalog import capabilities
 from app.services.errors import InvalidInputError
 from app.ui import batch, explore
 from gmts_core.rewards import list_rewards
