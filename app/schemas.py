@@ -8,9 +8,17 @@ Responses are built from the library's typed results by ``app.services.bodies``.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from gmts_core.advantages import ADVANTAGES
 from gmts_core.aggregation import AGGREGATIONS
@@ -225,7 +233,13 @@ def _inherit(group: GroupRequest, top: AnalyzeRequest) -> GroupRequest:
 
 # --- responses -------------------------------------------------------------------------------
 
-Num = float | None  # JSON cannot carry NaN/Inf: non-finite numbers are null
+
+def _finite_or_none(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+# JSON cannot carry NaN or infinity: a non-finite number in a response is null
+Num = Annotated[float | None, BeforeValidator(_finite_or_none)]
 
 
 class Alternative(BaseModel):

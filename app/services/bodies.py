@@ -32,7 +32,6 @@ from app.session_schemas import (
     SessionOut,
     StepMetricsOut,
     StepOut,
-    TokenChangeOut,
 )
 from gmts_core.gradcheck import GradcheckResult
 from gmts_core.records import AnalysisResult, AnswerRecord, GroupRecord, TokenRecord
@@ -197,42 +196,15 @@ def gradcheck_response(result: GradcheckResult) -> GradcheckResponse:
 
 
 def step_metrics_out(m: StepMetrics) -> StepMetricsOut:
-    return StepMetricsOut.model_validate(finite(dataclasses.asdict(m)))
+    return StepMetricsOut.model_validate(m, from_attributes=True)
 
 
 def answer_change_out(a: AnswerChange) -> AnswerChangeOut:
-    tokens = [
-        TokenChangeOut(
-            position=t.position,
-            id=t.id,
-            text=t.text,
-            selected=t.selected,
-            logprob_before=num(t.logprob_before),
-            logprob_after=num(t.logprob_after),
-            logprob_change=num(t.logprob_change),
-        )
-        for t in a.tokens
-    ]
-    return AnswerChangeOut(
-        group=a.group,
-        index=a.index,
-        prompt=a.prompt,
-        text=a.text,
-        reward=a.reward,
-        advantage=a.advantage,
-        tokens=tokens,
-    )
+    return AnswerChangeOut.model_validate(a, from_attributes=True)
 
 
 def evaluation_out(e: SessionEvaluation) -> EvaluationOut:
-    r = e.result
-    return EvaluationOut(
-        step=e.step,
-        accuracy=r.accuracy,
-        num_problems=r.num_problems,
-        num_answers=r.num_answers,
-        temperature=r.temperature,
-    )
+    return EvaluationOut.model_validate({"step": e.step, **dataclasses.asdict(e.result)})
 
 
 def session_out(session: Session) -> SessionOut:

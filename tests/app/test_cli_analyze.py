@@ -17,31 +17,10 @@ import app.cli.analyze  # noqa: F401  (registers the command)
 from app.cli._app import cli
 from app.main import create_app
 from tests.app.api_helpers import make_settings
+from tests.app.test_bodies import SUMMARY_KEYS, TOKEN_KEYS
 
 PROMPT = "Q: 47+38=?"
 ANSWER_ARGS = ["--answer", "answer 85", "--answer", "I think 75 😀", "--answer", "85"]
-DESIGN_TOKEN_KEYS = {
-    "position",
-    "id",
-    "text",
-    "logprob",
-    "prob",
-    "entropy",
-    "grad_norm",
-    "grad_proxy",
-    "scores",
-    "ranks",
-    "selected",
-    "alternatives",
-}
-DESIGN_SUMMARY_KEYS = {
-    "num_tokens",
-    "k",
-    "zero_signal",
-    "gradient_coverage",
-    "overlap",
-    "spearman_entropy_grad",
-}
 
 
 def _strict_json(text: str) -> Any:
@@ -60,8 +39,8 @@ def _assert_design_keys(body: dict[str, Any]) -> None:
     for ans in body["answers"]:
         assert {"text", "reward", "advantage", "weight", "tokens"} <= set(ans)
         for tok in ans["tokens"]:
-            assert DESIGN_TOKEN_KEYS <= set(tok)
-    assert DESIGN_SUMMARY_KEYS <= set(body["summary"])
+            assert TOKEN_KEYS <= set(tok)
+    assert SUMMARY_KEYS <= set(body["summary"])
     assert set(body["summary"]["spearman_entropy_grad"]) == {"batch", "within_answer_median"}
 
 

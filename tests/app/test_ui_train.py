@@ -196,7 +196,7 @@ def test_remote_backend_drives_sessions_and_gradcheck_over_http(model_root: Path
         views = list(train.run_steps(remote, None, FORM))
         sid = views[-1].session_id
         assert [len(v.info["history"]) for v in views] == [1, 2, 2]
-        assert app.state.services.sessions.info(sid)["steps_done"] == 2  # the server's session
+        assert app.state.services.sessions.info(sid).steps_done == 2  # the server's session
         assert train.reset_session(remote, sid).info["steps_done"] == 0
         app.state.services.sessions.delete(sid)
         with pytest.raises(SessionNotFoundError):  # mapped back from the 404, so the tab recovers
