@@ -47,6 +47,7 @@ test-fast: setup-dev
 lint: setup-dev
 	$(VENV)/bin/ruff check gmts_core app tests benchmarks
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -23,10 +23,9 @@ from app.api.middleware import (
     RequestIdMiddleware,
     install_request_id_logging,
 )
-from app.api.routes import analyze, export, gradcheck, health, models, sessions
+from app.api.routes import analyze, capabilities, export, gradcheck, health, models, sessions
 from app.core.config import Settings
-from app.services.container import build_services
-from app.services.sessions import SessionService
+from app.services.container import Services, build_services
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +41,10 @@ Errors are JSON `{"error": {"code": ..., "message": ...}}`. When `GMTS_API_KEY` 
 UI_PATH = "/ui"
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """A new app with its own services; ``settings`` default to the GMTS_* environment."""
-    settings = settings or Settings()
+def create_app(settings: Settings | None = None, services: Services | None = None) -> FastAPI:
+    """A new app; ``settings`` default to the GMTS_* environment, ``services`` to new ones
+    built from them (tests pass services built with an injected clock)."""
+    settings = services.settings if services is not None else settings or Settings()
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
     app = FastAPI(
@@ -53,16 +53,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=API_DESCRIPTION,
     )
     app.state.settings = settings
-    app.state.services = build_services(settings)
-    services = app.state.services
-    services.register_sessions(SessionService(settings, services.models, services.jobs))
+    app.state.services = services or build_services(settings)
     install_error_handlers(app)
     _add_middleware(app, settings)
     app.include_router(health.router)
     # the bearer check (and its OpenAPI security scheme) only exists when a key is configured
     auth = [Depends(require_api_key)] if settings.api_key is not None else []
     v1 = APIRouter(prefix="/v1", dependencies=auth)
-    for module in (models, analyze, export, gradcheck, sessions):
+    for module in (models, capabilities, analyze, export, gradcheck, sessions):
         v1.include_router(module.router)
     app.include_router(v1)
     if settings.ui_enabled:

@@ -1,22 +1,30 @@
-"""Request and response models of the HTTP API v1 (DESIGN §5), with OpenAPI examples.
+"""Request and response models of the HTTP API v1, with OpenAPI examples.
 
 Requests are strict (unknown fields and NaN/Infinity are rejected) and registry names
 (reward rules, advantage estimators, loss aggregations, selection methods) are checked here, so a
 typo is a 422 that names the field and lists the valid values before any model work starts.
-Responses mirror ``gmts_core.records.AnalysisResult.to_dict()``.
+Responses are built from the library's typed results by ``app.services.bodies``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from app.strict_input import NoBoolNumbers
 from gmts_core.advantages import ADVANTAGES
 from gmts_core.aggregation import AGGREGATIONS
-from gmts_core.analysis import DEFAULT_METHODS
 from gmts_core.bounds import MAX_ABS_REWARD, MIN_TEMPERATURE
+from gmts_core.config import DEFAULT_METHODS
 from gmts_core.rewards import get_reward
 from gmts_core.selection import METHODS
 
@@ -191,8 +199,9 @@ class AnalyzeRequest(SamplingFields):
             n = g.num_samples or (None if g.answers is not None else default_samples)
             if g.rewards is not None and g.answers is None and n != len(g.rewards):
                 raise ValueError(f"{where}rewards has {len(g.rewards)} values for {n} answers")
-        for i, g in enumerate(self.groups or [self]):
-            if g.reward is None and g.rewards is None and self.reward is None:
+        items: list[GroupRequest | AnalyzeRequest] = [*self.groups] if self.groups else [self]
+        for i, item in enumerate(items):
+            if item.reward is None and item.rewards is None and self.reward is None:
                 where = f"groups[{i}]" if self.groups is not None else "the request"
                 raise ValueError(f"{where} needs a reward rule (reward) or explicit rewards")
         return self
@@ -237,7 +246,13 @@ def _inherit(group: GroupRequest, top: AnalyzeRequest) -> GroupRequest:
 
 # --- responses -------------------------------------------------------------------------------
 
-Num = float | None  # JSON cannot carry NaN/Inf: non-finite numbers are null
+
+def _finite_or_none(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+# JSON cannot carry NaN or infinity: a non-finite number in a response is null
+Num = Annotated[float | None, BeforeValidator(_finite_or_none)]
 
 
 class Alternative(BaseModel):
@@ -259,7 +274,13 @@ class TokenOut(BaseModel):
     ranks: dict[str, int]
     selected: dict[str, bool]
     alternatives: list[Alternative]
-    grad_head: Num = None
+    grad_head: Num = Field(None, description="gamma * ||h_t||: this token's LM-head gradient norm.")
+    true_grad_norm: Num = Field(
+        None, description="/v1/gradcheck only: exact full-parameter gradient norm of its loss term."
+    )
+    head_grad_norm: Num = Field(
+        None, description="/v1/gradcheck only: the output-projection part of that gradient."
+    )
 
 
 class RewardDetail(BaseModel):
@@ -340,7 +361,8 @@ class AnalysisSettingsOut(BaseModel):
 
 
 class AnalyzeResponse(BaseModel):
-    """``AnalysisResult.to_dict()`` plus human ``notes`` (e.g. the zero-signal warning)."""
+    """An analysis (single form: ``prompt`` and ``answers``; batch form: ``groups``) plus human
+    ``notes`` (e.g. the zero-signal warning)."""
 
     model: str
     summary: Summary
@@ -397,3 +419,23 @@ class ErrorBody(BaseModel):
     """Every error response: ``{"error": {"code": ..., "message": ...}}``."""
 
     error: ErrorDetail
+
+
+class MethodInfo(BaseModel):
+    """A selection method of this server's registry."""
+
+    name: str
+    description: str
+
+
+class CapabilitiesResponse(BaseModel):
+    """Body of ``GET /v1/capabilities``: what this server offers, so a remote UI lists the
+    server's own methods, reward rules and limits rather than its local ones."""
+
+    methods: list[MethodInfo]
+    default_methods: list[str]
+    reward_rules: list[str]
+    advantages: list[str]
+    loss_aggregations: list[str]
+    scopes: list[str]
+    limits: dict[str, int] = Field(description="This server's GMTS_* request limits, by name.")

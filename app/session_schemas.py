@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.schemas import Num
 from app.strict_input import NoBoolNumbers
 from gmts_core.advantages import ADVANTAGES
 from gmts_core.aggregation import AGGREGATIONS
@@ -167,43 +168,49 @@ class SessionEvalRequest(NoBoolNumbers):
 
 
 class StepMetricsOut(BaseModel):
-    """One step's numbers (see gmts_core.rl_records.StepMetrics)."""
+    """One step's numbers (gmts_core.rl_records.StepMetrics)."""
+
+    model_config = ConfigDict(from_attributes=True)
 
     step: int
     method: str
     ratio: float
     learning_rate: float
-    loss: float | None
-    policy_loss: float | None
-    kl: float | None
-    grad_norm: float | None
-    clip_low_fraction: float | None
-    clip_high_fraction: float | None
-    selected_fraction: float | None
-    gradient_coverage: float | None
-    reward_mean: float | None
-    reward_std: float | None
+    loss: Num
+    policy_loss: Num
+    kl: Num
+    grad_norm: Num
+    clip_low_fraction: Num
+    clip_high_fraction: Num
+    selected_fraction: Num
+    gradient_coverage: Num
+    reward_mean: Num
+    reward_std: Num
     num_prompts: int
     num_answers: int
     num_tokens: int
     num_zero_signal_groups: int
-    wasted_share: dict[str, float | None]
-    selected_logprob_change: float | None
-    unselected_logprob_change: float | None
-    seconds: float | None
+    wasted_share: dict[str, Num]
+    selected_logprob_change: Num
+    unselected_logprob_change: Num
+    seconds: Num
 
 
 class TokenChangeOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)  # built from gmts_core's TokenChange
+
     position: int
     id: int
     text: str
     selected: bool
-    logprob_before: float | None
-    logprob_after: float | None
-    logprob_change: float | None
+    logprob_before: Num
+    logprob_after: Num
+    logprob_change: Num
 
 
 class AnswerChangeOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)  # built from gmts_core's AnswerChange
+
     group: int
     index: int
     prompt: str

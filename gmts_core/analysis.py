@@ -2,8 +2,8 @@
 
 For each group (a prompt with G answers, given or sampled) it computes rewards, group
 advantages, loss weights, per-token statistics from one forward pass, every selection method's
-scores, ranks and flags, and the summaries of DESIGN §2.4. The result serializes (``to_dict``)
-to exactly the JSON body of ``POST /v1/analyze``.
+scores, ranks and flags, and the teaching summaries (gradient coverage, overlaps, Spearman
+correlations, wasted share). Its knobs are :class:`gmts_core.config.AnalysisConfig`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch
 
 from gmts_core.advantages import compute_advantages
 from gmts_core.aggregation import loss_weights
-from gmts_core.bounds import MIN_TEMPERATURE
 from gmts_core.cancel import checkpoint
+from gmts_core.config import AnalysisConfig
 from gmts_core.decoding import decode, token_texts
 from gmts_core.errors import InvalidInputError
 from gmts_core.forward import AnswerStats, answer_token_stats
@@ -28,10 +28,8 @@ from gmts_core.records import AnalysisResult, AnswerRecord, GroupRecord, build_t
 from gmts_core.rewards import RewardVerdict, compute_reward, explicit_reward
 from gmts_core.sampling import SamplingConfig, sample_groups
 from gmts_core.selection import (
-    SCOPES,
     Selection,
     SelectionInputs,
-    list_methods,
     select,
     selection_budget,
 )
@@ -44,8 +42,6 @@ from gmts_core.summaries import (
 )
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_METHODS = ("entropy", "gmts", "gmts_entropy", "surprisal", "random", "all")
 
 
 @dataclass(frozen=True)
@@ -65,45 +61,6 @@ class GroupInput:
     sampling: SamplingConfig | None = None
     reward: RewardSpec | None = None
     rewards: list[float] | None = None
-
-
-@dataclass(frozen=True)
-class AnalysisConfig:
-    """Algorithm knobs of an analysis (documented in DESIGN §2)."""
-
-    temperature: float = 1.0  # tau of pi = softmax(z / tau); also the sampling temperature
-    advantage: str = "grpo"
-    loss_aggregation: str = "token_mean"
-    ratio: float = 0.2
-    scope: str = "batch"
-    methods: tuple[str, ...] = DEFAULT_METHODS
-    top_alternatives: int = 5
-    seed: int = 0  # for the `random` method
-    chat_template: bool = False
-    include_grad_head: bool = False
-    chunk_size: int = 128
-    # given answers are text: "<eos>" in one is the five characters, not the control token,
-    # unless this is True (then special-token strings become their tokens, as in a prompt)
-    answer_special_tokens: bool = False
-
-    def validate(self) -> None:
-        if not MIN_TEMPERATURE <= self.temperature < float("inf"):
-            raise InvalidInputError(
-                f"temperature must be at least {MIN_TEMPERATURE:g} for token statistics "
-                f"(pi = softmax(z / tau) and 1/tau overflow as tau -> 0), got {self.temperature!r}"
-            )
-        if not 0 < self.ratio <= 1:
-            raise InvalidInputError(f"ratio must be in (0, 1], got {self.ratio}")
-        if self.scope not in SCOPES:
-            raise InvalidInputError(f"unknown scope {self.scope!r}; valid: {', '.join(SCOPES)}")
-        valid = list_methods()
-        for m in self.methods:
-            if m not in valid:
-                raise InvalidInputError(
-                    f"unknown selection method {m!r}; valid: {', '.join(valid)}"
-                )
-        if not self.methods:
-            raise InvalidInputError("at least one selection method is needed")
 
 
 @dataclass
@@ -344,7 +301,7 @@ def _group_summary(
 def summarize(
     x: SelectionInputs, selections: dict[str, Selection], num_groups: int, config: AnalysisConfig
 ) -> dict[str, Any]:
-    """The batch summary of DESIGN §2.4 (and §5's keys)."""
+    """The batch summary: coverage, overlaps, Spearman correlations and wasted shares."""
     k = selection_budget(x, config.ratio, config.scope)
     group_zero = [
         bool((x.signal_scale[x.group_index == gi] == 0).all()) for gi in range(num_groups)

@@ -18,17 +18,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gmts_core.config import RLConfig
 from gmts_core.errors import InvalidInputError
 from gmts_core.evaluation import demo_batch, evaluate_accuracy, heldout_problems
 from gmts_core.modeling import LoadedModel
 from gmts_core.policy import PolicySettings, TrainablePolicy
-from gmts_core.rl import DEMO_RECIPE, RLConfig, RLPrompt, grpo_step, make_optimizer
+from gmts_core.rl import DEMO_RECIPE, RLPrompt, grpo_step, make_optimizer
 from gmts_core.selection import list_methods
 from gmts_core.sessions import step_seed
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_METHODS = ("all", "entropy", "gmts", "gmts_entropy", "random")
+DEFAULT_COMPARE_METHODS = ("all", "entropy", "gmts", "gmts_entropy", "random")
 # The demo recipe at half the batch and half the updates: 10 runs of 20 steps fit in about
 # 10 minutes on 2 CPU cores, and every method but `random` still learns visibly.
 COMPARE_RECIPE = dataclasses.replace(DEMO_RECIPE, prompts_per_step=32, inner_steps=2)
@@ -39,7 +40,7 @@ Progress = Callable[[int, int, str], None]  # (done, total, label)
 class CompareConfig:
     """What to compare and how long (defaults: about 10 minutes on 2 CPU cores)."""
 
-    methods: tuple[str, ...] = DEFAULT_METHODS
+    methods: tuple[str, ...] = DEFAULT_COMPARE_METHODS
     ratio: float = 0.2
     steps: int = 20
     seeds: int = 2

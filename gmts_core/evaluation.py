@@ -42,14 +42,6 @@ class EvalResult:
     temperature: float
     per_problem: list[float] = field(default_factory=list)  # mean reward of each problem
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "accuracy": self.accuracy,
-            "num_problems": self.num_problems,
-            "num_answers": self.num_answers,
-            "temperature": self.temperature,
-        }
-
 
 def demo_batch(n: int, seed: int, split: str = "train") -> list[RLPrompt]:
     """``n`` prompts of the demo arithmetic task with their references (numeric reward)."""

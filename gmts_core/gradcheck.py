@@ -1,6 +1,6 @@
 """True per-token gradients of the GRPO loss, to measure how well each selection score tracks them.
 
-For answer i and token t the GRPO loss term is l_it = -w_i A_i log pi(y_it) (DESIGN §2.2), and
+For answer i and token t the GRPO loss term is l_it = -w_i A_i log pi(y_it) (the GRPO loss), and
 theta is every parameter of the model (a tied embedding/head matrix counted once). We compute
 
     true_grad_norm   ||d l_it / d theta||_2                       exact, full-parameter
@@ -313,20 +313,6 @@ class GradcheckResult:
     gradients: TokenGradients
     fidelity: dict[str, Any]
     precision: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """The analysis JSON; each token gains true_grad_norm and head_grad_norm; + fidelity."""
-        body = self.analysis.to_dict()
-        groups = [body] if "answers" in body else body["groups"]
-        true, head = self.gradients.true_norm.tolist(), self.gradients.head_norm.tolist()
-        i = 0
-        for group in groups:
-            for answer in group["answers"]:
-                for token in answer["tokens"]:
-                    token["true_grad_norm"], token["head_grad_norm"] = true[i], head[i]
-                    i += 1
-        body["fidelity"] = {"precision": self.precision, **self.fidelity}
-        return body
 
 
 def check_analysis(

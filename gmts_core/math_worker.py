@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gmts_core.errors import InvalidInputError
@@ -95,9 +96,15 @@ _idle: list[_Worker] = []
 _lock = threading.Lock()
 
 
-def verify_math(answer: str, reference: str, timeout_s: float) -> tuple[bool, bool, str | None]:
+def verify_math(
+    answer: str,
+    reference: str,
+    timeout_s: float,
+    on_startup: Callable[[float], None] | None = None,
+) -> tuple[bool, bool, str | None]:
     """``(found, correct, extracted)`` for ``answer`` against ``reference`` with math-verify;
-    MathTimeoutError after ``timeout_s`` (start-up of a new helper not counted)."""
+    MathTimeoutError after ``timeout_s`` (start-up of a new helper not counted: its seconds go
+    to ``on_startup``, e.g. so a reward budget does not charge them)."""
     if importlib.util.find_spec("math_verify") is None:
         raise InvalidInputError(
             "the 'math' reward needs math-verify: pip install 'gmts-explorer[math]'"
@@ -106,9 +113,8 @@ def verify_math(answer: str, reference: str, timeout_s: float) -> tuple[bool, bo
         worker = _idle.pop() if _idle else None
     if worker is None:
         worker = _Worker()
-        from gmts_core.rewards import exclude_from_budget
-
-        exclude_from_budget(worker.startup_s)
+        if on_startup is not None:
+            on_startup(worker.startup_s)
     try:
         reply = worker.call({"answer": answer, "reference": reference}, timeout_s)
     except (MathTimeoutError, OSError, ValueError):

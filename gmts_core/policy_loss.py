@@ -9,7 +9,7 @@ advantage A_i, aggregation weight w_i and selection mask m_t:
     kl_t    = exp(ref_t - logp_t) - (ref_t - logp_t) - 1            (k3 estimator, >= 0)
     loss    = sum_t w_i m_t pg_t + beta * sum_t w_i kl_t
 
-At rho = 1 the gradient of the policy term is -sum_t w_i A_i m_t d logp_t, DESIGN §2.2's
+At rho = 1 the gradient of the policy term is -sum_t w_i A_i m_t d logp_t, the masked GRPO loss
 L = -sum w A m log pi. As in TRL's GRPOTrainer, the selection mask applies to the policy term
 only; the KL term (when beta > 0) covers every answer token.
 """

@@ -1,4 +1,8 @@
-"""Typed results of an analysis and their JSON form (the body of ``POST /v1/analyze``)."""
+"""Typed results of an analysis: per token, per answer, per group, and the whole batch.
+
+Plain dataclasses with raw floats (NaN stays NaN); how a server or a file shows them is the
+caller's business.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +14,9 @@ from gmts_core.decoding import token_text
 from gmts_core.rewards import RewardVerdict
 
 if TYPE_CHECKING:
-    from gmts_core.analysis import AnalysisConfig
+    from gmts_core.config import AnalysisConfig
     from gmts_core.forward import AnswerStats
     from gmts_core.selection import Selection, SelectionInputs
-
-
-def _num(x: float) -> float | None:
-    """A JSON-safe float (None for NaN/Inf, which JSON cannot carry)."""
-    return float(x) if math.isfinite(x) else None
 
 
 @dataclass
@@ -36,24 +35,6 @@ class TokenRecord:
     alternatives: list[dict[str, Any]]
     grad_head: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        d = {
-            "position": self.position,
-            "id": self.id,
-            "text": self.text,
-            "logprob": _num(self.logprob),
-            "prob": _num(self.prob),
-            "entropy": _num(self.entropy),
-            "grad_norm": _num(self.grad_norm),
-            "grad_proxy": _num(self.grad_proxy),
-            "scores": {m: _num(v) for m, v in self.scores.items()},
-            "ranks": self.ranks,
-            "selected": self.selected,
-            "alternatives": self.alternatives,
-        }
-        if self.grad_head is not None:
-            d["grad_head"] = _num(self.grad_head)
-        return d
 
 
 @dataclass
@@ -76,19 +57,6 @@ class AnswerRecord:
         methods = self.tokens[0].selected if self.tokens else {}
         return {m: sum(t.selected[m] for t in self.tokens) for m in methods}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "text": self.text,
-            "reward": self.reward,
-            "reward_detail": self.reward_detail.to_dict(),
-            "advantage": self.advantage,
-            "weight": self.weight,
-            "length": self.length,
-            "finished": self.finished,
-            "selected_count": self.selected_count(),
-            "tokens": [t.to_dict() for t in self.tokens],
-        }
 
 
 @dataclass
@@ -98,13 +66,6 @@ class GroupRecord:
     answers: list[AnswerRecord]
     summary: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "prompt": self.prompt,
-            "answers": [a.to_dict() for a in self.answers],
-            "summary": self.summary,
-        }
 
 
 @dataclass
@@ -114,27 +75,9 @@ class AnalysisResult:
     summary: dict[str, Any]
     config: AnalysisConfig
 
-    def to_dict(self) -> dict[str, Any]:
-        """Single-group form: the group's prompt and answers at top level; batch form: groups."""
-        base = {"model": self.model, "summary": self.summary, "settings": _settings(self.config)}
-        if len(self.groups) == 1:
-            g = self.groups[0]
-            return {**base, "prompt": g.prompt, "answers": [a.to_dict() for a in g.answers]}
-        return {**base, "groups": [g.to_dict() for g in self.groups]}
 
     def iter_answers(self) -> list[tuple[GroupRecord, AnswerRecord]]:
         return [(g, a) for g in self.groups for a in g.answers]
-
-
-def _settings(config: AnalysisConfig) -> dict[str, Any]:
-    return {
-        "temperature": config.temperature,
-        "advantage": config.advantage,
-        "loss_aggregation": config.loss_aggregation,
-        "ratio": config.ratio,
-        "scope": config.scope,
-        "methods": list(config.methods),
-    }
 
 
 def build_tokens(

@@ -351,7 +351,9 @@ def math_reward(answer: str, reference: Any) -> RewardVerdict:
 
     ref_text = str(reference)
     try:
-        found, ok, extracted = verify_math(answer, ref_text, rule_timeout(MATH_TIMEOUT_S))
+        found, ok, extracted = verify_math(
+            answer, ref_text, rule_timeout(MATH_TIMEOUT_S), exclude_from_budget
+        )
     except MathTimeoutError:
         logger.warning("math reward timed out")
         return RewardVerdict(0.0, "math", None, ref_text, "timeout")

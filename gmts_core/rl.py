@@ -16,22 +16,27 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze, encode_prompt
-from gmts_core.bounds import MIN_TEMPERATURE
+from gmts_core.analysis import GroupInput, RewardSpec, analyze, encode_prompt
 from gmts_core.cancel import checkpoint
+from gmts_core.config import RLConfig
 from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
 from gmts_core.forward import _micro_batches
 from gmts_core.policy import TrainablePolicy
 from gmts_core.policy_loss import LossTerms, answer_logprobs, grpo_loss
 from gmts_core.records import AnalysisResult
-from gmts_core.rl_records import StepMetrics, StepResult, answer_changes
+from gmts_core.rl_records import (
+    StepMetrics,
+    StepResult,
+    TrainBatch,
+    UpdateStats,
+    answer_changes,
+)
 from gmts_core.sampling import SamplingConfig
-from gmts_core.selection import list_methods
 
 logger = logging.getLogger(__name__)
 
@@ -45,90 +50,6 @@ class RLPrompt:
     reward_kind: str = "numeric"
 
 
-@dataclass(frozen=True)
-class RLConfig:
-    """Every knob of a GRPO step (defaults tuned on the demo model; see benchmarks/rl_gain.py)."""
-
-    method: str = "gmts"  # selection method whose mask the loss uses
-    ratio: float = 0.2  # share of answer tokens selected (k = ceil(ratio * N))
-    scope: str = "batch"  # selection scope: batch | group | answer
-    group_size: int = 8  # G answers sampled per prompt
-    prompts_per_step: int = 8  # prompts in a batch drawn from the demo task
-    learning_rate: float = 1e-4  # stable on the demo model even with small batches
-    warmup_steps: int = 0  # linear warmup of the learning rate over the first steps
-    inner_steps: int = 1  # optimizer updates per sampled batch (PPO epochs)
-    epsilon_low: float = 0.2
-    epsilon_high: float = 0.28  # DAPO's clip-higher
-    beta: float = 0.0  # weight of the k3 KL term to the reference (the starting policy)
-    max_grad_norm: float = 1.0
-    weight_decay: float = 0.0
-    optimizer: str = "adamw"  # adamw | sgd
-    adam_betas: tuple[float, float] = (0.9, 0.99)
-    adam_epsilon: float = 1e-8  # larger values damp the updates of parameters with tiny gradients
-    temperature: float = 1.0  # sampling temperature and tau of the loss's log-probs
-    top_p: float = 1.0
-    max_new_tokens: int = 48
-    advantage: str = "grpo"
-    loss_aggregation: str = "token_mean"
-    chat_template: bool = False
-    measure_kl: bool = True  # report KL even when beta is 0 (one more forward pass)
-    max_batch_tokens: int = 8192  # padded tokens per forward/backward micro-batch
-    report_methods: tuple[str, ...] = ("entropy", "gmts")  # wasted_share etc. also for these
-
-    def validate(self) -> None:
-        if self.method not in list_methods():
-            raise InvalidInputError(
-                f"unknown selection method {self.method!r}; valid: {', '.join(list_methods())}"
-            )
-        checks = [
-            (
-                MIN_TEMPERATURE <= self.temperature < float("inf"),
-                f"temperature must be at least {MIN_TEMPERATURE:g} for RL (sampling, log-probs)",
-            ),
-            (self.group_size >= 2, "group_size must be >= 2 (advantages compare answers)"),
-            (self.prompts_per_step >= 1, "prompts_per_step must be >= 1"),
-            (self.inner_steps >= 1, "inner_steps must be >= 1"),
-            (self.learning_rate >= 0, "learning_rate must be >= 0"),
-            (self.warmup_steps >= 0, "warmup_steps must be >= 0"),
-            (self.optimizer in ("adamw", "sgd"), "optimizer must be adamw or sgd"),
-            (self.epsilon_low >= 0 and self.epsilon_high >= 0, "epsilons must be >= 0"),
-            (self.beta >= 0, "beta must be >= 0"),
-            (self.max_grad_norm > 0, "max_grad_norm must be > 0"),
-            (self.max_new_tokens >= 1, "max_new_tokens must be >= 1"),
-            (self.max_batch_tokens >= 1, "max_batch_tokens must be >= 1"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise InvalidInputError(message)
-        self.analysis_config(0).validate()
-
-    def learning_rate_at(self, step: int) -> float:
-        """The learning rate of step ``step`` (1-based): linear warmup, then constant.
-
-        Adam's first updates move every parameter by about the learning rate whatever its
-        gradient, which a small, sharp model does not survive at full rate.
-        """
-        if self.warmup_steps <= 0:
-            return self.learning_rate
-        return self.learning_rate * min(1.0, max(step, 1) / self.warmup_steps)
-
-    def selection_methods(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((self.method, *self.report_methods)))
-
-    def analysis_config(self, seed: int) -> AnalysisConfig:
-        return AnalysisConfig(
-            temperature=self.temperature,
-            advantage=self.advantage,
-            loss_aggregation=self.loss_aggregation,
-            ratio=self.ratio,
-            scope=self.scope,
-            methods=self.selection_methods(),
-            top_alternatives=0,
-            seed=seed,
-            chat_template=self.chat_template,
-        )
-
-
 DEMO_RECIPE = RLConfig(prompts_per_step=64, inner_steps=4, learning_rate=1.5e-4, warmup_steps=5)
 """The GRPO recipe that teaches the bundled demo model (see ``benchmarks/rl_gain.py``).
 
@@ -138,21 +59,6 @@ every digit prediction up or down at once: a direction the model is very sensiti
 which one AdamW step at lr 3e-4 on 8 prompts halves the accuracy. 64 prompts a step (512 answers)
 average that noise out; 4 updates per batch (clipped, PPO-style) make the most of each batch.
 """
-
-
-@dataclass
-class TrainBatch:
-    """Flat per-token training tensors, (N,) in (group, answer, position) order."""
-
-    sequences: list[tuple[list[int], list[int]]]  # (prompt_ids, answer_ids) per answer
-    advantages: torch.Tensor  # float64, A_i of the token's answer
-    weights: torch.Tensor  # float64, w_i of the token's answer
-    mask: torch.Tensor  # bool, selected by the training method
-    answer_index: torch.Tensor  # int64
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.mask.numel())
 
 
 def rollout_groups(prompts: Sequence[RLPrompt], config: RLConfig, seed: int) -> list[GroupInput]:
@@ -211,21 +117,6 @@ def make_optimizer(policy: TrainablePolicy, config: RLConfig) -> torch.optim.Opt
         eps=config.adam_epsilon,
         weight_decay=config.weight_decay,
     )
-
-
-@dataclass
-class UpdateStats:
-    """Means over the inner steps, and the batch's log-probs before and after the update."""
-
-    loss: float
-    policy_loss: float
-    kl: float
-    grad_norm: float
-    clip_low_fraction: float
-    clip_high_fraction: float
-    logprob_before: torch.Tensor  # (N,)
-    logprob_after: torch.Tensor  # (N,)
-    per_inner_step: list[dict[str, float]] = field(default_factory=list)
 
 
 Parts = list[tuple[list[int], slice]]  # micro-batches: answer indices and their token slice

@@ -1,22 +1,47 @@
-"""Typed results of a GRPO step (metrics, per-token log-prob changes) and their JSON form."""
+"""Typed results of a GRPO step: the batch, the update, metrics and per-token log-prob changes."""
 
 from __future__ import annotations
 
-import math
 import statistics
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from gmts_core.records import AnalysisResult
 
 if TYPE_CHECKING:
-    from gmts_core.rl import RLConfig, TrainBatch, UpdateStats
+    from gmts_core.config import RLConfig
 
 
-def _num(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
+@dataclass
+class TrainBatch:
+    """Flat per-token training tensors, (N,) in (group, answer, position) order."""
+
+    sequences: list[tuple[list[int], list[int]]]  # (prompt_ids, answer_ids) per answer
+    advantages: torch.Tensor  # float64, A_i of the token's answer
+    weights: torch.Tensor  # float64, w_i of the token's answer
+    mask: torch.Tensor  # bool, selected by the training method
+    answer_index: torch.Tensor  # int64
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.mask.numel())
+
+
+@dataclass
+class UpdateStats:
+    """Means over the inner steps, and the batch's log-probs before and after the update."""
+
+    loss: float
+    policy_loss: float
+    kl: float
+    grad_norm: float
+    clip_low_fraction: float
+    clip_high_fraction: float
+    logprob_before: torch.Tensor  # (N,)
+    logprob_after: torch.Tensor  # (N,)
+    per_inner_step: list[dict[str, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -82,8 +107,6 @@ class StepMetrics:
             unselected_logprob_change=float(delta[~mask].mean()) if (~mask).any() else 0.0,
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: (_num(v) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
 @dataclass
@@ -97,16 +120,9 @@ class TokenChange:
     logprob_before: float
     logprob_after: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "position": self.position,
-            "id": self.id,
-            "text": self.text,
-            "selected": self.selected,
-            "logprob_before": _num(self.logprob_before),
-            "logprob_after": _num(self.logprob_after),
-            "logprob_change": _num(self.logprob_after - self.logprob_before),
-        }
+    @property
+    def logprob_change(self) -> float:
+        return self.logprob_after - self.logprob_before
 
 
 @dataclass
@@ -121,16 +137,6 @@ class AnswerChange:
     advantage: float
     tokens: list[TokenChange]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "group": self.group,
-            "index": self.index,
-            "prompt": self.prompt,
-            "text": self.text,
-            "reward": self.reward,
-            "advantage": self.advantage,
-            "tokens": [t.to_dict() for t in self.tokens],
-        }
 
 
 def answer_changes(
@@ -161,9 +167,3 @@ class StepResult:
     answers: list[AnswerChange]
     analysis: AnalysisResult
     batch: TrainBatch
-
-    def to_dict(self, include_tokens: bool = True) -> dict[str, Any]:
-        d: dict[str, Any] = {"metrics": self.metrics.to_dict()}
-        if include_tokens:
-            d["answers"] = [a.to_dict() for a in self.answers]
-        return d

@@ -17,15 +17,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.services.errors import QueueFullError, SessionNotFoundError
-from gmts_core.cancel import Cancelled
-from gmts_core.errors import (
+from app.services.errors import (
+    Cancelled,
     GMTSError,
     InvalidInputError,
     LimitExceededError,
     ModelLoadError,
     ModelNotFoundError,
     NonFiniteLogitsError,
+    QueueFullError,
+    SessionNotFoundError,
 )
 
 logger = logging.getLogger(__name__)

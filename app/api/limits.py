@@ -19,7 +19,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gmts_core.cancel import CancelToken, cancellable
+from app.services.jobs import CancelToken, cancellable
 
 logger = logging.getLogger(__name__)
 

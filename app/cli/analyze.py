@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -32,10 +32,12 @@ from app.cli.common import (
     fail,
     group_from_flags,
     load_cli_model,
+    services,
 )
-from gmts_core.analysis import analyze
-from gmts_core.errors import GMTSError
-from gmts_core.records import AnalysisResult
+from app.schemas import AnalyzeRequest
+from app.services.bodies import analysis_json
+from app.services.errors import GMTSError
+from app.services.validation import validated
 
 # entropy-only: underline; GMTS-only: bold on blue; both: bold reverse (readable without colour)
 _STYLES = {"both": "bold reverse", "a": "underline yellow", "b": "bold white on blue"}
@@ -63,9 +65,9 @@ def analyze_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON body.")] = False,
 ) -> None:
     """Entropy, gradient magnitude and GMTS rank of every answer token of one group."""
-    try:
-        lm = load_cli_model(model)
-        group = group_from_flags(
+    request = {
+        "model": model,
+        **group_from_flags(
             prompt,
             answer,
             n,
@@ -76,21 +78,29 @@ def analyze_command(
             rewards,
             reward_kind,
             reference,
-        )
-        config = analysis_config(
+        ),
+        **analysis_config(
             temperature, advantage, aggregation, ratio, scope, top_alternatives, seed, chat_template
-        )
-        result = analyze(lm, [group], config)
+        ),
+    }
+    try:
+        req = validated(AnalyzeRequest, request)
+        body = analysis_json(services().analysis.analyze_local(req, load_cli_model(model)))
     except GMTSError as exc:
         raise fail(exc) from None
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), ensure_ascii=False))
+        typer.echo(json.dumps(body, ensure_ascii=False))
     else:
-        render_terminal(result, Console())
+        render_terminal(body, Console())
+
+
+def _answers(body: dict[str, Any]) -> list[dict[str, Any]]:
+    groups = body.get("groups") or [body]
+    return [a for g in groups for a in g["answers"]]
 
 
 def render_terminal(
-    result: AnalysisResult, console: Console, a: str = "entropy", b: str = "gmts"
+    body: dict[str, Any], console: Console, a: str = "entropy", b: str = "gmts"
 ) -> None:
     """Each answer with tokens marked: selected by both methods, only ``a`` or only ``b``."""
     console.print(
@@ -103,16 +113,16 @@ def render_terminal(
             (f"only {b}", _STYLES["b"]),
         )
     )
-    for _group, ans in result.iter_answers():
-        line = Text(f"#{ans.index} r={ans.reward:g} A={ans.advantage:+.3f}  ")
-        for tok in ans.tokens:
-            sa, sb = tok.selected.get(a, False), tok.selected.get(b, False)
+    for ans in _answers(body):
+        line = Text(f"#{ans['index']} r={ans['reward']:g} A={ans['advantage']:+.3f}  ")
+        for tok in ans["tokens"]:
+            sa, sb = tok["selected"].get(a, False), tok["selected"].get(b, False)
             style = (
                 _STYLES["both"] if sa and sb else _STYLES["a"] if sa else _STYLES["b"] if sb else ""
             )
-            line.append(tok.text.replace("\n", "⏎"), style=style)
+            line.append(tok["text"].replace("\n", "⏎"), style=style)
         console.print(line)
-    s = result.summary
+    s = body["summary"]
     if s["zero_signal"]:
         console.print(
             "[bold red]All rewards are equal: every advantage is 0 and this group "

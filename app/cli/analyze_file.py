@@ -29,13 +29,17 @@ from app.cli.common import (
     analysis_config,
     fail,
     load_cli_model,
+    services,
 )
-from app.services.analysis import result_body
-from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze
-from gmts_core.errors import GMTSError, InvalidInputError
-from gmts_core.export import write_csv
+from app.schemas import AnalyzeRequest
+from app.services.bodies import analysis_json
+from app.services.errors import GMTSError, InvalidInputError
+from app.services.export import write_csv
+from app.services.validation import validated
 
 logger = logging.getLogger(__name__)
+
+Group = dict[str, Any]  # one group of an analyze request
 
 
 class RolloutLine(BaseModel):
@@ -64,16 +68,18 @@ class RolloutLine(BaseModel):
             raise ValueError(f"{len(self.rewards)} rewards for {len(self.completions)} completions")
         return self
 
-    def group(self, default_kind: str) -> GroupInput:
+    def group(self, default_kind: str) -> dict[str, Any]:
+        """The line as a group of an analyze request (``groups[i]`` of ``POST /v1/analyze``)."""
+        group: dict[str, Any] = {"prompt": self.prompt, "answers": self.completions}
         if self.rewards is not None:
-            return GroupInput(self.prompt, self.completions, rewards=self.rewards)
-        spec = RewardSpec(self.reward_kind or default_kind, self.reference)
-        return GroupInput(self.prompt, self.completions, reward=spec)
+            return {**group, "rewards": self.rewards}
+        return {
+            **group,
+            "reward": {"kind": self.reward_kind or default_kind, "reference": self.reference},
+        }
 
 
-def read_rollouts(
-    path: Path, default_kind: str, skip_invalid: bool
-) -> Iterator[tuple[int, GroupInput]]:
+def read_rollouts(path: Path, default_kind: str, skip_invalid: bool) -> Iterator[tuple[int, Group]]:
     """(line number, group) for each non-empty line; bad lines raise or are skipped."""
     with path.open(encoding="utf-8") as f:
         for number, text in enumerate(f, start=1):
@@ -94,10 +100,8 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {str(e.get('msg', '')).removeprefix('Value error, ')}"
 
 
-def _batches(
-    items: Iterator[tuple[int, GroupInput]], size: int
-) -> Iterator[list[tuple[int, GroupInput]]]:
-    batch: list[tuple[int, GroupInput]] = []
+def _batches(items: Iterator[tuple[int, Group]], size: int) -> Iterator[list[tuple[int, Group]]]:
+    batch: list[tuple[int, Group]] = []
     for item in items:
         batch.append(item)
         if len(batch) == size:
@@ -127,21 +131,22 @@ class _Writer:
 
 def _analyze_batch(
     lm: Any,
-    batch: list[tuple[int, GroupInput]],
-    config: AnalysisConfig,
+    batch: list[tuple[int, Group]],
+    config: dict[str, Any],
     writer: _Writer,
     index: int,
     skip_invalid: bool,
 ) -> None:
     lines = [n for n, _ in batch]
     try:
-        result = analyze(lm, [g for _, g in batch], config)
+        req = validated(AnalyzeRequest, {**config, "groups": [g for _, g in batch]})
+        result = services().analysis.analyze_local(req, lm)
     except InvalidInputError as exc:
         if not skip_invalid:
             raise InvalidInputError(f"lines {lines}: {exc}") from None
         logger.warning("skipping lines %s: %s", lines, exc)
         return
-    writer.write(result_body(result), lines, index)
+    writer.write(analysis_json(result), lines, index)
 
 
 def _count_lines(path: Path) -> int:
@@ -176,7 +181,8 @@ def analyze_file_command(
         raise typer.BadParameter("--format must be jsonl or csv")
     config = analysis_config(temperature, advantage, aggregation, ratio, scope, top_alternatives)
     try:
-        config.validate()
+        # the knobs are checked once, up front, as part of a minimal request
+        validated(AnalyzeRequest, {**config, "prompt": "-", "rewards": [0.0], "answers": ["-"]})
         lm = load_cli_model(model)
         total = _count_lines(rollouts)
         with output.open("w", encoding="utf-8", newline="") as out:

@@ -2,32 +2,30 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
+from functools import lru_cache
+from typing import Annotated, Any
 
 import typer
 
-from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec
-from gmts_core.errors import GMTSError, InvalidInputError
-from gmts_core.modeling import LoadedModel, load_model
-from gmts_core.sampling import SamplingConfig
+from app.core.config import Settings
+from app.services.container import Services, build_services
+from app.services.errors import GMTSError
+from app.services.local_models import LoadedModel, load_any_model
+
+Json = dict[str, Any]
 
 
-def builtin_aliases() -> dict[str, Path]:
-    """Model aliases every install has: the bundled demo model."""
-    from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
-
-    return {DEMO_ALIAS: DEMO_MODEL_DIR}
+@lru_cache(maxsize=1)
+def services() -> Services:
+    """The application services the CLI commands call (settings from the GMTS_* environment)."""
+    return build_services(Settings())
 
 
 def load_cli_model(
     name: str, device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False
 ) -> LoadedModel:
     """Load an alias, a local folder or a hub id (the CLI user may name any folder)."""
-    source: str | Path = builtin_aliases().get(name, name)
-    return load_model(
-        source, name=name, device=device, dtype=dtype, trust_remote_code=trust_remote_code
-    )
+    return load_any_model(name, device, dtype, trust_remote_code)
 
 
 def parse_rewards(text: str | None) -> list[float] | None:
@@ -52,27 +50,25 @@ def group_from_flags(
     rewards: str | None,
     reward_kind: str,
     reference: str | None,
-) -> GroupInput:
-    """One group from CLI flags: given answers or sampling, explicit rewards or a rule."""
+) -> Json:
+    """The request fields of one group from CLI flags: given answers or sampling, explicit
+    rewards or a rule (the single form of the body of ``POST /v1/analyze``)."""
     explicit = parse_rewards(rewards)
     if explicit is None and reference is None:
         raise typer.BadParameter("give --rewards or --reference (with --reward-kind)")
-    sampling = (
-        None
-        if answers
-        else SamplingConfig(
-            num_samples=num_samples,
-            temperature=temperature,
-            top_p=top_p,
-            max_new_tokens=max_new_tokens,
-            seed=seed,
-        )
-    )
-    reward = None if explicit is not None else RewardSpec(reward_kind, reference)
-    return GroupInput(prompt, answers or None, sampling, reward, explicit)
+    fields: Json = {"prompt": prompt, "temperature": temperature, "seed": seed}
+    if answers:
+        fields["answers"] = list(answers)
+    else:
+        fields.update(num_samples=num_samples, top_p=top_p, max_new_tokens=max_new_tokens)
+    if explicit is not None:
+        fields["rewards"] = explicit
+    else:
+        fields["reward"] = {"kind": reward_kind, "reference": reference}
+    return fields
 
 
-def fail(exc: GMTSError | InvalidInputError) -> typer.Exit:
+def fail(exc: GMTSError) -> typer.Exit:
     """Print a library error plainly and return the exit to raise."""
     typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
     return typer.Exit(code=2)
@@ -107,15 +103,16 @@ def analysis_config(
     top_alternatives: int,
     seed: int = 0,
     chat_template: bool = False,
-) -> AnalysisConfig:
-    """The AnalysisConfig the CLI flags describe."""
-    return AnalysisConfig(
-        temperature=temperature,
-        advantage=advantage,
-        loss_aggregation=aggregation,
-        ratio=ratio,
-        scope=scope,
-        top_alternatives=top_alternatives,
-        seed=seed,
-        chat_template=chat_template,
-    )
+) -> Json:
+    """The analysis knobs the CLI flags describe, as fields of an analyze request."""
+    fields: Json = {
+        "temperature": temperature,
+        "advantage": advantage,
+        "loss_aggregation": aggregation,
+        "selection": {"ratio": ratio, "scope": scope},
+        "top_alternatives": top_alternatives,
+        "chat_template": chat_template,
+    }
+    if seed:
+        fields["seed"] = seed
+    return fields

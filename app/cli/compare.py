@@ -6,8 +6,6 @@ and ``table.md`` (the final table) into ``--out``, and prints the table.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -18,16 +16,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from app.cli._app import cli
-from app.cli.common import fail, load_cli_model
-from gmts_core.compare import (
+from app.cli.common import fail, load_cli_model, services
+from app.reports.compare_report import TABLE_HEADER, table_rows
+from app.services.compare import (
     COMPARE_RECIPE,
-    DEFAULT_METHODS,
+    DEFAULT_COMPARE_METHODS,
     CompareConfig,
     CompareResult,
-    run_compare,
+    compare_config,
+    write_outputs,
 )
-from gmts_core.compare_report import TABLE_HEADER, compare_html, table_markdown, table_rows
-from gmts_core.errors import GMTSError
+from app.services.errors import GMTSError
 
 
 def _methods(text: str) -> tuple[str, ...]:
@@ -35,16 +34,6 @@ def _methods(text: str) -> tuple[str, ...]:
     if not methods:
         raise typer.BadParameter("--methods needs at least one method, e.g. entropy,gmts")
     return methods
-
-
-def write_outputs(result: CompareResult, out: Path) -> list[Path]:
-    """compare.json, compare.html and table.md in ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "compare.json", out / "compare.html", out / "table.md"]
-    paths[0].write_text(json.dumps(result.to_dict(), indent=1) + "\n")
-    paths[1].write_text(compare_html(result))
-    paths[2].write_text(table_markdown(result) + "\n")
-    return paths
 
 
 def _print_table(result: CompareResult, console: Console) -> None:
@@ -59,7 +48,7 @@ def _print_table(result: CompareResult, console: Console) -> None:
 @cli.command("compare")
 def compare_command(
     methods: Annotated[str, typer.Option(help="Comma-separated methods.")] = ",".join(
-        DEFAULT_METHODS
+        DEFAULT_COMPARE_METHODS
     ),
     ratio: Annotated[float, typer.Option(help="Share of tokens each method selects.")] = 0.2,
     steps: Annotated[int, typer.Option(help="GRPO steps per run.")] = CompareConfig.steps,
@@ -87,29 +76,26 @@ def compare_command(
         torch.set_num_threads(threads)
     try:
         lm = load_cli_model(model)
-        config = CompareConfig(
-            methods=_methods(methods),
-            ratio=ratio,
-            steps=steps,
-            seeds=seeds,
-            eval_every=eval_every,
-            eval_problems=eval_problems,
-            rl=dataclasses.replace(
-                COMPARE_RECIPE,
-                group_size=group_size,
-                prompts_per_step=prompts_per_step,
-                learning_rate=lr,
-                inner_steps=inner_steps,
-                warmup_steps=warmup_steps,
-                max_new_tokens=max_new_tokens,
-            ),
+        config = compare_config(
+            _methods(methods),
+            ratio,
+            steps,
+            seeds,
+            eval_every,
+            eval_problems,
+            COMPARE_RECIPE,
+            group_size=group_size,
+            prompts_per_step=prompts_per_step,
+            learning_rate=lr,
+            inner_steps=inner_steps,
+            warmup_steps=warmup_steps,
+            max_new_tokens=max_new_tokens,
         )
-        config.validate()
         console = Console()
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
         with Progress(*columns, TimeElapsedColumn(), console=console) as bar:
             task = bar.add_task("compare", total=steps * seeds * len(config.methods))
-            result = run_compare(
+            result = services().compare.run_local(
                 lm,
                 config,
                 lambda done, _total, label: bar.update(task, completed=done, description=label),

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from app.cli._app import cli
-from gmts_core.demo import DEMO_MODEL_DIR
+from app.services.demo import DEMO_MODEL_DIR, evaluate_demo, train_demo
 
 _FIGURES = (
     ("accuracy_t1", "accuracy, temperature 1.0 (all sampled answers)"),
@@ -43,17 +43,8 @@ def train_demo_command(
     ] = None,
 ) -> None:
     """Train the demo model from scratch (seeded; minutes on a CPU) and save it to OUT."""
-    from dataclasses import replace
-
-    from gmts_core.demo.train import FlawMix, TrainConfig, train_demo_model
-
-    config = TrainConfig(seed=seed)
-    knobs = {"steps": steps, "batch_size": batch_size, "lr": lr}
-    config = replace(config, **{k: v for k, v in knobs.items() if v is not None})
-    if flaw_rate is not None:
-        config = replace(config, mix=FlawMix(flaw_rate=flaw_rate))
     start = time.perf_counter()
-    folder = train_demo_model(out, config)
+    folder = train_demo(out, seed, steps, batch_size, lr, flaw_rate)
     typer.echo(f"saved {folder} ({time.perf_counter() - start:.0f}s)")
 
 
@@ -66,16 +57,11 @@ def eval_demo_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Measure a demo model on held-out prompts: accuracy, mixed groups, fork-point entropy."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from gmts_core.demo.evaluate import DemoEvalConfig, evaluate_demo_model
-
     if not (model / "config.json").is_file():
-        raise typer.BadParameter(f"{model} is not a model folder (no config.json)", "--model")
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
-    lm = AutoModelForCausalLM.from_pretrained(str(model))
-    config = DemoEvalConfig(num_prompts=num_prompts, group_size=group_size, seed=seed)
-    result = evaluate_demo_model(lm, tokenizer, config).to_dict()
+        raise typer.BadParameter(
+            f"{model} is not a model folder (no config.json)", param_hint="--model"
+        )
+    result = evaluate_demo(model, num_prompts, group_size, seed)
     if as_json:
         typer.echo(json.dumps({"model": str(model), "seed": seed, **result}))
         return

@@ -31,9 +31,13 @@ from app.cli.common import (
     fail,
     group_from_flags,
     load_cli_model,
+    services,
 )
-from gmts_core.errors import GMTSError
-from gmts_core.gradcheck import DEFAULT_MAX_TOKENS, GradcheckResult, gradcheck
+from app.gradcheck_schemas import GradcheckRequest
+from app.services.bodies import as_json as json_body
+from app.services.errors import GMTSError
+from app.services.gradcheck import DEFAULT_MAX_TOKENS
+from app.services.validation import validated
 
 
 @cli.command("gradcheck")
@@ -64,9 +68,9 @@ def gradcheck_command(
     ] = False,
 ) -> None:
     """Exact full-parameter gradient norm of each answer token, and how well each score ranks it."""
-    try:
-        lm = load_cli_model(model)
-        group = group_from_flags(
+    request = {
+        "model": model,
+        **group_from_flags(
             prompt,
             answer,
             n,
@@ -77,17 +81,22 @@ def gradcheck_command(
             rewards,
             reward_kind,
             reference,
-        )
-        config = analysis_config(
+        ),
+        **analysis_config(
             temperature, advantage, aggregation, ratio, scope, top_alternatives, seed, chat_template
-        )
-        result = gradcheck(lm, [group], config, max_tokens=max_tokens, precision=precision)
+        ),
+        "max_tokens": max_tokens,
+        "precision": precision,
+    }
+    try:
+        req = validated(GradcheckRequest, request)
+        body = json_body(services().gradcheck.run_local(req, load_cli_model(model)))
     except GMTSError as exc:
         raise fail(exc) from None
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), ensure_ascii=False))
+        typer.echo(json.dumps(body, ensure_ascii=False))
     else:
-        render_fidelity(result, Console())
+        render_fidelity(body, Console())
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -126,12 +135,12 @@ def fidelity_table(fid: dict[str, Any]) -> Table:
     return table
 
 
-def render_fidelity(result: GradcheckResult, console: Console) -> None:
-    fid = result.fidelity
-    s = result.analysis.summary
+def render_fidelity(body: dict[str, Any], console: Console) -> None:
+    fid = body["fidelity"]
+    s = body["summary"]
     console.print(
         f"{fid['num_tokens']} answer tokens, {fid['num_parameters']:,} parameters, "
-        f"k={s['k']} ({s['scope']}), {result.precision}, {fid['seconds']:.2f} s; "
+        f"k={s['k']} ({s['scope']}), {fid['precision']}, {fid['seconds']:.2f} s; "
         f"||full gradient|| = {fid['full_grad_norm']:.4g}"
     )
     console.print(fidelity_table(fid))

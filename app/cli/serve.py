@@ -106,7 +106,7 @@ def _force_exit() -> None:
     os._exit(1)
 
 
-def _overrides(**values: object) -> dict[str, object]:
+def _overrides(**values: Any) -> dict[str, Any]:
     """Only the options given on the command line override the GMTS_* environment."""
     return {k: v for k, v in values.items() if v is not None}
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from app.core.config import Settings
 from app.schemas import DEFAULT_NUM_SAMPLES, AnalyzeRequest, GroupRequest
-from app.services.errors import SessionNotFoundError
+from app.services.errors import LimitExceededError, SessionNotFoundError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRef, ModelRegistry
 from gmts_core.analysis import (
@@ -26,7 +26,7 @@ from gmts_core.analysis import (
     encode_answer,
     encode_prompt,
 )
-from gmts_core.errors import InvalidInputError, LimitExceededError
+from gmts_core.errors import InvalidInputError
 from gmts_core.modeling import LoadedModel
 from gmts_core.records import AnalysisResult
 from gmts_core.rewards import check_reference, reward_budget
@@ -88,6 +88,12 @@ class AnalysisService:
         prepared = self.prepare(req, policy is not None)
         return self.jobs.run_blocking(lambda: self.execute(prepared, policy))
 
+    def analyze_local(self, req: AnalyzeRequest, lm: LoadedModel) -> AnalysisResult:
+        """A model the caller loaded, on the caller's own machine (the CLI): the same
+        conversion and analysis, without this server's size limits and job queue."""
+        groups = [self.group_input(g, req.temperature) for g in req.group_requests()]
+        return analyze(lm, groups, analysis_config(req))
+
     # --- steps ---
 
     def prepare(self, req: AnalyzeRequest, has_policy: bool = False) -> PreparedAnalysis:
@@ -103,7 +109,7 @@ class AnalysisService:
         elif not has_policy:
             ref = self.models.resolve(req.model)
             self.models.ensure_available(ref)
-        groups = [self._group_input(g, req.temperature) for g in group_reqs]
+        groups = [self.group_input(g, req.temperature) for g in group_reqs]
         return PreparedAnalysis(ref, req.session_id, groups, analysis_config(req))
 
     def execute(
@@ -125,7 +131,7 @@ class AnalysisService:
             return self.sessions.use_policy(prepared.session_id)
         return nullcontext(self.models.load(prepared.ref))
 
-    def _group_input(self, g: GroupRequest, temperature: float) -> GroupInput:
+    def group_input(self, g: GroupRequest, temperature: float) -> GroupInput:
         sampling = None
         if g.answers is None:
             sampling = SamplingConfig(
@@ -221,37 +227,3 @@ def check_token_limits(s: Settings, lm: LoadedModel, prepared: PreparedAnalysis)
     _limit(
         "the number of tokens (prompts + answers)", total, s.max_total_tokens, "max_total_tokens"
     )
-
-
-def result_body(result: AnalysisResult) -> dict[str, Any]:
-    """The JSON body of ``POST /v1/analyze``: ``result.to_dict()`` plus human ``notes``."""
-    body = result.to_dict()
-    body["notes"] = result_notes(result)
-    return body
-
-
-def result_notes(result: AnalysisResult) -> list[str]:
-    """Plain-language remarks a user should not miss (zero-signal groups, cut answers)."""
-    notes: list[str] = []
-    s = result.summary
-    n_groups = len(result.groups)
-    if n_groups == 1 and s["zero_signal"]:
-        r = result.groups[0].answers[0].reward if result.groups[0].answers else 0.0
-        notes.append(
-            f"All rewards in this group are equal ({r:g}), so every advantage is 0: this group "
-            "carries no learning signal and every token's gradient proxy is 0. Sample more "
-            "answers or use a harder/easier prompt to get mixed rewards."
-        )
-    elif s["num_zero_signal_groups"]:
-        zero = [g.index for g in result.groups if g.summary.get("zero_signal")]
-        notes.append(
-            f"{len(zero)} of {n_groups} groups have equal rewards and carry no learning signal "
-            f"(groups {', '.join(map(str, zero))}); wasted_share shows how much of each method's "
-            "selection lands on their tokens."
-        )
-    cut = sum(not a.finished for _, a in result.iter_answers())
-    if cut:
-        notes.append(
-            f"{cut} sampled answer(s) reached max_new_tokens without an end-of-sequence token."
-        )
-    return notes

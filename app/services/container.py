@@ -1,18 +1,23 @@
-"""The services one app instance shares between the API routes, the UI and sessions.
+"""The services of one app instance, built once and shared by the API routes, the UI and the CLI.
 
-``create_app`` puts a :class:`Services` on ``app.state.services``; the UI and the session
-service reach the model registry, the job limiter and the analysis service through it.
+``build_services(settings)`` makes every service (models, jobs, analysis, sessions, gradcheck,
+compare); ``create_app`` puts them on ``app.state.services``, the UI's local backend and the CLI
+call the same objects. Every front end reaches the library through these services.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from app.core.config import Settings
-from app.services.analysis import AnalysisService, PolicyProvider
+from app.services.analysis import AnalysisService
+from app.services.compare import CompareService
+from app.services.gradcheck import GradcheckService
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
+from app.services.sessions import SessionService
 
 
 @dataclass
@@ -21,17 +26,25 @@ class Services:
     models: ModelRegistry
     jobs: JobLimiter
     analysis: AnalysisService
-    sessions: Any = None  # the session service, once registered (a PolicyProvider)
-
-    def register_sessions(self, provider: PolicyProvider) -> None:
-        """Let ``session_id`` in analyze requests use ``provider``'s session policies."""
-        self.sessions = provider
-        self.analysis.sessions = provider
+    sessions: SessionService
+    gradcheck: GradcheckService
+    compare: CompareService
 
 
-def build_services(settings: Settings) -> Services:
+def build_services(settings: Settings, clock: Callable[[], float] = time.monotonic) -> Services:
+    """Every service for ``settings``; ``clock`` drives session expiry (tests inject one)."""
     models = ModelRegistry(settings)
     jobs = JobLimiter(
         settings.max_concurrent_jobs, settings.max_queued_jobs, settings.retry_after_s
     )
-    return Services(settings, models, jobs, AnalysisService(settings, models, jobs))
+    sessions = SessionService(settings, models, jobs, clock)
+    analysis = AnalysisService(settings, models, jobs, sessions)
+    return Services(
+        settings,
+        models,
+        jobs,
+        analysis,
+        sessions,
+        GradcheckService(analysis),
+        CompareService(settings, models, jobs),
+    )

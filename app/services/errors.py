@@ -1,8 +1,21 @@
-"""Typed errors of the service layer (the web layer maps them to HTTP, like gmts_core's)."""
+"""The errors the front ends see, defined once: the library's typed errors and the service layer's.
+
+The web layer maps them to HTTP statuses (``app.api.errors``), the UI to ``gr.Error`` and the CLI
+to an exit code. Front ends import errors from here, never from ``gmts_core`` directly.
+"""
 
 from __future__ import annotations
 
-from gmts_core.errors import GMTSError
+from gmts_core.cancel import Cancelled
+from gmts_core.errors import (
+    GMTSError,
+    InvalidInputError,
+    LimitExceededError,
+    ModelLoadError,
+    ModelNotFoundError,
+    NonFiniteLogitsError,
+    UnknownNameError,
+)
 
 
 class QueueFullError(GMTSError):
@@ -16,6 +29,30 @@ class QueueFullError(GMTSError):
 
 
 class SessionNotFoundError(GMTSError, LookupError):
-    """A ``session_id`` names no live session (never created, expired or deleted)."""
+    """A ``session_id`` names no live session (never created, expired, evicted or deleted)."""
 
     code = "unknown_session"
+
+
+class SessionBusyError(QueueFullError):
+    """The session is running a step (one at a time); retry shortly (HTTP 429)."""
+
+    code = "session_busy"
+
+    def __init__(self, message: str, retry_after_s: int = 2) -> None:
+        super().__init__(message, retry_after_s)
+
+
+__all__ = [
+    "Cancelled",
+    "GMTSError",
+    "InvalidInputError",
+    "LimitExceededError",
+    "ModelLoadError",
+    "ModelNotFoundError",
+    "NonFiniteLogitsError",
+    "QueueFullError",
+    "SessionBusyError",
+    "SessionNotFoundError",
+    "UnknownNameError",
+]

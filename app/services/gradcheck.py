@@ -8,39 +8,21 @@ in float64), so models above ``gradcheck_max_parameters`` are refused up front.
 
 from __future__ import annotations
 
-import math
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
 
-from app.gradcheck_schemas import GradcheckRequest
+from app.gradcheck_schemas import GradcheckRequest, GradcheckResponse
 from app.services.analysis import (
     AnalysisService,
     PreparedAnalysis,
+    analysis_config,
     check_token_limits,
-    result_notes,
 )
-from gmts_core.errors import LimitExceededError
-from gmts_core.gradcheck import GradcheckResult, gradcheck
+from app.services.bodies import gradcheck_response
+from app.services.errors import LimitExceededError
+from gmts_core.gradcheck import DEFAULT_MAX_TOKENS, gradcheck
 from gmts_core.modeling import LoadedModel
 
-
-def _finite(value: Any) -> Any:
-    """JSON cannot carry NaN or infinity: such numbers become null (recursively)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
-def gradcheck_body(result: GradcheckResult) -> dict[str, Any]:
-    """The JSON body of ``POST /v1/gradcheck``: ``result.to_dict()`` plus human ``notes``."""
-    body = result.to_dict()
-    body["fidelity"] = _finite(body["fidelity"])
-    body["notes"] = result_notes(result.analysis)
-    return body
+__all__ = ["DEFAULT_MAX_TOKENS", "GradcheckService"]
 
 
 class GradcheckService:
@@ -51,21 +33,27 @@ class GradcheckService:
         settings = analysis.settings
         self.max_parameters = settings.gradcheck_max_parameters
 
-    async def run(self, req: GradcheckRequest) -> dict[str, Any]:
+    async def run(self, req: GradcheckRequest) -> GradcheckResponse:
         prepared = self.analysis.prepare(req)
         return await self.analysis.jobs.run(lambda: self.execute(prepared, req))
 
-    def run_blocking(self, req: GradcheckRequest) -> dict[str, Any]:
+    def run_blocking(self, req: GradcheckRequest) -> GradcheckResponse:
         prepared = self.analysis.prepare(req)
         return self.analysis.jobs.run_blocking(lambda: self.execute(prepared, req))
 
-    def execute(self, prepared: PreparedAnalysis, req: GradcheckRequest) -> dict[str, Any]:
+    def run_local(self, req: GradcheckRequest, lm: LoadedModel) -> GradcheckResponse:
+        """A model the caller loaded (the CLI): no server limits, no job queue; the same body."""
+        groups = [self.analysis.group_input(g, req.temperature) for g in req.group_requests()]
+        config = analysis_config(req)
+        return gradcheck_response(gradcheck(lm, groups, config, req.max_tokens, req.precision))
+
+    def execute(self, prepared: PreparedAnalysis, req: GradcheckRequest) -> GradcheckResponse:
         """The heavy part (blocking): the model, its size check, analysis and exact gradients."""
         with self._model(prepared) as lm:
             check_token_limits(self.analysis.settings, lm, prepared)
             self._check_size(lm)
             result = gradcheck(lm, prepared.groups, prepared.config, req.max_tokens, req.precision)
-        return gradcheck_body(result)
+        return gradcheck_response(result)
 
     def _model(self, prepared: PreparedAnalysis) -> AbstractContextManager[LoadedModel]:
         if prepared.ref is None:  # a session's policy, held while in use

@@ -1,6 +1,6 @@
 """The session service: live-RL sessions for the API and the UI, within the server's limits.
 
-It wraps :class:`gmts_core.sessions.SessionStore` (TTL ``GMTS_SESSION_TTL_S``, at most
+It wraps :class:`app.services.session_store.SessionStore` (TTL ``GMTS_SESSION_TTL_S``, at most
 ``GMTS_MAX_SESSIONS``), runs the heavy work (copying the model, GRPO steps, evaluation) in
 worker threads under the shared job limiter, and is the analysis service's
 :class:`~app.services.analysis.PolicyProvider`, so ``POST /v1/analyze`` with ``session_id``
@@ -11,92 +11,84 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from app.core.config import Settings
-from app.services.errors import QueueFullError, SessionNotFoundError
+from app.services.bodies import evaluation_out, session_out, step_out
+from app.services.errors import LimitExceededError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
-from app.session_schemas import SessionCreateRequest, SessionEvalRequest, SessionStepRequest
-from gmts_core import sessions as core
+from app.services.session_store import SessionStore
+from app.session_schemas import (
+    EvaluationOut,
+    SessionCreateRequest,
+    SessionEvalRequest,
+    SessionOut,
+    SessionStepRequest,
+    StepOut,
+)
 from gmts_core.analysis import encode_prompt
-from gmts_core.errors import InvalidInputError, LimitExceededError
+from gmts_core.config import RLConfig
+from gmts_core.errors import InvalidInputError
 from gmts_core.modeling import LoadedModel
 from gmts_core.policy import PolicySettings
 from gmts_core.rewards import check_reference, reward_budget
-from gmts_core.rl import RLConfig
 from gmts_core.rl_records import StepResult
-from gmts_core.sessions import Session, SessionStore
+from gmts_core.sessions import Session
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-class SessionBusyError(QueueFullError):
-    """The session is running a step (one at a time); retry shortly (HTTP 429)."""
-
-    code = "session_busy"
-
-
-@contextmanager
-def _app_errors() -> Iterator[None]:
-    """gmts_core's session errors as the service errors the web layer maps to HTTP."""
-    try:
-        yield
-    except core.SessionNotFoundError as exc:
-        raise SessionNotFoundError(str(exc)) from None
-    except core.SessionBusyError as exc:
-        raise SessionBusyError(str(exc), retry_after_s=2) from None
-
-
-def step_body(session: Session, results: list[StepResult], include_tokens: bool) -> dict[str, Any]:
-    """The JSON body of a step request."""
-    last = results[-1] if results and include_tokens else None
-    return {
-        "session_id": session.id,
-        "steps_done": session.steps_done,
-        "steps": [r.metrics.to_dict() for r in results],
-        "last_batch": [a.to_dict() for a in last.answers] if last else None,
-    }
+def check_step_limits(s: Settings, config: RLConfig, num_prompts: int | None = None) -> None:
+    """This server's per-step limits on a GRPO step (a session's, or each step of a compare run):
+    prompts per step (GMTS_MAX_GROUPS), answers per step (GMTS_MAX_ANSWERS), max_new_tokens."""
+    config.validate()
+    prompts = num_prompts if num_prompts is not None else config.prompts_per_step
+    if prompts > s.max_groups:
+        raise LimitExceededError(
+            f"{prompts} prompts per step; this server's limit is {s.max_groups} (GMTS_MAX_GROUPS)"
+        )
+    if prompts * config.group_size > s.max_answers:
+        raise LimitExceededError(
+            f"{prompts} prompts x {config.group_size} answers per step; this server's "
+            f"limit is {s.max_answers} answers (GMTS_MAX_ANSWERS)"
+        )
+    if config.max_new_tokens > s.max_new_tokens:
+        raise LimitExceededError(
+            f"max_new_tokens is {config.max_new_tokens}; this server's limit is "
+            f"{s.max_new_tokens} (GMTS_MAX_NEW_TOKENS)"
+        )
 
 
 class SessionService:
     """Create, step, inspect, reset and delete sessions; lend policies to the analysis."""
 
-    def __init__(self, settings: Settings, models: ModelRegistry, jobs: JobLimiter) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        models: ModelRegistry,
+        jobs: JobLimiter,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
         self.models = models
         self.jobs = jobs
         self.store = SessionStore(
             ttl_s=settings.session_ttl_s,
             max_sessions=settings.max_sessions,
+            clock=clock,
             max_bytes=settings.session_memory_mb * 2**20,
         )
 
     # --- checks (cheap, before any model work) ---
 
     def _check_config(self, config: RLConfig, num_prompts: int | None) -> None:
-        s = self.settings
-        config.validate()
-        prompts = num_prompts if num_prompts is not None else config.prompts_per_step
-        if prompts > s.max_groups:
-            raise LimitExceededError(
-                f"{prompts} prompts per step; this server's limit is {s.max_groups} "
-                "(GMTS_MAX_GROUPS)"
-            )
-        if prompts * config.group_size > s.max_answers:
-            raise LimitExceededError(
-                f"{prompts} prompts x {config.group_size} answers per step; this server's "
-                f"limit is {s.max_answers} answers (GMTS_MAX_ANSWERS)"
-            )
-        if config.max_new_tokens > s.max_new_tokens:
-            raise LimitExceededError(
-                f"max_new_tokens is {config.max_new_tokens}; this server's limit is "
-                f"{s.max_new_tokens} (GMTS_MAX_NEW_TOKENS)"
-            )
+        check_step_limits(self.settings, config, num_prompts)
 
     def _check_prompts(self, req: SessionStepRequest) -> None:
         """Text limits and reward references of given prompts: before any model work."""
@@ -141,8 +133,7 @@ class SessionService:
         return config
 
     def get(self, session_id: str) -> Session:
-        with _app_errors():
-            return self.store.get(session_id)
+        return self.store.get(session_id)
 
     # --- blocking operations (worker threads; the UI may call them directly) ---
 
@@ -161,9 +152,9 @@ class SessionService:
         lm = self.models.load(self.models.resolve(req.model))
         return self.store.create(lm, self._initial_config(req), policy, req.seed)
 
-    def create_blocking(self, req: SessionCreateRequest) -> Session:
+    def create_blocking(self, req: SessionCreateRequest) -> SessionOut:
         self._check_create(req)
-        return self.jobs.run_blocking(lambda: self._create(req))
+        return session_out(self.jobs.run_blocking(lambda: self._create(req)))
 
     def _prepare_step(self, session_id: str, req: SessionStepRequest) -> RLConfig:
         if req.steps > self.settings.max_session_steps:
@@ -182,29 +173,29 @@ class SessionService:
         req: SessionStepRequest,
         config: RLConfig,
         progress: Callable[[int, StepResult], None] | None = None,
-    ) -> dict[str, Any]:
+    ) -> StepOut:
         prompts = [p.to_core() for p in req.prompts] if req.prompts else None
-        with _app_errors(), self.store.use(session_id) as session:
+        with self.store.use(session_id) as session:
             self._check_step_tokens(session, req, config)
             with reward_budget(self.settings.reward_budget_s, "GMTS_REWARD_BUDGET_S"):
                 results = session.step(prompts, req.steps, config, progress)
-            return step_body(session, results, req.include_tokens)
+            return step_out(session, results, req.include_tokens)
 
     def step_blocking(
         self,
         session_id: str,
         req: SessionStepRequest,
         progress: Callable[[int, StepResult], None] | None = None,
-    ) -> dict[str, Any]:
+    ) -> StepOut:
         """Run the steps (``progress(done, result)`` after each); the body of a step request."""
         config = self._prepare_step(session_id, req)
         return self.jobs.run_blocking(lambda: self._run_steps(session_id, req, config, progress))
 
     def _locked(self, session_id: str, fn: Callable[[Session], T]) -> T:
-        with _app_errors(), self.store.use(session_id) as session:
+        with self.store.use(session_id) as session:
             return fn(session)
 
-    def reset_blocking(self, session_id: str) -> dict[str, Any]:
+    def reset_blocking(self, session_id: str) -> SessionOut:
         self.get(session_id)
         return self.jobs.run_blocking(lambda: self._locked(session_id, _reset))
 
@@ -218,63 +209,61 @@ class SessionService:
                 f"answers; this server's limit is {limit} (GMTS_MAX_EVAL_ANSWERS)"
             )
 
-    def _evaluate(self, session_id: str, req: SessionEvalRequest) -> dict[str, Any]:
+    def _evaluate(self, session_id: str, req: SessionEvalRequest) -> EvaluationOut:
         with reward_budget(self.settings.reward_budget_s, "GMTS_REWARD_BUDGET_S"):
             return self._locked(session_id, _evaluator(req))
 
-    def evaluate_blocking(self, session_id: str, req: SessionEvalRequest) -> dict[str, Any]:
+    def evaluate_blocking(self, session_id: str, req: SessionEvalRequest) -> EvaluationOut:
         self._check_evaluate(session_id, req)
         return self.jobs.run_blocking(lambda: self._evaluate(session_id, req))
 
     # --- async entry points for the routes ---
 
-    async def create(self, req: SessionCreateRequest) -> dict[str, Any]:
+    async def create(self, req: SessionCreateRequest) -> SessionOut:
         self._check_create(req)
-        session = await self.jobs.run(lambda: self._create(req))
-        return session.info()
+        return session_out(await self.jobs.run(lambda: self._create(req)))
 
-    async def step(self, session_id: str, req: SessionStepRequest) -> dict[str, Any]:
+    async def step(self, session_id: str, req: SessionStepRequest) -> StepOut:
         config = self._prepare_step(session_id, req)
         return await self.jobs.run(lambda: self._run_steps(session_id, req, config))
 
-    async def reset(self, session_id: str) -> dict[str, Any]:
+    async def reset(self, session_id: str) -> SessionOut:
         self.get(session_id)
         return await self.jobs.run(lambda: self._locked(session_id, _reset))
 
-    async def evaluate(self, session_id: str, req: SessionEvalRequest) -> dict[str, Any]:
+    async def evaluate(self, session_id: str, req: SessionEvalRequest) -> EvaluationOut:
         self._check_evaluate(session_id, req)
         return await self.jobs.run(lambda: self._evaluate(session_id, req))
 
-    def info(self, session_id: str) -> dict[str, Any]:
+    def info(self, session_id: str) -> SessionOut:
         """Settings and history; answers even while a step runs (history is append-only)."""
-        return self.get(session_id).info()
+        return session_out(self.get(session_id))
 
     def delete(self, session_id: str) -> None:
-        with _app_errors():
-            self.store.delete(session_id)
+        self.store.delete(session_id)
 
     # --- PolicyProvider for the analysis service ---
 
     @contextmanager
     def use_policy(self, session_id: str) -> Iterator[LoadedModel]:
         """The session's policy, held (no step runs) for the duration of the analysis."""
-        with _app_errors(), self.store.use(session_id) as session:
+        with self.store.use(session_id) as session:
             yield session.policy.as_loaded(f"{session.policy.base.name} (session {session_id})")
 
 
-def _reset(session: Session) -> dict[str, Any]:
+def _reset(session: Session) -> SessionOut:
     session.reset()
-    return session.info()
+    return session_out(session)
 
 
-def _evaluator(req: SessionEvalRequest) -> Callable[[Session], dict[str, Any]]:
-    def run(session: Session) -> dict[str, Any]:
-        result = session.evaluate(
+def _evaluator(req: SessionEvalRequest) -> Callable[[Session], EvaluationOut]:
+    def run(session: Session) -> EvaluationOut:
+        session.evaluate(
             req.num_problems,
             temperature=req.temperature,
             samples_per_problem=req.samples_per_problem,
             seed=req.seed,
         )
-        return {"step": session.steps_done, **result.to_dict()}
+        return evaluation_out(session.evaluations[-1])
 
     return run

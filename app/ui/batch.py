@@ -10,14 +10,16 @@ arrange numbers of the result.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
 
+from app.services.catalog import demo_problems
+from app.services.errors import InvalidInputError
 from app.ui.charts import _LAYOUT, MARK_A, MARK_B
 from app.ui.explore import EXPLICIT, ExploreForm, common_fields, sampling_fields
 from app.ui.render import Json, _fmt, groups_of
-from gmts_core.errors import InvalidInputError
 
 BLOCK_SEPARATOR = re.compile(r"^\s*-{3,}\s*$", re.MULTILINE)
 REFERENCE_PREFIX = "=>"
@@ -46,13 +48,11 @@ def format_batch(items: list[tuple[str, str | None]]) -> str:
 
 def demo_batch_text(seed: int = 0, n: int = DEMO_BATCH_SIZE) -> str:
     """``n`` held-out prompts of the demo arithmetic task with their references."""
-    from gmts_core.tasks.arith import generate_problems
-
-    problems = generate_problems(n, seed=seed, split="heldout")
+    problems = demo_problems(n, seed=seed, split="heldout")
     return format_batch([(p.prompt, p.reference) for p in problems])
 
 
-def build_batch_request(form: ExploreForm, batch_text: str) -> Json:
+def build_batch_request(form: ExploreForm, batch_text: str, available: Sequence[str] = ()) -> Json:
     """The ``POST /v1/analyze`` batch body: one sampled group per prompt."""
     items = parse_batch(batch_text)
     if len(items) < 1:
@@ -69,7 +69,7 @@ def build_batch_request(form: ExploreForm, batch_text: str) -> Json:
         groups.append(
             {"prompt": prompt, "reward": {"kind": form.reward_kind, "reference": reference}}
         )
-    body = common_fields(form)
+    body = common_fields(form, available)
     body.update(sampling_fields(form))
     body["groups"] = groups
     return body

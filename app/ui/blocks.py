@@ -17,11 +17,12 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from app.services.catalog import demo_examples
+from app.services.errors import GMTSError
 from app.ui import batch, explore
 from app.ui.charts import SUMMARY_HEADERS
-from app.ui.client import Backend
+from app.ui.client import Backend, Json
 from app.ui.export import write_exports
-from gmts_core.errors import GMTSError
 
 logger = logging.getLogger(__name__)
 
@@ -41,12 +42,31 @@ class UIContext:
     backend: Backend
     settings: Any
     result: gr.State  # the current analysis (the API's JSON body) or None
+    capabilities: Json = field(default_factory=dict)  # the backend's GET /v1/capabilities
     method_a: gr.Dropdown | None = None
     method_b: gr.Dropdown | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
 
 TabBuilder = Callable[[UIContext], None]
+
+
+def backend_capabilities(backend: Backend) -> Json:
+    """What the backend offers (its methods, rules, limits); the local catalog if a remote
+    server cannot be asked (the UI still builds, and says so in the log)."""
+    try:
+        return backend.capabilities()
+    except GMTSError as exc:
+        from app.core.config import Settings
+        from app.services.bodies import as_json
+        from app.services.catalog import capabilities
+
+        logger.warning("cannot ask the backend for its capabilities: %s", exc)
+        return as_json(capabilities(Settings()))
+
+
+def method_names(ctx: UIContext) -> list[str]:
+    return explore.method_choices(ctx.capabilities)
 
 
 def _call(fn: Callable[[], Any]) -> Any:
@@ -63,9 +83,7 @@ def _form(values: Sequence[Any]) -> explore.ExploreForm:
 
 def _prompt_column(c: dict[str, Any]) -> None:
     """Prompt, reference, the demo task's example prompts and pasted answers."""
-    from gmts_core.tasks.arith import example_prompts
-
-    examples = example_prompts()
+    examples = demo_examples()
     first = next((e for e in examples if e.label == "carry"), examples[0])
     c["prompt"] = gr.Textbox(first.prompt, label="Prompt", lines=3, elem_id="prompt")
     c["reference"] = gr.Textbox(
@@ -86,10 +104,10 @@ def _prompt_column(c: dict[str, Any]) -> None:
         )
 
 
-def _settings_column(c: dict[str, Any], backend: Backend) -> None:
+def _settings_column(c: dict[str, Any], ctx: UIContext) -> None:
     """Model, sampling, reward, selection and the two methods to compare."""
-    models, default_model = backend.models()
-    methods = explore.method_choices()
+    models, default_model = ctx.backend.models()
+    methods = explore.method_choices(ctx.capabilities)
     c["model"] = gr.Dropdown(models, value=default_model, label="Model", allow_custom_value=True)
     with gr.Row():
         c["group_size"] = gr.Slider(1, 32, 8, step=1, label="Group size G", elem_id="group-size")
@@ -101,7 +119,10 @@ def _settings_column(c: dict[str, Any], backend: Backend) -> None:
         c["seed"] = gr.Number(0, precision=0, label="Seed", minimum=0)
     with gr.Row():
         c["reward_kind"] = gr.Dropdown(
-            explore.reward_choices(), value="numeric", label="Reward rule", elem_id="reward-kind"
+            explore.reward_choices(ctx.capabilities),
+            value="numeric",
+            label="Reward rule",
+            elem_id="reward-kind",
         )
         c["explicit_rewards"] = gr.Textbox(
             "", label="Explicit rewards (e.g. 1,0,0,1)", elem_id="explicit-rewards"
@@ -122,7 +143,7 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
         with gr.Column(scale=3, min_width=300):
             _prompt_column(c)
         with gr.Column(scale=2, min_width=280):
-            _settings_column(c, ctx.backend)
+            _settings_column(c, ctx)
     ctx.method_a, ctx.method_b = c["method_a"], c["method_b"]
     return {name: c[name] for name in FORM_FIELDS}
 
@@ -274,14 +295,14 @@ def build_explore_tab(ctx: UIContext) -> ExploreOutputs:
 
     def run_single(*values: Any) -> list[Any]:
         f = _form(values[:-1])
-        result = _call(lambda: ctx.backend.analyze(explore.build_request(f)))
+        result = _call(lambda: ctx.backend.analyze(explore.build_request(f, method_names(ctx))))
         if explore.rule_overridden(f):  # say which rewards were used
             gr.Info(explore.reward_note(f))
         return new_result(result, f.method_a, f.method_b, values[-1])
 
     def run_batch(*values: Any) -> list[Any]:
         f = _form(values[:-2])
-        body = _call(lambda: batch.build_batch_request(f, values[-2]))
+        body = _call(lambda: batch.build_batch_request(f, values[-2], method_names(ctx)))
         result = _call(lambda: ctx.backend.analyze(body))
         return new_result(result, f.method_a, f.method_b, values[-1])
 
@@ -308,7 +329,9 @@ def build_blocks(
     """The whole UI; ``extra_tabs`` are ``(title, builder)`` pairs added after Learn."""
     with gr.Blocks(title="GMTS Explorer", fill_width=True) as demo:
         gr.Markdown(INTRO + f"\n\nBackend: `{backend.label}`")
-        ctx = UIContext(backend, settings, gr.State(None))
+        ctx = UIContext(
+            backend, settings, gr.State(None), capabilities=backend_capabilities(backend)
+        )
         with gr.Tabs():
             with gr.Tab("Explore", id="explore", elem_id="tab-explore"):
                 build_explore_tab(ctx)

@@ -2,8 +2,9 @@
 
 Both backends take the JSON body of ``POST /v1/analyze`` and return its JSON response, so the
 UI renders the same dict either way; the same holds for ``/v1/gradcheck`` and the live-RL
-sessions of ``/v1/sessions`` (create, step, get, evaluate, reset). A compare run
-(:mod:`gmts_core.compare`) has no HTTP route, so only the local backend runs one. The remote
+sessions of ``/v1/sessions`` (create, step, get, evaluate, reset), and for what the server
+offers (``GET /v1/capabilities``: its methods, reward rules and limits, which the UI's
+dropdowns list). A compare run has no HTTP route, so only the local backend runs one. The remote
 mode (``gmts serve --api-url URL`` or ``GMTS_API_URL``) lets a GPU server hold the models while
 the UI runs elsewhere.
 
@@ -18,18 +19,20 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import httpx
-from pydantic import BaseModel, ValidationError
 
 from app.gradcheck_schemas import GradcheckRequest
 from app.schemas import AnalyzeRequest
-from app.services.analysis import result_body
-from app.services.errors import SessionNotFoundError
+from app.services.bodies import analysis_json, as_json
+from app.services.catalog import capabilities
+from app.services.compare import CompareConfig
+from app.services.container import Services
+from app.services.errors import GMTSError, SessionNotFoundError
 from app.services.jobs import wait_in_line
+from app.services.validation import validated, validation_message
 from app.session_schemas import SessionCreateRequest, SessionEvalRequest, SessionStepRequest
-from gmts_core.errors import GMTSError, InvalidInputError
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +56,10 @@ class Backend(Protocol):
 
     def models(self) -> tuple[list[str], str | None]:
         """Model names to offer, and the default one."""
+        ...
+
+    def capabilities(self) -> Json:
+        """``GET /v1/capabilities``: the methods, reward rules and limits of the serving process."""
         ...
 
     def gradcheck(self, request: Json) -> Json:
@@ -80,23 +87,12 @@ class Backend(Protocol):
         ...
 
     def compare(
-        self, model: str | None, config: Any, progress: CompareProgress | None = None
+        self, model: str | None, config: CompareConfig, progress: CompareProgress | None = None
     ) -> Json:
-        """``run_compare(model, config).to_dict()``; the local backend only."""
+        """A compare run's ``CompareResult.to_dict()``; the local backend only."""
         ...
 
 
-def validation_message(exc: ValidationError) -> str:
-    """A pydantic error as one line per problem: ``field.path: message``."""
-    lines = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err.get("loc", ()))
-        msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
-        lines.append(f"{where}: {msg}" if where else msg)
-    return "; ".join(lines)
-
-
-M = TypeVar("M", bound=BaseModel)
 DEFAULT_QUEUE_WAIT_S = 900.0
 
 
@@ -111,12 +107,7 @@ def tell_person(message: str) -> None:
         pass
 
 
-def _validated(schema: type[M], request: Json) -> M:
-    """``request`` as ``schema``, a validation error as InvalidInputError naming the fields."""
-    try:
-        return schema.model_validate(request)
-    except ValidationError as exc:
-        raise InvalidInputError(validation_message(exc)) from None
+__all__ = ["Backend", "BackendError", "LocalBackend", "RemoteBackend", "validation_message"]
 
 
 class LocalBackend:
@@ -124,7 +115,7 @@ class LocalBackend:
 
     label = "local"
 
-    def __init__(self, services: Any, on_wait: Callable[[str], None] = tell_person) -> None:
+    def __init__(self, services: Services, on_wait: Callable[[str], None] = tell_person) -> None:
         self.services = services
         settings = getattr(services, "settings", None)
         self.wait_s = float(getattr(settings, "ui_queue_wait_s", DEFAULT_QUEUE_WAIT_S))
@@ -134,57 +125,50 @@ class LocalBackend:
         return wait_in_line(self.wait_s, self.on_wait)
 
     def analyze(self, request: Json) -> Json:
-        req = _validated(AnalyzeRequest, request)
+        req = validated(AnalyzeRequest, request)
         with self._in_line():
-            return result_body(self.services.analysis.analyze_blocking(req))
+            return analysis_json(self.services.analysis.analyze_blocking(req))
 
     def models(self) -> tuple[list[str], str | None]:
         names = [m["alias"] for m in self.services.models.list_models()]
         return names, self.services.settings.default_model
 
-    def gradcheck(self, request: Json) -> Json:
-        from app.services.gradcheck import GradcheckService
+    def capabilities(self) -> Json:
+        return as_json(capabilities(self.services.settings))
 
-        service = GradcheckService(self.services.analysis)
+    def gradcheck(self, request: Json) -> Json:
+        req = validated(GradcheckRequest, request)
         with self._in_line():
-            return service.run_blocking(_validated(GradcheckRequest, request))
+            return as_json(self.services.gradcheck.run_blocking(req))
 
     def create_session(self, request: Json) -> Json:
-        req = _validated(SessionCreateRequest, request)
+        req = validated(SessionCreateRequest, request)
         with self._in_line():
-            return self.services.sessions.create_blocking(req).info()  # type: ignore[no-any-return]
+            return as_json(self.services.sessions.create_blocking(req))
 
     def step_session(self, session_id: str, request: Json) -> Json:
-        req = _validated(SessionStepRequest, request)
+        req = validated(SessionStepRequest, request)
         with self._in_line():
-            return self.services.sessions.step_blocking(session_id, req)  # type: ignore[no-any-return]
+            return as_json(self.services.sessions.step_blocking(session_id, req))
 
     def get_session(self, session_id: str) -> Json:
-        return self.services.sessions.info(session_id)  # type: ignore[no-any-return]
+        return as_json(self.services.sessions.info(session_id))
 
     def evaluate_session(self, session_id: str, request: Json) -> Json:
-        req = _validated(SessionEvalRequest, request)
+        req = validated(SessionEvalRequest, request)
         with self._in_line():
-            return self.services.sessions.evaluate_blocking(session_id, req)  # type: ignore[no-any-return]
+            return as_json(self.services.sessions.evaluate_blocking(session_id, req))
 
     def reset_session(self, session_id: str) -> Json:
         with self._in_line():
-            return self.services.sessions.reset_blocking(session_id)  # type: ignore[no-any-return]
+            return as_json(self.services.sessions.reset_blocking(session_id))
 
     def compare(
-        self, model: str | None, config: Any, progress: CompareProgress | None = None
+        self, model: str | None, config: CompareConfig, progress: CompareProgress | None = None
     ) -> Json:
         """Run a compare in a job slot (it holds the slot for its whole run)."""
-        from gmts_core.compare import run_compare
-
-        models = self.services.models
-        ref = models.resolve(model)
-        models.ensure_available(ref)
-        config.validate()
         with self._in_line():
-            return self.services.jobs.run_blocking(  # type: ignore[no-any-return]
-                lambda: run_compare(models.load(ref), config, progress).to_dict()
-            )
+            return self.services.compare.run_blocking(model, config, progress).to_dict()
 
 
 class RemoteBackend:
@@ -255,6 +239,9 @@ class RemoteBackend:
             return [], None
         return [m["alias"] for m in data.get("models", [])], data.get("default")
 
+    def capabilities(self) -> Json:
+        return self._call("GET", "/v1/capabilities")
+
     def gradcheck(self, request: Json) -> Json:
         return self._call("POST", "/v1/gradcheck", request)
 
@@ -274,7 +261,7 @@ class RemoteBackend:
         return self._call("POST", f"/v1/sessions/{_quoted(session_id)}/reset")
 
     def compare(
-        self, model: str | None, config: Any, progress: CompareProgress | None = None
+        self, model: str | None, config: CompareConfig, progress: CompareProgress | None = None
     ) -> Json:
         raise BackendError(
             "a compare run needs the local backend (it has no HTTP route): run "
@@ -305,7 +292,7 @@ def error_message(resp: httpx.Response) -> str:
     return message or f"the backend answered HTTP {resp.status_code}"
 
 
-def make_backend(settings: Any, services: Any) -> Backend:
+def make_backend(settings: Any, services: Services) -> Backend:
     """The remote backend when ``settings.api_url`` is set, else the local service layer."""
     url = getattr(settings, "api_url", None)
     if url:

@@ -1,30 +1,33 @@
 """The Compare tab: selection methods compared by training, run here or loaded from a file.
 
-A run calls :func:`gmts_core.compare.run_compare` through the backend (the local service layer
-only: it holds a job slot for the whole run, so the UI keeps its sizes small); a finished run of
-``gmts compare --out DIR`` is loaded from ``DIR/compare.json``. Either way the tab shows what
-``compare.html`` shows, built by the same functions (:mod:`gmts_core.compare_report`): held-out
+A run goes through the backend to the compare service (the local backend only: it holds a job
+slot for the whole run and the server's per-step limits apply, so the UI keeps its sizes small);
+a finished run of ``gmts compare --out DIR`` is loaded from ``DIR/compare.json``. Either way the
+tab shows what ``compare.html`` shows, built by the same functions
+(:mod:`app.reports.compare_report`): held-out
 accuracy and training reward per method (mean ± std band over seeds), the wasted share of each
 method's selection per step, and the final table.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from gmts_core.compare import CompareConfig, CompareResult, RunCurve
-from gmts_core.compare_report import TABLE_HEADER, compare_figures, compare_html, table_rows
-from gmts_core.errors import InvalidInputError, LimitExceededError
-from gmts_core.policy import PolicySettings
-from gmts_core.rl import RLConfig
+from app.reports.compare_report import TABLE_HEADER, compare_figures, table_rows
+from app.services.catalog import RL_DEFAULTS
+from app.services.compare import (
+    CompareConfig,
+    CompareResult,
+    compare_config,
+    load_compare_file,
+    result_from_dict,
+    write_outputs,
+)
 
 Json = dict[str, Any]
-MAX_FILE_BYTES = 50_000_000
 FIGURES = ("accuracy", "reward", "wasted_share", "loss")
 
 
@@ -40,106 +43,25 @@ class CompareForm:
     group_size: int = 4
     prompts_per_step: int = 2
     max_new_tokens: int = 48
-    learning_rate: float = RLConfig.learning_rate  # the RL defaults, tuned on the demo model
+    learning_rate: float = RL_DEFAULTS.learning_rate  # the RL defaults, tuned on the demo model
     eval_every: int = 3
     eval_problems: int = 50
 
     def config(self) -> CompareConfig:
-        rl = dataclasses.replace(
-            RLConfig(),
+        """The run's config: these knobs over the RL defaults (validated)."""
+        return compare_config(
+            tuple(self.methods or ()),
+            self.ratio,
+            self.steps,
+            self.seeds,
+            self.eval_every,
+            self.eval_problems,
+            RL_DEFAULTS,
             group_size=int(self.group_size),
             prompts_per_step=int(self.prompts_per_step),
             max_new_tokens=int(self.max_new_tokens),
             learning_rate=float(self.learning_rate),
         )
-        config = CompareConfig(
-            methods=tuple(self.methods or ()),
-            ratio=float(self.ratio),
-            steps=int(self.steps),
-            seeds=int(self.seeds),
-            eval_every=int(self.eval_every),
-            eval_problems=int(self.eval_problems),
-            rl=rl,
-        )
-        config.validate()
-        return config
-
-
-def check_limits(config: CompareConfig, settings: Any) -> None:
-    """The server's per-step limits (as for sessions) apply to each step of a compare run."""
-    rl = config.rl
-    answers, limit = rl.prompts_per_step * rl.group_size, getattr(settings, "max_answers", None)
-    if limit is not None and answers > limit:
-        raise LimitExceededError(
-            f"{rl.prompts_per_step} prompts x {rl.group_size} answers per step; this server's "
-            f"limit is {limit} answers (GMTS_MAX_ANSWERS)"
-        )
-    new_limit = getattr(settings, "max_new_tokens", None)
-    if new_limit is not None and rl.max_new_tokens > new_limit:
-        raise LimitExceededError(
-            f"max_new_tokens is {rl.max_new_tokens}; this server's limit is {new_limit} "
-            "(GMTS_MAX_NEW_TOKENS)"
-        )
-
-
-# --- a compare JSON back into a CompareResult --------------------------------------------------
-
-
-def _build(cls: type, data: Any, **nested: Any) -> Any:
-    """A dataclass from its ``asdict`` form (JSON lists back to tuples, unknown keys ignored)."""
-    if not isinstance(data, dict):
-        raise InvalidInputError(f"expected an object for {cls.__name__}, got {type(data).__name__}")
-    values = {}
-    for f in fields(cls):
-        if f.name in nested:
-            values[f.name] = nested[f.name]
-        elif f.name in data:
-            v = data[f.name]
-            values[f.name] = tuple(v) if isinstance(v, list) and "tuple" in str(f.type) else v
-    try:
-        return cls(**values)
-    except TypeError as exc:
-        raise InvalidInputError(f"{cls.__name__}: {exc}") from None
-
-
-def result_from_dict(data: Json) -> CompareResult:
-    """The :class:`CompareResult` of ``CompareResult.to_dict()`` (e.g. a loaded compare.json)."""
-    missing = [k for k in ("model", "config", "runs", "start_accuracy") if k not in data]
-    if missing:
-        raise InvalidInputError(
-            f"not a `gmts compare` JSON (compare.json): missing {', '.join(missing)}"
-        )
-    c = data["config"]
-    config = _build(
-        CompareConfig,
-        c,
-        rl=_build(RLConfig, c.get("rl", {})),
-        policy=_build(PolicySettings, c.get("policy", {})),
-    )
-    runs = []
-    for r in data["runs"]:
-        acc = {int(k): float(v) for k, v in (r.get("accuracy") or {}).items()}
-        runs.append(_build(RunCurve, r, accuracy=acc))
-    for m in config.methods:
-        if not any(run.method == m for run in runs):
-            raise InvalidInputError(f"the compare JSON has no runs of method {m!r}")
-    return CompareResult(
-        config, str(data["model"]), runs, float(data["start_accuracy"]), data.get("seconds", 0.0)
-    )
-
-
-def load_compare_file(path: str | Path) -> CompareResult:
-    """Read a compare.json (size-limited) into a result, with a clear error otherwise."""
-    p = Path(path)
-    if p.stat().st_size > MAX_FILE_BYTES:
-        raise InvalidInputError(f"{p.name} is over {MAX_FILE_BYTES // 1_000_000} MB")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidInputError(f"{p.name} is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise InvalidInputError(f"{p.name}: not a `gmts compare` JSON (expected an object)")
-    return result_from_dict(data)
 
 
 # --- the view ---------------------------------------------------------------------------------
@@ -166,10 +88,9 @@ def compare_view(result: CompareResult) -> list[Any]:
 
 def write_downloads(result: CompareResult) -> tuple[Path, Path]:
     """compare.json and compare.html of ``result`` in a fresh temporary folder."""
-    out = Path(tempfile.mkdtemp(prefix="gmts-compare-"))
-    json_path, html_path = out / "compare.json", out / "compare.html"
-    json_path.write_text(json.dumps(result.to_dict(), indent=1) + "\n", encoding="utf-8")
-    html_path.write_text(compare_html(result), encoding="utf-8")
+    json_path, html_path, _table = write_outputs(
+        result, Path(tempfile.mkdtemp(prefix="gmts-compare-"))
+    )
     return json_path, html_path
 
 
@@ -187,7 +108,10 @@ def _controls(ctx: Any) -> dict[str, Any]:
     c: dict[str, Any] = {}
     c["model"] = gr.Dropdown(models, value=default_model, label="Model", allow_custom_value=True)
     c["methods"] = gr.CheckboxGroup(
-        method_choices(), value=["entropy", "gmts"], label="Methods", elem_id="compare-methods"
+        method_choices(ctx.capabilities),
+        value=["entropy", "gmts"],
+        label="Methods",
+        elem_id="compare-methods",
     )
     with gr.Row():
         c["ratio"] = gr.Slider(0.05, 1.0, 0.2, step=0.05, label="Ratio")
@@ -202,7 +126,7 @@ def _controls(ctx: Any) -> dict[str, Any]:
             8, 128, 48, step=4, label="Max new tokens", elem_id="compare-max-new"
         )
         c["learning_rate"] = gr.Number(
-            RLConfig.learning_rate, label="Learning rate", minimum=0, maximum=1, step=1e-5
+            RL_DEFAULTS.learning_rate, label="Learning rate", minimum=0, maximum=1, step=1e-5
         )
         c["eval_every"] = gr.Slider(1, 30, 3, step=1, label="Evaluate every", elem_id="compare-ee")
         c["eval_problems"] = gr.Slider(
@@ -262,7 +186,6 @@ def build_compare_tab(ctx: Any) -> None:
     def run(*values: Any, progress: Any = gr.Progress()) -> list[Any]:
         f = CompareForm(**dict(zip(FORM_FIELDS, values, strict=True)))
         config = _call(f.config)
-        _call(lambda: check_limits(config, ctx.settings))
 
         def tick(done: int, total: int, label: str) -> None:
             progress((done, total), desc=label)

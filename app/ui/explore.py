@@ -9,14 +9,13 @@ statistic: the numbers come from the analysis result.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.services.errors import InvalidInputError
 from app.ui import charts, learn
 from app.ui.render import COLOR_BY, Json, placeholder, render_result
-from gmts_core.errors import InvalidInputError
-from gmts_core.rewards import list_rewards
-from gmts_core.selection import list_methods
 
 EXPLICIT = "explicit rewards"
 ANSWER_SEPARATOR = re.compile(r"^\s*-{3,}\s*$", re.MULTILINE)
@@ -43,13 +42,15 @@ class ExploreForm:
     top_alternatives: int = 5
 
 
-def reward_choices() -> list[str]:
-    """The reward dropdown: every registered rule, then explicit numbers."""
-    return [*list_rewards(), EXPLICIT]
+def reward_choices(caps: Json) -> list[str]:
+    """The reward dropdown: every rule the backend offers (``GET /v1/capabilities``), then
+    explicit numbers."""
+    return [*caps["reward_rules"], EXPLICIT]
 
 
-def method_choices() -> list[str]:
-    return list_methods()
+def method_choices(caps: Json) -> list[str]:
+    """The selection methods the backend offers, in its registry's order."""
+    return [m["name"] for m in caps["methods"]]
 
 
 def color_choices() -> list[str]:
@@ -86,9 +87,10 @@ def parse_rewards(text: str) -> list[float]:
         ) from None
 
 
-def methods_for(a: str, b: str) -> list[str]:
-    """Methods to request: all registered ones (so switching A/B needs no re-run), A and B first."""
-    return list(dict.fromkeys([a, b, *list_methods()]))
+def methods_for(a: str, b: str, available: Sequence[str] = ()) -> list[str]:
+    """Methods to request: A and B first, then every other one the backend offers (so switching
+    A/B needs no re-run)."""
+    return list(dict.fromkeys([a, b, *available]))
 
 
 def _reward_fields(form: ExploreForm) -> dict[str, Any]:
@@ -117,14 +119,15 @@ def reward_note(form: ExploreForm) -> str:
     return f"Rewards: the {form.reward_kind!r} rule with reference {form.reference.strip()!r}."
 
 
-def common_fields(form: ExploreForm) -> dict[str, Any]:
-    """Request fields shared by the single and the batch form."""
+def common_fields(form: ExploreForm, available: Sequence[str] = ()) -> dict[str, Any]:
+    """Request fields shared by the single and the batch form (``available``: the backend's
+    selection methods)."""
     body: dict[str, Any] = {
         "temperature": float(form.temperature),
         "selection": {
             "ratio": float(form.ratio),
             "scope": form.scope,
-            "methods": methods_for(form.method_a, form.method_b),
+            "methods": methods_for(form.method_a, form.method_b, available),
         },
         "top_alternatives": int(form.top_alternatives),
     }
@@ -141,11 +144,11 @@ def sampling_fields(form: ExploreForm) -> dict[str, Any]:
     }
 
 
-def build_request(form: ExploreForm) -> Json:
+def build_request(form: ExploreForm, available: Sequence[str] = ()) -> Json:
     """The ``POST /v1/analyze`` body for one prompt (pasted answers or sampling)."""
     if not form.prompt.strip():
         raise InvalidInputError("enter a prompt (or pick an example)")
-    body = common_fields(form)
+    body = common_fields(form, available)
     body["prompt"] = form.prompt
     answers = parse_answers(form.answers_text)
     body.update({"answers": answers} if answers else sampling_fields(form))

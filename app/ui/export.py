@@ -1,6 +1,6 @@
 """Download files of the current analysis: CSV (one row per token) and JSON (the API's body).
 
-The formats are gmts_core.export's; this module only writes them to files Gradio can serve.
+The formats are the export service's; this module only writes them to files Gradio can serve.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gmts_core.export import to_csv, to_json
+from app.services.export import export_text
 
 MAX_AGE_S = 3600.0
 
@@ -37,10 +37,10 @@ def write_exports(result: dict[str, Any], folder: Path | None = None) -> tuple[P
     """Write ``result`` as CSV and JSON files; returns their paths (named by content hash)."""
     folder = folder or export_dir()
     _prune(folder)
-    json_text = to_json(result)
+    json_text = export_text(result, "json")
     tag = hashlib.sha256(json_text.encode()).hexdigest()[:12]
     csv_path = folder / f"gmts-analysis-{tag}.csv"
     json_path = folder / f"gmts-analysis-{tag}.json"
-    csv_path.write_text(to_csv(result), encoding="utf-8", newline="")
+    csv_path.write_text(export_text(result, "csv"), encoding="utf-8", newline="")
     json_path.write_text(json_text, encoding="utf-8")
     return csv_path, json_path

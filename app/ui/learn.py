@@ -1,4 +1,5 @@
-"""The Learn tab: the formulas of DESIGN §2 in plain words, each beside live numbers.
+"""The Learn tab: the GMTS formulas (advantages, weights, entropy, gradient norms) in words,
+each beside live numbers.
 
 Every number shown comes from the current analysis result; the text only points at them
 ("this answer's advantage is −1.2, so every token's gradient is scaled by 1.2"). Output is an

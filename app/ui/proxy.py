@@ -15,9 +15,9 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from app.services.errors import InvalidInputError
 from app.ui.charts import MARK_B, OKABE_ITO
 from app.ui.render import Json, _fmt, groups_of
-from gmts_core.errors import InvalidInputError
 
 SCATTER_COLUMNS = 3
 FIDELITY_HEADERS = [

@@ -18,11 +18,11 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from app.services.catalog import RL_DEFAULTS
 from app.services.errors import SessionNotFoundError
 from app.ui.charts import _LAYOUT, OKABE_ITO
 from app.ui.client import Backend
 from app.ui.render import Json, _fmt, placeholder, render_batch_changes
-from gmts_core.rl import RLConfig
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class TrainForm:
     model: str | None = None
     method: str = "gmts"
     ratio: float = 0.2
-    learning_rate: float = RLConfig.learning_rate  # the RL defaults, tuned on the demo model
+    learning_rate: float = RL_DEFAULTS.learning_rate  # the RL defaults, tuned on the demo model
     group_size: int = 8
     prompts_per_step: int = 4
     max_new_tokens: int = 48
@@ -292,18 +292,21 @@ def _controls(ctx: Any) -> dict[str, Any]:
     from app.ui.explore import method_choices
 
     models, default_model = ctx.backend.models()
-    max_steps = int(getattr(ctx.settings, "max_session_steps", 20))
+    max_steps = int(ctx.capabilities["limits"]["max_session_steps"])  # the backend's limit
     c: dict[str, Any] = {}
     with gr.Row():
         c["model"] = gr.Dropdown(
             models, value=default_model, label="Model", allow_custom_value=True
         )
         c["method"] = gr.Dropdown(
-            method_choices(), value="gmts", label="Selection method", elem_id="train-method"
+            method_choices(ctx.capabilities),
+            value="gmts",
+            label="Selection method",
+            elem_id="train-method",
         )
         c["ratio"] = gr.Slider(0.05, 1.0, 0.2, step=0.05, label="Ratio", elem_id="train-ratio")
         c["learning_rate"] = gr.Number(
-            RLConfig.learning_rate, label="Learning rate", minimum=0, maximum=1, step=1e-5
+            RL_DEFAULTS.learning_rate, label="Learning rate", minimum=0, maximum=1, step=1e-5
         )
     with gr.Row():
         c["group_size"] = gr.Slider(2, 16, 8, step=1, label="Group size G", elem_id="train-g")

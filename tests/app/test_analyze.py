@@ -1,4 +1,4 @@
-"""POST /v1/analyze: the contract of DESIGN §5 in the single and the batch form."""
+"""POST /v1/analyze: the API contract in the single and the batch form."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.services.analysis import result_body
+from app.services.bodies import analysis_json
 from app.services.errors import SessionNotFoundError
 from gmts_core.analysis import AnalysisConfig, GroupInput, analyze
 from gmts_core.modeling import LoadedModel, load_model
@@ -54,7 +54,7 @@ def test_body_equals_the_library_result(client: TestClient) -> None:
         [GroupInput(req["prompt"], req["answers"], rewards=[float(x) for x in req["rewards"]])],
         AnalysisConfig(top_alternatives=2),
     )
-    assert r.json() == json.loads(json.dumps(result_body(direct)))
+    assert r.json() == json.loads(json.dumps(analysis_json(direct)))
 
 
 def test_selection_keeps_ceil_ratio_tokens(client: TestClient) -> None:
@@ -157,7 +157,7 @@ def test_session_policy_is_used_when_registered(
     model_root: Path, policy_model: LoadedModel
 ) -> None:
     app = create_app(make_settings(model_root))
-    app.state.services.register_sessions(_Sessions({"s1": policy_model}))
+    app.state.services.analysis.sessions = _Sessions({"s1": policy_model})
     with TestClient(app) as c:
         r = c.post("/v1/analyze", json=given_body(session_id="s1"))
         assert r.status_code == 200, r.text

@@ -10,37 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 import app.cli.analyze  # noqa: F401  (registers the command)
 from app.cli._app import cli
-from gmts_core.analysis import AnalysisConfig, GroupInput, analyze
-from gmts_core.modeling import load_model
+from app.main import create_app
+from tests.app.api_helpers import make_settings
+from tests.app.test_bodies import SUMMARY_KEYS, TOKEN_KEYS
 
 PROMPT = "Q: 47+38=?"
 ANSWER_ARGS = ["--answer", "answer 85", "--answer", "I think 75 😀", "--answer", "85"]
-DESIGN_TOKEN_KEYS = {
-    "position",
-    "id",
-    "text",
-    "logprob",
-    "prob",
-    "entropy",
-    "grad_norm",
-    "grad_proxy",
-    "scores",
-    "ranks",
-    "selected",
-    "alternatives",
-}
-DESIGN_SUMMARY_KEYS = {
-    "num_tokens",
-    "k",
-    "zero_signal",
-    "gradient_coverage",
-    "overlap",
-    "spearman_entropy_grad",
-}
 
 
 def _strict_json(text: str) -> Any:
@@ -59,8 +39,8 @@ def _assert_design_keys(body: dict[str, Any]) -> None:
     for ans in body["answers"]:
         assert {"text", "reward", "advantage", "weight", "tokens"} <= set(ans)
         for tok in ans["tokens"]:
-            assert DESIGN_TOKEN_KEYS <= set(tok)
-    assert DESIGN_SUMMARY_KEYS <= set(body["summary"])
+            assert TOKEN_KEYS <= set(tok)
+    assert SUMMARY_KEYS <= set(body["summary"])
     assert set(body["summary"]["spearman_entropy_grad"]) == {"batch", "within_answer_median"}
 
 
@@ -71,13 +51,27 @@ def test_json_is_the_api_body(tiny_llama_dir: Path) -> None:
     _assert_design_keys(body)
     assert [a["reward"] for a in body["answers"]] == [1.0, 0.0, 1.0]
     assert body["answers"][1]["text"] == "I think 75 😀"
-    # exactly what the library returns for the same request
-    lm = load_model(tiny_llama_dir, name=str(tiny_llama_dir), device="cpu", dtype="float32")
-    group = GroupInput(
-        PROMPT, answers=["answer 85", "I think 75 😀", "85"], rewards=[1.0, 0.0, 1.0]
-    )
-    want = analyze(lm, [group], AnalysisConfig(ratio=0.3)).to_dict()
-    assert body == _strict_json(json.dumps(want, ensure_ascii=False))
+    assert body["notes"] == []  # the API's body, notes included
+
+
+@pytest.mark.parametrize("rewards", ["1,0,1", "1,1,1"])
+def test_json_equals_post_v1_analyze_for_the_same_request(rewards: str, tmp_path: Path) -> None:
+    """`gmts analyze --json` prints exactly what POST /v1/analyze returns (the bundled model)."""
+    args = ["analyze", "--model", "tiny-arith", "--prompt", PROMPT, *ANSWER_ARGS]
+    r = CliRunner().invoke(cli, [*args, "--rewards", rewards, "--ratio", "0.3", "--json"])
+    assert r.exit_code == 0, r.output
+    request = {
+        "model": "tiny-arith",
+        "prompt": PROMPT,
+        "answers": ["answer 85", "I think 75 😀", "85"],
+        "rewards": [float(v) for v in rewards.split(",")],
+        "selection": {"ratio": 0.3},
+    }
+    with TestClient(create_app(make_settings(tmp_path))) as client:
+        api = client.post("/v1/analyze", json=request)
+    assert api.status_code == 200, api.text
+    assert _strict_json(r.stdout) == api.json()
+    assert bool(api.json()["notes"]) == (rewards == "1,1,1")  # the zero-signal note, in both
 
 
 def test_json_with_sampling_and_a_reward_rule(tiny_llama_dir: Path) -> None:
@@ -112,7 +106,7 @@ def test_zero_signal_is_said_plainly(tiny_llama_dir: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--rewards", "1,0"], "2 rewards for 3 answers"),
+        (["--rewards", "1,0"], "rewards has 2 values for 3 answers"),  # the API's message
         (["--rewards", "1,x,0"], "comma-separated"),
         ([], "--rewards or --reference"),
         (["--rewards", "1,0,1", "--advantage", "ppo"], "grpo"),

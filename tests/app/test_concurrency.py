@@ -45,10 +45,8 @@ def test_healthz_answers_while_an_analysis_runs_and_full_queue_is_429(model_root
             )
             slow.start()
             assert entered.wait(30), "the analysis never reached the forward pass"
-            t0 = time.perf_counter()
-            health = http.get("/healthz")
-            elapsed = time.perf_counter() - t0
-            assert health.status_code == 200 and elapsed < 1.0, elapsed
+            # the analysis is held in its forward pass: an answer now means the loop is free
+            assert http.get("/healthz").status_code == 200
             assert http.get("/readyz").json()["jobs_running"] == 1
             busy = http.post("/v1/analyze", json=given_body())
             assert busy.status_code == 429

@@ -1,4 +1,4 @@
-"""POST /v1/analyze/export and gmts_core.export: CSV rows per token, exact JSON."""
+"""POST /v1/analyze/export and the export service: CSV rows per token, exact JSON."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 
 from fastapi.testclient import TestClient
 
-from gmts_core.export import to_csv
+from app.services.export import to_csv
 from tests.app.api_helpers import given_body
 
 

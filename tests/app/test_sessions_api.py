@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from app.services.container import build_services
 from tests.app.api_helpers import make_settings
 
 PROMPTS = [
@@ -75,13 +75,26 @@ def test_demo_batch_steps_and_evaluation(client: TestClient) -> None:
     assert client.get(f"/v1/sessions/{sid}").json()["evaluations"][0]["step"] == 1
 
 
+class FakeClock:
+    """The session store's clock, moved by the test instead of waiting."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_unknown_and_expired_sessions_are_404(model_root: Path) -> None:
-    app = create_app(make_settings(model_root, session_ttl_s=0.2))
-    with TestClient(app) as client:
+    clock = FakeClock()
+    services = build_services(make_settings(model_root, session_ttl_s=60), clock)
+    with TestClient(create_app(services=services)) as client:
         r = client.post("/v1/sessions/nope/step", json={})
         _assert_error(r, 404, "unknown_session", "does not exist")
         sid = _create(client)
-        time.sleep(0.4)
+        clock.now = 59
+        assert client.get(f"/v1/sessions/{sid}").status_code == 200  # a use refreshes the TTL
+        clock.now = 59 + 61
         r = client.post(f"/v1/sessions/{sid}/step", json={"prompts": PROMPTS})
         _assert_error(r, 404, "unknown_session", "expired")
         _assert_error(client.delete(f"/v1/sessions/{sid}"), 404, "unknown_session", "expired")

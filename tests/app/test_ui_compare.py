@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 
 from app.gradcheck_schemas import GradcheckRequest
+from app.reports.compare_report import TABLE_HEADER, table_rows
+from app.services.bodies import analysis_json, as_json, gradcheck_response
+from app.services.container import build_services
 from app.ui import compare, proxy
 from gmts_core.analysis import AnalysisConfig, GroupInput, analyze
 from gmts_core.compare import CompareConfig, run_compare
-from gmts_core.compare_report import TABLE_HEADER, table_rows
 from gmts_core.errors import InvalidInputError, LimitExceededError
 from gmts_core.gradcheck import gradcheck
 from gmts_core.modeling import load_model
@@ -85,13 +87,16 @@ def test_compare_form_makes_a_valid_config() -> None:
 
 
 def test_compare_runs_keep_the_server_limits(model_root: Path) -> None:
-    settings = make_settings(model_root, max_answers=8, max_new_tokens=16)
+    service = build_services(make_settings(model_root, max_answers=8, max_new_tokens=16)).compare
     form = compare.CompareForm(group_size=4, prompts_per_step=2, max_new_tokens=16)
-    compare.check_limits(form.config(), settings)  # 8 answers of 16 tokens: within
+    service.check_limits(form.config())  # 8 answers of 16 tokens: within
     with pytest.raises(LimitExceededError, match="GMTS_MAX_ANSWERS"):
-        compare.check_limits(dataclasses.replace(form, prompts_per_step=3).config(), settings)
+        service.check_limits(dataclasses.replace(form, prompts_per_step=3).config())
     with pytest.raises(LimitExceededError, match="GMTS_MAX_NEW_TOKENS"):
-        compare.check_limits(dataclasses.replace(form, max_new_tokens=20).config(), settings)
+        service.check_limits(dataclasses.replace(form, max_new_tokens=20).config())
+    too_many = dataclasses.replace(form, prompts_per_step=3).config()
+    with pytest.raises(LimitExceededError, match="GMTS_MAX_ANSWERS"):  # before any model work
+        service.run_blocking("no-such-model", too_many)
 
 
 # --- the proxy check ------------------------------------------------------------------------
@@ -103,7 +108,7 @@ def explore_result(tiny_lm: Any) -> dict[str, Any]:
         GroupInput("Q: 1+1=?\nA:", answers=[" 2", " 3 or 4"], rewards=[1.0, 0.0]),
         GroupInput("Q: 2+2=?\nA:", answers=[" 4 is it", " 4", " 5"], rewards=[1.0, 1.0, 0.0]),
     ]
-    return analyze(tiny_lm, groups, AnalysisConfig(ratio=0.3, scope="group")).to_dict()
+    return analysis_json(analyze(tiny_lm, groups, AnalysisConfig(ratio=0.3, scope="group")))
 
 
 def test_gradcheck_request_takes_the_drilled_group(explore_result: dict[str, Any]) -> None:
@@ -122,7 +127,9 @@ def test_gradcheck_request_takes_the_drilled_group(explore_result: dict[str, Any
 @pytest.fixture(scope="module")
 def gradcheck_body(tiny_lm: Any) -> dict[str, Any]:
     group = GroupInput("Q: 2+2=?\nA:", answers=[" 4 is it", " 4", " 5"], rewards=[1.0, 1.0, 0.0])
-    return gradcheck(tiny_lm, [group], AnalysisConfig(top_alternatives=0)).to_dict()
+    return as_json(
+        gradcheck_response(gradcheck(tiny_lm, [group], AnalysisConfig(top_alternatives=0)))
+    )
 
 
 def test_scatter_is_log_log_per_method_without_zero_points(gradcheck_body: dict) -> None:

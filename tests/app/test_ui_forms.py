@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from app.core.config import Settings
 from app.schemas import AnalyzeRequest
+from app.services.bodies import as_json
+from app.services.catalog import capabilities
+from app.services.errors import InvalidInputError
 from app.ui import batch, explore
-from gmts_core.errors import InvalidInputError
 from gmts_core.rewards import list_rewards
 from gmts_core.selection import list_methods
+
+CAPS = as_json(capabilities(Settings()))
 
 
 def form(**values: object) -> explore.ExploreForm:
@@ -18,7 +23,9 @@ def form(**values: object) -> explore.ExploreForm:
 
 
 def test_sampling_request_is_a_valid_api_body() -> None:
-    body = explore.build_request(form(group_size=4, max_new_tokens=16, seed=3, ratio=0.3))
+    body = explore.build_request(
+        form(group_size=4, max_new_tokens=16, seed=3, ratio=0.3), explore.method_choices(CAPS)
+    )
     req = AnalyzeRequest.model_validate(body)  # the API's own schema accepts it
     assert (req.num_samples, req.max_new_tokens, req.seed) == (4, 16, 3)
     assert req.answers is None and req.reward is not None and req.reward.reference == "85"
@@ -56,9 +63,13 @@ def test_user_mistakes_get_a_message(values: dict, message: str) -> None:
         explore.build_request(form(**values))
 
 
-def test_dropdowns_read_the_registries() -> None:
-    assert explore.reward_choices()[:-1] == list_rewards()
-    assert explore.method_choices() == list_methods()
+def test_dropdowns_read_the_backends_capabilities() -> None:
+    assert explore.reward_choices(CAPS)[:-1] == list_rewards()
+    assert explore.method_choices(CAPS) == list_methods()
+    caps = {**CAPS, "methods": [{"name": "mine", "description": "x"}], "reward_rules": ["r"]}
+    assert explore.method_choices(caps) == ["mine"] and explore.reward_choices(caps)[0] == "r"
+    body = explore.build_request(form(method_a="gmts", method_b="mine"), ["entropy", "mine"])
+    assert body["selection"]["methods"] == ["gmts", "mine", "entropy"]
 
 
 def test_batch_text_round_trips_and_builds_a_batch_request() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from app.services.bodies import analysis_json
 from app.ui import charts, learn, render
 from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze
 from gmts_core.modeling import load_model
@@ -30,7 +31,7 @@ def result(tiny_lm) -> dict:
         answers=[" 7+8=15 carry 1,\n answer 85", f" answer 84 {EVIL}", "  85\t!"],
         reward=RewardSpec("numeric", "85"),
     )
-    return analyze(tiny_lm, [group], AnalysisConfig(ratio=0.3)).to_dict()
+    return analysis_json(analyze(tiny_lm, [group], AnalysisConfig(ratio=0.3)))
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def batch_result(tiny_lm) -> dict:
         GroupInput("Q: 1+1=?\nA:", answers=[" 2", " 3 or 4"], rewards=[1.0, 0.0]),
         GroupInput("Q: 2+2=?\nA:", answers=[" 4 is it", " 4"], rewards=[1.0, 1.0]),
     ]
-    return analyze(tiny_lm, groups, AnalysisConfig(ratio=0.25)).to_dict()
+    return analysis_json(analyze(tiny_lm, groups, AnalysisConfig(ratio=0.25)))
 
 
 class _Collector(HTMLParser):
@@ -133,11 +134,13 @@ def test_whitespace_is_visible_and_wraps() -> None:
 
 def test_zero_signal_banner_only_when_all_rewards_equal(tiny_lm, result: dict) -> None:
     assert "zero-signal" not in render.render_result(result, METHODS)
-    flat = analyze(
-        tiny_lm,
-        [GroupInput("Q: 1+1=?\nA:", answers=[" 2", " 2."], rewards=[1.0, 1.0])],
-        AnalysisConfig(),
-    ).to_dict()
+    flat = analysis_json(
+        analyze(
+            tiny_lm,
+            [GroupInput("Q: 1+1=?\nA:", answers=[" 2", " 2."], rewards=[1.0, 1.0])],
+            AnalysisConfig(),
+        )
+    )
     html = render.render_result(flat, METHODS)
     assert 'class="zero-signal"' in html and "No learning signal" in html
 

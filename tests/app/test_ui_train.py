@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from app.services.bodies import as_json, step_metrics_out
 from app.services.errors import SessionNotFoundError
 from app.session_schemas import SessionCreateRequest, SessionStepRequest
 from app.ui import render, train
@@ -23,15 +24,15 @@ EVIL = '<script>window.__pwned=1</script><img src=x onerror="x">'
 
 
 def metrics(step: int, reward: float, wasted_entropy: float, method: str = "gmts") -> dict:
-    """A step's metrics in their real JSON form (StepMetrics.to_dict)."""
-    return StepMetrics(
+    """A step's metrics in their real JSON form (as the sessions API returns them)."""
+    return as_json(step_metrics_out(StepMetrics(
         step=step, method=method, ratio=0.2, learning_rate=1e-3, loss=0.1 * step,
         policy_loss=0.05 * step, kl=0.01 * step, grad_norm=1.0, clip_low_fraction=0.0,
         clip_high_fraction=0.0, selected_fraction=0.2, gradient_coverage=0.9,
         reward_mean=reward, reward_std=0.5, num_prompts=2, num_answers=8, num_tokens=100,
         num_zero_signal_groups=1, wasted_share={method: 0.0, "entropy": wasted_entropy},
         selected_logprob_change=0.02, unselected_logprob_change=-0.001, seconds=0.5,
-    ).to_dict()  # fmt: skip
+    )))  # fmt: skip
 
 
 HISTORY = [metrics(1, 0.25, 0.4), metrics(2, 0.5, 0.3), metrics(3, 0.75, 0.1)]
@@ -195,7 +196,7 @@ def test_remote_backend_drives_sessions_and_gradcheck_over_http(model_root: Path
         views = list(train.run_steps(remote, None, FORM))
         sid = views[-1].session_id
         assert [len(v.info["history"]) for v in views] == [1, 2, 2]
-        assert app.state.services.sessions.info(sid)["steps_done"] == 2  # the server's session
+        assert app.state.services.sessions.info(sid).steps_done == 2  # the server's session
         assert train.reset_session(remote, sid).info["steps_done"] == 0
         app.state.services.sessions.delete(sid)
         with pytest.raises(SessionNotFoundError):  # mapped back from the 404, so the tab recovers

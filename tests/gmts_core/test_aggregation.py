@@ -1,4 +1,4 @@
-"""Loss-aggregation weights w_i against DESIGN §2.2."""
+"""Loss-aggregation weights w_i: token_mean, seq_mean_token_mean, seq_mean_token_sum_norm."""
 
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ forward path of gmts_core.forward is verified for every architecture.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from typing import Any
@@ -25,30 +24,6 @@ from gmts_core.sampling import SamplingConfig, sample_answers
 PROMPT = "Q: 47+38=?"
 ANSWERS = ["A: 7+8=15 carry 1, 4+3+1=8, answer 85", "85", "answer 84 Grüße 😀", "I think 58."]
 REWARDS = [1.0, 1.0, 0.0, 0.0]
-
-TOKEN_KEYS = {
-    "position",
-    "id",
-    "text",
-    "logprob",
-    "prob",
-    "entropy",
-    "grad_norm",
-    "grad_proxy",
-    "scores",
-    "ranks",
-    "selected",
-    "alternatives",
-}
-ANSWER_KEYS = {"text", "reward", "advantage", "weight", "tokens"}
-SUMMARY_KEYS = {
-    "num_tokens",
-    "k",
-    "zero_signal",
-    "gradient_coverage",
-    "overlap",
-    "spearman_entropy_grad",
-}
 
 
 def direct_stats(
@@ -144,31 +119,6 @@ def test_micro_batches_give_the_same_stats(tiny_lm: Callable[[str], LoadedModel]
         assert_close(a.stats.logprob, b.stats.logprob, atol=1e-5, rtol=1e-5)
 
 
-def test_json_body_has_the_design_keys(tiny_llama: LoadedModel) -> None:
-    res = analyze(tiny_llama, [GroupInput(PROMPT, answers=ANSWERS, rewards=REWARDS)])
-    body = json.loads(json.dumps(res.to_dict(), allow_nan=False))
-    assert {"prompt", "answers", "summary"} <= set(body)
-    assert "groups" not in body
-    methods = set(AnalysisConfig().methods)
-    for ans in body["answers"]:
-        assert ANSWER_KEYS <= set(ans)
-        for tok in ans["tokens"]:
-            assert TOKEN_KEYS <= set(tok)
-            assert set(tok["scores"]) == set(tok["ranks"]) == set(tok["selected"]) == methods
-            assert all({"id", "text", "prob"} <= set(alt) for alt in tok["alternatives"])
-    s = body["summary"]
-    assert SUMMARY_KEYS <= set(s)
-    assert set(s["gradient_coverage"]) == methods
-    assert set(s["spearman_entropy_grad"]) == {"batch", "within_answer_median"}
-    assert all({"count", "jaccard"} == set(v) for v in s["overlap"].values())
-    n = s["num_tokens"]
-    assert n == sum(len(a["tokens"]) for a in body["answers"])
-    assert s["k"] == math.ceil(0.2 * n)
-    assert s["selected_count"]["all"] == n
-    assert all(s["selected_count"][m] == s["k"] for m in methods - {"all"})
-    assert s["gradient_coverage"]["all"] == pytest.approx(1.0)
-
-
 def test_group_quantities(tiny_llama: LoadedModel) -> None:
     cfg = AnalysisConfig(advantage="dr_grpo", loss_aggregation="seq_mean_token_mean")
     res = analyze(tiny_llama, [GroupInput(PROMPT, answers=ANSWERS, rewards=REWARDS)], cfg)
@@ -197,8 +147,7 @@ def test_reward_rule_explains_each_answer(tiny_llama: LoadedModel) -> None:
     assert [d.reward for d in details] == [1.0, 1.0, 0.0, 0.0]
     assert [d.extracted for d in details] == ["85", "85", "84", "58"]
     assert {d.rule for d in details} == {"numeric"} and {d.reference for d in details} == {"85"}
-    body = res.to_dict()
-    assert body["answers"][2]["reward_detail"]["verdict"] == "incorrect"
+    assert details[2].verdict == "incorrect"
 
 
 def test_sampled_answers_match_sample_answers(tiny_lm: Callable[[str], LoadedModel]) -> None:
@@ -212,7 +161,7 @@ def test_sampled_answers_match_sample_answers(tiny_lm: Callable[[str], LoadedMod
     assert [a.finished for a in answers] == [d.finished for d in direct]
     assert all(a.length <= 6 for a in answers)
     again = analyze(lm, [GroupInput(PROMPT, sampling=sampling, rewards=[1.0, 0.0, 0.0])])
-    assert again.to_dict() == res.to_dict()  # seeded: the whole analysis is reproducible
+    assert again == res  # seeded: the whole analysis is reproducible
 
 
 @pytest.mark.parametrize("scope", ["batch", "group", "answer"])
@@ -223,12 +172,9 @@ def test_batch_of_groups_with_scopes(scope: str, tiny_lm: Callable[[str], Loaded
         GroupInput("2+2=?", answers=["4", "four, I think", "5"], reward=RewardSpec("numeric", "4")),
     ]
     res = analyze(lm, groups, AnalysisConfig(ratio=0.3, scope=scope))
-    body = res.to_dict()
-    assert [g["prompt"] for g in body["groups"]] == [PROMPT, "2+2=?"]
-    assert body["summary"]["num_groups"] == 2
-    assert body["summary"]["num_tokens"] == sum(
-        len(a["tokens"]) for g in body["groups"] for a in g["answers"]
-    )
+    assert [g.prompt for g in res.groups] == [PROMPT, "2+2=?"]
+    assert res.summary["num_groups"] == 2
+    assert res.summary["num_tokens"] == sum(a.length for g in res.groups for a in g.answers)
     units: list[list[Any]] = []  # the token lists of each scope
     if scope == "batch":
         units = [[t for g in res.groups for a in g.answers for t in a.tokens]]
@@ -240,9 +186,9 @@ def test_batch_of_groups_with_scopes(scope: str, tiny_lm: Callable[[str], Loaded
         for m in ("entropy", "gmts", "random"):
             assert sum(t.selected[m] for t in tokens) == math.ceil(round(0.3 * len(tokens), 9))
             assert sorted(t.ranks[m] for t in tokens) == list(range(1, len(tokens) + 1))
-    assert body["summary"]["k"] == sum(math.ceil(round(0.3 * len(u), 9)) for u in units)
+    assert res.summary["k"] == sum(math.ceil(round(0.3 * len(u), 9)) for u in units)
     # token_mean weights are over the whole batch, as trainers aggregate the loss
-    n_all = body["summary"]["num_tokens"]
+    n_all = res.summary["num_tokens"]
     assert all(a.weight == pytest.approx(1 / n_all) for g in res.groups for a in g.answers)
 
 
@@ -271,10 +217,9 @@ def test_zero_signal_group_in_a_batch(tiny_lm: Callable[[str], LoadedModel]) -> 
 
 def test_single_zero_signal_group_says_so(tiny_llama: LoadedModel) -> None:
     res = analyze(tiny_llama, [GroupInput(PROMPT, answers=ANSWERS[:2], rewards=[1.0, 1.0])])
-    body = res.to_dict()
-    assert body["summary"]["zero_signal"] is True
-    assert body["summary"]["gradient_coverage"]["gmts"] == 0.0  # nothing to cover
-    assert body["summary"]["gradient_coverage"]["all"] == 1.0
+    assert res.summary["zero_signal"] is True
+    assert res.summary["gradient_coverage"]["gmts"] == 0.0  # nothing to cover
+    assert res.summary["gradient_coverage"]["all"] == 1.0
 
 
 @pytest.mark.parametrize(

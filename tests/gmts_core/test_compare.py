@@ -1,4 +1,4 @@
-"""`gmts compare`'s core: same start and batches for every method, aggregation, the HTML page."""
+"""The compare run: same start and batches for every method, aggregation over seeds."""
 
 from __future__ import annotations
 
@@ -8,10 +8,8 @@ import statistics
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from gmts_core.compare import CompareConfig, CompareResult, run_compare
-from gmts_core.compare_report import compare_html, table_markdown
 from gmts_core.modeling import LoadedModel, load_model
 from gmts_core.rl import RLConfig
 from tests.tiny_models import save_tiny_model
@@ -68,38 +66,8 @@ def test_aggregates_are_mean_and_std_over_seeds(result: CompareResult) -> None:
     json.dumps(body)  # JSON-serializable as is
 
 
-def test_html_page_is_self_contained(result: CompareResult) -> None:
-    page = compare_html(result)
-    assert page.startswith("<!DOCTYPE html>")
-    assert "plotly" in page.lower() and "<script src=" not in page  # plotly.js inline
-    for m in result.config.methods:
-        assert m in page
-    assert table_markdown(result).count("\n") == 1 + len(result.config.methods)
-
-
 def test_unknown_method_is_refused() -> None:
     with pytest.raises(ValueError, match="valid"):
         CompareConfig(methods=("entropy", "nope")).validate()
     with pytest.raises(ValueError):
         dataclasses.replace(CompareConfig(), steps=0).validate()
-
-
-def test_cli_writes_json_html_and_table(folder: Path, tmp_path: Path) -> None:
-    from app.cli import _COMMAND_MODULES, cli
-
-    assert "compare" in _COMMAND_MODULES
-    import app.cli.compare  # noqa: F401  registers the command
-
-    args = [
-        "compare", "--model", str(folder), "--methods", "all,gmts", "--steps", "1", "--seeds",
-        "1", "--group-size", "2", "--prompts-per-step", "1", "--eval-problems", "2",
-        "--max-new-tokens", "4", "--out", str(tmp_path),
-    ]  # fmt: skip
-    run = CliRunner().invoke(cli, args)
-    assert run.exit_code == 0, run.output
-    body = json.loads((tmp_path / "compare.json").read_text())
-    assert [row["method"] for row in body["table"]] == ["all", "gmts"]
-    assert (tmp_path / "compare.html").read_text().startswith("<!DOCTYPE html>")
-    assert "final held-out accuracy" in (tmp_path / "table.md").read_text()
-    bad = CliRunner().invoke(cli, ["compare", "--model", str(folder), "--methods", "nope"])
-    assert bad.exit_code == 2 and "valid" in bad.output

@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body
-from fastapi.responses import JSONResponse
 
 from app.api.deps import ServicesDep
 from app.api.routes.common import error_responses
 from app.api.routes.examples import ANALYZE_EXAMPLES
 from app.schemas import AnalyzeRequest, AnalyzeResponse
-from app.services.analysis import result_body
+from app.services.bodies import analysis_response
 
 router = APIRouter(tags=["analyze"])
 
@@ -21,14 +20,14 @@ AnalyzeBody = Annotated[AnalyzeRequest, Body(openapi_examples=ANALYZE_EXAMPLES)]
 @router.post(
     "/analyze",
     response_model=AnalyzeResponse,
+    response_model_exclude_unset=True,
     summary="Analyze a group (prompt + answers) or a batch of groups token by token.",
     responses=error_responses(401, 404, 413, 422, 429, 503),
 )
-async def analyze(req: AnalyzeBody, services: ServicesDep) -> JSONResponse:
+async def analyze(req: AnalyzeBody, services: ServicesDep) -> AnalyzeResponse:
     """Single form: `prompt` with `answers` or sampling fields; batch form: `groups`.
 
     The body is the analysis (`answers[].tokens[]` with entropy, grad_norm, grad_proxy, scores,
     ranks, selected, alternatives; `summary`), plus `notes` such as the zero-signal warning.
     """
-    result = await services.analysis.analyze(req)
-    return JSONResponse(result_body(result))
+    return analysis_response(await services.analysis.analyze(req))

@@ -11,12 +11,10 @@ from app.api.deps import ServicesDep
 from app.api.routes.common import error_responses
 from app.api.routes.examples import ANALYZE_EXAMPLES
 from app.schemas import AnalyzeRequest
-from app.services.analysis import result_body
-from gmts_core.export import to_csv, to_json
+from app.services.bodies import analysis_json
+from app.services.export import MEDIA_TYPES, export_text
 
 router = APIRouter(tags=["analyze"])
-
-_MEDIA = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
 
 
 @router.post(
@@ -38,10 +36,10 @@ async def export_analysis(
 ) -> Response:
     """CSV: one row per answer token with every per-token field, group and answer index,
     reward and advantage. JSON: exactly the body of POST /v1/analyze."""
-    body = result_body(await services.analysis.analyze(req))
-    text = to_csv(body) if fmt == "csv" else to_json(body)
+    body = analysis_json(await services.analysis.analyze(req))
+    text = export_text(body, fmt)
     return Response(
         text,
-        media_type=_MEDIA[fmt],
+        media_type=MEDIA_TYPES[fmt],
         headers={"Content-Disposition": f'attachment; filename="gmts-analysis.{fmt}"'},
     )

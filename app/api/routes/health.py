@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse
 
 from app.api.deps import ServicesDep
 from app.schemas import Health, Readiness
-from gmts_core.errors import ModelNotFoundError
+from app.services.errors import ModelNotFoundError
 
 router = APIRouter(tags=["health"])
 

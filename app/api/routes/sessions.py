@@ -8,7 +8,6 @@ from fastapi import APIRouter, Body, Path, Response
 
 from app.api.deps import ServicesDep
 from app.api.routes.common import error_responses
-from app.services.sessions import SessionService
 from app.session_schemas import (
     EvaluationOut,
     SessionCreateRequest,
@@ -23,11 +22,6 @@ router = APIRouter(prefix="/sessions", tags=["sessions"])
 SessionId = Annotated[str, Path(min_length=1, max_length=128, description="From POST /sessions.")]
 
 
-def _service(services: ServicesDep) -> SessionService:
-    assert isinstance(services.sessions, SessionService)
-    return services.sessions
-
-
 @router.post(
     "",
     status_code=201,
@@ -39,8 +33,7 @@ async def create_session(
     services: ServicesDep, req: Annotated[SessionCreateRequest, Body()] | None = None
 ) -> SessionOut:
     """Returns `session_id`, the settings and an empty history. The base model is never changed."""
-    body = await _service(services).create(req or SessionCreateRequest())
-    return SessionOut(**body)
+    return await services.sessions.create(req or SessionCreateRequest())
 
 
 @router.post(
@@ -56,7 +49,7 @@ async def step_session(
 ) -> StepOut:
     """Without `prompts`, each step draws a batch from the demo task. Knobs given here apply to
     these steps only. 429 while another step of this session runs."""
-    return StepOut(**await _service(services).step(session_id, req or SessionStepRequest()))
+    return await services.sessions.step(session_id, req or SessionStepRequest())
 
 
 @router.get(
@@ -66,7 +59,7 @@ async def step_session(
     responses=error_responses(401, 404),
 )
 def get_session(session_id: SessionId, services: ServicesDep) -> SessionOut:
-    return SessionOut(**_service(services).info(session_id))
+    return services.sessions.info(session_id)
 
 
 @router.post(
@@ -80,8 +73,7 @@ async def evaluate_session(
     services: ServicesDep,
     req: Annotated[SessionEvalRequest, Body()] | None = None,
 ) -> EvaluationOut:
-    body = await _service(services).evaluate(session_id, req or SessionEvalRequest())
-    return EvaluationOut(**body)
+    return await services.sessions.evaluate(session_id, req or SessionEvalRequest())
 
 
 @router.post(
@@ -91,7 +83,7 @@ async def evaluate_session(
     responses=error_responses(401, 404, 429, 503),
 )
 async def reset_session(session_id: SessionId, services: ServicesDep) -> SessionOut:
-    return SessionOut(**await _service(services).reset(session_id))
+    return await services.sessions.reset(session_id)
 
 
 @router.delete(
@@ -101,5 +93,5 @@ async def reset_session(session_id: SessionId, services: ServicesDep) -> Session
     responses=error_responses(401, 404),
 )
 def delete_session(session_id: SessionId, services: ServicesDep) -> Response:
-    _service(services).delete(session_id)
+    services.sessions.delete(session_id)
     return Response(status_code=204)

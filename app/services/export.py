@@ -1,6 +1,6 @@
-"""Export an analysis as CSV (one row per answer token) or JSON.
+"""Analysis downloads for every front end: CSV (one row per answer token) or JSON (the API's body).
 
-Works on the JSON body (``AnalysisResult.to_dict()``, single or batch form), so the UI can
+Works on the JSON body of ``POST /v1/analyze`` (single or batch form), so the UI can
 export what it got from a remote server as well as a local result. In CSV, a token text that
 starts with ``= + - @`` (or a tab/CR) gets a leading ``'`` so spreadsheets do not run it as a
 formula (OWASP CSV injection); the JSON export is exact.
@@ -12,7 +12,7 @@ import csv
 import io
 import json
 from collections.abc import Iterator, Sequence
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 TOKEN_FIELDS = (
     "position",
@@ -122,3 +122,12 @@ def to_csv(body: dict[str, Any]) -> str:
 def to_json(body: dict[str, Any]) -> str:
     """The whole analysis as JSON text (exactly the API's body)."""
     return json.dumps(body, ensure_ascii=False, indent=1)
+
+
+ExportFormat = Literal["csv", "json"]
+MEDIA_TYPES: dict[str, str] = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
+
+
+def export_text(body: dict[str, Any], fmt: ExportFormat) -> str:
+    """The analyze body ``body`` as CSV text or as JSON text (exactly the body)."""
+    return to_csv(body) if fmt == "csv" else to_json(body)

@@ -1,0 +1,233 @@
+"""The one mapping from the library's typed results to the API's response models.
+
+The pydantic models (``app.schemas``, ``app.gradcheck_schemas``, ``app.session_schemas``) are the
+contract; the library returns dataclasses (``gmts_core.records``, ``rl_records``, ``sessions``,
+``gradcheck``) with raw floats. Every response body is built here and nowhere else: the routes
+return these models, and the UI's local backend and the CLI print their JSON form
+(:func:`as_json`), so each front end shows exactly what ``POST /v1/...`` returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from app.gradcheck_schemas import FidelityOut, GradcheckResponse
+from app.schemas import (
+    AnalysisSettingsOut,
+    AnalyzeResponse,
+    AnswerOut,
+    GroupOut,
+    GroupSummary,
+    RewardDetail,
+    Summary,
+    TokenOut,
+)
+from app.session_schemas import (
+    AnswerChangeOut,
+    EvaluationOut,
+    SessionOut,
+    StepMetricsOut,
+    StepOut,
+)
+from gmts_core.gradcheck import GradcheckResult
+from gmts_core.records import AnalysisResult, AnswerRecord, GroupRecord, TokenRecord
+from gmts_core.rl_records import AnswerChange, StepMetrics, StepResult
+from gmts_core.sessions import Session, SessionEvaluation
+
+M = TypeVar("M", bound=BaseModel)
+TokenExtras = list[dict[str, float | None]]  # per answer token, in (group, answer, position) order
+
+
+def num(x: float) -> float | None:
+    """JSON cannot carry NaN or infinity: such numbers become null."""
+    return float(x) if math.isfinite(x) else None
+
+
+def finite(value: Any) -> Any:
+    """:func:`num` applied to every float inside dicts and lists."""
+    if isinstance(value, float):
+        return num(value)
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def as_json(model: BaseModel) -> dict[str, Any]:
+    """A response model as the JSON dict an HTTP client receives (unset optional keys left out,
+    as the routes do with ``response_model_exclude_unset``)."""
+    return model.model_dump(mode="json", exclude_unset=True)
+
+
+# --- POST /v1/analyze and /v1/gradcheck --------------------------------------------------------
+
+
+def result_notes(result: AnalysisResult) -> list[str]:
+    """Plain-language remarks a user should not miss (zero-signal groups, cut answers)."""
+    notes: list[str] = []
+    s = result.summary
+    n_groups = len(result.groups)
+    if n_groups == 1 and s["zero_signal"]:
+        r = result.groups[0].answers[0].reward if result.groups[0].answers else 0.0
+        notes.append(
+            f"All rewards in this group are equal ({r:g}), so every advantage is 0: this group "
+            "carries no learning signal and every token's gradient proxy is 0. Sample more "
+            "answers or use a harder/easier prompt to get mixed rewards."
+        )
+    elif s["num_zero_signal_groups"]:
+        zero = [g.index for g in result.groups if g.summary.get("zero_signal")]
+        notes.append(
+            f"{len(zero)} of {n_groups} groups have equal rewards and carry no learning signal "
+            f"(groups {', '.join(map(str, zero))}); wasted_share shows how much of each method's "
+            "selection lands on their tokens."
+        )
+    cut = sum(not a.finished for _, a in result.iter_answers())
+    if cut:
+        notes.append(
+            f"{cut} sampled answer(s) reached max_new_tokens without an end-of-sequence token."
+        )
+    return notes
+
+
+def analysis_json(result: AnalysisResult) -> dict[str, Any]:
+    """The JSON body of ``POST /v1/analyze`` for ``result``, as an HTTP client receives it."""
+    return as_json(analysis_response(result))
+
+
+def token_out(t: TokenRecord, extra: dict[str, float | None] | None = None) -> TokenOut:
+    fields: dict[str, Any] = {
+        "position": t.position,
+        "id": t.id,
+        "text": t.text,
+        "logprob": num(t.logprob),
+        "prob": num(t.prob),
+        "entropy": num(t.entropy),
+        "grad_norm": num(t.grad_norm),
+        "grad_proxy": num(t.grad_proxy),
+        "scores": {m: num(v) for m, v in t.scores.items()},
+        "ranks": t.ranks,
+        "selected": t.selected,
+        "alternatives": t.alternatives,
+    }
+    if t.grad_head is not None:
+        fields["grad_head"] = num(t.grad_head)
+    return TokenOut.model_validate({**fields, **(extra or {})})
+
+
+def answer_out(a: AnswerRecord, extras: TokenExtras | None = None) -> AnswerOut:
+    return AnswerOut(
+        index=a.index,
+        text=a.text,
+        reward=a.reward,
+        reward_detail=RewardDetail.model_validate(dataclasses.asdict(a.reward_detail)),
+        advantage=a.advantage,
+        weight=a.weight,
+        length=a.length,
+        finished=a.finished,
+        selected_count=a.selected_count(),
+        tokens=[token_out(t, extras[i] if extras else None) for i, t in enumerate(a.tokens)],
+    )
+
+
+def _answers(g: GroupRecord, extras: TokenExtras | None, start: int) -> list[AnswerOut]:
+    out = []
+    for a in g.answers:
+        out.append(answer_out(a, extras[start : start + a.length] if extras else None))
+        start += a.length
+    return out
+
+
+def _analysis_fields(
+    result: AnalysisResult, notes: list[str], extras: TokenExtras | None
+) -> dict[str, Any]:
+    """Single-group form: the group's prompt and answers at top level; batch form: ``groups``."""
+    c = result.config
+    fields: dict[str, Any] = {
+        "model": result.model,
+        "summary": Summary.model_validate(result.summary),
+        "settings": AnalysisSettingsOut(
+            temperature=c.temperature,
+            advantage=c.advantage,
+            loss_aggregation=c.loss_aggregation,
+            ratio=c.ratio,
+            scope=c.scope,
+            methods=list(c.methods),
+        ),
+        "notes": notes,
+    }
+    if len(result.groups) == 1:
+        g = result.groups[0]
+        return {**fields, "prompt": g.prompt, "answers": _answers(g, extras, 0)}
+    groups, start = [], 0
+    for g in result.groups:
+        summary = GroupSummary.model_validate(g.summary)
+        answers = _answers(g, extras, start)
+        groups.append(GroupOut(index=g.index, prompt=g.prompt, answers=answers, summary=summary))
+        start += sum(a.length for a in g.answers)
+    return {**fields, "groups": groups}
+
+
+def analysis_response(result: AnalysisResult) -> AnalyzeResponse:
+    """The body of ``POST /v1/analyze``: the analysis plus its plain-language notes."""
+    return AnalyzeResponse(**_analysis_fields(result, result_notes(result), None))
+
+
+def gradcheck_response(result: GradcheckResult) -> GradcheckResponse:
+    """The body of ``POST /v1/gradcheck``: the analysis, each token with its exact gradient norms
+    (``true_grad_norm``, ``head_grad_norm``), and the fidelity report."""
+    true, head = result.gradients.true_norm.tolist(), result.gradients.head_norm.tolist()
+    extras: TokenExtras = [
+        {"true_grad_norm": num(t), "head_grad_norm": num(h)}
+        for t, h in zip(true, head, strict=True)
+    ]
+    fields = _analysis_fields(result.analysis, result_notes(result.analysis), extras)
+    fidelity = FidelityOut.model_validate(
+        finite({"precision": result.precision, **result.fidelity})
+    )
+    return GradcheckResponse(**fields, fidelity=fidelity)
+
+
+# --- /v1/sessions ------------------------------------------------------------------------------
+
+
+def step_metrics_out(m: StepMetrics) -> StepMetricsOut:
+    return StepMetricsOut.model_validate(m, from_attributes=True)
+
+
+def answer_change_out(a: AnswerChange) -> AnswerChangeOut:
+    return AnswerChangeOut.model_validate(a, from_attributes=True)
+
+
+def evaluation_out(e: SessionEvaluation) -> EvaluationOut:
+    return EvaluationOut.model_validate({"step": e.step, **dataclasses.asdict(e.result)})
+
+
+def session_out(session: Session) -> SessionOut:
+    """A session's settings and history (``GET /v1/sessions/{id}``)."""
+    return SessionOut(
+        session_id=session.id,
+        model=session.policy.base.name,
+        policy_kind=session.policy.kind,  # type: ignore[arg-type]
+        trainable_parameters=session.policy.num_trainable,
+        seed=session.seed,
+        settings=dataclasses.asdict(session.config),
+        steps_done=session.steps_done,
+        history=[step_metrics_out(m) for m in session.history],
+        evaluations=[evaluation_out(e) for e in session.evaluations],
+    )
+
+
+def step_out(session: Session, results: list[StepResult], include_tokens: bool) -> StepOut:
+    """The steps just run and, if asked, the last step's batch with its log-prob changes."""
+    last = results[-1] if results and include_tokens else None
+    return StepOut(
+        session_id=session.id,
+        steps_done=session.steps_done,
+        steps=[step_metrics_out(r.metrics) for r in results],
+        last_batch=[answer_change_out(a) for a in last.answers] if last else None,
+    )

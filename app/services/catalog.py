@@ -1,0 +1,61 @@
+"""What the library offers, listed once for every front end: methods, rules, defaults, limits.
+
+The API's ``GET /v1/capabilities`` returns :func:`capabilities`; the UI's local backend calls
+it directly and its remote backend asks the server, so dropdowns always list what the serving
+process has registered. The demo task's example prompts and problems are listed here too.
+"""
+
+from __future__ import annotations
+
+from app.core.config import Settings
+from app.schemas import CapabilitiesResponse, MethodInfo
+from gmts_core.advantages import ADVANTAGES
+from gmts_core.aggregation import AGGREGATIONS
+from gmts_core.config import DEFAULT_METHODS, RLConfig
+from gmts_core.rewards import list_rewards
+from gmts_core.selection import METHODS, SCOPES
+from gmts_core.tasks.arith import ArithProblem, ExamplePrompt, example_prompts, generate_problems
+
+RL_DEFAULTS = RLConfig()
+"""The GRPO knobs' defaults (the UI's forms start from them)."""
+
+LIMIT_SETTINGS = (
+    "max_prompt_chars",
+    "max_answer_chars",
+    "max_groups",
+    "max_answers",
+    "max_new_tokens",
+    "max_total_tokens",
+    "max_top_alternatives",
+    "max_sessions",
+    "max_session_steps",
+    "gradcheck_max_parameters",
+)
+"""The request limits a client may want to know before it asks (each a GMTS_* setting)."""
+
+
+def method_infos() -> list[MethodInfo]:
+    return [MethodInfo(name=n, description=METHODS.get(n).description) for n in METHODS.names()]
+
+
+def capabilities(settings: Settings) -> CapabilitiesResponse:
+    """The registries of this process and the limits of ``settings``."""
+    return CapabilitiesResponse(
+        methods=method_infos(),
+        default_methods=list(DEFAULT_METHODS),
+        reward_rules=list_rewards(),
+        advantages=ADVANTAGES.names(),
+        loss_aggregations=AGGREGATIONS.names(),
+        scopes=list(SCOPES),
+        limits={name: int(getattr(settings, name)) for name in LIMIT_SETTINGS},
+    )
+
+
+def demo_examples() -> list[ExamplePrompt]:
+    """The demo task's example prompts (carry, no carry, ...), each with its reference."""
+    return example_prompts()
+
+
+def demo_problems(n: int, seed: int = 0, split: str = "heldout") -> list[ArithProblem]:
+    """``n`` seeded problems of the demo task's ``split``."""
+    return generate_problems(n, seed=seed, split=split)

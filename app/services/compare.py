@@ -1,0 +1,173 @@
+"""The compare service: selection methods trained side by side, for the UI and the CLI.
+
+It builds a :class:`~gmts_core.compare.CompareConfig` from a front end's knobs, applies this
+server's per-step limits (the same check as a session's step), runs
+:func:`gmts_core.compare.run_compare` in a job slot (it holds the slot for its whole run), reads a
+finished ``compare.json`` back, and writes ``compare.json``, ``compare.html`` and ``table.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from app.core.config import Settings
+from app.reports.compare_report import compare_html, table_markdown
+from app.services.errors import InvalidInputError
+from app.services.jobs import JobLimiter
+from app.services.model_registry import ModelRegistry
+from app.services.sessions import check_step_limits
+from gmts_core.compare import (
+    COMPARE_RECIPE,
+    DEFAULT_COMPARE_METHODS,
+    CompareConfig,
+    CompareResult,
+    Progress,
+    RunCurve,
+    run_compare,
+)
+from gmts_core.config import RLConfig
+from gmts_core.modeling import LoadedModel
+from gmts_core.policy import PolicySettings
+
+MAX_FILE_BYTES = 50_000_000
+
+__all__ = [
+    "COMPARE_RECIPE",
+    "DEFAULT_COMPARE_METHODS",
+    "CompareConfig",
+    "CompareResult",
+    "CompareService",
+    "compare_config",
+    "load_compare_file",
+    "result_from_dict",
+    "write_outputs",
+]
+
+
+def compare_config(
+    methods: tuple[str, ...],
+    ratio: float,
+    steps: int,
+    seeds: int,
+    eval_every: int,
+    eval_problems: int,
+    base: RLConfig = COMPARE_RECIPE,
+    **rl: Any,
+) -> CompareConfig:
+    """A validated CompareConfig: the run knobs, and ``rl`` overrides of ``base``'s GRPO knobs."""
+    config = CompareConfig(
+        methods=tuple(methods),
+        ratio=float(ratio),
+        steps=int(steps),
+        seeds=int(seeds),
+        eval_every=int(eval_every),
+        eval_problems=int(eval_problems),
+        rl=dataclasses.replace(base, **rl),
+    )
+    config.validate()
+    return config
+
+
+class CompareService:
+    """Runs compares within this server's limits; reads and writes their results."""
+
+    def __init__(self, settings: Settings, models: ModelRegistry, jobs: JobLimiter) -> None:
+        self.settings = settings
+        self.models = models
+        self.jobs = jobs
+
+    def check_limits(self, config: CompareConfig) -> None:
+        """Each step of a compare run is a GRPO step: the sessions' per-step limits apply."""
+        config.validate()
+        check_step_limits(self.settings, config.run_config(config.methods[0]))
+
+    def run_blocking(
+        self, model: str | None, config: CompareConfig, progress: Progress | None = None
+    ) -> CompareResult:
+        """Check, then run in a job slot on the registry's model (a server's UI)."""
+        self.check_limits(config)
+        ref = self.models.resolve(model)
+        self.models.ensure_available(ref)
+        return self.jobs.run_blocking(lambda: run_compare(self.models.load(ref), config, progress))
+
+    @staticmethod
+    def run_local(
+        lm: LoadedModel, config: CompareConfig, progress: Progress | None = None
+    ) -> CompareResult:
+        """A compare on a model the caller loaded (the CLI on its own machine: no server limits)."""
+        config.validate()
+        return run_compare(lm, config, progress)
+
+
+# --- a compare JSON back into a CompareResult --------------------------------------------------
+
+
+def _build(cls: type, data: Any, **nested: Any) -> Any:
+    """A dataclass from its ``asdict`` form (JSON lists back to tuples, unknown keys ignored)."""
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"expected an object for {cls.__name__}, got {type(data).__name__}")
+    values = {}
+    for f in fields(cls):
+        if f.name in nested:
+            values[f.name] = nested[f.name]
+        elif f.name in data:
+            v = data[f.name]
+            values[f.name] = tuple(v) if isinstance(v, list) and "tuple" in str(f.type) else v
+    try:
+        return cls(**values)
+    except TypeError as exc:
+        raise InvalidInputError(f"{cls.__name__}: {exc}") from None
+
+
+def result_from_dict(data: dict[str, Any]) -> CompareResult:
+    """The :class:`CompareResult` of ``CompareResult.to_dict()`` (e.g. a loaded compare.json)."""
+    missing = [k for k in ("model", "config", "runs", "start_accuracy") if k not in data]
+    if missing:
+        raise InvalidInputError(
+            f"not a `gmts compare` JSON (compare.json): missing {', '.join(missing)}"
+        )
+    c = data["config"]
+    config = _build(
+        CompareConfig,
+        c,
+        rl=_build(RLConfig, c.get("rl", {})),
+        policy=_build(PolicySettings, c.get("policy", {})),
+    )
+    runs = []
+    for r in data["runs"]:
+        acc = {int(k): float(v) for k, v in (r.get("accuracy") or {}).items()}
+        runs.append(_build(RunCurve, r, accuracy=acc))
+    for m in config.methods:
+        if not any(run.method == m for run in runs):
+            raise InvalidInputError(f"the compare JSON has no runs of method {m!r}")
+    return CompareResult(
+        config, str(data["model"]), runs, float(data["start_accuracy"]), data.get("seconds", 0.0)
+    )
+
+
+def load_compare_file(path: str | Path) -> CompareResult:
+    """Read a compare.json (size-limited) into a result, with a clear error otherwise."""
+    p = Path(path)
+    if p.stat().st_size > MAX_FILE_BYTES:
+        raise InvalidInputError(f"{p.name} is over {MAX_FILE_BYTES // 1_000_000} MB")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidInputError(f"{p.name} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"{p.name}: not a `gmts compare` JSON (expected an object)")
+    return result_from_dict(data)
+
+
+def write_outputs(result: CompareResult, out: Path) -> list[Path]:
+    """compare.json, compare.html and table.md in ``out`` (created if needed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "compare.json", out / "compare.html", out / "table.md"]
+    paths[0].write_text(json.dumps(result.to_dict(), indent=1) + "\n", encoding="utf-8")
+    paths[1].write_text(compare_html(result), encoding="utf-8")
+    paths[2].write_text(table_markdown(result) + "\n", encoding="utf-8")
+    return paths

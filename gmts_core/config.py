@@ -1,0 +1,138 @@
+"""The algorithm knobs, in one place: an analysis (:class:`AnalysisConfig`) and a GRPO step
+(:class:`RLConfig`). Plain frozen dataclasses with ``validate()``; each field's comment is its
+documentation, and the app's request models and forms take their defaults from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gmts_core.bounds import MIN_TEMPERATURE
+from gmts_core.errors import InvalidInputError
+from gmts_core.selection import SCOPES, list_methods
+
+DEFAULT_METHODS = ("entropy", "gmts", "gmts_entropy", "surprisal", "random", "all")
+"""The selection methods an analysis reports when the caller names none."""
+
+
+@dataclass(frozen=True)
+class AnalysisConfig:
+    """Algorithm knobs of an analysis (:func:`gmts_core.analysis.analyze`)."""
+
+    temperature: float = 1.0  # tau of pi = softmax(z / tau); also the sampling temperature
+    advantage: str = "grpo"
+    loss_aggregation: str = "token_mean"
+    ratio: float = 0.2
+    scope: str = "batch"
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    top_alternatives: int = 5
+    seed: int = 0  # for the `random` method
+    chat_template: bool = False
+    include_grad_head: bool = False
+    chunk_size: int = 128
+    # given answers are text: "<eos>" in one is the five characters, not the control token,
+    # unless this is True (then special-token strings become their tokens, as in a prompt)
+    answer_special_tokens: bool = False
+
+    def validate(self) -> None:
+        if not MIN_TEMPERATURE <= self.temperature < float("inf"):
+            raise InvalidInputError(
+                f"temperature must be at least {MIN_TEMPERATURE:g} for token statistics "
+                f"(pi = softmax(z / tau) and 1/tau overflow as tau -> 0), got {self.temperature!r}"
+            )
+        if not 0 < self.ratio <= 1:
+            raise InvalidInputError(f"ratio must be in (0, 1], got {self.ratio}")
+        if self.scope not in SCOPES:
+            raise InvalidInputError(f"unknown scope {self.scope!r}; valid: {', '.join(SCOPES)}")
+        valid = list_methods()
+        for m in self.methods:
+            if m not in valid:
+                raise InvalidInputError(
+                    f"unknown selection method {m!r}; valid: {', '.join(valid)}"
+                )
+        if not self.methods:
+            raise InvalidInputError("at least one selection method is needed")
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    """Every knob of a GRPO step (defaults tuned on the demo model; see benchmarks/rl_gain.py)."""
+
+    method: str = "gmts"  # selection method whose mask the loss uses
+    ratio: float = 0.2  # share of answer tokens selected (k = ceil(ratio * N))
+    scope: str = "batch"  # selection scope: batch | group | answer
+    group_size: int = 8  # G answers sampled per prompt
+    prompts_per_step: int = 8  # prompts in a batch drawn from the demo task
+    learning_rate: float = 1e-4  # stable on the demo model even with small batches
+    warmup_steps: int = 0  # linear warmup of the learning rate over the first steps
+    inner_steps: int = 1  # optimizer updates per sampled batch (PPO epochs)
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.28  # DAPO's clip-higher
+    beta: float = 0.0  # weight of the k3 KL term to the reference (the starting policy)
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+    optimizer: str = "adamw"  # adamw | sgd
+    adam_betas: tuple[float, float] = (0.9, 0.99)
+    adam_epsilon: float = 1e-8  # larger values damp the updates of parameters with tiny gradients
+    temperature: float = 1.0  # sampling temperature and tau of the loss's log-probs
+    top_p: float = 1.0
+    max_new_tokens: int = 48
+    advantage: str = "grpo"
+    loss_aggregation: str = "token_mean"
+    chat_template: bool = False
+    measure_kl: bool = True  # report KL even when beta is 0 (one more forward pass)
+    max_batch_tokens: int = 8192  # padded tokens per forward/backward micro-batch
+    report_methods: tuple[str, ...] = ("entropy", "gmts")  # wasted_share etc. also for these
+
+    def validate(self) -> None:
+        if self.method not in list_methods():
+            raise InvalidInputError(
+                f"unknown selection method {self.method!r}; valid: {', '.join(list_methods())}"
+            )
+        checks = [
+            (
+                MIN_TEMPERATURE <= self.temperature < float("inf"),
+                f"temperature must be at least {MIN_TEMPERATURE:g} for RL (sampling, log-probs)",
+            ),
+            (self.group_size >= 2, "group_size must be >= 2 (advantages compare answers)"),
+            (self.prompts_per_step >= 1, "prompts_per_step must be >= 1"),
+            (self.inner_steps >= 1, "inner_steps must be >= 1"),
+            (self.learning_rate >= 0, "learning_rate must be >= 0"),
+            (self.warmup_steps >= 0, "warmup_steps must be >= 0"),
+            (self.optimizer in ("adamw", "sgd"), "optimizer must be adamw or sgd"),
+            (self.epsilon_low >= 0 and self.epsilon_high >= 0, "epsilons must be >= 0"),
+            (self.beta >= 0, "beta must be >= 0"),
+            (self.max_grad_norm > 0, "max_grad_norm must be > 0"),
+            (self.max_new_tokens >= 1, "max_new_tokens must be >= 1"),
+            (self.max_batch_tokens >= 1, "max_batch_tokens must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise InvalidInputError(message)
+        self.analysis_config(0).validate()
+
+    def learning_rate_at(self, step: int) -> float:
+        """The learning rate of step ``step`` (1-based): linear warmup, then constant.
+
+        Adam's first updates move every parameter by about the learning rate whatever its
+        gradient, which a small, sharp model does not survive at full rate.
+        """
+        if self.warmup_steps <= 0:
+            return self.learning_rate
+        return self.learning_rate * min(1.0, max(step, 1) / self.warmup_steps)
+
+    def selection_methods(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.method, *self.report_methods)))
+
+    def analysis_config(self, seed: int) -> AnalysisConfig:
+        return AnalysisConfig(
+            temperature=self.temperature,
+            advantage=self.advantage,
+            loss_aggregation=self.loss_aggregation,
+            ratio=self.ratio,
+            scope=self.scope,
+            methods=self.selection_methods(),
+            top_alternatives=0,
+            seed=seed,
+            chat_template=self.chat_template,
+        )

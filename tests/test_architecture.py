@@ -1,0 +1,73 @@
+"""The architecture rules are code: import-linter's contracts (pyproject.toml) hold, and break.
+
+The contracts: gmts_core never imports the web layer (app, fastapi, starlette, gradio, plotly,
+uvicorn); the front ends (app.api, app.ui, app.cli) reach gmts_core only through app.services;
+gmts_core's modules import each other without cycles. ``make lint`` runs the same check.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=1))"
+WEB = "gmts_core never imports the web layer (app, fastapi, starlette, gradio, plotly, uvicorn)"
+SERVICES = "the front ends (app.api, app.ui, app.cli) reach gmts_core only through app.services"
+CYCLES = "no import cycles between gmts_core's modules"
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` over the packages under ``root`` with ``root``'s pyproject.toml."""
+    return subprocess.run(
+        [sys.executable, "-c", LINT],
+        cwd=root,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_contracts_hold() -> None:
+    run = lint_imports(ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    text = " ".join(run.stdout.split())
+    assert all(f"{name} KEPT" in text for name in (WEB, SERVICES, CYCLES)), run.stdout
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    """The packages and the config, copied (no model weights, no caches)."""
+    skip = shutil.ignore_patterns("__pycache__", "tiny-arith", "*.pyc")
+    for package in ("gmts_core", "app"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=skip)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "broken"),
+    [
+        ("gmts_core/metrics.py", "import fastapi", WEB),
+        ("gmts_core/summaries.py", "import app.services", WEB),
+        ("app/ui/render.py", "import gmts_core.analysis", SERVICES),
+        ("app/cli/analyze.py", "from gmts_core import metrics", SERVICES),
+        ("gmts_core/records.py", "import gmts_core.analysis", CYCLES),
+    ],
+)
+def test_a_violating_import_breaks_the_check(
+    copy: Path, module: str, line: str, broken: str
+) -> None:
+    path = copy / module
+    path.write_text(path.read_text() + f"\n{line}  # deliberately breaking a contract\n")
+    run = lint_imports(copy)
+    assert run.returncode != 0
+    assert "Contracts: 2 kept, 1 broken." in run.stdout
+    broken_lines = [s for s in run.stdout.splitlines() if s.endswith("BROKEN")]
+    assert broken in " ".join(run.stdout.split()), run.stdout
+    assert broken_lines, run.stdout
