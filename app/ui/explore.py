@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from app.services.methods import method_picker_choices
 from app.ui import charts, learn
 from app.ui.render import COLOR_BY, Json, placeholder, render_result
 from gmts_core.errors import InvalidInputError
@@ -48,8 +49,9 @@ def reward_choices() -> list[str]:
     return [*list_rewards(), EXPLICIT]
 
 
-def method_choices() -> list[str]:
-    return list_methods()
+def method_choices() -> list[tuple[str, str]]:
+    """The method pickers: "name: one-line description" labels, method names as values."""
+    return method_picker_choices()
 
 
 def color_choices() -> list[str]:

@@ -58,7 +58,10 @@ def test_user_mistakes_get_a_message(values: dict, message: str) -> None:
 
 def test_dropdowns_read_the_registries() -> None:
     assert explore.reward_choices()[:-1] == list_rewards()
-    assert explore.method_choices() == list_methods()
+    choices = explore.method_choices()
+    assert [value for _, value in choices] == list_methods()
+    by_name = dict((value, label) for label, value in choices)
+    assert by_name["gtpo"].startswith("gtpo: GTPO") and "Clip-Cov" in by_name["clip_cov"]
 
 
 def test_batch_text_round_trips_and_builds_a_batch_request() -> None:

@@ -73,7 +73,9 @@ def test_clip_cov_keeps_only_the_band_between_one_and_five() -> None:
     torch.testing.assert_close(scores(batch(**COV_BATCH), "clip_cov"), expected)
     # A = +-2, log p = 0 and -6: means 0 and -3, Cov = 2 * 3 = 6 and -2 * -3 = 6, above 5
     high = batch([2.0, -2.0], [0.0, -6.0], [1.0, 1.0], [0, 1])
-    torch.testing.assert_close(scores(high, "kl_cov"), torch.tensor([6.0, 6.0], dtype=torch.float64))
+    torch.testing.assert_close(
+        scores(high, "kl_cov"), torch.tensor([6.0, 6.0], dtype=torch.float64)
+    )
     torch.testing.assert_close(scores(high, "clip_cov"), torch.zeros(2, dtype=torch.float64))
 
 
