@@ -206,3 +206,11 @@ def test_analysis_scores_match_the_formulas_on_its_own_numbers(tiny_llama: Loade
         assert t.scores["high_prob"] == pytest.approx(expected_w, abs=1e-9)
         assert t.scores["gtpo"] >= abs(a) and (t.scores["gtpo"] > 0) == (a != 0)
     assert res.summary["selected_count"]["gtpo"] == res.summary["k"]
+
+
+def test_compare_and_rl_accept_every_literature_method() -> None:
+    from gmts_core.compare import CompareConfig
+
+    CompareConfig(methods=LITERATURE).validate()  # raises on an unknown method
+    with pytest.raises(InvalidInputError, match="valid: .*clip_cov"):
+        CompareConfig(methods=("clip_covv",)).validate()
