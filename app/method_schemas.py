@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from gmts_core.method_catalog import MethodInfo
+from app.services.methods import MethodInfo
 
 
 class MethodOut(BaseModel):

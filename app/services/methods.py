@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from gmts_core.method_catalog import MethodInfo, method_catalog
 
+__all__ = ["MethodInfo", "list_method_infos", "method_picker_choices"]
+
 
 def list_method_infos() -> list[MethodInfo]:
     """Every registered selection method, in registration order."""
