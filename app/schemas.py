@@ -58,7 +58,8 @@ class SelectionOptions(BaseModel):
         default_factory=lambda: list(DEFAULT_METHODS),
         min_length=1,
         max_length=32,
-        description=f"Selection methods (registry): {', '.join(DEFAULT_METHODS)}.",
+        description=f"Selection methods (GET /v1/methods lists every one with its citation); "
+        f"default: {', '.join(DEFAULT_METHODS)}.",
     )
 
     @field_validator("methods")
