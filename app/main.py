@@ -23,7 +23,16 @@ from app.api.middleware import (
     RequestIdMiddleware,
     install_request_id_logging,
 )
-from app.api.routes import analyze, capabilities, export, gradcheck, health, models, sessions
+from app.api.routes import (
+    analyze,
+    capabilities,
+    export,
+    gradcheck,
+    health,
+    methods,
+    models,
+    sessions,
+)
 from app.core.config import Settings
 from app.services.container import Services, build_services
 
@@ -60,7 +69,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     # the bearer check (and its OpenAPI security scheme) only exists when a key is configured
     auth = [Depends(require_api_key)] if settings.api_key is not None else []
     v1 = APIRouter(prefix="/v1", dependencies=auth)
-    for module in (models, capabilities, analyze, export, gradcheck, sessions):
+    for module in (models, capabilities, methods, analyze, export, gradcheck, sessions):
         v1.include_router(module.router)
     app.include_router(v1)
     if settings.ui_enabled:

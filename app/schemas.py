@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from app.method_schemas import MethodOut
 from app.strict_input import NoBoolNumbers
 from gmts_core.advantages import ADVANTAGES
 from gmts_core.aggregation import AGGREGATIONS
@@ -69,7 +70,8 @@ class SelectionOptions(NoBoolNumbers):
         default_factory=lambda: list(DEFAULT_METHODS),
         min_length=1,
         max_length=32,
-        description=f"Selection methods (registry): {', '.join(DEFAULT_METHODS)}.",
+        description=f"Selection methods (GET /v1/methods lists every one with its citation); "
+        f"default: {', '.join(DEFAULT_METHODS)}.",
     )
 
     @field_validator("methods")
@@ -421,18 +423,11 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-class MethodInfo(BaseModel):
-    """A selection method of this server's registry."""
-
-    name: str
-    description: str
-
-
 class CapabilitiesResponse(BaseModel):
     """Body of ``GET /v1/capabilities``: what this server offers, so a remote UI lists the
     server's own methods, reward rules and limits rather than its local ones."""
 
-    methods: list[MethodInfo]
+    methods: list[MethodOut]
     default_methods: list[str]
     reward_rules: list[str]
     advantages: list[str]

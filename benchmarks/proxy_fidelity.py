@@ -29,9 +29,11 @@ from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
 from gmts_core.gradcheck import GradcheckResult, gradcheck
 from gmts_core.modeling import LoadedModel, load_model
 from gmts_core.sampling import SamplingConfig
+from gmts_core.selection import list_methods
 from gmts_core.tasks.arith import REWARD_RULE, generate_problems
 
-METHODS = ("gmts", "gmts_entropy", "entropy", "surprisal", "random", "all")
+# every registered method: the core ones first, then the literature's (gmts_core/literature.py)
+METHODS = tuple(list_methods())
 METRICS = (
     "spearman_batch",
     "spearman_within_answer_median",

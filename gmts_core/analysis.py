@@ -169,13 +169,14 @@ def _selection_inputs(
     groups: list[_Group], stats: list[AnswerStats], weights: torch.Tensor, seed: int
 ) -> SelectionInputs:
     """Flatten per-answer stats into per-token tensors ordered by (group, answer, position)."""
-    scale, answer_idx, group_idx = [], [], []
+    scale, signed, answer_idx, group_idx = [], [], [], []
     a = 0
     for gi, g in enumerate(groups):
         assert g.advantages is not None
         for ai in range(len(g.answer_ids)):
             n = len(g.answer_ids[ai])
             scale.append(torch.full((n,), float(g.advantages[ai].abs() * weights[a])))
+            signed.append(torch.full((n,), float(g.advantages[ai]), dtype=torch.float64))
             answer_idx.append(torch.full((n,), a, dtype=torch.long))
             group_idx.append(torch.full((n,), gi, dtype=torch.long))
             a += 1
@@ -191,6 +192,7 @@ def _selection_inputs(
         answer_index=torch.cat(answer_idx),
         group_index=torch.cat(group_idx),
         seed=seed,
+        advantage=torch.cat(signed),
     )
 
 

@@ -31,6 +31,9 @@ class SelectionInputs:
     answer_index: torch.Tensor  # int64, global answer index
     group_index: torch.Tensor  # int64
     seed: int = 0
+    # Signed A_i of the token's answer, (N,): the literature methods that need the sign
+    # (Clip-Cov / KL-Cov covariance, GTPO's success/failure split) raise without it.
+    advantage: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -41,15 +44,23 @@ class SelectionInputs:
 class SelectionMethod:
     name: str
     score: Callable[[SelectionInputs], torch.Tensor]
-    description: str
+    description: str  # one line, shown next to the name in listings and pickers
     uses_ratio: bool = True  # False: the method keeps every token (plain GRPO)
+    citation: str = ""  # the paper the criterion comes from (arXiv id and title)
+    details: str = ""  # formula, constants and the choices the paper leaves open
+    kind: str = "selection"  # "selection", or "weighting": tokens scored by their weight
 
 
 METHODS: Registry[SelectionMethod] = Registry("selection method")
 
 
 def register_method(
-    name: str, description: str, uses_ratio: bool = True
+    name: str,
+    description: str,
+    uses_ratio: bool = True,
+    citation: str = "",
+    details: str = "",
+    kind: str = "selection",
 ) -> Callable[
     [Callable[[SelectionInputs], torch.Tensor]], Callable[[SelectionInputs], torch.Tensor]
 ]:
@@ -58,7 +69,8 @@ def register_method(
     def wrap(
         fn: Callable[[SelectionInputs], torch.Tensor],
     ) -> Callable[[SelectionInputs], torch.Tensor]:
-        METHODS.register(name)(SelectionMethod(name, fn, description, uses_ratio))
+        spec = SelectionMethod(name, fn, description, uses_ratio, citation, details, kind)
+        METHODS.register(name)(spec)
         return fn
 
     return wrap

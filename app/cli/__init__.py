@@ -10,7 +10,7 @@ import logging
 
 from app.cli._app import cli
 
-_COMMAND_MODULES = ("analyze", "analyze_file", "serve", "demo", "gradcheck", "compare")
+_COMMAND_MODULES = ("analyze", "analyze_file", "serve", "demo", "gradcheck", "compare", "methods")
 
 
 def main() -> None:

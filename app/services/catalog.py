@@ -8,12 +8,14 @@ process has registered. The demo task's example prompts and problems are listed 
 from __future__ import annotations
 
 from app.core.config import Settings
-from app.schemas import CapabilitiesResponse, MethodInfo
+from app.method_schemas import MethodOut
+from app.schemas import CapabilitiesResponse
+from app.services.methods import list_method_infos
 from gmts_core.advantages import ADVANTAGES
 from gmts_core.aggregation import AGGREGATIONS
 from gmts_core.config import DEFAULT_METHODS, RLConfig
 from gmts_core.rewards import list_rewards
-from gmts_core.selection import METHODS, SCOPES
+from gmts_core.selection import SCOPES
 from gmts_core.tasks.arith import ArithProblem, ExamplePrompt, example_prompts, generate_problems
 
 RL_DEFAULTS = RLConfig()
@@ -34,8 +36,9 @@ LIMIT_SETTINGS = (
 """The request limits a client may want to know before it asks (each a GMTS_* setting)."""
 
 
-def method_infos() -> list[MethodInfo]:
-    return [MethodInfo(name=n, description=METHODS.get(n).description) for n in METHODS.names()]
+def method_infos() -> list[MethodOut]:
+    """Every registered method with its one-line description and citation."""
+    return [MethodOut.from_info(m) for m in list_method_infos()]
 
 
 def capabilities(settings: Settings) -> CapabilitiesResponse:

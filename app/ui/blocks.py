@@ -66,7 +66,7 @@ def backend_capabilities(backend: Backend) -> Json:
 
 
 def method_names(ctx: UIContext) -> list[str]:
-    return explore.method_choices(ctx.capabilities)
+    return explore.method_names(ctx.capabilities)
 
 
 def _call(fn: Callable[[], Any]) -> Any:

@@ -48,9 +48,14 @@ def reward_choices(caps: Json) -> list[str]:
     return [*caps["reward_rules"], EXPLICIT]
 
 
-def method_choices(caps: Json) -> list[str]:
+def method_names(caps: Json) -> list[str]:
     """The selection methods the backend offers, in its registry's order."""
     return [m["name"] for m in caps["methods"]]
+
+
+def method_choices(caps: Json) -> list[tuple[str, str]]:
+    """The method pickers: "name: one-line description" labels, method names as values."""
+    return [(f"{m['name']}: {m['description']}", m["name"]) for m in caps["methods"]]
 
 
 def color_choices() -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from app.services.methods import list_method_infos
 from app.ui.render import Json, _fmt, groups_of
 
 ADVANTAGE_FORMULAS = {
@@ -180,6 +181,30 @@ def selection_section(summary: Json, methods: tuple[str, str]) -> str:
     )
 
 
+def family_section(summary: Json) -> str:
+    """Every selection criterion: its paper, formula, and what it keeps of this batch's γ."""
+    cov = summary.get("gradient_coverage", {})
+    rows = "".join(
+        f"<tr><td><code>{escape(m.name)}</code></td><td>{escape(m.description)}</td>"
+        f"<td>{escape(m.citation)}</td><td>{escape(m.details)}</td>"
+        f"<td>{'—' if cov.get(m.name) is None else _fmt(100 * cov[m.name], 3) + '%'}</td></tr>"
+        for m in list_method_infos()
+    )
+    table = (
+        '<table class="learn-family"><tr><th>method</th><th>criterion</th><th>paper</th>'
+        f"<th>formula, constants, choices</th><th>γ kept</th></tr>{rows}</table>"
+    )
+    return _section(
+        "7. The family: token criteria of the RLVR literature",
+        "score_t = f(H_t, log p_t, A_i, w_i, …);   keep the top k",
+        "Each criterion is a score per token; a weighting (GTPO, TR-GRPO) is scored by its "
+        "weight. Clip-Cov and KL-Cov single out tokens their papers detach or penalize rather "
+        "than train on. The last column is the share of this batch's γ each selection keeps "
+        "(methods not analyzed show —).",
+        table,
+    )
+
+
 def learn_html(result: Json | None, methods: tuple[str, str], group_index: int = 0) -> str:
     """The whole Learn tab for the current result (or an invitation to analyze first)."""
     if not result:
@@ -199,5 +224,6 @@ def learn_html(result: Json | None, methods: tuple[str, str], group_index: int =
         + gini_section(summary)
         + misrank_section(group, summary, methods)
         + selection_section(summary, methods)
+        + family_section(summary)
         + "</div>"
     )

@@ -273,6 +273,7 @@ class GMTSGRPOTrainer(GRPOTrainer):
             answer_index=answer_ids.cpu(),
             group_index=torch.zeros_like(answer_ids.cpu()),
             seed=self.args.seed * 1_000_003 + self._selection_calls,
+            advantage=advantage,
         )
 
     def _gather_rows(self, local: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -24,7 +24,7 @@ def form(**values: object) -> explore.ExploreForm:
 
 def test_sampling_request_is_a_valid_api_body() -> None:
     body = explore.build_request(
-        form(group_size=4, max_new_tokens=16, seed=3, ratio=0.3), explore.method_choices(CAPS)
+        form(group_size=4, max_new_tokens=16, seed=3, ratio=0.3), explore.method_names(CAPS)
     )
     req = AnalyzeRequest.model_validate(body)  # the API's own schema accepts it
     assert (req.num_samples, req.max_new_tokens, req.seed) == (4, 16, 3)
@@ -65,11 +65,18 @@ def test_user_mistakes_get_a_message(values: dict, message: str) -> None:
 
 def test_dropdowns_read_the_backends_capabilities() -> None:
     assert explore.reward_choices(CAPS)[:-1] == list_rewards()
-    assert explore.method_choices(CAPS) == list_methods()
+    assert explore.method_names(CAPS) == list_methods()
     caps = {**CAPS, "methods": [{"name": "mine", "description": "x"}], "reward_rules": ["r"]}
-    assert explore.method_choices(caps) == ["mine"] and explore.reward_choices(caps)[0] == "r"
+    assert explore.method_names(caps) == ["mine"] and explore.reward_choices(caps)[0] == "r"
     body = explore.build_request(form(method_a="gmts", method_b="mine"), ["entropy", "mine"])
     assert body["selection"]["methods"] == ["gmts", "mine", "entropy"]
+
+
+def test_method_pickers_show_one_line_descriptions() -> None:
+    choices = explore.method_choices(CAPS)
+    assert [value for _, value in choices] == list_methods()
+    by_name = {value: label for label, value in choices}
+    assert by_name["gtpo"].startswith("gtpo: GTPO") and "Clip-Cov" in by_name["clip_cov"]
 
 
 def test_batch_text_round_trips_and_builds_a_batch_request() -> None:

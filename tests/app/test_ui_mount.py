@@ -88,3 +88,19 @@ def test_remote_and_local_backends_give_the_same_result(model_root: Path) -> Non
             remote.analyze(given_body(selection={"ratio": 2}))
         with pytest.raises(GMTSError, match="ratio"):
             local.analyze(given_body(selection={"ratio": 2}))
+
+
+def test_method_pickers_show_each_method_with_its_description(root: Path) -> None:
+    with TestClient(create_app(make_settings(root, ui_enabled=True))) as client:
+        components = client.get("/ui/config").json()["components"]
+    pickers = {
+        c["props"]["elem_id"]: c["props"]["choices"]
+        for c in components
+        if c.get("props", {}).get("elem_id")
+        in ("method-a", "method-b", "compare-methods", "train-method")
+    }
+    assert set(pickers) == {"method-a", "method-b", "compare-methods", "train-method"}
+    for choices in pickers.values():
+        labels = {value: label for label, value in choices}
+        assert labels["gtpo"].startswith("gtpo: GTPO") and labels["rsi"].startswith("rsi: RSI")
+        assert "Clip-Cov" in labels["clip_cov"] and "TR-GRPO" in labels["high_prob"]

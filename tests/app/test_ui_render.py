@@ -213,3 +213,11 @@ def test_learn_quotes_live_advantages(result: dict) -> None:
     assert render._fmt(adv, 3) in html and "scaled by" in html
     assert "Gini impurity" in html
     assert "Analyze a group" in learn.learn_html(None, METHODS)
+
+
+def test_learn_lists_the_literature_family_with_live_coverage(result: dict) -> None:
+    html = learn.learn_html(result, METHODS)
+    for name, arxiv in (("clip_cov", "2505.22617"), ("gtpo", "2508.04349"), ("rsi", "2606.31575")):
+        assert f"<code>{name}</code>" in html and arxiv in html
+    cov = result["summary"]["gradient_coverage"]["gmts"]
+    assert "<td><code>gmts</code></td>" in html and f"{render._fmt(100 * cov, 3)}%" in html

@@ -23,6 +23,7 @@ from gmts_core.selection import (
 from gmts_core.summaries import gradient_coverage
 
 RATIO_METHODS = ["entropy", "gmts", "gmts_entropy", "surprisal", "random"]
+RATIO_METHODS += ["clip_cov", "kl_cov", "lopti", "gtpo", "rsi", "high_prob"]  # the literature
 
 
 def make_inputs(
@@ -30,7 +31,7 @@ def make_inputs(
 ) -> SelectionInputs:
     """Random per-token quantities for groups of answers; ``lengths[g]`` = answer lengths."""
     gen = torch.Generator().manual_seed(seed)
-    ans_idx, grp_idx, scale = [], [], []
+    ans_idx, grp_idx, scale, sign = [], [], [], []
     a = 0
     for g, answers in enumerate(lengths):
         for n in answers:
@@ -38,6 +39,7 @@ def make_inputs(
             ans_idx += [a] * n
             grp_idx += [g] * n
             scale += [s] * n
+            sign += [(-1.0) ** a] * n  # alternate signs: successful and failed answers
             a += 1
     n = len(ans_idx)
     grad_norm = torch.rand(n, generator=gen, dtype=torch.float64) * 1.4
@@ -51,6 +53,7 @@ def make_inputs(
         answer_index=torch.tensor(ans_idx),
         group_index=torch.tensor(grp_idx),
         seed=seed,
+        advantage=signal * torch.tensor(sign, dtype=torch.float64),
     )
 
 

@@ -141,6 +141,7 @@ def reference_selection(
         answer_index=answer,
         group_index=torch.zeros_like(answer),
         seed=seed,
+        advantage=advantage,
     )
     return select(x, method, trainer.selection_ratio).selected, x, advantage * weights
 
