@@ -127,11 +127,19 @@ async def validation_error_handler(_request: Request, exc: Exception) -> JSONRes
     return error_response(422, "validation_error", message, details=details)
 
 
+_UNPARSEABLE = "There was an error parsing the body"  # FastAPI's words for a body it cannot read
+_UNPARSEABLE_PLAIN = (
+    "the request body could not be read as JSON: it may not be UTF-8, nest too deeply, or "
+    "hold a number too long to read (more than 4300 digits)"
+)
+
+
 async def http_error_handler(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
     headers = dict(exc.headers) if exc.headers else None
-    return error_response(exc.status_code, code, str(exc.detail), headers)
+    message = _UNPARSEABLE_PLAIN if exc.detail == _UNPARSEABLE else str(exc.detail)
+    return error_response(exc.status_code, code, message, headers)
 
 
 OUT_OF_MEMORY_RETRY_AFTER_S = 10

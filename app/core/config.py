@@ -67,7 +67,10 @@ class Settings(BaseSettings):
     max_top_alternatives: int = Field(20, ge=0)
     max_eval_answers: int = Field(512, ge=1)  # problems x samples of one evaluate request
     reward_budget_s: float = Field(
-        5.0, gt=0, description="Total time the reward rules of one request may take."
+        5.0,
+        gt=0,
+        description="Total time the reward rules of one request (one step of a session step "
+        "request) may take.",
     )
 
     # --- heavy jobs (model loading and analysis) ---

@@ -177,7 +177,9 @@ class SessionService:
         prompts = [p.to_core() for p in req.prompts] if req.prompts else None
         with self.store.use(session_id) as session:
             self._check_step_tokens(session, req, config)
-            with reward_budget(self.settings.reward_budget_s, "GMTS_REWARD_BUDGET_S"):
+            # the budget is per step: a request of n steps computes n batches of rewards
+            budget = self.settings.reward_budget_s * req.steps
+            with reward_budget(budget, "GMTS_REWARD_BUDGET_S per step"):
                 results = session.step(prompts, req.steps, config, progress)
             return step_out(session, results, req.include_tokens)
 

@@ -326,6 +326,14 @@ def cases(sid: str) -> list[Case]:
         Case(
             "deep nesting", "POST", "/v1/analyze", raw=b"[" * 5000 + b"]" * 5000, expect=(400, 422)
         ),
+        Case(
+            "5000-digit integer",
+            "POST",
+            "/v1/analyze",
+            expect=(400,),
+            check=lambda b: "could not be read as JSON" in b["error"]["message"],
+            raw=b'{"prompt":"Q","answers":["a"],"rewards":[1' + b"0" * 5000 + b"]}",
+        ),
         Case("unknown field", "POST", "/v1/analyze", _group(evil=1)),
         Case(
             "unknown reward rule",

@@ -97,3 +97,14 @@ def test_delete_and_concurrent_steps_in_threads(lm: LoadedModel) -> None:
     with pytest.raises(SessionNotFoundError, match="deleted"):
         store.get(sessions[0].id)
     assert torch.is_tensor(next(sessions[1].policy.model.parameters()))
+
+
+def test_memory_cap_evicts_and_counts_five_copies_of_the_trainable_weights(lm: LoadedModel) -> None:
+    probe = SessionStore().create(lm, CONFIG)
+    per_copy = sum(p.numel() * p.element_size() for p in probe.policy.trainable_parameters())
+    assert probe.memory_bytes() == 5 * per_copy  # weights, start copy, grads, 2 AdamW moments
+    store = SessionStore(max_sessions=100, max_bytes=2.5 * probe.memory_bytes(), clock=FakeClock())
+    ids = [store.create(lm, CONFIG).id for _ in range(3)]
+    assert store.ids() == ids[1:] and store.evicted == 1  # two fit in 2.5 sessions' memory
+    with pytest.raises(SessionNotFoundError, match="evicted"):
+        store.get(ids[0])

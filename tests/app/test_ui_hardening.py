@@ -92,3 +92,21 @@ def test_the_remote_ui_backend_retries_a_busy_server() -> None:
     backend._client = httpx.Client(base_url="http://x", transport=httpx.MockTransport(handler))
     assert backend.analyze({}) == {"ok": True}
     assert len(calls) == 3 and len(told) == 1
+
+
+def test_ui_handlers_obey_the_same_limits_before_model_work(model_root: Path) -> None:
+    from app.ui.client import LocalBackend
+    from gmts_core.errors import InvalidInputError, LimitExceededError
+
+    services = create_app(make_settings(model_root)).state.services
+    ui = LocalBackend(services)
+    sid = ui.create_session({"group_size": 2, "prompts_per_step": 1})["session_id"]
+    long_prompt = {"prompts": [{"prompt": "1" * 100_000, "reference": "2"}]}
+    with pytest.raises(LimitExceededError, match="GMTS_MAX_PROMPT_CHARS"):
+        ui.step_session(sid, long_prompt)
+    bad_ref = {"prompts": [{"prompt": "Q", "reference": "1e10000000"}]}
+    with pytest.raises(InvalidInputError, match="numeric reference"):
+        ui.step_session(sid, bad_ref)
+    with pytest.raises(LimitExceededError, match="GMTS_MAX_EVAL_ANSWERS"):
+        ui.evaluate_session(sid, {"num_problems": 2000, "samples_per_problem": 16})
+    assert ui.get_session(sid)["steps_done"] == 0  # nothing ran
