@@ -1,4 +1,5 @@
-"""Request and response models of the HTTP API v1, with OpenAPI examples.
+"""Request and response models of the HTTP API v1, with OpenAPI examples: analyze, models,
+health and capabilities here; ``app.schemas.gradcheck`` and ``app.schemas.sessions`` beside.
 
 Requests are strict (unknown fields and NaN/Infinity are rejected) and registry names
 (reward rules, advantage estimators, loss aggregations, selection methods) are checked here, so a
