@@ -3,6 +3,17 @@
 #   docker run --rm -p 8000:8000 gmts-explorer      # then open http://127.0.0.1:8000/ui
 # Set GMTS_API_KEY (and GMTS_CORS_ORIGINS if a browser app calls the API) when the port is
 # reachable by others; mount extra models read-only and list their folder in GMTS_MODEL_ROOTS.
+
+# Stage 1: the wheel (the UI's CSS/JS and the demo model ship inside it).
+FROM python:3.11-slim AS wheel
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY gmts_core ./gmts_core
+COPY app ./app
+COPY static ./static
+RUN pip wheel --no-cache-dir --no-deps -w /dist .
+
+# Stage 2: the runtime, with the wheel installed (no source tree).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -16,13 +27,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # The CPU build of torch first, so the project's torch>=2.4 requirement installs nothing more.
 RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 
-WORKDIR /app
-COPY pyproject.toml README.md ./
-COPY gmts_core ./gmts_core
-COPY app ./app
-COPY static ./static
-# Editable: the UI reads its CSS/JS from the source tree's static/ folder.
-RUN pip install -e .
+COPY --from=wheel /dist /tmp/dist
+RUN pip install /tmp/dist/*.whl && rm -rf /tmp/dist
 
 RUN useradd --create-home --uid 10001 gmts
 USER gmts

@@ -33,7 +33,7 @@ from app.cli.common import (
     load_cli_model,
     services,
 )
-from app.gradcheck_schemas import GradcheckRequest
+from app.schemas.gradcheck import GradcheckRequest
 from app.services.bodies import as_json as json_body
 from app.services.errors import GMTSError
 from app.services.gradcheck import DEFAULT_MAX_TOKENS

@@ -1,6 +1,6 @@
 """The one mapping from the library's typed results to the API's response models.
 
-The pydantic models (``app.schemas``, ``app.gradcheck_schemas``, ``app.session_schemas``) are the
+The pydantic models (``app.schemas``, ``app.schemas.gradcheck``, ``app.schemas.sessions``) are the
 contract; the library returns dataclasses (``gmts_core.records``, ``rl_records``, ``sessions``,
 ``gradcheck``) with raw floats. Every response body is built here and nowhere else: the routes
 return these models, and the UI's local backend and the CLI print their JSON form
@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from app.gradcheck_schemas import FidelityOut, GradcheckResponse
 from app.schemas import (
     AnalysisSettingsOut,
     AnalyzeResponse,
@@ -26,7 +25,8 @@ from app.schemas import (
     Summary,
     TokenOut,
 )
-from app.session_schemas import (
+from app.schemas.gradcheck import FidelityOut, GradcheckResponse
+from app.schemas.sessions import (
     AnswerChangeOut,
     EvaluationOut,
     SessionOut,

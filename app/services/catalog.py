@@ -8,8 +8,8 @@ process has registered. The demo task's example prompts and problems are listed 
 from __future__ import annotations
 
 from app.core.config import Settings
-from app.method_schemas import MethodOut
 from app.schemas import CapabilitiesResponse
+from app.schemas.methods import MethodOut
 from app.services.methods import list_method_infos
 from gmts_core.advantages import ADVANTAGES
 from gmts_core.aggregation import AGGREGATIONS

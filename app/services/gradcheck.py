@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
 
-from app.gradcheck_schemas import GradcheckRequest, GradcheckResponse
+from app.schemas.gradcheck import GradcheckRequest, GradcheckResponse
 from app.services.analysis import (
     AnalysisService,
     PreparedAnalysis,

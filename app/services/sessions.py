@@ -17,12 +17,7 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from app.core.config import Settings
-from app.services.bodies import evaluation_out, session_out, step_out
-from app.services.errors import LimitExceededError
-from app.services.jobs import JobLimiter
-from app.services.model_registry import ModelRegistry
-from app.services.session_store import SessionStore
-from app.session_schemas import (
+from app.schemas.sessions import (
     EvaluationOut,
     SessionCreateRequest,
     SessionEvalRequest,
@@ -30,6 +25,11 @@ from app.session_schemas import (
     SessionStepRequest,
     StepOut,
 )
+from app.services.bodies import evaluation_out, session_out, step_out
+from app.services.errors import LimitExceededError
+from app.services.jobs import JobLimiter
+from app.services.model_registry import ModelRegistry
+from app.services.session_store import SessionStore
 from gmts_core.analysis import encode_prompt
 from gmts_core.config import RLConfig
 from gmts_core.errors import InvalidInputError

@@ -2,7 +2,8 @@
 
 ``mount_ui(app, settings, services)`` builds the Blocks against the local service layer, or
 against a remote GMTS server when ``settings.api_url`` is set, and serves the renderer's
-CSS/JS from ``static/``.
+CSS/JS. The assets ship inside the package (``app/ui/static``: in the source tree a link to the
+top-level ``static/``, in a wheel the files themselves), found through importlib.resources.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Callable
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from fastapi import FastAPI
 logger = logging.getLogger(__name__)
 
 UI_PATH = "/ui"
-STATIC_DIR = Path(__file__).resolve().parents[2] / "static"
+STATIC_DIR = Path(str(files("app.ui").joinpath("static")))
 
 
 def ui_head() -> str:

@@ -23,8 +23,9 @@ from typing import Any, Protocol
 
 import httpx
 
-from app.gradcheck_schemas import GradcheckRequest
 from app.schemas import AnalyzeRequest
+from app.schemas.gradcheck import GradcheckRequest
+from app.schemas.sessions import SessionCreateRequest, SessionEvalRequest, SessionStepRequest
 from app.services.bodies import analysis_json, as_json
 from app.services.catalog import capabilities
 from app.services.compare import CompareConfig
@@ -32,7 +33,6 @@ from app.services.container import Services
 from app.services.errors import GMTSError, SessionNotFoundError
 from app.services.jobs import wait_in_line
 from app.services.validation import validated, validation_message
-from app.session_schemas import SessionCreateRequest, SessionEvalRequest, SessionStepRequest
 
 logger = logging.getLogger(__name__)
 

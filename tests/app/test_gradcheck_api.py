@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from app.gradcheck_schemas import GradcheckRequest
 from app.main import create_app
+from app.schemas.gradcheck import GradcheckRequest
 from app.services.gradcheck import GradcheckService
 from gmts_core.analysis import AnalysisConfig, GroupInput
 from gmts_core.errors import LimitExceededError

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from app.gradcheck_schemas import GradcheckRequest
 from app.reports.compare_report import TABLE_HEADER, table_rows
+from app.schemas.gradcheck import GradcheckRequest
 from app.services.bodies import analysis_json, as_json, gradcheck_response
 from app.services.container import build_services
 from app.ui import compare, proxy

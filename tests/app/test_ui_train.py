@@ -12,9 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from app.schemas.sessions import SessionCreateRequest, SessionStepRequest
 from app.services.bodies import as_json, step_metrics_out
 from app.services.errors import SessionNotFoundError
-from app.session_schemas import SessionCreateRequest, SessionStepRequest
 from app.ui import render, train
 from app.ui.client import BackendError, LocalBackend, RemoteBackend
 from gmts_core.rl_records import StepMetrics

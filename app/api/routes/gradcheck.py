@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body
 
 from app.api.deps import ServicesDep
 from app.api.routes.common import error_responses
-from app.gradcheck_schemas import GradcheckRequest, GradcheckResponse
+from app.schemas.gradcheck import GradcheckRequest, GradcheckResponse
 
 router = APIRouter(tags=["gradcheck"])
 

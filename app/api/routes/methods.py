@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.api.routes.common import error_responses
-from app.method_schemas import MethodOut, MethodsResponse
+from app.schemas.methods import MethodOut, MethodsResponse
 from app.services.methods import list_method_infos
 
 router = APIRouter(tags=["methods"])

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Path, Response
 
 from app.api.deps import ServicesDep
 from app.api.routes.common import error_responses
-from app.session_schemas import (
+from app.schemas.sessions import (
     EvaluationOut,
     SessionCreateRequest,
     SessionEvalRequest,

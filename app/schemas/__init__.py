@@ -1,4 +1,5 @@
-"""Request and response models of the HTTP API v1, with OpenAPI examples.
+"""Request and response models of the HTTP API v1, with OpenAPI examples: analyze, models,
+health and capabilities here; ``app.schemas.gradcheck`` and ``app.schemas.sessions`` beside.
 
 Requests are strict (unknown fields and NaN/Infinity are rejected) and registry names
 (reward rules, advantage estimators, loss aggregations, selection methods) are checked here, so a
@@ -20,8 +21,8 @@ from pydantic import (
     model_validator,
 )
 
-from app.method_schemas import MethodOut
-from app.strict_input import NoBoolNumbers
+from app.schemas.methods import MethodOut
+from app.schemas.strict import NoBoolNumbers
 from gmts_core.advantages import ADVANTAGES
 from gmts_core.aggregation import AGGREGATIONS
 from gmts_core.bounds import MAX_ABS_REWARD, MIN_TEMPERATURE

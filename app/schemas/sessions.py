@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.schemas import Num
-from app.strict_input import NoBoolNumbers
+from app.schemas.strict import NoBoolNumbers
 from gmts_core.advantages import ADVANTAGES
 from gmts_core.aggregation import AGGREGATIONS
 from gmts_core.bounds import MIN_TEMPERATURE
