@@ -35,7 +35,9 @@ STEPS, PROMPTS_PER_STEP, GENERATIONS = 3, 3, 4
 
 def numeric_reward(completions: list[str], reference: list[str], **_: Any) -> list[float]:
     """The demo task's reward: 1 if the completion's final number equals the reference."""
-    return [compute_reward("numeric", c, r).reward for c, r in zip(completions, reference)]
+    return [
+        compute_reward("numeric", c, r).reward for c, r in zip(completions, reference, strict=True)
+    ]
 
 
 def trl_run(out: Path) -> None:
