@@ -1,0 +1,1 @@
+"""Report pages and their figures (plotly, no web framework): shared by the CLI and the UI."""
