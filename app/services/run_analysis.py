@@ -74,10 +74,14 @@ class Processes:
     def from_env(cls) -> Processes:
         if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
             return cls()
+        import torch
         from accelerate import PartialState  # only needed when launched on several processes
 
-        state = PartialState()
-        return cls(state.process_index, state.num_processes, str(state.device), state)
+        # without a GPU accelerate only joins the processes when told to use the CPU
+        use_cpu = not torch.cuda.is_available() or os.environ.get("ACCELERATE_USE_CPU", "")
+        state = PartialState(cpu=bool(use_cpu))
+        device = "cpu" if state.device.type == "cpu" else str(state.device)
+        return cls(state.process_index, state.num_processes, device, state)
 
     @property
     def is_main(self) -> bool:

@@ -97,6 +97,16 @@ def prepare_output(out: Path, settings: dict, resume: bool) -> None:
     (out / "parts").mkdir(exist_ok=True)
     (out / "tokens").mkdir(exist_ok=True)
     saved.write_text(json.dumps(settings, indent=1))
+    for part in (out / "parts").glob("steps-*.jsonl"):
+        _cut_half_written_tail(part)
+
+
+def _cut_half_written_tail(part: Path) -> None:
+    """Drop a last line without its newline (killed mid-write), so appending stays valid."""
+    data = part.read_bytes()
+    if data and not data.endswith(b"\n"):
+        part.write_bytes(data[: data.rfind(b"\n") + 1])
+        logger.warning("%s: dropped a half-written last line", part)
 
 
 def done_steps(out: Path) -> dict[int, dict[str, Any]]:
