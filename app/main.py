@@ -17,7 +17,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from app.api.deps import require_api_key
 from app.api.errors import install_error_handlers
 from app.api.limits import BodySizeLimitMiddleware
-from app.api.routes import analyze, export, gradcheck, health, models, sessions
+from app.api.routes import analyze, export, gradcheck, health, models, runs, sessions
 from app.core.config import Settings
 from app.services.container import build_services
 from app.services.sessions import SessionService
@@ -56,7 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # the bearer check (and its OpenAPI security scheme) only exists when a key is configured
     auth = [Depends(require_api_key)] if settings.api_key is not None else []
     v1 = APIRouter(prefix="/v1", dependencies=auth)
-    for module in (models, analyze, export, gradcheck, sessions):
+    for module in (models, analyze, export, gradcheck, sessions, runs):
         v1.include_router(module.router)
     app.include_router(v1)
     if settings.ui_enabled:

@@ -8,6 +8,8 @@
   ``rollout/{version}/{task_id}.jsonl`` lines with task_id, sample_idx, prompt, completion,
   reward, seqlen.
 - ``run.jsonl``: this project's own rollout JSONL with a ``step`` per line.
+- ``logged/``: a ``GMTSGRPOTrainer(log_selection=True)`` run (2 steps): its token log
+  ``gmts_selection/`` and TRL's ``completions/``.
 
 Run: ``python scripts/make_run_fixtures.py [OUT]`` (default tests/data/runs). A few minutes on
 one CPU core.
@@ -27,6 +29,7 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from gmts_core.demo import DEMO_MODEL_DIR
+from gmts_core.integrations.trl import GMTSGRPOTrainer
 from gmts_core.rewards import compute_reward
 from gmts_core.tasks.arith import generate_problems
 
@@ -40,12 +43,12 @@ def numeric_reward(completions: list[str], reference: list[str], **_: Any) -> li
     ]
 
 
-def trl_run(out: Path) -> None:
+def trl_run(out: Path, steps: int = STEPS, **trainer_kwargs: Any) -> None:
     problems = generate_problems(STEPS * PROMPTS_PER_STEP, seed=1, split="train")
     data = Dataset.from_list([{"prompt": p.prompt, "reference": p.reference} for p in problems])
     config = GRPOConfig(
         output_dir=str(out),
-        max_steps=STEPS,
+        max_steps=steps,
         per_device_train_batch_size=PROMPTS_PER_STEP * GENERATIONS,
         num_generations=GENERATIONS,
         max_completion_length=32,
@@ -60,8 +63,13 @@ def trl_run(out: Path) -> None:
         seed=0,
     )
     torch.manual_seed(0)
-    trainer = GRPOTrainer(
-        model=str(DEMO_MODEL_DIR), reward_funcs=numeric_reward, args=config, train_dataset=data
+    cls = GMTSGRPOTrainer if trainer_kwargs else GRPOTrainer
+    trainer = cls(
+        model=str(DEMO_MODEL_DIR),
+        reward_funcs=numeric_reward,
+        args=config,
+        train_dataset=data,
+        **trainer_kwargs,
     )
     trainer.train()
 
@@ -142,8 +150,9 @@ def main(out: Path) -> None:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     trl_run(out / "trl")
-    for extra in out.glob("trl/*"):  # keep only TRL's completions folder
-        if extra.name != "completions":
+    trl_run(out / "logged", steps=2, log_selection=True, selection_ratio=0.2)
+    for extra in [*out.glob("trl/*"), *out.glob("logged/*")]:  # keep only the logs
+        if extra.name not in ("completions", "gmts_selection"):
             shutil.rmtree(extra) if extra.is_dir() else extra.unlink()
     write_others(out, rows_by_step(out / "trl"))
 

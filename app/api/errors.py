@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.services.errors import QueueFullError, SessionNotFoundError
+from app.services.errors import QueueFullError, RunNotFoundError, SessionNotFoundError
 from gmts_core.errors import (
     GMTSError,
     InvalidInputError,
@@ -41,6 +41,7 @@ STATUS_BY_ERROR: dict[type[GMTSError], int] = {
     UnauthorizedError: 401,
     ModelNotFoundError: 404,
     SessionNotFoundError: 404,
+    RunNotFoundError: 404,
     LimitExceededError: 413,
     NonFiniteLogitsError: 422,
     ModelLoadError: 422,

@@ -13,6 +13,7 @@ from app.core.config import Settings
 from app.services.analysis import AnalysisService, PolicyProvider
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
+from app.services.runs import RunService
 
 
 @dataclass
@@ -21,6 +22,7 @@ class Services:
     models: ModelRegistry
     jobs: JobLimiter
     analysis: AnalysisService
+    runs: RunService
     sessions: Any = None  # the session service, once registered (a PolicyProvider)
 
     def register_sessions(self, provider: PolicyProvider) -> None:
@@ -34,4 +36,5 @@ def build_services(settings: Settings) -> Services:
     jobs = JobLimiter(
         settings.max_concurrent_jobs, settings.max_queued_jobs, settings.retry_after_s
     )
-    return Services(settings, models, jobs, AnalysisService(settings, models, jobs))
+    analysis = AnalysisService(settings, models, jobs)
+    return Services(settings, models, jobs, analysis, RunService(settings, models, jobs))

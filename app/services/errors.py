@@ -19,3 +19,9 @@ class SessionNotFoundError(GMTSError, LookupError):
     """A ``session_id`` names no live session (never created, expired or deleted)."""
 
     code = "unknown_session"
+
+
+class RunNotFoundError(GMTSError, LookupError):
+    """A run id names no run under the allowed run roots (GMTS_RUN_ROOTS)."""
+
+    code = "unknown_run"

@@ -254,3 +254,40 @@ def token_table(step: int, result: AnalysisResult) -> pa.Table:
             for m in methods:
                 cols[f"selected_{m}"].append(bool(t.selected[m]))
     return pa.table(cols)
+
+
+@dataclass
+class StepOverview:
+    """What a step's file says without a model: sizes, rewards, zero-signal groups."""
+
+    step: int
+    num_groups: int
+    num_answers: int
+    reward_mean: float | None
+    reward_std: float | None
+    zero_signal_share: float | None  # None where the file has no rewards (nor advantages)
+    mean_answer_chars: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return _json_safe(asdict(self))
+
+
+def step_overview(step: RunStep) -> StepOverview:
+    """The model-free summary of one step (rewards as the file has them; NaN skipped)."""
+    rewards = [r for g in step.groups for r in (g.rewards or []) if not math.isnan(r)]
+    zero: list[bool] = []
+    for g in step.groups:
+        values = g.rewards if g.rewards is not None else g.advantages
+        if values is not None:
+            finite = [v for v in values if not math.isnan(v)]
+            zero.append(len(set(finite)) <= 1 if g.rewards is not None else not any(finite))
+    lengths = [len(a) for g in step.groups for a in g.answers]
+    return StepOverview(
+        step=step.step,
+        num_groups=len(step.groups),
+        num_answers=len(lengths),
+        reward_mean=_mean(rewards),
+        reward_std=_std(rewards),
+        zero_signal_share=sum(zero) / len(zero) if zero else None,
+        mean_answer_chars=sum(lengths) / max(len(lengths), 1),
+    )
