@@ -79,6 +79,18 @@ class Backend(Protocol):
         """``run_compare(model, config).to_dict()``; the local backend only."""
         ...
 
+    def runs(self) -> Json:
+        """``GET /v1/runs``: the training runs under the server's run roots."""
+        ...
+
+    def run_overview(self, run_id: str) -> Json:
+        """``GET /v1/runs/{id}``: the run's steps and per-step numbers."""
+        ...
+
+    def run_step(self, run_id: str, step: int, params: Json) -> Json:
+        """``GET /v1/runs/{id}/steps/{n}``: one step's groups (logged or analysed)."""
+        ...
+
 
 def validation_message(exc: ValidationError) -> str:
     """A pydantic error as one line per problem: ``field.path: message``."""
@@ -155,6 +167,23 @@ class LocalBackend:
             lambda: run_compare(models.load(ref), config, progress).to_dict()
         )
 
+    def runs(self) -> Json:
+        return self.services.runs.list_runs().model_dump()  # type: ignore[no-any-return]
+
+    def run_overview(self, run_id: str) -> Json:
+        return self.services.runs.overview(run_id).model_dump()  # type: ignore[no-any-return]
+
+    def run_step(self, run_id: str, step: int, params: Json) -> Json:
+        from app.services.runs import StepOptions
+
+        options = StepOptions(
+            model=params.get("model"),
+            ratio=float(params.get("ratio", 0.2)),
+            methods=tuple(str(params.get("methods", "entropy,gmts")).split(",")),
+        )
+        view = self.services.runs.step_view_blocking(run_id, int(step), options)
+        return view.model_dump()  # type: ignore[no-any-return]
+
 
 class RemoteBackend:
     """Calls another GMTS server's ``/v1`` API over HTTP."""
@@ -218,6 +247,16 @@ class RemoteBackend:
             "a compare run needs the local backend (it has no HTTP route): run "
             "`gmts compare --out DIR` on the server and load DIR/compare.json here"
         )
+
+    def runs(self) -> Json:
+        return self._call("GET", "/v1/runs")
+
+    def run_overview(self, run_id: str) -> Json:
+        return self._call("GET", f"/v1/runs/{_quoted(run_id)}")
+
+    def run_step(self, run_id: str, step: int, params: Json) -> Json:
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        return self._call("GET", f"/v1/runs/{_quoted(run_id)}/steps/{int(step)}?{query}")
 
 
 def _quoted(session_id: str) -> str:
