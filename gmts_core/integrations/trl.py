@@ -156,7 +156,8 @@ class GMTSGRPOTrainer(GRPOTrainer):
         self._batch: dict[str, Any] | None = None
         self._selection_calls = 0
         super().__init__(*args, **kwargs)
-        self.selection_log = SelectionLogger(self.args.output_dir) if log_selection else None
+        output_dir = str(self.args.output_dir or ".")
+        self.selection_log = SelectionLogger(output_dir) if log_selection else None
         self.aggregation = aggregation_for_loss_type(self.loss_type)
         self._vocab = int(self._base_model().get_output_embeddings().weight.shape[0])
         self._add_gmts_lm_head()

@@ -163,3 +163,27 @@ def test_unknown_folder_lists_known_formats(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(RunFormatError, match="known formats: .*trl.*verl"):
         open_run(tmp_path)
+
+
+def test_trl_chat_completions_read_as_text(tmp_path: Path) -> None:
+    """TRL logs chat prompts and completions as message lists; extra columns are kept."""
+    folder = tmp_path / "completions"
+    folder.mkdir()
+    user = [{"role": "user", "content": "Q: 2+2=?"}]
+    df = pd.DataFrame(
+        {
+            "step": [4, 4, 4],
+            "prompt": [user, user, [{"role": "user", "content": "Q: 3+3=?"}]],
+            "completion": [[{"role": "assistant", "content": c}] for c in (" 4", " 5", " 6")],
+            "acc_reward": [1.0, 0.0, 1.0],
+            "fmt_reward": [0.5, None, 0.5],
+            "note": ["a", "b", "c"],
+            "advantage": [0.7, -0.7, 0.0],
+        }
+    )
+    df.to_parquet(folder / "completions_00004.parquet")
+    step = open_run(tmp_path).step(4)
+    first, second = step.groups
+    assert (first.prompt, first.chat, first.answers) == ("Q: 2+2=?", True, [" 4", " 5"])
+    assert first.rewards == [1.5, 0.0] and second.rewards == [1.5]  # NaN skipped in the sum
+    assert first.extra["note"] == ["a", "b"] and first.advantages == [0.7, -0.7]
