@@ -16,8 +16,7 @@ from tqdm import tqdm
 
 from app.cli._app import cli
 from app.cli.common import AdvantageOpt, AggregationOpt, RatioOpt, fail
-from app.services.run_analysis import RunAnalysisRequest, run_analysis
-from gmts_core.analysis import DEFAULT_METHODS
+from app.services.run_analysis import DEFAULT_METHODS, RunAnalysisRequest, run_analysis
 from gmts_core.errors import GMTSError
 
 

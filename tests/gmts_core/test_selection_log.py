@@ -3,6 +3,7 @@ next to TRL's completions log, and opens as a run (analyze-run's logged mode).""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +151,44 @@ def test_example_writes_both_logs(model_dir: Path, tmp_path: Path) -> None:  # n
     )
     assert (out / "completions" / "completions_00001.parquet").is_file()
     assert open_run(out).format == "gmts_trainer_log" and open_run(out).steps == [1]
+
+
+TWO_PROCESS_SCRIPT = """
+import json, sys
+sys.path.insert(0, {repo!r})
+import json
+from pathlib import Path
+from tests.gmts_core.test_trl_integration import make_trainer, tiny_config
+from tests.gmts_core.test_selection_log import CapturingTrainer
+out = Path({out!r})
+trainer = make_trainer(Path({model!r}), out, cls=CapturingTrainer,
+    config=tiny_config(out, max_steps=1, max_completion_length=12), selection_ratio=0.3,
+    log_selection=True)
+trainer.train()
+a = trainer.applied[0]
+json.dump({{"ids": a["ids"][a["valid"]].tolist(), "mask": a["mask"][a["valid"]].tolist()}},
+    open(out / f"rank{{trainer.accelerator.process_index}}.json", "w"))
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_log_the_global_batch_and_each_applied_slice(
+    model_dir: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    script = tmp_path / "run.py"
+    script.write_text(
+        TWO_PROCESS_SCRIPT.format(repo=str(repo), model=str(model_dir), out=str(tmp_path))
+    )
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script)]
+    subprocess.run(cmd, check=True, cwd=repo, timeout=600, capture_output=True)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    df = pd.read_parquet(tmp_path / "gmts_selection" / "selection_00001.parquet")
+    df = df.sort_values(["answer", "position"])
+    assert df["token_id"].tolist() == ranks[0]["ids"] + ranks[1]["ids"]  # process order
+    assert df["selected"].tolist() == ranks[0]["mask"] + ranks[1]["mask"]
+    assert int(df["selected"].sum()) == top_k_count(0.3, len(df))  # one global top-k

@@ -9,8 +9,7 @@ from fastapi import APIRouter, Query
 from app.api.deps import ServicesDep
 from app.api.routes.common import error_responses
 from app.run_schemas import RunOverviewResponse, RunsResponse, RunStepResponse
-from app.services.runs import StepOptions
-from gmts_core.analysis import DEFAULT_METHODS
+from app.services.runs import DEFAULT_METHODS, StepOptions
 
 router = APIRouter(tags=["runs"])
 
