@@ -127,3 +127,17 @@ def test_a_step_over_the_answer_limit_is_413(run_root: Path, tmp_path: Path) -> 
     with TestClient(create_app(settings)) as c:
         r = c.get("/v1/runs/verl/steps/1", params={"model": "tiny-arith"})
     assert r.status_code == 413 and "gmts analyze-run" in r.json()["error"]["message"]
+
+
+def test_the_ui_backends_agree_local_and_remote(run_root: Path, tmp_path: Path) -> None:
+    from app.ui.client import LocalBackend, RemoteBackend
+    from tests.app.api_helpers import LiveServer
+
+    app = create_app(make_settings(tmp_path, run_roots=[run_root], default_model="tiny-arith"))
+    local = LocalBackend(app.state.services)
+    with LiveServer(app) as server:
+        remote = RemoteBackend(server.url)
+        assert remote.runs() == local.runs()
+        assert remote.run_overview("logged") == local.run_overview("logged")
+        params = {"model": "tiny-arith", "ratio": 0.2, "methods": "entropy,gmts"}
+        assert remote.run_step("logged", 2, params) == local.run_step("logged", 2, params)
