@@ -8,7 +8,6 @@ GMTS's, for other formats an analysis computed on demand with the chosen model (
 queued like any analysis). The functions above ``build_runs_tab`` are Gradio-free.
 """
 
-
 import logging
 from html import escape
 from typing import Any

@@ -38,7 +38,7 @@ def test_logged_step_html_marks_the_applied_mask(services) -> None:  # type: ign
     view = services.runs.step_view_blocking("logged", 2, StepOptions()).model_dump()
     html = step_html(view)
     df = pd.read_parquet(DATA / "logged" / "gmts_selection" / "selection_00002.parquet")
-    assert html.count(' data-pos=') == len(df)
+    assert html.count(" data-pos=") == len(df)
     assert html.count("sel-a") >= int(df["selected"].sum())  # applied marks (+ legend)
     assert "trainer applied" in step_summary(view)
     assert "Pick a run" in step_html(None)
