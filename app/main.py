@@ -31,6 +31,7 @@ from app.api.routes import (
     health,
     methods,
     models,
+    runs,
     sessions,
 )
 from app.core.config import Settings
@@ -69,7 +70,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     # the bearer check (and its OpenAPI security scheme) only exists when a key is configured
     auth = [Depends(require_api_key)] if settings.api_key is not None else []
     v1 = APIRouter(prefix="/v1", dependencies=auth)
-    for module in (models, capabilities, methods, analyze, export, gradcheck, sessions):
+    for module in (models, capabilities, methods, analyze, export, gradcheck, sessions, runs):
         v1.include_router(module.router)
     app.include_router(v1)
     if settings.ui_enabled:

@@ -11,6 +11,10 @@ A hub model and dataset (GSM8K: the reference is the last number of the ``answer
         --dataset-config main --prompt-column question --answer-column answer --bf16 \\
         --max-completion-length 1024 --num-generations 8 --batch-size 8 --max-steps 500
 
+Every logging step writes TRL's ``OUTPUT_DIR/completions/`` and the per-token selection log
+``OUTPUT_DIR/gmts_selection/`` (``--no-log-selection`` turns both off); browse them with
+``gmts analyze-run OUTPUT_DIR -o report/`` or the UI's Runs tab.
+
 Many GPUs (one process per GPU; the top-k is global over all processes)::
 
     accelerate launch --config_file examples/accelerate_multi_gpu.yaml \\
@@ -69,6 +73,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output-dir", default="outputs/trl-gmts")
     p.add_argument("--report-to", default="none", help="none, wandb, tensorboard ...")
     p.add_argument("--logging-steps", type=int, default=1)
+    p.add_argument(
+        "--log-selection",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write TRL's completions log and the per-token selection log (gmts analyze-run)",
+    )
     return p.parse_args(argv)
 
 
@@ -131,6 +141,7 @@ def make_config(args: argparse.Namespace) -> GRPOConfig:
         gradient_checkpointing=False,
         seed=args.seed,
         logging_steps=args.logging_steps,
+        log_completions=args.log_selection,  # OUTPUT_DIR/completions/, next to the token log
         report_to=args.report_to,
         save_strategy="no",
     )
@@ -149,6 +160,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         train_dataset=as_chat(dataset) if args.chat else dataset,
         token_selection=args.token_selection,
         selection_ratio=args.selection_ratio,
+        log_selection=args.log_selection,
     )
     evaluate = is_demo and args.eval_problems > 0
     summary: dict[str, float] = {}

@@ -26,6 +26,7 @@ from app.services.errors import (
     ModelNotFoundError,
     NonFiniteLogitsError,
     QueueFullError,
+    RunNotFoundError,
     SessionNotFoundError,
 )
 
@@ -43,6 +44,7 @@ STATUS_BY_ERROR: dict[type[GMTSError], int] = {
     UnauthorizedError: 401,
     ModelNotFoundError: 404,
     SessionNotFoundError: 404,
+    RunNotFoundError: 404,
     LimitExceededError: 413,
     NonFiniteLogitsError: 422,
     ModelLoadError: 422,

@@ -10,7 +10,16 @@ import logging
 
 from app.cli._app import cli
 
-_COMMAND_MODULES = ("analyze", "analyze_file", "serve", "demo", "gradcheck", "compare", "methods")
+_COMMAND_MODULES = (
+    "analyze",
+    "analyze_file",
+    "analyze_run",
+    "serve",
+    "demo",
+    "gradcheck",
+    "compare",
+    "methods",
+)
 
 
 def main() -> None:

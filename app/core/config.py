@@ -101,10 +101,15 @@ class Settings(BaseSettings):
     session_policy: Literal["auto", "full", "lora"] = "auto"
     session_lora_threshold: int = Field(100_000_000, ge=0)  # parameters; auto: LoRA above it
 
+    # --- training runs (GET /v1/runs, the Runs tab) ---
+    run_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
+    run_max_step_answers: int = Field(256, ge=1)  # larger steps: use `gmts analyze-run`
+    run_overview_steps: int = Field(200, ge=1)  # steps summarised per run (evenly spaced)
+
     # --- exact per-token gradients (POST /v1/gradcheck) ---
     gradcheck_max_parameters: int = Field(20_000_000, ge=1)  # larger models are refused (413)
 
-    @field_validator("model_roots", "cors_origins", mode="before")
+    @field_validator("model_roots", "run_roots", "cors_origins", mode="before")
     @classmethod
     def _parse_list(cls, value: Any) -> Any:
         return _split_csv(value)

@@ -17,6 +17,7 @@ from app.services.compare import CompareService
 from app.services.gradcheck import GradcheckService
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
+from app.services.runs import RunService
 from app.services.sessions import SessionService
 
 
@@ -29,6 +30,7 @@ class Services:
     sessions: SessionService
     gradcheck: GradcheckService
     compare: CompareService
+    runs: RunService
 
 
 def build_services(settings: Settings, clock: Callable[[], float] = time.monotonic) -> Services:
@@ -47,4 +49,5 @@ def build_services(settings: Settings, clock: Callable[[], float] = time.monoton
         sessions,
         GradcheckService(analysis),
         CompareService(settings, models, jobs),
+        RunService(settings, models, jobs),
     )

@@ -34,6 +34,12 @@ class SessionNotFoundError(GMTSError, LookupError):
     code = "unknown_session"
 
 
+class RunNotFoundError(GMTSError, LookupError):
+    """A run id names no run under the allowed run roots (GMTS_RUN_ROOTS)."""
+
+    code = "unknown_run"
+
+
 class SessionBusyError(QueueFullError):
     """The session is running a step (one at a time); retry shortly (HTTP 429)."""
 
@@ -52,6 +58,7 @@ __all__ = [
     "ModelNotFoundError",
     "NonFiniteLogitsError",
     "QueueFullError",
+    "RunNotFoundError",
     "SessionBusyError",
     "SessionNotFoundError",
     "UnknownNameError",

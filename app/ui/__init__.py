@@ -48,12 +48,14 @@ def extra_tabs() -> list[tuple[str, Any]]:
     """
     from app.ui.compare import build_compare_tab
     from app.ui.proxy import build_proxy_tab
+    from app.ui.runs import build_runs_tab
     from app.ui.train import build_train_tab
 
     return [
         ("Train", build_train_tab),
         ("Compare", build_compare_tab),
         ("Proxy check", build_proxy_tab),
+        ("Runs", build_runs_tab),
     ]
 
 

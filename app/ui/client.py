@@ -92,6 +92,18 @@ class Backend(Protocol):
         """A compare run's ``CompareResult.to_dict()``; the local backend only."""
         ...
 
+    def runs(self) -> Json:
+        """``GET /v1/runs``: the training runs under the server's run roots."""
+        ...
+
+    def run_overview(self, run_id: str) -> Json:
+        """``GET /v1/runs/{id}``: the run's steps and per-step numbers."""
+        ...
+
+    def run_step(self, run_id: str, step: int, params: Json) -> Json:
+        """``GET /v1/runs/{id}/steps/{n}``: one step's groups (logged or analysed)."""
+        ...
+
 
 DEFAULT_QUEUE_WAIT_S = 900.0
 
@@ -169,6 +181,23 @@ class LocalBackend:
         """Run a compare in a job slot (it holds the slot for its whole run)."""
         with self._in_line():
             return self.services.compare.run_blocking(model, config, progress).to_dict()
+
+    def runs(self) -> Json:
+        return self.services.runs.list_runs().model_dump()  # type: ignore[no-any-return]
+
+    def run_overview(self, run_id: str) -> Json:
+        return self.services.runs.overview(run_id).model_dump()  # type: ignore[no-any-return]
+
+    def run_step(self, run_id: str, step: int, params: Json) -> Json:
+        from app.services.runs import StepOptions
+
+        options = StepOptions(
+            model=params.get("model"),
+            ratio=float(params.get("ratio", 0.2)),
+            methods=tuple(str(params.get("methods", "entropy,gmts")).split(",")),
+        )
+        view = self.services.runs.step_view_blocking(run_id, int(step), options)
+        return view.model_dump()  # type: ignore[no-any-return]
 
 
 class RemoteBackend:
@@ -267,6 +296,16 @@ class RemoteBackend:
             "a compare run needs the local backend (it has no HTTP route): run "
             "`gmts compare --out DIR` on the server and load DIR/compare.json here"
         )
+
+    def runs(self) -> Json:
+        return self._call("GET", "/v1/runs")
+
+    def run_overview(self, run_id: str) -> Json:
+        return self._call("GET", f"/v1/runs/{_quoted(run_id)}")
+
+    def run_step(self, run_id: str, step: int, params: Json) -> Json:
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        return self._call("GET", f"/v1/runs/{_quoted(run_id)}/steps/{int(step)}?{query}")
 
 
 def _quoted(session_id: str) -> str:

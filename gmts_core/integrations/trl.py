@@ -45,6 +45,7 @@ from trl.trainer.utils import add_fused_lm_head
 
 from gmts_core.aggregation import loss_weights
 from gmts_core.errors import InvalidInputError
+from gmts_core.integrations.selection_log import SelectionLogger
 from gmts_core.metrics import grad_proxy
 from gmts_core.selection import METHODS, Selection, SelectionInputs, select, top_k_count
 from gmts_core.summaries import gradient_coverage, overlap
@@ -126,6 +127,10 @@ class GMTSGRPOTrainer(GRPOTrainer):
         token_selection: a registered selection method (``gmts_core.selection.list_methods()``).
         selection_ratio: the share of completion tokens kept, in (0, 1]; k = ceil(ratio * N)
             over all completion tokens of the micro-batch on every process.
+        log_selection: write, at every logging step, one row per completion token (token id,
+            entropy, g, gamma, advantage, the applied mask and entropy/GMTS selections) to
+            ``OUTPUT_DIR/gmts_selection/selection_{step:05d}.parquet``
+            (:mod:`gmts_core.integrations.selection_log`); ``gmts analyze-run`` reads it.
 
     Logged per step (``self._metrics``): ``gmts/selected_fraction``, ``gmts/gradient_coverage``
     (share of sum gamma the applied selection keeps), ``gmts/gradient_coverage_entropy`` and
@@ -134,7 +139,12 @@ class GMTSGRPOTrainer(GRPOTrainer):
     """
 
     def __init__(
-        self, *args: Any, token_selection: str = "gmts", selection_ratio: float = 0.2, **kwargs: Any
+        self,
+        *args: Any,
+        token_selection: str = "gmts",
+        selection_ratio: float = 0.2,
+        log_selection: bool = False,
+        **kwargs: Any,
     ) -> None:
         METHODS.get(token_selection)  # unknown names fail here, listing the valid ones
         top_k_count(selection_ratio, 1)  # validates 0 < ratio <= 1
@@ -146,6 +156,8 @@ class GMTSGRPOTrainer(GRPOTrainer):
         self._batch: dict[str, Any] | None = None
         self._selection_calls = 0
         super().__init__(*args, **kwargs)
+        output_dir = str(self.args.output_dir or ".")
+        self.selection_log = SelectionLogger(output_dir) if log_selection else None
         self.aggregation = aggregation_for_loss_type(self.loss_type)
         self._vocab = int(self._base_model().get_output_embeddings().weight.shape[0])
         self._add_gmts_lm_head()
@@ -220,7 +232,15 @@ class GMTSGRPOTrainer(GRPOTrainer):
             valid=valid,
         )
         self._log_selection(applied)
+        if self.selection_log is not None and getattr(self.model, "training", False):
+            self.selection_log.record(self, applied, self._batch)
         return applied.local_mask
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """TRL's log, then this logging step's token log (``log_selection``)."""
+        super().log(logs, start_time)
+        if self.selection_log is not None and self.accelerator.is_main_process:
+            self.selection_log.flush(self.state.global_step)
 
     def _captured_stats(self, shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
         """log p and log(sum pi^2) of the completion tokens, (B, T), from the captured passes."""

@@ -1,0 +1,64 @@
+"""GET /v1/runs...: training runs under GMTS_RUN_ROOTS, their steps, one step's groups."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from app.api.deps import ServicesDep
+from app.api.routes.common import error_responses
+from app.schemas.runs import RunOverviewResponse, RunsResponse, RunStepResponse
+from app.services.runs import DEFAULT_METHODS, StepOptions
+
+router = APIRouter(tags=["runs"])
+
+
+@router.get(
+    "/runs",
+    response_model=RunsResponse,
+    summary="List the training runs under the allowed run roots, with their format and steps.",
+    responses=error_responses(401),
+)
+def list_runs(services: ServicesDep) -> RunsResponse:
+    return services.runs.list_runs()
+
+
+@router.get(
+    "/runs/{run_id}",
+    response_model=RunOverviewResponse,
+    summary="A run's steps: model-free numbers per step, and the analysis rows known so far.",
+    responses=error_responses(401, 404, 422),
+)
+def run_overview(run_id: str, services: ServicesDep) -> RunOverviewResponse:
+    return services.runs.overview(run_id)
+
+
+@router.get(
+    "/runs/{run_id}/steps/{step}",
+    response_model=RunStepResponse,
+    summary="One step's groups: the mask a trainer log applied, or an analysis on demand.",
+    responses=error_responses(401, 404, 413, 422, 429),
+)
+async def run_step(
+    run_id: str,
+    step: int,
+    services: ServicesDep,
+    model: Annotated[str | None, Query(max_length=256)] = None,
+    ratio: Annotated[float, Query(gt=0, le=1)] = 0.2,
+    scope: Annotated[str, Query(max_length=16)] = "batch",
+    methods: Annotated[str, Query(max_length=512, description="Comma-separated.")] = ",".join(
+        DEFAULT_METHODS
+    ),
+    reward: Annotated[
+        str | None, Query(max_length=64, description="Rule for groups without rewards.")
+    ] = None,
+) -> RunStepResponse:
+    options = StepOptions(
+        model=model,
+        ratio=ratio,
+        scope=scope,
+        methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
+        reward_kind=reward,
+    )
+    return await services.runs.step_view(run_id, step, options)

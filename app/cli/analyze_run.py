@@ -1,0 +1,81 @@
+"""`gmts analyze-run RUN --model M -o OUT`: analyse a training run's dump step by step.
+
+RUN is a trainer's dump folder or file (TRL ``completions/``, verl, ROLL, AReaL, a GMTS JSONL
+or a GMTSGRPOTrainer token log; the format is detected). Writes ``OUT/report.json`` (one row
+per step), ``OUT/report.html`` (charts over steps) and, with ``--tokens``, per-token parquet
+records. Many processes: ``accelerate launch --cpu --num_processes 2 -m app.cli analyze-run ...``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from tqdm import tqdm
+
+from app.cli._app import cli
+from app.cli.common import AdvantageOpt, AggregationOpt, RatioOpt, fail
+from app.services.errors import GMTSError
+from app.services.run_analysis import DEFAULT_METHODS, RunAnalysisRequest, run_analysis
+
+
+@cli.command("analyze-run")
+def analyze_run_command(
+    run: Annotated[Path, typer.Argument(exists=True, help="The run's folder or JSONL file.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Output folder.")],
+    model: Annotated[
+        str | None, typer.Option(help="Alias, local folder or hub id (not for trainer logs).")
+    ] = "tiny-arith",
+    fmt: Annotated[str | None, typer.Option("--format", help="Force a run format.")] = None,
+    steps: Annotated[
+        str | None, typer.Option(help="START:STOP[:STRIDE] (inclusive) or 3,7,9; default all.")
+    ] = None,
+    tokens: Annotated[
+        str | None, typer.Option(help="Steps whose per-token records to write: 'all' or a spec.")
+    ] = None,
+    methods: Annotated[str, typer.Option(help="Comma-separated selection methods.")] = ",".join(
+        DEFAULT_METHODS
+    ),
+    ratio: RatioOpt = 0.2,
+    scope: Annotated[str, typer.Option(help="batch | group | answer")] = "batch",
+    advantage: AdvantageOpt = "grpo",
+    aggregation: AggregationOpt = "token_mean",
+    temperature: Annotated[float, typer.Option(help="Statistics temperature.")] = 1.0,
+    reward: Annotated[
+        str | None, typer.Option(help="Reward rule for groups the file has no rewards for.")
+    ] = None,
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted analysis in OUT.")] = False,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | mps")] = "auto",
+) -> None:
+    """Per-step report of a training run: rewards, zero-signal groups, coverage, waste."""
+    req = RunAnalysisRequest(
+        path=run,
+        out=output,
+        model=model,
+        fmt=fmt,
+        steps=steps,
+        tokens=tokens,
+        methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
+        ratio=ratio,
+        scope=scope,
+        advantage=advantage,
+        loss_aggregation=aggregation,
+        temperature=temperature,
+        reward_kind=reward,
+        resume=resume,
+        device=device,
+    )
+    bar = tqdm(total=0, unit="step", desc="analyzing")
+    try:
+        outcome = run_analysis(
+            req,
+            on_total=lambda n: bar.reset(total=n),
+            on_step=lambda _report: bar.update(1),
+        )
+    except GMTSError as exc:
+        raise fail(exc) from None
+    finally:
+        bar.close()
+    for path in outcome.files:
+        typer.echo(f"wrote {path}", err=True)

@@ -1,0 +1,168 @@
+"""Charts of a training-run report over steps (pure: report rows in, plotly figures out),
+and the self-contained HTML summary ``gmts analyze-run`` writes next to ``report.json``.
+
+Every number comes from the report rows (``StepReport.to_dict()``); the figures only arrange
+them. Methods are coloured with the Okabe-Ito palette, one colour per method everywhere.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+Row = dict[str, Any]
+# the Okabe-Ito palette (colour-blind safe), as the UI's charts use it
+OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000")
+_LAYOUT = dict(
+    template="plotly_white",
+    margin=dict(l=55, r=20, t=50, b=60),
+    legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
+    height=360,
+    xaxis_title="training step",
+)
+
+
+def _methods(rows: list[Row]) -> list[str]:
+    return list(rows[0]["gradient_coverage"]) if rows else []
+
+
+def _color(methods: list[str], m: str) -> str:
+    return OKABE_ITO[methods.index(m) % len(OKABE_ITO)]
+
+
+def reward_figure(rows: list[Row]) -> go.Figure:
+    """Mean reward per step with a ±1 std band, and the share of zero-signal groups."""
+    steps = [r["step"] for r in rows]
+    fig = go.Figure()
+    if any(r.get("reward_mean") is not None for r in rows):
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=[r["reward_mean"] for r in rows],
+                error_y=dict(array=[r["reward_std"] or 0 for r in rows], visible=True),
+                name="reward mean (± std)",
+                mode="lines+markers",
+                line=dict(color=OKABE_ITO[4]),
+            )
+        )
+    fig.add_trace(
+        go.Bar(
+            x=steps,
+            y=[r["zero_signal_share"] for r in rows],
+            name="zero-signal share of groups",
+            marker_color=OKABE_ITO[5],
+            opacity=0.45,
+        )
+    )
+    fig.update_layout(title="Reward and zero-signal groups", **_LAYOUT)
+    return fig
+
+
+def per_method_figure(rows: list[Row], key: str, title: str) -> go.Figure:
+    """One line per selection method of ``row[key][method]`` over steps."""
+    methods = _methods(rows)
+    fig = go.Figure()
+    for m in methods:
+        fig.add_trace(
+            go.Scatter(
+                x=[r["step"] for r in rows],
+                y=[r[key].get(m) for r in rows],
+                name=m,
+                mode="lines+markers",
+                line=dict(color=_color(methods, m)),
+            )
+        )
+    fig.update_layout(title=title, yaxis_range=[-0.02, 1.02], **_LAYOUT)
+    return fig
+
+
+def agreement_figure(rows: list[Row]) -> go.Figure:
+    """Spearman(entropy, gradient proxy) over the batch and within answers, and the Jaccard
+    overlap of entropy and GMTS selection where both were asked."""
+    steps = [r["step"] for r in rows]
+    fig = go.Figure()
+    for key, name, color in (
+        ("spearman_batch", "Spearman(H, γ) over the step", OKABE_ITO[0]),
+        ("spearman_within_answer_median", "Spearman(H, γ) within answers (median)", OKABE_ITO[2]),
+    ):
+        fig.add_trace(
+            go.Scatter(x=steps, y=[r.get(key) for r in rows], name=name, line=dict(color=color))
+        )
+    pair = next((p for p in (rows[0]["overlap"] if rows else {}) if p == "entropy|gmts"), None)
+    if pair:
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=[r["overlap"][pair] for r in rows],
+                name="Jaccard(entropy, GMTS selections)",
+                line=dict(color=OKABE_ITO[6], dash="dot"),
+            )
+        )
+    fig.update_layout(title="Entropy vs gradient: agreement", yaxis_range=[-1.02, 1.02], **_LAYOUT)
+    return fig
+
+
+def length_figure(rows: list[Row]) -> go.Figure:
+    fig = go.Figure(
+        go.Scatter(
+            x=[r["step"] for r in rows],
+            y=[r["mean_answer_length"] for r in rows],
+            mode="lines+markers",
+            line=dict(color=OKABE_ITO[7]),
+            name="mean answer length (tokens)",
+        )
+    )
+    fig.update_layout(title="Mean answer length (tokens)", **_LAYOUT)
+    return fig
+
+
+def run_figures(rows: list[Row]) -> list[go.Figure]:
+    return [
+        reward_figure(rows),
+        per_method_figure(rows, "gradient_coverage", "Gradient coverage per method"),
+        per_method_figure(rows, "wasted_share", "Wasted share per method (selected, γ = 0)"),
+        agreement_figure(rows),
+        length_figure(rows),
+    ]
+
+
+def _table(rows: list[Row]) -> str:
+    methods = _methods(rows)
+    head = ["step", "groups", "answers", "reward mean", "zero-signal"] + [
+        f"coverage {m}" for m in methods
+    ]
+    lines = ["<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
+    for r in rows:
+        cells = [r["step"], r["num_groups"], r["num_answers"], _fmt(r["reward_mean"])]
+        cells += [_fmt(r["zero_signal_share"])] + [_fmt(r["gradient_coverage"][m]) for m in methods]
+        lines.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    return "<table>" + "".join(lines) + "</table>"
+
+
+def _fmt(v: Any) -> str:
+    return "–" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def run_report_html(report: dict[str, Any]) -> str:
+    """A self-contained HTML page (plotly.js inlined once) summarising a run report."""
+    rows = report["rows"]
+    parts = []
+    for i, fig in enumerate(run_figures(rows)):
+        parts.append(
+            pio.to_html(fig, full_html=False, include_plotlyjs="inline" if i == 0 else False)
+        )
+    meta = ", ".join(
+        f"{k}: {html.escape(str(report.get(k)))}"
+        for k in ("format", "mode", "model", "ratio", "scope", "advantage")
+    )
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>GMTS run report: {html.escape(str(report['run']))}</title>"
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
+        f"</head><body><h1>Run report</h1><p><code>{html.escape(str(report['run']))}</code></p>"
+        f"<p>{meta}; {len(rows)} steps</p>" + "".join(parts) + _table(rows) + "</body></html>"
+    )

@@ -1,0 +1,162 @@
+"""``gmts analyze-run``'s logic: open a run, analyse the asked steps (sharded across processes
+under ``accelerate launch``), merge, and write ``report.json`` and ``report.html``.
+
+Under ``accelerate launch`` (or ``torchrun``: any launcher that sets ``WORLD_SIZE``) each
+process analyses every ``world``-th step on its own device (``accelerate``'s
+``PartialState``), then the main process merges the shards into one report, identical to a
+single-process run of the same steps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gmts_core.config import DEFAULT_METHODS, AnalysisConfig
+from gmts_core.modeling import LoadedModel, load_model
+from gmts_core.runs import open_run
+from gmts_core.runs.analysis import StepReport, parse_steps
+from gmts_core.runs.report import (
+    RunAnalysisPlan,
+    analyze_run_shard,
+    merge_report,
+    prepare_output,
+    settings_of,
+    uses_log,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunAnalysisRequest:
+    """Everything ``analyze-run`` is asked (the CLI flags, typed)."""
+
+    path: Path
+    out: Path
+    model: str | None = None
+    fmt: str | None = None
+    steps: str | None = None  # "10:200:10", "3,7" or None (all)
+    tokens: str | None = None  # the steps whose per-token records are written ("all" or a spec)
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    ratio: float = 0.2
+    scope: str = "batch"
+    advantage: str = "grpo"
+    loss_aggregation: str = "token_mean"
+    temperature: float = 1.0
+    reward_kind: str | None = None
+    resume: bool = False
+    device: str = "auto"
+
+
+@dataclass
+class RunAnalysisOutcome:
+    analysed: int  # steps this process analysed now (resumed ones not counted)
+    report: dict[str, Any] | None = None  # the merged report (main process only)
+    files: list[Path] = field(default_factory=list)
+
+
+@dataclass
+class Processes:
+    """This process's place among the launched ones (1 process without a launcher)."""
+
+    rank: int = 0
+    world: int = 1
+    device: str | None = None
+    _state: Any = None
+
+    @classmethod
+    def from_env(cls) -> Processes:
+        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+            return cls()
+        import torch
+        from accelerate import PartialState  # only needed when launched on several processes
+
+        # without a GPU accelerate only joins the processes when told to use the CPU
+        use_cpu = not torch.cuda.is_available() or os.environ.get("ACCELERATE_USE_CPU", "")
+        state = PartialState(cpu=bool(use_cpu))
+        device = "cpu" if state.device.type == "cpu" else str(state.device)
+        return cls(state.process_index, state.num_processes, device, state)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def wait(self) -> None:
+        if self._state is not None:
+            self._state.wait_for_everyone()
+
+
+def load_named_model(name: str, device: str = "auto") -> LoadedModel:
+    """The bundled demo model by its alias, else a local folder or hub id."""
+    from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
+
+    source: str | Path = DEMO_MODEL_DIR if name == DEMO_ALIAS else name
+    return load_model(source, name=name, device=device)
+
+
+def run_analysis(
+    req: RunAnalysisRequest,
+    on_total: Callable[[int], None] | None = None,
+    on_step: Callable[[StepReport | None], None] | None = None,
+    processes: Processes | None = None,
+) -> RunAnalysisOutcome:
+    """Analyse ``req.path`` into ``req.out``; see the module docstring for sharding."""
+    procs = processes or Processes.from_env()
+    run = open_run(req.path, req.fmt)
+    steps = parse_steps(req.steps, run.steps)
+    token_steps = (
+        set(steps)
+        if req.tokens == "all"
+        else set(parse_steps(req.tokens, steps))
+        if req.tokens
+        else set()
+    )
+    config = AnalysisConfig(
+        temperature=req.temperature,
+        advantage=req.advantage,
+        loss_aggregation=req.loss_aggregation,
+        ratio=req.ratio,
+        scope=req.scope,
+        methods=tuple(req.methods),
+    )
+    config.validate()
+    plan = RunAnalysisPlan(tuple(steps), frozenset(token_steps), req.reward_kind)
+    settings = settings_of(run, req.model, config, plan)
+    if procs.is_main:
+        prepare_output(req.out, settings, req.resume)
+    procs.wait()
+    lm = None
+    if not uses_log(run):
+        if req.model is None:
+            from gmts_core.errors import InvalidInputError
+
+            raise InvalidInputError(f"{req.path}: a {run.format} run needs --model to analyse")
+        lm = load_named_model(req.model, procs.device or req.device)
+    if on_total:
+        on_total(len(plan.shard(procs.rank, procs.world)))
+    analysed = analyze_run_shard(run, lm, config, plan, req.out, procs.rank, procs.world, on_step)
+    procs.wait()
+    outcome = RunAnalysisOutcome(analysed)
+    if procs.is_main:
+        outcome.report = merge_report(req.out, steps)
+        outcome.files = [req.out / "report.json", write_html(req.out, outcome.report)]
+    procs.wait()
+    return outcome
+
+
+def write_html(out: Path, report: dict[str, Any]) -> Path:
+    from app.reports.run_charts import run_report_html
+
+    path = out / "report.html"
+    path.write_text(run_report_html(report), encoding="utf-8")
+    return path
+
+
+def read_report(out: Path) -> dict[str, Any]:
+    return json.loads((out / "report.json").read_text())

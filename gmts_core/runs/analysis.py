@@ -1,0 +1,293 @@
+"""Analyse a training run step by step: per-step summaries and per-token records.
+
+:func:`analyze_step` turns one :class:`~gmts_core.runs.base.RunStep` into the groups of
+:func:`gmts_core.analysis.analyze` (all groups of the step in one batch, as the trainer saw
+them) and condenses the result into a :class:`StepReport`: reward mean/std, share of
+zero-signal groups, each method's gradient coverage and wasted share, overlaps, Spearman of
+entropy and gradient proxy, mean answer length. :func:`logged_step_report` does the same from
+a trainer log's own numbers (no model: what was actually applied). :func:`token_table` is the
+per-token record of a step (a pyarrow table, written as parquet).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+import torch
+
+from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze
+from gmts_core.errors import InvalidInputError
+from gmts_core.modeling import LoadedModel
+from gmts_core.records import AnalysisResult
+from gmts_core.runs.base import RunGroup, RunStep
+from gmts_core.summaries import gradient_coverage, overlap, spearman_by_answer, wasted_share
+
+_STEPS_RX = re.compile(r"^\s*(-?\d+)?\s*:\s*(-?\d+)?\s*(?::\s*(\d+))?\s*$")
+
+
+def parse_steps(spec: str | None, available: Sequence[int]) -> list[int]:
+    """The steps of ``available`` that ``spec`` asks for.
+
+    ``None``/``""``: all; ``"10:200:10"``: 10, 20, ... 200 (both ends included, either may be
+    left out: ``":50"``, ``"100:"``); ``"3,7,9"``: those steps. Unknown steps are an error.
+    """
+    if not spec or not spec.strip():
+        return list(available)
+    have = set(available)
+    if m := _STEPS_RX.match(spec):
+        start = int(m.group(1)) if m.group(1) else min(available)
+        stop = int(m.group(2)) if m.group(2) else max(available)
+        stride = int(m.group(3) or 1)
+        if stride < 1:
+            raise InvalidInputError(f"--steps {spec!r}: the stride must be >= 1")
+        chosen = [s for s in available if start <= s <= stop and (s - start) % stride == 0]
+    else:
+        try:
+            wanted = [int(p) for p in spec.split(",") if p.strip()]
+        except ValueError:
+            raise InvalidInputError(
+                f"--steps {spec!r}: use START:STOP[:STRIDE] or a comma-separated list"
+            ) from None
+        missing = [s for s in wanted if s not in have]
+        if missing:
+            raise InvalidInputError(f"--steps: the run has no step {missing[0]}")
+        chosen = [s for s in available if s in set(wanted)]
+    if not chosen:
+        raise InvalidInputError(f"--steps {spec!r} selects none of the run's steps")
+    return chosen
+
+
+@dataclass
+class StepReport:
+    """The per-step row of a run report (JSON-safe: None where a number is undefined)."""
+
+    step: int
+    source: str
+    num_groups: int
+    num_answers: int
+    num_tokens: int
+    reward_mean: float | None
+    reward_std: float | None  # population std over the step's answers
+    zero_signal_share: float  # share of groups whose rewards are all equal (advantage 0)
+    mean_answer_length: float  # tokens
+    selected_count: dict[str, int]
+    gradient_coverage: dict[str, float]
+    wasted_share: dict[str, float]
+    overlap: dict[str, float]  # Jaccard index per pair "a|b"
+    spearman_batch: float | None
+    spearman_within_answer_median: float | None
+    mode: str = "analysis"  # "analysis" (recomputed with a model) or "logged" (trainer log)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _json_safe(asdict(self))
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def group_input(group: RunGroup, reward_kind: str | None) -> GroupInput:
+    """The analysis input of a run group: rewards from the file, else the rule ``reward_kind``
+    applied to the group's reference."""
+    if group.rewards is not None and not any(math.isnan(r) for r in group.rewards):
+        return GroupInput(group.prompt, list(group.answers), rewards=list(group.rewards))
+    kind = group.extra.get("reward_kind", [reward_kind])[0] or reward_kind
+    if kind is None:
+        raise InvalidInputError(
+            f"{group.source}: the file has no rewards for this group; pass a reward rule "
+            "(--reward KIND) to recompute them from its reference"
+        )
+    if group.reference is None:
+        raise InvalidInputError(
+            f"{group.source}: no rewards and no reference to score the answers against"
+        )
+    return GroupInput(group.prompt, list(group.answers), reward=RewardSpec(kind, group.reference))
+
+
+def analyze_step(
+    lm: LoadedModel, step: RunStep, config: AnalysisConfig, reward_kind: str | None = None
+) -> tuple[StepReport, AnalysisResult]:
+    """Analyse all groups of ``step`` as one batch; its report row and the full result."""
+    if not step.groups:
+        raise InvalidInputError(f"{step.source}: step {step.step} has no groups")
+    groups = [group_input(g, reward_kind) for g in step.groups]
+    chat = any(g.chat for g in step.groups) and bool(getattr(lm.tokenizer, "chat_template", None))
+    result = analyze(lm, groups, replace(config, chat_template=chat or config.chat_template))
+    return report_from_result(step, result), result
+
+
+def report_from_result(step: RunStep, result: AnalysisResult) -> StepReport:
+    s = result.summary
+    rewards = [a.reward for _, a in result.iter_answers()]
+    lengths = [a.length for _, a in result.iter_answers()]
+    rho = s["spearman_entropy_grad"]
+    return StepReport(
+        step=step.step,
+        source=step.source,
+        num_groups=s["num_groups"],
+        num_answers=len(rewards),
+        num_tokens=s["num_tokens"],
+        reward_mean=_mean(rewards),
+        reward_std=_std(rewards),
+        zero_signal_share=s["num_zero_signal_groups"] / max(s["num_groups"], 1),
+        mean_answer_length=sum(lengths) / max(len(lengths), 1),
+        selected_count=dict(s["selected_count"]),
+        gradient_coverage=dict(s["gradient_coverage"]),
+        wasted_share=dict(s["wasted_share"]),
+        overlap={pair: o["jaccard"] for pair, o in s["overlap"].items()},
+        spearman_batch=rho["batch"],
+        spearman_within_answer_median=rho["within_answer_median"],
+    )
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _std(values: list[float]) -> float | None:
+    if not values:
+        return None
+    mu = sum(values) / len(values)
+    return math.sqrt(sum((v - mu) ** 2 for v in values) / len(values))
+
+
+LOGGED_METHODS = {"applied": "selected", "entropy": "selected_entropy", "gmts": "selected_gmts"}
+
+
+def logged_step_report(step: RunStep) -> StepReport:
+    """The report row of a trainer-log step from the logged numbers: ``applied`` is the mask
+    the loss was multiplied by; ``entropy`` and ``gmts`` what those methods would have kept."""
+    groups = step.groups
+    if not groups or not groups[0].token_columns:
+        raise InvalidInputError(f"{step.source}: not a trainer log step (no per-token columns)")
+
+    def cat(column: str, dtype: torch.dtype) -> torch.Tensor:
+        values = [v for g in groups for answer in g.token_columns[column] for v in answer]
+        return torch.tensor(values, dtype=dtype)
+
+    proxy, entropy = cat("grad_proxy", torch.float64), cat("entropy", torch.float64)
+    lengths = [len(ids) for g in groups for ids in (g.token_ids or [])]
+    answer_index = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    masks = {m: cat(col, torch.bool) for m, col in LOGGED_METHODS.items()}
+    zero = sum(all(a == 0 for a in (g.advantages or [0.0])) for g in groups)
+    rho = spearman_by_answer(entropy, proxy, answer_index)
+    names = list(masks)
+    return StepReport(
+        step=step.step,
+        source=step.source,
+        num_groups=len(groups),
+        num_answers=len(lengths),
+        num_tokens=int(proxy.numel()),
+        reward_mean=None,
+        reward_std=None,
+        zero_signal_share=zero / len(groups),
+        mean_answer_length=sum(lengths) / max(len(lengths), 1),
+        selected_count={m: int(v.sum()) for m, v in masks.items()},
+        gradient_coverage={m: gradient_coverage(proxy, v) for m, v in masks.items()},
+        wasted_share={m: wasted_share(proxy, v) for m, v in masks.items()},
+        overlap={
+            f"{a}|{b}": overlap(masks[a], masks[b])["jaccard"]
+            for i, a in enumerate(names)
+            for b in names[i + 1 :]
+        },
+        spearman_batch=rho["batch"],
+        spearman_within_answer_median=rho["within_answer_median"],
+        mode="logged",
+        extra={"method": groups[0].extra.get("method", [None])[0]},
+    )
+
+
+def token_table(step: int, result: AnalysisResult) -> pa.Table:
+    """One row per answer token of an analysed step: ids, statistics, selected per method."""
+    methods = list(result.config.methods)
+    cols: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "step",
+            "group",
+            "answer",
+            "position",
+            "token_id",
+            "text",
+            "reward",
+            "advantage",
+            "weight",
+            "logprob",
+            "entropy",
+            "grad_norm",
+            "grad_proxy",
+        )
+    }
+    for m in methods:
+        cols[f"selected_{m}"] = []
+    for group, answer in result.iter_answers():
+        for t in answer.tokens:
+            row = (
+                step,
+                group.index,
+                answer.index,
+                t.position,
+                t.id,
+                t.text,
+                answer.reward,
+                answer.advantage,
+                answer.weight,
+                t.logprob,
+                t.entropy,
+                t.grad_norm,
+                t.grad_proxy,
+            )
+            for key, value in zip(list(cols)[:13], row, strict=True):
+                cols[key].append(value)
+            for m in methods:
+                cols[f"selected_{m}"].append(bool(t.selected[m]))
+    return pa.table(cols)
+
+
+@dataclass
+class StepOverview:
+    """What a step's file says without a model: sizes, rewards, zero-signal groups."""
+
+    step: int
+    num_groups: int
+    num_answers: int
+    reward_mean: float | None
+    reward_std: float | None
+    zero_signal_share: float | None  # None where the file has no rewards (nor advantages)
+    mean_answer_chars: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return _json_safe(asdict(self))
+
+
+def step_overview(step: RunStep) -> StepOverview:
+    """The model-free summary of one step (rewards as the file has them; NaN skipped)."""
+    rewards = [r for g in step.groups for r in (g.rewards or []) if not math.isnan(r)]
+    zero: list[bool] = []
+    for g in step.groups:
+        values = g.rewards if g.rewards is not None else g.advantages
+        if values is not None:
+            finite = [v for v in values if not math.isnan(v)]
+            zero.append(len(set(finite)) <= 1 if g.rewards is not None else not any(finite))
+    lengths = [len(a) for g in step.groups for a in g.answers]
+    return StepOverview(
+        step=step.step,
+        num_groups=len(step.groups),
+        num_answers=len(lengths),
+        reward_mean=_mean(rewards),
+        reward_std=_std(rewards),
+        zero_signal_share=sum(zero) / len(zero) if zero else None,
+        mean_answer_chars=sum(lengths) / max(len(lengths), 1),
+    )

@@ -1,0 +1,218 @@
+"""Training runs as steps -> groups: the types every run reader yields, and their errors.
+
+A run is what a trainer wrote to disk while it trained: a folder of per-step files (TRL, verl,
+ROLL, AReaL, this project's trainer log) or one JSONL file. A reader lists the run's steps
+cheaply (:class:`StepRef`: which file, where in it) and loads one step at a time
+(:class:`RunStep`), so a run of any size is never held in memory; only the step being looked at.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gmts_core.errors import InvalidInputError
+
+logger = logging.getLogger(__name__)
+
+
+class RunFormatError(InvalidInputError):
+    """A run file does not fit its format; the message starts with ``file:line:``."""
+
+    code = "run_format"
+
+    def __init__(self, path: Path | str, line: int | None, message: str) -> None:
+        self.path, self.line = str(path), line
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {message}")
+
+
+class UnsafeRunFormatError(RunFormatError):
+    """A dump that only pickle can read (``.pt``, ``.pkl``...): refused, never loaded."""
+
+    code = "unsafe_run_format"
+
+
+@dataclass
+class RunGroup:
+    """One prompt and the answers sampled for it in one training step.
+
+    ``rewards``/``advantages``: one per answer, as the file has them (None where it has none).
+    ``token_ids`` and ``token_columns`` (per-token values, one list per answer) come from files
+    that store tokens, i.e. this project's trainer log.
+    """
+
+    prompt: str
+    answers: list[str]
+    rewards: list[float] | None = None
+    advantages: list[float] | None = None
+    reference: Any = None
+    chat: bool = False  # the prompt was a chat message list (its text is the user's content)
+    source: str = ""  # "file:line" (or "file:row") of the group's first answer
+    token_ids: list[list[int]] | None = None
+    token_columns: dict[str, list[list[Any]]] = field(default_factory=dict)
+    extra: dict[str, list[Any]] = field(default_factory=dict)  # other per-answer columns
+
+    @property
+    def size(self) -> int:
+        return len(self.answers)
+
+
+@dataclass
+class RunStep:
+    """All groups of one training step."""
+
+    step: int
+    groups: list[RunGroup]
+    source: str  # the file (and line) the step was read from
+
+    @property
+    def num_answers(self) -> int:
+        return sum(g.size for g in self.groups)
+
+
+@dataclass(frozen=True)
+class StepRef:
+    """Where one step lives: a file, and for single-file runs the byte offset and line."""
+
+    step: int
+    path: Path
+    offset: int = 0
+    line: int = 1
+    last: bool = False  # in the run's last file: a half-written tail is tolerated
+
+
+def jsonl_records(
+    path: Path, tolerate_tail: bool, offset: int = 0, first_line: int = 1
+) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """(line number, byte offset, object) of each non-empty line of a JSONL file.
+
+    A line that is not a JSON object raises :class:`RunFormatError` naming the file and line;
+    with ``tolerate_tail`` a last line that has no newline and does not parse (a writer
+    still busy, or killed mid-line) is dropped with a warning instead.
+    """
+    with path.open("rb") as f:
+        f.seek(offset)
+        number, pos = first_line - 1, offset
+        for raw in f:
+            number += 1
+            start, pos = pos, pos + len(raw)
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                if tolerate_tail and not raw.endswith(b"\n"):
+                    logger.warning("%s:%d: dropping a half-written last line", path, number)
+                    return
+                raise RunFormatError(path, number, f"not valid JSON ({exc})") from None
+            if not isinstance(obj, dict):
+                kind = type(obj).__name__
+                raise RunFormatError(path, number, f"expected a JSON object, got {kind}")
+            yield number, start, obj
+
+
+def require(obj: dict[str, Any], key: str, path: Path, line: int | None) -> Any:
+    """``obj[key]``, or a :class:`RunFormatError` that names the missing column."""
+    if key not in obj:
+        have = ", ".join(sorted(obj)) or "nothing"
+        raise RunFormatError(path, line, f"missing column {key!r} (the line has: {have})")
+    return obj[key]
+
+
+def as_float(value: Any, what: str, path: Path, line: int | None) -> float:
+    """A reward or advantage as float (None -> NaN: a reward function that abstained)."""
+    if value is None:
+        return float("nan")
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise RunFormatError(path, line, f"{what} must be a number, got {value!r}")
+
+
+def prompt_text(value: Any, path: Path, line: int | None) -> tuple[str, bool]:
+    """A prompt as text, and whether it was a chat message list.
+
+    Chat prompts (``[{"role": ..., "content": ...}, ...]``) become their last user message's
+    content when that is the only message, else ``role: content`` lines.
+    """
+    if isinstance(value, str):
+        return value, False
+    if isinstance(value, list) and all(isinstance(m, dict) and "content" in m for m in value):
+        if len(value) == 1:
+            return _content(value[0]["content"]), True
+        return "\n".join(f"{m.get('role', '?')}: {_content(m['content'])}" for m in value), True
+    raise RunFormatError(path, line, f"a prompt must be text or chat messages, got {value!r:.80}")
+
+
+def completion_text(value: Any, path: Path, line: int | None) -> str:
+    """A completion as text: a string, or a chat message list's last message content."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and isinstance(value[-1], dict) and "content" in value[-1]:
+        return _content(value[-1]["content"])
+    raise RunFormatError(
+        path, line, f"a completion must be text or chat messages, got {value!r:.80}"
+    )
+
+
+def _content(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # multimodal parts: keep the text ones
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def group_by_key(keys: list[str]) -> list[list[int]]:
+    """Row indices grouped by key (the prompt), groups in order of first appearance."""
+    groups: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())
+
+
+def numbered_files(folder: Path, pattern: str) -> list[StepRef]:
+    """One :class:`StepRef` per file of ``folder`` whose name matches ``pattern`` (a regex with
+    one group: the step number), sorted by step; the last one is marked ``last``."""
+    import re
+
+    rx = re.compile(pattern)
+    found = sorted(
+        (int(m.group(1)), p)
+        for p in folder.iterdir()
+        if p.is_file() and (m := rx.fullmatch(p.name))
+    )
+    refs = [StepRef(step, p) for step, p in found]
+    if refs:
+        refs[-1] = StepRef(refs[-1].step, refs[-1].path, last=True)
+    return refs
+
+
+def has_match(folder: Path, pattern: str) -> bool:
+    import re
+
+    rx = re.compile(pattern)
+    return folder.is_dir() and any(rx.fullmatch(p.name) for p in folder.iterdir())
+
+
+def readable_parquet(path: Path) -> bool:
+    """Whether ``path`` has a complete parquet footer (a file still being written has none)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pq.read_metadata(path)
+        return True
+    except (OSError, pa.ArrowException):
+        return False

@@ -1,0 +1,114 @@
+"""This project's own rollout JSONL (what ``gmts analyze-file`` reads), as a run.
+
+One group per line: ``{"prompt": ..., "completions": [...], "rewards": [...]}`` (``answers``
+is accepted for ``completions``; ``reference`` and ``reward_kind`` instead of ``rewards``), and
+an optional integer ``step``. Consecutive lines with the same ``step`` form one step; a line
+without ``step`` is a step of its own, numbered by its line. The index is one streaming pass
+that keeps only each step's byte offset, so a file of any size opens in constant memory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from gmts_core.runs.base import (
+    RunFormatError,
+    RunGroup,
+    RunStep,
+    StepRef,
+    as_float,
+    jsonl_records,
+    prompt_text,
+    require,
+)
+from gmts_core.runs.registry import register_reader
+
+logger = logging.getLogger(__name__)
+
+
+def _first_object(path: Path) -> dict[str, Any] | None:
+    with path.open("rb") as f:
+        for raw in f:
+            if raw.strip():
+                try:
+                    obj = json.loads(raw)
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    return None
+                return obj if isinstance(obj, dict) else None
+    return None
+
+
+def _step_of(obj: dict[str, Any], line: int, path: Path) -> int:
+    step = obj.get("step", line)
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise RunFormatError(path, line, f"step must be an integer, got {step!r}")
+    return step
+
+
+class JSONLReader:
+    name = "jsonl"
+    description = "GMTS rollout JSONL (one group per line: prompt, completions, rewards, step)"
+
+    def detect(self, path: Path) -> bool:
+        if not (path.is_file() and path.suffix.lower() == ".jsonl"):
+            return False
+        obj = _first_object(path)
+        return obj is not None and "prompt" in obj and ("completions" in obj or "answers" in obj)
+
+    def index(self, path: Path) -> list[StepRef]:
+        refs: list[StepRef] = []
+        seen: set[int] = set()
+        for line, offset, obj in jsonl_records(path, tolerate_tail=True):
+            step = _step_of(obj, line, path)
+            if refs and refs[-1].step == step:
+                continue
+            if step in seen:
+                raise RunFormatError(
+                    path, line, f"step {step} appears again; a step's lines must be contiguous"
+                )
+            seen.add(step)
+            refs.append(StepRef(step, path, offset, line))
+        if refs:
+            last = refs[-1]
+            refs[-1] = StepRef(last.step, last.path, last.offset, last.line, last=True)
+        return refs
+
+    def load(self, ref: StepRef) -> RunStep:
+        groups = []
+        for line, _, obj in jsonl_records(ref.path, True, ref.offset, ref.line):
+            if _step_of(obj, line, ref.path) != ref.step:
+                break
+            groups.append(group_from_line(obj, ref.path, line))
+        return RunStep(ref.step, groups, f"{ref.path}:{ref.line}")
+
+
+def group_from_line(obj: dict[str, Any], path: Path, line: int) -> RunGroup:
+    prompt, chat = prompt_text(require(obj, "prompt", path, line), path, line)
+    answers = obj.get("completions", obj.get("answers"))
+    if answers is None:
+        require(obj, "completions", path, line)
+    if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
+        raise RunFormatError(path, line, "completions must be a non-empty list of strings")
+    group = RunGroup(prompt=prompt, answers=answers, chat=chat, source=f"{path}:{line}")
+    rewards = obj.get("rewards")
+    if rewards is not None:
+        if not isinstance(rewards, list) or len(rewards) != len(answers):
+            raise RunFormatError(
+                path, line, f"rewards must be a list of {len(answers)} numbers, one per completion"
+            )
+        group.rewards = [as_float(r, "reward", path, line) for r in rewards]
+    elif "reference" in obj:
+        group.reference = obj["reference"]
+        if obj.get("reward_kind") is not None:
+            group.extra["reward_kind"] = [obj["reward_kind"]] * len(answers)
+    else:
+        raise RunFormatError(path, line, "missing column 'rewards' (or a 'reference')")
+    if "advantages" in obj and isinstance(obj["advantages"], list):
+        group.advantages = [as_float(a, "advantage", path, line) for a in obj["advantages"]]
+    return group
+
+
+register_reader(JSONLReader())

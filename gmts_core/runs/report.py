@@ -1,0 +1,171 @@
+"""Run an analysis over a run's steps into an output folder, resumably and in shards.
+
+Layout of ``OUT/``::
+
+    settings.json            what was asked (a resumed analysis must ask the same)
+    parts/steps-{rank}.jsonl one StepReport per line, appended as each step finishes
+    tokens/step_{n:05d}.parquet  per-token records of the steps asked for (--tokens)
+    report.json              the merged report: settings + every step's row, sorted by step
+
+Each process of a sharded analysis takes every ``world``-th step (``rank``, ``rank + world``
+...), writes its own ``parts`` file, and one process merges them (:func:`merge_report`); the
+merged report does not depend on how many processes made it. ``resume`` skips the steps any
+``parts`` file already holds (a half-written last line is dropped).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from gmts_core.analysis import AnalysisConfig
+from gmts_core.errors import InvalidInputError
+from gmts_core.modeling import LoadedModel
+from gmts_core.runs.analysis import (
+    StepReport,
+    analyze_step,
+    logged_step_report,
+    token_table,
+)
+from gmts_core.runs.base import jsonl_records
+from gmts_core.runs.registry import Run
+
+logger = logging.getLogger(__name__)
+
+REPORT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunAnalysisPlan:
+    """What to analyse: which steps, which get per-token records, how rewards are found."""
+
+    steps: tuple[int, ...]
+    token_steps: frozenset[int] = frozenset()
+    reward_kind: str | None = None
+
+    def shard(self, rank: int, world: int) -> list[int]:
+        return list(self.steps[rank::world])
+
+
+def settings_of(run: Run, model: str | None, config: AnalysisConfig, plan: RunAnalysisPlan) -> dict:
+    return {
+        "version": REPORT_VERSION,
+        "run": str(run.path),
+        "format": run.format,
+        "model": model if not uses_log(run) else None,
+        "mode": "logged" if uses_log(run) else "analysis",
+        "methods": list(config.methods) if not uses_log(run) else ["applied", "entropy", "gmts"],
+        "ratio": config.ratio,
+        "scope": config.scope,
+        "advantage": config.advantage,
+        "loss_aggregation": config.loss_aggregation,
+        "temperature": config.temperature,
+        "reward_kind": plan.reward_kind,
+        "steps": list(plan.steps),
+        "token_steps": sorted(plan.token_steps),
+    }
+
+
+def uses_log(run: Run) -> bool:
+    """A trainer log is reported from its own numbers: the mask that was applied."""
+    return run.format == "gmts_trainer_log"
+
+
+def prepare_output(out: Path, settings: dict, resume: bool) -> None:
+    """Create ``out``; without ``resume`` clear earlier parts; with it, check the settings."""
+    out.mkdir(parents=True, exist_ok=True)
+    saved = out / "settings.json"
+    if resume and saved.is_file():
+        before = json.loads(saved.read_text())
+        if before != settings:
+            changed = sorted(k for k in settings if before.get(k) != settings[k])
+            raise InvalidInputError(
+                f"{out}: --resume with different settings ({', '.join(changed)}); "
+                "use a new output folder or drop --resume"
+            )
+    elif not resume:
+        for sub in ("parts", "tokens"):
+            shutil.rmtree(out / sub, ignore_errors=True)
+        (out / "report.json").unlink(missing_ok=True)
+    (out / "parts").mkdir(exist_ok=True)
+    (out / "tokens").mkdir(exist_ok=True)
+    saved.write_text(json.dumps(settings, indent=1))
+    for part in (out / "parts").glob("steps-*.jsonl"):
+        _cut_half_written_tail(part)
+
+
+def _cut_half_written_tail(part: Path) -> None:
+    """Drop a last line without its newline (killed mid-write), so appending stays valid."""
+    data = part.read_bytes()
+    if data and not data.endswith(b"\n"):
+        part.write_bytes(data[: data.rfind(b"\n") + 1])
+        logger.warning("%s: dropped a half-written last line", part)
+
+
+def done_steps(out: Path) -> dict[int, dict[str, Any]]:
+    """Step rows already written by any process (a half-written last line is dropped)."""
+    rows: dict[int, dict[str, Any]] = {}
+    for part in sorted((out / "parts").glob("steps-*.jsonl")):
+        for _, _, obj in jsonl_records(part, tolerate_tail=True):
+            rows[int(obj["step"])] = obj
+    return rows
+
+
+def analyze_run_shard(
+    run: Run,
+    lm: LoadedModel | None,
+    config: AnalysisConfig,
+    plan: RunAnalysisPlan,
+    out: Path,
+    rank: int = 0,
+    world: int = 1,
+    on_step: Callable[[StepReport | None], None] | None = None,
+) -> int:
+    """Analyse this process's share of ``plan.steps`` not done yet; returns how many it did.
+
+    ``on_step`` is called after each step (None for a step skipped because it was done).
+    """
+    if lm is None and not uses_log(run):
+        raise InvalidInputError(f"{run.path}: a {run.format} run needs a model to analyse")
+    done = set(done_steps(out))
+    mine = plan.shard(rank, world)
+    todo = [s for s in mine if s not in done]
+    for _ in range(len(mine) - len(todo)):
+        if on_step:
+            on_step(None)
+    count = 0
+    with (out / "parts" / f"steps-{rank}.jsonl").open("a", encoding="utf-8") as part:
+        for step in run.iter_steps(todo):
+            if uses_log(run):
+                report = logged_step_report(step)
+            else:
+                assert lm is not None
+                report, result = analyze_step(lm, step, config, plan.reward_kind)
+                if step.step in plan.token_steps:
+                    path = out / "tokens" / f"step_{step.step:05d}.parquet"
+                    pq.write_table(token_table(step.step, result), path)
+            part.write(json.dumps(report.to_dict(), ensure_ascii=False) + "\n")
+            part.flush()
+            count += 1
+            if on_step:
+                on_step(report)
+    return count
+
+
+def merge_report(out: Path, steps: Iterable[int]) -> dict[str, Any]:
+    """Merge every process's rows into ``out/report.json`` (rows sorted by step)."""
+    settings = json.loads((out / "settings.json").read_text())
+    rows = done_steps(out)
+    missing = [s for s in steps if s not in rows]
+    if missing:
+        raise InvalidInputError(f"{out}: steps not analysed yet: {missing[:10]}")
+    report = {**settings, "rows": [rows[s] for s in sorted(steps)]}
+    (out / "report.json").write_text(json.dumps(report, ensure_ascii=False, indent=1))
+    return report

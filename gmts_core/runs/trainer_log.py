@@ -1,0 +1,124 @@
+"""The token log of ``GMTSGRPOTrainer(log_selection=True)``: what the trainer actually trained.
+
+Every logging step the trainer writes ``OUTPUT_DIR/gmts_selection/selection_{step:05d}.parquet``
+next to TRL's ``completions/`` folder: one row per completion token of every micro-batch since
+the previous log, with the columns of :data:`TOKEN_COLUMNS`. ``selected`` is the mask the loss
+was multiplied by (the active method); ``selected_entropy`` and ``selected_gmts`` are what
+entropy and GMTS selection would have kept at the same ratio, for comparison. ``omega`` (the
+effective per-token coefficient) is present once the trainer computes it, else null.
+
+Groups are the answers with the same prompt within the step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gmts_core.runs.base import (
+    RunFormatError,
+    RunGroup,
+    RunStep,
+    StepRef,
+    group_by_key,
+    has_match,
+    numbered_files,
+    readable_parquet,
+)
+from gmts_core.runs.registry import register_reader
+
+FOLDER = "gmts_selection"
+FILE_PATTERN = r"selection_(\d+)\.parquet"
+# (name, arrow type): the file's schema, in order
+TOKEN_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
+    ("step", pa.int64()),
+    ("micro_batch", pa.int32()),  # which loss call since the previous log
+    ("answer", pa.int32()),  # answer index within the micro-batch (all processes, in order)
+    ("position", pa.int32()),  # token position within the answer
+    ("prompt", pa.string()),
+    ("completion", pa.string()),
+    ("token_id", pa.int64()),
+    ("entropy", pa.float64()),  # H, nats
+    ("logprob", pa.float64()),
+    ("grad_norm", pa.float64()),  # g
+    ("grad_proxy", pa.float64()),  # gamma = |A| w g
+    ("advantage", pa.float64()),
+    ("weight", pa.float64()),  # w_i of the loss aggregation
+    ("omega", pa.float64()),  # effective coefficient, null until the trainer computes it
+    ("method", pa.string()),  # the active selection method
+    ("selected", pa.bool_()),  # the mask applied to the loss
+    ("selected_entropy", pa.bool_()),
+    ("selected_gmts", pa.bool_()),
+)
+SCHEMA = pa.schema([pa.field(n, t) for n, t in TOKEN_COLUMNS])
+PER_TOKEN = (
+    "entropy",
+    "logprob",
+    "grad_norm",
+    "grad_proxy",
+    "omega",
+    "selected",
+    "selected_entropy",
+    "selected_gmts",
+)
+
+
+def log_folder(path: Path) -> Path:
+    return path / FOLDER if has_match(path / FOLDER, FILE_PATTERN) else path
+
+
+class TrainerLogReader:
+    name = "gmts_trainer_log"
+    description = "GMTSGRPOTrainer(log_selection=True) (gmts_selection/selection_NNNNN.parquet)"
+
+    def detect(self, path: Path) -> bool:
+        return path.is_dir() and has_match(log_folder(path), FILE_PATTERN)
+
+    def index(self, path: Path) -> list[StepRef]:
+        refs = numbered_files(log_folder(path), FILE_PATTERN)
+        if refs and not readable_parquet(refs[-1].path):
+            refs = refs[:-1]
+        return refs
+
+    def load(self, ref: StepRef) -> RunStep:
+        try:
+            table = pq.read_table(ref.path)
+        except (OSError, pa.ArrowException) as exc:
+            raise RunFormatError(ref.path, None, f"not a readable parquet file ({exc})") from None
+        missing = [n for n, _ in TOKEN_COLUMNS if n not in table.column_names]
+        if missing:
+            raise RunFormatError(ref.path, None, f"missing column {missing[0]!r}")
+        cols = {n: table.column(n).to_pylist() for n, _ in TOKEN_COLUMNS}
+        return RunStep(ref.step, _groups(cols, ref.path), str(ref.path))
+
+
+def _groups(cols: dict[str, list[Any]], path: Path) -> list[RunGroup]:
+    # answers in file order: rows of one (micro_batch, answer) are contiguous, by position
+    answers: dict[tuple[int, int], list[int]] = {}
+    for row, key in enumerate(zip(cols["micro_batch"], cols["answer"], strict=True)):
+        answers.setdefault(key, []).append(row)
+    keys = list(answers)
+    groups = []
+    for members in group_by_key([cols["prompt"][answers[k][0]] for k in keys]):
+        rows_of = [answers[keys[m]] for m in members]
+        first = rows_of[0][0]
+        groups.append(
+            RunGroup(
+                prompt=cols["prompt"][first],
+                answers=[cols["completion"][rows[0]] for rows in rows_of],
+                advantages=[float(cols["advantage"][rows[0]]) for rows in rows_of],
+                source=f"{path}:row {first + 1}",
+                token_ids=[[int(cols["token_id"][r]) for r in rows] for rows in rows_of],
+                token_columns={
+                    c: [[cols[c][r] for r in rows] for rows in rows_of] for c in PER_TOKEN
+                },
+                extra={"method": [cols["method"][rows[0]] for rows in rows_of]},
+            )
+        )
+    return groups
+
+
+register_reader(TrainerLogReader())

@@ -1,0 +1,97 @@
+"""The Runs tab in a real Chromium: pick a run, click a step in the table, see its groups with
+highlighted tokens (a trainer log's applied mask; a real TRL dump analysed on demand)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from app.main import create_app
+from tests.app.api_helpers import LiveServer
+from tests.browser.conftest import ui_settings
+
+pytestmark = pytest.mark.browser
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "runs"
+TIMEOUT_MS = 120_000
+
+
+@pytest.fixture(scope="module")
+def runs_server(
+    browser_model_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
+    root = tmp_path_factory.mktemp("ui-runs")
+    for name in ("logged", "trl"):
+        shutil.copytree(DATA / name, root / name)
+    settings = ui_settings(browser_model_root, run_roots=[root])
+    with LiveServer(create_app(settings)) as server:
+        yield server
+
+
+def open_runs_tab(chromium: Any, url: str) -> Any:
+    page = chromium.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url + "/ui/", wait_until="load")
+    page.get_by_role("tab", name="Runs").click()
+    page.wait_for_selector("#run-pick")
+    return page
+
+
+def step_cells(page: Any) -> Any:
+    """The first cell (the step number) of every data row of the steps table."""
+    return page.locator("#run-steps .virtual-row > [role=gridcell]:first-child")
+
+
+def pick_run(page: Any, label: str, num_steps: int) -> None:
+    page.locator("#run-pick input").click()
+    page.get_by_role("option", name=label).click()
+    page.wait_for_function(
+        "document.querySelectorAll('#run-steps .virtual-row > [role=gridcell]:first-child').length"
+        f" === {num_steps}"
+    )
+
+
+def click_step(page: Any, step: int) -> None:
+    step_cells(page).filter(has_text=re.compile(rf"^\s*{step}\s*$")).first.click()
+
+
+def test_click_a_logged_step_shows_the_applied_mask(chromium: Any, runs_server: LiveServer) -> None:
+    page = open_runs_tab(chromium, runs_server.url)
+    pick_run(page, "logged (gmts_trainer_log, 2 steps)", 2)
+    click_step(page, 1)
+    page.wait_for_selector("#run-step-view .gmts-view .tok.sel-a")
+    df = pd.read_parquet(DATA / "logged" / "gmts_selection" / "selection_00001.parquet")
+    view = page.locator("#run-step-view")
+    assert view.locator(".tok").count() == len(df)
+    assert view.locator(".tok.sel-a").count() == int(df["selected"].sum())  # applied
+    assert view.locator(".tok.sel-b").count() == int(df["selected_gmts"].sum())
+    assert "Step 1" in page.locator("#run-step-summary").inner_text()
+    page.click("#run-next")
+    page.wait_for_function(
+        "document.querySelector('#run-step-summary').innerText.includes('Step 2')"
+    )
+    df2 = pd.read_parquet(DATA / "logged" / "gmts_selection" / "selection_00002.parquet")
+    page.wait_for_function(
+        f"document.querySelectorAll('#run-step-view .tok').length === {len(df2)}"
+    )
+
+
+def test_a_trl_dump_step_is_analysed_and_highlighted(
+    chromium: Any, runs_server: LiveServer
+) -> None:
+    page = open_runs_tab(chromium, runs_server.url)
+    pick_run(page, "trl (trl, 3 steps)", 3)
+    click_step(page, 2)
+    page.wait_for_selector("#run-step-view .gmts-view .tok.sel-b")
+    df = pd.read_parquet(DATA / "trl" / "completions" / "completions_00002.parquet")
+    view = page.locator("#run-step-view")
+    assert view.locator(".gmts-view").count() == df["prompt"].nunique()
+    assert view.locator(".ans-head").count() == len(df)
+    assert view.locator(".tok.sel-a").count() > 0  # entropy's selection
+    assert "Step 2" in page.locator("#run-step-summary").inner_text()
