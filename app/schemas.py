@@ -240,8 +240,18 @@ class TokenOut(BaseModel):
     logprob: Num
     prob: Num
     entropy: Num = Field(description="Shannon entropy of the next-token distribution (nats).")
-    grad_norm: Num = Field(description="Exact L2 norm of d log pi_y / d z.")
-    grad_proxy: Num = Field(description="|A_i| w_i grad_norm: GRPO loss gradient at the logits.")
+    grad_norm: Num = Field(
+        description="L2 norm of d log pi_y / d z (exact, up to float32 rounding of the logits)."
+    )
+    grad_proxy: Num = Field(
+        description="w_i |coef| grad_norm: the exact L2 norm of the GRPO loss gradient at this "
+        "token's logits if the token is trained (= |A_i| w_i grad_norm on-policy without KL)."
+    )
+    ratio: Num = Field(1.0, description="pi_theta / pi_old (1 here: the analysed policy sampled "
+                       "or scores the answers).")
+    clipped: bool = Field(False, description="Whether the clipped objective is flat here.")
+    coef: Num = Field(None, description="The effective coefficient omega_t = r I A_i + "
+                      "beta (pi_ref / pi_theta - 1); d loss / d log pi = -w_i omega_t.")
     scores: dict[str, Num]
     ranks: dict[str, int]
     selected: dict[str, bool]

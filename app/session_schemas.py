@@ -48,6 +48,12 @@ class RLKnobs(BaseModel):
     max_new_tokens: int | None = Field(None, ge=1, le=4096)
     advantage: str | None = None
     loss_aggregation: str | None = None
+    reselect: bool | None = Field(
+        None,
+        description="Re-select the training tokens before every inner update after the first, "
+        "by gamma = w |omega| g at the current policy (ratio, clip and KL in omega); default "
+        "false: the selection made at sampling is kept for all inner updates, as TRL does.",
+    )
 
     @field_validator("method")
     @classmethod

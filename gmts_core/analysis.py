@@ -20,7 +20,7 @@ from gmts_core.aggregation import loss_weights
 from gmts_core.decoding import decode, token_texts
 from gmts_core.errors import InvalidInputError
 from gmts_core.forward import AnswerStats, answer_token_stats
-from gmts_core.metrics import grad_proxy
+from gmts_core.coefficient import ClipSettings, effective_coefficient, selection_inputs
 from gmts_core.modeling import LoadedModel
 from gmts_core.records import AnalysisResult, AnswerRecord, GroupRecord, build_tokens
 from gmts_core.rewards import RewardVerdict, compute_reward, explicit_reward
@@ -80,6 +80,13 @@ class AnalysisConfig:
     chat_template: bool = False
     include_grad_head: bool = False
     chunk_size: int = 128
+    # KL weight of the coefficient omega_t = A + beta (pi_ref / pi - 1) against the policy's
+    # reference (LoadedModel.reference: a session's starting policy); None: the policy's own
+    # training beta (LoadedModel.reference_beta; 0, so omega = A, for a plain model)
+    beta: float | None = None
+
+    def beta_for(self, lm: LoadedModel) -> float:
+        return lm.reference_beta if self.beta is None else self.beta
 
     def validate(self) -> None:
         if self.temperature <= 0:
@@ -96,6 +103,8 @@ class AnalysisConfig:
                 )
         if not self.methods:
             raise InvalidInputError("at least one selection method is needed")
+        if self.beta is not None and self.beta < 0:
+            raise InvalidInputError(f"beta must be >= 0, got {self.beta}")
 
 
 @dataclass
@@ -178,32 +187,63 @@ def _reward_group(lm: LoadedModel, group: _Group, spec: GroupInput, advantage: s
 
 
 def _selection_inputs(
-    groups: list[_Group], stats: list[AnswerStats], weights: torch.Tensor, seed: int
+    groups: list[_Group],
+    stats: list[AnswerStats],
+    weights: torch.Tensor,
+    config: AnalysisConfig,
+    beta: float,
+    ref_logp: torch.Tensor | None = None,
 ) -> SelectionInputs:
-    """Flatten per-answer stats into per-token tensors ordered by (group, answer, position)."""
-    scale, answer_idx, group_idx = [], [], []
+    """Flatten per-answer stats into per-token tensors ordered by (group, answer, position).
+
+    The answers were sampled from (or are scored by) the analysed policy, so r = 1; with a
+    reference (a session's start) and beta > 0 the coefficient has the KL term.
+    """
+    adv, wts, answer_idx, group_idx = [], [], [], []
     a = 0
     for gi, g in enumerate(groups):
         assert g.advantages is not None
         for ai in range(len(g.answer_ids)):
             n = len(g.answer_ids[ai])
-            scale.append(torch.full((n,), float(g.advantages[ai].abs() * weights[a])))
+            adv.append(torch.full((n,), float(g.advantages[ai]), dtype=torch.float64))
+            wts.append(torch.full((n,), float(weights[a]), dtype=torch.float64))
             answer_idx.append(torch.full((n,), a, dtype=torch.long))
             group_idx.append(torch.full((n,), gi, dtype=torch.long))
             a += 1
     cat = lambda f: torch.cat([f(s).double().cpu() for s in stats])  # noqa: E731
-    signal_scale = torch.cat(scale).double()
-    grad_norm = cat(lambda s: s.stats.grad_norm)
-    return SelectionInputs(
+    logprob = cat(lambda s: s.stats.logprob)
+    weight = torch.cat(wts)
+    coefficient = effective_coefficient(
+        torch.cat(adv),
+        weight,
+        ClipSettings(beta=beta),
+        logp=logprob,
+        old_logp=None,
+        ref_logp=ref_logp,
+    )
+    return selection_inputs(
         entropy=cat(lambda s: s.stats.entropy),
-        logprob=cat(lambda s: s.stats.logprob),
-        grad_norm=grad_norm,
-        grad_proxy=grad_proxy(signal_scale, torch.ones_like(signal_scale), grad_norm),
-        signal_scale=signal_scale,
+        logprob=logprob,
+        grad_norm=cat(lambda s: s.stats.grad_norm),
+        weight=weight,
         answer_index=torch.cat(answer_idx),
         group_index=torch.cat(group_idx),
-        seed=seed,
+        coefficient=coefficient,
+        seed=config.seed,
     )
+
+
+def _reference_logprobs(
+    lm: LoadedModel, seqs: list[tuple[list[int], list[int]]], config: AnalysisConfig
+) -> torch.Tensor | None:
+    """log pi_ref of every answer token (N,) when the coefficient has a KL term, else None."""
+    if config.beta_for(lm) == 0.0 or lm.reference is None:
+        return None
+    with lm.reference() as ref:
+        stats = answer_token_stats(
+            ref, seqs, lm.tokenizer.pad_token_id, config.temperature, 0, config.chunk_size
+        )
+    return torch.cat([s.stats.logprob.double().cpu() for s in stats])
 
 
 def analyze(
@@ -233,7 +273,8 @@ def analyze(
     )
     lengths = torch.tensor([len(a) for _, a in seqs])
     weights = loss_weights(lengths, config.loss_aggregation)  # over the whole batch, as trainers do
-    x = _selection_inputs(work, stats, weights, config.seed)
+    ref_logp = _reference_logprobs(lm, seqs, config)
+    x = _selection_inputs(work, stats, weights, config, config.beta_for(lm), ref_logp)
     note("selection")
     selections = {m: select(x, m, config.ratio, config.scope) for m in config.methods}
     return _assemble(lm, work, stats, weights, x, selections, config)

@@ -11,6 +11,8 @@ import logging
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,10 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: Any  # a PreTrainedTokenizerBase
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # a trained policy's frozen reference (its starting weights), for the KL term of the
+    # effective coefficient: a callable returning a context manager that yields the model
+    reference: Callable[[], AbstractContextManager[Any]] | None = field(default=None, repr=False)
+    reference_beta: float = 0.0  # the KL weight this policy trains with (a session's beta)
 
     @property
     def device(self) -> torch.device:

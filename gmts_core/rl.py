@@ -6,7 +6,9 @@ score_batch     -> rewards, advantages, token statistics and every method's sele
                    the analysis is what the step trains on
 training_batch  -> flat per-token tensors: advantages, weights, the selection mask
 policy_update   -> ``inner_steps`` AdamW updates of the clipped, masked GRPO loss
-                   (:mod:`gmts_core.policy_loss`) with gradient-norm clipping
+                   (:mod:`gmts_core.policy_loss`) with gradient-norm clipping; the selection
+                   is fixed per batch (default, as TRL) or re-ranked before every later update
+                   by gamma = w |omega| g at the current policy (``reselect``)
 grpo_step       -> all of the above, plus metrics and the per-token log-prob change
 """
 
@@ -22,12 +24,14 @@ import torch
 
 from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze, encode_prompt
 from gmts_core.errors import InvalidInputError
+from gmts_core.coefficient import EffectiveCoefficient, effective_coefficient
 from gmts_core.forward import _micro_batches
 from gmts_core.policy import TrainablePolicy
 from gmts_core.policy_loss import LossTerms, answer_logprobs, grpo_loss
 from gmts_core.records import AnalysisResult
 from gmts_core.rl_records import StepMetrics, StepResult, answer_changes
 from gmts_core.sampling import SamplingConfig
+from gmts_core.rl_selection import clip_settings, current_selection
 from gmts_core.selection import list_methods
 
 logger = logging.getLogger(__name__)
@@ -71,6 +75,10 @@ class RLConfig:
     measure_kl: bool = True  # report KL even when beta is 0 (one more forward pass)
     max_batch_tokens: int = 8192  # padded tokens per forward/backward micro-batch
     report_methods: tuple[str, ...] = ("entropy", "gmts")  # wasted_share etc. also for these
+    # False (default): the selection made at the sampling point is kept for every inner update,
+    # as TRL does. True: before each later update the tokens are re-scored at the current policy
+    # (ratio, clip and KL in omega_t: gamma = w |omega| g) and re-selected; one more forward each.
+    reselect: bool = False
 
     def validate(self) -> None:
         if self.method not in list_methods():
@@ -120,6 +128,7 @@ class RLConfig:
             top_alternatives=0,
             seed=seed,
             chat_template=self.chat_template,
+            beta=self.beta,  # the first update's coefficient has the KL term
         )
 
 
@@ -143,6 +152,7 @@ class TrainBatch:
     weights: torch.Tensor  # float64, w_i of the token's answer
     mask: torch.Tensor  # bool, selected by the training method
     answer_index: torch.Tensor  # int64
+    group_index: torch.Tensor | None = None  # int64 (for re-selection with scope "group")
 
     @property
     def num_tokens(self) -> int:
@@ -176,7 +186,7 @@ def score_batch(
 
 def training_batch(result: AnalysisResult, tokenizer: object, config: RLConfig) -> TrainBatch:
     """Per-token advantages, weights and the training method's selection mask."""
-    seqs, adv, wts, mask, index = [], [], [], [], []
+    seqs, adv, wts, mask, index, groups = [], [], [], [], [], []
     for a, (group, ans) in enumerate(result.iter_answers()):
         prompt_ids = encode_prompt(tokenizer, group.prompt, config.chat_template)
         seqs.append((prompt_ids, [t.id for t in ans.tokens]))
@@ -184,12 +194,14 @@ def training_batch(result: AnalysisResult, tokenizer: object, config: RLConfig) 
         wts += [ans.weight] * ans.length
         mask += [t.selected[config.method] for t in ans.tokens]
         index += [a] * ans.length
+        groups += [group.index] * ans.length
     return TrainBatch(
         sequences=seqs,
         advantages=torch.tensor(adv, dtype=torch.float64),
         weights=torch.tensor(wts, dtype=torch.float64),
         mask=torch.tensor(mask, dtype=torch.bool),
         answer_index=torch.tensor(index, dtype=torch.long),
+        group_index=torch.tensor(groups, dtype=torch.long),
     )
 
 
@@ -220,6 +232,9 @@ class UpdateStats:
     logprob_before: torch.Tensor  # (N,)
     logprob_after: torch.Tensor  # (N,)
     per_inner_step: list[dict[str, float]] = field(default_factory=list)
+    # per inner update: each token's ratio, clip flag and omega_t, and the mask trained on
+    coefficients: list[EffectiveCoefficient] = field(default_factory=list)
+    masks: list[torch.Tensor] = field(default_factory=list)
 
 
 Parts = list[tuple[list[int], slice]]  # micro-batches: answer indices and their token slice
@@ -272,26 +287,29 @@ def _one_update(
     old_logp: torch.Tensor | None,
     ref_logp: torch.Tensor | None,
     config: RLConfig,
-) -> tuple[dict[str, float], torch.Tensor]:
-    """One AdamW update, gradients accumulated over micro-batches; returns its numbers and the
-    log-probs of pi_old (the current policy's own when ``old_logp`` is None, so rho = 1).
+    mask: torch.Tensor,
+) -> tuple[dict[str, float], torch.Tensor, EffectiveCoefficient]:
+    """One AdamW update on the tokens of ``mask``, gradients accumulated over micro-batches;
+    returns its numbers, the log-probs of pi_old (the current policy's own when ``old_logp``
+    is None, so rho = 1) and each token's effective coefficient at this update.
 
     The gradient stays in ``.grad`` (clipped) for inspection.
     """
     pad_id = policy.tokenizer.pad_token_id
     optimizer.zero_grad(set_to_none=False)
-    terms, olds = [], []
+    terms, olds, logps = [], [], []
     for idx, sl in parts:
         seqs = [batch.sequences[i] for i in idx]
         logp = answer_logprobs(policy.model, seqs, pad_id, config.temperature)  # (n,)
         old = logp.detach() if old_logp is None else old_logp[sl]
         olds.append(old)
+        logps.append(logp.detach())
         part = grpo_loss(
             logp,
             old,
             batch.advantages[sl],
             batch.weights[sl],
-            batch.mask[sl],
+            mask[sl],
             config.epsilon_low,
             config.epsilon_high,
             None if ref_logp is None else ref_logp[sl],
@@ -302,7 +320,11 @@ def _one_update(
     params = policy.trainable_parameters()
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
     optimizer.step()
-    return _merge(terms, grad_norm), torch.cat(olds)
+    old_all, logp_all = torch.cat(olds), torch.cat(logps)
+    coefficient = effective_coefficient(
+        batch.advantages, batch.weights, clip_settings(config), logp_all, old_all, ref_logp
+    )
+    return _merge(terms, grad_norm), old_all, coefficient
 
 
 def policy_update(
@@ -311,8 +333,10 @@ def policy_update(
     batch: TrainBatch,
     config: RLConfig,
     learning_rate: float | None = None,
+    seed: int = 0,
 ) -> UpdateStats:
-    """``inner_steps`` updates on one batch; pi_old is the policy that sampled it."""
+    """``inner_steps`` updates on one batch; pi_old is the policy that sampled it. With
+    ``config.reselect`` every update after the first trains on :func:`current_selection`."""
     pad_id = policy.tokenizer.pad_token_id
     for group in optimizer.param_groups:
         group["lr"] = config.learning_rate if learning_rate is None else learning_rate
@@ -324,14 +348,31 @@ def policy_update(
             ref_logp = _logprobs(ref, batch, parts, pad_id, config.temperature)
     old_logp: torch.Tensor | None = None
     rows: list[dict[str, float]] = []
-    for _ in range(config.inner_steps):
-        row, old = _one_update(policy, optimizer, batch, parts, old_logp, ref_logp, config)
+    coefficients: list[EffectiveCoefficient] = []
+    masks: list[torch.Tensor] = []
+    mask = batch.mask
+    for inner in range(config.inner_steps):
+        if config.reselect and old_logp is not None:
+            _, sel = current_selection(policy, batch, old_logp, ref_logp, config, seed + inner)
+            mask = sel.selected
+        row, old, coefficient = _one_update(
+            policy, optimizer, batch, parts, old_logp, ref_logp, config, mask
+        )
         old_logp = old if old_logp is None else old_logp
         rows.append(row)
+        coefficients.append(coefficient)
+        masks.append(mask)
     assert old_logp is not None
     after = _logprobs(policy.model, batch, parts, pad_id, config.temperature)
     means = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
-    return UpdateStats(**means, logprob_before=old_logp, logprob_after=after, per_inner_step=rows)
+    return UpdateStats(
+        **means,
+        logprob_before=old_logp,
+        logprob_after=after,
+        per_inner_step=rows,
+        coefficients=coefficients,
+        masks=masks,
+    )
 
 
 def grpo_step(
@@ -350,7 +391,7 @@ def grpo_step(
     result = score_batch(policy, rollout_groups(prompts, config, seed), config, seed)
     batch = training_batch(result, policy.tokenizer, config)
     lr = config.learning_rate_at(step)
-    update = policy_update(policy, optimizer, batch, config, lr)
+    update = policy_update(policy, optimizer, batch, config, lr, seed)
     metrics = StepMetrics.from_parts(step, config, result, batch.mask, update)
     metrics.learning_rate = lr
     metrics.seconds = time.perf_counter() - start
