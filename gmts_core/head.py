@@ -8,7 +8,8 @@ leaving a transform out would measure (and train) a different distribution from 
 order as the models do:
 
     scale     z * logit_scale           Cohere, Cohere2 (``logit_scale``)
-              z / logits_scaling        Granite family (``logits_scaling``)
+              z / logits_scaling        Granite family, MiniCPM3 (``logits_scaling``)
+              z * logits_scaling        HyperCLOVA X
               z * lm_head_multiplier    Falcon-H1
               z * output_multiplier     Muse family (before its soft-cap)
     soft-cap  c * tanh(z / c)           Gemma 2/3, VaultGemma, nanochat (``final_logit_softcapping``),
@@ -89,8 +90,9 @@ def _scale(model: Any) -> float | None:
     if isinstance(cohere, int | float) and not isinstance(cohere, bool):
         factors.append(float(cohere))
     granite = _config_value(config, "logits_scaling")
-    if granite is not None:
-        factors.append(1.0 / float(granite))
+    if granite is not None:  # Granite, MiniCPM3 divide; HyperCLOVA X multiplies
+        hyperclova = getattr(config, "model_type", "") == "hyperclovax"
+        factors.append(float(granite) if hyperclova else 1.0 / float(granite))
     falcon = getattr(getattr(model, model.base_model_prefix, None), "lm_head_multiplier", None)
     if isinstance(falcon, int | float) and not isinstance(falcon, bool):
         factors.append(float(falcon))

@@ -81,6 +81,9 @@ _EXTRA: dict[str, dict[str, Any]] = {
     "cohere": {"logit_scale": 0.25},
     "gemma2": {"final_logit_softcapping": 0.5},  # small, so that the soft-cap really bends
     "gemma3_text": {"final_logit_softcapping": 0.5},
+    "hyperclovax": {"logits_scaling": 3.0},
+    "falcon_h1": {"lm_head_multiplier": 0.5},
+    "minicpm3": {"dim_model_base": 8},
 }
 # BERT-style encoders in the causal-LM mapping decode only with is_decoder=True.
 _DECODER_FLAG = {"is_decoder": True}
