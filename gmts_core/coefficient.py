@@ -17,7 +17,8 @@ r < 1 - eps_low with A < 0; with TRL's two-sided ``delta``, also r > delta with 
 elsewhere. As d logp_t / d z = (e_y - pi) / tau has norm g, the exact norm of the loss gradient
 at the token's logits is  w_i |omega_t| g  (``grad_proxy``). ``coef`` below is omega_t with
 m_t = 1: the token's multiplier if it is trained; a token left out of the selection keeps only
-the KL part. At the on-policy point (r = 1) with beta = 0, omega_t = A_i and the norm is
+the KL part. (With TRL's ``use_bias_correction_kl`` the KL term is r_t kl_t and its part of
+omega_t is beta r_t log(pi_ref / pi_theta) instead.) At the on-policy point (r = 1) with beta = 0, omega_t = A_i and the norm is
 |A_i| w_i g.
 
 The GMTS paper's own score uses the same coefficient with the advantage normalised as the
@@ -43,6 +44,9 @@ class ClipSettings:
     epsilon_high: float = 0.28
     beta: float = 0.0
     delta: float | None = None  # TRL's two-sided clip of r for A < 0 (None: off)
+    # TRL's use_bias_correction_kl: the KL term is r_t kl_t, whose derivative with respect to
+    # logp_t is beta r_t (logp_t - ref_t), so its part of omega_t is beta r_t log(pi_ref / pi)
+    bias_corrected_kl: bool = False
 
 
 @dataclass
@@ -91,7 +95,11 @@ def effective_coefficient(
     if settings.beta != 0.0 and ref_logp is not None:
         if logp is None:
             raise ValueError("the KL term's coefficient needs the policy's log-probs")
-        kl = settings.beta * torch.expm1(ref_logp.double() - logp.double())  # beta (rho - 1)
+        log_rho = ref_logp.double() - logp.double()  # log(pi_ref / pi_theta)
+        if settings.bias_corrected_kl:
+            kl = settings.beta * ratio * log_rho
+        else:
+            kl = settings.beta * torch.expm1(log_rho)  # beta (rho - 1)
     n = adv.numel()
     return EffectiveCoefficient(
         ratio=ratio,
