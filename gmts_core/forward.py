@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from gmts_core.contexts import share_identical_contexts
 from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
 from gmts_core.head import HeadPath, head_path
 from gmts_core.metrics import DEFAULT_CHUNK_SIZE, TokenStats, token_stats_chunked
@@ -81,7 +82,9 @@ def answer_token_stats(
                 results[i] = _stats_for_answer(
                     h, path, sequences[i][1], temperature, top_k, chunk_size
                 )
-    return [r for r in results if r is not None]
+    answers = [r for r in results if r is not None]
+    share_identical_contexts(sequences, answers)  # equal distributions -> bit-equal statistics
+    return answers
 
 
 def _stats_for_answer(
