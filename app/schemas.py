@@ -51,8 +51,10 @@ class SelectionOptions(BaseModel):
     model_config = _STRICT
 
     ratio: float = Field(0.2, gt=0, le=1, description="Share of tokens each method keeps.")
-    scope: Literal["batch", "group", "answer"] = Field(
-        "batch", description="Rank all tokens together (batch), per group, or per answer."
+    scope: Literal["batch", "group", "answer"] | None = Field(
+        None,
+        description="Rank all tokens together (batch), per group, or per answer. Default: "
+        "batch, or group when the only method is gmts_paper (the paper's top 20% per group).",
     )
     methods: list[str] = Field(
         default_factory=lambda: list(DEFAULT_METHODS),
@@ -247,11 +249,17 @@ class TokenOut(BaseModel):
         description="w_i |coef| grad_norm: the exact L2 norm of the GRPO loss gradient at this "
         "token's logits if the token is trained (= |A_i| w_i grad_norm on-policy without KL)."
     )
-    ratio: Num = Field(1.0, description="pi_theta / pi_old (1 here: the analysed policy sampled "
-                       "or scores the answers).")
+    ratio: Num = Field(
+        1.0,
+        description="pi_theta / pi_old (1 here: the analysed policy sampled "
+        "or scores the answers).",
+    )
     clipped: bool = Field(False, description="Whether the clipped objective is flat here.")
-    coef: Num = Field(None, description="The effective coefficient omega_t = r I A_i + "
-                      "beta (pi_ref / pi_theta - 1); d loss / d log pi = -w_i omega_t.")
+    coef: Num = Field(
+        None,
+        description="The effective coefficient omega_t = r I A_i + "
+        "beta (pi_ref / pi_theta - 1); d loss / d log pi = -w_i omega_t.",
+    )
     scores: dict[str, Num]
     ranks: dict[str, int]
     selected: dict[str, bool]

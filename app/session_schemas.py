@@ -30,7 +30,11 @@ class RLKnobs(BaseModel):
 
     method: str | None = Field(None, description="Selection method of the training mask.")
     ratio: float | None = Field(None, gt=0, le=1, description="Share of tokens selected.")
-    scope: Literal["batch", "group", "answer"] | None = None
+    scope: Literal["batch", "group", "answer"] | None = Field(
+        None,
+        description="Selection scope; when left out with a method given, the method's default "
+        "(group for gmts_paper, as in the paper; batch for the others).",
+    )
     group_size: int | None = Field(None, ge=2, le=64, description="Answers per prompt (G).")
     prompts_per_step: int | None = Field(None, ge=1, le=64, description="Demo prompts per step.")
     learning_rate: float | None = Field(None, ge=0, le=1)
@@ -82,7 +86,10 @@ class RLKnobs(BaseModel):
 
     def apply(self, config: RLConfig) -> RLConfig:
         """``config`` with the knobs given here."""
-        return dataclasses.replace(config, **self.knobs())
+        knobs = self.knobs()
+        if "method" in knobs and "scope" not in knobs:  # gmts_paper selects within each group
+            knobs["scope"] = METHODS.get(knobs["method"]).default_scope
+        return dataclasses.replace(config, **knobs)
 
 
 class SessionCreateRequest(RLKnobs):

@@ -17,10 +17,10 @@ import torch
 
 from gmts_core.advantages import compute_advantages
 from gmts_core.aggregation import loss_weights
+from gmts_core.coefficient import ClipSettings, effective_coefficient, selection_inputs
 from gmts_core.decoding import decode, token_texts
 from gmts_core.errors import InvalidInputError
 from gmts_core.forward import AnswerStats, answer_token_stats
-from gmts_core.coefficient import ClipSettings, effective_coefficient, selection_inputs
 from gmts_core.modeling import LoadedModel
 from gmts_core.records import AnalysisResult, AnswerRecord, GroupRecord, build_tokens
 from gmts_core.rewards import RewardVerdict, compute_reward, explicit_reward
@@ -43,7 +43,7 @@ from gmts_core.summaries import (
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_METHODS = ("entropy", "gmts", "gmts_entropy", "surprisal", "random", "all")
+DEFAULT_METHODS = ("entropy", "gmts", "gmts_entropy", "gmts_paper", "surprisal", "random", "all")
 
 
 @dataclass(frozen=True)

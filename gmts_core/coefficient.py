@@ -18,8 +18,8 @@ elsewhere. As d logp_t / d z = (e_y - pi) / tau has norm g, the exact norm of th
 at the token's logits is  w_i |omega_t| g  (``grad_proxy``). ``coef`` below is omega_t with
 m_t = 1: the token's multiplier if it is trained; a token left out of the selection keeps only
 the KL part. (With TRL's ``use_bias_correction_kl`` the KL term is r_t kl_t and its part of
-omega_t is beta r_t log(pi_ref / pi_theta) instead.) At the on-policy point (r = 1) with beta = 0, omega_t = A_i and the norm is
-|A_i| w_i g.
+omega_t is beta r_t log(pi_ref / pi_theta) instead.) At the on-policy point (r = 1) with
+beta = 0, omega_t = A_i and the norm is |A_i| w_i g.
 
 The GMTS paper's own score uses the same coefficient with the advantage normalised as the
 loss aggregation does, A^_i = A_i w_i N (N answer tokens of the batch; A^ = A for the
@@ -59,9 +59,7 @@ class EffectiveCoefficient:
     paper_coef: torch.Tensor  # r I A^ + beta (pi_ref / pi_theta - 1), A^ = A w N
 
 
-def clip_flat(
-    ratio: torch.Tensor, advantage: torch.Tensor, settings: ClipSettings
-) -> torch.Tensor:
+def clip_flat(ratio: torch.Tensor, advantage: torch.Tensor, settings: ClipSettings) -> torch.Tensor:
     """I_t = 0 (True here) where -min(r A, clip(r) A) does not depend on r."""
     flat = ((ratio > 1.0 + settings.epsilon_high) & (advantage > 0)) | (
         (ratio < 1.0 - settings.epsilon_low) & (advantage < 0)

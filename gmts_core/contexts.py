@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 _DISTRIBUTION_FIELDS = ("entropy", "sum_sq_prob", "top_ids", "top_logprobs")
 _TARGET_FIELDS = ("logprob", "grad_norm")
 

@@ -12,8 +12,9 @@ order as the models do:
               z * logits_scaling        HyperCLOVA X
               z * lm_head_multiplier    Falcon-H1
               z * output_multiplier     Muse family (before its soft-cap)
-    soft-cap  c * tanh(z / c)           Gemma 2/3, VaultGemma, nanochat (``final_logit_softcapping``),
-                                        RecurrentGemma (``logits_soft_cap``)
+    soft-cap  c * tanh(z / c)           Gemma 2/3, VaultGemma, nanochat
+                                        (``final_logit_softcapping``), RecurrentGemma
+                                        (``logits_soft_cap``)
 
 Anything else is caught by :func:`check_head_path`: it compares this path with the model's own
 forward on a short probe and raises :class:`UnsupportedArchitectureError` naming the
@@ -215,7 +216,9 @@ def _check_generation(model: Any, path: HeadPath, tol: float) -> None:
     try:
         diff, size = generation_difference(model)
     except Exception as exc:  # noqa: BLE001 - the model's own generate: any failure
-        logger.warning("%s: generate fails on a probe (%s); sampling will fail", path.architecture, exc)
+        logger.warning(
+            "%s: generate fails on a probe (%s); sampling will fail", path.architecture, exc
+        )
         return
     if not diff <= tol * (1.0 + size):
         raise UnsupportedArchitectureError(

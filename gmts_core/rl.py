@@ -23,15 +23,15 @@ from typing import Any
 import torch
 
 from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze, encode_prompt
-from gmts_core.errors import InvalidInputError
 from gmts_core.coefficient import EffectiveCoefficient, effective_coefficient
+from gmts_core.errors import InvalidInputError
 from gmts_core.forward import _micro_batches
 from gmts_core.policy import TrainablePolicy
 from gmts_core.policy_loss import LossTerms, answer_logprobs, grpo_loss
 from gmts_core.records import AnalysisResult
 from gmts_core.rl_records import StepMetrics, StepResult, answer_changes
-from gmts_core.sampling import SamplingConfig
 from gmts_core.rl_selection import clip_settings, current_selection
+from gmts_core.sampling import SamplingConfig
 from gmts_core.selection import list_methods
 
 logger = logging.getLogger(__name__)

@@ -64,9 +64,7 @@ def register_method(
     def wrap(
         fn: Callable[[SelectionInputs], torch.Tensor],
     ) -> Callable[[SelectionInputs], torch.Tensor]:
-        METHODS.register(name)(
-            SelectionMethod(name, fn, description, uses_ratio, default_scope)
-        )
+        METHODS.register(name)(SelectionMethod(name, fn, description, uses_ratio, default_scope))
         return fn
 
     return wrap

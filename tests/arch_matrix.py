@@ -191,6 +191,6 @@ if __name__ == "__main__":  # the README's table: python -m tests.arch_matrix
         kind, value = outcome(t)
         key = "verified" if kind == "verified" else f"{kind}: {_reason_class(str(value))}"
         groups[key].append(t)
-    print(f"| outcome | count | architectures |\n|---|---|---|")
+    print("| outcome | count | architectures |\n|---|---|---|")
     for key in sorted(groups, key=lambda k: (k != "verified", k)):
         print(f"| {key} | {len(groups[key])} | {', '.join(groups[key])} |")

@@ -23,8 +23,10 @@ from app.cli._app import cli
 from app.cli.common import (
     AdvantageOpt,
     AggregationOpt,
+    MethodsOpt,
     ModelOpt,
     RatioOpt,
+    ScopeOpt,
     TopAlternativesOpt,
     analysis_config,
     fail,
@@ -162,7 +164,8 @@ def analyze_file_command(
     batch_size: Annotated[int, typer.Option(min=1, help="Lines analyzed as one batch.")] = 1,
     reward_kind: Annotated[str, typer.Option(help="Rule for lines with a reference.")] = "numeric",
     ratio: RatioOpt = 0.2,
-    scope: Annotated[str, typer.Option(help="batch | group | answer")] = "batch",
+    scope: ScopeOpt = None,
+    method: MethodsOpt = None,
     advantage: AdvantageOpt = "grpo",
     aggregation: AggregationOpt = "token_mean",
     temperature: Annotated[float, typer.Option(help="Statistics temperature.")] = 1.0,
@@ -174,8 +177,10 @@ def analyze_file_command(
     fmt = fmt or ("csv" if output.suffix.lower() == ".csv" else "jsonl")
     if fmt not in ("jsonl", "csv"):
         raise typer.BadParameter("--format must be jsonl or csv")
-    config = analysis_config(temperature, advantage, aggregation, ratio, scope, top_alternatives)
     try:
+        config = analysis_config(
+            temperature, advantage, aggregation, ratio, scope, top_alternatives, methods=method
+        )
         config.validate()
         lm = load_cli_model(model)
         total = _count_lines(rollouts)

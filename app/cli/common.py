@@ -7,10 +7,11 @@ from typing import Annotated
 
 import typer
 
-from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec
+from gmts_core.analysis import DEFAULT_METHODS, AnalysisConfig, GroupInput, RewardSpec
 from gmts_core.errors import GMTSError, InvalidInputError
 from gmts_core.modeling import LoadedModel, load_model
 from gmts_core.sampling import SamplingConfig
+from gmts_core.selection import default_scope, list_methods
 
 
 def builtin_aliases() -> dict[str, Path]:
@@ -98,23 +99,43 @@ TopAlternativesOpt = Annotated[int, typer.Option(help="Alternatives per token.")
 ChatTemplateOpt = Annotated[bool, typer.Option(help="Wrap the prompt in the chat template.")]
 
 
+MethodsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--method",
+        help=f"Selection method, repeat for several (default: {', '.join(DEFAULT_METHODS)}); "
+        f"registered: {', '.join(list_methods())}.",
+    ),
+]
+ScopeOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="batch | group | answer (default: batch; group when the only --method is "
+        "gmts_paper, as in the paper)."
+    ),
+]
+
+
 def analysis_config(
     temperature: float,
     advantage: str,
     aggregation: str,
     ratio: float,
-    scope: str,
+    scope: str | None,
     top_alternatives: int,
     seed: int = 0,
     chat_template: bool = False,
+    methods: list[str] | None = None,
 ) -> AnalysisConfig:
     """The AnalysisConfig the CLI flags describe."""
+    chosen = tuple(methods) if methods else DEFAULT_METHODS
     return AnalysisConfig(
         temperature=temperature,
         advantage=advantage,
         loss_aggregation=aggregation,
         ratio=ratio,
-        scope=scope,
+        scope=scope or default_scope(chosen),
+        methods=chosen,
         top_alternatives=top_alternatives,
         seed=seed,
         chat_template=chat_template,

@@ -16,6 +16,7 @@ from app.cli.common import (
     AnswerOpt,
     ChatTemplateOpt,
     MaxNewTokensOpt,
+    MethodsOpt,
     ModelOpt,
     NumSamplesOpt,
     PromptOpt,
@@ -23,6 +24,7 @@ from app.cli.common import (
     ReferenceOpt,
     RewardKindOpt,
     RewardsOpt,
+    ScopeOpt,
     SeedOpt,
     TemperatureOpt,
     TopAlternativesOpt,
@@ -46,7 +48,8 @@ def gradcheck_command(
     reward_kind: RewardKindOpt = "numeric",
     reference: ReferenceOpt = None,
     ratio: RatioOpt = 0.2,
-    scope: Annotated[str, typer.Option(help="batch | answer")] = "batch",
+    scope: ScopeOpt = None,
+    method: MethodsOpt = None,
     advantage: AdvantageOpt = "grpo",
     aggregation: AggregationOpt = "token_mean",
     temperature: TemperatureOpt = 1.0,
@@ -79,7 +82,15 @@ def gradcheck_command(
             reference,
         )
         config = analysis_config(
-            temperature, advantage, aggregation, ratio, scope, top_alternatives, seed, chat_template
+            temperature,
+            advantage,
+            aggregation,
+            ratio,
+            scope,
+            top_alternatives,
+            seed,
+            chat_template,
+            method,
         )
         result = gradcheck(lm, [group], config, max_tokens=max_tokens, precision=precision)
     except GMTSError as exc:

@@ -23,6 +23,7 @@ from gmts_core.errors import LimitExceededError
 from gmts_core.modeling import LoadedModel
 from gmts_core.records import AnalysisResult
 from gmts_core.sampling import SamplingConfig
+from gmts_core.selection import default_scope
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ def analysis_config(req: AnalyzeRequest) -> AnalysisConfig:
         advantage=req.advantage,
         loss_aggregation=req.loss_aggregation,
         ratio=req.selection.ratio,
-        scope=req.selection.scope,
+        scope=req.selection.scope or default_scope(req.selection.methods),
         methods=tuple(req.selection.methods),
         top_alternatives=req.top_alternatives,
         seed=req.seed or 0,

@@ -67,7 +67,11 @@ def _reference_fields(z: torch.Tensor, answer: list[int]) -> dict[str, torch.Ten
     (grad,) = torch.autograd.grad(logp.sum(), z)  # row t only depends on logp_t
     # d logp / d (logits) = d logp / d z / tau
     entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return {"logprob": logp.detach(), "entropy": entropy.detach(), "grad_norm": grad.norm(dim=-1) / TAU}
+    return {
+        "logprob": logp.detach(),
+        "entropy": entropy.detach(),
+        "grad_norm": grad.norm(dim=-1) / TAU,
+    }
 
 
 @pytest.mark.parametrize("model_type", causal_lm_types())
@@ -133,7 +137,9 @@ def test_sampling_round_trip(model_type: str) -> None:
     try:
         out = _sample(model, prompt)
     except Exception as exc:  # noqa: BLE001 - the model's own generate
-        pytest.skip(f"{model_type}: its own generate fails on the tiny config ({type(exc).__name__})")
+        pytest.skip(
+            f"{model_type}: its own generate fails on the tiny config ({type(exc).__name__})"
+        )
     answer = out.sequences[0, len(prompt) :].tolist()
     assert len(answer) == 5 and all(0 <= t < VOCAB for t in answer)
     sampled = torch.stack([lg[0].double() / TAU for lg in out.logits])  # (5, V)

@@ -21,7 +21,7 @@ from gmts_core.metrics import token_stats
 from gmts_core.modeling import LoadedModel
 from gmts_core.policy import TrainablePolicy
 from gmts_core.policy_loss import grpo_loss
-from gmts_core.rl import RLConfig, TrainBatch, policy_update, make_optimizer
+from gmts_core.rl import RLConfig, TrainBatch, make_optimizer, policy_update
 from gmts_core.rl_selection import current_selection
 from gmts_core.selection import rank_and_select, scope_ids_for
 
@@ -62,8 +62,16 @@ def case(seed: int, off_policy: bool, beta: float) -> dict[str, torch.Tensor]:
     offsets = torch.linspace(-0.9, 0.9, n, dtype=torch.float64)[torch.randperm(n, generator=gen)]
     old = logp - offsets if off_policy else logp.clone()
     ref = logp + torch.randn(n, generator=gen, dtype=torch.float64) * 0.5
-    return {"logits": logits, "targets": targets, "logp": logp, "old": old, "ref": ref,
-            "adv": adv, "w": w, "beta": torch.tensor(beta)}
+    return {
+        "logits": logits,
+        "targets": targets,
+        "logp": logp,
+        "old": old,
+        "ref": ref,
+        "adv": adv,
+        "w": w,
+        "beta": torch.tensor(beta),
+    }
 
 
 @pytest.mark.parametrize(
@@ -84,7 +92,9 @@ def test_coefficient_equals_autograd_of_full_loss(off_policy: bool, beta: float)
     assert torch.equal(eff.clipped[signal], (dpolicy == 0)[signal])
     assert_close(eff.ratio, torch.exp(c["logp"] - c["old"]))
     if off_policy:  # the case really is off-policy on both sides
-        assert bool((eff.clipped & (c["adv"] > 0)).any()) and bool((eff.clipped & (c["adv"] < 0)).any())
+        assert bool((eff.clipped & (c["adv"] > 0)).any()) and bool(
+            (eff.clipped & (c["adv"] < 0)).any()
+        )
     else:
         assert not eff.clipped.any()
     if not off_policy and beta == 0.0:  # today's gamma
@@ -105,13 +115,17 @@ def policy(tiny_lm: Callable[[str], LoadedModel]) -> TrainablePolicy:
 def _batch(pol: TrainablePolicy) -> TrainBatch:
     tok = pol.tokenizer
     prompt = list(tok("Q: 47+38=?", add_special_tokens=False)["input_ids"])
-    answers = [list(tok(a, add_special_tokens=False)["input_ids"]) for a in
-               (" 85 carry", " 84", " 7+8=15 so 85", " 95")]
+    answers = [
+        list(tok(a, add_special_tokens=False)["input_ids"])
+        for a in (" 85 carry", " 84", " 7+8=15 so 85", " 95")
+    ]
     adv = [1.2, -0.8, 0.6, -1.0]
     n = sum(len(a) for a in answers)
     return TrainBatch(
         sequences=[(prompt, a) for a in answers],
-        advantages=torch.tensor([x for x, a in zip(adv, answers) for _ in a], dtype=torch.float64),
+        advantages=torch.tensor(
+            [x for x, a in zip(adv, answers, strict=True) for _ in a], dtype=torch.float64
+        ),
         weights=torch.full((n,), 1.0 / n, dtype=torch.float64),
         mask=torch.ones(n, dtype=torch.bool),
         answer_index=torch.tensor([i for i, a in enumerate(answers) for _ in a]),
@@ -139,7 +153,9 @@ def test_live_step_reselection_scores_equal_autograd(policy: TrainablePolicy, be
     old = logp - torch.linspace(-0.8, 0.8, n, dtype=torch.float64).flip(0)  # both clip sides
     base_logits, _ = _own_logits(policy.base.model, batch)  # the reference: the start
     ref = torch.log_softmax(base_logits, -1).gather(-1, targets[:, None]).squeeze(-1)
-    config = RLConfig(method="gmts", ratio=0.3, beta=beta, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH)
+    config = RLConfig(
+        method="gmts", ratio=0.3, beta=beta, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH
+    )
     x, sel = current_selection(policy, batch, old, ref, config)
     norm, dlogp, dpolicy = full_loss_gradients(
         logits, targets, old, ref, batch.advantages, batch.weights, beta
@@ -161,16 +177,29 @@ def test_policy_update_records_each_updates_coefficient(policy: TrainablePolicy)
     batch = _batch(pol)
     batch.mask = torch.zeros_like(batch.mask)
     batch.mask[:3] = True
-    config = RLConfig(method="gmts", ratio=0.3, beta=0.2, inner_steps=3, reselect=True,
-                      optimizer="sgd", learning_rate=0.5, measure_kl=True)
+    config = RLConfig(
+        method="gmts",
+        ratio=0.3,
+        beta=0.2,
+        inner_steps=3,
+        reselect=True,
+        optimizer="sgd",
+        learning_rate=0.5,
+        measure_kl=True,
+    )
     update = policy_update(pol, make_optimizer(pol, config), batch, config)
     first = update.coefficients[0]
     assert_close(first.ratio, torch.ones_like(first.ratio))
     assert torch.equal(update.masks[0], batch.mask)
     assert len(update.masks) == 3
-    assert all(int(m.sum()) == int(torch.ceil(torch.tensor(0.3 * batch.num_tokens))) for m in update.masks[1:])
+    assert all(
+        int(m.sum()) == int(torch.ceil(torch.tensor(0.3 * batch.num_tokens)))
+        for m in update.masks[1:]
+    )
     assert any(not torch.equal(m, batch.mask) for m in update.masks[1:])
-    assert not torch.allclose(update.coefficients[2].ratio, torch.ones(batch.num_tokens, dtype=torch.float64))
+    assert not torch.allclose(
+        update.coefficients[2].ratio, torch.ones(batch.num_tokens, dtype=torch.float64)
+    )
 
 
 def test_session_analysis_coefficient_has_the_kl_to_the_start(policy: TrainablePolicy) -> None:
@@ -179,11 +208,16 @@ def test_session_analysis_coefficient_has_the_kl_to_the_start(policy: TrainableP
     beta = 0.5
     lm = policy.as_loaded("session policy", beta=beta)
     group = GroupInput("Q: 47+38=?", answers=[" 85", " 84 so", " 7+8=15"], rewards=[1.0, 0.0, 0.5])
-    result = analyze(lm, [group], AnalysisConfig(methods=("gmts", "gmts_paper"), top_alternatives=0))
+    result = analyze(
+        lm, [group], AnalysisConfig(methods=("gmts", "gmts_paper"), top_alternatives=0)
+    )
     tokens = [t for a in result.groups[0].answers for t in a.tokens]
     batch = TrainBatch(
-        sequences=[], advantages=torch.empty(0), weights=torch.empty(0),
-        mask=torch.empty(0), answer_index=torch.empty(0),
+        sequences=[],
+        advantages=torch.empty(0),
+        weights=torch.empty(0),
+        mask=torch.empty(0),
+        answer_index=torch.empty(0),
     )
     from gmts_core.analysis import encode_prompt
 
@@ -193,14 +227,37 @@ def test_session_analysis_coefficient_has_the_kl_to_the_start(policy: TrainableP
     base_logits, _ = _own_logits(policy.base.model, batch)
     logp = torch.log_softmax(logits, -1).gather(-1, targets[:, None]).squeeze(-1)
     ref = torch.log_softmax(base_logits, -1).gather(-1, targets[:, None]).squeeze(-1)
-    adv = torch.tensor([a.advantage for a in result.groups[0].answers for _ in a.tokens], dtype=torch.float64)
-    w = torch.tensor([a.weight for a in result.groups[0].answers for _ in a.tokens], dtype=torch.float64)
+    adv = torch.tensor(
+        [a.advantage for a in result.groups[0].answers for _ in a.tokens], dtype=torch.float64
+    )
+    w = torch.tensor(
+        [a.weight for a in result.groups[0].answers for _ in a.tokens], dtype=torch.float64
+    )
     norm, dlogp, _ = full_loss_gradients(logits, targets, logp, ref, adv, w, beta)
-    assert_close(torch.tensor([t.grad_proxy for t in tokens], dtype=torch.float64), norm, rtol=1e-4, atol=1e-9)
-    assert_close(torch.tensor([t.coef for t in tokens], dtype=torch.float64), -dlogp / w, rtol=1e-4, atol=1e-7)
+    assert_close(
+        torch.tensor([t.grad_proxy for t in tokens], dtype=torch.float64),
+        norm,
+        rtol=1e-4,
+        atol=1e-9,
+    )
+    assert_close(
+        torch.tensor([t.coef for t in tokens], dtype=torch.float64),
+        -dlogp / w,
+        rtol=1e-4,
+        atol=1e-7,
+    )
     assert all(t.ratio == 1.0 and not t.clipped for t in tokens)
     # the paper's score: H |A^ + beta rho - beta|, A^ = A w N
     n = len(tokens)
-    paper = [t.entropy * abs(a * wi * n + beta * (r - 1.0)) for t, a, wi, r in
-             zip(tokens, adv.tolist(), w.tolist(), torch.exp(ref - logp).tolist())]
-    assert_close(torch.tensor([t.scores["gmts_paper"] for t in tokens]), torch.tensor(paper), rtol=1e-4, atol=1e-9)
+    paper = [
+        t.entropy * abs(a * wi * n + beta * (r - 1.0))
+        for t, a, wi, r in zip(
+            tokens, adv.tolist(), w.tolist(), torch.exp(ref - logp).tolist(), strict=True
+        )
+    ]
+    assert_close(
+        torch.tensor([t.scores["gmts_paper"] for t in tokens]),
+        torch.tensor(paper),
+        rtol=1e-4,
+        atol=1e-9,
+    )

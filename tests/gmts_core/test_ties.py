@@ -44,6 +44,6 @@ def test_shared_prefix_group_has_equal_statistics_and_ordered_ties() -> None:
     assert checked >= 12  # the first tokens of all 6 answers, and the shared prefixes
     # the whole batch: equal entropies rank in flat (group, answer, position) order
     flat = [(t.entropy, t.ranks["entropy"]) for a in answers for t in a.tokens]
-    for (h1, r1), (h2, r2) in zip(flat, flat[1:]):
+    for (h1, r1), (h2, r2) in zip(flat, flat[1:], strict=False):
         if h1 == h2:
             assert r1 < r2

@@ -328,7 +328,9 @@ def test_coefficient_equals_autograd_of_trl_loss_off_policy_with_kl(
     assert inputs.get("old_per_token_logps") is not None and "ref_per_token_logps" in inputs
     n = int(valid.sum())
     offsets = torch.zeros_like(inputs["old_per_token_logps"])
-    offsets[valid] = torch.linspace(-0.9, 0.9, n)[torch.randperm(n, generator=torch.Generator().manual_seed(0))]
+    offsets[valid] = torch.linspace(-0.9, 0.9, n)[
+        torch.randperm(n, generator=torch.Generator().manual_seed(0))
+    ]
     inputs["old_per_token_logps"] = inputs["old_per_token_logps"] - offsets  # r = e^offset
     inputs["ref_per_token_logps"] = inputs["ref_per_token_logps"] + offsets.flip(0)
     kept: list[torch.Tensor] = []
@@ -352,7 +354,9 @@ def test_coefficient_equals_autograd_of_trl_loss_off_policy_with_kl(
     torch.testing.assert_close(x.grad_proxy, dlogp.abs() * exact.grad_norm, rtol=1e-3, atol=1e-9)
     adv = inputs["advantages"].double()[valid.nonzero()[:, 0]]
     r = x.ratio
-    flat = ((r > 1 + trainer.epsilon_high) & (adv > 0)) | ((r < 1 - trainer.epsilon_low) & (adv < 0))
+    flat = ((r > 1 + trainer.epsilon_high) & (adv > 0)) | (
+        (r < 1 - trainer.epsilon_low) & (adv < 0)
+    )
     assert torch.equal(x.clipped, flat)
     assert bool((flat & (adv > 0)).any()) and bool((flat & (adv < 0)).any())
     torch.testing.assert_close(r, torch.exp(offsets[valid].double()), rtol=1e-4, atol=1e-5)
@@ -370,10 +374,15 @@ def test_trl_grad_norm_is_stable_for_confident_tokens(model_dir: Path, tmp_path:
     _, ref, _ = reference_selection(trainer, inputs, "gmts", 0)
     valid = inputs["completion_mask"].bool()
     with torch.no_grad():  # float64 g of the very same float32 logits
-        logits = trainer.model(
-            input_ids=torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
-            attention_mask=torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1),
-        ).logits[:, inputs["prompt_ids"].shape[1] - 1 : -1][valid].double() / trainer.temperature
+        logits = (
+            trainer.model(
+                input_ids=torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+                attention_mask=torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1),
+            )
+            .logits[:, inputs["prompt_ids"].shape[1] - 1 : -1][valid]
+            .double()
+            / trainer.temperature
+        )
     pi = logits.softmax(-1)
     y = inputs["completion_ids"][valid]
     p = pi.gather(-1, y[:, None])[:, 0]
