@@ -149,9 +149,20 @@ def probe_difference(model: Any) -> tuple[float, float]:
         hidden = path.body(input_ids=ids, attention_mask=mask, use_cache=False)[0]  # (1, T, D)
         ours = path.logits(hidden).float()  # (1, T, V)
         theirs = model(input_ids=ids, attention_mask=mask, use_cache=False).logits.float()
+    return _max_difference(ours, theirs)
+
+
+def _max_difference(ours: torch.Tensor, theirs: torch.Tensor) -> tuple[float, float]:
+    """(max |ours - theirs|, max |theirs|) over finite entries; non-finite entries must sit at
+    the same places (a model with NaN logits is refused later, by the statistics, by name)."""
     if ours.shape != theirs.shape:
-        return float("inf"), float(theirs.abs().max())
-    return float((ours - theirs).abs().max()), float(theirs.abs().max())
+        return float("inf"), 0.0
+    finite = torch.isfinite(theirs)
+    if not torch.equal(finite, torch.isfinite(ours)):
+        return float("inf"), 0.0
+    if not bool(finite.any()):
+        return 0.0, 0.0
+    return float((ours - theirs)[finite].abs().max()), float(theirs[finite].abs().max())
 
 
 def check_head_path(model: Any) -> HeadPath:
@@ -205,7 +216,7 @@ def generation_difference(model: Any) -> tuple[float, float]:
         seq = out.sequences  # (1, T + 2)
         hidden = path.body(input_ids=seq, attention_mask=torch.ones_like(seq), use_cache=False)[0]
         forced = path.logits(hidden[0, ids.shape[1] - 1 : -1]).float()  # (2, V)
-    return float((generated - forced).abs().max()), float(forced.abs().max())
+    return _max_difference(generated, forced)
 
 
 def _check_generation(model: Any, path: HeadPath, tol: float) -> None:
