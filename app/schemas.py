@@ -284,6 +284,13 @@ class AnswerOut(BaseModel):
     weight: float
     length: int
     finished: bool
+    tokenization: str = Field(
+        "sampled",
+        description="How the answer's tokens were obtained: sampled (the generated ids), ids "
+        "(given token ids: the trained tokens), or text (given text tokenized on its own, "
+        "without special tokens, appended to the prompt's ids as trainers append generated "
+        "ids; a text may re-tokenize differently from the ids a model generated).",
+    )
     selected_count: dict[str, int]
     tokens: list[TokenOut]
 

@@ -45,6 +45,14 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_METHODS = ("entropy", "gmts", "gmts_entropy", "gmts_paper", "surprisal", "random", "all")
 
+# How an answer's tokens were obtained (AnswerRecord.tokenization)
+TOKENIZED_SAMPLED = "sampled"  # the ids the model generated
+TOKENIZED_IDS = "ids"  # given token ids (e.g. a trainer's completion_ids): the trained tokens
+# given text, tokenized on its own (no special tokens added) and appended to the prompt's ids,
+# as trainers (TRL, verl) append generated ids; a text that re-tokenizes differently from the
+# ids a model generated is analysed as these tokens, not those
+TOKENIZED_TEXT = "text"
+
 
 @dataclass(frozen=True)
 class RewardSpec:
@@ -63,6 +71,13 @@ class GroupInput:
     sampling: SamplingConfig | None = None
     reward: RewardSpec | None = None
     rewards: list[float] | None = None
+    # the answers' token ids (e.g. a trainer's completion_ids): analysed as given, so the
+    # tokens are exactly the trained ones; without them given text answers are tokenized
+    answer_ids: list[list[int]] | None = None
+
+    @property
+    def given(self) -> bool:
+        return self.answers is not None or self.answer_ids is not None
 
 
 @dataclass(frozen=True)
@@ -115,6 +130,7 @@ class _Group:
     prompt_ids: list[int]
     answer_ids: list[list[int]]
     finished: list[bool]
+    tokenization: str = TOKENIZED_SAMPLED
     texts: list[str] = field(default_factory=list)
     verdicts: list[RewardVerdict] = field(default_factory=list)
     advantages: torch.Tensor | None = None  # (G,) float64
@@ -138,6 +154,27 @@ def encode_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]
     return ids
 
 
+def _checked_ids(ids: list[list[int]], vocab_size: int) -> list[list[int]]:
+    for a in ids:
+        if not a:
+            raise InvalidInputError("every answer needs at least one token")
+        bad = [t for t in a if not 0 <= t < vocab_size]
+        if bad:
+            raise InvalidInputError(
+                f"answer token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})"
+            )
+    return [list(map(int, a)) for a in ids]
+
+
+def _given_group(lm: LoadedModel, g: GroupInput, prompt_ids: list[int]) -> _Group:
+    if g.answer_ids is not None:
+        ids = _checked_ids(g.answer_ids, lm.vocab_size)
+        return _Group(g.prompt, prompt_ids, ids, [True] * len(ids), TOKENIZED_IDS)
+    assert g.answers is not None
+    ids = _given_answer_ids(lm.tokenizer, g.answers)
+    return _Group(g.prompt, prompt_ids, ids, [True] * len(ids), TOKENIZED_TEXT)
+
+
 def _given_answer_ids(tok: Any, answers: list[str]) -> list[list[int]]:
     ids = [list(tok(a, add_special_tokens=False)["input_ids"]) for a in answers]
     if any(not a for a in ids):
@@ -152,12 +189,8 @@ def _prepare_groups(
     sample the groups without answers, compatible groups in one generate call."""
     tok = lm.tokenizer
     prompts = [encode_prompt(tok, g.prompt, config.chat_template) for g in groups]
-    work = {
-        i: _Group(g.prompt, prompts[i], _given_answer_ids(tok, g.answers), [True] * len(g.answers))
-        for i, g in enumerate(groups)
-        if g.answers is not None
-    }
-    to_sample = [i for i, g in enumerate(groups) if g.answers is None]
+    work = {i: _given_group(lm, g, prompts[i]) for i, g in enumerate(groups) if g.given}
+    to_sample = [i for i, g in enumerate(groups) if not g.given]
     default = SamplingConfig(temperature=config.temperature)
     configs = [groups[i].sampling or default for i in to_sample]
     sampled = sample_groups(lm.model, tok, [prompts[i] for i in to_sample], configs)
@@ -257,7 +290,7 @@ def analyze(
     if not groups:
         raise InvalidInputError("at least one group is needed")
     note = progress or (lambda _msg: None)
-    note("sampling" if any(g.answers is None for g in groups) else "tokenizing")
+    note("sampling" if any(not g.given for g in groups) else "tokenizing")
     work = _prepare_groups(lm, groups, config)
     for w, g in zip(work, groups, strict=True):
         _reward_group(lm, w, g, config.advantage)
@@ -317,6 +350,7 @@ def _assemble(
                     weight=float(weights[a]),
                     finished=g.finished[ai],
                     tokens=tokens,
+                    tokenization=g.tokenization,
                 )
             )
             a, offset = a + 1, offset + len(ids)

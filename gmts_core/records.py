@@ -73,6 +73,9 @@ class AnswerRecord:
     weight: float
     finished: bool
     tokens: list[TokenRecord]
+    # sampled | ids (given token ids) | text (given text tokenized alone, no special tokens,
+    # appended to the prompt's ids): see gmts_core.analysis
+    tokenization: str = "sampled"
 
     @property
     def length(self) -> int:
@@ -92,6 +95,7 @@ class AnswerRecord:
             "weight": self.weight,
             "length": self.length,
             "finished": self.finished,
+            "tokenization": self.tokenization,
             "selected_count": self.selected_count(),
             "tokens": [t.to_dict() for t in self.tokens],
         }

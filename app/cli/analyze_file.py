@@ -2,8 +2,12 @@
 
 Each input line is one group: ``{"prompt": ..., "completions": [...], "rewards": [...]}`` or,
 instead of ``rewards``, a ``reference`` scored with ``--reward-kind`` (or the line's own
-``reward_kind``). ``--batch-size B`` analyzes B lines as one batch (selection scope ``batch``
-ranks all their tokens together, as the trainer did). Output: JSONL (one analysis per batch,
+``reward_kind``). A line may carry ``completion_ids`` (one list of token ids per completion, as
+a trainer's dump has them): those ids are analysed as given, so the analysed tokens are the
+trained tokens; without them each completion's text is tokenized on its own (no special
+tokens) and appended to the prompt's ids, which can differ from the ids a model generated.
+``--batch-size B`` analyzes B lines as one batch (selection scope ``batch`` ranks all their
+tokens together, as the trainer did). Output: JSONL (one analysis per batch,
 the API's body plus the input line numbers) or CSV (one row per token, with its input line).
 """
 
@@ -46,7 +50,11 @@ class RolloutLine(BaseModel):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     prompt: str = Field(min_length=1)
-    completions: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+    completions: list[Annotated[str, Field(min_length=1)]] | None = Field(None, min_length=1)
+    # the trained token ids of each completion (e.g. TRL's completion_ids): analysed as given
+    completion_ids: list[Annotated[list[int], Field(min_length=1)]] | None = Field(
+        None, min_length=1
+    )
     rewards: list[float] | None = None
     reference: str | int | float | None = None
     reward_kind: str | None = None
@@ -60,17 +68,25 @@ class RolloutLine(BaseModel):
 
     @model_validator(mode="after")
     def _rewards_or_reference(self) -> RolloutLine:
+        if self.completions is None and self.completion_ids is None:
+            raise ValueError("needs completions or completion_ids")
+        n = len(self.completion_ids or self.completions or [])
+        if self.completions is not None and len(self.completions) != n:
+            raise ValueError(f"{len(self.completions)} completions for {n} completion_ids")
         if self.rewards is None and self.reference is None:
             raise ValueError("needs rewards or a reference")
-        if self.rewards is not None and len(self.rewards) != len(self.completions):
-            raise ValueError(f"{len(self.rewards)} rewards for {len(self.completions)} completions")
+        if self.rewards is not None and len(self.rewards) != n:
+            raise ValueError(f"{len(self.rewards)} rewards for {n} completions")
         return self
 
     def group(self, default_kind: str) -> GroupInput:
+        """The group; with ``completion_ids`` those ids are the analysed (trained) tokens and
+        the reward rule reads their decoded text."""
+        ids = self.completion_ids
         if self.rewards is not None:
-            return GroupInput(self.prompt, self.completions, rewards=self.rewards)
+            return GroupInput(self.prompt, self.completions, rewards=self.rewards, answer_ids=ids)
         spec = RewardSpec(self.reward_kind or default_kind, self.reference)
-        return GroupInput(self.prompt, self.completions, reward=spec)
+        return GroupInput(self.prompt, self.completions, reward=spec, answer_ids=ids)
 
 
 def read_rollouts(
