@@ -295,13 +295,17 @@ class GMTSGRPOTrainer(GRPOTrainer):
             return which, torch.empty(0, dtype=torch.float64)
         path = head_path(self._base_model())
         h = hidden[confident]  # (m, D)
-        with torch.no_grad():
-            stats = token_stats_chunked(
-                h.shape[0],
-                lambda sl: path.logits(h[sl].to(path.head.weight.dtype)),
-                ids[confident],
-                self.temperature,
-            )
+        try:
+            with torch.no_grad():
+                stats = token_stats_chunked(
+                    h.shape[0],
+                    lambda sl: path.logits(h[sl].to(path.head.weight.dtype)),
+                    ids[confident],
+                    self.temperature,
+                )
+        except RuntimeError as exc:  # e.g. a sharded head (FSDP2 DTensor) outside its forward
+            logger.warning("exact g of confident tokens unavailable (%s); using the bound", exc)
+            return None
         return which, stats.grad_norm.double()
 
     # --- selection -----------------------------------------------------------------------------
