@@ -18,11 +18,11 @@ import torch
 from gmts_core.advantages import compute_advantages
 from gmts_core.aggregation import loss_weights
 from gmts_core.cancel import checkpoint
+from gmts_core.coefficient import ClipSettings, effective_coefficient, selection_inputs
 from gmts_core.config import AnalysisConfig
 from gmts_core.decoding import decode, token_texts
 from gmts_core.errors import InvalidInputError
 from gmts_core.forward import AnswerStats, answer_token_stats
-from gmts_core.metrics import grad_proxy
 from gmts_core.modeling import LoadedModel
 from gmts_core.records import AnalysisResult, AnswerRecord, GroupRecord, build_tokens
 from gmts_core.rewards import RewardVerdict, compute_reward, explicit_reward
@@ -43,6 +43,14 @@ from gmts_core.summaries import (
 
 logger = logging.getLogger(__name__)
 
+# How an answer's tokens were obtained (AnswerRecord.tokenization)
+TOKENIZED_SAMPLED = "sampled"  # the ids the model generated
+TOKENIZED_IDS = "ids"  # given token ids (e.g. a trainer's completion_ids): the trained tokens
+# given text, tokenized on its own (no special tokens added) and appended to the prompt's ids,
+# as trainers (TRL, verl) append generated ids; a text that re-tokenizes differently from the
+# ids a model generated is analysed as these tokens, not those
+TOKENIZED_TEXT = "text"
+
 
 @dataclass(frozen=True)
 class RewardSpec:
@@ -61,6 +69,13 @@ class GroupInput:
     sampling: SamplingConfig | None = None
     reward: RewardSpec | None = None
     rewards: list[float] | None = None
+    # the answers' token ids (e.g. a trainer's completion_ids): analysed as given, so the
+    # tokens are exactly the trained ones; without them given text answers are tokenized
+    answer_ids: list[list[int]] | None = None
+
+    @property
+    def given(self) -> bool:
+        return self.answers is not None or self.answer_ids is not None
 
 
 @dataclass
@@ -71,6 +86,7 @@ class _Group:
     prompt_ids: list[int]
     answer_ids: list[list[int]]
     finished: list[bool]
+    tokenization: str = TOKENIZED_SAMPLED
     texts: list[str] = field(default_factory=list)
     verdicts: list[RewardVerdict] = field(default_factory=list)
     advantages: torch.Tensor | None = None  # (G,) float64
@@ -107,6 +123,29 @@ def encode_answer(tok: Any, answer: str, special_tokens: bool = False) -> list[i
     return list(encoded["input_ids"])
 
 
+def _checked_ids(ids: list[list[int]], vocab_size: int) -> list[list[int]]:
+    for a in ids:
+        if not a:
+            raise InvalidInputError("every answer needs at least one token")
+        bad = [t for t in a if not 0 <= t < vocab_size]
+        if bad:
+            raise InvalidInputError(
+                f"answer token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})"
+            )
+    return [list(map(int, a)) for a in ids]
+
+
+def _given_group(
+    lm: LoadedModel, g: GroupInput, prompt_ids: list[int], special_tokens: bool
+) -> _Group:
+    if g.answer_ids is not None:
+        ids = _checked_ids(g.answer_ids, lm.vocab_size)
+        return _Group(g.prompt, prompt_ids, ids, [True] * len(ids), TOKENIZED_IDS)
+    assert g.answers is not None
+    ids = _given_answer_ids(lm.tokenizer, g.answers, special_tokens)
+    return _Group(g.prompt, prompt_ids, ids, [True] * len(ids), TOKENIZED_TEXT)
+
+
 def _given_answer_ids(tok: Any, answers: list[str], special_tokens: bool) -> list[list[int]]:
     ids = [encode_answer(tok, a, special_tokens) for a in answers]
     if any(not a for a in ids):
@@ -122,16 +161,11 @@ def _prepare_groups(
     tok = lm.tokenizer
     prompts = [encode_prompt(tok, g.prompt, config.chat_template) for g in groups]
     work = {
-        i: _Group(
-            g.prompt,
-            prompts[i],
-            _given_answer_ids(tok, g.answers, config.answer_special_tokens),
-            [True] * len(g.answers),
-        )
+        i: _given_group(lm, g, prompts[i], config.answer_special_tokens)
         for i, g in enumerate(groups)
-        if g.answers is not None
+        if g.given
     }
-    to_sample = [i for i, g in enumerate(groups) if g.answers is None]
+    to_sample = [i for i, g in enumerate(groups) if not g.given]
     default = SamplingConfig(temperature=config.temperature)
     configs = [groups[i].sampling or default for i in to_sample]
     sampled = sample_groups(lm.model, tok, [prompts[i] for i in to_sample], configs)
@@ -166,34 +200,64 @@ def _reward_group(
 
 
 def _selection_inputs(
-    groups: list[_Group], stats: list[AnswerStats], weights: torch.Tensor, seed: int
+    groups: list[_Group],
+    stats: list[AnswerStats],
+    weights: torch.Tensor,
+    config: AnalysisConfig,
+    beta: float,
+    ref_logp: torch.Tensor | None = None,
 ) -> SelectionInputs:
-    """Flatten per-answer stats into per-token tensors ordered by (group, answer, position)."""
-    scale, signed, answer_idx, group_idx = [], [], [], []
+    """Flatten per-answer stats into per-token tensors ordered by (group, answer, position).
+
+    The answers were sampled from (or are scored by) the analysed policy, so r = 1; with a
+    reference (a session's start) and beta > 0 the coefficient has the KL term.
+    """
+    adv, wts, answer_idx, group_idx = [], [], [], []
     a = 0
     for gi, g in enumerate(groups):
         assert g.advantages is not None
         for ai in range(len(g.answer_ids)):
             n = len(g.answer_ids[ai])
-            scale.append(torch.full((n,), float(g.advantages[ai].abs() * weights[a])))
-            signed.append(torch.full((n,), float(g.advantages[ai]), dtype=torch.float64))
+            adv.append(torch.full((n,), float(g.advantages[ai]), dtype=torch.float64))
+            wts.append(torch.full((n,), float(weights[a]), dtype=torch.float64))
             answer_idx.append(torch.full((n,), a, dtype=torch.long))
             group_idx.append(torch.full((n,), gi, dtype=torch.long))
             a += 1
     cat = lambda f: torch.cat([f(s).double().cpu() for s in stats])  # noqa: E731
-    signal_scale = torch.cat(scale).double()
-    grad_norm = cat(lambda s: s.stats.grad_norm)
-    return SelectionInputs(
+    logprob = cat(lambda s: s.stats.logprob)
+    weight = torch.cat(wts)
+    coefficient = effective_coefficient(
+        torch.cat(adv),
+        weight,
+        ClipSettings(beta=beta),
+        logp=logprob,
+        old_logp=None,
+        ref_logp=ref_logp,
+    )
+    return selection_inputs(
         entropy=cat(lambda s: s.stats.entropy),
-        logprob=cat(lambda s: s.stats.logprob),
-        grad_norm=grad_norm,
-        grad_proxy=grad_proxy(signal_scale, torch.ones_like(signal_scale), grad_norm),
-        signal_scale=signal_scale,
+        logprob=logprob,
+        grad_norm=cat(lambda s: s.stats.grad_norm),
+        weight=weight,
         answer_index=torch.cat(answer_idx),
         group_index=torch.cat(group_idx),
-        seed=seed,
-        advantage=torch.cat(signed),
+        coefficient=coefficient,
+        seed=config.seed,
+        advantage=torch.cat(adv),
     )
+
+
+def _reference_logprobs(
+    lm: LoadedModel, seqs: list[tuple[list[int], list[int]]], config: AnalysisConfig
+) -> torch.Tensor | None:
+    """log pi_ref of every answer token (N,) when the coefficient has a KL term, else None."""
+    if config.beta_for(lm) == 0.0 or lm.reference is None:
+        return None
+    with lm.reference() as ref:
+        stats = answer_token_stats(
+            ref, seqs, lm.tokenizer.pad_token_id, config.temperature, 0, config.chunk_size
+        )
+    return torch.cat([s.stats.logprob.double().cpu() for s in stats])
 
 
 def analyze(
@@ -212,7 +276,7 @@ def analyze(
         if progress is not None:
             progress(stage)
 
-    note("sampling" if any(g.answers is None for g in groups) else "tokenizing")
+    note("sampling" if any(not g.given for g in groups) else "tokenizing")
     work = _prepare_groups(lm, groups, config)
     for w, g in zip(work, groups, strict=True):
         _reward_group(lm, w, g, config.advantage, not config.answer_special_tokens)
@@ -228,7 +292,8 @@ def analyze(
     )
     lengths = torch.tensor([len(a) for _, a in seqs])
     weights = loss_weights(lengths, config.loss_aggregation)  # over the whole batch, as trainers do
-    x = _selection_inputs(work, stats, weights, config.seed)
+    ref_logp = _reference_logprobs(lm, seqs, config)
+    x = _selection_inputs(work, stats, weights, config, config.beta_for(lm), ref_logp)
     note("selection")
     selections = {m: select(x, m, config.ratio, config.scope) for m in config.methods}
     return _assemble(lm, work, stats, weights, x, selections, config)
@@ -271,6 +336,7 @@ def _assemble(
                     weight=float(weights[a]),
                     finished=g.finished[ai],
                     tokens=tokens,
+                    tokenization=g.tokenization,
                 )
             )
             a, offset = a + 1, offset + len(ids)

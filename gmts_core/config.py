@@ -6,12 +6,16 @@ documentation, and the app's request models and forms take their defaults from h
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gmts_core.bounds import MIN_TEMPERATURE
 from gmts_core.errors import InvalidInputError
 from gmts_core.selection import SCOPES, list_methods
 
-DEFAULT_METHODS = ("entropy", "gmts", "gmts_entropy", "surprisal", "random", "all")
+if TYPE_CHECKING:
+    from gmts_core.modeling import LoadedModel
+
+DEFAULT_METHODS = ("entropy", "gmts", "gmts_entropy", "gmts_paper", "surprisal", "random", "all")
 """The selection methods an analysis reports when the caller names none."""
 
 
@@ -33,6 +37,13 @@ class AnalysisConfig:
     # given answers are text: "<eos>" in one is the five characters, not the control token,
     # unless this is True (then special-token strings become their tokens, as in a prompt)
     answer_special_tokens: bool = False
+    # KL weight of the coefficient omega_t = A + beta (pi_ref / pi - 1) against the policy's
+    # reference (LoadedModel.reference: a session's starting policy); None: the policy's own
+    # training beta (LoadedModel.reference_beta; 0, so omega = A, for a plain model)
+    beta: float | None = None
+
+    def beta_for(self, lm: LoadedModel) -> float:
+        return lm.reference_beta if self.beta is None else self.beta
 
     def validate(self) -> None:
         if not MIN_TEMPERATURE <= self.temperature < float("inf"):
@@ -52,6 +63,8 @@ class AnalysisConfig:
                 )
         if not self.methods:
             raise InvalidInputError("at least one selection method is needed")
+        if self.beta is not None and not 0 <= self.beta < float("inf"):
+            raise InvalidInputError(f"beta must be >= 0, got {self.beta}")
 
 
 @dataclass(frozen=True)
@@ -83,6 +96,10 @@ class RLConfig:
     measure_kl: bool = True  # report KL even when beta is 0 (one more forward pass)
     max_batch_tokens: int = 8192  # padded tokens per forward/backward micro-batch
     report_methods: tuple[str, ...] = ("entropy", "gmts")  # wasted_share etc. also for these
+    # False (default): the selection made at the sampling point is kept for every inner update,
+    # as TRL does. True: before each later update the tokens are re-scored at the current policy
+    # (ratio, clip and KL in omega_t: gamma = w |omega| g) and re-selected; one more forward each.
+    reselect: bool = False
 
     def validate(self) -> None:
         if self.method not in list_methods():
@@ -135,4 +152,5 @@ class RLConfig:
             top_alternatives=0,
             seed=seed,
             chat_template=self.chat_template,
+            beta=self.beta,  # the first update's coefficient has the KL term
         )

@@ -12,7 +12,9 @@ from typing import Any
 
 import torch
 
+from gmts_core.contexts import share_identical_contexts
 from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
+from gmts_core.head import HeadPath, head_path
 from gmts_core.metrics import DEFAULT_CHUNK_SIZE, TokenStats, token_stats_chunked
 
 
@@ -22,19 +24,6 @@ class AnswerStats:
 
     stats: TokenStats  # each field (L,) or (L, K)
     hidden_norm: torch.Tensor  # (L,) ||h_t|| of the final hidden state that predicts token t
-
-
-def _body_and_head(model: Any) -> tuple[Any, Any]:
-    """The transformer body (returns final hidden states) and the LM head of a causal LM."""
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT
-    body = getattr(inner, inner.base_model_prefix, None)
-    if body is None or body is inner:
-        raise InvalidInputError(f"cannot find the transformer body of {type(inner).__name__}")
-    return body, inner.get_output_embeddings()
-
-
-def _logit_softcap(model: Any) -> float | None:
-    return getattr(model.config, "final_logit_softcapping", None)
 
 
 def _micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
@@ -61,7 +50,8 @@ def _answer_hidden(
     for row, (p, a) in enumerate(seqs):
         ids[row, : len(p) + len(a)] = torch.tensor(p + a)
         mask[row, : len(p) + len(a)] = 1
-    hidden = body(input_ids=ids.to(device), attention_mask=mask.to(device))[0]  # (B, T, D)
+    hidden = body(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)[0]
+    # hidden: (B, T, D)
     # position t predicts token t + 1, so answer token j is predicted at len(p) - 1 + j
     return [hidden[row, len(p) - 1 : len(p) - 1 + len(a)] for row, (p, a) in enumerate(seqs)]
 
@@ -81,33 +71,32 @@ def answer_token_stats(
     """
     if any(not p for p, _ in sequences):
         raise InvalidInputError("every prompt needs at least one token")
-    body, head = _body_and_head(model)
+    path = head_path(model)  # the model's own logits, post-head transforms included
     device = next(model.parameters()).device
-    softcap = _logit_softcap(model)
     results: list[AnswerStats | None] = [None] * len(sequences)
     with torch.no_grad():
         lengths = [len(p) + len(a) for p, a in sequences]
         for batch in _micro_batches(lengths, max_batch_tokens):
-            hiddens = _answer_hidden(body, [sequences[i] for i in batch], pad_id, device)
+            hiddens = _answer_hidden(path.body, [sequences[i] for i in batch], pad_id, device)
             for i, h in zip(batch, hiddens, strict=True):
                 results[i] = _stats_for_answer(
-                    h, head, sequences[i][1], temperature, top_k, chunk_size, softcap
+                    h, path, sequences[i][1], temperature, top_k, chunk_size
                 )
-    return [r for r in results if r is not None]
+    answers = [r for r in results if r is not None]
+    share_identical_contexts(sequences, answers)  # equal distributions -> bit-equal statistics
+    return answers
 
 
 def _stats_for_answer(
     h: torch.Tensor,
-    head: Any,
+    path: HeadPath,
     answer_ids: list[int],
     temperature: float,
     top_k: int,
     chunk_size: int,
-    softcap: float | None,
 ) -> AnswerStats:
     def logits_fn(sl: slice) -> torch.Tensor:
-        logits = head(h[sl])  # (C, V) in the model's dtype
-        return logits if softcap is None else torch.tanh(logits / softcap) * softcap
+        return path.logits(h[sl])  # (C, V), the model's own logits
 
     targets = torch.tensor(answer_ids, dtype=torch.long, device=h.device)
     stats = token_stats_chunked(len(answer_ids), logits_fn, targets, temperature, top_k, chunk_size)

@@ -33,6 +33,7 @@ have zero gradients and need no backward.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -357,7 +358,9 @@ def gradcheck(
         raise InvalidInputError(f"max_tokens must be >= 1, got {max_tokens}")
     if precision not in PRECISIONS:
         raise InvalidInputError(f"unknown precision {precision!r}; valid: {', '.join(PRECISIONS)}")
-    analysis = analyze(lm, groups, config, progress)
+    # the true gradients are those of l_it = -w_i A_i log pi (no KL term), so the scores are
+    # taken with the same coefficient (omega = A) even for a session's policy trained with KL
+    analysis = analyze(lm, groups, dataclasses.replace(config, beta=0.0), progress)
     if progress is not None:
         progress("exact per-token gradients")
     return check_analysis(lm, analysis, max_tokens, precision)

@@ -199,10 +199,12 @@ def token_stats(
 def grad_proxy(
     advantage: torch.Tensor, weight: torch.Tensor, grad_norm: torch.Tensor
 ) -> torch.Tensor:
-    """gamma = |A_i| * w_i * g: the exact L2 norm of the GRPO loss gradient at a token's logits.
+    """gamma = |A_i| * w_i * g: the exact L2 norm of the GRPO loss gradient at a token's logits
+    at the on-policy point (ratio 1) without a KL term.
 
-    The loss term of token t of answer i is -w_i A_i log pi(y_it); its gradient with respect
-    to the logits z_it is -w_i A_i d log pi_y / d z, whose norm is |A_i| w_i g. All three
-    arguments are per token, shape (N,).
+    There the loss term of token t of answer i is -w_i A_i log pi(y_it); its gradient with
+    respect to the logits z_it is -w_i A_i d log pi_y / d z, whose norm is |A_i| w_i g.
+    Elsewhere pass the effective coefficient omega_t (:mod:`gmts_core.coefficient`) as
+    ``advantage``: the norm is then w_i |omega_t| g. All three arguments are per token, (N,).
     """
     return advantage.abs() * weight * grad_norm

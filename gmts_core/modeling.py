@@ -1,7 +1,8 @@
 """Loading causal LMs and their tokenizers: by alias, local folder or hub id.
 
 Safetensors only, ``trust_remote_code`` off unless asked, device and dtype ``auto``, a pad
-token guaranteed. Works with any ``AutoModelForCausalLM`` architecture (Llama, Qwen2, GPT-2...).
+token guaranteed. Works with any ``AutoModelForCausalLM`` architecture whose LM-head path
+:func:`gmts_core.head.check_head_path` verifies at load time (others are refused by name).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import logging
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from gmts_core.errors import InvalidInputError, ModelLoadError, ModelNotFoundError
+from gmts_core.head import check_head_path
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +39,10 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: Any  # a PreTrainedTokenizerBase
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # a trained policy's frozen reference (its starting weights), for the KL term of the
+    # effective coefficient: a callable returning a context manager that yields the model
+    reference: Callable[[], AbstractContextManager[Any]] | None = field(default=None, repr=False)
+    reference_beta: float = 0.0  # the KL weight this policy trains with (a session's beta)
 
     @property
     def device(self) -> torch.device:
@@ -151,6 +159,7 @@ def load_model(
     model.eval()
     model.requires_grad_(False)  # the base model is never trained in place
     ensure_pad_token(tokenizer)
+    check_head_path(model)  # refuses architectures whose logits this tool would get wrong
     logger.info("loaded %s (%s) on %s", name or source, type(model).__name__, dev)
     return LoadedModel(name or str(source), str(source), model, tokenizer)
 

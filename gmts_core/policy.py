@@ -140,13 +140,16 @@ class TrainablePolicy:
     def tokenizer(self) -> Any:
         return self.base.tokenizer
 
-    def as_loaded(self, name: str | None = None) -> LoadedModel:
-        """The policy as a :class:`LoadedModel`, for :func:`gmts_core.analysis.analyze`."""
+    def as_loaded(self, name: str | None = None, beta: float = 0.0) -> LoadedModel:
+        """The policy as a :class:`LoadedModel`, for :func:`gmts_core.analysis.analyze`, with
+        its reference (the starting policy) and KL weight ``beta`` for the coefficient's KL term."""
         return LoadedModel(
             name or f"{self.base.name} (trained policy)",
             self.base.source,
             self.model,  # type: ignore[arg-type]
             self.base.tokenizer,
+            reference=self.reference,
+            reference_beta=beta,
         )
 
     @contextmanager

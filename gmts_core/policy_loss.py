@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from gmts_core.forward import _answer_hidden, _body_and_head, _logit_softcap
+from gmts_core.forward import _answer_hidden
+from gmts_core.head import head_path
 
 
 def answer_logprobs(
@@ -35,13 +36,10 @@ def answer_logprobs(
     Differentiable when grad is enabled. The LM head runs only on the positions that predict
     answer tokens (as in :mod:`gmts_core.forward`), so prompt positions never get logits.
     """
-    body, head = _body_and_head(model)
+    path = head_path(model)  # the model's own logits, post-head transforms included
     device = next(model.parameters()).device
-    hidden = torch.cat(_answer_hidden(body, sequences, pad_id, device))  # (N, D)
-    logits = head(hidden).float()  # (N, V)
-    softcap = _logit_softcap(model)
-    if softcap is not None:
-        logits = torch.tanh(logits / softcap) * softcap
+    hidden = torch.cat(_answer_hidden(path.body, sequences, pad_id, device))  # (N, D)
+    logits = path.logits(hidden).float()  # (N, V)
     targets = torch.tensor([t for _, a in sequences for t in a], device=device)  # (N,)
     logp = torch.log_softmax(logits / temperature, dim=-1)  # (N, V)
     return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (N,)

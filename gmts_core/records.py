@@ -34,6 +34,9 @@ class TokenRecord:
     selected: dict[str, bool]
     alternatives: list[dict[str, Any]]
     grad_head: float | None = None
+    ratio: float = 1.0  # pi_theta / pi_old (1: the analysed policy sampled or scores the answer)
+    clipped: bool = False  # the clipped objective is flat here (zero policy-gradient)
+    coef: float = 0.0  # omega_t: d loss / d log pi = -w_i omega_t (gmts_core.coefficient)
 
 
 @dataclass
@@ -47,6 +50,9 @@ class AnswerRecord:
     weight: float
     finished: bool
     tokens: list[TokenRecord]
+    # sampled | ids (given token ids) | text (given text tokenized alone, no special tokens,
+    # appended to the prompt's ids): see gmts_core.analysis
+    tokenization: str = "sampled"
 
     @property
     def length(self) -> int:
@@ -90,6 +96,10 @@ def build_tokens(
     s = answer_stats.stats
     lp, ent, gn = s.logprob.tolist(), s.entropy.tolist(), s.grad_norm.tolist()
     proxy = x.grad_proxy[sl].tolist()
+    n = len(proxy)
+    ratio = x.ratio[sl].tolist() if x.ratio is not None else [1.0] * n
+    clipped = x.clipped[sl].tolist() if x.clipped is not None else [False] * n
+    coef = x.coef[sl].tolist() if x.coef is not None else [math.nan] * n
     hidden = answer_stats.hidden_norm.tolist()
     per_method = {
         m: (sel.scores[sl].tolist(), sel.ranks[sl].tolist(), sel.selected[sl].tolist())
@@ -117,6 +127,9 @@ def build_tokens(
                 selected={m: bool(v[2][t]) for m, v in per_method.items()},
                 alternatives=alts,
                 grad_head=proxy[t] * hidden[t] if include_grad_head else None,
+                ratio=ratio[t],
+                clipped=bool(clipped[t]),
+                coef=coef[t],
             )
         )
     return tokens

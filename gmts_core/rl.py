@@ -6,7 +6,9 @@ score_batch     -> rewards, advantages, token statistics and every method's sele
                    the analysis is what the step trains on
 training_batch  -> flat per-token tensors: advantages, weights, the selection mask
 policy_update   -> ``inner_steps`` AdamW updates of the clipped, masked GRPO loss
-                   (:mod:`gmts_core.policy_loss`) with gradient-norm clipping
+                   (:mod:`gmts_core.policy_loss`) with gradient-norm clipping; the selection
+                   is fixed per batch (default, as TRL) or re-ranked before every later update
+                   by gamma = w |omega| g at the current policy (``reselect``)
 grpo_step       -> all of the above, plus metrics and the per-token log-prob change
 """
 
@@ -23,6 +25,7 @@ import torch
 
 from gmts_core.analysis import GroupInput, RewardSpec, analyze, encode_prompt
 from gmts_core.cancel import checkpoint
+from gmts_core.coefficient import EffectiveCoefficient, effective_coefficient
 from gmts_core.config import RLConfig
 from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
 from gmts_core.forward import _micro_batches
@@ -36,6 +39,7 @@ from gmts_core.rl_records import (
     UpdateStats,
     answer_changes,
 )
+from gmts_core.rl_selection import clip_settings, current_selection
 from gmts_core.sampling import SamplingConfig
 
 logger = logging.getLogger(__name__)
@@ -88,7 +92,7 @@ def score_batch(
 
 def training_batch(result: AnalysisResult, tokenizer: object, config: RLConfig) -> TrainBatch:
     """Per-token advantages, weights and the training method's selection mask."""
-    seqs, adv, wts, mask, index = [], [], [], [], []
+    seqs, adv, wts, mask, index, groups = [], [], [], [], [], []
     for a, (group, ans) in enumerate(result.iter_answers()):
         prompt_ids = encode_prompt(tokenizer, group.prompt, config.chat_template)
         seqs.append((prompt_ids, [t.id for t in ans.tokens]))
@@ -96,12 +100,14 @@ def training_batch(result: AnalysisResult, tokenizer: object, config: RLConfig) 
         wts += [ans.weight] * ans.length
         mask += [t.selected[config.method] for t in ans.tokens]
         index += [a] * ans.length
+        groups += [group.index] * ans.length
     return TrainBatch(
         sequences=seqs,
         advantages=torch.tensor(adv, dtype=torch.float64),
         weights=torch.tensor(wts, dtype=torch.float64),
         mask=torch.tensor(mask, dtype=torch.bool),
         answer_index=torch.tensor(index, dtype=torch.long),
+        group_index=torch.tensor(groups, dtype=torch.long),
     )
 
 
@@ -169,26 +175,29 @@ def _one_update(
     old_logp: torch.Tensor | None,
     ref_logp: torch.Tensor | None,
     config: RLConfig,
-) -> tuple[dict[str, float], torch.Tensor]:
-    """One AdamW update, gradients accumulated over micro-batches; returns its numbers and the
-    log-probs of pi_old (the current policy's own when ``old_logp`` is None, so rho = 1).
+    mask: torch.Tensor,
+) -> tuple[dict[str, float], torch.Tensor, EffectiveCoefficient]:
+    """One AdamW update on the tokens of ``mask``, gradients accumulated over micro-batches;
+    returns its numbers, the log-probs of pi_old (the current policy's own when ``old_logp``
+    is None, so rho = 1) and each token's effective coefficient at this update.
 
     The gradient stays in ``.grad`` (clipped) for inspection.
     """
     pad_id = policy.tokenizer.pad_token_id
     optimizer.zero_grad(set_to_none=False)
-    terms, olds = [], []
+    terms, olds, logps = [], [], []
     for idx, sl in parts:
         seqs = [batch.sequences[i] for i in idx]
         logp = answer_logprobs(policy.model, seqs, pad_id, config.temperature)  # (n,)
         old = logp.detach() if old_logp is None else old_logp[sl]
         olds.append(old)
+        logps.append(logp.detach())
         part = grpo_loss(
             logp,
             old,
             batch.advantages[sl],
             batch.weights[sl],
-            batch.mask[sl],
+            mask[sl],
             config.epsilon_low,
             config.epsilon_high,
             None if ref_logp is None else ref_logp[sl],
@@ -202,7 +211,11 @@ def _one_update(
         optimizer.zero_grad(set_to_none=False)
         raise NonFiniteLogitsError("the loss gradient is not finite; the update was skipped")
     optimizer.step()
-    return _merge(terms, grad_norm), torch.cat(olds)
+    old_all, logp_all = torch.cat(olds), torch.cat(logps)
+    coefficient = effective_coefficient(
+        batch.advantages, batch.weights, clip_settings(config), logp_all, old_all, ref_logp
+    )
+    return _merge(terms, grad_norm), old_all, coefficient
 
 
 def policy_update(
@@ -211,8 +224,10 @@ def policy_update(
     batch: TrainBatch,
     config: RLConfig,
     learning_rate: float | None = None,
+    seed: int = 0,
 ) -> UpdateStats:
-    """``inner_steps`` updates on one batch; pi_old is the policy that sampled it."""
+    """``inner_steps`` updates on one batch; pi_old is the policy that sampled it. With
+    ``config.reselect`` every update after the first trains on :func:`current_selection`."""
     pad_id = policy.tokenizer.pad_token_id
     for group in optimizer.param_groups:
         group["lr"] = config.learning_rate if learning_rate is None else learning_rate
@@ -224,15 +239,32 @@ def policy_update(
             ref_logp = _logprobs(ref, batch, parts, pad_id, config.temperature)
     old_logp: torch.Tensor | None = None
     rows: list[dict[str, float]] = []
-    for _ in range(config.inner_steps):
+    coefficients: list[EffectiveCoefficient] = []
+    masks: list[torch.Tensor] = []
+    mask = batch.mask
+    for inner in range(config.inner_steps):
         checkpoint()  # a stage boundary: a cancelled job stops before each update
-        row, old = _one_update(policy, optimizer, batch, parts, old_logp, ref_logp, config)
+        if config.reselect and old_logp is not None:
+            _, sel = current_selection(policy, batch, old_logp, ref_logp, config, seed + inner)
+            mask = sel.selected
+        row, old, coefficient = _one_update(
+            policy, optimizer, batch, parts, old_logp, ref_logp, config, mask
+        )
         old_logp = old if old_logp is None else old_logp
         rows.append(row)
+        coefficients.append(coefficient)
+        masks.append(mask)
     assert old_logp is not None
     after = _logprobs(policy.model, batch, parts, pad_id, config.temperature)
     means = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
-    return UpdateStats(**means, logprob_before=old_logp, logprob_after=after, per_inner_step=rows)
+    return UpdateStats(
+        **means,
+        logprob_before=old_logp,
+        logprob_after=after,
+        per_inner_step=rows,
+        coefficients=coefficients,
+        masks=masks,
+    )
 
 
 def grpo_step(
@@ -252,7 +284,7 @@ def grpo_step(
     checkpoint()  # between scoring (sampling, forward) and the update
     batch = training_batch(result, policy.tokenizer, config)
     lr = config.learning_rate_at(step)
-    update = policy_update(policy, optimizer, batch, config, lr)
+    update = policy_update(policy, optimizer, batch, config, lr, seed)
     metrics = StepMetrics.from_parts(step, config, result, batch.mask, update)
     metrics.learning_rate = lr
     metrics.seconds = time.perf_counter() - start

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from gmts_core.coefficient import EffectiveCoefficient
 from gmts_core.records import AnalysisResult
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ class TrainBatch:
     weights: torch.Tensor  # float64, w_i of the token's answer
     mask: torch.Tensor  # bool, selected by the training method
     answer_index: torch.Tensor  # int64
+    group_index: torch.Tensor | None = None  # int64 (for re-selection with scope "group")
 
     @property
     def num_tokens(self) -> int:
@@ -42,6 +44,9 @@ class UpdateStats:
     logprob_before: torch.Tensor  # (N,)
     logprob_after: torch.Tensor  # (N,)
     per_inner_step: list[dict[str, float]] = field(default_factory=list)
+    # per inner update: each token's ratio, clip flag and omega_t, and the mask trained on
+    coefficients: list[EffectiveCoefficient] = field(default_factory=list)
+    masks: list[torch.Tensor] = field(default_factory=list)
 
 
 @dataclass

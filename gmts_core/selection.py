@@ -26,14 +26,19 @@ class SelectionInputs:
     entropy: torch.Tensor  # nats
     logprob: torch.Tensor  # log pi_y
     grad_norm: torch.Tensor  # || d log pi_y / d z ||
-    grad_proxy: torch.Tensor  # |A_i| w_i grad_norm
-    signal_scale: torch.Tensor  # |A_i| w_i of the token's answer
+    grad_proxy: torch.Tensor  # w_i |omega_t| grad_norm (|A_i| w_i grad_norm on-policy, beta 0)
+    signal_scale: torch.Tensor  # w_i |omega_t| (gmts_core.coefficient); |A_i| w_i on-policy
     answer_index: torch.Tensor  # int64, global answer index
     group_index: torch.Tensor  # int64
     seed: int = 0
     # Signed A_i of the token's answer, (N,): the literature methods that need the sign
     # (Clip-Cov / KL-Cov covariance, GTPO's success/failure split) raise without it.
     advantage: torch.Tensor | None = None
+    # the effective coefficient (gmts_core.coefficient); None: on-policy, no KL term
+    ratio: torch.Tensor | None = None  # pi_theta / pi_old
+    clipped: torch.Tensor | None = None  # bool, the clipped objective is flat here
+    coef: torch.Tensor | None = None  # omega_t
+    paper_coef: torch.Tensor | None = None  # r I A^ + beta (pi_ref / pi_theta - 1)
 
     @property
     def num_tokens(self) -> int:
@@ -49,6 +54,7 @@ class SelectionMethod:
     citation: str = ""  # the paper the criterion comes from (arXiv id and title)
     details: str = ""  # formula, constants and the choices the paper leaves open
     kind: str = "selection"  # "selection", or "weighting": tokens scored by their weight
+    default_scope: str = "batch"  # the scope front ends use when this method is chosen alone
 
 
 METHODS: Registry[SelectionMethod] = Registry("selection method")
@@ -61,6 +67,7 @@ def register_method(
     citation: str = "",
     details: str = "",
     kind: str = "selection",
+    default_scope: str = "batch",
 ) -> Callable[
     [Callable[[SelectionInputs], torch.Tensor]], Callable[[SelectionInputs], torch.Tensor]
 ]:
@@ -69,7 +76,9 @@ def register_method(
     def wrap(
         fn: Callable[[SelectionInputs], torch.Tensor],
     ) -> Callable[[SelectionInputs], torch.Tensor]:
-        spec = SelectionMethod(name, fn, description, uses_ratio, citation, details, kind)
+        spec = SelectionMethod(
+            name, fn, description, uses_ratio, citation, details, kind, default_scope
+        )
         METHODS.register(name)(spec)
         return fn
 
@@ -80,19 +89,43 @@ def list_methods() -> list[str]:
     return METHODS.names()
 
 
+def default_scope(methods: list[str] | tuple[str, ...]) -> str:
+    """The scope for a choice of methods: a lone method's own default (``gmts_paper``: group,
+    as in the paper), else ``batch``."""
+    return METHODS.get(methods[0]).default_scope if len(methods) == 1 else "batch"
+
+
 @register_method("entropy", "Shannon entropy H (the 80/20 rule; TRL top_entropy_quantile)")
 def entropy_score(x: SelectionInputs) -> torch.Tensor:
     return x.entropy
 
 
-@register_method("gmts", "GMTS: exact logit-gradient magnitude |A| w g of the GRPO loss")
+@register_method(
+    "gmts", "GMTS: exact logit-gradient norm w |omega| g of the GRPO loss (|A| w g on-policy)"
+)
 def gmts_score(x: SelectionInputs) -> torch.Tensor:
     return x.grad_proxy
 
 
-@register_method("gmts_entropy", "GMTS entropy approximation |A| w H")
+@register_method("gmts_entropy", "GMTS entropy approximation w |omega| H (|A| w H on-policy)")
 def gmts_entropy_score(x: SelectionInputs) -> torch.Tensor:
     return x.signal_scale * x.entropy
+
+
+@register_method(
+    "gmts_paper",
+    "the GMTS paper's score H |r I A^ + beta pi_ref/pi_theta - beta|, top 20% per group",
+    default_scope="group",
+)
+def gmts_paper_score(x: SelectionInputs) -> torch.Tensor:
+    """delta_t = H_t |r_t I_t A^_i + beta pi_ref / pi_theta - beta| (gmts_core.coefficient).
+
+    Without ``paper_coef`` the inputs are on-policy with no KL term, where |A^_i| = |A_i| w_i N
+    = signal_scale * N.
+    """
+    if x.paper_coef is None:
+        return x.entropy * x.signal_scale * x.num_tokens
+    return x.entropy * x.paper_coef.abs()
 
 
 @register_method("surprisal", "surprisal -log p: low-probability tokens carry large gradients")

@@ -17,6 +17,7 @@ from app.cli.common import (
     AnswerOpt,
     ChatTemplateOpt,
     MaxNewTokensOpt,
+    MethodsOpt,
     ModelOpt,
     NumSamplesOpt,
     PromptOpt,
@@ -24,6 +25,7 @@ from app.cli.common import (
     ReferenceOpt,
     RewardKindOpt,
     RewardsOpt,
+    ScopeOpt,
     SeedOpt,
     TemperatureOpt,
     TopAlternativesOpt,
@@ -53,7 +55,8 @@ def analyze_command(
     reward_kind: RewardKindOpt = "numeric",
     reference: ReferenceOpt = None,
     ratio: RatioOpt = 0.2,
-    scope: Annotated[str, typer.Option(help="batch | answer")] = "batch",
+    scope: ScopeOpt = None,
+    method: MethodsOpt = None,
     advantage: AdvantageOpt = "grpo",
     aggregation: AggregationOpt = "token_mean",
     temperature: TemperatureOpt = 1.0,
@@ -80,7 +83,15 @@ def analyze_command(
             reference,
         ),
         **analysis_config(
-            temperature, advantage, aggregation, ratio, scope, top_alternatives, seed, chat_template
+            temperature,
+            advantage,
+            aggregation,
+            ratio,
+            scope,
+            top_alternatives,
+            seed,
+            chat_template,
+            method,
         ),
     }
     try:

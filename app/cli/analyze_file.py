@@ -2,8 +2,12 @@
 
 Each input line is one group: ``{"prompt": ..., "completions": [...], "rewards": [...]}`` or,
 instead of ``rewards``, a ``reference`` scored with ``--reward-kind`` (or the line's own
-``reward_kind``). ``--batch-size B`` analyzes B lines as one batch (selection scope ``batch``
-ranks all their tokens together, as the trainer did). Output: JSONL (one analysis per batch,
+``reward_kind``). A line may carry ``completion_ids`` (one list of token ids per completion, as
+a trainer's dump has them): those ids are analysed as given, so the analysed tokens are the
+trained tokens; without them each completion's text is tokenized on its own (no special
+tokens) and appended to the prompt's ids, which can differ from the ids a model generated.
+``--batch-size B`` analyzes B lines as one batch (selection scope ``batch`` ranks all their
+tokens together, as the trainer did). Output: JSONL (one analysis per batch,
 the API's body plus the input line numbers) or CSV (one row per token, with its input line).
 """
 
@@ -23,8 +27,10 @@ from app.cli._app import cli
 from app.cli.common import (
     AdvantageOpt,
     AggregationOpt,
+    MethodsOpt,
     ModelOpt,
     RatioOpt,
+    ScopeOpt,
     TopAlternativesOpt,
     analysis_config,
     fail,
@@ -48,7 +54,11 @@ class RolloutLine(BaseModel):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     prompt: str = Field(min_length=1)
-    completions: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+    completions: list[Annotated[str, Field(min_length=1)]] | None = Field(None, min_length=1)
+    # the trained token ids of each completion (e.g. TRL's completion_ids): analysed as given
+    completion_ids: list[Annotated[list[int], Field(min_length=1)]] | None = Field(
+        None, min_length=1
+    )
     rewards: list[float] | None = None
     reference: str | int | float | None = None
     reward_kind: str | None = None
@@ -62,15 +72,25 @@ class RolloutLine(BaseModel):
 
     @model_validator(mode="after")
     def _rewards_or_reference(self) -> RolloutLine:
+        if self.completions is None and self.completion_ids is None:
+            raise ValueError("needs completions or completion_ids")
+        n = len(self.completion_ids or self.completions or [])
+        if self.completions is not None and len(self.completions) != n:
+            raise ValueError(f"{len(self.completions)} completions for {n} completion_ids")
         if self.rewards is None and self.reference is None:
             raise ValueError("needs rewards or a reference")
-        if self.rewards is not None and len(self.rewards) != len(self.completions):
-            raise ValueError(f"{len(self.rewards)} rewards for {len(self.completions)} completions")
+        if self.rewards is not None and len(self.rewards) != n:
+            raise ValueError(f"{len(self.rewards)} rewards for {n} completions")
         return self
 
     def group(self, default_kind: str) -> dict[str, Any]:
-        """The line as a group of an analyze request (``groups[i]`` of ``POST /v1/analyze``)."""
-        group: dict[str, Any] = {"prompt": self.prompt, "answers": self.completions}
+        """The line as a group of an analyze request (``groups[i]`` of ``POST /v1/analyze``);
+        with ``completion_ids`` those ids are the analysed (trained) tokens."""
+        group: dict[str, Any] = {"prompt": self.prompt}
+        if self.completions is not None:
+            group["answers"] = self.completions
+        if self.completion_ids is not None:
+            group["answer_ids"] = self.completion_ids
         if self.rewards is not None:
             return {**group, "rewards": self.rewards}
         return {
@@ -167,7 +187,8 @@ def analyze_file_command(
     batch_size: Annotated[int, typer.Option(min=1, help="Lines analyzed as one batch.")] = 1,
     reward_kind: Annotated[str, typer.Option(help="Rule for lines with a reference.")] = "numeric",
     ratio: RatioOpt = 0.2,
-    scope: Annotated[str, typer.Option(help="batch | group | answer")] = "batch",
+    scope: ScopeOpt = None,
+    method: MethodsOpt = None,
     advantage: AdvantageOpt = "grpo",
     aggregation: AggregationOpt = "token_mean",
     temperature: Annotated[float, typer.Option(help="Statistics temperature.")] = 1.0,
@@ -179,8 +200,10 @@ def analyze_file_command(
     fmt = fmt or ("csv" if output.suffix.lower() == ".csv" else "jsonl")
     if fmt not in ("jsonl", "csv"):
         raise typer.BadParameter("--format must be jsonl or csv")
-    config = analysis_config(temperature, advantage, aggregation, ratio, scope, top_alternatives)
     try:
+        config = analysis_config(
+            temperature, advantage, aggregation, ratio, scope, top_alternatives, methods=method
+        )
         # the knobs are checked once, up front, as part of a minimal request
         validated(AnalyzeRequest, {**config, "prompt": "-", "rewards": [0.0], "answers": ["-"]})
         lm = load_cli_model(model)

@@ -11,6 +11,7 @@ from app.core.config import Settings
 from app.services.container import Services, build_services
 from app.services.errors import GMTSError
 from app.services.local_models import LoadedModel, load_any_model
+from app.services.methods import DEFAULT_METHODS, method_names
 
 Json = dict[str, Any]
 
@@ -94,22 +95,46 @@ TopAlternativesOpt = Annotated[int, typer.Option(help="Alternatives per token.")
 ChatTemplateOpt = Annotated[bool, typer.Option(help="Wrap the prompt in the chat template.")]
 
 
+MethodsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--method",
+        help=f"Selection method, repeat for several (default: {', '.join(DEFAULT_METHODS)}); "
+        f"registered: {', '.join(method_names())}.",
+    ),
+]
+ScopeOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="batch | group | answer (default: batch; group when the only --method is "
+        "gmts_paper, as in the paper)."
+    ),
+]
+
+
 def analysis_config(
     temperature: float,
     advantage: str,
     aggregation: str,
     ratio: float,
-    scope: str,
+    scope: str | None,
     top_alternatives: int,
     seed: int = 0,
     chat_template: bool = False,
+    methods: list[str] | None = None,
 ) -> Json:
-    """The analysis knobs the CLI flags describe, as fields of an analyze request."""
+    """The analysis knobs the CLI flags describe, as fields of an analyze request (without
+    ``--scope`` the request's default applies: batch, or group for ``gmts_paper`` alone)."""
+    selection: Json = {"ratio": ratio}
+    if scope is not None:
+        selection["scope"] = scope
+    if methods:
+        selection["methods"] = list(methods)
     fields: Json = {
         "temperature": temperature,
         "advantage": advantage,
         "loss_aggregation": aggregation,
-        "selection": {"ratio": ratio, "scope": scope},
+        "selection": selection,
         "top_alternatives": top_alternatives,
         "chat_template": chat_template,
     }

@@ -64,8 +64,10 @@ class SelectionOptions(NoBoolNumbers):
     model_config = _STRICT
 
     ratio: float = Field(0.2, gt=0, le=1, description="Share of tokens each method keeps.")
-    scope: Literal["batch", "group", "answer"] = Field(
-        "batch", description="Rank all tokens together (batch), per group, or per answer."
+    scope: Literal["batch", "group", "answer"] | None = Field(
+        None,
+        description="Rank all tokens together (batch), per group, or per answer. Default: "
+        "batch, or group when the only method is gmts_paper (the paper's top 20% per group).",
     )
     methods: list[str] = Field(
         default_factory=lambda: list(DEFAULT_METHODS),
@@ -103,6 +105,15 @@ class GroupRequest(SamplingFields):
     answers: list[NonEmptyText] | None = Field(
         None, min_length=1, description="Given answers; omit to sample num_samples answers."
     )
+    answer_ids: list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]] | None = (
+        Field(
+            None,
+            min_length=1,
+            description="Given answers as token ids (e.g. a trainer's completion_ids): analysed "
+            "as given, so the analysed tokens are the trained ones. With `answers` too, those "
+            "texts are shown and rewarded; without, the decoded ids are.",
+        )
+    )
     reward: RewardRule | None = Field(None, description="A reward rule with its reference.")
     rewards: list[Reward] | None = Field(
         None, min_length=1, description="Explicit rewards, one per answer (|r| <= 1e9)."
@@ -110,12 +121,18 @@ class GroupRequest(SamplingFields):
 
     @model_validator(mode="after")
     def _answers_or_sampling(self) -> GroupRequest:
-        _check_group(self.answers, self.num_samples, self.reward, self.rewards, None)
+        given = self.answers if self.answer_ids is None else self.answer_ids
+        if self.answers is not None and self.answer_ids is not None:
+            if len(self.answers) != len(self.answer_ids):
+                raise ValueError(
+                    f"{len(self.answers)} answers for {len(self.answer_ids)} answer_ids"
+                )
+        _check_group(given, self.num_samples, self.reward, self.rewards, None)
         return self
 
 
 def _check_group(
-    answers: list[str] | None,
+    answers: list[str] | list[list[int]] | None,
     num_samples: int | None,
     reward: RewardRule | None,
     rewards: list[float] | None,
@@ -271,8 +288,24 @@ class TokenOut(BaseModel):
     logprob: Num
     prob: Num
     entropy: Num = Field(description="Shannon entropy of the next-token distribution (nats).")
-    grad_norm: Num = Field(description="Exact L2 norm of d log pi_y / d z.")
-    grad_proxy: Num = Field(description="|A_i| w_i grad_norm: GRPO loss gradient at the logits.")
+    grad_norm: Num = Field(
+        description="L2 norm of d log pi_y / d z (exact, up to float32 rounding of the logits)."
+    )
+    grad_proxy: Num = Field(
+        description="w_i |coef| grad_norm: the exact L2 norm of the GRPO loss gradient at this "
+        "token's logits if the token is trained (= |A_i| w_i grad_norm on-policy without KL)."
+    )
+    ratio: Num = Field(
+        1.0,
+        description="pi_theta / pi_old (1 here: the analysed policy sampled "
+        "or scores the answers).",
+    )
+    clipped: bool = Field(False, description="Whether the clipped objective is flat here.")
+    coef: Num = Field(
+        None,
+        description="The effective coefficient omega_t = r I A_i + "
+        "beta (pi_ref / pi_theta - 1); d loss / d log pi = -w_i omega_t.",
+    )
     scores: dict[str, Num]
     ranks: dict[str, int]
     selected: dict[str, bool]
@@ -303,6 +336,13 @@ class AnswerOut(BaseModel):
     weight: float
     length: int
     finished: bool
+    tokenization: str = Field(
+        "sampled",
+        description="How the answer's tokens were obtained: sampled (the generated ids), ids "
+        "(given token ids: the trained tokens), or text (given text tokenized on its own, "
+        "without special tokens, appended to the prompt's ids as trainers append generated "
+        "ids; a text may re-tokenize differently from the ids a model generated).",
+    )
     selected_count: dict[str, int]
     tokens: list[TokenOut]
 

@@ -33,7 +33,11 @@ class RLKnobs(NoBoolNumbers):
 
     method: str | None = Field(None, description="Selection method of the training mask.")
     ratio: float | None = Field(None, gt=0, le=1, description="Share of tokens selected.")
-    scope: Literal["batch", "group", "answer"] | None = None
+    scope: Literal["batch", "group", "answer"] | None = Field(
+        None,
+        description="Selection scope; when left out with a method given, the method's default "
+        "(group for gmts_paper, as in the paper; batch for the others).",
+    )
     group_size: int | None = Field(None, ge=2, le=64, description="Answers per prompt (G).")
     prompts_per_step: int | None = Field(None, ge=1, le=64, description="Demo prompts per step.")
     learning_rate: float | None = Field(None, ge=0, le=1)
@@ -53,6 +57,12 @@ class RLKnobs(NoBoolNumbers):
     max_new_tokens: int | None = Field(None, ge=1, le=4096)
     advantage: str | None = None
     loss_aggregation: str | None = None
+    reselect: bool | None = Field(
+        None,
+        description="Re-select the training tokens before every inner update after the first, "
+        "by gamma = w |omega| g at the current policy (ratio, clip and KL in omega); default "
+        "false: the selection made at sampling is kept for all inner updates, as TRL does.",
+    )
 
     @field_validator("method")
     @classmethod
@@ -81,7 +91,10 @@ class RLKnobs(NoBoolNumbers):
 
     def apply(self, config: RLConfig) -> RLConfig:
         """``config`` with the knobs given here."""
-        return dataclasses.replace(config, **self.knobs())
+        knobs = self.knobs()
+        if "method" in knobs and "scope" not in knobs:  # gmts_paper selects within each group
+            knobs["scope"] = METHODS.get(knobs["method"]).default_scope
+        return dataclasses.replace(config, **knobs)
 
 
 class SessionCreateRequest(RLKnobs):

@@ -31,6 +31,7 @@ from gmts_core.modeling import LoadedModel
 from gmts_core.records import AnalysisResult
 from gmts_core.rewards import check_reference, reward_budget
 from gmts_core.sampling import SamplingConfig
+from gmts_core.selection import default_scope
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +134,8 @@ class AnalysisService:
 
     def group_input(self, g: GroupRequest, temperature: float) -> GroupInput:
         sampling = None
-        if g.answers is None:
+        answer_ids = getattr(g, "answer_ids", None)  # the batch form's groups may carry ids
+        if g.answers is None and answer_ids is None:
             sampling = SamplingConfig(
                 num_samples=g.num_samples or DEFAULT_NUM_SAMPLES,
                 temperature=temperature,
@@ -142,7 +144,7 @@ class AnalysisService:
                 seed=g.seed or 0,
             )
         reward = RewardSpec(g.reward.kind, g.reward.reference) if g.reward else None
-        return GroupInput(g.prompt, g.answers, sampling, reward, g.rewards)
+        return GroupInput(g.prompt, g.answers, sampling, reward, g.rewards, answer_ids)
 
     @property
     def default_max_new_tokens(self) -> int:
@@ -156,7 +158,7 @@ def analysis_config(req: AnalyzeRequest) -> AnalysisConfig:
         advantage=req.advantage,
         loss_aggregation=req.loss_aggregation,
         ratio=req.selection.ratio,
-        scope=req.selection.scope,
+        scope=req.selection.scope or default_scope(req.selection.methods),
         methods=tuple(req.selection.methods),
         top_alternatives=req.top_alternatives,
         seed=req.seed or 0,
@@ -172,13 +174,17 @@ def _limit(what: str, value: int, limit: int, setting: str) -> None:
         )
 
 
+def _num_answers(g: GroupRequest) -> int:
+    ids = getattr(g, "answer_ids", None)
+    if ids is not None:
+        return len(ids)
+    return len(g.answers) if g.answers is not None else g.num_samples or DEFAULT_NUM_SAMPLES
+
+
 def check_request_limits(s: Settings, req: AnalyzeRequest, groups: list[GroupRequest]) -> None:
     """Size limits that need no tokenizer: groups, answers, characters, new tokens."""
     _limit("the number of groups", len(groups), s.max_groups, "max_groups")
-    num_answers = sum(
-        len(g.answers) if g.answers is not None else g.num_samples or DEFAULT_NUM_SAMPLES
-        for g in groups
-    )
+    num_answers = sum(_num_answers(g) for g in groups)
     _limit("the number of answers", num_answers, s.max_answers, "max_answers")
     _limit("top_alternatives", req.top_alternatives, s.max_top_alternatives, "max_top_alternatives")
     for i, g in enumerate(groups):
@@ -192,7 +198,7 @@ def check_request_limits(s: Settings, req: AnalyzeRequest, groups: list[GroupReq
                 s.max_answer_chars,
                 "max_answer_chars",
             )
-        if g.answers is None:
+        if g.answers is None and getattr(g, "answer_ids", None) is None:
             new = g.max_new_tokens or min(DEFAULT_MAX_NEW_TOKENS, s.max_new_tokens)
             _limit("max_new_tokens", new, s.max_new_tokens, "max_new_tokens")
     for i, g in enumerate(groups):
@@ -206,7 +212,7 @@ def check_request_limits(s: Settings, req: AnalyzeRequest, groups: list[GroupReq
         (g.num_samples or DEFAULT_NUM_SAMPLES)
         * (g.max_new_tokens or min(DEFAULT_MAX_NEW_TOKENS, s.max_new_tokens))
         for g in groups
-        if g.answers is None
+        if g.answers is None and getattr(g, "answer_ids", None) is None
     )
     _limit("the number of tokens to sample", sampled, s.max_total_tokens, "max_total_tokens")
 
@@ -217,7 +223,9 @@ def check_token_limits(s: Settings, lm: LoadedModel, prepared: PreparedAnalysis)
     total = 0
     for g in prepared.groups:
         prompt_len = len(encode_prompt(lm.tokenizer, g.prompt, chat))
-        if g.answers is not None:
+        if g.answer_ids is not None:
+            total += sum(prompt_len + len(a) for a in g.answer_ids)
+        elif g.answers is not None:
             special = prepared.config.answer_special_tokens
             lens = [len(encode_answer(lm.tokenizer, a, special)) for a in g.answers]
             total += sum(prompt_len + n for n in lens)

@@ -109,6 +109,9 @@ def token_out(t: TokenRecord, extra: dict[str, float | None] | None = None) -> T
         "entropy": num(t.entropy),
         "grad_norm": num(t.grad_norm),
         "grad_proxy": num(t.grad_proxy),
+        "ratio": num(t.ratio),
+        "clipped": t.clipped,
+        "coef": num(t.coef),
         "scores": {m: num(v) for m, v in t.scores.items()},
         "ranks": t.ranks,
         "selected": t.selected,
@@ -129,6 +132,7 @@ def answer_out(a: AnswerRecord, extras: TokenExtras | None = None) -> AnswerOut:
         weight=a.weight,
         length=a.length,
         finished=a.finished,
+        tokenization=a.tokenization,
         selected_count=a.selected_count(),
         tokens=[token_out(t, extras[i] if extras else None) for i, t in enumerate(a.tokens)],
     )

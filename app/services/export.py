@@ -24,6 +24,7 @@ TOKEN_FIELDS = (
     "grad_norm",
     "grad_proxy",
 )
+COEF_FIELDS = ("ratio", "clipped", "coef")  # the effective coefficient (gmts_core.coefficient)
 ANSWER_FIELDS = ("group_index", "answer_index", "reward", "advantage", "weight", "finished")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -50,7 +51,7 @@ def csv_columns(body: dict[str, Any], extra: tuple[str, ...] = ()) -> list[str]:
     """Column names: extra, answer fields, token fields, then score/rank/selected per method."""
     per_method = [f"{kind}_{m}" for m in _methods(body) for kind in ("score", "rank", "selected")]
     head = (*extra, *ANSWER_FIELDS, *TOKEN_FIELDS)
-    return [*head, "grad_head", *per_method, "alternatives"]
+    return [*head, *COEF_FIELDS, "grad_head", *per_method, "alternatives"]
 
 
 def token_rows(
@@ -78,6 +79,7 @@ def token_rows(
             }
             for t in a["tokens"]:
                 row = {**base, **{f: t[f] for f in TOKEN_FIELDS}, "grad_head": t.get("grad_head")}
+                row.update({f: t.get(f) for f in COEF_FIELDS})
                 for m in methods:
                     row[f"score_{m}"] = t["scores"].get(m)
                     row[f"rank_{m}"] = t["ranks"].get(m)

@@ -6,9 +6,22 @@ UI reach the library through one place and show the same names, descriptions and
 
 from __future__ import annotations
 
+from gmts_core.config import DEFAULT_METHODS
 from gmts_core.method_catalog import MethodInfo, method_catalog
+from gmts_core.selection import list_methods
 
-__all__ = ["MethodInfo", "list_method_infos", "method_picker_choices"]
+__all__ = [
+    "DEFAULT_METHODS",
+    "MethodInfo",
+    "list_method_infos",
+    "method_names",
+    "method_picker_choices",
+]
+
+
+def method_names() -> list[str]:
+    """Every registered selection method's name, in registration order."""
+    return list_methods()
 
 
 def list_method_infos() -> list[MethodInfo]:

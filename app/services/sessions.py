@@ -250,7 +250,9 @@ class SessionService:
     def use_policy(self, session_id: str) -> Iterator[LoadedModel]:
         """The session's policy, held (no step runs) for the duration of the analysis."""
         with self.store.use(session_id) as session:
-            yield session.policy.as_loaded(f"{session.policy.base.name} (session {session_id})")
+            name = f"{session.policy.base.name} (session {session_id})"
+            # the coefficient's KL term: the session's beta against its starting policy
+            yield session.policy.as_loaded(name, beta=session.config.beta)
 
 
 def _reset(session: Session) -> SessionOut:

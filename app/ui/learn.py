@@ -111,11 +111,17 @@ def gradient_section(group: Json, temperature: float) -> str:
         )
     return _section(
         "3. A token's gradient magnitude",
-        "g = (1/τ) · √(1 − 2p + Σ_v π_v²),   γ = |A_i| · w_i · g",
-        "g is the exact size of the gradient of log p(token) with respect to the logits; it is "
-        "large when the model was unsure or the token was unlikely. γ (grad_proxy) multiplies it "
-        "by the answer's |advantage| and weight: the exact size of this token's gradient in the "
-        "GRPO loss at the logits. GMTS trains on the tokens with the largest γ.",
+        "g = (1/τ) · √(1 − 2p + Σ_v π_v²),   γ = w_i · |ω_t| · g,   ω_t = r_t I_t A_i + "
+        "β (π_ref/π_θ − 1)",
+        "g is the exact size of the gradient of log p(token) with respect to the logits (for the "
+        "model's own logits, up to float32 rounding); it is large when the model was unsure or "
+        "the token was unlikely. γ (grad_proxy) multiplies it by the answer's weight and the "
+        "token's coefficient ω (coef): the exact size of this token's gradient in the GRPO loss "
+        "at the logits, if the token is trained. Here the analysed policy sampled the answers "
+        "(ratio r = 1, nothing clipped) and, without a KL term (β = 0), ω = A_i, so "
+        "γ = |A_i| · w_i · g. During later PPO-style updates r moves away from 1, clipped tokens "
+        "(I = 0) get no gradient, and a KL term adds β (π_ref/π_θ − 1). GMTS trains on the "
+        "tokens with the largest γ.",
         live,
     )
 

@@ -13,13 +13,22 @@ How it hooks into TRL (1.16), with no copy of TRL's loss code:
 - TRL scores completions with a fused, chunked LM head that never materializes the logits. The
   same kernel pass that gives TRL its entropy also returns ``log(sum_v pi_v^2)`` when asked, so
   the per-token gradient norm g = (1/tau) sqrt(1 - 2p + sum pi^2) (the formula of
-  :mod:`gmts_core.metrics`) costs no extra pass over the vocabulary
-  (:func:`grad_norm_from_logprob`; exact except for very confident tokens, p > ~0.999, where
-  the kernel's float32 sums cancel and g is only known within a factor sqrt(2): those tokens
-  sit at the bottom of the GMTS ranking).
+  :mod:`gmts_core.metrics`) needs no extra pass over the vocabulary for most tokens
+  (:func:`grad_norm_from_logprob`). For confident tokens (p >= :data:`CONFIDENT_PROB`) the
+  kernel's float32 sum_v pi_v^2 cancels against p^2, so their g is recomputed without
+  cancellation, as (1 - p)^2 + sum_{v != y} pi_v^2 (:mod:`gmts_core.metrics`), from the final
+  hidden states of that same forward (captured by a hook): an extra LM-head pass over those
+  rows only, no backward. g is then within float32 rounding of the float64 value.
 - The advantages come from ``inputs["advantages"]``; the loss-aggregation weights w_i follow
-  TRL's ``loss_type`` (:data:`TRL_LOSS_AGGREGATION`), so gamma = |A_i| w_i g is the norm of
-  the gradient of TRL's own loss at each token's logits (on-policy, before clipping).
+  TRL's ``loss_type`` (:data:`TRL_LOSS_AGGREGATION`). The per-token coefficient omega_t
+  (:mod:`gmts_core.coefficient`) takes the ratio to ``old_per_token_logps`` (``num_iterations``
+  > 1), the clip (``epsilon``, ``epsilon_high``, ``delta``) and the k3 KL term to
+  ``ref_per_token_logps`` (``beta`` > 0) into account, so gamma = w_i |omega_t| g is the exact
+  norm of the gradient of TRL's own loss at each selected token's logits for the clipped loss
+  types (grpo, bnpo, dr_grpo, dapo) with token-level importance sampling (with or without
+  ``use_bias_correction_kl``). For the other loss types (cispo, sapo, vespo), sequence-level
+  importance sampling or an off-policy mask it is exact only at the on-policy point without KL
+  (a warning says so).
 - Under several processes the per-token quantities are gathered (``pad_across_processes`` +
   ``gather``, as TRL does for its entropy quantile), every process runs the same
   :func:`gmts_core.selection.select` on the whole batch, so the top-k is global, and each takes
@@ -34,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -44,9 +54,11 @@ from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
 from gmts_core.aggregation import loss_weights
+from gmts_core.coefficient import ClipSettings, effective_coefficient, selection_inputs
 from gmts_core.errors import InvalidInputError
+from gmts_core.head import head_path
 from gmts_core.integrations.selection_log import SelectionLogger
-from gmts_core.metrics import grad_proxy
+from gmts_core.metrics import token_stats_chunked
 from gmts_core.selection import METHODS, Selection, SelectionInputs, select, top_k_count
 from gmts_core.summaries import gradient_coverage, overlap
 
@@ -70,6 +82,10 @@ TRL_LOSS_AGGREGATION: dict[str, str] = {
 }
 
 _FUSED_OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs")
+_EXACT_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+# Tokens at least this probable get g from their logits (no cancellation): below it the float32
+# cancellation in sum pi^2 - p^2 costs less than 1e-3 of g (error ~ 1e-7 vs (1 - p)^2 >= 2.5e-3).
+CONFIDENT_PROB = 0.95
 
 
 def aggregation_for_loss_type(loss_type: str) -> str:
@@ -99,12 +115,11 @@ def grad_norm_from_logprob(
 ) -> torch.Tensor:
     """g = (1/tau) sqrt(1 - 2p + sum pi^2) from log p and log(sum_v pi_v^2), in float64.
 
-    Written as (1 - p)^2 + (sum pi^2 - p^2), the second term being sum_{v != y} pi_v^2. For a
-    confident token that difference cancels in the kernel's float32 sums, so it is clamped to
-    its exact range [(1 - p)^2 / (V - 1), (1 - p)^2]: g is then within a factor sqrt(2) of the
-    truth however confident the token, and equal to
-    :func:`gmts_core.metrics.grad_norm_from_probs` (same formula) wherever nothing cancels.
-    Shapes: (n,) each.
+    Written as (1 - p)^2 + (sum pi^2 - p^2), the second term being sum_{v != y} pi_v^2. That
+    difference cancels in the kernel's float32 sums for confident tokens (relative error ~1e-7
+    / (1 - p)^2), so it is clamped to its exact range [(1 - p)^2 / (V - 1), (1 - p)^2] (g within
+    a factor sqrt(2)); the trainer recomputes those tokens (p >= CONFIDENT_PROB) from their
+    logits with :func:`gmts_core.metrics.token_stats`. Shapes: (n,) each.
     """
     lp = logprob.double()
     p = lp.exp()
@@ -160,7 +175,26 @@ class GMTSGRPOTrainer(GRPOTrainer):
         self.selection_log = SelectionLogger(output_dir) if log_selection else None
         self.aggregation = aggregation_for_loss_type(self.loss_type)
         self._vocab = int(self._base_model().get_output_embeddings().weight.shape[0])
+        self._hidden: list[torch.Tensor] = []
         self._add_gmts_lm_head()
+        self._exact_coefficient = self._coefficient_is_exact()
+
+    def _coefficient_is_exact(self) -> bool:
+        """Whether omega_t (ratio, clip, KL) is the loss's own coefficient for these settings."""
+        args: Any = self.args
+        exact = (
+            self.loss_type in _EXACT_LOSS_TYPES
+            and getattr(self, "importance_sampling_level", "token") == "token"
+            and getattr(args, "off_policy_mask_threshold", None) is None
+        )
+        if not exact:
+            logger.warning(
+                "GMTSGRPOTrainer: with loss_type=%s, importance_sampling_level=%s or an "
+                "off-policy mask, gamma = |A| w g is exact only on-policy without KL",
+                self.loss_type,
+                getattr(self, "importance_sampling_level", "token"),
+            )
+        return exact
 
     # --- hooks into TRL ------------------------------------------------------------------------
 
@@ -204,17 +238,24 @@ class GMTSGRPOTrainer(GRPOTrainer):
 
         base.forward = types.MethodType(forward_and_capture, base)
 
+        def keep_hidden(module: Any, f_args: Any, f_kwargs: Any, output: Any) -> None:
+            if self._capturing:  # the final hidden states, for confident tokens' exact g
+                self._hidden.append(output[0].detach())
+
+        body = getattr(base, base.base_model_prefix)
+        body.register_forward_hook(keep_hidden, with_kwargs=True)
+
     def _base_model(self) -> Any:
         """The policy under any PEFT wrapper: the module TRL gave its fused LM head."""
         model: Any = self.model
         return model.get_base_model() if is_peft_model(model) else model
 
     def _compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
-        self._captured, self._capturing, self._batch = [], True, inputs
+        self._captured, self._capturing, self._batch, self._hidden = [], True, inputs, []
         try:
             return super()._compute_loss(model, inputs)
         finally:
-            self._captured, self._capturing, self._batch = [], False, None
+            self._captured, self._capturing, self._batch, self._hidden = [], False, None, []
 
     def get_high_entropy_mask(
         self, entropies: torch.Tensor, mask: torch.Tensor, threshold: float
@@ -224,12 +265,17 @@ class GMTSGRPOTrainer(GRPOTrainer):
             raise RuntimeError("get_high_entropy_mask is only called from _compute_loss")
         valid = mask.bool()  # (B, T)
         logprob, log_sum_sq = self._captured_stats(entropies.shape)
+        old = self._batch.get("old_per_token_logps")
+        ref = self._batch.get("ref_per_token_logps") if self.beta != 0.0 else None
         applied = self.select_tokens(
             entropy=entropies.detach()[valid],
             logprob=logprob[valid],
             log_sum_sq_prob=log_sum_sq[valid],
             advantage=_per_token_advantages(self._batch["advantages"], valid),
             valid=valid,
+            old_logprob=None if old is None else old.detach()[valid],
+            ref_logprob=None if ref is None else ref.detach()[valid],
+            confident_grad_norm=self._confident_grad_norms(logprob, valid),
         )
         self._log_selection(applied)
         if self.selection_log is not None and getattr(self.model, "training", False):
@@ -251,6 +297,37 @@ class GMTSGRPOTrainer(GRPOTrainer):
         log_sum_sq = torch.cat([o.log_sum_sq_probs[:, -width:] for o in self._captured])
         return logprob, log_sum_sq
 
+    def _confident_grad_norms(
+        self, logprob: torch.Tensor, valid: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Exact g of the valid tokens with p >= CONFIDENT_PROB from their logits: (which of the
+        valid tokens (n,) bool, their g (m,)); None when the hidden states were not captured."""
+        if len(self._hidden) != len(self._captured) or not self._hidden:
+            return None
+        width = logprob.shape[1]
+        hidden = torch.cat([h[:, :-1][:, -width:] for h in self._hidden])  # (B, T, D)
+        ids = self._batch["completion_ids"] if self._batch is not None else None
+        if ids is None or hidden.shape[:2] != valid.shape:
+            return None
+        confident = valid & (logprob >= math.log(CONFIDENT_PROB))  # (B, T)
+        which = confident[valid]  # (n,)
+        if not bool(which.any()):
+            return which, torch.empty(0, dtype=torch.float64)
+        path = head_path(self._base_model())
+        h = hidden[confident]  # (m, D)
+        try:
+            with torch.no_grad():
+                stats = token_stats_chunked(
+                    h.shape[0],
+                    lambda sl: path.logits(h[sl].to(path.head.weight.dtype)),
+                    ids[confident],
+                    self.temperature,
+                )
+        except RuntimeError as exc:  # e.g. a sharded head (FSDP2 DTensor) outside its forward
+            logger.warning("exact g of confident tokens unavailable (%s); using the bound", exc)
+            return None
+        return which, stats.grad_norm.double()
+
     # --- selection -----------------------------------------------------------------------------
 
     def select_tokens(
@@ -260,12 +337,28 @@ class GMTSGRPOTrainer(GRPOTrainer):
         log_sum_sq_prob: torch.Tensor,
         advantage: torch.Tensor,
         valid: torch.Tensor,
+        old_logprob: torch.Tensor | None = None,
+        ref_logprob: torch.Tensor | None = None,
+        confident_grad_norm: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> AppliedSelection:
-        """Gather this process's valid tokens (flat, (n,)), select globally, return the slice."""
+        """Gather this process's valid tokens (flat, (n,)), select globally, return the slice.
+
+        ``old_logprob`` (pi_old, None: on-policy) and ``ref_logprob`` (the reference, when
+        beta > 0) give the coefficient omega_t; ``confident_grad_norm`` (which tokens, their g)
+        replaces the kernel-derived g of confident tokens with the exact one.
+        """
         grad_norm = grad_norm_from_logprob(logprob, log_sum_sq_prob, self.temperature, self._vocab)
+        if confident_grad_norm is not None:
+            which, exact = confident_grad_norm
+            grad_norm[which.to(grad_norm.device)] = exact.to(grad_norm)
+        if not self._exact_coefficient:
+            old_logprob, ref_logprob = None, None
+        old = logprob if old_logprob is None else old_logprob  # ratio 1 on-policy
+        ref = logprob if ref_logprob is None else ref_logprob  # KL term 0 without a reference
         answer_id = valid.nonzero()[:, 0]  # (n,) local answer index of each valid token
         lengths = valid.sum(dim=1)  # (B,)
-        local_rows = torch.stack([entropy, logprob, grad_norm, advantage], dim=1).double()  # (n, 4)
+        columns = [entropy, logprob, grad_norm, advantage, old, ref]
+        local_rows = torch.stack([c.double() for c in columns], dim=1)  # (n, 6)
         rows, offset = self._gather_rows(local_rows)
         all_lengths, answer_offset = self._gather_rows(lengths.unsqueeze(1))
         answer_ids, _ = self._gather_rows((answer_id + answer_offset).unsqueeze(1))
@@ -279,19 +372,29 @@ class GMTSGRPOTrainer(GRPOTrainer):
     def _selection_inputs(
         self, rows: torch.Tensor, lengths: torch.Tensor, answer_ids: torch.Tensor
     ) -> SelectionInputs:
-        """SelectionInputs of the global batch; w_i from TRL's loss type via gmts_core."""
-        entropy, logprob, grad_norm, advantage = rows.unbind(dim=1)  # each (N,)
+        """SelectionInputs of the global batch; w_i from TRL's loss type via gmts_core, omega_t
+        from the ratio, clip and KL of TRL's loss (gmts_core.coefficient)."""
+        entropy, logprob, grad_norm, advantage, old, ref = rows.unbind(dim=1)  # each (N,)
         weights = loss_weights(lengths, self.aggregation, max_length=self.max_completion_length)
         w = weights[answer_ids.cpu()]  # (N,) per token
         self._selection_calls += 1
-        return SelectionInputs(
+        args: Any = self.args
+        settings = ClipSettings(
+            self.epsilon_low,
+            self.epsilon_high,
+            self.beta,
+            getattr(args, "delta", None),
+            bool(getattr(args, "use_bias_correction_kl", False)),
+        )
+        coefficient = effective_coefficient(advantage, w, settings, logprob, old, ref)
+        return selection_inputs(
             entropy=entropy,
             logprob=logprob,
             grad_norm=grad_norm,
-            grad_proxy=grad_proxy(advantage, w, grad_norm),
-            signal_scale=advantage.abs() * w,
+            weight=w,
             answer_index=answer_ids.cpu(),
             group_index=torch.zeros_like(answer_ids.cpu()),
+            coefficient=coefficient,
             seed=self.args.seed * 1_000_003 + self._selection_calls,
             advantage=advantage,
         )

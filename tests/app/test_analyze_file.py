@@ -79,3 +79,48 @@ def test_bad_line_fails_with_its_number_or_is_skipped(tmp_path: Path, model_root
     r = _run(str(path), "--model", str(model_root / TINY), "-o", str(out), "--skip-invalid")
     assert r.exit_code == 0, r.output
     assert [json.loads(x)["lines"] for x in out.read_text().splitlines()] == [[1], [3]]
+
+
+def test_completion_ids_are_analysed_as_the_trained_tokens(
+    tmp_path: Path, model_root: Path
+) -> None:
+    """With completion_ids the analysed tokens are exactly those ids (here one id per
+    character, which re-tokenizing the text would merge); without them the text is tokenized,
+    and every answer says which."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_root / TINY))
+    text = " 17 + 25 = 42"
+    per_char = [tok.convert_tokens_to_ids(tok.tokenize(c))[0] for c in text]
+    merged = list(tok(text, add_special_tokens=False)["input_ids"])
+    assert per_char != merged, "the test needs ids that the text does not re-tokenize to"
+    line = {
+        "prompt": "Q: 17+25=?\nA:",
+        "completion_ids": [per_char, merged],
+        "completions": [text, text],
+        "reference": "42",
+    }
+    text_line = {"prompt": "Q: 17+25=?\nA:", "completions": [text], "rewards": [1]}
+    path = tmp_path / "ids.jsonl"
+    path.write_text(json.dumps(line) + "\n" + json.dumps(text_line) + "\n")
+    out = tmp_path / "out.jsonl"
+    r = _run(str(path), "--model", str(model_root / TINY), "-o", str(out))
+    assert r.exit_code == 0, r.output
+    first, second = [json.loads(x) for x in out.read_text().splitlines()]
+    got = [[t["id"] for t in a["tokens"]] for a in first["answers"]]
+    assert got == [per_char, merged]
+    assert [a["tokenization"] for a in first["answers"]] == ["ids", "ids"]
+    # the reward rule reads the decoded ids
+    assert first["answers"][0]["text"] == tok.decode(per_char, skip_special_tokens=True)
+    assert [t["id"] for t in second["answers"][0]["tokens"]] == merged
+    assert second["answers"][0]["tokenization"] == "text"
+
+
+def test_completion_ids_outside_the_vocabulary_are_refused(
+    tmp_path: Path, model_root: Path
+) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"prompt": "Q", "completion_ids": [[1, 10**9]], "rewards": [1]}))
+    r = _run(str(path), "--model", str(model_root / TINY), "-o", str(tmp_path / "o.jsonl"))
+    assert r.exit_code != 0
+    assert "outside the vocabulary" in r.output
