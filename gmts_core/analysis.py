@@ -179,7 +179,7 @@ def _reward_group(
     lm: LoadedModel, group: _Group, spec: GroupInput, advantage: str, as_text: bool = True
 ) -> None:
     tok = lm.tokenizer
-    if spec.answers is not None and as_text:
+    if spec.answers is not None and spec.answer_ids is None and as_text:
         group.texts = list(spec.answers)  # given text is rewarded (and shown) as given
     else:
         group.texts = [tok.decode(a, skip_special_tokens=True) for a in group.answer_ids]

@@ -110,8 +110,8 @@ class GroupRequest(SamplingFields):
             None,
             min_length=1,
             description="Given answers as token ids (e.g. a trainer's completion_ids): analysed "
-            "as given, so the analysed tokens are the trained ones. With `answers` too, those "
-            "texts are shown and rewarded; without, the decoded ids are.",
+            "as given, so the analysed tokens are the trained ones; the reward rule reads (and "
+            "the response shows) their decoded text.",
         )
     )
     reward: RewardRule | None = Field(None, description="A reward rule with its reference.")
@@ -216,8 +216,9 @@ class AnalyzeRequest(SamplingFields):
             _check_group(self.answers, self.num_samples, self.reward, self.rewards, default_samples)
         for i, g in enumerate(self.groups or []):
             where = f"groups[{i}]: "
-            n = g.num_samples or (None if g.answers is not None else default_samples)
-            if g.rewards is not None and g.answers is None and n != len(g.rewards):
+            given = g.answers is not None or g.answer_ids is not None
+            n = g.num_samples or (None if given else default_samples)
+            if g.rewards is not None and not given and n != len(g.rewards):
                 raise ValueError(f"{where}rewards has {len(g.rewards)} values for {n} answers")
         items: list[GroupRequest | AnalyzeRequest] = [*self.groups] if self.groups else [self]
         for i, item in enumerate(items):

@@ -11,6 +11,9 @@ from typer.testing import CliRunner
 
 import app.cli.analyze  # noqa: F401  (registers the command)
 from app.cli._app import cli
+from app.core.config import Settings
+from app.services.bodies import as_json
+from app.services.catalog import capabilities
 from app.ui.explore import method_choices
 from tests.app.api_helpers import given_body
 
@@ -44,4 +47,5 @@ def test_cli_help_lists_it_and_defaults_its_scope(tiny_llama_dir: Path) -> None:
 
 
 def test_ui_offers_it() -> None:
-    assert "gmts_paper" in method_choices()
+    caps = as_json(capabilities(Settings()))
+    assert "gmts_paper" in [value for _, value in method_choices(caps)]
