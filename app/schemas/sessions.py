@@ -1,7 +1,7 @@
 """Request and response models of the live-RL session routes (``/v1/sessions``).
 
 Every RL knob is optional in a request: a session is created with the defaults of
-:class:`gmts_core.rl.RLConfig` plus the knobs given, and a step request may override any knob
+:class:`gmts_core.config.RLConfig` plus the knobs given, and a step request may override any knob
 for its steps only. Registry names (selection method, advantage, aggregation, reward rule) are
 checked here, so a typo is a 422 listing the valid names.
 """
@@ -16,12 +16,20 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from app.schemas import Num
 from gmts_core.advantages import ADVANTAGES
 from gmts_core.aggregation import AGGREGATIONS
+from gmts_core.config import RLConfig, knob_info
 from gmts_core.rewards import get_reward
-from gmts_core.rl import RLConfig, RLPrompt
+from gmts_core.rl import RLPrompt
 from gmts_core.selection import METHODS
 
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 MAX_SEED = 2**32 - 1
+
+
+def knob_field(name: str) -> Any:
+    """An optional request field for the RLConfig knob ``name``: its help and bounds as
+    documented once in :mod:`gmts_core.config`."""
+    help_text, bounds = knob_info(RLConfig, name)
+    return Field(None, description=help_text, **bounds)
 
 
 class RLKnobs(BaseModel):
@@ -29,26 +37,24 @@ class RLKnobs(BaseModel):
 
     model_config = _STRICT
 
-    method: str | None = Field(None, description="Selection method of the training mask.")
-    ratio: float | None = Field(None, gt=0, le=1, description="Share of tokens selected.")
-    scope: Literal["batch", "group", "answer"] | None = None
-    group_size: int | None = Field(None, ge=2, le=64, description="Answers per prompt (G).")
-    prompts_per_step: int | None = Field(None, ge=1, le=64, description="Demo prompts per step.")
-    learning_rate: float | None = Field(None, ge=0, le=1)
-    inner_steps: int | None = Field(None, ge=1, le=16, description="Updates per batch.")
-    warmup_steps: int | None = Field(
-        None, ge=0, le=10_000, description="Linear learning-rate warmup over the first steps."
-    )
-    epsilon_low: float | None = Field(None, ge=0, le=1)
-    epsilon_high: float | None = Field(None, ge=0, le=10)
-    beta: float | None = Field(None, ge=0, le=100, description="KL weight (k3 estimator).")
-    max_grad_norm: float | None = Field(None, gt=0, le=1e6)
-    weight_decay: float | None = Field(None, ge=0, le=1)
-    temperature: float | None = Field(None, gt=0, le=10)
-    top_p: float | None = Field(None, gt=0, le=1)
-    max_new_tokens: int | None = Field(None, ge=1, le=4096)
-    advantage: str | None = None
-    loss_aggregation: str | None = None
+    method: str | None = knob_field("method")
+    ratio: float | None = knob_field("ratio")
+    scope: Literal["batch", "group", "answer"] | None = knob_field("scope")
+    group_size: int | None = knob_field("group_size")
+    prompts_per_step: int | None = knob_field("prompts_per_step")
+    learning_rate: float | None = knob_field("learning_rate")
+    inner_steps: int | None = knob_field("inner_steps")
+    warmup_steps: int | None = knob_field("warmup_steps")
+    epsilon_low: float | None = knob_field("epsilon_low")
+    epsilon_high: float | None = knob_field("epsilon_high")
+    beta: float | None = knob_field("beta")
+    max_grad_norm: float | None = knob_field("max_grad_norm")
+    weight_decay: float | None = knob_field("weight_decay")
+    temperature: float | None = knob_field("temperature")
+    top_p: float | None = knob_field("top_p")
+    max_new_tokens: int | None = knob_field("max_new_tokens")
+    advantage: str | None = knob_field("advantage")
+    loss_aggregation: str | None = knob_field("loss_aggregation")
 
     @field_validator("method")
     @classmethod
