@@ -36,7 +36,6 @@ class TokenRecord:
     grad_head: float | None = None
 
 
-
 @dataclass
 class AnswerRecord:
     index: int
@@ -58,7 +57,6 @@ class AnswerRecord:
         return {m: sum(t.selected[m] for t in self.tokens) for m in methods}
 
 
-
 @dataclass
 class GroupRecord:
     index: int
@@ -67,14 +65,12 @@ class GroupRecord:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-
 @dataclass
 class AnalysisResult:
     model: str
     groups: list[GroupRecord]
     summary: dict[str, Any]
     config: AnalysisConfig
-
 
     def iter_answers(self) -> list[tuple[GroupRecord, AnswerRecord]]:
         return [(g, a) for g in self.groups for a in g.answers]

@@ -108,7 +108,6 @@ class StepMetrics:
         )
 
 
-
 @dataclass
 class TokenChange:
     """One answer token's log-probability before and after the step's update."""
@@ -136,7 +135,6 @@ class AnswerChange:
     reward: float
     advantage: float
     tokens: list[TokenChange]
-
 
 
 def answer_changes(

@@ -29,7 +29,7 @@ def knob_field(name: str) -> Any:
     """An optional request field for the RLConfig knob ``name``: its help and bounds as
     documented once in :mod:`gmts_core.config`."""
     help_text, bounds = knob_info(RLConfig, name)
-    return Field(None, description=help_text, **bounds)
+    return Field(None, description=help_text, **bounds)  # type: ignore[call-overload]
 
 
 class RLKnobs(BaseModel):
