@@ -1,12 +1,13 @@
 """The algorithm knobs, in one place: an analysis (:class:`AnalysisConfig`) and a GRPO step
-(:class:`RLConfig`). Plain frozen dataclasses with ``validate()``; each field's comment is its
-documentation, and the app's request models and forms take their defaults from here.
+(:class:`RLConfig`). Plain frozen dataclasses with ``validate()``. Each GRPO knob is documented
+once, as a :func:`knob` (default, help, bounds); the app's request models, UI forms and CLI options
+take their help, bounds and defaults from here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 from gmts_core.bounds import MIN_TEMPERATURE
 from gmts_core.errors import InvalidInputError
@@ -14,6 +15,19 @@ from gmts_core.selection import SCOPES, list_methods
 
 if TYPE_CHECKING:
     from gmts_core.modeling import LoadedModel
+
+
+def knob(default: Any, help: str, **bounds: float) -> Any:
+    """A documented config field: its default, one line of help and its bounds (``ge``, ``gt``,
+    ``le``, ``lt``), read by the app's request models, forms and CLI options (:func:`knob_info`)."""
+    return field(default=default, metadata={"help": help, "bounds": bounds})
+
+
+def knob_info(config: type, name: str) -> tuple[str, dict[str, float]]:
+    """The help text and bounds of field ``name`` of a config dataclass."""
+    meta = {f.name: f.metadata for f in fields(config)}[name]
+    return meta["help"], dict(meta["bounds"])
+
 
 DEFAULT_METHODS = ("entropy", "gmts", "gmts_entropy", "gmts_paper", "surprisal", "random", "all")
 """The selection methods an analysis reports when the caller names none."""
@@ -71,35 +85,54 @@ class AnalysisConfig:
 class RLConfig:
     """Every knob of a GRPO step (defaults tuned on the demo model; see benchmarks/rl_gain.py)."""
 
-    method: str = "gmts"  # selection method whose mask the loss uses
-    ratio: float = 0.2  # share of answer tokens selected (k = ceil(ratio * N))
-    scope: str = "batch"  # selection scope: batch | group | answer
-    group_size: int = 8  # G answers sampled per prompt
-    prompts_per_step: int = 8  # prompts in a batch drawn from the demo task
-    learning_rate: float = 1e-4  # stable on the demo model even with small batches
-    warmup_steps: int = 0  # linear warmup of the learning rate over the first steps
-    inner_steps: int = 1  # optimizer updates per sampled batch (PPO epochs)
-    epsilon_low: float = 0.2
-    epsilon_high: float = 0.28  # DAPO's clip-higher
-    beta: float = 0.0  # weight of the k3 KL term to the reference (the starting policy)
-    max_grad_norm: float = 1.0
-    weight_decay: float = 0.0
-    optimizer: str = "adamw"  # adamw | sgd
-    adam_betas: tuple[float, float] = (0.9, 0.99)
-    adam_epsilon: float = 1e-8  # larger values damp the updates of parameters with tiny gradients
-    temperature: float = 1.0  # sampling temperature and tau of the loss's log-probs
-    top_p: float = 1.0
-    max_new_tokens: int = 48
-    advantage: str = "grpo"
-    loss_aggregation: str = "token_mean"
-    chat_template: bool = False
-    measure_kl: bool = True  # report KL even when beta is 0 (one more forward pass)
-    max_batch_tokens: int = 8192  # padded tokens per forward/backward micro-batch
-    report_methods: tuple[str, ...] = ("entropy", "gmts")  # wasted_share etc. also for these
-    # False (default): the selection made at the sampling point is kept for every inner update,
-    # as TRL does. True: before each later update the tokens are re-scored at the current policy
-    # (ratio, clip and KL in omega_t: gamma = w |omega| g) and re-selected; one more forward each.
-    reselect: bool = False
+    method: str = knob("gmts", "Selection method whose mask the loss uses.")
+    ratio: float = knob(0.2, "Share of answer tokens selected (k = ceil(ratio * N)).", gt=0, le=1)
+    scope: str = knob(
+        "batch",
+        "Selection scope: batch | group | answer (left out with a method given: the method's "
+        "default, group for gmts_paper as in the paper, batch for the others).",
+    )
+    group_size: int = knob(8, "Answers sampled per prompt (G).", ge=2, le=64)
+    prompts_per_step: int = knob(8, "Prompts per step (drawn from the demo task).", ge=1, le=64)
+    learning_rate: float = knob(
+        1e-4, "Peak learning rate (stable on the demo model even with small batches).", ge=0, le=1
+    )
+    warmup_steps: int = knob(
+        0, "Linear learning-rate warmup over the first steps.", ge=0, le=10_000
+    )
+    inner_steps: int = knob(1, "Optimizer updates per sampled batch (PPO epochs).", ge=1, le=16)
+    epsilon_low: float = knob(0.2, "PPO clip range below 1.", ge=0, le=1)
+    epsilon_high: float = knob(0.28, "PPO clip range above 1 (DAPO's clip-higher).", ge=0, le=10)
+    beta: float = knob(0.0, "Weight of the k3 KL term to the starting policy.", ge=0, le=100)
+    max_grad_norm: float = knob(1.0, "Gradient-norm clipping.", gt=0, le=1e6)
+    weight_decay: float = knob(0.0, "Weight decay of the optimizer.", ge=0, le=1)
+    optimizer: str = knob("adamw", "adamw | sgd.")
+    adam_betas: tuple[float, float] = knob((0.9, 0.99), "AdamW's betas.")
+    adam_epsilon: float = knob(
+        1e-8, "AdamW's epsilon (larger values damp parameters with tiny gradients)."
+    )
+    temperature: float = knob(
+        1.0,
+        "Sampling temperature and tau of the loss's log-probs (at least 0.001).",
+        ge=MIN_TEMPERATURE,
+        le=10,
+    )
+    top_p: float = knob(1.0, "Nucleus sampling.", gt=0, le=1)
+    max_new_tokens: int = knob(48, "Longest sampled answer (tokens).", ge=1, le=4096)
+    advantage: str = knob("grpo", "Advantage estimator: grpo | dr_grpo | rloo.")
+    loss_aggregation: str = knob("token_mean", "Loss aggregation of the token terms.")
+    chat_template: bool = knob(False, "Wrap prompts in the tokenizer's chat template.")
+    measure_kl: bool = knob(True, "Report KL even when beta is 0 (one more forward pass).")
+    max_batch_tokens: int = knob(8192, "Padded tokens per forward/backward micro-batch.", ge=1)
+    report_methods: tuple[str, ...] = knob(
+        ("entropy", "gmts"), "Methods whose wasted share etc. are reported too."
+    )
+    reselect: bool = knob(
+        False,
+        "Re-select the training tokens before every inner update after the first, by "
+        "gamma = w |omega| g at the current policy (ratio, clip and KL in omega); default false: "
+        "the selection made at sampling is kept for all inner updates, as TRL does.",
+    )
 
     def validate(self) -> None:
         if self.method not in list_methods():

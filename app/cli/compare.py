@@ -7,7 +7,7 @@ and ``table.md`` (the final table) into ``--out``, and prints the table.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import torch
 import typer
@@ -18,6 +18,7 @@ from rich.table import Table
 from app.cli._app import cli
 from app.cli.common import fail, load_cli_model, services
 from app.reports.compare_report import TABLE_HEADER, table_rows
+from app.services.catalog import rl_knob
 from app.services.compare import (
     COMPARE_RECIPE,
     DEFAULT_COMPARE_METHODS,
@@ -45,6 +46,13 @@ def _print_table(result: CompareResult, console: Console) -> None:
     console.print(table)
 
 
+def rl_option(name: str) -> Any:
+    """A GRPO knob's option: help and bounds as documented once on RLConfig."""
+    help_text, bounds = rl_knob(name)
+    low = bounds.get("ge", bounds.get("gt"))
+    return typer.Option(help=help_text, min=low, max=bounds.get("le"))
+
+
 @cli.command("compare")
 def compare_command(
     methods: Annotated[str, typer.Option(help="Comma-separated methods.")] = ",".join(
@@ -54,18 +62,14 @@ def compare_command(
     steps: Annotated[int, typer.Option(help="GRPO steps per run.")] = CompareConfig.steps,
     seeds: Annotated[int, typer.Option(help="Seeds per method.")] = CompareConfig.seeds,
     model: Annotated[str, typer.Option(help="Alias or local folder.")] = "tiny-arith",
-    group_size: Annotated[int, typer.Option(help="Answers per prompt (G).")] = 8,
+    group_size: Annotated[int, rl_option("group_size")] = 8,
     prompts_per_step: Annotated[
-        int, typer.Option(help="Prompts per step.")
+        int, rl_option("prompts_per_step")
     ] = COMPARE_RECIPE.prompts_per_step,
-    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = COMPARE_RECIPE.learning_rate,
-    inner_steps: Annotated[
-        int, typer.Option(help="Updates per batch.")
-    ] = COMPARE_RECIPE.inner_steps,
-    warmup_steps: Annotated[
-        int, typer.Option(help="Linear learning-rate warmup steps.")
-    ] = COMPARE_RECIPE.warmup_steps,
-    max_new_tokens: Annotated[int, typer.Option(help="Longest sampled answer.")] = 48,
+    lr: Annotated[float, rl_option("learning_rate")] = COMPARE_RECIPE.learning_rate,
+    inner_steps: Annotated[int, rl_option("inner_steps")] = COMPARE_RECIPE.inner_steps,
+    warmup_steps: Annotated[int, rl_option("warmup_steps")] = COMPARE_RECIPE.warmup_steps,
+    max_new_tokens: Annotated[int, rl_option("max_new_tokens")] = 48,
     eval_every: Annotated[int, typer.Option(help="Evaluate every N steps.")] = 10,
     eval_problems: Annotated[int, typer.Option(help="Held-out problems.")] = 200,
     threads: Annotated[int, typer.Option(help="torch CPU threads (0: torch's default).")] = 0,

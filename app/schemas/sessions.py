@@ -1,7 +1,7 @@
 """Request and response models of the live-RL session routes (``/v1/sessions``).
 
 Every RL knob is optional in a request: a session is created with the defaults of
-:class:`gmts_core.rl.RLConfig` plus the knobs given, and a step request may override any knob
+:class:`gmts_core.config.RLConfig` plus the knobs given, and a step request may override any knob
 for its steps only. Registry names (selection method, advantage, aggregation, reward rule) are
 checked here, so a typo is a 422 listing the valid names.
 """
@@ -18,12 +18,20 @@ from app.schemas.strict import NoBoolNumbers
 from gmts_core.advantages import ADVANTAGES
 from gmts_core.aggregation import AGGREGATIONS
 from gmts_core.bounds import MIN_TEMPERATURE
+from gmts_core.config import RLConfig, knob_info
 from gmts_core.rewards import get_reward
-from gmts_core.rl import RLConfig, RLPrompt
+from gmts_core.rl import RLPrompt
 from gmts_core.selection import METHODS
 
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 MAX_SEED = 2**32 - 1
+
+
+def knob_field(name: str) -> Any:
+    """An optional request field for the RLConfig knob ``name``: its help and bounds as
+    documented once in :mod:`gmts_core.config`."""
+    help_text, bounds = knob_info(RLConfig, name)
+    return Field(None, description=help_text, **bounds)  # type: ignore[call-overload]
 
 
 class RLKnobs(NoBoolNumbers):
@@ -31,38 +39,25 @@ class RLKnobs(NoBoolNumbers):
 
     model_config = _STRICT
 
-    method: str | None = Field(None, description="Selection method of the training mask.")
-    ratio: float | None = Field(None, gt=0, le=1, description="Share of tokens selected.")
-    scope: Literal["batch", "group", "answer"] | None = Field(
-        None,
-        description="Selection scope; when left out with a method given, the method's default "
-        "(group for gmts_paper, as in the paper; batch for the others).",
-    )
-    group_size: int | None = Field(None, ge=2, le=64, description="Answers per prompt (G).")
-    prompts_per_step: int | None = Field(None, ge=1, le=64, description="Demo prompts per step.")
-    learning_rate: float | None = Field(None, ge=0, le=1)
-    inner_steps: int | None = Field(None, ge=1, le=16, description="Updates per batch.")
-    warmup_steps: int | None = Field(
-        None, ge=0, le=10_000, description="Linear learning-rate warmup over the first steps."
-    )
-    epsilon_low: float | None = Field(None, ge=0, le=1)
-    epsilon_high: float | None = Field(None, ge=0, le=10)
-    beta: float | None = Field(None, ge=0, le=100, description="KL weight (k3 estimator).")
-    max_grad_norm: float | None = Field(None, gt=0, le=1e6)
-    weight_decay: float | None = Field(None, ge=0, le=1)
-    temperature: float | None = Field(
-        None, ge=MIN_TEMPERATURE, le=10, description="Sampling temperature (at least 0.001)."
-    )
-    top_p: float | None = Field(None, gt=0, le=1)
-    max_new_tokens: int | None = Field(None, ge=1, le=4096)
-    advantage: str | None = None
-    loss_aggregation: str | None = None
-    reselect: bool | None = Field(
-        None,
-        description="Re-select the training tokens before every inner update after the first, "
-        "by gamma = w |omega| g at the current policy (ratio, clip and KL in omega); default "
-        "false: the selection made at sampling is kept for all inner updates, as TRL does.",
-    )
+    method: str | None = knob_field("method")
+    ratio: float | None = knob_field("ratio")
+    scope: Literal["batch", "group", "answer"] | None = knob_field("scope")
+    group_size: int | None = knob_field("group_size")
+    prompts_per_step: int | None = knob_field("prompts_per_step")
+    learning_rate: float | None = knob_field("learning_rate")
+    inner_steps: int | None = knob_field("inner_steps")
+    warmup_steps: int | None = knob_field("warmup_steps")
+    epsilon_low: float | None = knob_field("epsilon_low")
+    epsilon_high: float | None = knob_field("epsilon_high")
+    beta: float | None = knob_field("beta")
+    max_grad_norm: float | None = knob_field("max_grad_norm")
+    weight_decay: float | None = knob_field("weight_decay")
+    temperature: float | None = knob_field("temperature")
+    top_p: float | None = knob_field("top_p")
+    max_new_tokens: int | None = knob_field("max_new_tokens")
+    advantage: str | None = knob_field("advantage")
+    loss_aggregation: str | None = knob_field("loss_aggregation")
+    reselect: bool | None = knob_field("reselect")
 
     @field_validator("method")
     @classmethod

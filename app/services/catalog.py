@@ -13,7 +13,7 @@ from app.schemas.methods import MethodOut
 from app.services.methods import list_method_infos
 from gmts_core.advantages import ADVANTAGES
 from gmts_core.aggregation import AGGREGATIONS
-from gmts_core.config import DEFAULT_METHODS, RLConfig
+from gmts_core.config import DEFAULT_METHODS, RLConfig, knob_info
 from gmts_core.rewards import list_rewards
 from gmts_core.selection import SCOPES
 from gmts_core.tasks.arith import ArithProblem, ExamplePrompt, example_prompts, generate_problems
@@ -34,6 +34,11 @@ LIMIT_SETTINGS = (
     "gradcheck_max_parameters",
 )
 """The request limits a client may want to know before it asks (each a GMTS_* setting)."""
+
+
+def rl_knob(name: str) -> tuple[str, dict[str, float]]:
+    """The help text and bounds of the GRPO knob ``name`` (documented once on RLConfig)."""
+    return knob_info(RLConfig, name)
 
 
 def method_infos() -> list[MethodOut]:

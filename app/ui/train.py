@@ -18,7 +18,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from app.services.catalog import RL_DEFAULTS
+from app.services.catalog import RL_DEFAULTS, rl_knob
 from app.services.errors import SessionNotFoundError
 from app.ui.charts import _LAYOUT, OKABE_ITO
 from app.ui.client import Backend
@@ -286,6 +286,11 @@ def reset_session(backend: Backend, session_id: str | None) -> TrainView:
 FORM_FIELDS = [name for name in asdict(TrainForm())]
 
 
+def help_of(knob: str) -> str:
+    """A GRPO knob's one line of help, as documented on RLConfig."""
+    return rl_knob(knob)[0]
+
+
 def _controls(ctx: Any) -> dict[str, Any]:
     import gradio as gr
 
@@ -304,17 +309,34 @@ def _controls(ctx: Any) -> dict[str, Any]:
             label="Selection method",
             elem_id="train-method",
         )
-        c["ratio"] = gr.Slider(0.05, 1.0, 0.2, step=0.05, label="Ratio", elem_id="train-ratio")
+        c["ratio"] = gr.Slider(
+            0.05, 1.0, 0.2, step=0.05, label="Ratio", info=help_of("ratio"), elem_id="train-ratio"
+        )
         c["learning_rate"] = gr.Number(
-            RL_DEFAULTS.learning_rate, label="Learning rate", minimum=0, maximum=1, step=1e-5
+            RL_DEFAULTS.learning_rate,
+            label="Learning rate",
+            info=help_of("learning_rate"),
+            minimum=0,
+            maximum=1,
+            step=1e-5,
         )
     with gr.Row():
-        c["group_size"] = gr.Slider(2, 16, 8, step=1, label="Group size G", elem_id="train-g")
+        c["group_size"] = gr.Slider(
+            2, 16, 8, step=1, label="Group size G", info=help_of("group_size"), elem_id="train-g"
+        )
         c["prompts_per_step"] = gr.Slider(
             1, 8, 4, step=1, label="Prompts per step", elem_id="train-prompts"
         )
+        # at most the backend's limit (a slider needs two distinct ends)
+        max_new = max(2, min(128, int(ctx.capabilities["limits"]["max_new_tokens"])))
         c["max_new_tokens"] = gr.Slider(
-            8, 128, 48, step=4, label="Max new tokens", elem_id="train-max-new"
+            1,
+            max_new,
+            min(48, max_new),
+            step=1,
+            label="Max new tokens",
+            info=help_of("max_new_tokens"),
+            elem_id="train-max-new",
         )
         c["steps"] = gr.Slider(
             1, max_steps, min(5, max_steps), step=1, label="Steps per run", elem_id="train-steps"

@@ -35,7 +35,7 @@ SERVER = textwrap.dedent(
 
     register_method("server_only", "a method only the server registered")(lambda x: x.entropy)
     register_reward("server_rule")(lambda t, r: RewardVerdict(1.0, "server_rule", t, r, "correct"))
-    settings = Settings(ui_enabled=False, torch_threads=1, max_session_steps=7)
+    settings = Settings(ui_enabled=False, torch_threads=1, max_session_steps=7, max_new_tokens=40)
     uvicorn.run(create_app(settings), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
     """
 )
@@ -83,5 +83,6 @@ def test_remote_ui_lists_the_servers_methods_rules_and_limits(server_url: str) -
     for elem_id in ("method-a", "method-b", "train-method", "compare-methods"):
         assert "server_only" in _choices(blocks, elem_id), elem_id
     assert "server_rule" in _choices(blocks, "reward-kind")
-    (steps,) = [b for b in blocks.blocks.values() if getattr(b, "elem_id", None) == "train-steps"]
-    assert steps.maximum == 7  # the server's GMTS_MAX_SESSION_STEPS, not this process's
+    by_id = {getattr(b, "elem_id", None): b for b in blocks.blocks.values()}
+    assert by_id["train-steps"].maximum == 7  # the server's GMTS_MAX_SESSION_STEPS, not ours
+    assert by_id["train-max-new"].maximum == 40  # the server's GMTS_MAX_NEW_TOKENS
