@@ -28,6 +28,24 @@ def test_ui_is_served_with_its_assets(root: Path) -> None:
         assert config.status_code == 200
         assert ".tok" in config.text  # the renderer's CSS travels in the config
         assert client.get("/healthz").status_code == 200  # the API still answers
+    assert_method_pickers_describe_each_method(config.json()["components"])
+
+
+PICKERS = ("method-a", "method-b", "compare-methods", "train-method")
+
+
+def assert_method_pickers_describe_each_method(components: list[dict]) -> None:
+    """The four method pickers list every method as "name: one-line description"."""
+    pickers = {
+        c["props"]["elem_id"]: c["props"]["choices"]
+        for c in components
+        if c.get("props", {}).get("elem_id") in PICKERS
+    }
+    assert set(pickers) == set(PICKERS)
+    for choices in pickers.values():
+        labels = {value: label for label, value in choices}
+        assert labels["gtpo"].startswith("gtpo: GTPO") and labels["rsi"].startswith("rsi: RSI")
+        assert "Clip-Cov" in labels["clip_cov"] and "TR-GRPO" in labels["high_prob"]
 
 
 def test_ui_can_be_disabled(root: Path) -> None:
@@ -88,19 +106,3 @@ def test_remote_and_local_backends_give_the_same_result(model_root: Path) -> Non
             remote.analyze(given_body(selection={"ratio": 2}))
         with pytest.raises(GMTSError, match="ratio"):
             local.analyze(given_body(selection={"ratio": 2}))
-
-
-def test_method_pickers_show_each_method_with_its_description(root: Path) -> None:
-    with TestClient(create_app(make_settings(root, ui_enabled=True))) as client:
-        components = client.get("/ui/config").json()["components"]
-    pickers = {
-        c["props"]["elem_id"]: c["props"]["choices"]
-        for c in components
-        if c.get("props", {}).get("elem_id")
-        in ("method-a", "method-b", "compare-methods", "train-method")
-    }
-    assert set(pickers) == {"method-a", "method-b", "compare-methods", "train-method"}
-    for choices in pickers.values():
-        labels = {value: label for label, value in choices}
-        assert labels["gtpo"].startswith("gtpo: GTPO") and labels["rsi"].startswith("rsi: RSI")
-        assert "Clip-Cov" in labels["clip_cov"] and "TR-GRPO" in labels["high_prob"]
