@@ -150,7 +150,7 @@ def test_proxy_check_of_the_explore_group(
     page.get_by_text("Paste answers instead of sampling").click()
     page.fill("#answers textarea", " 7+8=15 carry 1, 4+3+1=8, so 85\n 7+8=15, 4+3=7, so 75")
     page.click("#analyze-btn")
-    page.wait_for_selector("#token-view .gmts-view[data-group] .tok")
+    page.wait_for_selector("#json-download", state="visible")  # the new group, not the example
     page.get_by_role("tab", name="Proxy check").click()
     page.click("#proxy-run-btn")
     page.wait_for_selector("#proxy-scatter .js-plotly-plot .scatterlayer .point")
