@@ -19,6 +19,7 @@ from rich.table import Table
 
 from app.cli._app import cli
 from app.cli.common import fail, load_cli_model
+from app.ui.palette import method_color
 from gmts_core.compare import (
     COMPARE_RECIPE,
     DEFAULT_METHODS,
@@ -42,7 +43,7 @@ def write_outputs(result: CompareResult, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "compare.json", out / "compare.html", out / "table.md"]
     paths[0].write_text(json.dumps(result.to_dict(), indent=1) + "\n")
-    paths[1].write_text(compare_html(result))
+    paths[1].write_text(compare_html(result, method_color))
     paths[2].write_text(table_markdown(result) + "\n")
     return paths
 

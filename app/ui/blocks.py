@@ -27,7 +27,8 @@ logger = logging.getLogger(__name__)
 
 FORM_FIELDS = [f.name for f in fields(explore.ExploreForm)]
 INTRO = (
-    "**GMTS Explorer — which answer tokens drive learning?** Sample a group of answers (or paste your own), reward them, and compare which tokens two "
+    "**GMTS Explorer — which answer tokens drive learning?** Sample a group of answers "
+    "(or paste your own), reward them, and compare which tokens two "
     "selection methods would train on: **entropy** (the 80/20 rule) vs **gmts** (gradient "
     "magnitude). Hover a token for its numbers."
 )

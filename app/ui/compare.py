@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from app.ui.palette import method_color
 from gmts_core.compare import CompareConfig, CompareResult, RunCurve
 from gmts_core.compare_report import TABLE_HEADER, compare_figures, compare_html, table_rows
 from gmts_core.errors import InvalidInputError, LimitExceededError
@@ -26,6 +27,12 @@ from gmts_core.rl import RLConfig
 Json = dict[str, Any]
 MAX_FILE_BYTES = 50_000_000
 FIGURES = ("accuracy", "reward", "wasted_share", "loss")
+FIGURE_LABELS = {
+    "accuracy": "Held-out accuracy",
+    "reward": "Training reward",
+    "wasted_share": "Wasted share",
+    "loss": "Loss",
+}
 
 
 @dataclass
@@ -159,7 +166,7 @@ def compare_view(result: CompareResult) -> list[Any]:
     """Summary, final table and the four figures, in ``FIGURES`` order."""
     import pandas as pd
 
-    figs = compare_figures(result)
+    figs = compare_figures(result, method_color)
     table = pd.DataFrame(table_rows(result), columns=TABLE_HEADER)
     return [summary_markdown(result), table, *(figs[k] for k in FIGURES)]
 
@@ -169,7 +176,7 @@ def write_downloads(result: CompareResult) -> tuple[Path, Path]:
     out = Path(tempfile.mkdtemp(prefix="gmts-compare-"))
     json_path, html_path = out / "compare.json", out / "compare.html"
     json_path.write_text(json.dumps(result.to_dict(), indent=1) + "\n", encoding="utf-8")
-    html_path.write_text(compare_html(result), encoding="utf-8")
+    html_path.write_text(compare_html(result, method_color), encoding="utf-8")
     return json_path, html_path
 
 
@@ -216,14 +223,18 @@ def _outputs() -> list[Any]:
 
     summary = gr.Markdown(elem_id="compare-summary")
     table = gr.Dataframe(
-        headers=TABLE_HEADER, label="Final table (mean ± std over seeds)", interactive=False,
+        headers=TABLE_HEADER, label="Final table (± std with several seeds)", interactive=False,
         elem_id="compare-table",
     )  # fmt: skip
     plots = []
     for i in range(0, len(FIGURES), 2):
         with gr.Row():
             plots += [
-                gr.Plot(label=k, elem_id=f"compare-{k.replace('_', '-')}-plot", min_width=300)
+                gr.Plot(
+                    label=FIGURE_LABELS[k],
+                    elem_id=f"compare-{k.replace('_', '-')}-plot",
+                    min_width=300,
+                )
                 for k in FIGURES[i : i + 2]
             ]
     return [summary, table, *plots]

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
+from app.ui.palette import css_vars
+
 Json = dict[str, Any]
 
 
@@ -116,18 +118,30 @@ def mark_class(sel_a: bool, sel_b: bool) -> str:
     return "mark-a" if sel_a else "mark-b" if sel_b else ""
 
 
-def tooltip_text(tok: Json, answer_index: int, methods: tuple[str, str]) -> str:
+def rank_lines(tok: Json, methods: tuple[str, str], pool: str, zero: bool) -> list[str]:
+    """Each method's rank of this token, with what the rank is out of and the verdict spelt out.
+
+    ``pool`` says what the rank counts over (e.g. "of 214 tokens, top k = 43 selected").
+    In a zero-signal group every gradient score ties at 0, so no rank there means anything.
+    """
+    if zero:
+        return ["ranks: none that matter — all rewards equal, so A = 0 and no token has a gradient"]
+    ranks, sel = tok.get("ranks", {}), tok.get("selected", {})
+    shown = list(dict.fromkeys(methods)) + (["gmts"] if "gmts" in ranks else [])
+    lines = [f"rank {pool}:"]
+    for m in dict.fromkeys(shown):
+        verdict = "selected" if sel.get(m) else "not selected"
+        lines.append(f"  {m}: #{ranks.get(m, '—')} — {verdict}")
+    return lines
+
+
+def tooltip_text(
+    tok: Json, answer_index: int, methods: tuple[str, str], pool: str = "", zero: bool = False
+) -> str:
     """The plain-text tooltip of a token (lines separated by newlines)."""
-    ranks = tok.get("ranks", {})
-    sel = tok.get("selected", {})
     alts = " · ".join(
         f"{a.get('text', '')!r} {_fmt(a.get('prob'), 3)}" for a in tok.get("alternatives", [])
     )
-    rank_parts = [
-        f"{m} {ranks.get(m, '—')}{' ✓' if sel.get(m) else ''}" for m in dict.fromkeys(methods)
-    ]
-    if "gmts" not in methods and "gmts" in ranks:
-        rank_parts.append(f"gmts {ranks['gmts']}")
     return "\n".join(
         [
             f"answer #{answer_index} · position {tok.get('position')} · id {tok.get('id')} · "
@@ -135,7 +149,7 @@ def tooltip_text(tok: Json, answer_index: int, methods: tuple[str, str]) -> str:
             f"prob {_fmt(tok.get('prob'), 3)} · logprob {_fmt(tok.get('logprob'), 3)}",
             f"entropy {_fmt(tok.get('entropy'), 3)} nats",
             f"grad_norm {_fmt(tok.get('grad_norm'), 3)} · grad_proxy {_fmt(tok.get('grad_proxy'))}",
-            "rank " + " · ".join(rank_parts) + " (✓ selected)",
+            *rank_lines(tok, methods, pool or "(1 = highest score)", zero),
             f"top alternatives: {alts or '—'}",
         ]
     )
@@ -147,16 +161,26 @@ def _attr(name: str, value: Any) -> str:
 
 
 def render_token(
-    tok: Json, answer_index: int, level: float, methods: tuple[str, str], color_by: str
+    tok: Json,
+    answer_index: int,
+    level: float,
+    methods: tuple[str, str],
+    color_by: str,
+    pool: str = "",
+    zero: bool = False,
 ) -> str:
-    """One ``<span class="tok">`` with data attributes, shade and selection classes."""
+    """One focusable ``<span class="tok">`` with data attributes, shade and selection classes.
+
+    ``sel-a``/``sel-b`` say what the analysis flagged; the visible marks (``mark-*``) are left
+    out in a zero-signal group, where no selection can move the model.
+    """
     a, b = methods
     sel = tok.get("selected", {})
     sel_a, sel_b = bool(sel.get(a)), bool(sel.get(b))
     classes = ["tok"]
     classes += ["sel-a"] if sel_a else []
     classes += ["sel-b"] if sel_b else []
-    classes += [c] if (c := mark_class(sel_a, sel_b)) else []
+    classes += [c] if (c := mark_class(sel_a, sel_b)) and not zero else []
     classes += ["tok-empty"] if tok.get("text", "") == "" else []
     ranks = tok.get("ranks", {})
     attrs = (
@@ -170,10 +194,10 @@ def render_token(
         + _attr("rank-a", ranks.get(a))
         + _attr("rank-b", ranks.get(b))
         + _attr("score", COLOR_BY[color_by].value(tok))
-        + _attr("tip", tooltip_text(tok, answer_index, methods))
+        + _attr("tip", tooltip_text(tok, answer_index, methods, pool, zero))
     )
     return (
-        f'<span class="{" ".join(classes)}" style="--lv:{level:.3f}"{attrs}>'
+        f'<span class="{" ".join(classes)}" tabindex="0" style="--lv:{level:.3f}"{attrs}>'
         f"{visible_text(tok.get('text', ''))}</span>"
     )
 
@@ -188,17 +212,22 @@ def _verdict_text(ans: Json) -> str:
     )
 
 
-def answer_header(ans: Json, methods: tuple[str, str]) -> str:
+def answer_header(ans: Json, methods: tuple[str, str], zero: bool = False) -> str:
     """Reward, advantage, weight, length and selected counts of one answer (escaped HTML)."""
     counts = ans.get("selected_count") or {}
     adv = ans.get("advantage") or 0.0
     sign = "pos" if adv > 0 else "neg" if adv < 0 else "zero"
+    selects = (
+        ["no gradient here: no selection can move the model"]
+        if zero
+        else [f"{escape(m)} selects <b>{counts.get(m, 0)}</b>" for m in dict.fromkeys(methods)]
+    )
     facts = [
         f"reward <b>{_fmt(ans.get('reward'))}</b>",
         f'advantage <b class="adv-{sign}">{_fmt(adv, 3)}</b>',
         f"weight {_fmt(ans.get('weight'), 3)}",
         f"length {ans.get('length', len(ans.get('tokens', [])))}",
-        *(f"{escape(m)} selects <b>{counts.get(m, 0)}</b>" for m in dict.fromkeys(methods)),
+        *selects,
     ]
     if ans.get("finished") is False:
         facts.append("unfinished (hit max tokens)")
@@ -209,19 +238,36 @@ def answer_header(ans: Json, methods: tuple[str, str]) -> str:
     )
 
 
-def render_answer(ans: Json, methods: tuple[str, str], color_by: str, lo: float, hi: float) -> str:
-    """One answer: its header and its tokens."""
+def render_answer(
+    ans: Json,
+    methods: tuple[str, str],
+    color_by: str,
+    lo: float,
+    hi: float,
+    pool: str = "",
+    zero: bool = False,
+) -> str:
+    """One answer: its header and its tokens (on a hatched band in a zero-signal group)."""
     spec = COLOR_BY[color_by]
     idx = int(ans.get("index", 0))
+    toks = ans.get("tokens", [])
+    where = pool or f"within answer #{idx} of {len(toks)} tokens"
     spans = [
         render_token(
-            t, idx, shade_level(spec.value(t), lo, hi, spec.higher_is_stronger), methods, color_by
-        )
-        for t in ans.get("tokens", [])
+            t,
+            idx,
+            shade_level(spec.value(t), lo, hi, spec.higher_is_stronger),
+            methods,
+            color_by,
+            where,
+            zero,
+        )  # fmt: skip
+        for t in toks
     ]
+    band = " no-gradient" if zero else ""
     return (
-        f'<div class="answer" data-answer="{idx}">{answer_header(ans, methods)}'
-        f'<div class="tokens">{"<wbr>".join(spans)}</div></div>'
+        f'<div class="answer" data-answer="{idx}">{answer_header(ans, methods, zero)}'
+        f'<div class="tokens{band}">{"<wbr>".join(spans)}</div></div>'
     )
 
 
@@ -250,8 +296,14 @@ def zero_signal_banner() -> str:
     return f'<div class="zero-signal" role="alert">⚠ {escape(ZERO_SIGNAL_TEXT)}</div>'
 
 
-def render_group(group: Json, methods: tuple[str, str], color_by: str = "entropy") -> str:
-    """A whole group: prompt, legend, zero-signal banner if any, and every answer."""
+def render_group(
+    group: Json, methods: tuple[str, str], color_by: str = "entropy", pool: str = ""
+) -> str:
+    """A whole group: prompt, legend, zero-signal banner if any, and every answer.
+
+    ``pool`` says what a rank counts over ("of 214 tokens, top k = 43 selected"); empty for
+    answer scope, where each answer is its own pool. Method colours come from the palette.
+    """
     if color_by not in COLOR_BY:
         raise ValueError(f"unknown colour-by {color_by!r}; valid: {', '.join(COLOR_BY)}")
     answers = group.get("answers", [])
@@ -261,12 +313,13 @@ def render_group(group: Json, methods: tuple[str, str], color_by: str = "entropy
     if zero is None:
         zero = bool(answers) and all((ans.get("advantage") or 0) == 0 for ans in answers)
     parts = [
-        f'<div class="gmts-view" data-group="{int(group.get("index", 0))}">',
+        f'<div class="gmts-view" data-group="{int(group.get("index", 0))}" '
+        f'style="{css_vars(*methods)}">',
         f'<div class="prompt"><span class="label">prompt</span> '
         f'<span class="prompt-text">{visible_text(group.get("prompt", ""))}</span></div>',
         render_legend(color_by, lo, hi, methods),
         zero_signal_banner() if zero else "",
-        *(render_answer(ans, methods, color_by, lo, hi) for ans in answers),
+        *(render_answer(ans, methods, color_by, lo, hi, pool, bool(zero)) for ans in answers),
         "</div>",
     ]
     return "".join(parts)
@@ -280,7 +333,23 @@ def render_result(
     if not groups:
         return placeholder("The analysis has no groups.")
     gi = min(max(group_index, 0), len(groups) - 1)
-    return render_group(groups[gi], methods, color_by)
+    return render_group(groups[gi], methods, color_by, rank_pool(result, groups[gi]))
+
+
+def rank_pool(result: Json, group: Json) -> str:
+    """What the ranks of ``group``'s tokens count over, from the result's selection scope."""
+    scope = (result.get("settings") or {}).get("scope") or (result.get("summary") or {}).get(
+        "scope"
+    )
+    if scope == "answer":
+        return ""
+    # batch scope over several groups ranks across all of them; otherwise within the group
+    summary = (result if scope == "batch" else group).get("summary") or {}
+    n, k = summary.get("num_tokens"), summary.get("k")
+    if n is None or k is None:
+        return ""
+    where = " in the batch" if "groups" in result and scope == "batch" else ""
+    return f"of {n} tokens{where}, top k = {k} selected"
 
 
 def placeholder(message: str) -> str:

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import plotly.graph_objects as go
 
 from app.services.errors import SessionNotFoundError
-from app.ui.charts import _LAYOUT, OKABE_ITO
+from app.ui.charts import _LAYOUT
 from app.ui.client import Backend
+from app.ui.palette import method_color
 from app.ui.render import Json, _fmt, placeholder, render_batch_changes
 from gmts_core.rl import RLConfig
 
@@ -71,11 +72,24 @@ class TrainForm:
 # --- figures and tables from a session's history ---------------------------------------------
 
 
-def _figure(title: str, y_title: str) -> go.Figure:
+LOSS_COLOR, PART_COLOR = "#333333", "#777777"  # losses are not methods: greys, told by dash
+
+
+def integer_steps(fig: go.Figure, last_step: int) -> None:
+    """Step axes with whole-number ticks only (no 0.5 between two steps)."""
+    dtick = max(1, -(-last_step // 10))  # about ten ticks at most
+    fig.update_xaxes(tickformat="d", tick0=0, dtick=dtick, rangemode="tozero")
+
+
+def _figure(title: str, y_title: str, last_step: int = 1) -> go.Figure:
     fig = go.Figure()
     fig.update_layout(title=title, xaxis_title="step", yaxis_title=y_title, **_LAYOUT)
-    fig.update_xaxes(rangemode="tozero")
+    integer_steps(fig, last_step)
     return fig
+
+
+def _last_step(history: list[Json], evaluations: Sequence[Json] = ()) -> int:
+    return max([1, *(h["step"] for h in history), *(e["step"] for e in evaluations)])
 
 
 def _line(fig: go.Figure, x: list[Any], y: list[Any], name: str, color: str, **kw: Any) -> None:
@@ -86,23 +100,30 @@ def _line(fig: go.Figure, x: list[Any], y: list[Any], name: str, color: str, **k
 
 def reward_figure(history: list[Json], evaluations: list[Json]) -> go.Figure:
     """Training reward (batch mean ± std) per step and held-out accuracy at each evaluation."""
-    fig = _figure("Training reward and held-out accuracy", "reward / accuracy")
+    fig = _figure(
+        "Training reward and held-out accuracy",
+        "reward / accuracy",
+        _last_step(history, evaluations),
+    )
     steps = [h["step"] for h in history]
+    method = history[-1].get("method", "gmts") if history else "gmts"
+    color = method_color(method)  # the method's colour, as on every tab
     _line(
         fig,
         steps,
         [h.get("reward_mean") for h in history],
-        "training reward (batch mean)",
-        OKABE_ITO[4],
+        f"training reward, {method} (batch mean)",
+        color,
         error_y=dict(array=[h.get("reward_std") or 0.0 for h in history], thickness=1),
     )
     _line(
         fig,
         [e["step"] for e in evaluations],
         [e.get("accuracy") for e in evaluations],
-        "held-out accuracy",
-        OKABE_ITO[5],
+        f"held-out accuracy, {method}",
+        color,
         line_dash="dash",
+        marker_symbol="diamond",
     )
     values = [v for t in fig.data for v in t.y if v is not None]
     if all(0.0 <= v <= 1.0 for v in values):  # 0/1 rewards and accuracies: a fixed scale
@@ -112,14 +133,16 @@ def reward_figure(history: list[Json], evaluations: list[Json]) -> go.Figure:
 
 def loss_figure(history: list[Json]) -> go.Figure:
     """Total loss, policy loss and the KL to the starting policy per step."""
-    fig = _figure("Loss", "loss")
+    fig = _figure("Loss", "loss", _last_step(history))
     steps = [h["step"] for h in history]
-    for key, name, color in (
-        ("loss", "loss (policy + β·KL)", OKABE_ITO[0]),
-        ("policy_loss", "policy loss", OKABE_ITO[2]),
-        ("kl", "KL to start (k3)", OKABE_ITO[6]),
-    ):
-        _line(fig, steps, [h.get(key) for h in history], name, color)
+    loss, policy = [h.get("loss") for h in history], [h.get("policy_loss") for h in history]
+    if loss == policy:  # β = 0: one line, not two drawn on top of each other
+        _line(fig, steps, loss, "loss (= policy loss, β = 0)", LOSS_COLOR)
+    else:
+        _line(fig, steps, loss, "loss (policy + β·KL)", LOSS_COLOR)
+        _line(fig, steps, policy, "policy loss", PART_COLOR, line_dash="dash")
+    _line(fig, steps, [h.get("kl") for h in history], "KL to start (k3)", PART_COLOR,
+          line_dash="dot")  # fmt: skip
     return fig
 
 
@@ -131,11 +154,15 @@ def wasted_methods(history: list[Json]) -> list[str]:
 
 def wasted_figure(history: list[Json]) -> go.Figure:
     """Per step, the share of each method's selection that lands on zero-gradient tokens."""
-    fig = _figure("Wasted share: selected tokens with zero gradient (zero-signal groups)", "share")
+    fig = _figure(
+        "Wasted share: selected tokens with zero gradient (zero-signal groups)",
+        "share",
+        _last_step(history),
+    )
     steps = [h["step"] for h in history]
-    for i, m in enumerate(wasted_methods(history)):
+    for m in wasted_methods(history):
         ys = [(h.get("wasted_share") or {}).get(m) for h in history]
-        _line(fig, steps, ys, m, OKABE_ITO[(i + 4) % len(OKABE_ITO)])
+        _line(fig, steps, ys, m, method_color(m))
     fig.update_yaxes(range=[-0.02, 1.02])
     return fig
 

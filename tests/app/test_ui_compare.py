@@ -12,6 +12,7 @@ import pytest
 
 from app.gradcheck_schemas import GradcheckRequest
 from app.ui import compare, proxy
+from app.ui.palette import method_color
 from gmts_core.analysis import AnalysisConfig, GroupInput, analyze
 from gmts_core.compare import CompareConfig, run_compare
 from gmts_core.compare_report import TABLE_HEADER, table_rows
@@ -146,3 +147,18 @@ def test_fidelity_table_and_summary(gradcheck_body: dict) -> None:
     row = table.set_index("method").loc["all"]
     assert row["cosine to full gradient"] == "1" and row["true norm kept"] == "1"
     assert f"{fid['num_tokens']} answer tokens" in summary
+
+
+def test_one_seed_shows_no_spread(compare_json: dict[str, Any]) -> None:
+    """With one seed a std is no spread: no '±' in the table, no band in the charts."""
+    one = {**compare_json, "config": {**compare_json["config"], "seeds": 1}}
+    one["runs"] = [r for r in compare_json["runs"] if r["seed"] == 0]
+    result = compare.result_from_dict(one)
+    assert all("±" not in cell for row in table_rows(result) for cell in row)
+    _, _, acc, *_ = compare.compare_view(result)
+    bands = [t for t in acc.data if t.fill == "toself"]
+    assert bands and all(len(t.x) == 0 for t in bands)
+    assert "one seed" in acc.layout.title.text
+    many = compare.compare_view(compare.result_from_dict(compare_json))[2]
+    assert all(len(t.x) > 0 for t in many.data if t.fill == "toself")
+    assert {t.line.color for t in many.data if t.name == "gmts"} == {method_color("gmts")}

@@ -74,8 +74,9 @@ def test_page_opens_on_a_highlighted_example(
         assert in_first_screen(page, "#token-view .answer .tok.sel-b"), box
     record = artifacts / "first-screen.json"
     data = json.loads(record.read_text()) if record.exists() else {}
-    data[f"{width}x{height}"] = {"first_highlighted_token_ms": page.evaluate(
-        "window.__gmtsFirstTokenMs")}
+    data[f"{width}x{height}"] = {
+        "first_highlighted_token_ms": page.evaluate("window.__gmtsFirstTokenMs")
+    }
     record.write_text(json.dumps(data, indent=1))
     page.context.close()
 
