@@ -26,8 +26,11 @@
     el.style.top = top + "px";
   }
 
+  var current = null;  // the token whose tooltip is showing
+
   function show(target) {
     var el = tipElement();
+    current = target;
     el.textContent = target.getAttribute("data-tip") || "";
     el.classList.add("visible");
     place(el, target);
@@ -36,6 +39,17 @@
   function hide() {
     var el = document.getElementById("gmts-tip");
     if (el) el.classList.remove("visible");
+    current = null;
+  }
+
+  // on scroll the tooltip follows its token, and goes only when the token leaves the screen
+  // (hiding on every scroll would drop it when the page scrolls a token into view)
+  function follow() {
+    var el = document.getElementById("gmts-tip");
+    if (!current || !el || !el.classList.contains("visible")) return;
+    var r = current.getBoundingClientRect();
+    if (!current.isConnected || r.bottom < 0 || r.top > window.innerHeight) hide();
+    else place(el, current);
   }
 
   function tokenOf(node) {
@@ -50,6 +64,6 @@
     var t = tokenOf(ev.target);
     if (t) show(t);
   });
-  document.addEventListener("scroll", hide, true);
+  document.addEventListener("scroll", follow, true);
   document.addEventListener("keydown", function (ev) { if (ev.key === "Escape") hide(); });
 })();

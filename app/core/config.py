@@ -72,6 +72,10 @@ class Settings(BaseSettings):
     session_ttl_s: float = Field(1800.0, gt=0, description="A session unused this long expires.")
     max_sessions: int = Field(8, ge=1)  # beyond it, the least recently used idle one is evicted
     max_session_steps: int = Field(20, ge=1)  # GRPO steps per step request
+    # one training step (sessions, Train and Compare tabs) samples but returns few tokens, so its
+    # limits are apart from an analysis's: they allow the demo recipe (64 prompts x G = 8)
+    max_step_prompts: int = Field(64, ge=1)  # demo prompts per training step
+    max_step_answers: int = Field(512, ge=1)  # prompts x G per training step
     session_policy: Literal["auto", "full", "lora"] = "auto"
     session_lora_threshold: int = Field(100_000_000, ge=0)  # parameters; auto: LoRA above it
 

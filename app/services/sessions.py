@@ -76,15 +76,15 @@ class SessionService:
         s = self.settings
         config.validate()
         prompts = num_prompts if num_prompts is not None else config.prompts_per_step
-        if prompts > s.max_groups:
+        if prompts > s.max_step_prompts:
             raise LimitExceededError(
-                f"{prompts} prompts per step; this server's limit is {s.max_groups} "
-                "(GMTS_MAX_GROUPS)"
+                f"{prompts} prompts per step; this server's limit is {s.max_step_prompts} "
+                "(GMTS_MAX_STEP_PROMPTS)"
             )
-        if prompts * config.group_size > s.max_answers:
+        if prompts * config.group_size > s.max_step_answers:
             raise LimitExceededError(
                 f"{prompts} prompts x {config.group_size} answers per step; this server's "
-                f"limit is {s.max_answers} answers (GMTS_MAX_ANSWERS)"
+                f"limit is {s.max_step_answers} answers (GMTS_MAX_STEP_ANSWERS)"
             )
         if config.max_new_tokens > s.max_new_tokens:
             raise LimitExceededError(
@@ -97,7 +97,7 @@ class SessionService:
         s = self.settings
         config = req.apply(RLConfig(max_new_tokens=min(RLConfig.max_new_tokens, s.max_new_tokens)))
         if req.prompts_per_step is None:  # as many demo prompts as the answer limit allows
-            fit = max(1, s.max_answers // config.group_size)
+            fit = max(1, min(s.max_step_prompts, s.max_step_answers // config.group_size))
             config = dataclasses.replace(config, prompts_per_step=min(config.prompts_per_step, fit))
         return config
 

@@ -75,11 +75,12 @@ class CompareForm:
 def check_limits(config: CompareConfig, settings: Any) -> None:
     """The server's per-step limits (as for sessions) apply to each step of a compare run."""
     rl = config.rl
-    answers, limit = rl.prompts_per_step * rl.group_size, getattr(settings, "max_answers", None)
+    answers = rl.prompts_per_step * rl.group_size
+    limit = getattr(settings, "max_step_answers", None)
     if limit is not None and answers > limit:
         raise LimitExceededError(
             f"{rl.prompts_per_step} prompts x {rl.group_size} answers per step; this server's "
-            f"limit is {limit} answers (GMTS_MAX_ANSWERS)"
+            f"limit is {limit} answers (GMTS_MAX_STEP_ANSWERS)"
         )
     new_limit = getattr(settings, "max_new_tokens", None)
     if new_limit is not None and rl.max_new_tokens > new_limit:

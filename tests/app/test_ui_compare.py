@@ -86,10 +86,10 @@ def test_compare_form_makes_a_valid_config() -> None:
 
 
 def test_compare_runs_keep_the_server_limits(model_root: Path) -> None:
-    settings = make_settings(model_root, max_answers=8, max_new_tokens=16)
+    settings = make_settings(model_root, max_step_answers=8, max_new_tokens=16)
     form = compare.CompareForm(group_size=4, prompts_per_step=2, max_new_tokens=16)
     compare.check_limits(form.config(), settings)  # 8 answers of 16 tokens: within
-    with pytest.raises(LimitExceededError, match="GMTS_MAX_ANSWERS"):
+    with pytest.raises(LimitExceededError, match="GMTS_MAX_STEP_ANSWERS"):
         compare.check_limits(dataclasses.replace(form, prompts_per_step=3).config(), settings)
     with pytest.raises(LimitExceededError, match="GMTS_MAX_NEW_TOKENS"):
         compare.check_limits(dataclasses.replace(form, max_new_tokens=20).config(), settings)
