@@ -396,10 +396,16 @@ def _mean_change(tokens: list[Json], selected: bool) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def render_batch_changes(answers: list[Json]) -> str:
-    """The last training batch: every answer's tokens shaded by their log-prob change."""
+MAX_CHANGE_GROUPS = 4  # prompts of the last batch drawn (16 x 8 answers would be ~2 MB of HTML)
+
+
+def render_batch_changes(answers: list[Json], max_groups: int = MAX_CHANGE_GROUPS) -> str:
+    """The last training batch: its first ``max_groups`` prompts' answers, every token shaded
+    by its log-prob change (the shade's scale is set by the whole batch)."""
     if not answers:
         return placeholder("Run a step to see the batch it trained on.")
+    groups = list(dict.fromkeys(a.get("group") for a in answers))
+    shown = set(groups[:max_groups])
     changes = [
         abs(c)
         for a in answers
@@ -416,8 +422,13 @@ def render_batch_changes(answers: list[Json]) -> str:
         f'<span style="background:rgba({CHANGE_DOWN},0.86)">&nbsp;down&nbsp;</span>, '
         f"full shade at |Δ| = {_fmt(scale, 3)} nats</span></div>"
     ]
+    if len(groups) > len(shown):
+        parts.append(
+            f'<div class="batch-note">showing the first {len(shown)} of the batch\'s '
+            f"{len(groups)} prompts</div>"
+        )
     group = None
-    for ans in answers:
+    for ans in (a for a in answers if a.get("group") in shown):
         if ans.get("group") != group:
             group = ans.get("group")
             parts.append(_change_group_head(ans, [a for a in answers if a.get("group") == group]))

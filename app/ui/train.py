@@ -73,9 +73,9 @@ class TrainForm:
         """Body of ``POST /v1/sessions``."""
         return {"model": self.model or None, "seed": int(self.seed), **self.knobs()}
 
-    def step_request(self) -> Json:
+    def step_request(self, include_tokens: bool = True) -> Json:
         """Body of one ``POST /v1/sessions/{id}/step`` (one step, demo-task batch)."""
-        return {"steps": 1, "include_tokens": True, **self.knobs()}
+        return {"steps": 1, "include_tokens": include_tokens, **self.knobs()}
 
     def eval_request(self) -> Json:
         return {"num_problems": int(self.eval_problems), "seed": int(self.seed)}
@@ -233,6 +233,7 @@ class TrainView:
     note: str | None = None
     earlier: list[Json] = field(default_factory=list)  # faded runs (app.ui.train_runs)
     learning_rate: float | None = None  # the form's, for the warning
+    final: bool = True  # False while a run is going: the tab then updates only the curves
 
     def status(self) -> str:
         """The session line, the remark, and any warning in plain words."""
@@ -334,10 +335,11 @@ def run_steps(
     for i in range(total):
         if progress is not None:
             progress((i, total), desc=f"GRPO step {i + 1} of {total}")
-        body = backend.step_session(view.session_id, form.step_request())
+        last = i == total - 1  # only the last step's batch is shown: fetch its tokens only
+        body = backend.step_session(view.session_id, form.step_request(include_tokens=last))
         view.last_batch = body.get("last_batch") or view.last_batch
         view.info = backend.get_session(view.session_id)
-        yield dataclasses.replace(view)  # a snapshot: the loop goes on changing ``view``
+        yield dataclasses.replace(view, final=False)  # a snapshot; ``view`` keeps changing
     if form.eval_problems > 0:
         if progress is not None:
             progress((total, total), desc="held-out accuracy")
@@ -469,7 +471,10 @@ def build_train_tab(ctx: Any) -> None:
         f = TrainForm(**dict(zip(FORM_FIELDS, values, strict=True)))
         steps = run_steps(ctx.backend, session_id, f, progress, runs or [])
         while (view := _call(lambda: next(steps, None))) is not None:
-            yield view.values()
+            values = view.values()
+            if not view.final:  # mid-run: the curves and status move; table and batch at the end
+                values[5:7] = [gr.skip(), gr.skip()]
+            yield values
 
     run_btn.click(run, [session, earlier, *form.values()], outputs)
     reset_btn.click(

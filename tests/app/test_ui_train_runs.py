@@ -59,3 +59,16 @@ def test_tab_defaults_are_the_small_batch_recipe() -> None:
     assert (form.prompts_per_step, form.group_size, form.steps) == (16, 8, 20)
     assert knobs["learning_rate"] == 1.5e-4 and knobs["inner_steps"] == 2
     assert knobs["warmup_steps"] == 5
+
+
+def test_last_batch_view_draws_the_first_prompts_only() -> None:
+    from app.ui.render import render_batch_changes
+
+    answers = [
+        {"group": g, "index": i, "prompt": f"Q{g}", "reward": 1.0 * i, "advantage": i - 0.5,
+         "tokens": [{"position": 0, "text": "x", "selected": True, "logprob_change": 0.1}]}
+        for g in range(6) for i in range(2)
+    ]  # fmt: skip
+    html = render_batch_changes(answers, max_groups=4)
+    assert html.count('class="answer"') == 8 and "first 4 of the batch's 6 prompts" in html
+    assert "first" not in render_batch_changes(answers[:8], max_groups=4)
