@@ -60,7 +60,9 @@ def scatter_entropy_proxy(group: Json, methods: tuple[str, str]) -> go.Figure:
                 name=f"answer #{ai} (A={ans.get('advantage', 0):+.2f})",
                 marker=dict(color=answer_color(ai), size=8, opacity=0.85),
                 text=[_hover(ai, t) for t in toks],
-                hovertemplate="%{text}<br>entropy %{x:.3f}<br>grad_proxy %{y:.3g}<extra></extra>",
+                customdata=[[ai, t.get("position")] for t in toks],  # a click finds the token
+                hovertemplate="%{text}<br>entropy %{x:.3f}<br>grad_proxy %{y:.3g}"
+                "<br>click: show this token<extra></extra>",
             )
         )
     for method, symbol, size in ((methods[0], "circle-open", 15), (methods[1], "square-open", 19)):
@@ -130,6 +132,7 @@ def position_curves(group: Json, key: str = "entropy") -> go.Figure:
                 line=dict(color=answer_color(ai)),
                 marker=dict(size=5),
                 text=[repr(t.get("text", "")) for t in toks],
+                customdata=[[ai, t.get("position")] for t in toks],
                 hovertemplate="pos %{x} %{text}<br>" + key + " %{y:.3g}<extra></extra>",
             )
         )

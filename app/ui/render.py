@@ -13,6 +13,7 @@ The input is the JSON form of an analysis (``AnalysisResult.to_dict()`` / the bo
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -118,6 +119,23 @@ def mark_class(sel_a: bool, sel_b: bool) -> str:
     return "mark-a" if sel_a else "mark-b" if sel_b else ""
 
 
+def token_detail(tok: Json, methods: tuple[str, str], pool: str, zero: bool) -> Json:
+    """What the pinned panel (static/gmts.js) draws: the sampled token and its alternatives
+    with probabilities (a GLTR-style bar chart), and the rank lines. Read as JSON, shown as text.
+    """
+
+    def finite(x: Any) -> float | None:
+        return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
+
+    alts = [[a.get("text", ""), finite(a.get("prob"))] for a in tok.get("alternatives", [])]
+    return {
+        "text": tok.get("text", ""),
+        "prob": finite(tok.get("prob")),
+        "alternatives": alts,
+        "ranks": rank_lines(tok, methods, pool or "(1 = highest score)", zero),
+    }
+
+
 def rank_lines(tok: Json, methods: tuple[str, str], pool: str, zero: bool) -> list[str]:
     """Each method's rank of this token, with what the rank is out of and the verdict spelt out.
 
@@ -195,6 +213,7 @@ def render_token(
         + _attr("rank-b", ranks.get(b))
         + _attr("score", COLOR_BY[color_by].value(tok))
         + _attr("tip", tooltip_text(tok, answer_index, methods, pool, zero))
+        + _attr("detail", json.dumps(token_detail(tok, methods, pool, zero)))
     )
     return (
         f'<span class="{" ".join(classes)}" tabindex="0" style="--lv:{level:.3f}"{attrs}>'

@@ -31,7 +31,8 @@ LEGEND_JS = """(sel) => {
   const out = {};
   document.querySelectorAll(sel + ' .legend .traces').forEach(tr => {
     const name = tr.querySelector('.legendtext').textContent;
-    for (const p of tr.querySelectorAll('.legendsymbols path, .legendlines path, .legendpoints path')) {
+    const paths = '.legendsymbols path, .legendlines path, .legendpoints path';
+    for (const p of tr.querySelectorAll(paths)) {
       const stroke = p.style.stroke, fill = p.style.fill;
       const c = (stroke && stroke !== 'none' && !/255, 255, 255/.test(stroke)) ? stroke
               : (fill && fill !== 'none' && !/rgba\\(0, 0, 0, 0\\)/.test(fill)) ? fill : null;
