@@ -18,7 +18,7 @@ import gradio as gr
 import pandas as pd
 
 from app.ui import batch, example, explore
-from app.ui.charts import SUMMARY_HEADERS
+from app.ui.charts import summary_html
 from app.ui.client import Backend
 from app.ui.export import write_exports
 from gmts_core.errors import GMTSError
@@ -161,7 +161,7 @@ class ExploreOutputs:
 
     notes: gr.Markdown
     tokens: gr.HTML
-    summary: gr.Dataframe
+    summary: gr.HTML
     scatter: gr.Plot
     distributions: gr.Plot
     positions: gr.Plot
@@ -195,7 +195,7 @@ def views(result: Any, a: str, b: str, color_by: str, group: Any) -> list[Any]:
     return [
         notes,
         v.tokens_html,
-        pd.DataFrame(v.summary_rows, columns=SUMMARY_HEADERS),
+        summary_html(v.summary_rows),
         *figs,
         v.learn_html,
         pd.DataFrame(
@@ -274,10 +274,7 @@ def _outputs_panel(initial: Any, color_by: gr.Dropdown) -> ExploreOutputs:
         group = gr.Dropdown([], value=None, label="Drill into group", elem_id="group-select")
         budget = gr.Plot(label="Selection budget per group", elem_id="budget-plot")
     tokens = gr.HTML(first[1], elem_id="token-view", js_on_load=None)
-    summary = gr.Dataframe(
-        first[2], headers=SUMMARY_HEADERS, label="Summary", interactive=False, wrap=True,
-        elem_id="summary-table",
-    )  # fmt: skip
+    summary = gr.HTML(first[2], elem_id="summary-table")  # wraps on a phone (a table would not)
     with gr.Row():
         downloads = [
             gr.DownloadButton(

@@ -8,6 +8,7 @@ marker shape as well as colour.
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 
 import plotly.graph_objects as go
@@ -206,6 +207,16 @@ def summary_rows(summary: Json, methods: tuple[str, str]) -> list[list[str]]:
         ["Spearman(H, grad_proxy) within answers (median)", _num(rho.get("within_answer_median"))]
     )
     return rows
+
+
+def summary_html(rows: list[list[str]]) -> str:
+    """The summary as a two-column list that wraps inside a phone's width (escaped HTML)."""
+    if not rows:
+        return ""
+    items = "".join(
+        f'<div class="summary-row"><dt>{escape(q)}</dt><dd>{escape(v)}</dd></div>' for q, v in rows
+    )
+    return f'<div class="summary-box"><h4>Summary</h4><dl class="summary-list">{items}</dl></div>'
 
 
 def group_figures(result: Json, methods: tuple[str, str], group_index: int = 0) -> dict[str, Any]:
