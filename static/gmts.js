@@ -155,4 +155,33 @@
     }
   });
   document.addEventListener("scroll", follow, true);
+
+  // --- a number typed outside a control's range is clamped: say so, in words ---
+  function labelOf(input) {
+    var block = input.closest(".block, label") || input.parentElement;
+    var label = block && block.querySelector("[data-testid=block-info], .block-title, span");
+    return label ? label.textContent.trim() : "this value";
+  }
+
+  function sayClamped(input) {
+    var v = parseFloat(input.value), lo = parseFloat(input.min), hi = parseFloat(input.max);
+    if (isNaN(v)) return;
+    var msg = null;
+    if (!isNaN(hi) && v > hi) msg = labelOf(input) + ": " + v + " is above the maximum " + hi + "; using " + hi + ".";
+    if (!isNaN(lo) && v < lo) msg = labelOf(input) + ": " + v + " is below the minimum " + lo + "; using " + lo + ".";
+    if (!msg) return;
+    var note = element("gmts-clamp", "status");
+    note.className = "gmts-note";
+    note.textContent = msg;
+    clearTimeout(sayClamped.timer);
+    sayClamped.timer = setTimeout(function () { note.remove(); }, 6000);
+  }
+  ["change", "keydown"].forEach(function (type) {
+    document.addEventListener(type, function (ev) {
+      var t = ev.target;
+      if (!t || t.tagName !== "INPUT" || t.type !== "number") return;
+      if (type === "keydown" && ev.key !== "Enter") return;
+      sayClamped(t);
+    }, true);  // capture: before the control clamps the value
+  });
 })();

@@ -17,7 +17,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from app.ui import batch, example, explore
+from app.ui import batch, example, explore, status
 from app.ui.charts import summary_html
 from app.ui.client import Backend
 from app.ui.export import write_exports
@@ -225,9 +225,16 @@ def exports(result: Any) -> list[Any]:
 
 
 # after a run, bring the new tokens into view (the form can fill the first screen on a phone)
+# and drop any "out of date" mark; after a failed run, mark what is shown as out of date
 SCROLL_TO_RESULTS = (
     "(...args) => { const el = document.getElementById('notes');"
+    " const box = document.getElementById('explore-results');"
+    " if (box) box.classList.remove('stale');"
     " if (el) el.scrollIntoView({behavior: 'smooth', block: 'start'}); return args; }"
+)
+MARK_STALE = (
+    "() => { const box = document.getElementById('explore-results');"
+    " if (box) box.classList.add('stale'); }"
 )
 EXAMPLE_NOTE = (
     "**Example** (analysed before you arrived: the bundled demo model, the prompt above, "
@@ -301,27 +308,32 @@ def build_explore_tab(ctx: UIContext) -> ExploreOutputs:
     analyze_btn, batch_text, demo_btn, batch_btn = (
         c[k] for k in ("analyze_btn", "batch_text", "demo_btn", "batch_btn")
     )
-    out = _outputs_panel(ctx.result.value, c["color_by"])  # the state starts as the shipped example
+    with gr.Column(elem_id="explore-results"):  # marked out of date when a run fails
+        out = _outputs_panel(ctx.result.value, c["color_by"])  # starts as the shipped example
     ctx.extras["explore_outputs"] = out
     a, b, color_by = form["method_a"], form["method_b"], out.color_by
     new_outputs = [ctx.result, out.group, *out.view_list()]
 
-    def run_single(*values: Any) -> list[Any]:
+    def run_single(*values: Any, progress: Any = gr.Progress()) -> list[Any]:
         f = _form(values[:-1])
-        result = _call(lambda: ctx.backend.analyze(explore.build_request(f)))
+        body = _call(lambda: explore.build_request(f))
+        load = status.job_load(ctx.backend)
+        progress(0, desc=status.analyze_text(load, body.get("num_samples")))
+        result = _call(lambda: ctx.backend.analyze(body))
         return new_result(result, f.method_a, f.method_b, values[-1])
 
-    def run_batch(*values: Any) -> list[Any]:
+    def run_batch(*values: Any, progress: Any = gr.Progress()) -> list[Any]:
         f = _form(values[:-2])
         body = _call(lambda: batch.build_batch_request(f, values[-2]))
+        progress(0, desc=status.analyze_text(status.job_load(ctx.backend), None))
         result = _call(lambda: ctx.backend.analyze(body))
         return new_result(result, f.method_a, f.method_b, values[-1])
 
     inputs = list(form.values())
     for btn, fn, extra in ((analyze_btn, run_single, []), (batch_btn, run_batch, [batch_text])):
-        btn.click(fn, [*inputs, *extra, color_by], new_outputs).success(
-            exports, [ctx.result], [out.csv, out.json], js=SCROLL_TO_RESULTS
-        )
+        event = btn.click(fn, [*inputs, *extra, color_by], new_outputs)
+        event.success(exports, [ctx.result], [out.csv, out.json], js=SCROLL_TO_RESULTS)
+        event.failure(None, None, None, js=MARK_STALE)
     demo_btn.click(lambda seed: batch.demo_batch_text(int(seed or 0)), [form["seed"]], batch_text)
     for trigger in (a, b, color_by, out.group):
         trigger.input(views, [ctx.result, a, b, color_by, out.group], out.view_list())

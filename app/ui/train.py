@@ -19,7 +19,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from app.services.errors import SessionNotFoundError
-from app.ui import train_runs
+from app.ui import status, train_runs
 from app.ui.charts import _LAYOUT
 from app.ui.client import Backend
 from app.ui.palette import method_color
@@ -334,7 +334,8 @@ def run_steps(
         _evaluate(backend, view, form)
     for i in range(total):
         if progress is not None:
-            progress((i, total), desc=f"GRPO step {i + 1} of {total}")
+            load = status.job_load(backend)
+            progress((i, total), desc=status.step_text(load, i, total, form.knobs()))
         last = i == total - 1  # only the last step's batch is shown: fetch its tokens only
         body = backend.step_session(view.session_id, form.step_request(include_tokens=last))
         view.last_batch = body.get("last_batch") or view.last_batch
