@@ -128,6 +128,8 @@ def _settings_column(c: dict[str, Any], backend: Backend) -> None:
         c["color_by"] = gr.Dropdown(
             explore.color_choices(), value="entropy", label="Shade tokens by", elem_id="color-by"
         )
+    with gr.Accordion("What do the methods and scopes mean?", open=False, elem_id="method-info"):
+        gr.Markdown(explore.methods_markdown())
     with gr.Accordion("More settings", open=False, elem_id="more-settings"):
         with gr.Row():
             c["temperature"] = gr.Slider(0.1, 2.0, 1.0, step=0.05, label="Temperature")
@@ -137,7 +139,10 @@ def _settings_column(c: dict[str, Any], backend: Backend) -> None:
         with gr.Row():
             c["ratio"] = gr.Slider(0.05, 1.0, 0.2, step=0.05, label="Selection ratio")
             c["seed"] = gr.Number(0, precision=0, label="Seed", minimum=0)
-        c["scope"] = gr.Radio(["batch", "group", "answer"], value="batch", label="Scope")
+        c["scope"] = gr.Radio(
+            list(explore.SCOPE_INFO), value="batch", label="Scope",
+            info="which tokens compete for the top-k places (see below)",
+        )  # fmt: skip
         c["top_alternatives"] = gr.Slider(0, 20, 5, step=1, label="Alternatives per token")
 
 

@@ -52,6 +52,28 @@ def method_choices() -> list[str]:
     return list_methods()
 
 
+SCOPE_INFO = {
+    "batch": "all answer tokens of the request (every group) compete for k = ⌈ratio·N⌉ places, "
+    "as in the GMTS paper and TRL",
+    "group": "each prompt's group keeps its own top ratio of tokens",
+    "answer": "each answer keeps its own top ratio of tokens",
+}
+
+
+def method_descriptions() -> dict[str, str]:
+    """Every registered selection method with its one-line description (from the registry)."""
+    from gmts_core.selection import METHODS
+
+    return {m: METHODS.get(m).description for m in list_methods()}
+
+
+def methods_markdown() -> str:
+    """What each method and scope means, for the UI's info text (and the README's list)."""
+    methods = "\n".join(f"- **{m}**: {d}" for m, d in method_descriptions().items())
+    scopes = "\n".join(f"- **{s}**: {d}" for s, d in SCOPE_INFO.items())
+    return f"**Selection methods**\n{methods}\n\n**Scopes**\n{scopes}"
+
+
 def color_choices() -> list[str]:
     return list(COLOR_BY)
 
