@@ -19,6 +19,7 @@ logger = logging.getLogger(__name__)
 
 UI_PATH = "/ui"
 STATIC_DIR = Path(__file__).resolve().parents[2] / "static"
+FAVICON = STATIC_DIR / "favicon.ico"
 
 
 def ui_head() -> str:
@@ -65,6 +66,7 @@ def mount_ui(app: FastAPI, settings: Any, services: Any, path: str = UI_PATH) ->
     backend = make_backend(settings, services)
     blocks = build_blocks(backend, settings, extra_tabs())
     logger.info("mounting the UI at %s (%s backend)", path, backend.label)
+    _add_favicon(app)
     return gr.mount_gradio_app(
         app,
         blocks,
@@ -75,7 +77,18 @@ def mount_ui(app: FastAPI, settings: Any, services: Any, path: str = UI_PATH) ->
         head=ui_head(),
         ssr_mode=False,
         footer_links=[],
+        favicon_path=FAVICON,
     )
+
+
+def _add_favicon(app: FastAPI) -> None:
+    """``/favicon.ico`` at the root too (browsers ask there; a 404 would fill the logs)."""
+    from fastapi.responses import FileResponse
+
+    def favicon() -> FileResponse:
+        return FileResponse(FAVICON, media_type="image/x-icon")
+
+    app.add_api_route("/favicon.ico", favicon, methods=["GET"], include_in_schema=False)
 
 
 __all__ = ["UI_PATH", "mount_ui"]
