@@ -21,6 +21,7 @@ from app.ui import batch, example, explore, status
 from app.ui.charts import summary_html
 from app.ui.client import Backend
 from app.ui.export import write_exports
+from app.ui.view_export import write_view_html
 from gmts_core.errors import GMTSError
 
 logger = logging.getLogger(__name__)
@@ -179,6 +180,7 @@ class ExploreOutputs:
     color_by: gr.Dropdown
     csv: gr.DownloadButton
     json: gr.DownloadButton
+    html: gr.DownloadButton
 
     def view_list(self) -> list[Any]:
         return [
@@ -227,6 +229,14 @@ def exports(result: Any) -> list[Any]:
         gr.DownloadButton(value=str(csv_path), visible=True),
         gr.DownloadButton(value=str(json_path), visible=True),
     ]
+
+
+def html_export(result: Any, a: str, b: str, color_by: str, group: Any) -> Any:
+    """The self-contained HTML page of the view as it is now (tokens, marks, tips, summary)."""
+    if not result:
+        return gr.DownloadButton(visible=False)
+    path = write_view_html(result, (a, b), color_by, int(group or 0))
+    return gr.DownloadButton(value=str(path), visible=True)
 
 
 # after a run, bring the new tokens into view (the form can fill the first screen on a phone)
@@ -298,6 +308,16 @@ def _outputs_panel(initial: Any, color_by: gr.Dropdown) -> ExploreOutputs:
             )  # fmt: skip
             for kind in ("csv", "json")
         ]
+        downloads.append(
+            gr.DownloadButton(
+                "Download view (HTML)",
+                value=None,
+                visible=False,
+                elem_id="html-download",
+                scale=0,
+                min_width=180,
+            )  # fmt: skip
+        )
     plots = _plots(first)
     learn = gr.HTML(first[7], render=False, elem_id="learn-view", js_on_load=None)
     return ExploreOutputs(
@@ -335,13 +355,15 @@ def build_explore_tab(ctx: UIContext) -> ExploreOutputs:
         return new_result(result, f.method_a, f.method_b, values[-1])
 
     inputs = list(form.values())
+    view_inputs = [ctx.result, a, b, color_by, out.group]
     for btn, fn, extra in ((analyze_btn, run_single, []), (batch_btn, run_batch, [batch_text])):
         event = btn.click(fn, [*inputs, *extra, color_by], new_outputs)
-        event.success(exports, [ctx.result], [out.csv, out.json], js=SCROLL_TO_RESULTS)
+        done = event.success(exports, [ctx.result], [out.csv, out.json], js=SCROLL_TO_RESULTS)
+        done.then(html_export, view_inputs, out.html)
         event.failure(None, None, None, js=MARK_STALE)
     demo_btn.click(lambda seed: batch.demo_batch_text(int(seed or 0)), [form["seed"]], batch_text)
     for trigger in (a, b, color_by, out.group):
-        trigger.input(views, [ctx.result, a, b, color_by, out.group], out.view_list())
+        trigger.input(views, view_inputs, out.view_list()).then(html_export, view_inputs, out.html)
     return out
 
 

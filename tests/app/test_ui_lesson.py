@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,18 @@ def test_every_method_and_scope_is_explained() -> None:
         assert f"**{m}**:" in text
     for scope in ("batch", "group", "answer"):
         assert f"**{scope}**:" in text
+
+
+def test_view_export_is_one_self_contained_escaped_page(result: dict) -> None:
+    from app.ui.view_export import view_html, write_view_html
+
+    evil = "<script>window.__pwned=1</script>"
+    bad = {**result, "groups": [{**result["groups"][0], "prompt": evil}, result["groups"][1]]}
+    page = view_html(bad, METHODS, "entropy", 0)
+    assert page.startswith("<!DOCTYPE html>") and "__gmtsTipInstalled" in page  # JS inlined
+    assert "<link" not in page and " src=" not in page  # nothing fetched from anywhere
+    assert evil not in page and "&lt;script&gt;" in page
+    n = result["groups"][0]["summary"]["num_tokens"]
+    assert len(re.findall(r'class="tok[ "]', page)) == n and "summary-list" in page
+    path = write_view_html(result, METHODS, "entropy", 1)
+    assert path.suffix == ".html" and "no-gradient" in path.read_text(encoding="utf-8")

@@ -89,3 +89,31 @@ def test_tab_reaches_tokens_and_enter_pins(chromium: Any, ui_server: LiveServer)
     page.keyboard.press("Escape")
     assert not page.locator("#gmts-pin").is_visible()
     page.context.close()
+
+
+def test_exported_view_works_offline(chromium: Any, ui_server: LiveServer, tmp_path: Any) -> None:
+    """The HTML export opens from a file: tokens, marks, tooltip and the pinned panel."""
+    context = chromium.new_context(viewport={"width": 1366, "height": 768}, accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(ui_server.url + "/ui/", wait_until="load")
+    page.get_by_text("Paste answers instead of sampling").click()
+    page.fill("#answers textarea", " 4+8=12 carry 1, 2+6+1=9, answer 92\n answer 82")
+    page.click("#analyze-btn")
+    page.wait_for_selector("#html-download", state="visible")
+    with page.expect_download() as info:
+        page.click("#html-download")
+    saved = tmp_path / "view.html"
+    info.value.save_as(saved)
+    offline = context.new_page()
+    offline.route("**/*", lambda route: route.abort() if not route.request.url.startswith(
+        "file:") else route.continue_())  # fmt: skip
+    offline.goto(saved.as_uri())
+    tokens = offline.locator("#token-view .tok")
+    assert tokens.count() > 0 and offline.locator(".tok.mark-b, .tok.mark-both").count() > 0
+    tokens.nth(2).hover()
+    offline.locator("#gmts-tip").wait_for(state="visible")
+    tokens.nth(2).click()
+    offline.locator("#gmts-pin").wait_for(state="visible")
+    assert offline.locator("#summary-table dd").count() >= 10
+    context.close()
