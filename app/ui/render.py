@@ -418,9 +418,12 @@ def _mean_change(tokens: list[Json], selected: bool) -> float | None:
 MAX_CHANGE_GROUPS = 4  # prompts of the last batch drawn (16 x 8 answers would be ~2 MB of HTML)
 
 
-def render_batch_changes(answers: list[Json], max_groups: int = MAX_CHANGE_GROUPS) -> str:
+def render_batch_changes(
+    answers: list[Json], max_groups: int = MAX_CHANGE_GROUPS, method: str | None = None
+) -> str:
     """The last training batch: its first ``max_groups`` prompts' answers, every token shaded
-    by its log-prob change (the shade's scale is set by the whole batch)."""
+    by its log-prob change (the shade's scale is set by the whole batch); the trained tokens'
+    mark takes ``method``'s colour."""
     if not answers:
         return placeholder("Run a step to see the batch it trained on.")
     groups = list(dict.fromkeys(a.get("group") for a in answers))
@@ -432,8 +435,9 @@ def render_batch_changes(answers: list[Json], max_groups: int = MAX_CHANGE_GROUP
         if (c := t.get("logprob_change")) is not None
     ]
     scale = max(changes, default=0.0)
+    style = f' style="{css_vars(method, method)}"' if method else ""
     parts = [
-        '<div class="gmts-view gmts-changes"><div class="legend">'
+        f'<div class="gmts-view gmts-changes"{style}><div class="legend">'
         f'<span class="legend-mark"><span class="sample mark-a">selected</span> for training '
         "(solid underline)</span>"
         f'<span class="legend-scale">shade: log-prob change after the update, '

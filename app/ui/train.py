@@ -250,7 +250,9 @@ class TrainView:
         history = (self.info or {}).get("history") or []
         evals = (self.info or {}).get("evaluations") or []
         batch = (
-            render_batch_changes(self.last_batch)
+            render_batch_changes(
+                self.last_batch, method=history[-1].get("method") if history else None
+            )
             if self.last_batch
             else placeholder("Run a step to see the batch it trained on.")
         )

@@ -110,6 +110,11 @@ def test_method_colours_are_the_same_on_every_tab(
     assert wasted["entropy"] == ENTROPY and wasted["gmts"] == GMTS
     reward = legend(page, "#train-reward-plot")
     assert reward["training reward, gmts (batch mean)"] == GMTS
+    trained = page.evaluate(
+        "() => getComputedStyle(document.querySelector('#train-batch .tok.mark-a'))"
+        ".borderBottomColor"
+    )
+    assert trained.replace(" ", "") == GMTS  # the last batch marks gmts's tokens in its colour
 
     # Compare: a saved run loaded back; one line per method
     page.get_by_role("tab", name="Compare").click()
