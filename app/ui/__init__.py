@@ -77,12 +77,11 @@ def mount_ui(app: FastAPI, settings: Any, services: Any, path: str = UI_PATH) ->
         head=ui_head(),
         ssr_mode=False,
         footer_links=[],
-        favicon_path=FAVICON,
     )
 
 
 def _add_favicon(app: FastAPI) -> None:
-    """``/favicon.ico`` at the root too (browsers ask there; a 404 would fill the logs)."""
+    """``/favicon.ico`` at the root, where browsers ask for it (a 404 would fill the logs)."""
     from fastapi.responses import FileResponse
 
     def favicon() -> FileResponse:
