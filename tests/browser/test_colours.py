@@ -105,7 +105,7 @@ def test_method_colours_are_the_same_on_every_tab(
     for elem_id, value in {**small, "train-steps": 1}.items():
         set_number(page, elem_id, value)
     page.click("#train-run-btn")
-    page.wait_for_selector("#train-session:has-text('steps done 1')")
+    page.wait_for_selector("#train-batch .tok.mark-a")  # drawn once the run (and eval) ends
     wasted = legend(page, "#train-wasted-plot")
     assert wasted["entropy"] == ENTROPY and wasted["gmts"] == GMTS
     reward = legend(page, "#train-reward-plot")
