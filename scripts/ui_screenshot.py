@@ -63,7 +63,11 @@ def _tab(page: Any, name: str) -> None:
     tab = page.get_by_role("tab", name=name)
     if tab.count() == 0 or not tab.first.is_visible():
         page.locator('button[aria-label="More tabs"]').click()
-        page.locator("button", has_text=name).filter(visible=True).first.click()
+        page.evaluate(  # the menu's item is the last button of that name (others measure)
+            "(name) => Array.from(document.querySelectorAll('button'))"
+            ".filter(b => b.textContent.trim() === name).pop().click()",
+            name,
+        )
     else:
         tab.first.click()
 
