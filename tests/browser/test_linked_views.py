@@ -32,8 +32,10 @@ def open_page(chromium: Any, url: str, width: int = 1366, height: int = 768) -> 
 
 def test_click_on_a_chart_point_shows_its_token(chromium: Any, ui_server: LiveServer) -> None:
     page = open_page(chromium, ui_server.url)
+    page.locator("#scatter-plot").scroll_into_view_if_needed()
     page.wait_for_function(  # the click handler is attached once plotly has drawn the chart
-        "() => document.querySelector('#scatter-plot .js-plotly-plot').__gmtsLinked === true"
+        "() => { const d = document.querySelector('#scatter-plot .js-plotly-plot');"
+        " return !!d && d.__gmtsLinked === true; }"
     )
     # the token with the largest gradient proxy: a point no other point hides
     ti, pi, wanted = page.evaluate(TOP_POINT_JS)
