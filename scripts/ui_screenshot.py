@@ -33,7 +33,8 @@ def shoot(url: str, out: Path) -> None:
         page.set_default_timeout(180_000)
         page.goto(url + "/ui/", wait_until="load")
         page.click("#analyze-btn")
-        page.wait_for_selector("#token-view .gmts-view[data-group] .tok")
+        page.wait_for_selector("#json-download", state="visible")  # the run, not the example
+        page.wait_for_timeout(1500)  # the page's smooth scroll to the results ends
         page.wait_for_selector("#scatter-plot .js-plotly-plot .point")
         view = page.locator("#token-view")
         view.scroll_into_view_if_needed()
