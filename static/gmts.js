@@ -1,16 +1,17 @@
-// GMTS Explorer: token tooltips. One floating element, filled with textContent (never HTML)
-// from the token's data-tip attribute; event delegation so re-rendered views keep working.
+// GMTS Explorer: token tooltips, a pinned detail panel, and chart points linked to tokens.
+// Text is only ever set with textContent (never HTML); the panel's data is JSON read from the
+// token's data-detail attribute. Event delegation, so re-rendered views keep working.
 (function () {
   "use strict";
   if (window.__gmtsTipInstalled) return;
   window.__gmtsTipInstalled = true;
 
-  function tipElement() {
-    var el = document.getElementById("gmts-tip");
+  function element(id, role) {
+    var el = document.getElementById(id);
     if (!el) {
       el = document.createElement("div");
-      el.id = "gmts-tip";
-      el.setAttribute("role", "tooltip");
+      el.id = id;
+      el.setAttribute("role", role);
       document.body.appendChild(el);
     }
     return el;
@@ -26,8 +27,12 @@
     el.style.top = top + "px";
   }
 
+  // --- the tooltip (hover or keyboard focus) ---
+  var current = null;  // the token whose tooltip is showing
+
   function show(target) {
-    var el = tipElement();
+    var el = element("gmts-tip", "tooltip");
+    current = target;
     el.textContent = target.getAttribute("data-tip") || "";
     el.classList.add("visible");
     place(el, target);
@@ -36,11 +41,98 @@
   function hide() {
     var el = document.getElementById("gmts-tip");
     if (el) el.classList.remove("visible");
+    current = null;
+  }
+
+  // on scroll the tooltip follows its token, and goes only when the token leaves the screen
+  // (hiding on every scroll would drop it when the page scrolls a token into view)
+  function follow() {
+    var el = document.getElementById("gmts-tip");
+    if (!current || !el || !el.classList.contains("visible")) return;
+    var r = current.getBoundingClientRect();
+    if (!current.isConnected || r.bottom < 0 || r.top > window.innerHeight) hide();
+    else place(el, current);
   }
 
   function tokenOf(node) {
     return node && node.closest ? node.closest(".tok[data-tip]") : null;
   }
+
+  // --- the pinned panel (click, Enter or Space on a token; stays until closed) ---
+  function add(parent, tag, cls, text) {
+    var el = document.createElement(tag);
+    if (cls) el.className = cls;
+    if (text !== undefined) el.textContent = text;
+    parent.appendChild(el);
+    return el;
+  }
+
+  function fmt(p) { return p === null || p === undefined ? "—" : Number(p).toPrecision(3); }
+
+  function bars(parent, detail) {
+    var rows = [[detail.text, detail.prob, true]].concat(
+      (detail.alternatives || []).map(function (a) { return [a[0], a[1], false]; }));
+    var chart = add(parent, "div", "pin-bars");
+    rows.forEach(function (row) {
+      var line = add(chart, "div", "pin-bar" + (row[2] ? " sampled" : ""));
+      add(line, "span", "pin-bar-label", JSON.stringify(row[0]));
+      var track = add(line, "span", "pin-bar-track");
+      var fill = add(track, "span", "pin-bar-fill");
+      fill.style.width = Math.max(0, Math.min(1, row[1] || 0)) * 100 + "%";
+      add(line, "span", "pin-bar-value", fmt(row[1]) + (row[2] ? " sampled" : ""));
+    });
+  }
+
+  function unpin() {
+    var panel = document.getElementById("gmts-pin");
+    if (panel) panel.classList.remove("visible");
+    document.querySelectorAll(".tok.pinned").forEach(function (t) { t.classList.remove("pinned"); });
+  }
+
+  function pin(token) {
+    var detail;
+    try { detail = JSON.parse(token.getAttribute("data-detail") || "{}"); } catch (e) { detail = {}; }
+    document.querySelectorAll(".tok.pinned").forEach(function (t) { t.classList.remove("pinned"); });
+    token.classList.add("pinned");
+    var panel = element("gmts-pin", "dialog");
+    panel.setAttribute("aria-label", "token details");
+    panel.textContent = "";
+    var close = add(panel, "button", "pin-close", "×");
+    close.type = "button";
+    close.setAttribute("aria-label", "close the token details");
+    close.addEventListener("click", unpin);
+    var tip = (token.getAttribute("data-tip") || "").split("\n");
+    add(panel, "div", "pin-title", tip[0] || "");
+    add(panel, "div", "pin-head", "next-token probabilities (sampled token first)");
+    bars(panel, detail);
+    add(panel, "pre", "pin-numbers", tip.slice(1, 4).join("\n"));
+    add(panel, "pre", "pin-ranks", (detail.ranks || []).join("\n"));
+    panel.classList.add("visible");
+  }
+
+  // --- chart points linked to their tokens (customdata = [answer, position]) ---
+  function showToken(answer, pos) {
+    var tok = document.querySelector(
+      '#token-view .tok[data-answer="' + Number(answer) + '"][data-pos="' + Number(pos) + '"]');
+    if (!tok) return;
+    document.querySelectorAll(".tok.linked").forEach(function (t) { t.classList.remove("linked"); });
+    tok.classList.add("linked");
+    tok.scrollIntoView({block: "center"});
+    pin(tok);
+  }
+
+  function linkCharts() {
+    document.querySelectorAll("#scatter-plot .js-plotly-plot, #positions-plot .js-plotly-plot")
+      .forEach(function (gd) {
+        if (gd.__gmtsLinked || typeof gd.on !== "function") return;
+        gd.__gmtsLinked = true;
+        gd.on("plotly_click", function (ev) {
+          var pt = ev && ev.points && ev.points[0];
+          if (pt && pt.customdata) showToken(pt.customdata[0], pt.customdata[1]);
+        });
+      });
+  }
+  new MutationObserver(linkCharts).observe(document.documentElement, {childList: true, subtree: true});
 
   document.addEventListener("mouseover", function (ev) {
     var t = tokenOf(ev.target);
@@ -50,6 +142,46 @@
     var t = tokenOf(ev.target);
     if (t) show(t);
   });
-  document.addEventListener("scroll", hide, true);
-  document.addEventListener("keydown", function (ev) { if (ev.key === "Escape") hide(); });
+  document.addEventListener("click", function (ev) {
+    var t = tokenOf(ev.target);
+    if (t && t.hasAttribute("data-detail")) pin(t);
+  });
+  document.addEventListener("keydown", function (ev) {
+    if (ev.key === "Escape") { hide(); unpin(); return; }
+    var t = tokenOf(ev.target);
+    if (t && t.hasAttribute("data-detail") && (ev.key === "Enter" || ev.key === " ")) {
+      ev.preventDefault();
+      pin(t);
+    }
+  });
+  document.addEventListener("scroll", follow, true);
+
+  // --- a number typed outside a control's range is clamped: say so, in words ---
+  function labelOf(input) {
+    var block = input.closest(".block, label") || input.parentElement;
+    var label = block && block.querySelector("[data-testid=block-info], .block-title, span");
+    return label ? label.textContent.trim() : "this value";
+  }
+
+  function sayClamped(input) {
+    var v = parseFloat(input.value), lo = parseFloat(input.min), hi = parseFloat(input.max);
+    if (isNaN(v)) return;
+    var msg = null;
+    if (!isNaN(hi) && v > hi) msg = labelOf(input) + ": " + v + " is above the maximum " + hi + "; using " + hi + ".";
+    if (!isNaN(lo) && v < lo) msg = labelOf(input) + ": " + v + " is below the minimum " + lo + "; using " + lo + ".";
+    if (!msg) return;
+    var note = element("gmts-clamp", "status");
+    note.className = "gmts-note";
+    note.textContent = msg;
+    clearTimeout(sayClamped.timer);
+    sayClamped.timer = setTimeout(function () { note.remove(); }, 6000);
+  }
+  ["change", "keydown"].forEach(function (type) {
+    document.addEventListener(type, function (ev) {
+      var t = ev.target;
+      if (!t || t.tagName !== "INPUT" || t.type !== "number") return;
+      if (type === "keydown" && ev.key !== "Enter") return;
+      sayClamped(t);
+    }, true);  // capture: before the control clamps the value
+  });
 })();

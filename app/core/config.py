@@ -98,6 +98,10 @@ class Settings(BaseSettings):
         "copy, gradients and AdamW state: about 5 x 4 bytes per trainable parameter).",
     )
     max_session_steps: int = Field(20, ge=1)  # GRPO steps per step request
+    # one training step (sessions, Train and Compare tabs) samples but returns few tokens, so its
+    # limits are apart from an analysis's: they allow the demo recipe (64 prompts x G = 8)
+    max_step_prompts: int = Field(64, ge=1)  # demo prompts per training step
+    max_step_answers: int = Field(512, ge=1)  # prompts x G per training step
     session_policy: Literal["auto", "full", "lora"] = "auto"
     session_lora_threshold: int = Field(100_000_000, ge=0)  # parameters; auto: LoRA above it
 

@@ -1,12 +1,16 @@
 """Plotly figures and a self-contained HTML page for a :class:`~gmts_core.compare.CompareResult`.
 
-Each curve is the mean over seeds with a shaded band of +-1 std. The page embeds plotly.js, so
+Each curve is the mean over seeds, with a shaded band of +-1 std only when there are several
+seeds (one seed has no spread to show). Step axes tick at whole steps. Colours: pass
+``color(method) -> "#RRGGBB"`` (the app passes its palette, so a method has one colour on every
+chart); without it, plotly's qualitative palette in method order. The page embeds plotly.js, so
 it opens offline.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from typing import Any
 
 import plotly.graph_objects as go
@@ -25,17 +29,26 @@ def _rgba(hex_color: str, alpha: float) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
-def _band(fig: go.Figure, x: list[int], rows: list[dict[str, float]], name: str, i: int) -> None:
-    """A mean line with a +-std band, in colour ``i``."""
+ColorFn = Callable[[str], str]
+
+
+def _band(
+    fig: go.Figure, x: list[int], rows: list[dict[str, float]], name: str, color: str, band: bool
+) -> None:
+    """A mean line in ``color``, with a +-std band when ``band`` (several seeds).
+
+    The band trace is always there (empty for one seed) so the traces keep one layout: band,
+    line, band, line ... in method order.
+    """
     mean = [r["mean"] for r in rows]
     upper = [r["mean"] + r["std"] for r in rows]
     lower = [r["mean"] - r["std"] for r in rows]
     fig.add_trace(
         go.Scatter(
-            x=x + x[::-1],
-            y=upper + lower[::-1],
+            x=x + x[::-1] if band else [],
+            y=upper + lower[::-1] if band else [],
             fill="toself",
-            fillcolor=_rgba(_color(i), 0.15),
+            fillcolor=_rgba(color, 0.15),
             line={"width": 0},
             hoverinfo="skip",
             showlegend=False,
@@ -48,13 +61,13 @@ def _band(fig: go.Figure, x: list[int], rows: list[dict[str, float]], name: str,
             y=mean,
             name=name,
             mode="lines+markers",
-            line={"color": _color(i)},
+            line={"color": color},
             legendgroup=name,
         )
     )
 
 
-def _figure(title: str, y_title: str) -> go.Figure:
+def _figure(title: str, y_title: str, steps: int) -> go.Figure:
     fig = go.Figure()
     fig.update_layout(
         title=title,
@@ -64,43 +77,52 @@ def _figure(title: str, y_title: str) -> go.Figure:
         height=380,
         margin={"l": 60, "r": 20, "t": 50, "b": 50},
     )
+    fig.update_xaxes(tickformat="d", tick0=0, dtick=max(1, -(-steps // 10)))
     return fig
 
 
-def compare_figures(result: CompareResult) -> dict[str, go.Figure]:
+def compare_figures(result: CompareResult, color: ColorFn | None = None) -> dict[str, go.Figure]:
     """``accuracy``, ``reward``, ``wasted_share`` and ``loss`` figures, one line per method."""
-    steps = list(range(1, result.config.steps + 1))
+    n = result.config.steps
+    steps = list(range(1, n + 1))
+    spread = " (mean ± std over seeds)" if result.config.seeds > 1 else " (one seed)"
     figs = {
-        "accuracy": _figure("Held-out accuracy (mean ± std over seeds)", "accuracy"),
-        "reward": _figure("Training reward (mean ± std over seeds)", "mean reward"),
+        "accuracy": _figure(f"Held-out accuracy{spread}", "accuracy", n),
+        "reward": _figure(f"Training reward{spread}", "mean reward", n),
         "wasted_share": _figure(
             "Wasted share: selected tokens with zero gradient (each run's own selection)",
             "wasted share",
+            n,
         ),
-        "loss": _figure("Loss", "loss"),
+        "loss": _figure("Loss", "loss", n),
     }
+    band = result.config.seeds > 1
     for i, m in enumerate(result.config.methods):
+        c = color(m) if color is not None else _color(i)
         acc = result.accuracy_curve(m)
-        _band(figs["accuracy"], [int(r["step"]) for r in acc], acc, m, i)
-        _band(figs["reward"], steps, result.curve(m, "reward"), m, i)
-        _band(figs["wasted_share"], steps, result.wasted_curve(m), m, i)
-        _band(figs["loss"], steps, result.curve(m, "loss"), m, i)
+        _band(figs["accuracy"], [int(r["step"]) for r in acc], acc, m, c, band)
+        _band(figs["reward"], steps, result.curve(m, "reward"), m, c, band)
+        _band(figs["wasted_share"], steps, result.wasted_curve(m), m, c, band)
+        _band(figs["loss"], steps, result.curve(m, "loss"), m, c, band)
     return figs
 
 
-def _fmt(cell: dict[str, float], digits: int = 3) -> str:
-    return f"{cell['mean']:.{digits}f} ± {cell['std']:.{digits}f}"
+def _fmt(cell: dict[str, float], digits: int = 3, spread: bool = True) -> str:
+    """Mean ± std over seeds; the mean alone for one seed (a std of 0 would claim a spread)."""
+    mean = f"{cell['mean']:.{digits}f}"
+    return f"{mean} ± {cell['std']:.{digits}f}" if spread else mean
 
 
 def table_rows(result: CompareResult) -> list[list[str]]:
     """The final table as strings: method, final accuracy, gain, reward, wasted share."""
+    sd = result.config.seeds > 1
     return [
         [
             row["method"],
-            _fmt(row["final_accuracy"]),
-            _fmt(row["gain"]),
-            _fmt(row["train_reward_last5"]),
-            f"{_fmt(row['wasted_share_first'], 2)} → {_fmt(row['wasted_share_last'], 2)}",
+            _fmt(row["final_accuracy"], spread=sd),
+            _fmt(row["gain"], spread=sd),
+            _fmt(row["train_reward_last5"], spread=sd),
+            f"{_fmt(row['wasted_share_first'], 2, sd)} → {_fmt(row['wasted_share_last'], 2, sd)}",
         ]
         for row in result.table()
     ]
@@ -153,9 +175,9 @@ def _settings_html(result: CompareResult) -> str:
     )
 
 
-def compare_html(result: CompareResult) -> str:
+def compare_html(result: CompareResult, color: ColorFn | None = None) -> str:
     """A self-contained HTML page: settings, the final table and every curve (plotly inline)."""
-    figs = compare_figures(result)
+    figs = compare_figures(result, color)
     charts = [
         pio.to_html(fig, full_html=False, include_plotlyjs=("inline" if i == 0 else False))
         for i, fig in enumerate(figs.values())

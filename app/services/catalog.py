@@ -29,6 +29,8 @@ LIMIT_SETTINGS = (
     "max_new_tokens",
     "max_total_tokens",
     "max_top_alternatives",
+    "max_step_prompts",
+    "max_step_answers",
     "max_sessions",
     "max_session_steps",
     "gradcheck_max_parameters",

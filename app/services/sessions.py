@@ -46,17 +46,19 @@ T = TypeVar("T")
 
 def check_step_limits(s: Settings, config: RLConfig, num_prompts: int | None = None) -> None:
     """This server's per-step limits on a GRPO step (a session's, or each step of a compare run):
-    prompts per step (GMTS_MAX_GROUPS), answers per step (GMTS_MAX_ANSWERS), max_new_tokens."""
+    prompts per step (GMTS_MAX_STEP_PROMPTS), answers per step (GMTS_MAX_STEP_ANSWERS),
+    max_new_tokens (GMTS_MAX_NEW_TOKENS)."""
     config.validate()
     prompts = num_prompts if num_prompts is not None else config.prompts_per_step
-    if prompts > s.max_groups:
+    if prompts > s.max_step_prompts:
         raise LimitExceededError(
-            f"{prompts} prompts per step; this server's limit is {s.max_groups} (GMTS_MAX_GROUPS)"
+            f"{prompts} prompts per step; this server's limit is {s.max_step_prompts} "
+            "(GMTS_MAX_STEP_PROMPTS)"
         )
-    if prompts * config.group_size > s.max_answers:
+    if prompts * config.group_size > s.max_step_answers:
         raise LimitExceededError(
             f"{prompts} prompts x {config.group_size} answers per step; this server's "
-            f"limit is {s.max_answers} answers (GMTS_MAX_ANSWERS)"
+            f"limit is {s.max_step_answers} answers (GMTS_MAX_STEP_ANSWERS)"
         )
     if config.max_new_tokens > s.max_new_tokens:
         raise LimitExceededError(
@@ -128,7 +130,7 @@ class SessionService:
         s = self.settings
         config = req.apply(RLConfig(max_new_tokens=min(RLConfig.max_new_tokens, s.max_new_tokens)))
         if req.prompts_per_step is None:  # as many demo prompts as the answer limit allows
-            fit = max(1, s.max_answers // config.group_size)
+            fit = max(1, min(s.max_step_prompts, s.max_step_answers // config.group_size))
             config = dataclasses.replace(config, prompts_per_step=min(config.prompts_per_step, fit))
         return config
 

@@ -11,16 +11,15 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Callable
-from importlib.resources import files
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 
+from app.ui.assets import FAVICON, STATIC_DIR
+
 logger = logging.getLogger(__name__)
 
 UI_PATH = "/ui"
-STATIC_DIR = Path(str(files("app.ui").joinpath("static")))
 
 
 def ui_head() -> str:
@@ -69,6 +68,7 @@ def mount_ui(app: FastAPI, settings: Any, services: Any, path: str = UI_PATH) ->
     backend = make_backend(settings, services)
     blocks = build_blocks(backend, settings, extra_tabs())
     logger.info("mounting the UI at %s (%s backend)", path, backend.label)
+    _add_favicon(app)
     return gr.mount_gradio_app(
         app,
         blocks,
@@ -80,6 +80,16 @@ def mount_ui(app: FastAPI, settings: Any, services: Any, path: str = UI_PATH) ->
         ssr_mode=False,
         footer_links=[],
     )
+
+
+def _add_favicon(app: FastAPI) -> None:
+    """``/favicon.ico`` at the root, where browsers ask for it (a 404 would fill the logs)."""
+    from fastapi.responses import FileResponse
+
+    def favicon() -> FileResponse:
+        return FileResponse(FAVICON, media_type="image/x-icon")
+
+    app.add_api_route("/favicon.ico", favicon, methods=["GET"], include_in_schema=False)
 
 
 __all__ = ["UI_PATH", "mount_ui"]

@@ -17,8 +17,9 @@ import plotly.graph_objects as go
 
 from app.services.catalog import demo_problems
 from app.services.errors import InvalidInputError
-from app.ui.charts import _LAYOUT, MARK_A, MARK_B
+from app.ui.charts import _LAYOUT
 from app.ui.explore import EXPLICIT, ExploreForm, common_fields, sampling_fields
+from app.ui.palette import method_color
 from app.ui.render import Json, _fmt, groups_of
 
 BLOCK_SEPARATOR = re.compile(r"^\s*-{3,}\s*$", re.MULTILINE)
@@ -128,13 +129,13 @@ def budget_chart(result: Json, methods: tuple[str, str]) -> go.Figure:
         for i, (g, z) in enumerate(zip(groups, zero, strict=True))
     ]
     fig = go.Figure()
-    for m, color in zip(methods, (MARK_A, MARK_B), strict=True):
+    for m in dict.fromkeys(methods):
         fig.add_trace(
             go.Bar(
                 x=x,
                 y=shares.get(m, []),
                 name=m,
-                marker_color=color,
+                marker_color=method_color(m),
                 marker_pattern_shape=["x" if z else "" for z in zero],
                 hovertemplate="%{x}<br>" + m + ": %{y:.0%} of its selection<extra></extra>",
             )

@@ -19,17 +19,18 @@ import pandas as pd
 
 from app.services.catalog import demo_examples
 from app.services.errors import GMTSError
-from app.ui import batch, explore
-from app.ui.charts import SUMMARY_HEADERS
+from app.ui import batch, example, explore, status
+from app.ui.charts import summary_html
 from app.ui.client import Backend, Json
 from app.ui.export import write_exports
+from app.ui.view_export import write_view_html
 
 logger = logging.getLogger(__name__)
 
 FORM_FIELDS = [f.name for f in fields(explore.ExploreForm)]
 INTRO = (
-    "### GMTS Explorer — which answer tokens drive learning?\n"
-    "Sample a group of answers (or paste your own), reward them, and compare which tokens two "
+    "**GMTS Explorer — which answer tokens drive learning?** Sample a group of answers "
+    "(or paste your own), reward them, and compare which tokens two "
     "selection methods would train on: **entropy** (the 80/20 rule) vs **gmts** (gradient "
     "magnitude). Hover a token for its numbers."
 )
@@ -81,20 +82,32 @@ def _form(values: Sequence[Any]) -> explore.ExploreForm:
     return explore.ExploreForm(**dict(zip(FORM_FIELDS, values, strict=True)))
 
 
+def _question(prompt: str) -> str:
+    """``Q: 24+68=?`` -> ``24+68=?``: a short label for an example prompt."""
+    return prompt.strip().splitlines()[0].removeprefix("Q:").strip()
+
+
 def _prompt_column(c: dict[str, Any]) -> None:
-    """Prompt, reference, the demo task's example prompts and pasted answers."""
+    """Prompt, reference, Analyze (near the top), the example prompts, pasted answers, batch."""
     examples = demo_examples()
-    first = next((e for e in examples if e.label == "carry"), examples[0])
-    c["prompt"] = gr.Textbox(first.prompt, label="Prompt", lines=3, elem_id="prompt")
+    first = example.example_form()
+    c["prompt"] = gr.Textbox(first.prompt, label="Prompt", lines=2, elem_id="prompt")
     c["reference"] = gr.Textbox(
         first.reference, label="Reference answer (for the reward rule)", elem_id="reference"
     )
+    c["analyze_btn"] = gr.Button("Analyze", variant="primary", elem_id="analyze-btn")
     gr.Examples(
         [[e.prompt, e.reference] for e in examples],
         [c["prompt"], c["reference"]],
         label="Example prompts (demo task)",
-        example_labels=[f"{e.label}: {e.note}" for e in examples],
+        example_labels=[f"{e.label}: {_question(e.prompt)}" for e in examples],
     )
+    with gr.Row(equal_height=False):
+        _paste_and_batch(c)
+
+
+def _paste_and_batch(c: dict[str, Any]) -> None:
+    """Two closed accordions side by side: pasted answers (and rewards), a batch of prompts."""
     with gr.Accordion("Paste answers instead of sampling", open=False):
         c["answers_text"] = gr.Textbox(
             "",
@@ -102,38 +115,57 @@ def _prompt_column(c: dict[str, Any]) -> None:
             lines=4,
             elem_id="answers",
         )
+        c["explicit_rewards"] = gr.Textbox(
+            "",
+            label="Explicit rewards (e.g. 1,0,0,1), with reward rule 'explicit rewards'",
+            elem_id="explicit-rewards",
+        )
+    with gr.Accordion("Batch of prompts (selection across groups)", open=False):
+        c["batch_text"] = gr.Textbox(
+            "",
+            lines=6,
+            elem_id="batch-text",
+            label="Prompts separated by '---' lines; '=> 85' gives a reference",
+        )
+        c["demo_btn"] = gr.Button("Demo batch (4 prompts)", elem_id="demo-batch-btn")
+        c["batch_btn"] = gr.Button("Analyze batch", variant="primary", elem_id="analyze-batch-btn")
 
 
 def _settings_column(c: dict[str, Any], ctx: UIContext) -> None:
-    """Model, sampling, reward, selection and the two methods to compare."""
+    """Model, group size, reward, the two methods; the rest under "More settings"."""
     models, default_model = ctx.backend.models()
     methods = explore.method_choices(ctx.capabilities)
     c["model"] = gr.Dropdown(models, value=default_model, label="Model", allow_custom_value=True)
     with gr.Row():
         c["group_size"] = gr.Slider(1, 32, 8, step=1, label="Group size G", elem_id="group-size")
-        c["temperature"] = gr.Slider(0.1, 2.0, 1.0, step=0.05, label="Temperature")
-    with gr.Row():
-        c["max_new_tokens"] = gr.Slider(
-            4, 256, 48, step=4, label="Max new tokens", elem_id="max-new-tokens"
-        )
-        c["seed"] = gr.Number(0, precision=0, label="Seed", minimum=0)
-    with gr.Row():
         c["reward_kind"] = gr.Dropdown(
             explore.reward_choices(ctx.capabilities),
             value="numeric",
             label="Reward rule",
             elem_id="reward-kind",
         )
-        c["explicit_rewards"] = gr.Textbox(
-            "", label="Explicit rewards (e.g. 1,0,0,1)", elem_id="explicit-rewards"
-        )
-    with gr.Row():
-        c["ratio"] = gr.Slider(0.05, 1.0, 0.2, step=0.05, label="Selection ratio")
-        c["scope"] = gr.Radio(["batch", "group", "answer"], value="batch", label="Scope")
     with gr.Row():
         c["method_a"] = gr.Dropdown(methods, value="entropy", label="Method A", elem_id="method-a")
         c["method_b"] = gr.Dropdown(methods, value="gmts", label="Method B", elem_id="method-b")
-    c["top_alternatives"] = gr.Slider(0, 20, 5, step=1, label="Alternatives per token")
+        c["color_by"] = gr.Dropdown(
+            explore.color_choices(), value="entropy", label="Shade tokens by", elem_id="color-by"
+        )
+    with gr.Accordion("What do the methods and scopes mean?", open=False, elem_id="method-info"):
+        gr.Markdown(explore.methods_markdown(ctx.capabilities))
+    with gr.Accordion("More settings", open=False, elem_id="more-settings"):
+        with gr.Row():
+            c["temperature"] = gr.Slider(0.1, 2.0, 1.0, step=0.05, label="Temperature")
+            c["max_new_tokens"] = gr.Slider(
+                4, 256, 48, step=4, label="Max new tokens", elem_id="max-new-tokens"
+            )
+        with gr.Row():
+            c["ratio"] = gr.Slider(0.05, 1.0, 0.2, step=0.05, label="Selection ratio")
+            c["seed"] = gr.Number(0, precision=0, label="Seed", minimum=0)
+        c["scope"] = gr.Radio(
+            list(explore.SCOPE_INFO), value="batch", label="Scope",
+            info="which tokens compete for the top-k places (see below)",
+        )  # fmt: skip
+        c["top_alternatives"] = gr.Slider(0, 20, 5, step=1, label="Alternatives per token")
 
 
 def _controls(ctx: UIContext) -> dict[str, Any]:
@@ -145,6 +177,8 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
         with gr.Column(scale=2, min_width=280):
             _settings_column(c, ctx)
     ctx.method_a, ctx.method_b = c["method_a"], c["method_b"]
+    names = ("analyze_btn", "batch_text", "demo_btn", "batch_btn", "color_by")
+    ctx.extras["buttons"] = {k: c[k] for k in names}
     return {name: c[name] for name in FORM_FIELDS}
 
 
@@ -154,7 +188,7 @@ class ExploreOutputs:
 
     notes: gr.Markdown
     tokens: gr.HTML
-    summary: gr.Dataframe
+    summary: gr.HTML
     scatter: gr.Plot
     distributions: gr.Plot
     positions: gr.Plot
@@ -167,6 +201,7 @@ class ExploreOutputs:
     color_by: gr.Dropdown
     csv: gr.DownloadButton
     json: gr.DownloadButton
+    html: gr.DownloadButton
 
     def view_list(self) -> list[Any]:
         return [
@@ -188,7 +223,7 @@ def views(result: Any, a: str, b: str, color_by: str, group: Any) -> list[Any]:
     return [
         notes,
         v.tokens_html,
-        pd.DataFrame(v.summary_rows, columns=SUMMARY_HEADERS),
+        summary_html(v.summary_rows),
         *figs,
         v.learn_html,
         pd.DataFrame(
@@ -217,24 +252,60 @@ def exports(result: Any) -> list[Any]:
     ]
 
 
-def _plots() -> dict[str, gr.Plot]:
+def html_export(result: Any, a: str, b: str, color_by: str, group: Any) -> Any:
+    """The self-contained HTML page of the view as it is now (tokens, marks, tips, summary)."""
+    if not result:
+        return gr.DownloadButton(visible=False)
+    path = write_view_html(result, (a, b), color_by, int(group or 0))
+    return gr.DownloadButton(value=str(path), visible=True)
+
+
+# after a run, bring the new tokens into view (the form can fill the first screen on a phone)
+# and drop any "out of date" mark; after a failed run, mark what is shown as out of date
+SCROLL_TO_RESULTS = (
+    "(...args) => { const el = document.getElementById('notes');"
+    " const box = document.getElementById('explore-results');"
+    " if (box) box.classList.remove('stale');"
+    " if (el) el.scrollIntoView({behavior: 'smooth', block: 'start'}); return args; }"
+)
+MARK_STALE = (
+    "() => { const box = document.getElementById('explore-results');"
+    " if (box) box.classList.add('stale'); }"
+)
+EXAMPLE_NOTE = (
+    "**Example** (analysed before you arrived: the bundled demo model, the prompt above, "
+    "seed 0). Hover or focus a token for its numbers; press **Analyze** to run your own."
+)
+
+
+def initial_values(initial: Any) -> list[Any]:
+    """Values of ``ExploreOutputs.view_list()`` on the first render: the shipped example."""
+    values = views(initial, "entropy", "gmts", "entropy", 0)
+    if initial:
+        values[0] = (EXAMPLE_NOTE + "\n\n" + values[0]).strip()
+    return values
+
+
+def _plots(initial: list[Any]) -> dict[str, gr.Plot]:
     """The four per-group charts, two per row (one per row on a phone)."""
     names = [
-        ("scatter", "Entropy vs gradient proxy"),
-        ("advantages", "Advantages"),
-        ("distributions", "Distributions"),
-        ("positions", "By position"),
+        ("scatter", "Entropy vs gradient proxy", initial[3]),
+        ("advantages", "Advantages", initial[6]),
+        ("distributions", "Distributions", initial[4]),
+        ("positions", "By position", initial[5]),
     ]
     plots: dict[str, gr.Plot] = {}
     for i in range(0, len(names), 2):
         with gr.Row():
-            for key, label in names[i : i + 2]:
-                plots[key] = gr.Plot(label=label, elem_id=f"{key}-plot", min_width=300)
+            for key, label, value in names[i : i + 2]:
+                plots[key] = gr.Plot(value, label=label, elem_id=f"{key}-plot", min_width=300)
     return plots
 
 
-def _outputs_panel() -> ExploreOutputs:
-    notes = gr.Markdown(elem_id="notes")
+def _outputs_panel(initial: Any, color_by: gr.Dropdown) -> ExploreOutputs:
+    """Every output component, filled with the shipped example (``initial``) when there is one."""
+    first = initial_values(initial)
+    notes = gr.Markdown(first[0], elem_id="notes")
     with gr.Column(visible=False, elem_id="batch-box") as batch_box:
         overview = gr.Dataframe(
             headers=batch.OVERVIEW_HEADERS,
@@ -245,10 +316,9 @@ def _outputs_panel() -> ExploreOutputs:
         )
         group = gr.Dropdown([], value=None, label="Drill into group", elem_id="group-select")
         budget = gr.Plot(label="Selection budget per group", elem_id="budget-plot")
+    tokens = gr.HTML(first[1], elem_id="token-view", js_on_load=None)
+    summary = gr.HTML(first[2], elem_id="summary-table")  # wraps on a phone (a table would not)
     with gr.Row():
-        color_by = gr.Dropdown(
-            explore.color_choices(), value="entropy", label="Shade tokens by", elem_id="color-by"
-        )
         downloads = [
             gr.DownloadButton(
                 f"Download {kind.upper()}",
@@ -259,14 +329,18 @@ def _outputs_panel() -> ExploreOutputs:
             )  # fmt: skip
             for kind in ("csv", "json")
         ]
-    empty = explore.explore_view(None, "entropy", "gmts", "entropy")
-    tokens = gr.HTML(empty.tokens_html, elem_id="token-view", js_on_load=None)
-    summary = gr.Dataframe(
-        headers=SUMMARY_HEADERS, label="Summary", interactive=False, wrap=True,
-        elem_id="summary-table",
-    )  # fmt: skip
-    plots = _plots()
-    learn = gr.HTML(empty.learn_html, render=False, elem_id="learn-view", js_on_load=None)
+        downloads.append(
+            gr.DownloadButton(
+                "Download view (HTML)",
+                value=None,
+                visible=False,
+                elem_id="html-download",
+                scale=0,
+                min_width=180,
+            )  # fmt: skip
+        )
+    plots = _plots(first)
+    learn = gr.HTML(first[7], render=False, elem_id="learn-view", js_on_load=None)
     return ExploreOutputs(
         notes, tokens, summary, plots["scatter"], plots["distributions"], plots["positions"],
         plots["advantages"], learn, overview, budget, batch_box, group, color_by, *downloads,
@@ -276,44 +350,43 @@ def _outputs_panel() -> ExploreOutputs:
 def build_explore_tab(ctx: UIContext) -> ExploreOutputs:
     """Explore: the form, Analyze, the batch view and every output."""
     form = _controls(ctx)
-    with gr.Row():
-        analyze_btn = gr.Button("Analyze", variant="primary", elem_id="analyze-btn")
-    with gr.Accordion("Batch of prompts (selection across groups)", open=False):
-        batch_text = gr.Textbox(
-            "",
-            lines=6,
-            elem_id="batch-text",
-            label="Prompts separated by '---' lines; '=> 85' gives a reference",
-        )
-        with gr.Row():
-            demo_btn = gr.Button("Demo batch (4 prompts)", elem_id="demo-batch-btn")
-            batch_btn = gr.Button("Analyze batch", variant="primary", elem_id="analyze-batch-btn")
-    out = _outputs_panel()
+    c = ctx.extras["buttons"]
+    analyze_btn, batch_text, demo_btn, batch_btn = (
+        c[k] for k in ("analyze_btn", "batch_text", "demo_btn", "batch_btn")
+    )
+    with gr.Column(elem_id="explore-results"):  # marked out of date when a run fails
+        out = _outputs_panel(ctx.result.value, c["color_by"])  # starts as the shipped example
     ctx.extras["explore_outputs"] = out
     a, b, color_by = form["method_a"], form["method_b"], out.color_by
     new_outputs = [ctx.result, out.group, *out.view_list()]
 
-    def run_single(*values: Any) -> list[Any]:
+    def run_single(*values: Any, progress: Any = gr.Progress()) -> list[Any]:
         f = _form(values[:-1])
-        result = _call(lambda: ctx.backend.analyze(explore.build_request(f, method_names(ctx))))
+        body = _call(lambda: explore.build_request(f, method_names(ctx)))
+        load = status.job_load(ctx.backend)
+        progress(0, desc=status.analyze_text(load, body.get("num_samples")))
+        result = _call(lambda: ctx.backend.analyze(body))
         if explore.rule_overridden(f):  # say which rewards were used
             gr.Info(explore.reward_note(f))
         return new_result(result, f.method_a, f.method_b, values[-1])
 
-    def run_batch(*values: Any) -> list[Any]:
+    def run_batch(*values: Any, progress: Any = gr.Progress()) -> list[Any]:
         f = _form(values[:-2])
         body = _call(lambda: batch.build_batch_request(f, values[-2], method_names(ctx)))
+        progress(0, desc=status.analyze_text(status.job_load(ctx.backend), None))
         result = _call(lambda: ctx.backend.analyze(body))
         return new_result(result, f.method_a, f.method_b, values[-1])
 
     inputs = list(form.values())
+    view_inputs = [ctx.result, a, b, color_by, out.group]
     for btn, fn, extra in ((analyze_btn, run_single, []), (batch_btn, run_batch, [batch_text])):
-        btn.click(fn, [*inputs, *extra, color_by], new_outputs).success(
-            exports, [ctx.result], [out.csv, out.json]
-        )
+        event = btn.click(fn, [*inputs, *extra, color_by], new_outputs)
+        done = event.success(exports, [ctx.result], [out.csv, out.json], js=SCROLL_TO_RESULTS)
+        done.then(html_export, view_inputs, out.html)
+        event.failure(None, None, None, js=MARK_STALE)
     demo_btn.click(lambda seed: batch.demo_batch_text(int(seed or 0)), [form["seed"]], batch_text)
     for trigger in (a, b, color_by, out.group):
-        trigger.input(views, [ctx.result, a, b, color_by, out.group], out.view_list())
+        trigger.input(views, view_inputs, out.view_list()).then(html_export, view_inputs, out.html)
     return out
 
 
@@ -328,9 +401,13 @@ def build_blocks(
 ) -> gr.Blocks:
     """The whole UI; ``extra_tabs`` are ``(title, builder)`` pairs added after Learn."""
     with gr.Blocks(title="GMTS Explorer", fill_width=True) as demo:
-        gr.Markdown(INTRO + f"\n\nBackend: `{backend.label}`")
+        gr.Markdown(INTRO + f" Backend: `{backend.label}`.")
+        # the page opens on the shipped example group, already analysed (see app.ui.example)
         ctx = UIContext(
-            backend, settings, gr.State(None), capabilities=backend_capabilities(backend)
+            backend,
+            settings,
+            gr.State(example.load_example()),
+            capabilities=backend_capabilities(backend),
         )
         with gr.Tabs():
             with gr.Tab("Explore", id="explore", elem_id="tab-explore"):

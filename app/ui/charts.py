@@ -1,32 +1,43 @@
 """Plotly figures and summary tables of an analysis (pure: JSON result in, figure out).
 
 Nothing here computes a statistic of its own: every number comes from the analysis result
-(``AnalysisResult.to_dict()``), the figures only arrange it. Colours follow the Okabe-Ito
-palette, and selections are marked by marker shape as well as colour.
+(``AnalysisResult.to_dict()``), the figures only arrange it. Colours come from
+:mod:`app.ui.palette` (one colour per method on every tab), and selections are marked by
+marker shape as well as colour.
 """
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from app.ui import palette
+from app.ui.palette import answer_color, method_color
 from app.ui.render import Json, groups_of
 
-OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000")
-MARK_A, MARK_B = "#E69F00", "#0072B2"
-# legend below the x-axis title, with room for two rows of entries
+# legend under the plot, anchored to the bottom of the figure so that however many rows it
+# wraps into on a phone it never covers the x-axis title (the margin grows to fit it)
 _LAYOUT = dict(
     template="plotly_white",
-    margin=dict(l=55, r=20, t=50, b=130),
-    legend=dict(orientation="h", yanchor="top", y=-0.2, x=0),
-    height=440,
+    margin=dict(l=55, r=20, t=50, b=40),
+    legend=dict(orientation="h", yref="container", yanchor="bottom", y=0, x=0),
+    height=460,
 )
-
-
-def answer_color(index: int) -> str:
-    return OKABE_ITO[index % len(OKABE_ITO)]
+_AXIS = dict(automargin=True)
+# the scatter's y axis: linear (zero-gradient tokens visible) or log (spreads the small ones)
+_LOG_BUTTONS = [
+    dict(
+        type="buttons", direction="right", x=1, xanchor="right", y=1.12, yanchor="bottom",
+        showactive=True,
+        buttons=[
+            dict(label="linear", method="relayout", args=[{"yaxis.type": "linear"}]),
+            dict(label="log", method="relayout", args=[{"yaxis.type": "log"}]),
+        ],
+    )
+]  # fmt: skip
 
 
 def _tokens(group: Json) -> list[tuple[int, Json]]:
@@ -50,13 +61,13 @@ def scatter_entropy_proxy(group: Json, methods: tuple[str, str]) -> go.Figure:
                 name=f"answer #{ai} (A={ans.get('advantage', 0):+.2f})",
                 marker=dict(color=answer_color(ai), size=8, opacity=0.85),
                 text=[_hover(ai, t) for t in toks],
-                hovertemplate="%{text}<br>entropy %{x:.3f}<br>grad_proxy %{y:.3g}<extra></extra>",
+                customdata=[[ai, t.get("position")] for t in toks],  # a click finds the token
+                hovertemplate="%{text}<br>entropy %{x:.3f}<br>grad_proxy %{y:.3g}"
+                "<br>click: show this token<extra></extra>",
             )
         )
-    for method, color, symbol, size in (
-        (methods[0], MARK_A, "circle-open", 15),
-        (methods[1], MARK_B, "square-open", 19),
-    ):
+    for method, symbol, size in ((methods[0], "circle-open", 15), (methods[1], "square-open", 19)):
+        color = method_color(method)
         sel = [(ai, t) for ai, t in _tokens(group) if t.get("selected", {}).get(method)]
         fig.add_trace(
             go.Scatter(
@@ -71,19 +82,23 @@ def scatter_entropy_proxy(group: Json, methods: tuple[str, str]) -> go.Figure:
     fig.update_layout(
         title="Entropy vs gradient proxy (per token)",
         xaxis_title="entropy H (nats)",
-        yaxis_title="grad_proxy |A|·w·g",
+        yaxis_title="gradient proxy |A|·w·g",
+        updatemenus=_LOG_BUTTONS,
         **_LAYOUT,
     )
+    fig.update_xaxes(**_AXIS)
+    fig.update_yaxes(**_AXIS)
     return fig
 
 
 def score_distributions(group: Json, methods: tuple[str, str]) -> go.Figure:
-    """Histograms of entropy and gradient proxy: all tokens vs each method's selection."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("entropy H (nats)", "grad_proxy"))
+    """Histograms of entropy and gradient proxy: all tokens vs each method's selection, side
+    by side in each bin (overlaid bars would blend into a colour no legend names)."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("entropy H (nats)", "gradient proxy"))
     toks = [t for _, t in _tokens(group)]
-    subsets = [("all tokens", "#999999", toks)] + [
-        (f"selected by {m}", c, [t for t in toks if t.get("selected", {}).get(m)])
-        for m, c in ((methods[0], MARK_A), (methods[1], MARK_B))
+    subsets = [("all tokens", palette.NEUTRAL, toks)] + [
+        (f"selected by {m}", method_color(m), [t for t in toks if t.get("selected", {}).get(m)])
+        for m in dict.fromkeys(methods)
     ]
     for col, key in ((1, "entropy"), (2, "grad_proxy")):
         for name, color, subset in subsets:
@@ -92,15 +107,15 @@ def score_distributions(group: Json, methods: tuple[str, str]) -> go.Figure:
                     x=[t.get(key) for t in subset],
                     name=name,
                     marker_color=color,
-                    opacity=0.6,
-                    nbinsx=30,
+                    nbinsx=20,
                     legendgroup=name,
                     showlegend=col == 1,
                 ),
                 row=1,
                 col=col,
             )
-    fig.update_layout(title="Score distributions", barmode="overlay", **_LAYOUT)
+    fig.update_layout(title="Score distributions", barmode="group", bargap=0.1, **_LAYOUT)
+    fig.update_yaxes(title_text="tokens", row=1, col=1)
     return fig
 
 
@@ -118,12 +133,17 @@ def position_curves(group: Json, key: str = "entropy") -> go.Figure:
                 line=dict(color=answer_color(ai)),
                 marker=dict(size=5),
                 text=[repr(t.get("text", "")) for t in toks],
+                customdata=[[ai, t.get("position")] for t in toks],
                 hovertemplate="pos %{x} %{text}<br>" + key + " %{y:.3g}<extra></extra>",
             )
         )
     fig.update_layout(
-        title=f"{key} by position", xaxis_title="position in answer", yaxis_title=key, **_LAYOUT
+        title=f"{key.capitalize()} along the answer",
+        xaxis_title="position in answer",
+        yaxis_title=key,
+        **_LAYOUT,
     )
+    fig.update_xaxes(tickformat="d", rangemode="tozero")
     return fig
 
 
@@ -135,7 +155,10 @@ def advantage_bars(group: Json) -> go.Figure:
         go.Bar(
             x=[f"#{a.get('index', i)} (r={a.get('reward', 0):g})" for i, a in enumerate(answers)],
             y=adv,
-            marker_color=["#009E73" if v > 0 else "#D55E00" if v < 0 else "#999999" for v in adv],
+            marker_color=[
+                palette.POSITIVE if v > 0 else palette.NEGATIVE if v < 0 else palette.NEUTRAL
+                for v in adv
+            ],
             marker_pattern_shape=["" if v >= 0 else "/" for v in adv],
             hovertemplate="answer %{x}<br>advantage %{y:.3f}<extra></extra>",
         )
@@ -184,6 +207,16 @@ def summary_rows(summary: Json, methods: tuple[str, str]) -> list[list[str]]:
         ["Spearman(H, grad_proxy) within answers (median)", _num(rho.get("within_answer_median"))]
     )
     return rows
+
+
+def summary_html(rows: list[list[str]]) -> str:
+    """The summary as a two-column list that wraps inside a phone's width (escaped HTML)."""
+    if not rows:
+        return ""
+    items = "".join(
+        f'<div class="summary-row"><dt>{escape(q)}</dt><dd>{escape(v)}</dd></div>' for q, v in rows
+    )
+    return f'<div class="summary-box"><h4>Summary</h4><dl class="summary-list">{items}</dl></div>'
 
 
 def group_figures(result: Json, methods: tuple[str, str], group_index: int = 0) -> dict[str, Any]:

@@ -141,6 +141,11 @@ class LocalBackend:
         with self._in_line():
             return analysis_json(self.services.analysis.analyze_blocking(req))
 
+    def job_load(self) -> tuple[int, int]:
+        """(running, waiting) heavy jobs of this server now (for the UI's progress line)."""
+        jobs = self.services.jobs
+        return int(jobs.running), int(jobs.waiting)
+
     def models(self) -> tuple[list[str], str | None]:
         names = [m["alias"] for m in self.services.models.list_models()]
         return names, self.services.settings.default_model

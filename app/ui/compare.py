@@ -26,9 +26,16 @@ from app.services.compare import (
     result_from_dict,
     write_outputs,
 )
+from app.ui.palette import method_color
 
 Json = dict[str, Any]
 FIGURES = ("accuracy", "reward", "wasted_share", "loss")
+FIGURE_LABELS = {
+    "accuracy": "Held-out accuracy",
+    "reward": "Training reward",
+    "wasted_share": "Wasted share",
+    "loss": "Loss",
+}
 
 
 @dataclass
@@ -81,7 +88,7 @@ def compare_view(result: CompareResult) -> list[Any]:
     """Summary, final table and the four figures, in ``FIGURES`` order."""
     import pandas as pd
 
-    figs = compare_figures(result)
+    figs = compare_figures(result, method_color)
     table = pd.DataFrame(table_rows(result), columns=TABLE_HEADER)
     return [summary_markdown(result), table, *(figs[k] for k in FIGURES)]
 
@@ -140,14 +147,18 @@ def _outputs() -> list[Any]:
 
     summary = gr.Markdown(elem_id="compare-summary")
     table = gr.Dataframe(
-        headers=TABLE_HEADER, label="Final table (mean ± std over seeds)", interactive=False,
+        headers=TABLE_HEADER, label="Final table (± std with several seeds)", interactive=False,
         elem_id="compare-table",
     )  # fmt: skip
     plots = []
     for i in range(0, len(FIGURES), 2):
         with gr.Row():
             plots += [
-                gr.Plot(label=k, elem_id=f"compare-{k.replace('_', '-')}-plot", min_width=300)
+                gr.Plot(
+                    label=FIGURE_LABELS[k],
+                    elem_id=f"compare-{k.replace('_', '-')}-plot",
+                    min_width=300,
+                )
                 for k in FIGURES[i : i + 2]
             ]
     return [summary, table, *plots]

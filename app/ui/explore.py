@@ -58,6 +58,22 @@ def method_choices(caps: Json) -> list[tuple[str, str]]:
     return [(f"{m['name']}: {m['description']}", m["name"]) for m in caps["methods"]]
 
 
+SCOPE_INFO = {
+    "batch": "all answer tokens of the request (every group) compete for k = ⌈ratio·N⌉ places, "
+    "as in the GMTS paper and TRL",
+    "group": "each prompt's group keeps its own top ratio of tokens",
+    "answer": "each answer keeps its own top ratio of tokens",
+}
+
+
+def methods_markdown(caps: Json) -> str:
+    """What each method the backend offers (``GET /v1/capabilities``) and each scope means, for
+    the UI's info text (and the README's list)."""
+    methods = "\n".join(f"- **{m['name']}**: {m['description']}" for m in caps["methods"])
+    scopes = "\n".join(f"- **{s}**: {d}" for s, d in SCOPE_INFO.items())
+    return f"**Selection methods**\n{methods}\n\n**Scopes**\n{scopes}"
+
+
 def color_choices() -> list[str]:
     return list(COLOR_BY)
 

@@ -12,6 +12,7 @@ from html import escape
 from typing import Any
 
 from app.services.methods import list_method_infos
+from app.ui.lesson import is_zero_signal, lesson_html
 from app.ui.render import Json, _fmt, groups_of
 
 ADVANTAGE_FORMULAS = {
@@ -98,7 +99,13 @@ def _top_token(group: Json, method: str) -> tuple[Json, Json] | None:
 
 def gradient_section(group: Json, temperature: float) -> str:
     top = _top_token(group, "gmts")
-    if top is None:
+    if is_zero_signal(group):  # every γ ties at 0: no token is "GMTS's choice" here
+        live = (
+            "every answer got the same reward, so every advantage is 0 and every token's γ is "
+            "0: <b>no gradient here</b>, and no token is GMTS's choice. Pick a prompt whose "
+            "answers split (e.g. the carry example) to see γ at work."
+        )
+    elif top is None:
         live = "no tokens ranked by gmts in this analysis."
     else:
         ans, t = top
@@ -158,6 +165,8 @@ def misrank_section(group: Json, summary: Json, methods: tuple[str, str]) -> str
                 f"{_fmt(t.get('grad_proxy'), 3)}), which {escape(other)} leaves out.</li>"
             )
     example = f"<ul>{''.join(picks)}</ul>" if picks else f"{escape(a)} and {escape(b)} agree here."
+    if is_zero_signal(group):
+        example = " All rewards are equal here: every γ is 0, so no selection means anything."
     return _section(
         "5. Why entropy misranks tokens across answers",
         "γ = |A_i| · w_i · g   —   A_i and w_i change from answer to answer, H does not see them",
@@ -223,7 +232,8 @@ def learn_html(result: Json | None, methods: tuple[str, str], group_index: int =
     settings: dict[str, Any] = result.get("settings") or {}
     summary = result.get("summary") or {}
     return (
-        '<div class="learn">'
+        lesson_html(group, summary, methods)
+        + '<div class="learn">'
         + advantage_section(group, settings.get("advantage", "grpo"))
         + weight_section(group, settings.get("loss_aggregation", "token_mean"))
         + gradient_section(group, float(settings.get("temperature", 1.0)))

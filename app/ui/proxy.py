@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from app.services.errors import InvalidInputError
-from app.ui.charts import MARK_B, OKABE_ITO
+from app.ui.palette import NEUTRAL, method_color
 from app.ui.render import Json, _fmt, groups_of
 
 SCATTER_COLUMNS = 3
@@ -112,10 +112,7 @@ def proxy_scatter(body: Json) -> go.Figure:
 def _add_method(
     fig: go.Figure, tokens: list[Json], m: str, row: int, col: int, first: bool
 ) -> None:
-    for selected, color, name in (
-        (False, OKABE_ITO[1], "not selected"),
-        (True, MARK_B, "selected"),
-    ):
+    for selected, color in ((False, NEUTRAL), (True, method_color(m))):
         pts = [
             t
             for t in tokens
@@ -128,9 +125,9 @@ def _add_method(
                 x=[t["true_grad_norm"] for t in pts],
                 y=[t["scores"][m] for t in pts],
                 mode="markers",
-                name=f"{name} by the method",
-                legendgroup=name,
-                showlegend=first,
+                name=f"selected by {m}" if selected else "not selected",
+                legendgroup=m if selected else "not selected",
+                showlegend=selected or first,
                 marker=dict(
                     color=color,
                     size=7 if selected else 6,

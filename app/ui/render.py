@@ -13,11 +13,14 @@ The input is the JSON form of an analysis (``AnalysisResult.to_dict()`` / the bo
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
 from typing import Any
+
+from app.ui.palette import css_vars
 
 Json = dict[str, Any]
 
@@ -116,18 +119,47 @@ def mark_class(sel_a: bool, sel_b: bool) -> str:
     return "mark-a" if sel_a else "mark-b" if sel_b else ""
 
 
-def tooltip_text(tok: Json, answer_index: int, methods: tuple[str, str]) -> str:
+def token_detail(tok: Json, methods: tuple[str, str], pool: str, zero: bool) -> Json:
+    """What the pinned panel (static/gmts.js) draws: the sampled token and its alternatives
+    with probabilities (a GLTR-style bar chart), and the rank lines. Read as JSON, shown as text.
+    """
+
+    def finite(x: Any) -> float | None:
+        return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
+
+    alts = [[a.get("text", ""), finite(a.get("prob"))] for a in tok.get("alternatives", [])]
+    return {
+        "text": tok.get("text", ""),
+        "prob": finite(tok.get("prob")),
+        "alternatives": alts,
+        "ranks": rank_lines(tok, methods, pool or "(1 = highest score)", zero),
+    }
+
+
+def rank_lines(tok: Json, methods: tuple[str, str], pool: str, zero: bool) -> list[str]:
+    """Each method's rank of this token, with what the rank is out of and the verdict spelt out.
+
+    ``pool`` says what the rank counts over (e.g. "of 214 tokens, top k = 43 selected").
+    In a zero-signal group every gradient score ties at 0, so no rank there means anything.
+    """
+    if zero:
+        return ["ranks: none that matter — all rewards equal, so A = 0 and no token has a gradient"]
+    ranks, sel = tok.get("ranks", {}), tok.get("selected", {})
+    shown = list(dict.fromkeys(methods)) + (["gmts"] if "gmts" in ranks else [])
+    lines = [f"rank {pool}:"]
+    for m in dict.fromkeys(shown):
+        verdict = "selected" if sel.get(m) else "not selected"
+        lines.append(f"  {m}: #{ranks.get(m, '—')} — {verdict}")
+    return lines
+
+
+def tooltip_text(
+    tok: Json, answer_index: int, methods: tuple[str, str], pool: str = "", zero: bool = False
+) -> str:
     """The plain-text tooltip of a token (lines separated by newlines)."""
-    ranks = tok.get("ranks", {})
-    sel = tok.get("selected", {})
     alts = " · ".join(
         f"{a.get('text', '')!r} {_fmt(a.get('prob'), 3)}" for a in tok.get("alternatives", [])
     )
-    rank_parts = [
-        f"{m} {ranks.get(m, '—')}{' ✓' if sel.get(m) else ''}" for m in dict.fromkeys(methods)
-    ]
-    if "gmts" not in methods and "gmts" in ranks:
-        rank_parts.append(f"gmts {ranks['gmts']}")
     return "\n".join(
         [
             f"answer #{answer_index} · position {tok.get('position')} · id {tok.get('id')} · "
@@ -135,7 +167,7 @@ def tooltip_text(tok: Json, answer_index: int, methods: tuple[str, str]) -> str:
             f"prob {_fmt(tok.get('prob'), 3)} · logprob {_fmt(tok.get('logprob'), 3)}",
             f"entropy {_fmt(tok.get('entropy'), 3)} nats",
             f"grad_norm {_fmt(tok.get('grad_norm'), 3)} · grad_proxy {_fmt(tok.get('grad_proxy'))}",
-            "rank " + " · ".join(rank_parts) + " (✓ selected)",
+            *rank_lines(tok, methods, pool or "(1 = highest score)", zero),
             f"top alternatives: {alts or '—'}",
         ]
     )
@@ -147,16 +179,26 @@ def _attr(name: str, value: Any) -> str:
 
 
 def render_token(
-    tok: Json, answer_index: int, level: float, methods: tuple[str, str], color_by: str
+    tok: Json,
+    answer_index: int,
+    level: float,
+    methods: tuple[str, str],
+    color_by: str,
+    pool: str = "",
+    zero: bool = False,
 ) -> str:
-    """One ``<span class="tok">`` with data attributes, shade and selection classes."""
+    """One focusable ``<span class="tok">`` with data attributes, shade and selection classes.
+
+    ``sel-a``/``sel-b`` say what the analysis flagged; the visible marks (``mark-*``) are left
+    out in a zero-signal group, where no selection can move the model.
+    """
     a, b = methods
     sel = tok.get("selected", {})
     sel_a, sel_b = bool(sel.get(a)), bool(sel.get(b))
     classes = ["tok"]
     classes += ["sel-a"] if sel_a else []
     classes += ["sel-b"] if sel_b else []
-    classes += [c] if (c := mark_class(sel_a, sel_b)) else []
+    classes += [c] if (c := mark_class(sel_a, sel_b)) and not zero else []
     classes += ["tok-empty"] if tok.get("text", "") == "" else []
     ranks = tok.get("ranks", {})
     attrs = (
@@ -170,10 +212,11 @@ def render_token(
         + _attr("rank-a", ranks.get(a))
         + _attr("rank-b", ranks.get(b))
         + _attr("score", COLOR_BY[color_by].value(tok))
-        + _attr("tip", tooltip_text(tok, answer_index, methods))
+        + _attr("tip", tooltip_text(tok, answer_index, methods, pool, zero))
+        + _attr("detail", json.dumps(token_detail(tok, methods, pool, zero)))
     )
     return (
-        f'<span class="{" ".join(classes)}" style="--lv:{level:.3f}"{attrs}>'
+        f'<span class="{" ".join(classes)}" tabindex="0" style="--lv:{level:.3f}"{attrs}>'
         f"{visible_text(tok.get('text', ''))}</span>"
     )
 
@@ -188,17 +231,22 @@ def _verdict_text(ans: Json) -> str:
     )
 
 
-def answer_header(ans: Json, methods: tuple[str, str]) -> str:
+def answer_header(ans: Json, methods: tuple[str, str], zero: bool = False) -> str:
     """Reward, advantage, weight, length and selected counts of one answer (escaped HTML)."""
     counts = ans.get("selected_count") or {}
     adv = ans.get("advantage") or 0.0
     sign = "pos" if adv > 0 else "neg" if adv < 0 else "zero"
+    selects = (
+        ["no gradient here: no selection can move the model"]
+        if zero
+        else [f"{escape(m)} selects <b>{counts.get(m, 0)}</b>" for m in dict.fromkeys(methods)]
+    )
     facts = [
         f"reward <b>{_fmt(ans.get('reward'))}</b>",
         f'advantage <b class="adv-{sign}">{_fmt(adv, 3)}</b>',
         f"weight {_fmt(ans.get('weight'), 3)}",
         f"length {ans.get('length', len(ans.get('tokens', [])))}",
-        *(f"{escape(m)} selects <b>{counts.get(m, 0)}</b>" for m in dict.fromkeys(methods)),
+        *selects,
     ]
     if ans.get("finished") is False:
         facts.append("unfinished (hit max tokens)")
@@ -209,19 +257,36 @@ def answer_header(ans: Json, methods: tuple[str, str]) -> str:
     )
 
 
-def render_answer(ans: Json, methods: tuple[str, str], color_by: str, lo: float, hi: float) -> str:
-    """One answer: its header and its tokens."""
+def render_answer(
+    ans: Json,
+    methods: tuple[str, str],
+    color_by: str,
+    lo: float,
+    hi: float,
+    pool: str = "",
+    zero: bool = False,
+) -> str:
+    """One answer: its header and its tokens (on a hatched band in a zero-signal group)."""
     spec = COLOR_BY[color_by]
     idx = int(ans.get("index", 0))
+    toks = ans.get("tokens", [])
+    where = pool or f"within answer #{idx} of {len(toks)} tokens"
     spans = [
         render_token(
-            t, idx, shade_level(spec.value(t), lo, hi, spec.higher_is_stronger), methods, color_by
-        )
-        for t in ans.get("tokens", [])
+            t,
+            idx,
+            shade_level(spec.value(t), lo, hi, spec.higher_is_stronger),
+            methods,
+            color_by,
+            where,
+            zero,
+        )  # fmt: skip
+        for t in toks
     ]
+    band = " no-gradient" if zero else ""
     return (
-        f'<div class="answer" data-answer="{idx}">{answer_header(ans, methods)}'
-        f'<div class="tokens">{"<wbr>".join(spans)}</div></div>'
+        f'<div class="answer" data-answer="{idx}">{answer_header(ans, methods, zero)}'
+        f'<div class="tokens{band}">{"<wbr>".join(spans)}</div></div>'
     )
 
 
@@ -250,8 +315,14 @@ def zero_signal_banner() -> str:
     return f'<div class="zero-signal" role="alert">⚠ {escape(ZERO_SIGNAL_TEXT)}</div>'
 
 
-def render_group(group: Json, methods: tuple[str, str], color_by: str = "entropy") -> str:
-    """A whole group: prompt, legend, zero-signal banner if any, and every answer."""
+def render_group(
+    group: Json, methods: tuple[str, str], color_by: str = "entropy", pool: str = ""
+) -> str:
+    """A whole group: prompt, legend, zero-signal banner if any, and every answer.
+
+    ``pool`` says what a rank counts over ("of 214 tokens, top k = 43 selected"); empty for
+    answer scope, where each answer is its own pool. Method colours come from the palette.
+    """
     if color_by not in COLOR_BY:
         raise ValueError(f"unknown colour-by {color_by!r}; valid: {', '.join(COLOR_BY)}")
     answers = group.get("answers", [])
@@ -261,12 +332,13 @@ def render_group(group: Json, methods: tuple[str, str], color_by: str = "entropy
     if zero is None:
         zero = bool(answers) and all((ans.get("advantage") or 0) == 0 for ans in answers)
     parts = [
-        f'<div class="gmts-view" data-group="{int(group.get("index", 0))}">',
+        f'<div class="gmts-view" data-group="{int(group.get("index", 0))}" '
+        f'style="{css_vars(*methods)}">',
         f'<div class="prompt"><span class="label">prompt</span> '
         f'<span class="prompt-text">{visible_text(group.get("prompt", ""))}</span></div>',
         render_legend(color_by, lo, hi, methods),
         zero_signal_banner() if zero else "",
-        *(render_answer(ans, methods, color_by, lo, hi) for ans in answers),
+        *(render_answer(ans, methods, color_by, lo, hi, pool, bool(zero)) for ans in answers),
         "</div>",
     ]
     return "".join(parts)
@@ -280,7 +352,23 @@ def render_result(
     if not groups:
         return placeholder("The analysis has no groups.")
     gi = min(max(group_index, 0), len(groups) - 1)
-    return render_group(groups[gi], methods, color_by)
+    return render_group(groups[gi], methods, color_by, rank_pool(result, groups[gi]))
+
+
+def rank_pool(result: Json, group: Json) -> str:
+    """What the ranks of ``group``'s tokens count over, from the result's selection scope."""
+    scope = (result.get("settings") or {}).get("scope") or (result.get("summary") or {}).get(
+        "scope"
+    )
+    if scope == "answer":
+        return ""
+    # batch scope over several groups ranks across all of them; otherwise within the group
+    summary = (result if scope == "batch" else group).get("summary") or {}
+    n, k = summary.get("num_tokens"), summary.get("k")
+    if n is None or k is None:
+        return ""
+    where = " in the batch" if "groups" in result and scope == "batch" else ""
+    return f"of {n} tokens{where}, top k = {k} selected"
 
 
 def placeholder(message: str) -> str:
@@ -327,10 +415,19 @@ def _mean_change(tokens: list[Json], selected: bool) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def render_batch_changes(answers: list[Json]) -> str:
-    """The last training batch: every answer's tokens shaded by their log-prob change."""
+MAX_CHANGE_GROUPS = 4  # prompts of the last batch drawn (16 x 8 answers would be ~2 MB of HTML)
+
+
+def render_batch_changes(
+    answers: list[Json], max_groups: int = MAX_CHANGE_GROUPS, method: str | None = None
+) -> str:
+    """The last training batch: its first ``max_groups`` prompts' answers, every token shaded
+    by its log-prob change (the shade's scale is set by the whole batch); the trained tokens'
+    mark takes ``method``'s colour."""
     if not answers:
         return placeholder("Run a step to see the batch it trained on.")
+    groups = list(dict.fromkeys(a.get("group") for a in answers))
+    shown = set(groups[:max_groups])
     changes = [
         abs(c)
         for a in answers
@@ -338,8 +435,9 @@ def render_batch_changes(answers: list[Json]) -> str:
         if (c := t.get("logprob_change")) is not None
     ]
     scale = max(changes, default=0.0)
+    style = f' style="{css_vars(method, method)}"' if method else ""
     parts = [
-        '<div class="gmts-view gmts-changes"><div class="legend">'
+        f'<div class="gmts-view gmts-changes"{style}><div class="legend">'
         f'<span class="legend-mark"><span class="sample mark-a">selected</span> for training '
         "(solid underline)</span>"
         f'<span class="legend-scale">shade: log-prob change after the update, '
@@ -347,8 +445,13 @@ def render_batch_changes(answers: list[Json]) -> str:
         f'<span style="background:rgba({CHANGE_DOWN},0.86)">&nbsp;down&nbsp;</span>, '
         f"full shade at |Δ| = {_fmt(scale, 3)} nats</span></div>"
     ]
+    if len(groups) > len(shown):
+        parts.append(
+            f'<div class="batch-note">showing the first {len(shown)} of the batch\'s '
+            f"{len(groups)} prompts</div>"
+        )
     group = None
-    for ans in answers:
+    for ans in (a for a in answers if a.get("group") in shown):
         if ans.get("group") != group:
             group = ans.get("group")
             parts.append(_change_group_head(ans, [a for a in answers if a.get("group") == group]))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -20,14 +20,23 @@ import plotly.graph_objects as go
 
 from app.services.catalog import RL_DEFAULTS, rl_knob
 from app.services.errors import SessionNotFoundError
-from app.ui.charts import _LAYOUT, OKABE_ITO
+from app.ui import status, train_runs
+from app.ui.charts import _LAYOUT
 from app.ui.client import Backend
+from app.ui.palette import method_color
 from app.ui.render import Json, _fmt, placeholder, render_batch_changes
 
 logger = logging.getLogger(__name__)
 
 Progress = Callable[..., Any]  # gr.Progress-like: progress((done, total), desc=...)
 WASTED_FIRST = ("entropy", "gmts")  # the comparison the wasted-share chart is about
+
+
+# The tab's defaults: a small-batch version of the demo recipe that visibly learns in one run
+# of 20 steps on 2 CPU cores (benchmarks/train_tab.py measures it: see the README).
+TRAIN_RECIPE = dataclasses.replace(
+    RL_DEFAULTS, prompts_per_step=16, learning_rate=1.5e-4, inner_steps=2, warmup_steps=5
+)
 
 
 @dataclass
@@ -38,13 +47,15 @@ class TrainForm:
     model: str | None = None
     method: str = "gmts"
     ratio: float = 0.2
-    learning_rate: float = RL_DEFAULTS.learning_rate  # the RL defaults, tuned on the demo model
-    group_size: int = 8
-    prompts_per_step: int = 4
+    learning_rate: float = TRAIN_RECIPE.learning_rate
+    group_size: int = TRAIN_RECIPE.group_size
+    prompts_per_step: int = TRAIN_RECIPE.prompts_per_step
     max_new_tokens: int = 48
-    steps: int = 5
-    eval_problems: int = 100  # held-out problems after each run (0: no evaluation)
+    steps: int = 20
+    eval_problems: int = 200  # held-out problems after each run (0: no evaluation)
     seed: int = 0
+    inner_steps: int = TRAIN_RECIPE.inner_steps
+    warmup_steps: int = TRAIN_RECIPE.warmup_steps
 
     def knobs(self) -> Json:
         return {
@@ -54,15 +65,17 @@ class TrainForm:
             "group_size": int(self.group_size),
             "prompts_per_step": int(self.prompts_per_step),
             "max_new_tokens": int(self.max_new_tokens),
+            "inner_steps": int(self.inner_steps),
+            "warmup_steps": int(self.warmup_steps),
         }
 
     def create_request(self) -> Json:
         """Body of ``POST /v1/sessions``."""
         return {"model": self.model or None, "seed": int(self.seed), **self.knobs()}
 
-    def step_request(self) -> Json:
+    def step_request(self, include_tokens: bool = True) -> Json:
         """Body of one ``POST /v1/sessions/{id}/step`` (one step, demo-task batch)."""
-        return {"steps": 1, "include_tokens": True, **self.knobs()}
+        return {"steps": 1, "include_tokens": include_tokens, **self.knobs()}
 
     def eval_request(self) -> Json:
         return {"num_problems": int(self.eval_problems), "seed": int(self.seed)}
@@ -71,11 +84,24 @@ class TrainForm:
 # --- figures and tables from a session's history ---------------------------------------------
 
 
-def _figure(title: str, y_title: str) -> go.Figure:
+LOSS_COLOR, PART_COLOR = "#333333", "#777777"  # losses are not methods: greys, told by dash
+
+
+def integer_steps(fig: go.Figure, last_step: int) -> None:
+    """Step axes with whole-number ticks only (no 0.5 between two steps)."""
+    dtick = max(1, -(-last_step // 10))  # about ten ticks at most
+    fig.update_xaxes(tickformat="d", tick0=0, dtick=dtick, rangemode="tozero")
+
+
+def _figure(title: str, y_title: str, last_step: int = 1) -> go.Figure:
     fig = go.Figure()
     fig.update_layout(title=title, xaxis_title="step", yaxis_title=y_title, **_LAYOUT)
-    fig.update_xaxes(rangemode="tozero")
+    integer_steps(fig, last_step)
     return fig
+
+
+def _last_step(history: list[Json], evaluations: Sequence[Json] = ()) -> int:
+    return max([1, *(h["step"] for h in history), *(e["step"] for e in evaluations)])
 
 
 def _line(fig: go.Figure, x: list[Any], y: list[Any], name: str, color: str, **kw: Any) -> None:
@@ -84,26 +110,37 @@ def _line(fig: go.Figure, x: list[Any], y: list[Any], name: str, color: str, **k
     )
 
 
-def reward_figure(history: list[Json], evaluations: list[Json]) -> go.Figure:
-    """Training reward (batch mean ± std) per step and held-out accuracy at each evaluation."""
-    fig = _figure("Training reward and held-out accuracy", "reward / accuracy")
+def reward_figure(
+    history: list[Json], evaluations: list[Json], earlier: Sequence[Json] = ()
+) -> go.Figure:
+    """Training reward (batch mean ± std) per step and held-out accuracy at each evaluation;
+    ``earlier`` runs (see :mod:`app.ui.train_runs`) faded after the current one's two lines."""
+    fig = _figure(
+        "Training reward and held-out accuracy",
+        "reward / accuracy",
+        _last_step(history, evaluations),
+    )
     steps = [h["step"] for h in history]
+    method = history[-1].get("method", "gmts") if history else "gmts"
+    color = method_color(method)  # the method's colour, as on every tab
     _line(
         fig,
         steps,
         [h.get("reward_mean") for h in history],
-        "training reward (batch mean)",
-        OKABE_ITO[4],
+        f"training reward, {method} (batch mean)",
+        color,
         error_y=dict(array=[h.get("reward_std") or 0.0 for h in history], thickness=1),
     )
     _line(
         fig,
         [e["step"] for e in evaluations],
         [e.get("accuracy") for e in evaluations],
-        "held-out accuracy",
-        OKABE_ITO[5],
+        f"held-out accuracy, {method}",
+        color,
         line_dash="dash",
+        marker_symbol="diamond",
     )
+    train_runs.add_overlays(fig, list(earlier))
     values = [v for t in fig.data for v in t.y if v is not None]
     if all(0.0 <= v <= 1.0 for v in values):  # 0/1 rewards and accuracies: a fixed scale
         fig.update_yaxes(range=[-0.03, 1.03])
@@ -112,14 +149,16 @@ def reward_figure(history: list[Json], evaluations: list[Json]) -> go.Figure:
 
 def loss_figure(history: list[Json]) -> go.Figure:
     """Total loss, policy loss and the KL to the starting policy per step."""
-    fig = _figure("Loss", "loss")
+    fig = _figure("Loss", "loss", _last_step(history))
     steps = [h["step"] for h in history]
-    for key, name, color in (
-        ("loss", "loss (policy + β·KL)", OKABE_ITO[0]),
-        ("policy_loss", "policy loss", OKABE_ITO[2]),
-        ("kl", "KL to start (k3)", OKABE_ITO[6]),
-    ):
-        _line(fig, steps, [h.get(key) for h in history], name, color)
+    loss, policy = [h.get("loss") for h in history], [h.get("policy_loss") for h in history]
+    if loss == policy:  # β = 0: one line, not two drawn on top of each other
+        _line(fig, steps, loss, "loss (= policy loss, β = 0)", LOSS_COLOR)
+    else:
+        _line(fig, steps, loss, "loss (policy + β·KL)", LOSS_COLOR)
+        _line(fig, steps, policy, "policy loss", PART_COLOR, line_dash="dash")
+    _line(fig, steps, [h.get("kl") for h in history], "KL to start (k3)", PART_COLOR,
+          line_dash="dot")  # fmt: skip
     return fig
 
 
@@ -131,11 +170,15 @@ def wasted_methods(history: list[Json]) -> list[str]:
 
 def wasted_figure(history: list[Json]) -> go.Figure:
     """Per step, the share of each method's selection that lands on zero-gradient tokens."""
-    fig = _figure("Wasted share: selected tokens with zero gradient (zero-signal groups)", "share")
+    fig = _figure(
+        "Wasted share: selected tokens with zero gradient (zero-signal groups)",
+        "share",
+        _last_step(history),
+    )
     steps = [h["step"] for h in history]
-    for i, m in enumerate(wasted_methods(history)):
+    for m in wasted_methods(history):
         ys = [(h.get("wasted_share") or {}).get(m) for h in history]
-        _line(fig, steps, ys, m, OKABE_ITO[(i + 4) % len(OKABE_ITO)])
+        _line(fig, steps, ys, m, method_color(m))
     fig.update_yaxes(range=[-0.02, 1.02])
     return fig
 
@@ -188,26 +231,40 @@ class TrainView:
     info: Json | None = None
     last_batch: list[Json] = field(default_factory=list)
     note: str | None = None
+    earlier: list[Json] = field(default_factory=list)  # faded runs (app.ui.train_runs)
+    learning_rate: float | None = None  # the form's, for the warning
+    final: bool = True  # False while a run is going: the tab then updates only the curves
+
+    def status(self) -> str:
+        """The session line, the remark, and any warning in plain words."""
+        lr = self.learning_rate
+        warns = train_runs.warnings(lr if lr is not None else 0.0, self.info)
+        text = session_markdown(self.info, self.note)
+        return text + "".join(f"\n\n**⚠ {w}**" for w in warns)
 
     def values(self) -> list[Any]:
-        """Values for the tab's outputs: state, status, three figures, table, batch HTML."""
+        """Values for the tab's outputs: state, status, three figures, table, batch HTML, and
+        the earlier runs' state."""
         import pandas as pd
 
         history = (self.info or {}).get("history") or []
         evals = (self.info or {}).get("evaluations") or []
         batch = (
-            render_batch_changes(self.last_batch)
+            render_batch_changes(
+                self.last_batch, method=history[-1].get("method") if history else None
+            )
             if self.last_batch
             else placeholder("Run a step to see the batch it trained on.")
         )
         return [
             self.session_id,
-            session_markdown(self.info, self.note),
-            reward_figure(history, evals),
+            self.status(),
+            reward_figure(history, evals, self.earlier),
             loss_figure(history),
             wasted_figure(history),
             pd.DataFrame(history_rows(history), columns=HISTORY_HEADERS),
             batch,
+            self.earlier,
         ]
 
 
@@ -241,15 +298,36 @@ def _evaluate(backend: Backend, view: TrainView, form: TrainForm) -> None:
     view.info = backend.get_session(view.session_id)
 
 
+def _switch_method(backend: Backend, view: TrainView, form: TrainForm) -> None:
+    """A new method after steps of another: keep the run faded and start again from the base
+    weights, so the two methods' curves start from the same point."""
+    history = (view.info or {}).get("history") or []
+    if not history or history[-1].get("method") == form.method or view.session_id is None:
+        return
+    view.earlier = train_runs.keep(view.earlier, view.info)
+    view.info = backend.reset_session(view.session_id)
+    view.note = (
+        f"Method changed to {form.method}: the {history[-1].get('method')} run is kept faded "
+        "on the chart, and this run starts again from the starting weights."
+    )
+
+
 def run_steps(
-    backend: Backend, session_id: str | None, form: TrainForm, progress: Progress | None = None
+    backend: Backend,
+    session_id: str | None,
+    form: TrainForm,
+    progress: Progress | None = None,
+    earlier: Sequence[Json] = (),
 ) -> Iterator[TrainView]:
     """Run ``form.steps`` GRPO steps, one request each; yields the view after each step.
 
     A fresh session is evaluated first (the accuracy at step 0), and every run ends with an
-    evaluation when ``form.eval_problems`` > 0.
+    evaluation when ``form.eval_problems`` > 0. ``earlier`` runs are drawn faded; switching the
+    method adds the current run to them and resets the session first.
     """
     view = ensure_session(backend, session_id, form)
+    view.earlier, view.learning_rate = list(earlier), float(form.learning_rate)
+    _switch_method(backend, view, form)
     assert view.session_id is not None and view.info is not None
     total = int(form.steps)
     if form.eval_problems > 0 and not view.info.get("evaluations") and not view.info["steps_done"]:
@@ -258,11 +336,13 @@ def run_steps(
         _evaluate(backend, view, form)
     for i in range(total):
         if progress is not None:
-            progress((i, total), desc=f"GRPO step {i + 1} of {total}")
-        body = backend.step_session(view.session_id, form.step_request())
+            load = status.job_load(backend)
+            progress((i, total), desc=status.step_text(load, i, total, form.knobs()))
+        last = i == total - 1  # only the last step's batch is shown: fetch its tokens only
+        body = backend.step_session(view.session_id, form.step_request(include_tokens=last))
         view.last_batch = body.get("last_batch") or view.last_batch
         view.info = backend.get_session(view.session_id)
-        yield dataclasses.replace(view)  # a snapshot: the loop goes on changing ``view``
+        yield dataclasses.replace(view, final=False)  # a snapshot; ``view`` keeps changing
     if form.eval_problems > 0:
         if progress is not None:
             progress((total, total), desc="held-out accuracy")
@@ -270,15 +350,25 @@ def run_steps(
     yield dataclasses.replace(view)
 
 
-def reset_session(backend: Backend, session_id: str | None) -> TrainView:
-    """Back to the starting weights (the session stays; its history is cleared)."""
+def reset_session(
+    backend: Backend, session_id: str | None, earlier: Sequence[Json] = ()
+) -> TrainView:
+    """Back to the starting weights (the session stays; its history is cleared). The run so
+    far joins the faded ``earlier`` runs."""
+    earlier = list(earlier)
     if not session_id:
-        return TrainView(note="Nothing to reset yet.")
+        return TrainView(note="Nothing to reset yet.", earlier=earlier)
     try:
+        kept = train_runs.keep(earlier, backend.get_session(session_id))
         info = backend.reset_session(session_id)
     except SessionNotFoundError:
-        return TrainView(note="The session had expired; the next run starts a new one.")
-    return TrainView(session_id, info, note="Reset to the starting weights.")
+        return TrainView(
+            note="The session had expired; the next run starts a new one.", earlier=earlier
+        )
+    note = "Reset to the starting weights" + (
+        "; the last run stays on the chart, faded." if len(kept) > len(earlier) else "."
+    )
+    return TrainView(session_id, info, note=note, earlier=kept)
 
 
 # --- Gradio wiring ---------------------------------------------------------------------------
@@ -292,12 +382,16 @@ def help_of(knob: str) -> str:
 
 
 def _controls(ctx: Any) -> dict[str, Any]:
+    """The knobs, at the tab's defaults (``TrainForm``) within this server's limits."""
     import gradio as gr
 
     from app.ui.explore import method_choices
 
+    d = TrainForm()
     models, default_model = ctx.backend.models()
-    max_steps = int(ctx.capabilities["limits"]["max_session_steps"])  # the backend's limit
+    limits = ctx.capabilities["limits"]  # the backend's limits
+    max_steps = int(limits["max_session_steps"])
+    max_prompts = int(limits.get("max_step_prompts", 64))
     c: dict[str, Any] = {}
     with gr.Row():
         c["model"] = gr.Dropdown(
@@ -305,46 +399,47 @@ def _controls(ctx: Any) -> dict[str, Any]:
         )
         c["method"] = gr.Dropdown(
             method_choices(ctx.capabilities),
-            value="gmts",
+            value=d.method,
             label="Selection method",
             elem_id="train-method",
         )
         c["ratio"] = gr.Slider(
-            0.05, 1.0, 0.2, step=0.05, label="Ratio", info=help_of("ratio"), elem_id="train-ratio"
-        )
+            0.05, 1.0, d.ratio, step=0.05, label="Ratio", info=help_of("ratio"),
+            elem_id="train-ratio",
+        )  # fmt: skip
         c["learning_rate"] = gr.Number(
-            RL_DEFAULTS.learning_rate,
-            label="Learning rate",
-            info=help_of("learning_rate"),
-            minimum=0,
-            maximum=1,
-            step=1e-5,
-        )
+            d.learning_rate, label="Learning rate", minimum=0, maximum=1, step=1e-5,
+            elem_id="train-lr", info="1.5e-4 learns on the demo model; above 1e-3 it collapses",
+        )  # fmt: skip
     with gr.Row():
-        c["group_size"] = gr.Slider(
-            2, 16, 8, step=1, label="Group size G", info=help_of("group_size"), elem_id="train-g"
-        )
+        c["group_size"] = gr.Slider(2, 16, d.group_size, step=1, label="Group size G",
+                                    info=help_of("group_size"), elem_id="train-g")  # fmt: skip
         c["prompts_per_step"] = gr.Slider(
-            1, 8, 4, step=1, label="Prompts per step", elem_id="train-prompts"
-        )
+            1, max_prompts, min(d.prompts_per_step, max_prompts), step=1,
+            label="Prompts per step", elem_id="train-prompts",
+        )  # fmt: skip
         # at most the backend's limit (a slider needs two distinct ends)
-        max_new = max(2, min(128, int(ctx.capabilities["limits"]["max_new_tokens"])))
+        max_new = max(9, min(128, int(limits["max_new_tokens"])))
         c["max_new_tokens"] = gr.Slider(
-            1,
-            max_new,
-            min(48, max_new),
-            step=1,
-            label="Max new tokens",
-            info=help_of("max_new_tokens"),
-            elem_id="train-max-new",
-        )
+            8, max_new, min(d.max_new_tokens, max_new), step=4, label="Max new tokens",
+            info=help_of("max_new_tokens"), elem_id="train-max-new",
+        )  # fmt: skip
         c["steps"] = gr.Slider(
-            1, max_steps, min(5, max_steps), step=1, label="Steps per run", elem_id="train-steps"
-        )
+            1, max_steps, min(d.steps, max_steps), step=1, label="Steps per run",
+            elem_id="train-steps",
+        )  # fmt: skip
+    with gr.Row():
         c["eval_problems"] = gr.Slider(
-            0, 400, 100, step=10, label="Held-out problems (0: skip)", elem_id="train-eval"
+            0, 400, d.eval_problems, step=10, label="Held-out problems (0: skip)",
+            elem_id="train-eval",
+        )  # fmt: skip
+        c["inner_steps"] = gr.Slider(
+            1, 8, d.inner_steps, step=1, label="Updates per batch", elem_id="train-inner"
         )
-        c["seed"] = gr.Number(0, precision=0, label="Seed", minimum=0)
+        c["warmup_steps"] = gr.Slider(
+            0, 20, d.warmup_steps, step=1, label="Warm-up steps", elem_id="train-warmup"
+        )
+        c["seed"] = gr.Number(d.seed, precision=0, label="Seed", minimum=0)
     return {name: c[name] for name in FORM_FIELDS}
 
 
@@ -375,22 +470,33 @@ def build_train_tab(ctx: Any) -> None:
     gr.Markdown(
         "Live GRPO on **your own copy** of the model (the base model is never changed). Each "
         "step samples G answers for demo-task prompts, rewards them, and trains on the tokens "
-        "the method selects. Same seed, same batches: reset, switch the method and compare."
+        "the method selects. The defaults (16 prompts × G = 8, lr 1.5e-4, 2 updates per batch, "
+        "5 warm-up steps) raise held-out accuracy within one run of 20 steps. Same seed, same "
+        "batches: switch the method (or press Reset) and the run so far stays on the chart, "
+        "faded, for comparison."
     )
     form = _controls(ctx)
     with gr.Row():
         run_btn = gr.Button("Run steps", variant="primary", elem_id="train-run-btn")
         reset_btn = gr.Button("Reset to the start", elem_id="train-reset-btn")
     session = gr.State(None)  # this browser tab's session id, created on the first run
-    outputs = [session, *_outputs()]
+    earlier = gr.State([])  # curves of earlier runs, drawn faded (app.ui.train_runs)
+    outputs = [session, *_outputs(), earlier]
 
-    def run(session_id: str | None, *values: Any, progress: Any = gr.Progress()) -> Iterator[Any]:
+    def run(
+        session_id: str | None, runs: list[Json], *values: Any, progress: Any = gr.Progress()
+    ) -> Iterator[Any]:
         f = TrainForm(**dict(zip(FORM_FIELDS, values, strict=True)))
-        steps = run_steps(ctx.backend, session_id, f, progress)
+        steps = run_steps(ctx.backend, session_id, f, progress, runs or [])
         while (view := _call(lambda: next(steps, None))) is not None:
-            yield view.values()
+            shown = list(view.values())
+            if not view.final:  # mid-run: the curves and status move; table and batch at the end
+                shown[5:7] = [gr.skip(), gr.skip()]
+            yield shown
 
-    run_btn.click(run, [session, *form.values()], outputs)
+    run_btn.click(run, [session, earlier, *form.values()], outputs)
     reset_btn.click(
-        lambda sid: _call(lambda: reset_session(ctx.backend, sid)).values(), [session], outputs
+        lambda sid, runs: _call(lambda: reset_session(ctx.backend, sid, runs or [])).values(),
+        [session, earlier],
+        outputs,
     )

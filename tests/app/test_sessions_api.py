@@ -110,8 +110,10 @@ def test_bad_input_is_refused_with_a_clear_message(client: TestClient) -> None:
     sid = _create(client)
     r = client.post(f"/v1/sessions/{sid}/step", json={"steps": 1000})
     _assert_error(r, 413, "limit_exceeded", "GMTS_MAX_SESSION_STEPS")
-    r = client.post(f"/v1/sessions/{sid}/step", json={"group_size": 64, "prompts": PROMPTS})
-    _assert_error(r, 413, "limit_exceeded", "GMTS_MAX_ANSWERS")
+    r = client.post(f"/v1/sessions/{sid}/step", json={"group_size": 64, "prompts_per_step": 9})
+    _assert_error(r, 413, "limit_exceeded", "GMTS_MAX_STEP_ANSWERS")  # 576 answers > 512
+    r = client.post(f"/v1/sessions/{sid}/step", json={"prompts_per_step": 65})
+    _assert_error(r, 422, "validation_error", "prompts_per_step")  # the schema's own bound
     r = client.post(f"/v1/sessions/{sid}/step", json={"prompts": [{"prompt": "x"}]})
     _assert_error(r, 422, "validation_error", "reference")
     r = client.post(f"/v1/sessions/{sid}/step", json={"unknown": 1})

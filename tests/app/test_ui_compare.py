@@ -15,6 +15,7 @@ from app.schemas.gradcheck import GradcheckRequest
 from app.services.bodies import analysis_json, as_json, gradcheck_response
 from app.services.container import build_services
 from app.ui import compare, proxy
+from app.ui.palette import method_color
 from gmts_core.analysis import AnalysisConfig, GroupInput, analyze
 from gmts_core.compare import CompareConfig, run_compare
 from gmts_core.errors import InvalidInputError, LimitExceededError
@@ -87,15 +88,17 @@ def test_compare_form_makes_a_valid_config() -> None:
 
 
 def test_compare_runs_keep_the_server_limits(model_root: Path) -> None:
-    service = build_services(make_settings(model_root, max_answers=8, max_new_tokens=16)).compare
+    service = build_services(
+        make_settings(model_root, max_step_answers=8, max_new_tokens=16)
+    ).compare
     form = compare.CompareForm(group_size=4, prompts_per_step=2, max_new_tokens=16)
     service.check_limits(form.config())  # 8 answers of 16 tokens: within
-    with pytest.raises(LimitExceededError, match="GMTS_MAX_ANSWERS"):
+    with pytest.raises(LimitExceededError, match="GMTS_MAX_STEP_ANSWERS"):
         service.check_limits(dataclasses.replace(form, prompts_per_step=3).config())
     with pytest.raises(LimitExceededError, match="GMTS_MAX_NEW_TOKENS"):
         service.check_limits(dataclasses.replace(form, max_new_tokens=20).config())
     too_many = dataclasses.replace(form, prompts_per_step=3).config()
-    with pytest.raises(LimitExceededError, match="GMTS_MAX_ANSWERS"):  # before any model work
+    with pytest.raises(LimitExceededError, match="GMTS_MAX_STEP_ANSWERS"):  # before any model work
         service.run_blocking("no-such-model", too_many)
 
 
@@ -153,3 +156,18 @@ def test_fidelity_table_and_summary(gradcheck_body: dict) -> None:
     row = table.set_index("method").loc["all"]
     assert row["cosine to full gradient"] == "1" and row["true norm kept"] == "1"
     assert f"{fid['num_tokens']} answer tokens" in summary
+
+
+def test_one_seed_shows_no_spread(compare_json: dict[str, Any]) -> None:
+    """With one seed a std is no spread: no '±' in the table, no band in the charts."""
+    one = {**compare_json, "config": {**compare_json["config"], "seeds": 1}}
+    one["runs"] = [r for r in compare_json["runs"] if r["seed"] == 0]
+    result = compare.result_from_dict(one)
+    assert all("±" not in cell for row in table_rows(result) for cell in row)
+    _, _, acc, *_ = compare.compare_view(result)
+    bands = [t for t in acc.data if t.fill == "toself"]
+    assert bands and all(len(t.x) == 0 for t in bands)
+    assert "one seed" in acc.layout.title.text
+    many = compare.compare_view(compare.result_from_dict(compare_json))[2]
+    assert all(len(t.x) > 0 for t in many.data if t.fill == "toself")
+    assert {t.line.color for t in many.data if t.name == "gmts"} == {method_color("gmts")}

@@ -27,7 +27,11 @@ def test_ui_is_served_with_its_assets(root: Path) -> None:
         config = client.get("/ui/config")
         assert config.status_code == 200
         assert ".tok" in config.text  # the renderer's CSS travels in the config
+        # the shipped example group is in the first render: tokens marked by both methods
+        assert "tok sel-a sel-b mark-both" in config.text and "Example" in config.text
         assert client.get("/healthz").status_code == 200  # the API still answers
+        icon = client.get("/favicon.ico")
+        assert icon.status_code == 200 and icon.content[:4] == b"\x00\x00\x01\x00"  # an ICO
     assert_method_pickers_describe_each_method(config.json()["components"])
 
 

@@ -15,7 +15,7 @@ from app.main import create_app
 from app.schemas.sessions import SessionCreateRequest, SessionStepRequest
 from app.services.bodies import as_json, step_metrics_out
 from app.services.errors import SessionNotFoundError
-from app.ui import render, train
+from app.ui import render, train, train_runs
 from app.ui.client import BackendError, LocalBackend, RemoteBackend
 from gmts_core.rl_records import StepMetrics
 from tests.app.api_helpers import TINY, LiveServer, given_body, make_settings
@@ -95,11 +95,13 @@ def test_form_requests_are_valid_api_bodies() -> None:
 
 def test_view_values_order_matches_the_outputs() -> None:
     info = {"session_id": "s", "steps_done": 3, "history": HISTORY, "evaluations": EVALS}
-    values = train.TrainView("s", info).values()
-    sid, status, reward, loss, wasted, table, batch = values
-    assert sid == "s" and "`s`" in status
+    earlier = [train_runs.snapshot(info, 1)]
+    values = train.TrainView("s", info, earlier=earlier, learning_rate=0.01).values()
+    sid, status, reward, loss, wasted, table, batch, runs = values
+    assert sid == "s" and "`s`" in status and "above 0.001" in status  # the lr warning
     assert len(reward.data[0].x) == 3 and len(table) == 3
-    assert "Run a step" in batch
+    assert len(reward.data) == 4  # the current run's two lines, then the faded one's two
+    assert "Run a step" in batch and runs == earlier
 
 
 # --- the last batch -------------------------------------------------------------------------
@@ -166,7 +168,8 @@ def test_run_steps_yields_after_every_step_and_evaluates(backend: LocalBackend) 
     assert steps_seen[:2] == [1, 2] and steps_seen[-1] == 2
     assert [e["step"] for e in views[-1].info["evaluations"]] == [0, 2]  # start and end
     assert views[-1].last_batch and views[-1].last_batch[0]["tokens"]
-    assert [p for p, _ in progress.calls][:2] == [(0, 2), (0, 2)]  # start evaluation, step 1
+    assert [p for p, _ in progress.calls][:2] == [(0, 2), (0, 2)]
+    assert views[-1].earlier == []  # start evaluation, step 1
 
     # the same tab's next run continues its session
     more = list(train.run_steps(backend, sid, FORM))
@@ -174,6 +177,20 @@ def test_run_steps_yields_after_every_step_and_evaluates(backend: LocalBackend) 
 
     reset = train.reset_session(backend, sid)
     assert reset.info["steps_done"] == 0 and reset.info["history"] == []
+    assert len(reset.earlier) == 1 and reset.earlier[0]["steps"] == [1, 2, 3, 4]  # kept, faded
+    assert "faded" in (reset.note or "")
+
+
+def test_switching_the_method_keeps_the_run_and_starts_again(backend: LocalBackend) -> None:
+    first = list(train.run_steps(backend, None, FORM))[-1]
+    entropy = train.TrainForm(**{**FORM.__dict__, "method": "entropy", "steps": 1})
+    views = list(train.run_steps(backend, first.session_id, entropy, earlier=first.earlier))
+    last = views[-1]
+    assert last.session_id == first.session_id and last.info["steps_done"] == 1  # from the start
+    assert [h["method"] for h in last.info["history"]] == ["entropy"]
+    assert [r["method"] for r in last.earlier] == ["gmts"] and "Method changed" in (last.note or "")
+    again = list(train.run_steps(backend, last.session_id, entropy, earlier=last.earlier))[-1]
+    assert again.info["steps_done"] == 2 and len(again.earlier) == 1  # same method: continues
 
 
 def test_a_new_model_or_a_lost_session_starts_a_new_one(backend: LocalBackend) -> None:

@@ -68,3 +68,17 @@ def test_classroom_smoke() -> None:
     r = run_benchmark("classroom", "--students", "2", "--steps", "1", "--analyses", "1")
     assert r["errors"] == 0 and r["evicted_sessions"] == 0
     assert r["calls"] == 2 * (1 + 1 + 1 + 1) and r["steps_done_min"] == 1
+
+
+def test_train_tab_smoke() -> None:
+    r = run_benchmark(
+        "train_tab",
+        *("--seeds", "0", "--steps", "1", "--prompts-per-step", "1", "--group-size", "2"),
+        *("--max-new-tokens", "8", "--eval-problems", "4", "--min-gain", "-101"),
+    )
+    (run,) = r["runs"]
+    assert len(run["train_rewards"]) == 1 and 0 <= run["accuracy_after"] <= 1
+    parts = run["seconds_by_part"]
+    assert {"step_session", "evaluate_session", "figures_and_tables"} <= set(parts)
+    assert run["batch_html_bytes_shown"] <= run["batch_html_bytes_all"]
+    assert r["settings"]["inner_steps"] == 2 and r["settings"]["learning_rate"] == 1.5e-4

@@ -36,7 +36,9 @@ def open_ui(chromium: Any, url: str, width: int = 1280, height: int = 800) -> An
 
 
 def set_number(page: Any, elem_id: str, value: int) -> None:
-    """Set a Gradio slider through its number box."""
+    """Set a Gradio slider through its number box (opening "More settings" when it is there)."""
+    if elem_id == "max-new-tokens":
+        page.get_by_text("More settings").click()
     box = page.locator(f"#{elem_id} input[type=number]")
     box.fill(str(value))
     box.press("Enter")
@@ -50,8 +52,7 @@ def run_analysis(page: Any, prompt: str | None = None, answers: list[str] | None
         page.get_by_text("Paste answers instead of sampling").click()
         page.fill("#answers textarea", "\n".join(answers))
     page.click("#analyze-btn")
-    page.wait_for_selector("#token-view .gmts-view[data-group] .tok")
-    page.wait_for_selector("#json-download", state="visible")
+    page.wait_for_selector("#json-download", state="visible")  # after the new result
 
 
 def download(page: Any, selector: str) -> Path:

@@ -1,0 +1,147 @@
+"""Do the Train tab's default settings teach the demo model? Its own loop, timed by part.
+
+Drives exactly what the tab runs when a person presses "Run steps" with the defaults
+(``app.ui.train.TrainForm()``: 20 GRPO steps of gmts at ratio 0.2, 16 prompts x G = 8 a step,
+AdamW lr 1.5e-4 with 5 warm-up steps, 2 updates per batch, held-out accuracy on 200 problems
+before and after) through the local backend, for each ``--seeds`` seed. It reports the held-out
+accuracy gain and where the wall time goes: the steps themselves (the backend's step calls),
+the tab's bookkeeping (session reads), building the figures and tables after every step, and
+the two evaluations, and the size of the last batch's HTML (all prompts vs the few shown).
+
+    .venv/bin/python benchmarks/train_tab.py [--seeds 0 1] [--steps 20] [--threads 2] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from _common import emit, machine, median
+
+from app.core.config import Settings
+from app.services.container import build_services
+from app.services.sessions import SessionService
+from app.ui import train
+from app.ui.client import LocalBackend
+from app.ui.render import render_batch_changes
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--steps", type=int, default=train.TrainForm.steps)
+    p.add_argument("--method", default=train.TrainForm.method)
+    p.add_argument("--threads", type=int, default=2)
+    # smaller than the tab's defaults only for the smoke test
+    p.add_argument("--prompts-per-step", type=int, default=train.TrainForm.prompts_per_step)
+    p.add_argument("--group-size", type=int, default=train.TrainForm.group_size)
+    p.add_argument("--max-new-tokens", type=int, default=train.TrainForm.max_new_tokens)
+    p.add_argument("--eval-problems", type=int, default=train.TrainForm.eval_problems)
+    p.add_argument("--min-gain", type=float, default=0.0, help="exit 1 at or below (points)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p.parse_args()
+
+
+class Timed:
+    """Wraps backend methods and sums the seconds spent in each."""
+
+    def __init__(self, backend: LocalBackend) -> None:
+        self.seconds: dict[str, float] = collections.defaultdict(float)
+        for name in ("create_session", "step_session", "get_session", "evaluate_session"):
+            setattr(backend, name, self._wrap(name, getattr(backend, name)))
+
+    def _wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[name] += time.perf_counter() - start
+
+        return call
+
+
+def tab_form(args: argparse.Namespace, seed: int = 0) -> train.TrainForm:
+    """The tab's form at its defaults, with the command line's overrides."""
+    return dataclasses.replace(
+        train.TrainForm(), seed=seed, steps=args.steps, method=args.method,
+        prompts_per_step=args.prompts_per_step, group_size=args.group_size,
+        max_new_tokens=args.max_new_tokens, eval_problems=args.eval_problems,
+    )  # fmt: skip
+
+
+def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    settings = Settings()
+    services = build_services(settings)
+    services.register_sessions(SessionService(settings, services.models, services.jobs))
+    backend = LocalBackend(services)
+    timed = Timed(backend)
+    form = tab_form(args, seed)
+    start = time.perf_counter()
+    view = None
+    for view in train.run_steps(backend, None, form):
+        t = time.perf_counter()
+        view.values()  # what the tab sends to the browser after every step
+        timed.seconds["figures_and_tables"] += time.perf_counter() - t
+    wall = time.perf_counter() - start
+    assert view is not None and view.info is not None
+    evals = view.info["evaluations"]
+    before, after = evals[0]["accuracy"], evals[-1]["accuracy"]
+    return {
+        "seed": seed,
+        "accuracy_before": round(before, 4),
+        "accuracy_after": round(after, 4),
+        "gain_points": round(100 * (after - before), 2),
+        "train_rewards": [round(h["reward_mean"], 3) for h in view.info["history"]],
+        "seconds": round(wall, 1),
+        "seconds_by_part": {k: round(v, 2) for k, v in timed.seconds.items()},
+        "warnings": train.train_runs.warnings(form.learning_rate, view.info),
+        # the last batch's HTML: all of it (what the tab sent after every step before), and
+        # what it sends now (the first prompts, once per run)
+        "batch_html_bytes_all": len(render_batch_changes(view.last_batch, 10**6).encode()),
+        "batch_html_bytes_shown": len(render_batch_changes(view.last_batch).encode()),
+    }
+
+
+def main() -> int:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    form = tab_form(args)
+    runs = [run_seed(s, args) for s in args.seeds]
+    gains = [r["gain_points"] for r in runs]
+    report = {
+        "benchmark": "train_tab",
+        "settings": {**form.knobs(), "steps": args.steps, "eval_problems": form.eval_problems},
+        "threads": args.threads,
+        "runs": runs,
+        "gain_points_median": median(gains),
+        "seconds_median": median([r["seconds"] for r in runs]),
+        "machine": machine(),
+    }
+    lines = [
+        f"Train tab defaults: {args.steps} steps of {args.method}, {form.prompts_per_step} "
+        f"prompts x G={form.group_size}, lr {form.learning_rate:g}, {form.inner_steps} updates "
+        f"per batch, {form.warmup_steps} warm-up steps; {args.threads} threads",
+        *(
+            f"  seed {r['seed']}: held-out accuracy {r['accuracy_before']:.3f} -> "
+            f"{r['accuracy_after']:.3f} ({r['gain_points']:+.1f} points) in {r['seconds']} s "
+            f"[{', '.join(f'{k} {v:.1f} s' for k, v in r['seconds_by_part'].items())}; "
+            f"last batch HTML {r['batch_html_bytes_all'] / 1e3:.0f} kB all, "
+            f"{r['batch_html_bytes_shown'] / 1e3:.0f} kB shown]"
+            for r in runs
+        ),
+        f"  median gain {report['gain_points_median']:+.1f} points, median time "
+        f"{report['seconds_median']:.0f} s",
+    ]
+    emit(report, args.json, lines)
+    return 0 if all(g > args.min_gain for g in gains) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Honest status in a real Chromium: results of a failed run are marked out of date (and the
+mark goes with the next good run), and a number typed out of range is said to be clamped."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.app.api_helpers import LiveServer
+
+pytestmark = pytest.mark.browser
+
+TIMEOUT_MS = 180_000
+
+
+def test_failed_run_marks_results_stale_and_clamps_are_said(
+    chromium: Any, ui_server: LiveServer
+) -> None:
+    page = chromium.new_context(viewport={"width": 1366, "height": 768}).new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(ui_server.url + "/ui/", wait_until="load")
+    page.wait_for_selector("#token-view .tok")
+    results = page.locator("#explore-results")
+    assert "stale" not in (results.get_attribute("class") or "")
+
+    page.locator("#reference").locator("textarea, input").first.fill("")
+    page.click("#analyze-btn")
+    page.get_by_text("needs a reference answer").first.wait_for(state="visible")
+    page.wait_for_selector("#explore-results.stale")  # the example is now out of date
+
+    page.locator("#reference").locator("textarea, input").first.fill("92")
+    page.get_by_text("Paste answers instead of sampling").click()
+    page.fill("#answers textarea", " 4+8=12 carry 1, 2+6+1=9, answer 92\n answer 82")
+    page.click("#analyze-btn")
+    page.wait_for_selector("#json-download", state="visible")
+    page.wait_for_selector("#explore-results:not(.stale)")
+
+    box = page.locator("#group-size input[type=number]")
+    box.fill("100")
+    box.press("Enter")
+    note = page.locator("#gmts-clamp")
+    note.wait_for(state="visible")
+    assert "above the maximum 32" in note.inner_text()
+    page.context.close()
