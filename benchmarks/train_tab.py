@@ -26,7 +26,6 @@ from _common import emit, machine, median
 
 from app.core.config import Settings
 from app.services.container import build_services
-from app.services.sessions import SessionService
 from app.ui import train
 from app.ui.client import LocalBackend
 from app.ui.render import render_batch_changes
@@ -79,7 +78,6 @@ def tab_form(args: argparse.Namespace, seed: int = 0) -> train.TrainForm:
 def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
     settings = Settings()
     services = build_services(settings)
-    services.register_sessions(SessionService(settings, services.models, services.jobs))
     backend = LocalBackend(services)
     timed = Timed(backend)
     form = tab_form(args, seed)

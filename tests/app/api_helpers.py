@@ -21,6 +21,8 @@ def make_settings(root: Path, **overrides: Any) -> Settings:
         torch_threads=1,
         max_new_tokens=8,
         max_answers=16,
+        max_step_prompts=32,
+        max_step_answers=64,
         max_total_tokens=2048,
         max_prompt_chars=400,
         max_answer_chars=400,

@@ -257,7 +257,12 @@ def _v1_calls(app: FastAPI) -> list[tuple[str, str]]:
     }
     calls = []
     for method, path in sorted(operations):
-        concrete = path.replace("{session_id}", "no-such-session")
+        concrete = (
+            path.replace("{session_id}", "no-such-session")
+            .replace("{run_id}", "no-such-run")
+            .replace("{step}", "1")
+            .replace("{n}", "1")
+        )
         assert "{" not in concrete, f"fill in the path parameter of {path}"
         calls.append((method, concrete))
     return calls

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.core.config import Settings
-from app.services.bodies import as_json
+from app.services.bodies import analysis_json, as_json
 from app.services.catalog import capabilities
 from app.ui import explore, learn, lesson
 from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze
@@ -27,7 +27,7 @@ def result(model_root: Path) -> dict:
                    reward=RewardSpec("numeric", "85")),
         GroupInput("Q: 2+2=?\nA:", answers=[" 4 is it", " 4"], rewards=[1.0, 1.0]),
     ]  # fmt: skip
-    return analyze(lm, groups, AnalysisConfig(ratio=0.3)).to_dict()
+    return analysis_json(analyze(lm, groups, AnalysisConfig(ratio=0.3)))
 
 
 def test_lesson_walks_through_the_users_group(result: dict) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from app.services.bodies import analysis_json
 from app.ui import batch, charts, palette, render, train
 from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze
 from gmts_core.modeling import load_model
@@ -21,7 +22,7 @@ def result(model_root: Path) -> dict:
                    reward=RewardSpec("numeric", "85")),
         GroupInput("Q: 2+2=?\nA:", answers=[" 4 is it", " 4"], rewards=[1.0, 1.0]),
     ]  # fmt: skip
-    return analyze(lm, groups, AnalysisConfig(ratio=0.3)).to_dict()
+    return analysis_json(analyze(lm, groups, AnalysisConfig(ratio=0.3)))
 
 
 def test_known_methods_have_distinct_okabe_ito_colours() -> None:
