@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from app.services.bodies import analysis_json
 from app.ui.palette import method_color
 from gmts_core.compare import CompareConfig, run_compare
 from gmts_core.demo import DEMO_MODEL_DIR
@@ -73,7 +72,7 @@ def compare_file(tmp_path_factory: pytest.TempPathFactory, browser_model_root: P
     )
     result = run_compare(load_model(source, name="tiny-arith"), config)
     path = tmp_path_factory.mktemp("compare") / "compare.json"
-    path.write_text(json.dumps(analysis_json(result)), encoding="utf-8")
+    path.write_text(json.dumps(result.to_dict()), encoding="utf-8")
     return path
 
 
