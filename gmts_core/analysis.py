@@ -206,13 +206,24 @@ def _selection_inputs(
     )
 
 
-def analyze(
+@dataclass
+class PreparedGroups:
+    """Groups tokenized (or sampled) and rewarded: everything an analysis needs but the
+    statistics. ``sequences`` lists (prompt_ids, answer_ids) per answer in (group, answer)
+    order, the order statistics must come in."""
+
+    groups: list[_Group]
+    sequences: list[tuple[list[int], list[int]]]
+
+
+def prepare_groups(
     lm: LoadedModel,
     groups: Sequence[GroupInput],
-    config: AnalysisConfig = AnalysisConfig(),
+    config: AnalysisConfig,
     progress: Callable[[str], None] | None = None,
-) -> AnalysisResult:
-    """Analyze one or more groups; with scope ``batch`` selection ranks all their tokens."""
+) -> PreparedGroups:
+    """Validate, tokenize or sample every group, and reward its answers (the first stage of
+    :func:`analyze`; the RL step computes the statistics itself, in its training forward)."""
     config.validate()
     if not groups:
         raise InvalidInputError("at least one group is needed")
@@ -221,22 +232,47 @@ def analyze(
     work = _prepare_groups(lm, groups, config)
     for w, g in zip(work, groups, strict=True):
         _reward_group(lm, w, g, config.advantage)
-    note("forward pass")
-    seqs = [(w.prompt_ids, a) for w in work for a in w.answer_ids]
+    return PreparedGroups(work, [(w.prompt_ids, a) for w in work for a in w.answer_ids])
+
+
+def finish_analysis(
+    lm: LoadedModel,
+    prepared: PreparedGroups,
+    stats: list[AnswerStats],
+    config: AnalysisConfig,
+    progress: Callable[[str], None] | None = None,
+) -> AnalysisResult:
+    """Weights, selections, records and summaries from the answers' statistics (one
+    :class:`AnswerStats` per entry of ``prepared.sequences``): the last stage of :func:`analyze`."""
+    if len(stats) != len(prepared.sequences):
+        raise ValueError(f"{len(stats)} statistics for {len(prepared.sequences)} answers")
+    lengths = torch.tensor([len(a) for _, a in prepared.sequences])
+    weights = loss_weights(lengths, config.loss_aggregation)  # over the whole batch, as trainers do
+    x = _selection_inputs(prepared.groups, stats, weights, config.seed)
+    (progress or (lambda _msg: None))("selection")
+    selections = {m: select(x, m, config.ratio, config.scope) for m in config.methods}
+    return _assemble(lm, prepared.groups, stats, weights, x, selections, config)
+
+
+def analyze(
+    lm: LoadedModel,
+    groups: Sequence[GroupInput],
+    config: AnalysisConfig = AnalysisConfig(),
+    progress: Callable[[str], None] | None = None,
+) -> AnalysisResult:
+    """Analyze one or more groups; with scope ``batch`` selection ranks all their tokens."""
+    prepared = prepare_groups(lm, groups, config, progress)
+    if progress is not None:
+        progress("forward pass")
     stats = answer_token_stats(
         lm.model,
-        seqs,
+        prepared.sequences,
         lm.tokenizer.pad_token_id,
         config.temperature,
         config.top_alternatives,
         config.chunk_size,
     )
-    lengths = torch.tensor([len(a) for _, a in seqs])
-    weights = loss_weights(lengths, config.loss_aggregation)  # over the whole batch, as trainers do
-    x = _selection_inputs(work, stats, weights, config.seed)
-    note("selection")
-    selections = {m: select(x, m, config.ratio, config.scope) for m in config.methods}
-    return _assemble(lm, work, stats, weights, x, selections, config)
+    return finish_analysis(lm, prepared, stats, config, progress)
 
 
 def _assemble(

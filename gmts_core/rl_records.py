@@ -42,7 +42,8 @@ class StepMetrics:
     num_tokens: int
     num_zero_signal_groups: int
     wasted_share: dict[str, float] = field(default_factory=dict)  # per method, see summaries
-    selected_logprob_change: float = 0.0  # mean (after - before) over selected tokens
+    # mean (after - before) over selected tokens; NaN (JSON null) unless measure_logprob_after
+    selected_logprob_change: float = 0.0
     unselected_logprob_change: float = 0.0  # the same over the other tokens
     seconds: float = 0.0
 
@@ -57,7 +58,12 @@ class StepMetrics:
     ) -> StepMetrics:
         s = result.summary
         rewards = [a.reward for _, a in result.iter_answers()]
-        delta = (update.logprob_after - update.logprob_before).double()
+        after = update.logprob_after
+        delta = (
+            torch.full(mask.shape, math.nan, dtype=torch.float64)  # not measured
+            if after is None
+            else (after - update.logprob_before).double()
+        )
         return cls(
             step=step,
             method=config.method,
@@ -95,17 +101,18 @@ class TokenChange:
     text: str
     selected: bool
     logprob_before: float
-    logprob_after: float
+    logprob_after: float | None  # None when the step did not measure it
 
     def to_dict(self) -> dict[str, Any]:
+        after = self.logprob_after
         return {
             "position": self.position,
             "id": self.id,
             "text": self.text,
             "selected": self.selected,
             "logprob_before": _num(self.logprob_before),
-            "logprob_after": _num(self.logprob_after),
-            "logprob_change": _num(self.logprob_after - self.logprob_before),
+            "logprob_after": None if after is None else _num(after),
+            "logprob_change": None if after is None else _num(after - self.logprob_before),
         }
 
 
@@ -134,10 +141,12 @@ class AnswerChange:
 
 
 def answer_changes(
-    result: AnalysisResult, mask: torch.Tensor, before: torch.Tensor, after: torch.Tensor
+    result: AnalysisResult, mask: torch.Tensor, before: torch.Tensor, after: torch.Tensor | None
 ) -> list[AnswerChange]:
-    """Per answer, each token's text, selection flag and log-prob before/after the update."""
-    sel, lp0, lp1 = mask.tolist(), before.tolist(), after.tolist()
+    """Per answer, each token's text, selection flag and log-prob before/after the update
+    (after: None where not measured)."""
+    sel, lp0 = mask.tolist(), before.tolist()
+    lp1: list[float | None] = [None] * len(lp0) if after is None else after.tolist()
     out, flat = [], 0
     for group, ans in result.iter_answers():
         tokens = [
