@@ -17,7 +17,7 @@ import torch
 
 from gmts_core.advantages import compute_advantages
 from gmts_core.aggregation import loss_weights
-from gmts_core.decoding import decode, token_texts
+from gmts_core.decoding import batch_token_texts
 from gmts_core.errors import InvalidInputError
 from gmts_core.forward import AnswerStats, answer_token_stats
 from gmts_core.metrics import grad_proxy
@@ -285,6 +285,7 @@ def _assemble(
     config: AnalysisConfig,
 ) -> AnalysisResult:
     group_records: list[GroupRecord] = []
+    decoded, texts = batch_token_texts(lm.tokenizer, [ids for g in work for ids in g.answer_ids])
     a, offset = 0, 0
     for gi, g in enumerate(work):
         answers: list[AnswerRecord] = []
@@ -294,7 +295,7 @@ def _assemble(
             tokens = build_tokens(
                 lm.tokenizer,
                 ids,
-                token_texts(lm.tokenizer, ids),
+                texts[a],
                 stats[a],
                 x,
                 sl,
@@ -305,7 +306,7 @@ def _assemble(
                 AnswerRecord(
                     index=ai,
                     text=g.texts[ai],
-                    decoded=decode(lm.tokenizer, ids),
+                    decoded=decoded[a],
                     reward=g.verdicts[ai].reward,
                     reward_detail=g.verdicts[ai],
                     advantage=float(g.advantages[ai]),
