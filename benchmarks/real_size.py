@@ -100,8 +100,13 @@ def build_model(args: argparse.Namespace) -> LoadedModel:
     )
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(args.seed)
-    with torch.device(args.device):
-        model = Qwen2ForCausalLM(config).to(dtype).eval()
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # built in its dtype, on its device: no full-size copies
+    try:
+        with torch.device(args.device):
+            model = Qwen2ForCausalLM(config).eval()
+    finally:
+        torch.set_default_dtype(default)
     model.generation_config.eos_token_id = 1
     model.generation_config.pad_token_id = 2
     specials = ["<s>", "</s>", "<pad>", "<unk>"]  # ids 0-3; every other id i is the word t<i>
