@@ -48,6 +48,11 @@ class RLKnobs(BaseModel):
     max_new_tokens: int | None = Field(None, ge=1, le=4096)
     advantage: str | None = None
     loss_aggregation: str | None = None
+    measure_logprob_after: bool | None = Field(
+        None,
+        description="Also return each token's log-prob after the update (one more forward "
+        "pass per step; off unless asked, on in the UI's Train tab).",
+    )
 
     @field_validator("method")
     @classmethod
