@@ -24,7 +24,7 @@ from gmts_core.metrics import grad_proxy
 from gmts_core.modeling import LoadedModel
 from gmts_core.records import AnalysisResult, AnswerRecord, GroupRecord, build_tokens
 from gmts_core.rewards import RewardVerdict, compute_reward, explicit_reward
-from gmts_core.sampling import SamplingConfig, sample_groups
+from gmts_core.sampling import SamplingConfig, StatsSpec, sample_groups
 from gmts_core.selection import (
     SCOPES,
     Selection,
@@ -109,6 +109,7 @@ class _Group:
     texts: list[str] = field(default_factory=list)
     verdicts: list[RewardVerdict] = field(default_factory=list)
     advantages: torch.Tensor | None = None  # (G,) float64
+    stats: list[AnswerStats] | None = None  # collected while sampling, if asked
 
 
 def encode_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]:
@@ -137,10 +138,11 @@ def _given_answer_ids(tok: Any, answers: list[str]) -> list[list[int]]:
 
 
 def _prepare_groups(
-    lm: LoadedModel, groups: Sequence[GroupInput], config: AnalysisConfig
+    lm: LoadedModel, groups: Sequence[GroupInput], config: AnalysisConfig, collect_stats: bool
 ) -> list[_Group]:
     """Tokenize every group (given answers first: bad input fails before any sampling), then
-    sample the groups without answers, compatible groups in one generate call."""
+    sample the groups without answers, compatible groups in one generate call (with
+    ``collect_stats``, collecting their tokens' statistics on the way)."""
     tok = lm.tokenizer
     prompts = [encode_prompt(tok, g.prompt, config.chat_template) for g in groups]
     work = {
@@ -151,10 +153,15 @@ def _prepare_groups(
     to_sample = [i for i, g in enumerate(groups) if g.answers is None]
     default = SamplingConfig(temperature=config.temperature)
     configs = [groups[i].sampling or default for i in to_sample]
-    sampled = sample_groups(lm.model, tok, [prompts[i] for i in to_sample], configs)
+    spec = StatsSpec(config.temperature, config.top_alternatives, config.chunk_size)
+    sampled = sample_groups(
+        lm.model, tok, [prompts[i] for i in to_sample], configs, spec if collect_stats else None
+    )
     for i, answers in zip(to_sample, sampled, strict=True):
         ids, finished = [a.token_ids for a in answers], [a.finished for a in answers]
         work[i] = _Group(groups[i].prompt, prompts[i], ids, finished)
+        if collect_stats:
+            work[i].stats = [a.stats for a in answers if a.stats is not None]
     return [work[i] for i in range(len(groups))]
 
 
@@ -215,21 +222,32 @@ class PreparedGroups:
     groups: list[_Group]
     sequences: list[tuple[list[int], list[int]]]
 
+    def collected_stats(self) -> list[AnswerStats | None]:
+        """Per answer, the statistics collected while sampling it (None: not collected)."""
+        out: list[AnswerStats | None] = []
+        for g in self.groups:
+            stats = g.stats if g.stats and len(g.stats) == len(g.answer_ids) else None
+            out += stats if stats is not None else [None] * len(g.answer_ids)
+        return out
+
 
 def prepare_groups(
     lm: LoadedModel,
     groups: Sequence[GroupInput],
     config: AnalysisConfig,
     progress: Callable[[str], None] | None = None,
+    collect_stats: bool = False,
 ) -> PreparedGroups:
     """Validate, tokenize or sample every group, and reward its answers (the first stage of
-    :func:`analyze`; the RL step computes the statistics itself, in its training forward)."""
+    :func:`analyze`). With ``collect_stats`` sampled answers carry their statistics from the
+    sampling itself (:meth:`PreparedGroups.collected_stats`); the RL step leaves it off, as it
+    computes the statistics in its training forward."""
     config.validate()
     if not groups:
         raise InvalidInputError("at least one group is needed")
     note = progress or (lambda _msg: None)
     note("sampling" if any(g.answers is None for g in groups) else "tokenizing")
-    work = _prepare_groups(lm, groups, config)
+    work = _prepare_groups(lm, groups, config, collect_stats)
     for w, g in zip(work, groups, strict=True):
         _reward_group(lm, w, g, config.advantage)
     return PreparedGroups(work, [(w.prompt_ids, a) for w in work for a in w.answer_ids])
@@ -261,18 +279,24 @@ def analyze(
     progress: Callable[[str], None] | None = None,
 ) -> AnalysisResult:
     """Analyze one or more groups; with scope ``batch`` selection ranks all their tokens."""
-    prepared = prepare_groups(lm, groups, config, progress)
-    if progress is not None:
-        progress("forward pass")
-    stats = answer_token_stats(
-        lm.model,
-        prepared.sequences,
-        lm.tokenizer.pad_token_id,
-        config.temperature,
-        config.top_alternatives,
-        config.chunk_size,
-    )
-    return finish_analysis(lm, prepared, stats, config, progress)
+    # grad_head needs final hidden states, which sampling records too (their norms)
+    prepared = prepare_groups(lm, groups, config, progress, collect_stats=True)
+    stats = prepared.collected_stats()
+    missing = [i for i, s in enumerate(stats) if s is None]  # given answers
+    if missing:
+        if progress is not None:
+            progress("forward pass")
+        computed = answer_token_stats(
+            lm.model,
+            [prepared.sequences[i] for i in missing],
+            lm.tokenizer.pad_token_id,
+            config.temperature,
+            config.top_alternatives,
+            config.chunk_size,
+        )
+        for i, s in zip(missing, computed, strict=True):
+            stats[i] = s
+    return finish_analysis(lm, prepared, [s for s in stats if s is not None], config, progress)
 
 
 def _assemble(
