@@ -1,9 +1,10 @@
 """The one entry point: analyze groups of answers token by token.
 
 For each group (a prompt with G answers, given or sampled) it computes rewards, group
-advantages, loss weights, per-token statistics from one forward pass, every selection method's
-scores, ranks and flags, and the summaries of DESIGN §2.4. The result serializes (``to_dict``)
-to exactly the JSON body of ``POST /v1/analyze``.
+advantages, loss weights, per-token statistics (of sampled answers from the logits they were
+sampled from, collected during ``generate``; of given answers from one forward pass), every
+selection method's scores, ranks and flags, and the summaries of DESIGN §2.4. The result
+serializes (``to_dict``) to exactly the JSON body of ``POST /v1/analyze``.
 """
 
 from __future__ import annotations
