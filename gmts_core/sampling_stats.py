@@ -2,13 +2,15 @@
 
 Sampling already computes, at every decoding step, the logits each new token is drawn from; a
 second forward pass over prompt + answers would compute them again. :class:`StatsWhileSampling`
-keeps them instead: hooks on the LM head record the step's final hidden state norms and logits
-of the last position (through the model's post-head transforms,
-:class:`gmts_core.head.HeadPath`), and, registered as a stopping criterion
-(which ``generate`` calls right after appending the sampled token, and which never stops
-anything), it computes that token's statistics from them. Only (B, V) logits of one step exist
-at a time; the statistics of each token are exactly those of the distribution it was sampled
-from (the same numbers a full forward gives, up to float rounding of the KV-cached path).
+keeps them instead: hooks on the transformer body and the LM head record the step's final hidden
+state norms and logits of the last position (through the model's post-head transforms,
+:class:`gmts_core.head.HeadPath`; a model with a logit scale gets its logits from
+``HeadPath.logits`` on the recorded hidden state, as models differ in where they scale) and,
+registered as a stopping criterion (which ``generate`` calls right after appending the sampled
+token, and which never stops anything), it computes that token's statistics from them. Only
+(B, V) logits of one step exist at a time; the statistics of each token are exactly those of
+the distribution it was sampled from (the same numbers a full forward gives, up to float
+rounding of the KV-cached path).
 
 The hooks are on a module that other threads may run at the same time (a shared base model),
 so they record only the forwards of the thread that registered them.
@@ -44,10 +46,9 @@ class StatsWhileSampling(StoppingCriteria):
         self._stacked: list[torch.Tensor] | None = None
 
     def __enter__(self) -> StatsWhileSampling:
-        self._handles = [
-            self.head.register_forward_pre_hook(self._record_hidden),
-            self.head.register_forward_hook(self._record_logits),
-        ]
+        self._handles = [self.path.body.register_forward_hook(self._record_hidden)]
+        if self.path.scale is None:  # the head's own output, then the soft-cap (if any)
+            self._handles.append(self.head.register_forward_hook(self._record_logits))
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -55,18 +56,22 @@ class StatsWhileSampling(StoppingCriteria):
             handle.remove()
         self._handles = []
 
-    def _record_hidden(self, _module: Any, args: tuple[Any, ...]) -> None:
+    def _record_hidden(self, _module: Any, _args: Any, out: Any) -> None:
         if threading.get_ident() == self._thread:
-            self._norm = args[0][:, -1].detach().float().norm(dim=-1)  # (B,)
+            hidden = out[0][:, -1].detach()  # (B, D): the body's final hidden state
+            self._norm = hidden.float().norm(dim=-1)  # (B,), as gmts_core.forward measures it
+            if self.path.scale is not None:
+                # a scaled head: some models scale the hidden state before the head
+                # (MiniCPM3), others the head's output (Granite, Cohere), so the head's output
+                # is not the same quantity for all of them; HeadPath.logits is (load-time probe)
+                self._logits = self.path.logits(hidden)
 
     def _record_logits(self, _module: Any, _args: Any, out: torch.Tensor) -> None:
         if threading.get_ident() == self._thread:
             logits = out[:, -1].detach()  # (B, V): the last position predicts the next token
-            path = self.path  # the transforms of HeadPath.logits, in its order
-            if path.scale is not None:
-                logits = logits.float() * path.scale
-            if path.softcap is not None:
-                logits = torch.tanh(logits.float() / path.softcap) * path.softcap
+            softcap = self.path.softcap  # applied to the head's output, as the models do
+            if softcap is not None:
+                logits = torch.tanh(logits.float() / softcap) * softcap
             self._logits = logits
 
     def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:

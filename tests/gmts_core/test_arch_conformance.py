@@ -9,7 +9,7 @@ random decoder (tests/arch_matrix.py says why the others are skipped):
   computed independently by autograd through ``model(...).logits / tau``; the live RL loss
   (``answer_logprobs`` + ``grpo_loss``) equals the same loss built on the model's own forward,
   value and gradient; and sampling round-trips: the log-probs ``generate`` sampled from equal
-  the analysed ones.
+  the analysed ones, from a forward pass and as collected while sampling.
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from typing import Any
 import pytest
 import torch
 from torch.testing import assert_close
+from transformers import StoppingCriteriaList
 
 from gmts_core import head as head_module
 from gmts_core.forward import answer_token_stats
 from gmts_core.head import UnsupportedArchitectureError, check_head_path
 from gmts_core.policy_loss import answer_logprobs, grpo_loss
+from gmts_core.sampling_stats import StatsWhileSampling
 from tests.arch_matrix import VOCAB, build_tiny, causal_lm_types, outcome
 
 TAU = 0.7
@@ -130,12 +132,16 @@ def test_live_rl_loss_equals_loss_on_own_forward(model_type: str) -> None:
 @pytest.mark.parametrize("model_type", causal_lm_types())
 def test_sampling_round_trip(model_type: str) -> None:
     """The distribution ``generate`` samples from (its own logits / tau, KV-cached) is the one
-    the analysis reports for the sampled tokens."""
+    the analysis reports for the sampled tokens, both from a forward pass and as collected
+    while sampling (:class:`gmts_core.sampling_stats.StatsWhileSampling`, through the head
+    path's transforms)."""
     model = _model(model_type)
     prompt = PROMPTS[0]
     torch.manual_seed(0)
+    collector = StatsWhileSampling(model, TAU, 0, 128)
     try:
-        out = _sample(model, prompt)
+        with collector:
+            out = _sample(model, prompt, StoppingCriteriaList([collector]))
     except Exception as exc:  # noqa: BLE001 - the model's own generate
         pytest.skip(
             f"{model_type}: its own generate fails on the tiny config ({type(exc).__name__})"
@@ -146,11 +152,15 @@ def test_sampling_round_trip(model_type: str) -> None:
     sampled_lp = torch.log_softmax(sampled, -1).gather(-1, torch.tensor(answer)[:, None])[:, 0]
     (stats,) = answer_token_stats(model, [(prompt, answer)], 0, TAU)
     assert_close(stats.stats.logprob.double(), sampled_lp, atol=1e-4, rtol=1e-4)
+    collected = collector.answer_stats(0, len(answer))
+    assert_close(collected.stats.logprob.double(), sampled_lp, atol=1e-4, rtol=1e-4)
+    assert_close(collected.stats.entropy, stats.stats.entropy, atol=1e-4, rtol=1e-4)
 
 
-def _sample(model: torch.nn.Module, prompt: list[int]) -> Any:
+def _sample(model: torch.nn.Module, prompt: list[int], stopping: Any = None) -> Any:
     return model.generate(
         torch.tensor([prompt]),
+        stopping_criteria=stopping,
         attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
         do_sample=True,
         temperature=TAU,
