@@ -268,3 +268,34 @@ def test_fused_statistics_equal_a_separate_pass_and_give_the_same_gradient(
     for g0, g1 in zip(*grads, strict=True):
         torch.testing.assert_close(g0, g1, rtol=1e-5, atol=1e-8)
     assert fused.metrics.loss == pytest.approx(separate.metrics.loss, rel=1e-5, abs=1e-8)
+
+
+def test_fused_step_keeps_the_exact_records_with_kl_and_reselect(lm: LoadedModel) -> None:
+    """With beta > 0 (KL in omega), re-selection and two inner updates, the fused first update
+    gives the per-token records (ratio, clipped, coef) and the trained masks of the separate
+    pass, at a second step where the policy has left its reference."""
+    config = dataclasses.replace(
+        CONFIG, beta=0.5, reselect=True, inner_steps=2, learning_rate=1e-3, max_batch_tokens=40
+    )
+    runs = []
+    for fused_max in (100_000, 0):
+        policy = TrainablePolicy(lm, PolicySettings(kind="full"))
+        cfg = dataclasses.replace(config, fused_max_tokens=fused_max)
+        opt = make_optimizer(policy, cfg)
+        runs.append([grpo_step(policy, opt, PROMPTS, cfg, seed=s, step=s) for s in (1, 2)])
+    fused, separate = runs[0][1], runs[1][1]
+    tokens = [
+        [t for _, a in r.analysis.iter_answers() for t in a.tokens] for r in (fused, separate)
+    ]
+    coef = [torch.tensor([t.coef for t in ts], dtype=torch.float64) for ts in tokens]
+    adv = torch.tensor(
+        [a.advantage for _, a in separate.analysis.iter_answers() for _ in a.tokens],
+        dtype=torch.float64,
+    )
+    assert (coef[1] - adv).abs().max() > 1e-6  # r = 1: omega = A + beta (pi_ref / pi - 1)
+    torch.testing.assert_close(coef[0], coef[1], rtol=1e-5, atol=1e-7)
+    assert [t.ratio for t in tokens[0]] == [t.ratio for t in tokens[1]] == [1.0] * len(tokens[0])
+    assert [t.clipped for t in tokens[0]] == [t.clipped for t in tokens[1]]
+    assert torch.equal(fused.batch.mask, separate.batch.mask)
+    assert fused.metrics.kl > 0
+    assert fused.metrics.loss == pytest.approx(separate.metrics.loss, rel=1e-4, abs=1e-7)
