@@ -46,9 +46,16 @@ class StatsWhileSampling(StoppingCriteria):
         self._stacked: list[torch.Tensor] | None = None
 
     def __enter__(self) -> StatsWhileSampling:
-        self._handles = [self.path.body.register_forward_hook(self._record_hidden)]
-        if self.path.scale is None:  # the head's own output, then the soft-cap (if any)
-            self._handles.append(self.head.register_forward_hook(self._record_logits))
+        if self.path.scale is None:  # the head's input and output, then the soft-cap (if any)
+            self._handles = [
+                self.head.register_forward_pre_hook(self._record_head_input),
+                self.head.register_forward_hook(self._record_logits),
+            ]
+        else:
+            # a scaled head: some models scale the hidden state before the head (MiniCPM3),
+            # others the head's output (Granite, Cohere), so the head's output is not the same
+            # quantity for all of them; HeadPath.logits on the body's output is (load-time probe)
+            self._handles = [self.path.body.register_forward_hook(self._record_body_output)]
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -56,15 +63,15 @@ class StatsWhileSampling(StoppingCriteria):
             handle.remove()
         self._handles = []
 
-    def _record_hidden(self, _module: Any, _args: Any, out: Any) -> None:
+    def _record_head_input(self, _module: Any, args: tuple[Any, ...]) -> None:
+        if threading.get_ident() == self._thread:
+            self._norm = args[0][:, -1].detach().float().norm(dim=-1)  # (B,)
+
+    def _record_body_output(self, _module: Any, _args: Any, out: Any) -> None:
         if threading.get_ident() == self._thread:
             hidden = out[0][:, -1].detach()  # (B, D): the body's final hidden state
             self._norm = hidden.float().norm(dim=-1)  # (B,), as gmts_core.forward measures it
-            if self.path.scale is not None:
-                # a scaled head: some models scale the hidden state before the head
-                # (MiniCPM3), others the head's output (Granite, Cohere), so the head's output
-                # is not the same quantity for all of them; HeadPath.logits is (load-time probe)
-                self._logits = self.path.logits(hidden)
+            self._logits = self.path.logits(hidden)
 
     def _record_logits(self, _module: Any, _args: Any, out: torch.Tensor) -> None:
         if threading.get_ident() == self._thread:
