@@ -40,7 +40,6 @@ from datasets import Dataset
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-import gmts_core.analysis
 import gmts_core.rl
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.evaluation import demo_batch
@@ -78,20 +77,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 class PhaseTimer:
-    """Seconds spent in named library functions (wrapped in their modules while timing), to
-    show where a gmts_core step's time goes: rollout (sampling), scoring (the rest of the
-    token analysis), update (loss, backward, optimizer, the log-prob-after pass)."""
+    """Seconds spent in the named stages of ``gmts_core.rl.grpo_step`` (wrapped in their module
+    while timing), to show where a step's time goes: rollout (sampling and rewards),
+    forward (the first update's training forward, which also yields the token statistics),
+    analysis (selections, records, summaries), update (backward, optimizer, further inner
+    updates, the log-prob-after pass when asked), other (batch tensors, metrics)."""
 
     TARGETS = {
-        "rollout": (gmts_core.analysis, "sample_groups"),
-        "score": (gmts_core.rl, "score_batch"),
-        "update": (gmts_core.rl, "policy_update"),
+        "rollout": "rollout",
+        "forward": "answer_statistics",
+        "analysis": "score_batch",
+        "update": "policy_update",
     }
 
     def __init__(self) -> None:
         self.seconds: dict[str, list[float]] = {k: [] for k in self.TARGETS}
-        for name, (module, attr) in self.TARGETS.items():
-            setattr(module, attr, self._timed(name, getattr(module, attr)))
+        for name, attr in self.TARGETS.items():
+            setattr(gmts_core.rl, attr, self._timed(name, getattr(gmts_core.rl, attr)))
 
     def _timed(self, name: str, fn: Any) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -105,13 +107,9 @@ class PhaseTimer:
 
     def medians(self, total: list[float]) -> dict[str, float]:
         """Median seconds per phase over the timed steps (the first is the warm-up)."""
-        roll, score, update = (self.seconds[k][1:] for k in ("rollout", "score", "update"))
-        return {
-            "rollout": median(roll),
-            "token_analysis": median([s - r for s, r in zip(score, roll, strict=True)]),
-            "update": median(update),
-            "other": median([t - s - u for t, s, u in zip(total[1:], score, update, strict=True)]),
-        }
+        phases = {k: v[1:] for k, v in self.seconds.items()}
+        other = [t - sum(p) for t, *p in zip(total[1:], *phases.values(), strict=True)]
+        return {**{k: median(v) for k, v in phases.items()}, "other": median(other)}
 
 
 def step_prompts(args: argparse.Namespace, step: int) -> list[RLPrompt]:

@@ -1,9 +1,11 @@
 """The one entry point: analyze groups of answers token by token.
 
 For each group (a prompt with G answers, given or sampled) it computes rewards, group
-advantages, loss weights, per-token statistics from one forward pass, every selection method's
-scores, ranks and flags, and the teaching summaries (gradient coverage, overlaps, Spearman
-correlations, wasted share). Its knobs are :class:`gmts_core.config.AnalysisConfig`.
+advantages, loss weights, per-token statistics (of sampled answers from the logits they were
+sampled from, collected during ``generate``; of given answers from one forward pass), every
+selection method's scores, ranks and flags, and the teaching summaries (gradient coverage,
+overlaps, Spearman correlations, wasted share). Its knobs are
+:class:`gmts_core.config.AnalysisConfig`.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from gmts_core.aggregation import loss_weights
 from gmts_core.cancel import checkpoint
 from gmts_core.coefficient import ClipSettings, effective_coefficient, selection_inputs
 from gmts_core.config import AnalysisConfig
-from gmts_core.decoding import decode, token_texts
+from gmts_core.contexts import share_identical_contexts
+from gmts_core.decoding import batch_token_texts
 from gmts_core.errors import InvalidInputError
 from gmts_core.forward import AnswerStats, answer_token_stats
 from gmts_core.modeling import LoadedModel
 from gmts_core.records import AnalysisResult, AnswerRecord, GroupRecord, build_tokens
 from gmts_core.rewards import RewardVerdict, compute_reward, explicit_reward
-from gmts_core.sampling import SamplingConfig, sample_groups
+from gmts_core.sampling import SamplingConfig, StatsSpec, sample_groups
 from gmts_core.selection import (
     Selection,
     SelectionInputs,
@@ -90,6 +93,7 @@ class _Group:
     texts: list[str] = field(default_factory=list)
     verdicts: list[RewardVerdict] = field(default_factory=list)
     advantages: torch.Tensor | None = None  # (G,) float64
+    stats: list[AnswerStats] | None = None  # collected while sampling, if asked
 
 
 def encode_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]:
@@ -154,10 +158,11 @@ def _given_answer_ids(tok: Any, answers: list[str], special_tokens: bool) -> lis
 
 
 def _prepare_groups(
-    lm: LoadedModel, groups: Sequence[GroupInput], config: AnalysisConfig
+    lm: LoadedModel, groups: Sequence[GroupInput], config: AnalysisConfig, collect_stats: bool
 ) -> list[_Group]:
     """Tokenize every group (given answers first: bad input fails before any sampling), then
-    sample the groups without answers, compatible groups in one generate call."""
+    sample the groups without answers, compatible groups in one generate call (with
+    ``collect_stats``, collecting their tokens' statistics on the way)."""
     tok = lm.tokenizer
     prompts = [encode_prompt(tok, g.prompt, config.chat_template) for g in groups]
     work = {
@@ -168,10 +173,15 @@ def _prepare_groups(
     to_sample = [i for i, g in enumerate(groups) if not g.given]
     default = SamplingConfig(temperature=config.temperature)
     configs = [groups[i].sampling or default for i in to_sample]
-    sampled = sample_groups(lm.model, tok, [prompts[i] for i in to_sample], configs)
+    spec = StatsSpec(config.temperature, config.top_alternatives, config.chunk_size)
+    sampled = sample_groups(
+        lm.model, tok, [prompts[i] for i in to_sample], configs, spec if collect_stats else None
+    )
     for i, answers in zip(to_sample, sampled, strict=True):
         ids, finished = [a.token_ids for a in answers], [a.finished for a in answers]
         work[i] = _Group(groups[i].prompt, prompts[i], ids, finished)
+        if collect_stats:
+            work[i].stats = [a.stats for a in answers if a.stats is not None]
     return [work[i] for i in range(len(groups))]
 
 
@@ -260,6 +270,74 @@ def _reference_logprobs(
     return torch.cat([s.stats.logprob.double().cpu() for s in stats])
 
 
+def _stage(progress: Callable[[str], None] | None, stage: str) -> None:
+    """A stage boundary: a cancelled job stops here; then the progress note."""
+    checkpoint()
+    if progress is not None:
+        progress(stage)
+
+
+@dataclass
+class PreparedGroups:
+    """Groups tokenized (or sampled) and rewarded: everything an analysis needs but the
+    statistics. ``sequences`` lists (prompt_ids, answer_ids) per answer in (group, answer)
+    order, the order statistics must come in."""
+
+    groups: list[_Group]
+    sequences: list[tuple[list[int], list[int]]]
+
+    def collected_stats(self) -> list[AnswerStats | None]:
+        """Per answer, the statistics collected while sampling it (None: not collected)."""
+        out: list[AnswerStats | None] = []
+        for g in self.groups:
+            stats = g.stats if g.stats and len(g.stats) == len(g.answer_ids) else None
+            out += stats if stats is not None else [None] * len(g.answer_ids)
+        return out
+
+
+def prepare_groups(
+    lm: LoadedModel,
+    groups: Sequence[GroupInput],
+    config: AnalysisConfig,
+    progress: Callable[[str], None] | None = None,
+    collect_stats: bool = False,
+) -> PreparedGroups:
+    """Validate, tokenize or sample every group, and reward its answers (the first stage of
+    :func:`analyze`). With ``collect_stats`` sampled answers carry their statistics from the
+    sampling itself (:meth:`PreparedGroups.collected_stats`); the RL step leaves it off, as it
+    computes the statistics in its training forward."""
+    config.validate()
+    if not groups:
+        raise InvalidInputError("at least one group is needed")
+    _stage(progress, "sampling" if any(not g.given for g in groups) else "tokenizing")
+    work = _prepare_groups(lm, groups, config, collect_stats)
+    for w, g in zip(work, groups, strict=True):
+        _reward_group(lm, w, g, config.advantage, not config.answer_special_tokens)
+    return PreparedGroups(work, [(w.prompt_ids, a) for w in work for a in w.answer_ids])
+
+
+def finish_analysis(
+    lm: LoadedModel,
+    prepared: PreparedGroups,
+    stats: list[AnswerStats],
+    config: AnalysisConfig,
+    progress: Callable[[str], None] | None = None,
+) -> AnalysisResult:
+    """Weights, selections, records and summaries from the answers' statistics (one
+    :class:`AnswerStats` per entry of ``prepared.sequences``, equal contexts already shared by
+    :func:`gmts_core.contexts.share_identical_contexts`): the last stage of :func:`analyze`.
+    With a reference and beta > 0 the coefficient has the KL term."""
+    if len(stats) != len(prepared.sequences):
+        raise ValueError(f"{len(stats)} statistics for {len(prepared.sequences)} answers")
+    lengths = torch.tensor([len(a) for _, a in prepared.sequences])
+    weights = loss_weights(lengths, config.loss_aggregation)  # over the whole batch, as trainers do
+    ref_logp = _reference_logprobs(lm, prepared.sequences, config)
+    x = _selection_inputs(prepared.groups, stats, weights, config, config.beta_for(lm), ref_logp)
+    _stage(progress, "selection")
+    selections = {m: select(x, m, config.ratio, config.scope) for m in config.methods}
+    return _assemble(lm, prepared.groups, stats, weights, x, selections, config)
+
+
 def analyze(
     lm: LoadedModel,
     groups: Sequence[GroupInput],
@@ -267,36 +345,27 @@ def analyze(
     progress: Callable[[str], None] | None = None,
 ) -> AnalysisResult:
     """Analyze one or more groups; with scope ``batch`` selection ranks all their tokens."""
-    config.validate()
-    if not groups:
-        raise InvalidInputError("at least one group is needed")
-
-    def note(stage: str) -> None:  # a stage boundary: a cancelled job stops here
-        checkpoint()
-        if progress is not None:
-            progress(stage)
-
-    note("sampling" if any(not g.given for g in groups) else "tokenizing")
-    work = _prepare_groups(lm, groups, config)
-    for w, g in zip(work, groups, strict=True):
-        _reward_group(lm, w, g, config.advantage, not config.answer_special_tokens)
-    note("forward pass")
-    seqs = [(w.prompt_ids, a) for w in work for a in w.answer_ids]
-    stats = answer_token_stats(
-        lm.model,
-        seqs,
-        lm.tokenizer.pad_token_id,
-        config.temperature,
-        config.top_alternatives,
-        config.chunk_size,
-    )
-    lengths = torch.tensor([len(a) for _, a in seqs])
-    weights = loss_weights(lengths, config.loss_aggregation)  # over the whole batch, as trainers do
-    ref_logp = _reference_logprobs(lm, seqs, config)
-    x = _selection_inputs(work, stats, weights, config, config.beta_for(lm), ref_logp)
-    note("selection")
-    selections = {m: select(x, m, config.ratio, config.scope) for m in config.methods}
-    return _assemble(lm, work, stats, weights, x, selections, config)
+    # grad_head needs final hidden states, which sampling records too (their norms)
+    prepared = prepare_groups(lm, groups, config, progress, collect_stats=True)
+    stats = prepared.collected_stats()
+    missing = [i for i, s in enumerate(stats) if s is None]  # given answers
+    if missing:
+        _stage(progress, "forward pass")
+        computed = answer_token_stats(
+            lm.model,
+            [prepared.sequences[i] for i in missing],
+            lm.tokenizer.pad_token_id,
+            config.temperature,
+            config.top_alternatives,
+            config.chunk_size,
+        )
+        for i, s in zip(missing, computed, strict=True):
+            stats[i] = s
+    answers = [s for s in stats if s is not None]
+    # equal contexts (a group's shared first tokens, shared prefixes) -> bit-equal statistics,
+    # across sampled and given answers alike
+    share_identical_contexts(prepared.sequences, answers)
+    return finish_analysis(lm, prepared, answers, config, progress)
 
 
 def _assemble(
@@ -309,6 +378,7 @@ def _assemble(
     config: AnalysisConfig,
 ) -> AnalysisResult:
     group_records: list[GroupRecord] = []
+    decoded, texts = batch_token_texts(lm.tokenizer, [ids for g in work for ids in g.answer_ids])
     a, offset = 0, 0
     for gi, g in enumerate(work):
         answers: list[AnswerRecord] = []
@@ -318,7 +388,7 @@ def _assemble(
             tokens = build_tokens(
                 lm.tokenizer,
                 ids,
-                token_texts(lm.tokenizer, ids),
+                texts[a],
                 stats[a],
                 x,
                 sl,
@@ -329,7 +399,7 @@ def _assemble(
                 AnswerRecord(
                     index=ai,
                     text=g.texts[ai],
-                    decoded=decode(lm.tokenizer, ids),
+                    decoded=decoded[a],
                     reward=g.verdicts[ai].reward,
                     reward_detail=g.verdicts[ai],
                     advantage=float(g.advantages[ai]),

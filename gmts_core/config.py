@@ -123,7 +123,19 @@ class RLConfig:
     loss_aggregation: str = knob("token_mean", "Loss aggregation of the token terms.")
     chat_template: bool = knob(False, "Wrap prompts in the tokenizer's chat template.")
     measure_kl: bool = knob(True, "Report KL even when beta is 0 (one more forward pass).")
+    measure_logprob_after: bool = knob(
+        False,
+        "Also measure each token's log-prob after the update (one more forward pass per step); "
+        "off unless asked, on in the UI's Train tab.",
+    )
     max_batch_tokens: int = knob(8192, "Padded tokens per forward/backward micro-batch.", ge=1)
+    fused_max_tokens: int = knob(
+        8192,
+        "Batches of at most this many padded tokens take their token statistics from the first "
+        "update's training forward, whose graphs are held until the selection is known (memory: "
+        "one training forward over all those tokens); larger ones get a separate no-grad pass.",
+        ge=0,
+    )
     report_methods: tuple[str, ...] = knob(
         ("entropy", "gmts"), "Methods whose wasted share etc. are reported too."
     )
@@ -155,6 +167,7 @@ class RLConfig:
             (self.max_grad_norm > 0, "max_grad_norm must be > 0"),
             (self.max_new_tokens >= 1, "max_new_tokens must be >= 1"),
             (self.max_batch_tokens >= 1, "max_batch_tokens must be >= 1"),
+            (self.fused_max_tokens >= 0, "fused_max_tokens must be >= 0"),
         ]
         for ok, message in checks:
             if not ok:

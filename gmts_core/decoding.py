@@ -29,8 +29,32 @@ def token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
     """
     full = decode(tokenizer, ids) if ids else ""
     texts = _single_token_texts(tokenizer, ids)
-    if "".join(texts) == full:
-        return texts
+    return texts if "".join(texts) == full else _joined_texts(tokenizer, ids, full)
+
+
+def batch_token_texts(
+    tokenizer: Any, sequences: list[list[int]]
+) -> tuple[list[str], list[list[str]]]:
+    """:func:`decode` and :func:`token_texts` of many sequences, in two tokenizer calls
+    where single-token texts join (every distinct token decoded once for the whole batch);
+    the other sequences take :func:`token_texts`'s exact fallbacks."""
+    full = [
+        str(t)
+        for t in tokenizer.batch_decode(
+            sequences, skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+    ]
+    distinct = sorted({i for ids in sequences for i in ids})
+    single = dict(zip(distinct, _single_token_texts(tokenizer, distinct), strict=True))
+    texts = []
+    for ids, whole in zip(sequences, full, strict=True):
+        parts = [single[i] for i in ids]
+        texts.append(parts if "".join(parts) == whole else _joined_texts(tokenizer, ids, whole))
+    return full, texts
+
+
+def _joined_texts(tokenizer: Any, ids: list[int], full: str) -> list[str]:
+    """Token texts that join to ``full`` where single-token texts do not."""
     texts = _windowed_texts(tokenizer, ids)
     if "".join(texts) != full:
         texts = _prefix_texts(tokenizer, ids)
@@ -40,6 +64,8 @@ def token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
 
 def _single_token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
     """Each token decoded on its own (one batch call)."""
+    if not ids:
+        return []
     rows = tokenizer.batch_decode(
         [[i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False
     )

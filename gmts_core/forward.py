@@ -7,6 +7,7 @@ exist for prompt positions or for all answer positions at once.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,59 @@ def _answer_hidden(
     return [hidden[row, len(p) - 1 : len(p) - 1 + len(a)] for row, (p, a) in enumerate(seqs)]
 
 
+def answer_logits(
+    model: Any, sequences: list[tuple[list[int], list[int]]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Final hidden states (N, D) and float32 logits (N, V), after any post-head transform, at the
+    positions that predict answer tokens, flat in (answer, position) order (the model's own
+    logits: :func:`gmts_core.head.head_path`).
+
+    One padded forward of the body over all ``sequences``; differentiable when grad is enabled
+    (the training forward of :mod:`gmts_core.policy_loss` and the RL step use it). The LM head
+    runs only on the answer positions, so prompt positions never get logits.
+    """
+    path = head_path(model)  # the model's own logits, post-head transforms included
+    device = next(model.parameters()).device
+    hidden = torch.cat(_answer_hidden(path.body, sequences, pad_id, device))  # (N, D)
+    logits = path.logits(hidden).float()  # (N, V)
+    return hidden, logits
+
+
+def stats_from_logits(
+    logits: torch.Tensor,
+    hidden: torch.Tensor,
+    sequences: list[tuple[list[int], list[int]]],
+    temperature: float = 1.0,
+    top_k: int = 0,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> list[AnswerStats]:
+    """Per-answer statistics from logits (N, V) and hidden states (N, D) already computed for
+    the answer tokens of ``sequences`` (as :func:`answer_logits` returns them), e.g. by a
+    training forward: the statistics then cost no forward of their own. Never differentiable.
+
+    Raises NonFiniteLogitsError if any answer token's logits hold NaN/Inf.
+    """
+    logits, hidden = logits.detach(), hidden.detach()
+    targets = torch.tensor([t for _, a in sequences for t in a], device=logits.device)  # (N,)
+    stats = token_stats_chunked(
+        len(targets), lambda sl: logits[sl], targets, temperature, top_k, chunk_size
+    )
+    _check_finite(stats)
+    norms = hidden.float().norm(dim=-1)  # (N,)
+    out, start = [], 0
+    for _, answer in sequences:
+        sl = slice(start, start + len(answer))
+        parts = (getattr(stats, f.name)[sl] for f in dataclasses.fields(stats))
+        out.append(AnswerStats(TokenStats(*parts), norms[sl]))
+        start = sl.stop
+    return out
+
+
+def _check_finite(stats: TokenStats) -> None:
+    if not (torch.isfinite(stats.logprob).all() and torch.isfinite(stats.entropy).all()):
+        raise NonFiniteLogitsError("the model produced NaN or infinite logits for this input")
+
+
 def answer_token_stats(
     model: Any,
     sequences: list[tuple[list[int], list[int]]],
@@ -100,6 +154,5 @@ def _stats_for_answer(
 
     targets = torch.tensor(answer_ids, dtype=torch.long, device=h.device)
     stats = token_stats_chunked(len(answer_ids), logits_fn, targets, temperature, top_k, chunk_size)
-    if not (torch.isfinite(stats.logprob).all() and torch.isfinite(stats.entropy).all()):
-        raise NonFiniteLogitsError("the model produced NaN or infinite logits for this input")
+    _check_finite(stats)
     return AnswerStats(stats, h.float().norm(dim=-1))

@@ -21,8 +21,7 @@ from typing import Any
 
 import torch
 
-from gmts_core.forward import _answer_hidden
-from gmts_core.head import head_path
+from gmts_core.forward import answer_logits
 
 
 def answer_logprobs(
@@ -34,13 +33,23 @@ def answer_logprobs(
     """log pi(y_t) of every answer token, flat (N,) in (answer, position) order, float32.
 
     Differentiable when grad is enabled. The LM head runs only on the positions that predict
-    answer tokens (as in :mod:`gmts_core.forward`), so prompt positions never get logits.
+    answer tokens (:func:`gmts_core.forward.answer_logits`).
     """
-    path = head_path(model)  # the model's own logits, post-head transforms included
-    device = next(model.parameters()).device
-    hidden = torch.cat(_answer_hidden(path.body, sequences, pad_id, device))  # (N, D)
-    logits = path.logits(hidden).float()  # (N, V)
-    targets = torch.tensor([t for _, a in sequences for t in a], device=device)  # (N,)
+    _, logits = answer_logits(model, sequences, pad_id)  # (N, V)
+    return logprobs_from_logits(logits, answer_targets(sequences, logits.device), temperature)
+
+
+def answer_targets(
+    sequences: list[tuple[list[int], list[int]]], device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """The answer tokens of ``sequences``, flat (N,) int64."""
+    return torch.tensor([t for _, a in sequences for t in a], dtype=torch.long, device=device)
+
+
+def logprobs_from_logits(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """log softmax(z / tau)_y for logits (N, V) and targets (N,): (N,), differentiable."""
     logp = torch.log_softmax(logits / temperature, dim=-1)  # (N, V)
     return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (N,)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -42,7 +43,7 @@ class UpdateStats:
     clip_low_fraction: float
     clip_high_fraction: float
     logprob_before: torch.Tensor  # (N,)
-    logprob_after: torch.Tensor  # (N,)
+    logprob_after: torch.Tensor | None  # (N,); None unless measure_logprob_after
     per_inner_step: list[dict[str, float]] = field(default_factory=list)
     # per inner update: each token's ratio, clip flag and omega_t, and the mask trained on
     coefficients: list[EffectiveCoefficient] = field(default_factory=list)
@@ -72,7 +73,8 @@ class StepMetrics:
     num_tokens: int
     num_zero_signal_groups: int
     wasted_share: dict[str, float] = field(default_factory=dict)  # per method, see summaries
-    selected_logprob_change: float = 0.0  # mean (after - before) over selected tokens
+    # mean (after - before) over selected tokens; NaN (JSON null) unless measure_logprob_after
+    selected_logprob_change: float = 0.0
     unselected_logprob_change: float = 0.0  # the same over the other tokens
     seconds: float = 0.0
 
@@ -87,7 +89,12 @@ class StepMetrics:
     ) -> StepMetrics:
         s = result.summary
         rewards = [a.reward for _, a in result.iter_answers()]
-        delta = (update.logprob_after - update.logprob_before).double()
+        after = update.logprob_after
+        delta = (
+            torch.full(mask.shape, math.nan, dtype=torch.float64)  # not measured
+            if after is None
+            else (after - update.logprob_before).double()
+        )
         return cls(
             step=step,
             method=config.method,
@@ -122,11 +129,12 @@ class TokenChange:
     text: str
     selected: bool
     logprob_before: float
-    logprob_after: float
+    logprob_after: float | None  # None when the step did not measure it
 
     @property
-    def logprob_change(self) -> float:
-        return self.logprob_after - self.logprob_before
+    def logprob_change(self) -> float | None:
+        after = self.logprob_after
+        return None if after is None else after - self.logprob_before
 
 
 @dataclass
@@ -143,10 +151,12 @@ class AnswerChange:
 
 
 def answer_changes(
-    result: AnalysisResult, mask: torch.Tensor, before: torch.Tensor, after: torch.Tensor
+    result: AnalysisResult, mask: torch.Tensor, before: torch.Tensor, after: torch.Tensor | None
 ) -> list[AnswerChange]:
-    """Per answer, each token's text, selection flag and log-prob before/after the update."""
-    sel, lp0, lp1 = mask.tolist(), before.tolist(), after.tolist()
+    """Per answer, each token's text, selection flag and log-prob before/after the update
+    (after: None where not measured)."""
+    sel, lp0 = mask.tolist(), before.tolist()
+    lp1: list[float | None] = [None] * len(lp0) if after is None else after.tolist()
     out, flat = [], 0
     for group, ans in result.iter_answers():
         tokens = [

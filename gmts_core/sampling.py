@@ -8,6 +8,7 @@ one call instead of eight.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import threading
@@ -16,11 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteriaList
 
 from gmts_core.bounds import MIN_TEMPERATURE
 from gmts_core.cancel import checkpoint
 from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
+from gmts_core.forward import AnswerStats
+from gmts_core.sampling_stats import StatsWhileSampling
 
 # ``generate`` draws from torch's global RNG; seeding it must not interleave across threads.
 _RNG_LOCK = threading.Lock()
@@ -42,6 +45,18 @@ class SamplingConfig:
 class SampledAnswer:
     token_ids: list[int]  # answer tokens, including the EOS token when one was produced
     finished: bool  # True if the answer ended with EOS, False if cut at max_new_tokens
+    stats: AnswerStats | None = None  # collected while sampling, when asked (StatsSpec)
+
+
+@dataclass(frozen=True)
+class StatsSpec:
+    """Collect each sampled token's statistics while sampling (see gmts_core.sampling_stats):
+    at temperature tau (the analysis', not necessarily the sampling temperature), with the
+    top ``top_k`` alternatives, ``chunk_size`` rows at a time."""
+
+    temperature: float
+    top_k: int = 0
+    chunk_size: int = 128
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
@@ -66,8 +81,9 @@ class RejectNonFiniteLogits(LogitsProcessor):
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         checkpoint()  # a cancelled job (client gone, shutdown) stops between decoding steps
-        bad = torch.isnan(scores).any() | torch.isposinf(scores).any()  # scores: (B, V)
-        if bool(bad | torch.isneginf(scores).all(dim=-1).any()):
+        # one reduction: a row's max is NaN if it holds a NaN (amax propagates NaN), +inf if
+        # it holds +inf, and -inf iff every entry is -inf
+        if not bool(torch.isfinite(scores.amax(dim=-1)).all()):  # scores: (B, V)
             raise NonFiniteLogitsError("the model produced NaN or infinite logits while sampling")
         return scores
 
@@ -89,10 +105,14 @@ def _check(prompt_ids: list[int], config: SamplingConfig) -> None:
 
 @torch.no_grad()
 def _generate(
-    model: Any, tokenizer: Any, prompts: list[list[int]], config: SamplingConfig
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    config: SamplingConfig,
+    stats: StatsSpec | None = None,
 ) -> list[SampledAnswer]:
     """``config.num_samples`` answers to each prompt (all of one length) in one generate call,
-    prompt by prompt."""
+    prompt by prompt; with ``stats``, each with its tokens' statistics."""
     device = next(model.parameters()).device
     input_ids = torch.tensor(prompts, device=device)  # (B, P)
     input_ids = input_ids.repeat_interleave(config.num_samples, 0)  # (B * G, P)
@@ -107,11 +127,23 @@ def _generate(
     if not greedy:
         gen_kwargs.update(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k)
         gen_kwargs["logits_processor"] = LogitsProcessorList([RejectNonFiniteLogits()])
-    with _RNG_LOCK, torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):
+    collector = None
+    if stats is not None:
+        collector = StatsWhileSampling(model, stats.temperature, stats.top_k, stats.chunk_size)
+        gen_kwargs["stopping_criteria"] = StoppingCriteriaList([collector])
+    with contextlib.ExitStack() as stack:
+        if collector is not None:
+            stack.enter_context(collector)
+        stack.enter_context(_RNG_LOCK)
+        stack.enter_context(torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]))
         torch.manual_seed(config.seed)
         out = model.generate(input_ids, **gen_kwargs)  # (B * G, P + T)
     eos_ids = _eos_ids(model, tokenizer)
-    return [_trim(row, eos_ids) for row in out[:, len(prompts[0]) :].tolist()]
+    answers = [_trim(row, eos_ids) for row in out[:, len(prompts[0]) :].tolist()]
+    if collector is not None:
+        for row, answer in enumerate(answers):
+            answer.stats = collector.answer_stats(row, len(answer.token_ids))
+    return answers
 
 
 def sample_answers(
@@ -135,12 +167,14 @@ def sample_groups(
     tokenizer: Any,
     prompts: Sequence[list[int]],
     configs: Sequence[SamplingConfig],
+    stats: StatsSpec | None = None,
 ) -> list[list[SampledAnswer]]:
     """Each group's answers; compatible groups share a call (see the module docstring).
 
     A group sampled alone gets exactly what :func:`sample_answers` gives it. Groups sampled
     together are seeded with :func:`batch_seed` of their seeds, so the answers are a
-    deterministic function of the prompts and all their settings.
+    deterministic function of the prompts and all their settings. With ``stats`` every answer
+    carries its tokens' statistics, collected while sampling (no forward pass of their own).
     """
     buckets: dict[tuple[int, SamplingConfig], list[int]] = {}
     for i, (p, c) in enumerate(zip(prompts, configs, strict=True)):
@@ -152,7 +186,7 @@ def sample_groups(
         for start in range(0, len(members), per_call):
             chunk = members[start : start + per_call]
             call = dataclasses.replace(shared, seed=batch_seed([configs[i].seed for i in chunk]))
-            rows = _generate(model, tokenizer, [prompts[i] for i in chunk], call)
+            rows = _generate(model, tokenizer, [prompts[i] for i in chunk], call, stats)
             for j, i in enumerate(chunk):
                 out[i] = rows[j * shared.num_samples : (j + 1) * shared.num_samples]
     return out

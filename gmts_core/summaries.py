@@ -75,20 +75,66 @@ def spearman(x: torch.Tensor, y: torch.Tensor) -> float | None:
     return _spearman(_numpy(x), _numpy(y))
 
 
+def _ranks_within(v: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """1-based average ranks of ``v`` within each group (ties share their average rank), for
+    all groups at once: one sort by (group, value) instead of a sort per group."""
+    n = v.size
+    order = np.lexsort((v, group))
+    vs, gs = v[order], group[order]
+    new_group = np.r_[True, gs[1:] != gs[:-1]]
+    start = np.maximum.accumulate(np.where(new_group, np.arange(n), 0))
+    position = np.arange(n) - start + 1.0  # rank within the group, ties not yet averaged
+    run = np.cumsum(new_group | np.r_[True, vs[1:] != vs[:-1]]) - 1  # runs of equal values
+    average = np.bincount(run, weights=position) / np.bincount(run)
+    ranks = np.empty(n)
+    ranks[order] = average[run]
+    return ranks
+
+
+def spearman_within(
+    x: torch.Tensor, y: torch.Tensor, answer_index: torch.Tensor
+) -> dict[int, float | None]:
+    """Spearman of x and y within each answer (None where undefined: fewer than 2 tokens, a
+    NaN, or a constant input), computed for every answer at once; keys in increasing order."""
+    xs, ys = _numpy(x), _numpy(y)
+    ids, group = np.unique(answer_index.detach().cpu().numpy().ravel(), return_inverse=True)
+    if ids.size == 0:
+        return {}
+    group = group.reshape(-1)
+    count = np.bincount(group)
+    bad = np.bincount(group, weights=np.isnan(xs) | np.isnan(ys)) > 0
+    rx, ry = _ranks_within(xs, group), _ranks_within(ys, group)
+    dx = rx - (np.bincount(group, weights=rx) / count)[group]
+    dy = ry - (np.bincount(group, weights=ry) / count)[group]
+    sxx, syy = np.bincount(group, weights=dx * dx), np.bincount(group, weights=dy * dy)
+    sxy = np.bincount(group, weights=dx * dy)
+    constant = _constant_within(xs, group) | _constant_within(ys, group)
+    defined = (count >= 2) & ~bad & ~constant
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = np.clip(sxy / np.sqrt(sxx * syy), -1.0, 1.0)
+    return {
+        int(i): (float(r) if ok and not math.isnan(r) else None)
+        for i, r, ok in zip(ids, rho, defined, strict=True)
+    }
+
+
+def _constant_within(v: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Per group: are all its values equal?"""
+    size = int(group.max()) + 1
+    low, high = np.full(size, np.inf), np.full(size, -np.inf)
+    with np.errstate(invalid="ignore"):  # a NaN makes its answer's correlation undefined anyway
+        np.minimum.at(low, group, v)
+        np.maximum.at(high, group, v)
+    return low == high
+
+
 def spearman_by_answer(
     x: torch.Tensor, y: torch.Tensor, answer_index: torch.Tensor
 ) -> dict[str, float | None]:
     """Spearman of x and y over all tokens, and the median of the per-answer correlations."""
-    xs, ys, idx = _numpy(x), _numpy(y), answer_index.detach().cpu().numpy().ravel()
-    order = np.argsort(idx, kind="stable")  # answers' tokens contiguous, in token order
-    xo, yo, io = xs[order], ys[order], idx[order]
-    bounds = np.flatnonzero(np.diff(io)) + 1
-    within = [
-        rho
-        for sx, sy in zip(np.split(xo, bounds), np.split(yo, bounds), strict=True)
-        if (rho := _spearman(sx, sy)) is not None
-    ]
-    return {"batch": _spearman(xs, ys), "within_answer_median": median(within) if within else None}
+    within = [r for r in spearman_within(x, y, answer_index).values() if r is not None]
+    batch = _spearman(_numpy(x), _numpy(y))
+    return {"batch": batch, "within_answer_median": median(within) if within else None}
 
 
 def wasted_share(grad_proxy: torch.Tensor, selected: torch.Tensor) -> float:

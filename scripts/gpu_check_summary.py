@@ -1,9 +1,9 @@
-"""Write the Markdown summary of ``scripts/gpu_check.sh``: environment, tests, benchmark.
+"""Write the Markdown summary of ``scripts/gpu_check.sh``: environment, tests, benchmarks.
 
     python scripts/gpu_check_summary.py RESULTS_DIR TESTS_EXIT_CODE BENCH_EXIT_CODE
 
-Reads environment.txt, pytest-gpu.xml and token_stats_*.json from RESULTS_DIR and writes
-RESULTS_DIR/summary.md (also printed), ready to paste into the README.
+Reads environment.txt, pytest-gpu.xml, token_stats_*.json and real_size_*.json from
+RESULTS_DIR and writes RESULTS_DIR/summary.md (also printed), ready to paste into the README.
 """
 
 from __future__ import annotations
@@ -33,25 +33,74 @@ def _fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:
     return f"{value / scale:.{digits}f}" if isinstance(value, (int, float)) else "-"
 
 
-def benchmark_table(report: dict[str, Any]) -> list[str]:
-    """One table per benchmark report (the JSON of benchmarks/token_stats.py --json)."""
-    variants: dict[str, dict[str, Any]] = report.get("variants", {})
-    lse = variants.get("logsumexp", {}).get("time_s")
+def _spread(s: dict[str, float] | None, digits: int) -> str:
+    """median [min-max] of a spread from the benchmark report."""
+    if not s:
+        return "-"
+    return f"{_fmt(s['median'], digits=digits)} [{_fmt(s['min'], digits=digits)}-" + (
+        f"{_fmt(s['max'], digits=digits)}]"
+    )
+
+
+def token_stats_table(report: dict[str, Any]) -> list[str]:
+    """The JSON of benchmarks/token_stats.py --json as a table: median [range] per variant."""
     lines = [
         f"Logits {tuple(report.get('shape', []))} {report.get('dtype')} on "
         f"{report.get('device')}, chunk {report.get('chunk_size')}, "
-        f"best of {report.get('repeats')}:",
+        f"{report.get('repeats')} interleaved repeats:",
         "",
-        "| variant | time (s) | x logsumexp | peak extra memory (MiB) |",
+        "| variant | time (s), median [range] | x chunked logsumexp | peak extra memory (MiB) |",
         "|---|---|---|---|",
     ]
-    for name, r in variants.items():
-        ratio = r["time_s"] / lse if lse and isinstance(r.get("time_s"), float) else None
-        lines.append(
-            f"| {name} | {_fmt(r.get('time_s'), digits=4)} | {_fmt(ratio, digits=2)} | "
-            f"{_fmt(r.get('peak_extra_bytes'), 2**20, 1)} |"
-        )
+    timing = next(iter(report.get("timing", {}).values()), {"wall_s": {}, "ratio": {}})
+    memory = report.get("memory", {})
+    for name in dict.fromkeys([*timing["wall_s"], *memory]):
+        w, r = timing["wall_s"].get(name), timing["ratio"].get(name)
+        time_s = (
+            f"{_fmt(w['median'], digits=4)} [{_fmt(w['min'], digits=4)}-{_fmt(w['max'], digits=4)}]"
+            if w
+            else "-"
+        )  # noqa: E501
+        ratio = (
+            f"{_fmt(r['median'], digits=2)} [{_fmt(r['min'], digits=2)}-{_fmt(r['max'], digits=2)}]"
+            if r
+            else "-"
+        )  # noqa: E501
+        mem = memory.get(name, {}).get("peak_extra_bytes")
+        lines.append(f"| {name} | {time_s} | {ratio} | {_fmt(mem, 2**20, 1)} |")
     lines += ["", f"Targets met: {json.dumps(report.get('targets_met'))}", ""]
+    return lines
+
+
+def real_size_table(report: dict[str, Any]) -> list[str]:
+    """The JSON of benchmarks/real_size.py --json as a table."""
+    lines = [
+        f"{report.get('model')} ({_fmt(report.get('parameters'), 1e6, 0)}M parameters), "
+        f"{report.get('answers')} answers x {report.get('tokens_per_answer')} tokens, "
+        f"{report.get('device')} {report.get('dtype')}, median of {report.get('repeats')}:",
+        "",
+        "| operation | time (s) | answer tokens/s | peak extra memory (MiB) |",
+        "|---|---|---|---|",
+    ]
+    for name, seconds in report.get("median_s", {}).items():
+        rate = _fmt(report["answer_tokens_per_s"].get(name), digits=0)
+        mem = _fmt(report["peak_extra_mib"].get(name), digits=0)
+        lines.append(f"| {name} | {_fmt(seconds)} | {rate} | {mem} |")
+    ratios = ", ".join(f"{k} {_fmt(v, digits=2)}" for k, v in report.get("ratios", {}).items())
+    lines += ["", f"Ratios: {ratios}. Targets met: {json.dumps(report.get('targets_met'))}", ""]
+    return lines
+
+
+def _section(out: Path, pattern: str, title: str, table: Any) -> list[str]:
+    lines = [f"### {title}", ""]
+    reports = sorted(out.glob(pattern))
+    for path in reports:
+        try:
+            lines += table(json.loads(path.read_text().strip().splitlines()[-1]))
+        except (ValueError, IndexError, KeyError, TypeError) as exc:
+            lines += [f"{path.name}: no result ({exc}); see {path.stem}.txt", ""]
+    if not reports:
+        lines += ["No result.", ""]
     return lines
 
 
@@ -59,15 +108,9 @@ def main(argv: list[str]) -> None:
     out, tests_rc, bench_rc = Path(argv[0]), int(argv[1]), int(argv[2])
     env = (out / "environment.txt").read_text().splitlines()
     lines = ["## GPU check", "", *(f"- {line}" for line in env), tests_line(out, tests_rc), ""]
-    reports = sorted(out.glob("token_stats_*.json"))
-    lines += ["### Token statistics benchmark", ""]
-    for path in reports:
-        try:
-            lines += benchmark_table(json.loads(path.read_text().strip().splitlines()[-1]))
-        except (ValueError, IndexError, KeyError, TypeError) as exc:
-            lines += [f"{path.name}: no result ({exc}); see {path.stem}.txt", ""]
-    if not reports:
-        lines.append(f"No benchmark result (exit {bench_rc}).")
+    lines += _section(out, "token_stats_*.json", "Token statistics", token_stats_table)
+    lines += _section(out, "real_size_*.json", "Real-size models", real_size_table)
+    lines.append(f"Benchmarks exit status: {bench_rc}.")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

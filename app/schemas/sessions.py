@@ -58,6 +58,7 @@ class RLKnobs(NoBoolNumbers):
     advantage: str | None = knob_field("advantage")
     loss_aggregation: str | None = knob_field("loss_aggregation")
     reselect: bool | None = knob_field("reselect")
+    measure_logprob_after: bool | None = knob_field("measure_logprob_after")
 
     @field_validator("method")
     @classmethod

@@ -75,7 +75,13 @@ class TrainForm:
 
     def step_request(self, include_tokens: bool = True) -> Json:
         """Body of one ``POST /v1/sessions/{id}/step`` (one step, demo-task batch)."""
-        return {"steps": 1, "include_tokens": include_tokens, **self.knobs()}
+        # the Train tab shows each token's log-prob change: ask for the pass after the update
+        return {
+            "steps": 1,
+            "include_tokens": include_tokens,
+            "measure_logprob_after": True,
+            **self.knobs(),
+        }
 
     def eval_request(self) -> Json:
         return {"num_problems": int(self.eval_problems), "seed": int(self.seed)}

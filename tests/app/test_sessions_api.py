@@ -46,9 +46,13 @@ def test_create_step_history_reset_delete(client: TestClient) -> None:
     assert set(metrics["wasted_share"]) >= {"gmts", "entropy"}
     tokens = [t for a in body["last_batch"] for t in a["tokens"]]
     assert tokens and {"text", "selected", "logprob_before", "logprob_after"} <= set(tokens[0])
+    assert all(t["logprob_after"] is None for t in tokens)  # one more pass: off unless asked
 
-    r = client.post(f"/v1/sessions/{sid}/step", json={"method": "entropy", "prompts": PROMPTS})
+    knobs = {"method": "entropy", "measure_logprob_after": True}
+    r = client.post(f"/v1/sessions/{sid}/step", json={**knobs, "prompts": PROMPTS})
     assert r.json()["steps"][0]["method"] == "entropy"  # a knob for this request only
+    tokens = [t for a in r.json()["last_batch"] for t in a["tokens"]]
+    assert all(isinstance(t["logprob_change"], float) for t in tokens)
     history = client.get(f"/v1/sessions/{sid}").json()
     assert [h["step"] for h in history["history"]] == [1, 2, 3]
     assert history["settings"]["method"] == "gmts"

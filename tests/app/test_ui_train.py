@@ -91,6 +91,7 @@ def test_form_requests_are_valid_api_bodies() -> None:
     assert create.method == "entropy" and create.seed == 7 and create.group_size == 4
     step = SessionStepRequest.model_validate(f.step_request())
     assert step.steps == 1 and step.ratio == 0.3 and step.include_tokens
+    assert step.measure_logprob_after is True  # the tab shows each token's log-prob change
 
 
 def test_view_values_order_matches_the_outputs() -> None:

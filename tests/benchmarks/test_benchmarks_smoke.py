@@ -82,3 +82,39 @@ def test_train_tab_smoke() -> None:
     assert {"step_session", "evaluate_session", "figures_and_tables"} <= set(parts)
     assert run["batch_html_bytes_shown"] <= run["batch_html_bytes_all"]
     assert r["settings"]["inner_steps"] == 2 and r["settings"]["learning_rate"] == 1.5e-4
+
+
+def test_token_stats_smoke() -> None:
+    """Interleaved timing against the chunked logsumexp reference, with median and range."""
+    r = run_benchmark(
+        "token_stats",
+        *("--batch", "1", "--seq", "8", "--vocab", "500", "--repeats", "3", "--threads", "1"),
+        *("--variants", "logsumexp,chunked,naive", "--dtype", "bfloat16"),
+    )
+    timing = r["timing"]["1"]
+    assert set(timing["wall_s"]) == {"logsumexp", "chunked"}  # naive: memory only
+    assert len(timing["wall_s"]["chunked"]["values"]) == 3
+    ratio = timing["ratio"]["chunked"]
+    assert ratio["min"] <= ratio["median"] <= ratio["max"]
+    assert r["ratios"]["time_chunked_vs_logsumexp"] == ratio["median"]
+    assert set(r["memory"]) == {"logsumexp", "chunked", "naive"}
+    assert max(r["mean_abs_diff_chunked_vs_naive"].values()) < 1e-4  # same statistics
+
+
+def test_real_size_smoke() -> None:
+    """The real-size benchmark on a shrunken Qwen2 shape: every contender runs, the sampled
+    analysis sees exactly the tokens a bare generate produces, the given answers round-trip."""
+    r = run_benchmark(
+        "real_size",
+        *("--layers", "1", "--hidden", "64", "--vocab", "1000", "--answers", "2"),
+        *("--tokens", "6", "--prompt-tokens", "4", "--threads", "1"),
+    )
+    assert r["same_tokens_as_generate"] is True and r["given_tokens_ok"] is True
+    assert set(r["median_s"]) == {
+        "given_analysis", "full_logit_forward", "body_forward", "sampled_analysis", "bare_generate"
+    }  # fmt: skip
+    m = r["median_s"]
+    assert r["ratios"]["given_vs_full_logit_forward"] == pytest.approx(
+        m["given_analysis"] / m["full_logit_forward"]
+    )
+    assert r["config"]["vocab_size"] == 1000 and r["config"]["num_hidden_layers"] == 1

@@ -9,7 +9,7 @@ random decoder (tests/arch_matrix.py says why the others are skipped):
   computed independently by autograd through ``model(...).logits / tau``; the live RL loss
   (``answer_logprobs`` + ``grpo_loss``) equals the same loss built on the model's own forward,
   value and gradient; and sampling round-trips: the log-probs ``generate`` sampled from equal
-  the analysed ones.
+  the analysed ones, from a forward pass and as collected while sampling.
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from typing import Any
 import pytest
 import torch
 from torch.testing import assert_close
+from transformers import StoppingCriteriaList
 
 from gmts_core import head as head_module
 from gmts_core.forward import answer_token_stats
 from gmts_core.head import UnsupportedArchitectureError, check_head_path
 from gmts_core.policy_loss import answer_logprobs, grpo_loss
+from gmts_core.sampling_stats import StatsWhileSampling
 from tests.arch_matrix import VOCAB, build_tiny, causal_lm_types, outcome
 
 TAU = 0.7
@@ -130,7 +132,9 @@ def test_live_rl_loss_equals_loss_on_own_forward(model_type: str) -> None:
 @pytest.mark.parametrize("model_type", causal_lm_types())
 def test_sampling_round_trip(model_type: str) -> None:
     """The distribution ``generate`` samples from (its own logits / tau, KV-cached) is the one
-    the analysis reports for the sampled tokens."""
+    the analysis reports for the sampled tokens, both from a forward pass and as collected
+    while sampling (:class:`gmts_core.sampling_stats.StatsWhileSampling`, through the head
+    path's transforms)."""
     model = _model(model_type)
     prompt = PROMPTS[0]
     torch.manual_seed(0)
@@ -140,17 +144,26 @@ def test_sampling_round_trip(model_type: str) -> None:
         pytest.skip(
             f"{model_type}: its own generate fails on the tiny config ({type(exc).__name__})"
         )
+    torch.manual_seed(0)  # the same draw again, collecting statistics (a failure is ours)
+    collector = StatsWhileSampling(model, TAU, 0, 128)
+    with collector:
+        again = _sample(model, prompt, StoppingCriteriaList([collector]))
+    assert torch.equal(again.sequences, out.sequences)
     answer = out.sequences[0, len(prompt) :].tolist()
     assert len(answer) == 5 and all(0 <= t < VOCAB for t in answer)
     sampled = torch.stack([lg[0].double() / TAU for lg in out.logits])  # (5, V)
     sampled_lp = torch.log_softmax(sampled, -1).gather(-1, torch.tensor(answer)[:, None])[:, 0]
     (stats,) = answer_token_stats(model, [(prompt, answer)], 0, TAU)
     assert_close(stats.stats.logprob.double(), sampled_lp, atol=1e-4, rtol=1e-4)
+    collected = collector.answer_stats(0, len(answer))
+    assert_close(collected.stats.logprob.double(), sampled_lp, atol=1e-4, rtol=1e-4)
+    assert_close(collected.stats.entropy, stats.stats.entropy, atol=1e-4, rtol=1e-4)
 
 
-def _sample(model: torch.nn.Module, prompt: list[int]) -> Any:
+def _sample(model: torch.nn.Module, prompt: list[int], stopping: Any = None) -> Any:
     return model.generate(
         torch.tensor([prompt]),
+        stopping_criteria=stopping,
         attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
         do_sample=True,
         temperature=TAU,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gmts_core.decoding import _prefix_texts, decode, token_text, token_texts
+from gmts_core.decoding import _prefix_texts, batch_token_texts, decode, token_text, token_texts
 from gmts_core.modeling import LoadedModel
 
 TEXTS = [
@@ -94,3 +94,16 @@ def test_empty_and_single_token(tokenizer: Any) -> None:
     ids = _ids(tokenizer, "a")
     assert "".join(token_texts(tokenizer, ids)) == decode(tokenizer, ids)
     assert isinstance(token_text(tokenizer, ids[-1]), str)
+
+
+def test_batch_token_texts_equal_one_sequence_at_a_time(tokenizer: Any) -> None:
+    """The batch form gives exactly the per-sequence texts and decodes, the fast path and the
+    fallbacks (split emoji, special tokens, an empty sequence) mixed in one batch."""
+    sequences = [_ids(tokenizer, t) for t in TEXTS] + [
+        _ids(tokenizer, "85") + [tokenizer.eos_token_id],
+        _ids(tokenizer, "a😀")[:-1],
+        [],
+    ]
+    decoded, texts = batch_token_texts(tokenizer, sequences)
+    assert decoded == [decode(tokenizer, ids) for ids in sequences]
+    assert texts == [token_texts(tokenizer, ids) for ids in sequences]

@@ -11,10 +11,18 @@ import pytest
 import torch
 
 from gmts_core.evaluation import evaluate_accuracy
+from gmts_core.forward import answer_token_stats
 from gmts_core.modeling import LoadedModel, load_model
 from gmts_core.policy import PolicySettings, TrainablePolicy
 from gmts_core.policy_loss import grpo_loss, k3_kl
-from gmts_core.rl import RLConfig, RLPrompt, grpo_step, make_optimizer, policy_update
+from gmts_core.rl import (
+    RLConfig,
+    RLPrompt,
+    grpo_step,
+    make_optimizer,
+    micro_batches,
+    policy_update,
+)
 from gmts_core.rl_records import StepMetrics
 from gmts_core.sampling import SamplingConfig, sample_answers
 from tests.tiny_models import save_tiny_model
@@ -163,7 +171,9 @@ def test_same_seed_gives_same_metrics(lm: LoadedModel) -> None:
 
 
 def test_step_reports_wasted_share_and_token_changes(lm: LoadedModel) -> None:
-    config = dataclasses.replace(CONFIG, method="entropy", report_methods=("gmts", "random"))
+    config = dataclasses.replace(
+        CONFIG, method="entropy", report_methods=("gmts", "random"), measure_logprob_after=True
+    )
     policy = TrainablePolicy(lm, PolicySettings(kind="full"))
     step = grpo_step(policy, make_optimizer(policy, config), PROMPTS, config, seed=2)
     m = step.metrics
@@ -209,3 +219,83 @@ def test_micro_batches_accumulate_the_same_gradient(lm: LoadedModel) -> None:
         torch.testing.assert_close(g0, g1, rtol=1e-4, atol=1e-7)
     assert metrics[0].loss == pytest.approx(metrics[1].loss, rel=1e-4, abs=1e-7)
     assert metrics[0].selected_fraction == metrics[1].selected_fraction
+
+
+def test_logprob_after_is_not_measured_unless_asked(lm: LoadedModel) -> None:
+    policy = TrainablePolicy(lm, PolicySettings(kind="full"))
+    step = grpo_step(policy, make_optimizer(policy, CONFIG), PROMPTS, CONFIG, seed=2)
+    token = step.answers[0].tokens[0]
+    assert token.logprob_after is None and token.logprob_change is None
+    assert math.isfinite(token.logprob_before)
+    assert math.isnan(step.metrics.selected_logprob_change)  # JSON null in the API's response
+
+
+def _statistics(result) -> dict[str, torch.Tensor]:
+    tokens = [t for _, a in result.iter_answers() for t in a.tokens]
+    return {
+        name: torch.tensor([getattr(t, name) for t in tokens], dtype=torch.float64)
+        for name in ("logprob", "entropy", "grad_norm", "grad_proxy")
+    }
+
+
+def test_fused_statistics_equal_a_separate_pass_and_give_the_same_gradient(
+    lm: LoadedModel,
+) -> None:
+    """Statistics from the training forward (fused) = those of a separate no-grad pass
+    (``fused_max_tokens=0``) = a plain ``answer_token_stats``; same mask, same gradient."""
+    config = dataclasses.replace(CONFIG, learning_rate=0.0, temperature=0.8, max_batch_tokens=40)
+    steps, grads = [], []
+    for fused_max in (100_000, 0):
+        policy = TrainablePolicy(lm, PolicySettings(kind="full"))
+        cfg = dataclasses.replace(config, fused_max_tokens=fused_max)
+        steps.append(grpo_step(policy, make_optimizer(policy, cfg), PROMPTS, cfg, seed=4))
+        grads.append([p.grad.clone() for p in policy.trainable_parameters()])
+    fused, separate = steps
+    assert fused.batch.sequences == separate.batch.sequences
+    assert len(micro_batches(fused.batch.sequences, 40)) > 1  # several held graphs
+    assert torch.equal(fused.batch.mask, separate.batch.mask)
+    plain = answer_token_stats(lm.model, fused.batch.sequences, lm.tokenizer.pad_token_id, 0.8)
+    want = {
+        "logprob": torch.cat([s.stats.logprob for s in plain]).double(),
+        "entropy": torch.cat([s.stats.entropy for s in plain]).double(),
+        "grad_norm": torch.cat([s.stats.grad_norm for s in plain]).double(),
+    }
+    got_fused, got_separate = _statistics(fused.analysis), _statistics(separate.analysis)
+    for name, value in want.items():
+        torch.testing.assert_close(got_fused[name], value, rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(got_separate[name], value, rtol=1e-5, atol=1e-6, msg=name)
+    torch.testing.assert_close(got_fused["grad_proxy"], got_separate["grad_proxy"])
+    for g0, g1 in zip(*grads, strict=True):
+        torch.testing.assert_close(g0, g1, rtol=1e-5, atol=1e-8)
+    assert fused.metrics.loss == pytest.approx(separate.metrics.loss, rel=1e-5, abs=1e-8)
+
+
+def test_fused_step_keeps_the_exact_records_with_kl_and_reselect(lm: LoadedModel) -> None:
+    """With beta > 0 (KL in omega), re-selection and two inner updates, the fused first update
+    gives the per-token records (ratio, clipped, coef) and the trained masks of the separate
+    pass, at a second step where the policy has left its reference."""
+    config = dataclasses.replace(
+        CONFIG, beta=0.5, reselect=True, inner_steps=2, learning_rate=1e-3, max_batch_tokens=40
+    )
+    runs = []
+    for fused_max in (100_000, 0):
+        policy = TrainablePolicy(lm, PolicySettings(kind="full"))
+        cfg = dataclasses.replace(config, fused_max_tokens=fused_max)
+        opt = make_optimizer(policy, cfg)
+        runs.append([grpo_step(policy, opt, PROMPTS, cfg, seed=s, step=s) for s in (1, 2)])
+    fused, separate = runs[0][1], runs[1][1]
+    tokens = [
+        [t for _, a in r.analysis.iter_answers() for t in a.tokens] for r in (fused, separate)
+    ]
+    coef = [torch.tensor([t.coef for t in ts], dtype=torch.float64) for ts in tokens]
+    adv = torch.tensor(
+        [a.advantage for _, a in separate.analysis.iter_answers() for _ in a.tokens],
+        dtype=torch.float64,
+    )
+    assert (coef[1] - adv).abs().max() > 1e-6  # r = 1: omega = A + beta (pi_ref / pi - 1)
+    torch.testing.assert_close(coef[0], coef[1], rtol=1e-5, atol=1e-7)
+    assert [t.ratio for t in tokens[0]] == [t.ratio for t in tokens[1]] == [1.0] * len(tokens[0])
+    assert [t.clipped for t in tokens[0]] == [t.clipped for t in tokens[1]]
+    assert torch.equal(fused.batch.mask, separate.batch.mask)
+    assert fused.metrics.kl > 0
+    assert fused.metrics.loss == pytest.approx(separate.metrics.loss, rel=1e-4, abs=1e-7)

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections.abc import Callable
 
 import pytest
+import torch
 
 from gmts_core.analysis import AnalysisConfig, GroupInput, analyze
+from gmts_core.forward import answer_token_stats
 from gmts_core.modeling import LoadedModel
-from gmts_core.sampling import SamplingConfig, batch_seed, sample_answers, sample_groups
+from gmts_core.sampling import (
+    SamplingConfig,
+    StatsSpec,
+    batch_seed,
+    sample_answers,
+    sample_groups,
+)
 
 CONFIG = SamplingConfig(num_samples=3, temperature=1.0, max_new_tokens=6, seed=5)
 
@@ -73,3 +83,57 @@ def test_bad_given_answers_fail_before_sampling(tiny_llama: LoadedModel) -> None
     finally:
         handle.remove()
     assert calls == []
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+def test_statistics_collected_while_sampling_equal_a_forward_pass(
+    arch: str, tiny_lm: Callable[[str], LoadedModel]
+) -> None:
+    """A sampled answer's statistics come from the logits it was sampled from; they equal
+    those of a separate forward over prompt + answer (to float rounding), at the analysis
+    temperature (not the sampling one), with top-k alternatives and hidden-state norms."""
+    lm = tiny_lm(arch)
+    prompt = _ids(lm, "Q: 1+2=?")
+    spec = StatsSpec(temperature=0.7, top_k=3, chunk_size=2)
+    configs = [CONFIG, dataclasses.replace(CONFIG, seed=6)]
+    groups = sample_groups(lm.model, lm.tokenizer, [prompt, prompt], configs, spec)
+    plain = sample_groups(lm.model, lm.tokenizer, [prompt, prompt], configs)
+    assert [_tokens(g) for g in groups] == [_tokens(g) for g in plain]  # same tokens
+    answers = [a for g in groups for a in g]
+    seqs = [(prompt, a.token_ids) for a in answers]
+    want = answer_token_stats(lm.model, seqs, lm.tokenizer.pad_token_id, 0.7, top_k=3)
+    for answer, expected in zip(answers, want, strict=True):
+        got = answer.stats
+        assert got is not None and got.stats.logprob.shape == (len(answer.token_ids),)
+        for name in ("logprob", "entropy", "grad_norm", "top_logprobs"):
+            torch.testing.assert_close(
+                getattr(got.stats, name), getattr(expected.stats, name), rtol=1e-4, atol=1e-5
+            )
+        assert torch.equal(got.stats.top_ids, expected.stats.top_ids)
+        torch.testing.assert_close(got.hidden_norm, expected.hidden_norm, rtol=1e-4, atol=1e-5)
+
+
+def test_collection_records_only_its_own_thread(tiny_llama: LoadedModel) -> None:
+    """Another thread running the same model during a collecting generate leaves no trace."""
+    prompt = _ids(tiny_llama, "Q: 1+2=?")
+    spec = StatsSpec(temperature=1.0)
+    other = torch.tensor([prompt * 3])
+    stop = threading.Event()
+
+    def busy() -> None:
+        with torch.no_grad():
+            while not stop.is_set():
+                tiny_llama.model(input_ids=other)
+
+    thread = threading.Thread(target=busy)
+    thread.start()
+    try:
+        (group,) = sample_groups(tiny_llama.model, tiny_llama.tokenizer, [prompt], [CONFIG], spec)
+    finally:
+        stop.set()
+        thread.join()
+    seqs = [(prompt, a.token_ids) for a in group]
+    want = answer_token_stats(tiny_llama.model, seqs, tiny_llama.tokenizer.pad_token_id, 1.0)
+    for answer, expected in zip(group, want, strict=True):
+        assert answer.stats is not None
+        torch.testing.assert_close(answer.stats.stats.logprob, expected.stats.logprob)

@@ -9,9 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from gmts_core.errors import InvalidInputError
+from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
 from gmts_core.modeling import LoadedModel, load_model
-from gmts_core.sampling import SampledAnswer, SamplingConfig, _trim, sample_answers
+from gmts_core.sampling import (
+    RejectNonFiniteLogits,
+    SampledAnswer,
+    SamplingConfig,
+    _trim,
+    sample_answers,
+)
 
 
 def _prompt(lm: LoadedModel) -> list[int]:
@@ -113,3 +119,22 @@ def test_trim() -> None:
     assert _trim([5, 6, 2, 2, 2], {2}) == SampledAnswer([5, 6, 2], True)
     assert _trim([5, 6, 7], {2}) == SampledAnswer([5, 6, 7], False)
     assert _trim([2], {2, 9}) == SampledAnswer([2], True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reject_non_finite_logits_catches_nan_posinf_and_all_neginf_rows(
+    dtype: torch.dtype,
+) -> None:
+    check = RejectNonFiniteLogits()
+    ok = torch.randn(3, 10).to(dtype)
+    ok[2, :9] = -float("inf")  # masked tokens are fine while one stays possible
+    assert check(torch.zeros(3, 1, dtype=torch.long), ok) is ok
+    for row, col, value in (
+        (1, 4, float("nan")),
+        (0, 0, float("inf")),
+        (2, slice(None), -float("inf")),
+    ):
+        bad = ok.clone()
+        bad[row, col] = value
+        with pytest.raises(NonFiniteLogitsError):
+            check(torch.zeros(3, 1, dtype=torch.long), bad)

@@ -81,10 +81,12 @@ def test_lora_policy_on_a_tiny_llama(lm: LoadedModel) -> None:
     frozen = [p for p in policy.model.parameters() if not p.requires_grad]
     assert all(p.data_ptr() in base_ptrs for p in frozen)
     assert not any("lora" in n for n, _ in lm.model.named_modules())  # base tree untouched
-    session = new_session(lm, CONFIG, PolicySettings(kind="lora", lora_rank=4))
+    config = dataclasses.replace(CONFIG, measure_logprob_after=True)
+    session = new_session(lm, config, PolicySettings(kind="lora", lora_rank=4))
     first, second = session.step(PROMPTS, num_steps=2)
     assert first.metrics.kl == 0.0 and second.metrics.kl > 0.0
-    assert any(t.logprob_after != t.logprob_before for a in first.answers for t in a.tokens)
+    changes = [t.logprob_change for a in first.answers for t in a.tokens]
+    assert all(c is not None for c in changes) and any(c != 0 for c in changes)
 
 
 def test_auto_kind_uses_the_size_threshold(lm: LoadedModel) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -16,6 +19,7 @@ from gmts_core.summaries import (
     pairwise_overlap,
     spearman,
     spearman_by_answer,
+    spearman_within,
     wasted_share,
 )
 
@@ -100,6 +104,34 @@ def test_spearman_within_answers_and_over_the_batch() -> None:
     assert median["within_answer_median"] == pytest.approx(-1.0)  # median of (1, -1, -1)
     single = spearman_by_answer(B([1.0]), B([2.0]), B([0]))
     assert single == {"batch": None, "within_answer_median": None}
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 4), st.sampled_from([0.0, 1.0, 2.0, 0.5, math.nan]), st.integers(0, 3)
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
+@settings(max_examples=80, deadline=None)
+def test_spearman_within_each_answer_equals_scipy_per_answer(
+    rows: list[tuple[int, float, int]],
+) -> None:
+    """The all-answers-at-once form equals scipy on each answer alone (ties, NaNs, constants)."""
+    answer = B([r[0] for r in rows])
+    x = B([r[1] for r in rows], dtype=torch.float64)
+    y = B([float(r[2]) for r in rows], dtype=torch.float64)
+    got = spearman_within(x, y, answer)
+    assert list(got) == sorted(set(answer.tolist()))
+    for a, rho in got.items():
+        xa, ya = x[answer == a].numpy(), y[answer == a].numpy()
+        undefined = xa.size < 2 or np.isnan(xa).any() or (xa == xa[0]).all() or (ya == ya[0]).all()
+        if undefined:
+            assert rho is None
+        else:
+            assert rho == pytest.approx(spearmanr(xa, ya).statistic, abs=1e-12)
 
 
 # A batch of two groups: group 0 has signal, group 1 has equal rewards (every A_i = 0).
