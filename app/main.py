@@ -14,7 +14,7 @@ import torch
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from app.api.deps import require_api_key
+from app.api.deps import reject_unknown_query, require_api_key
 from app.api.errors import install_error_handlers
 from app.api.limits import BodySizeLimitMiddleware
 from app.api.middleware import (
@@ -69,7 +69,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.include_router(health.router)
     # the bearer check (and its OpenAPI security scheme) only exists when a key is configured
     auth = [Depends(require_api_key)] if settings.api_key is not None else []
-    v1 = APIRouter(prefix="/v1", dependencies=auth)
+    v1 = APIRouter(prefix="/v1", dependencies=[*auth, Depends(reject_unknown_query)])
     for module in (models, capabilities, methods, analyze, export, gradcheck, sessions, runs):
         v1.include_router(module.router)
     app.include_router(v1)

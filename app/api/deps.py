@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hmac
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -11,6 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from app.api.errors import UnauthorizedError
 from app.core.config import Settings
 from app.services.container import Services
+from app.services.errors import InvalidInputError
 
 _bearer = HTTPBearer(
     auto_error=False,
@@ -39,3 +40,27 @@ def require_api_key(settings: SettingsDep, credentials: BearerDep) -> None:
     given = credentials.credentials if credentials is not None else ""
     if not hmac.compare_digest(given.encode(), expected.encode()):
         raise UnauthorizedError("a valid API key is required: Authorization: Bearer <key>")
+
+
+def reject_unknown_query(request: Request) -> None:
+    """Query parameters the route does not declare are a 422 naming them (as unknown body
+    fields are), not silently ignored: a misspelt ``?fromat=csv`` would otherwise be lost."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return
+    allowed = _query_names(dependant)
+    unknown = sorted(set(request.query_params) - allowed)
+    if unknown:
+        valid = ", ".join(sorted(allowed)) or "none"
+        raise InvalidInputError(
+            f"unknown query parameter(s): {', '.join(unknown)}; this route takes: {valid}"
+        )
+
+
+def _query_names(dependant: Any) -> set[str]:
+    """The query parameters a route declares, its dependencies' included."""
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names

@@ -192,3 +192,12 @@ def test_bad_requests_change_no_state(client: TestClient) -> None:
         assert client.post("/v1/analyze", json=body).status_code in (404, 413, 422)
     assert client.app.state.services.models.cache.loaded_names() == []
     assert client.app.state.services.jobs.running == 0
+
+
+def test_unknown_query_parameters_are_422_naming_them(client: TestClient) -> None:
+    r = client.post("/v1/analyze/export?fromat=csv", json={"prompt": "Q", "answers": ["a"]})
+    assert r.status_code == 422
+    message = r.json()["error"]["message"]
+    assert "fromat" in message and "format" in message  # the unknown one and the valid one
+    assert client.get("/v1/models?x=1").status_code == 422
+    assert client.get("/v1/models").status_code == 200
