@@ -37,8 +37,8 @@ from fastapi.testclient import TestClient
 
 from app.core.config import Settings
 from app.main import create_app
-from gmts_core.analysis import encode_prompt
 from gmts_core.modeling import LoadedModel
+from gmts_core.stats.tokenization import encode_prompt
 
 TARGET_RATIO = 1.5
 PROMPT = "Q: 47+38=?\nA:"

@@ -5,7 +5,8 @@ Run: ``.venv/bin/python benchmarks/gradcheck.py [--answers 8 --tokens 64 --repea
 Both sides see the same 8 answers x 64 answer tokens (random token ids after a demo prompt;
 only the cost is measured, so the tokens need not make sense) on the bundled ``tiny-arith``
 model, or on a random Llama of the same shape when the demo folder does not exist yet (the
-output says which). The exact computation is :func:`gmts_core.gradcheck.exact_token_gradients`
+output says which). The exact computation is
+:func:`gmts_core.experiments.gradcheck.exact_token_gradients`
 with six 20% selection masks (like the six selection methods); ``--loop`` also times it with
 one backward per token instead of vmapped blocks. The baseline is what a trainer pays per
 step: one padded forward over the 8 answers and one backward of the summed loss. Timings use
@@ -26,7 +27,7 @@ import torch
 from torch.func import functional_call
 
 from gmts_core.demo import DEMO_MODEL_DIR
-from gmts_core.gradcheck import DEFAULT_BATCH_ELEMENTS, exact_token_gradients
+from gmts_core.experiments.gradcheck import DEFAULT_BATCH_ELEMENTS, exact_token_gradients
 from gmts_core.tasks.arith import format_prompt
 
 METHODS = ("entropy", "gmts", "gmts_entropy", "surprisal", "random", "all")

@@ -46,7 +46,7 @@ from _common import LiveServer, emit, machine, percentile
 
 from app.core.config import Settings
 from app.main import create_app
-from gmts_core.policy import weights_checksum
+from gmts_core.grpo.policy import weights_checksum
 
 PROBE = {
     "prompt": "Q: 47+38=?\nA:",

@@ -4,7 +4,8 @@ Run: ``.venv/bin/python benchmarks/proxy_fidelity.py [--prompts 12 --samples 8 -
 
 For ``--prompts`` held-out problems of the demo task (seeded), it samples a group of answers
 from the bundled ``tiny-arith`` model at temperature 1, rewards them with the ``numeric`` rule,
-and runs :func:`gmts_core.gradcheck.gradcheck` (exact full-parameter per-token gradients, 20%
+and runs :func:`gmts_core.experiments.gradcheck.gradcheck` (exact full-parameter per-token
+gradients, 20%
 batch selection). Per method it reports, averaged over the groups that carry a learning signal
 (groups whose rewards are all equal have no gradient and are counted, not averaged): the
 Spearman correlation of the score with the true norm (over the group's tokens, and the median
@@ -24,15 +25,16 @@ from typing import Any
 
 import torch
 
-from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec
+from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec
 from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
-from gmts_core.gradcheck import GradcheckResult, gradcheck
+from gmts_core.experiments.gradcheck import GradcheckResult, gradcheck
+from gmts_core.methods.selection import list_methods
 from gmts_core.modeling import LoadedModel, load_model
 from gmts_core.sampling import SamplingConfig
-from gmts_core.selection import list_methods
 from gmts_core.tasks.arith import REWARD_RULE, generate_problems
 
-# every registered method: the core ones first, then the literature's (gmts_core/literature.py)
+# every registered method: the core ones first, then the literature's
+# (gmts_core/methods/literature.py)
 METHODS = tuple(list_methods())
 METRICS = (
     "spearman_batch",

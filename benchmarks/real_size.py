@@ -5,8 +5,8 @@ Qwen2-7B-shaped one) is built in this script with random weights (nothing is dow
 word-level tokenizer over the whole vocabulary (token ``t<id>``), so that any sampled id decodes.
 For ``--answers`` answers of exactly ``--tokens`` tokens to one prompt (default 8 x 256):
 
-    given       ``gmts_core.analysis.analyze`` of given answers (every statistic, the default
-                selection methods, top-5 alternatives, summaries, records) vs
+    given       ``gmts_core.analysis.analyze.analyze`` of given answers (every statistic, the
+    default selection methods, top-5 alternatives, summaries, records) vs
       forward     one bare forward over prompt + answers that returns the full logits, and
       body        the transformer body alone (final hidden states, no LM head)
     sampled     ``analyze`` that samples the answers vs
@@ -41,9 +41,10 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from gmts_core.analysis import AnalysisConfig, GroupInput, analyze, encode_prompt
+from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
 from gmts_core.modeling import LoadedModel
 from gmts_core.sampling import SamplingConfig
+from gmts_core.stats.tokenization import encode_prompt
 
 TARGET_GIVEN = 1.0
 TARGET_SAMPLED = 1.2

@@ -2,7 +2,7 @@
 
 Runs ``--steps`` GRPO steps (default 30) of ``--method`` (default ``gmts``) at ``--ratio``
 (default 0.2) with G = ``--group-size`` (default 8) on a fresh policy copy of the bundled
-``tiny-arith`` model, with the demo recipe ``gmts_core.rl.DEMO_RECIPE`` (64 prompts a step,
+``tiny-arith`` model, with the demo recipe ``gmts_core.grpo.step.DEMO_RECIPE`` (64 prompts a step,
 4 updates per batch, AdamW lr 1.5e-4 with 5 warmup steps), and measures held-out
 accuracy (sampled at temperature 1, ``--eval-samples`` answers to each of ``--eval-problems``
 held-out problems) before and after. Seeded: the same command prints the same figures on CPU.
@@ -21,11 +21,11 @@ import torch
 from _common import emit
 
 from gmts_core.demo import DEMO_MODEL_DIR
-from gmts_core.evaluation import demo_batch, evaluate_accuracy, heldout_problems
+from gmts_core.experiments.evaluation import demo_batch, evaluate_accuracy, heldout_problems
+from gmts_core.experiments.sessions import step_seed
+from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
+from gmts_core.grpo.step import DEMO_RECIPE, RLConfig, grpo_step, make_optimizer
 from gmts_core.modeling import load_model
-from gmts_core.policy import PolicySettings, TrainablePolicy
-from gmts_core.rl import DEMO_RECIPE, RLConfig, grpo_step, make_optimizer
-from gmts_core.sessions import step_seed
 
 
 def parse_args() -> argparse.Namespace:

@@ -7,7 +7,7 @@ same loss settings (token-mean aggregation = TRL's ``dapo``, epsilon 0.2 / 0.28,
 update per batch, AdamW betas (0.9, 0.99), grad-norm clip 1.0, the same constant learning rate,
 by default tiny so that neither policy drifts and their answers keep comparable lengths):
 
-    gmts_core   ``gmts_core.rl.grpo_step`` (rollout, rewards, advantages, the full token
+    gmts_core   ``gmts_core.grpo.step.grpo_step`` (rollout, rewards, advantages, the full token
                 analysis and ``--method`` selection, the masked update, metrics and the
                 per-token log-prob change; ``measure_kl`` off unless ``--measure-kl``)
     trl         ``trl.GRPOTrainer`` (generation, rewards, advantages, loss, backward, optimizer
@@ -40,13 +40,13 @@ from datasets import Dataset
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-import gmts_core.rl
+import gmts_core.grpo.step
 from gmts_core.demo import DEMO_MODEL_DIR
-from gmts_core.evaluation import demo_batch
+from gmts_core.experiments.evaluation import demo_batch
+from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
+from gmts_core.grpo.step import RLConfig, RLPrompt, grpo_step, make_optimizer
+from gmts_core.methods.rewards import compute_reward
 from gmts_core.modeling import load_model
-from gmts_core.policy import PolicySettings, TrainablePolicy
-from gmts_core.rewards import compute_reward
-from gmts_core.rl import RLConfig, RLPrompt, grpo_step, make_optimizer
 
 TARGET_RATIO = 1.0
 
@@ -77,8 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 class PhaseTimer:
-    """Seconds spent in the named stages of ``gmts_core.rl.grpo_step`` (wrapped in their module
-    while timing), to show where a step's time goes: rollout (sampling and rewards),
+    """Seconds spent in the named stages of ``gmts_core.grpo.step.grpo_step`` (wrapped in their
+    module while timing), to show where a step's time goes: rollout (sampling and rewards),
     forward (the first update's training forward, which also yields the token statistics),
     analysis (selections, records, summaries), update (backward, optimizer, further inner
     updates, the log-prob-after pass when asked), other (batch tensors, metrics)."""
@@ -93,7 +93,9 @@ class PhaseTimer:
     def __init__(self) -> None:
         self.seconds: dict[str, list[float]] = {k: [] for k in self.TARGETS}
         for name, attr in self.TARGETS.items():
-            setattr(gmts_core.rl, attr, self._timed(name, getattr(gmts_core.rl, attr)))
+            setattr(
+                gmts_core.grpo.step, attr, self._timed(name, getattr(gmts_core.grpo.step, attr))
+            )
 
     def _timed(self, name: str, fn: Any) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:

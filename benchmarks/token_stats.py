@@ -10,7 +10,7 @@ the same machine load), ``--repeats`` times (default 5):
                   statistics use, in the logits' dtype: one exp pass per chunk, like the
                   statistics (the time reference; a whole-tensor ``logsumexp`` allocates a
                   full-size temporary and its time swings with the allocator and the load)
-    chunked       ``gmts_core.metrics.token_stats`` (logprob, entropy, grad_norm), no top-k
+    chunked       ``gmts_core.stats.metrics.token_stats`` (logprob, entropy, grad_norm), no top-k
     chunked_topk  the same with the top-k alternatives (what ``analyze`` computes)
 
 Each repeat gives a ratio chunked / logsumexp of two runs seconds apart; the report gives the
@@ -155,7 +155,7 @@ def chunked_logsumexp(logits: Any, chunk: int) -> Any:
 
 
 def _run_variant(name: str, logits: Any, targets: Any, args: argparse.Namespace) -> Any:
-    from gmts_core.metrics import DEFAULT_CHUNK_SIZE, token_stats
+    from gmts_core.stats.metrics import DEFAULT_CHUNK_SIZE, token_stats
 
     chunk = args.chunk_size or DEFAULT_CHUNK_SIZE
     if name == "logsumexp":
@@ -277,7 +277,7 @@ def summarize(
     """Side-by-side figures, ratios against the references and whether the targets hold."""
     import torch
 
-    from gmts_core.metrics import DEFAULT_CHUNK_SIZE
+    from gmts_core.stats.metrics import DEFAULT_CHUNK_SIZE
 
     main = timing[list(timing)[-1]] if timing else {"ratio": {}, "cpu_ratio": {}}
     mem = {k: v["peak_extra_bytes"] for k, v in memory.items()}

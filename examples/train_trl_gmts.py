@@ -1,7 +1,7 @@
 """Train with GMTS token selection inside TRL's GRPOTrainer (one CPU, one GPU or many GPUs).
 
 Defaults: the bundled demo model ``tiny-arith`` on the demo arithmetic task, rewarded by the
-``numeric`` rule of ``gmts_core.rewards``; a few steps run on a CPU in minutes::
+``numeric`` rule of ``gmts_core.methods.rewards``; a few steps run on a CPU in minutes::
 
     python examples/train_trl_gmts.py       # 20 steps; held-out accuracy before and after
 
@@ -32,10 +32,10 @@ from datasets import Dataset, load_dataset
 from trl import GRPOConfig
 
 from gmts_core.demo import DEMO_MODEL_DIR
-from gmts_core.evaluation import evaluate_accuracy, heldout_problems
+from gmts_core.experiments.evaluation import evaluate_accuracy, heldout_problems
 from gmts_core.integrations.trl import TRL_LOSS_AGGREGATION, GMTSGRPOTrainer
-from gmts_core.rewards import compute_reward, extract_final_number, list_rewards
-from gmts_core.selection import list_methods
+from gmts_core.methods.rewards import compute_reward, extract_final_number, list_rewards
+from gmts_core.methods.selection import list_methods
 from gmts_core.tasks.arith import generate_problems
 
 logger = logging.getLogger("train_trl_gmts")
@@ -110,7 +110,7 @@ def as_chat(dataset: Dataset) -> Dataset:
 
 
 def make_reward_fn(rule: str) -> Any:
-    """A TRL reward function scoring each completion with a ``gmts_core.rewards`` rule."""
+    """A TRL reward function scoring each completion with a ``gmts_core.methods.rewards`` rule."""
 
     def reward(completions: list[Any], reference: list[str], **_: Any) -> list[float]:
         texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]

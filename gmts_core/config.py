@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from gmts_core.bounds import MIN_TEMPERATURE
 from gmts_core.errors import InvalidInputError
-from gmts_core.selection import SCOPES, list_methods
+from gmts_core.methods.selection import SCOPES, list_methods
 
 if TYPE_CHECKING:
     from gmts_core.modeling import LoadedModel
@@ -35,7 +35,7 @@ DEFAULT_METHODS = ("entropy", "gmts", "gmts_entropy", "gmts_paper", "surprisal",
 
 @dataclass(frozen=True)
 class AnalysisConfig:
-    """Algorithm knobs of an analysis (:func:`gmts_core.analysis.analyze`)."""
+    """Algorithm knobs of an analysis (:func:`gmts_core.analysis.analyze.analyze`)."""
 
     temperature: float = 1.0  # tau of pi = softmax(z / tau); also the sampling temperature
     advantage: str = "grpo"

@@ -22,8 +22,8 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteriaL
 from gmts_core.bounds import MIN_TEMPERATURE
 from gmts_core.cancel import checkpoint
 from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
-from gmts_core.forward import AnswerStats
-from gmts_core.sampling_stats import StatsWhileSampling
+from gmts_core.stats.forward import AnswerStats
+from gmts_core.stats.sampling_stats import StatsWhileSampling
 
 # ``generate`` draws from torch's global RNG; seeding it must not interleave across threads.
 _RNG_LOCK = threading.Lock()
@@ -50,7 +50,7 @@ class SampledAnswer:
 
 @dataclass(frozen=True)
 class StatsSpec:
-    """Collect each sampled token's statistics while sampling (see gmts_core.sampling_stats):
+    """Collect each sampled token's statistics while sampling (see gmts_core.stats.sampling_stats):
     at temperature tau (the analysis', not necessarily the sampling temperature), with the
     top ``top_k`` alternatives, ``chunk_size`` rows at a time."""
 

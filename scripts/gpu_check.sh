@@ -45,7 +45,7 @@ fi
 cat "$DIR/setup.txt"
 export PYTHONPATH="$PWD:$TARGET${PYTHONPATH:+:$PYTHONPATH}"
 # what the GPU run imports (GMTS_GPU_CHECK_IMPORTS: a different list, for the dry-run test)
-IMPORTS="${GMTS_GPU_CHECK_IMPORTS:-pytest,pytest_timeout,trl,datasets,gmts_core.analysis,gmts_core.rl}"
+IMPORTS="${GMTS_GPU_CHECK_IMPORTS:-pytest,pytest_timeout,trl,datasets,gmts_core.analysis.analyze,gmts_core.grpo.step}"
 if ! "$PY" -c "import importlib, sys; [importlib.import_module(m) for m in sys.argv[1].split(',')]" \
     "$IMPORTS" >> "$DIR/setup.txt" 2>&1; then
     echo "gpu_check: the setup left imports unresolved:" >&2

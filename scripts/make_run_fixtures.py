@@ -30,7 +30,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.integrations.trl import GMTSGRPOTrainer
-from gmts_core.rewards import compute_reward
+from gmts_core.methods.rewards import compute_reward
 from gmts_core.tasks.arith import generate_problems
 
 STEPS, PROMPTS_PER_STEP, GENERATIONS = 3, 3, 4

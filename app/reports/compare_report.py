@@ -1,4 +1,5 @@
-"""Plotly figures and a self-contained HTML page for a :class:`~gmts_core.compare.CompareResult`.
+"""Plotly figures and a self-contained HTML page for a
+:class:`~gmts_core.experiments.compare.CompareResult`.
 
 Each curve is the mean over seeds, with a shaded band of +-1 std only when there are several
 seeds (one seed has no spread to show). Step axes tick at whole steps. Colours: pass
@@ -17,7 +18,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.colors import qualitative
 
-from gmts_core.compare import CompareResult
+from gmts_core.experiments.compare import CompareResult
 
 
 def _color(i: int) -> str:

@@ -23,12 +23,12 @@ from pydantic import (
 
 from app.schemas.methods import MethodOut
 from app.schemas.strict import NoBoolNumbers
-from gmts_core.advantages import ADVANTAGES
-from gmts_core.aggregation import AGGREGATIONS
 from gmts_core.bounds import MAX_ABS_REWARD, MIN_TEMPERATURE
 from gmts_core.config import DEFAULT_METHODS
-from gmts_core.rewards import get_reward
-from gmts_core.selection import METHODS
+from gmts_core.methods.advantages import ADVANTAGES
+from gmts_core.methods.aggregation import AGGREGATIONS
+from gmts_core.methods.rewards import get_reward
+from gmts_core.methods.selection import METHODS
 
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 MAX_SEED = 2**32 - 1

@@ -3,7 +3,7 @@
 The request is an analyze request (``app.schemas.AnalyzeRequest``: single or batch form, same
 validation and limits) plus the size of the exact computation; the response is the analyze
 response whose tokens also carry ``true_grad_norm`` and ``head_grad_norm``, plus ``fidelity``
-(see :mod:`gmts_core.gradcheck`).
+(see :mod:`gmts_core.experiments.gradcheck`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas import AnalyzeRequest, AnalyzeResponse, Num, Spearman
-from gmts_core.gradcheck import DEFAULT_MAX_TOKENS
+from gmts_core.experiments.gradcheck import DEFAULT_MAX_TOKENS
 
 GRADCHECK_DEFAULT_TOKENS = 256
 

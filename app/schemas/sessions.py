@@ -15,13 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.schemas import Num
 from app.schemas.strict import NoBoolNumbers
-from gmts_core.advantages import ADVANTAGES
-from gmts_core.aggregation import AGGREGATIONS
 from gmts_core.bounds import MIN_TEMPERATURE
 from gmts_core.config import RLConfig, knob_info
-from gmts_core.rewards import get_reward
-from gmts_core.rl import RLPrompt
-from gmts_core.selection import METHODS
+from gmts_core.grpo.step import RLPrompt
+from gmts_core.methods.advantages import ADVANTAGES
+from gmts_core.methods.aggregation import AGGREGATIONS
+from gmts_core.methods.rewards import get_reward
+from gmts_core.methods.selection import METHODS
 
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 MAX_SEED = 2**32 - 1
@@ -177,7 +177,7 @@ class SessionEvalRequest(NoBoolNumbers):
 
 
 class StepMetricsOut(BaseModel):
-    """One step's numbers (gmts_core.rl_records.StepMetrics)."""
+    """One step's numbers (gmts_core.grpo.records.StepMetrics)."""
 
     model_config = ConfigDict(from_attributes=True)
 

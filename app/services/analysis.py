@@ -18,20 +18,19 @@ from app.schemas import DEFAULT_NUM_SAMPLES, AnalyzeRequest, GroupRequest
 from app.services.errors import LimitExceededError, SessionNotFoundError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRef, ModelRegistry
-from gmts_core.analysis import (
+from gmts_core.analysis.analyze import (
     AnalysisConfig,
     GroupInput,
     RewardSpec,
     analyze,
-    encode_answer,
-    encode_prompt,
 )
+from gmts_core.analysis.records import AnalysisResult
 from gmts_core.errors import InvalidInputError
+from gmts_core.methods.rewards import check_reference, reward_budget
+from gmts_core.methods.selection import default_scope
 from gmts_core.modeling import LoadedModel
-from gmts_core.records import AnalysisResult
-from gmts_core.rewards import check_reference, reward_budget
 from gmts_core.sampling import SamplingConfig
-from gmts_core.selection import default_scope
+from gmts_core.stats.tokenization import encode_answer, encode_prompt
 
 logger = logging.getLogger(__name__)
 

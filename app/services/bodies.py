@@ -1,10 +1,10 @@
 """The one mapping from the library's typed results to the API's response models.
 
 The pydantic models (``app.schemas``, ``app.schemas.gradcheck``, ``app.schemas.sessions``) are the
-contract; the library returns dataclasses (``gmts_core.records``, ``rl_records``, ``sessions``,
-``gradcheck``) with raw floats. Every response body is built here and nowhere else: the routes
-return these models, and the UI's local backend and the CLI print their JSON form
-(:func:`as_json`), so each front end shows exactly what ``POST /v1/...`` returns.
+contract; the library returns dataclasses (``gmts_core.analysis.records``, ``grpo.records``,
+``experiments.sessions``, ``experiments.gradcheck``) with raw floats. Every response body is built
+here and nowhere else: the routes return these models, and the UI's local backend and the CLI print
+their JSON form (:func:`as_json`), so each front end shows exactly what ``POST /v1/...`` returns.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from app.schemas.sessions import (
     StepMetricsOut,
     StepOut,
 )
-from gmts_core.gradcheck import GradcheckResult
-from gmts_core.records import AnalysisResult, AnswerRecord, GroupRecord, TokenRecord
-from gmts_core.rl_records import AnswerChange, StepMetrics, StepResult
-from gmts_core.sessions import Session, SessionEvaluation
+from gmts_core.analysis.records import AnalysisResult, AnswerRecord, GroupRecord, TokenRecord
+from gmts_core.experiments.gradcheck import GradcheckResult
+from gmts_core.experiments.sessions import Session, SessionEvaluation
+from gmts_core.grpo.records import AnswerChange, StepMetrics, StepResult
 
 M = TypeVar("M", bound=BaseModel)
 TokenExtras = list[dict[str, float | None]]  # per answer token, in (group, answer, position) order

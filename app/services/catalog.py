@@ -11,11 +11,11 @@ from app.core.config import Settings
 from app.schemas import CapabilitiesResponse
 from app.schemas.methods import MethodOut
 from app.services.methods import list_method_infos
-from gmts_core.advantages import ADVANTAGES
-from gmts_core.aggregation import AGGREGATIONS
 from gmts_core.config import DEFAULT_METHODS, RLConfig, knob_info
-from gmts_core.rewards import list_rewards
-from gmts_core.selection import SCOPES
+from gmts_core.methods.advantages import ADVANTAGES
+from gmts_core.methods.aggregation import AGGREGATIONS
+from gmts_core.methods.rewards import list_rewards
+from gmts_core.methods.selection import SCOPES
 from gmts_core.tasks.arith import ArithProblem, ExamplePrompt, example_prompts, generate_problems
 
 RL_DEFAULTS = RLConfig()

@@ -1,8 +1,9 @@
 """The compare service: selection methods trained side by side, for the UI and the CLI.
 
-It builds a :class:`~gmts_core.compare.CompareConfig` from a front end's knobs, applies this
-server's per-step limits (the same check as a session's step), runs
-:func:`gmts_core.compare.run_compare` in a job slot (it holds the slot for its whole run), reads a
+It builds a :class:`~gmts_core.experiments.compare.CompareConfig` from a front end's knobs, applies
+this server's per-step limits (the same check as a session's step), runs
+:func:`gmts_core.experiments.compare.run_compare` in a job slot (it holds the slot for its whole
+run), reads a
 finished ``compare.json`` back, and writes ``compare.json``, ``compare.html`` and ``table.md``.
 """
 
@@ -20,7 +21,8 @@ from app.services.errors import InvalidInputError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
 from app.services.sessions import check_step_limits
-from gmts_core.compare import (
+from gmts_core.config import RLConfig
+from gmts_core.experiments.compare import (
     COMPARE_RECIPE,
     DEFAULT_COMPARE_METHODS,
     CompareConfig,
@@ -29,9 +31,8 @@ from gmts_core.compare import (
     RunCurve,
     run_compare,
 )
-from gmts_core.config import RLConfig
+from gmts_core.grpo.policy import PolicySettings
 from gmts_core.modeling import LoadedModel
-from gmts_core.policy import PolicySettings
 
 MAX_FILE_BYTES = 50_000_000
 

@@ -24,7 +24,8 @@ TOKEN_FIELDS = (
     "grad_norm",
     "grad_proxy",
 )
-COEF_FIELDS = ("ratio", "clipped", "coef")  # the effective coefficient (gmts_core.coefficient)
+# the effective coefficient (gmts_core.methods.coefficient)
+COEF_FIELDS = ("ratio", "clipped", "coef")
 ANSWER_FIELDS = ("group_index", "answer_index", "reward", "advantage", "weight", "finished")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 

@@ -19,7 +19,7 @@ from app.services.analysis import (
 )
 from app.services.bodies import gradcheck_response
 from app.services.errors import LimitExceededError
-from gmts_core.gradcheck import DEFAULT_MAX_TOKENS, gradcheck
+from gmts_core.experiments.gradcheck import DEFAULT_MAX_TOKENS, gradcheck
 from gmts_core.modeling import LoadedModel
 
 __all__ = ["DEFAULT_MAX_TOKENS", "GradcheckService"]

@@ -1,14 +1,14 @@
 """The selection-method listing every front end shows (API, CLI, UI pickers).
 
-A thin service over :func:`gmts_core.method_catalog.method_catalog`, so routes, the CLI and the
+A thin service over :func:`gmts_core.methods.catalog.method_catalog`, so routes, the CLI and the
 UI reach the library through one place and show the same names, descriptions and citations.
 """
 
 from __future__ import annotations
 
 from gmts_core.config import DEFAULT_METHODS
-from gmts_core.method_catalog import MethodInfo, method_catalog
-from gmts_core.selection import list_methods
+from gmts_core.methods.catalog import MethodInfo, method_catalog
+from gmts_core.methods.selection import list_methods
 
 __all__ = [
     "DEFAULT_METHODS",

@@ -36,7 +36,6 @@ from app.services.errors import RunNotFoundError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
 from gmts_core.config import DEFAULT_METHODS, AnalysisConfig
-from gmts_core.decoding import token_texts
 from gmts_core.errors import LimitExceededError
 from gmts_core.runs import Run, list_formats, open_run
 from gmts_core.runs.analysis import (
@@ -48,6 +47,7 @@ from gmts_core.runs.analysis import (
 )
 from gmts_core.runs.base import RunFormatError, RunStep
 from gmts_core.runs.report import uses_log
+from gmts_core.stats.decoding import token_texts
 
 logger = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from contextlib import contextmanager
 
 from app.services.errors import LimitExceededError, SessionBusyError, SessionNotFoundError
 from gmts_core.config import RLConfig
+from gmts_core.experiments.sessions import Session
+from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
 from gmts_core.modeling import LoadedModel
-from gmts_core.policy import PolicySettings, TrainablePolicy
-from gmts_core.sessions import Session
 
 logger = logging.getLogger(__name__)
 

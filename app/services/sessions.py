@@ -30,14 +30,14 @@ from app.services.errors import LimitExceededError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
 from app.services.session_store import SessionStore
-from gmts_core.analysis import encode_prompt
 from gmts_core.config import RLConfig
 from gmts_core.errors import InvalidInputError
+from gmts_core.experiments.sessions import Session
+from gmts_core.grpo.policy import PolicySettings
+from gmts_core.grpo.records import StepResult
+from gmts_core.methods.rewards import check_reference, reward_budget
 from gmts_core.modeling import LoadedModel
-from gmts_core.policy import PolicySettings
-from gmts_core.rewards import check_reference, reward_budget
-from gmts_core.rl_records import StepResult
-from gmts_core.sessions import Session
+from gmts_core.stats.tokenization import encode_prompt
 
 logger = logging.getLogger(__name__)
 

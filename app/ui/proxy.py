@@ -2,8 +2,8 @@
 
 It takes the group shown in Explore (its answers and rewards, as given numbers), sends it to
 ``POST /v1/gradcheck`` through the backend (the full-parameter gradient norm of every token's
-own loss term, :mod:`gmts_core.gradcheck`) and shows, per method, the true norm against the
-score on log-log axes, and the fidelity table: rank correlation with the true norms, the true
+own loss term, :mod:`gmts_core.experiments.gradcheck`) and shows, per method, the true norm against
+the score on log-log axes, and the fidelity table: rank correlation with the true norms, the true
 gradient mass each 20% selection keeps, and whether it keeps the direction of the update.
 """
 

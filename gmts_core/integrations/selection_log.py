@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from gmts_core.aggregation import loss_weights
+from gmts_core.methods.aggregation import loss_weights
+from gmts_core.methods.selection import select
 from gmts_core.runs.trainer_log import FOLDER, SCHEMA
-from gmts_core.selection import select
 
 if TYPE_CHECKING:
     from gmts_core.integrations.trl import AppliedSelection

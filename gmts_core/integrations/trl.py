@@ -13,26 +13,26 @@ How it hooks into TRL (1.16), with no copy of TRL's loss code:
 - TRL scores completions with a fused, chunked LM head that never materializes the logits. The
   same kernel pass that gives TRL its entropy also returns ``log(sum_v pi_v^2)`` when asked, so
   the per-token gradient norm g = (1/tau) sqrt(1 - 2p + sum pi^2) (the formula of
-  :mod:`gmts_core.metrics`) needs no extra pass over the vocabulary for most tokens
+  :mod:`gmts_core.stats.metrics`) needs no extra pass over the vocabulary for most tokens
   (:func:`grad_norm_from_logprob`). For confident tokens (p >= :data:`CONFIDENT_PROB`) the
   kernel's float32 sum_v pi_v^2 cancels against p^2, so their g is recomputed without
-  cancellation, as (1 - p)^2 + sum_{v != y} pi_v^2 (:mod:`gmts_core.metrics`), from the final
+  cancellation, as (1 - p)^2 + sum_{v != y} pi_v^2 (:mod:`gmts_core.stats.metrics`), from the final
   hidden states of that same forward (captured by a hook): an extra LM-head pass over those
   rows only, no backward. g is then within float32 rounding of the float64 value.
 - The advantages come from ``inputs["advantages"]``; the loss-aggregation weights w_i follow
   TRL's ``loss_type`` (:data:`TRL_LOSS_AGGREGATION`). The per-token coefficient omega_t
-  (:mod:`gmts_core.coefficient`) takes the ratio to ``old_per_token_logps`` (``num_iterations``
-  > 1), the clip (``epsilon``, ``epsilon_high``, ``delta``) and the k3 KL term to
-  ``ref_per_token_logps`` (``beta`` > 0) into account, so gamma = w_i |omega_t| g is the exact
-  norm of the gradient of TRL's own loss at each selected token's logits for the clipped loss
+  (:mod:`gmts_core.methods.coefficient`) takes the ratio to ``old_per_token_logps``
+  (``num_iterations`` > 1), the clip (``epsilon``, ``epsilon_high``, ``delta``) and the k3 KL
+  term to ``ref_per_token_logps`` (``beta`` > 0) into account, so gamma = w_i |omega_t| g is the
+  exact norm of the gradient of TRL's own loss at each selected token's logits for the clipped loss
   types (grpo, bnpo, dr_grpo, dapo) with token-level importance sampling (with or without
   ``use_bias_correction_kl``). For the other loss types (cispo, sapo, vespo), sequence-level
   importance sampling or an off-policy mask it is exact only at the on-policy point without KL
   (a warning says so).
 - Under several processes the per-token quantities are gathered (``pad_across_processes`` +
   ``gather``, as TRL does for its entropy quantile), every process runs the same
-  :func:`gmts_core.selection.select` on the whole batch, so the top-k is global, and each takes
-  back its own slice.
+  :func:`gmts_core.methods.selection.select` on the whole batch, so the top-k is global, and each
+  takes back its own slice.
 
 Unlike TRL's ``top_entropy_quantile`` (a ``torch.quantile`` threshold, which keeps every token
 tied at the threshold), selection keeps exactly k = ceil(ratio * N) tokens, ties broken by
@@ -53,14 +53,14 @@ from accelerate.utils import is_peft_model
 from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
-from gmts_core.aggregation import loss_weights
-from gmts_core.coefficient import ClipSettings, effective_coefficient, selection_inputs
+from gmts_core.analysis.summaries import gradient_coverage, overlap
 from gmts_core.errors import InvalidInputError
 from gmts_core.head import head_path
 from gmts_core.integrations.selection_log import SelectionLogger
-from gmts_core.metrics import token_stats_chunked
-from gmts_core.selection import METHODS, Selection, SelectionInputs, select, top_k_count
-from gmts_core.summaries import gradient_coverage, overlap
+from gmts_core.methods.aggregation import loss_weights
+from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
+from gmts_core.methods.selection import METHODS, Selection, SelectionInputs, select, top_k_count
+from gmts_core.stats.metrics import token_stats_chunked
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ CONFIDENT_PROB = 0.95
 
 
 def aggregation_for_loss_type(loss_type: str) -> str:
-    """The ``gmts_core.aggregation`` mode whose weights w_i match TRL's ``loss_type``."""
+    """The ``gmts_core.methods.aggregation`` mode whose weights w_i match TRL's ``loss_type``."""
     try:
         return TRL_LOSS_AGGREGATION[loss_type]
     except KeyError:
@@ -119,7 +119,7 @@ def grad_norm_from_logprob(
     difference cancels in the kernel's float32 sums for confident tokens (relative error ~1e-7
     / (1 - p)^2), so it is clamped to its exact range [(1 - p)^2 / (V - 1), (1 - p)^2] (g within
     a factor sqrt(2)); the trainer recomputes those tokens (p >= CONFIDENT_PROB) from their
-    logits with :func:`gmts_core.metrics.token_stats`. Shapes: (n,) each.
+    logits with :func:`gmts_core.stats.metrics.token_stats`. Shapes: (n,) each.
     """
     lp = logprob.double()
     p = lp.exp()
@@ -139,7 +139,8 @@ class GMTSGRPOTrainer(GRPOTrainer):
     """TRL's ``GRPOTrainer`` that trains on the tokens a ``gmts_core`` selection method picks.
 
     Args (besides every ``GRPOTrainer`` argument):
-        token_selection: a registered selection method (``gmts_core.selection.list_methods()``).
+        token_selection: a registered selection method
+        (``gmts_core.methods.selection.list_methods()``).
         selection_ratio: the share of completion tokens kept, in (0, 1]; k = ceil(ratio * N)
             over all completion tokens of the micro-batch on every process.
         log_selection: write, at every logging step, one row per completion token (token id,
@@ -373,7 +374,7 @@ class GMTSGRPOTrainer(GRPOTrainer):
         self, rows: torch.Tensor, lengths: torch.Tensor, answer_ids: torch.Tensor
     ) -> SelectionInputs:
         """SelectionInputs of the global batch; w_i from TRL's loss type via gmts_core, omega_t
-        from the ratio, clip and KL of TRL's loss (gmts_core.coefficient)."""
+        from the ratio, clip and KL of TRL's loss (gmts_core.methods.coefficient)."""
         entropy, logprob, grad_norm, advantage, old, ref = rows.unbind(dim=1)  # each (N,)
         weights = loss_weights(lengths, self.aggregation, max_length=self.max_completion_length)
         w = weights[answer_ids.cpu()]  # (N,) per token

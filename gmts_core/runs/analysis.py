@@ -1,7 +1,7 @@
 """Analyse a training run step by step: per-step summaries and per-token records.
 
 :func:`analyze_step` turns one :class:`~gmts_core.runs.base.RunStep` into the groups of
-:func:`gmts_core.analysis.analyze` (all groups of the step in one batch, as the trainer saw
+:func:`gmts_core.analysis.analyze.analyze` (all groups of the step in one batch, as the trainer saw
 them) and condenses the result into a :class:`StepReport`: reward mean/std, share of
 zero-signal groups, each method's gradient coverage and wasted share, overlaps, Spearman of
 entropy and gradient proxy, mean answer length. :func:`logged_step_report` does the same from
@@ -20,12 +20,17 @@ from typing import Any
 import pyarrow as pa
 import torch
 
-from gmts_core.analysis import AnalysisConfig, GroupInput, RewardSpec, analyze
+from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec, analyze
+from gmts_core.analysis.records import AnalysisResult
+from gmts_core.analysis.summaries import (
+    gradient_coverage,
+    overlap,
+    spearman_by_answer,
+    wasted_share,
+)
 from gmts_core.errors import InvalidInputError
 from gmts_core.modeling import LoadedModel
-from gmts_core.records import AnalysisResult
 from gmts_core.runs.base import RunGroup, RunStep
-from gmts_core.summaries import gradient_coverage, overlap, spearman_by_answer, wasted_share
 
 _STEPS_RX = re.compile(r"^\s*(-?\d+)?\s*:\s*(-?\d+)?\s*(?::\s*(\d+))?\s*$")
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from gmts_core.analysis import AnalysisConfig
+from gmts_core.analysis.analyze import AnalysisConfig
 from gmts_core.errors import InvalidInputError
 from gmts_core.modeling import LoadedModel
 from gmts_core.runs.analysis import (

@@ -32,7 +32,7 @@ from functools import lru_cache
 from typing import Literal
 
 from gmts_core.errors import InvalidInputError
-from gmts_core.rewards import RewardVerdict, compute_reward
+from gmts_core.methods.rewards import RewardVerdict, compute_reward
 
 Split = Literal["train", "heldout"]
 SPLITS: tuple[str, ...] = ("train", "heldout")

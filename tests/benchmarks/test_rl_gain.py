@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from gmts_core.demo import DEMO_MODEL_DIR
-from gmts_core.rl import DEMO_RECIPE
+from gmts_core.grpo.step import DEMO_RECIPE
 from tests.benchmarks.runner import run_benchmark
 
 pytestmark = [

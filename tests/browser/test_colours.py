@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from app.ui.palette import method_color
-from gmts_core.compare import CompareConfig, run_compare
 from gmts_core.demo import DEMO_MODEL_DIR
+from gmts_core.experiments.compare import CompareConfig, run_compare
+from gmts_core.grpo.step import RLConfig
 from gmts_core.modeling import load_model
-from gmts_core.rl import RLConfig
 from tests.app.api_helpers import LiveServer
 from tests.browser.conftest import demo_model_ready
 

@@ -23,10 +23,10 @@ from torch.testing import assert_close
 from transformers import StoppingCriteriaList
 
 from gmts_core import head as head_module
-from gmts_core.forward import answer_token_stats
+from gmts_core.grpo.loss import answer_logprobs, grpo_loss
 from gmts_core.head import UnsupportedArchitectureError, check_head_path
-from gmts_core.policy_loss import answer_logprobs, grpo_loss
-from gmts_core.sampling_stats import StatsWhileSampling
+from gmts_core.stats.forward import answer_token_stats
+from gmts_core.stats.sampling_stats import StatsWhileSampling
 from tests.arch_matrix import VOCAB, build_tiny, causal_lm_types, outcome
 
 TAU = 0.7
@@ -133,7 +133,7 @@ def test_live_rl_loss_equals_loss_on_own_forward(model_type: str) -> None:
 def test_sampling_round_trip(model_type: str) -> None:
     """The distribution ``generate`` samples from (its own logits / tau, KV-cached) is the one
     the analysis reports for the sampled tokens, both from a forward pass and as collected
-    while sampling (:class:`gmts_core.sampling_stats.StatsWhileSampling`, through the head
+    while sampling (:class:`gmts_core.stats.sampling_stats.StatsWhileSampling`, through the head
     path's transforms)."""
     model = _model(model_type)
     prompt = PROMPTS[0]

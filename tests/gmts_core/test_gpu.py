@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from gmts_core.metrics import token_stats
+from gmts_core.methods.selection import top_k_count
 from gmts_core.modeling import load_model
-from gmts_core.selection import top_k_count
+from gmts_core.stats.metrics import token_stats
 from tests.tiny_models import save_tiny_model
 
 pytestmark = [
@@ -72,7 +72,7 @@ def test_auto_dtype_is_bf16_on_cuda(tmp_path: Path) -> None:
 
 
 def test_trl_gmts_training_in_bf16_on_cuda(tmp_path: Path) -> None:
-    from tests.gmts_core.test_trl_integration import make_trainer, tiny_config
+    from tests.gmts_core.integrations.test_trl import make_trainer, tiny_config
 
     model_dir = save_tiny_model(tmp_path / "tiny", "llama")
     config = tiny_config(tmp_path, use_cpu=False, bf16=True)

@@ -8,11 +8,11 @@ from fractions import Fraction
 import pytest
 import torch
 
-from gmts_core.advantages import compute_advantages
 from gmts_core.bounds import MAX_ABS_REWARD, MAX_NUMBER_DIGITS, MAX_NUMBER_EXPONENT
 from gmts_core.cancel import Cancelled, CancelToken, cancellable, checkpoint
 from gmts_core.errors import InvalidInputError, LimitExceededError
-from gmts_core.rewards import (
+from gmts_core.methods.advantages import compute_advantages
+from gmts_core.methods.rewards import (
     RewardBudget,
     check_reference,
     compute_reward,

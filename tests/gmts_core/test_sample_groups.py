@@ -9,8 +9,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from gmts_core.analysis import AnalysisConfig, GroupInput, analyze
-from gmts_core.forward import answer_token_stats
+from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
 from gmts_core.modeling import LoadedModel
 from gmts_core.sampling import (
     SamplingConfig,
@@ -19,6 +18,7 @@ from gmts_core.sampling import (
     sample_answers,
     sample_groups,
 )
+from gmts_core.stats.forward import answer_token_stats
 
 CONFIG = SamplingConfig(num_samples=3, temperature=1.0, max_new_tokens=6, seed=5)
 

@@ -1,0 +1,436 @@
+"""The one entry point: analyze groups of answers token by token.
+
+For each group (a prompt with G answers, given or sampled) it computes rewards, group
+advantages, loss weights, per-token statistics (of sampled answers from the logits they were
+sampled from, collected during ``generate``; of given answers from one forward pass), every
+selection method's scores, ranks and flags, and the teaching summaries (gradient coverage,
+overlaps, Spearman correlations, wasted share). Its knobs are
+:class:`gmts_core.config.AnalysisConfig`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gmts_core.analysis.records import AnalysisResult, AnswerRecord, GroupRecord, build_tokens
+from gmts_core.analysis.summaries import (
+    budget_share,
+    gradient_coverage,
+    pairwise_overlap,
+    spearman_by_answer,
+    wasted_share,
+)
+from gmts_core.cancel import checkpoint
+from gmts_core.config import AnalysisConfig
+from gmts_core.errors import InvalidInputError
+from gmts_core.methods.advantages import compute_advantages
+from gmts_core.methods.aggregation import loss_weights
+from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
+from gmts_core.methods.rewards import RewardVerdict, compute_reward, explicit_reward
+from gmts_core.methods.selection import (
+    Selection,
+    SelectionInputs,
+    select,
+    selection_budget,
+)
+from gmts_core.modeling import LoadedModel
+from gmts_core.sampling import SamplingConfig, StatsSpec, sample_groups
+from gmts_core.stats.contexts import share_identical_contexts
+from gmts_core.stats.decoding import batch_token_texts
+from gmts_core.stats.forward import AnswerStats, answer_token_stats
+from gmts_core.stats.tokenization import encode_answer, encode_prompt
+
+logger = logging.getLogger(__name__)
+
+# How an answer's tokens were obtained (AnswerRecord.tokenization)
+TOKENIZED_SAMPLED = "sampled"  # the ids the model generated
+TOKENIZED_IDS = "ids"  # given token ids (e.g. a trainer's completion_ids): the trained tokens
+# given text, tokenized on its own (no special tokens added) and appended to the prompt's ids,
+# as trainers (TRL, verl) append generated ids; a text that re-tokenizes differently from the
+# ids a model generated is analysed as these tokens, not those
+TOKENIZED_TEXT = "text"
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """A verifiable reward rule and its reference (e.g. numeric, "85")."""
+
+    kind: str
+    reference: Any
+
+
+@dataclass
+class GroupInput:
+    """One prompt with its answers (given, or sampled with ``sampling``) and how to reward them."""
+
+    prompt: str
+    answers: list[str] | None = None
+    sampling: SamplingConfig | None = None
+    reward: RewardSpec | None = None
+    rewards: list[float] | None = None
+    # the answers' token ids (e.g. a trainer's completion_ids): analysed as given, so the
+    # tokens are exactly the trained ones; without them given text answers are tokenized
+    answer_ids: list[list[int]] | None = None
+
+    @property
+    def given(self) -> bool:
+        return self.answers is not None or self.answer_ids is not None
+
+
+@dataclass
+class _Group:
+    """Working state of one group while it is analyzed."""
+
+    prompt: str
+    prompt_ids: list[int]
+    answer_ids: list[list[int]]
+    finished: list[bool]
+    tokenization: str = TOKENIZED_SAMPLED
+    texts: list[str] = field(default_factory=list)
+    verdicts: list[RewardVerdict] = field(default_factory=list)
+    advantages: torch.Tensor | None = None  # (G,) float64
+    stats: list[AnswerStats] | None = None  # collected while sampling, if asked
+
+
+def _checked_ids(ids: list[list[int]], vocab_size: int) -> list[list[int]]:
+    for a in ids:
+        if not a:
+            raise InvalidInputError("every answer needs at least one token")
+        bad = [t for t in a if not 0 <= t < vocab_size]
+        if bad:
+            raise InvalidInputError(
+                f"answer token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})"
+            )
+    return [list(map(int, a)) for a in ids]
+
+
+def _given_group(
+    lm: LoadedModel, g: GroupInput, prompt_ids: list[int], special_tokens: bool
+) -> _Group:
+    if g.answer_ids is not None:
+        ids = _checked_ids(g.answer_ids, lm.vocab_size)
+        return _Group(g.prompt, prompt_ids, ids, [True] * len(ids), TOKENIZED_IDS)
+    assert g.answers is not None
+    ids = _given_answer_ids(lm.tokenizer, g.answers, special_tokens)
+    return _Group(g.prompt, prompt_ids, ids, [True] * len(ids), TOKENIZED_TEXT)
+
+
+def _given_answer_ids(tok: Any, answers: list[str], special_tokens: bool) -> list[list[int]]:
+    ids = [encode_answer(tok, a, special_tokens) for a in answers]
+    if any(not a for a in ids):
+        raise InvalidInputError("every answer needs at least one token")
+    return ids
+
+
+def _prepare_groups(
+    lm: LoadedModel, groups: Sequence[GroupInput], config: AnalysisConfig, collect_stats: bool
+) -> list[_Group]:
+    """Tokenize every group (given answers first: bad input fails before any sampling), then
+    sample the groups without answers, compatible groups in one generate call (with
+    ``collect_stats``, collecting their tokens' statistics on the way)."""
+    tok = lm.tokenizer
+    prompts = [encode_prompt(tok, g.prompt, config.chat_template) for g in groups]
+    work = {
+        i: _given_group(lm, g, prompts[i], config.answer_special_tokens)
+        for i, g in enumerate(groups)
+        if g.given
+    }
+    to_sample = [i for i, g in enumerate(groups) if not g.given]
+    default = SamplingConfig(temperature=config.temperature)
+    configs = [groups[i].sampling or default for i in to_sample]
+    spec = StatsSpec(config.temperature, config.top_alternatives, config.chunk_size)
+    sampled = sample_groups(
+        lm.model, tok, [prompts[i] for i in to_sample], configs, spec if collect_stats else None
+    )
+    for i, answers in zip(to_sample, sampled, strict=True):
+        ids, finished = [a.token_ids for a in answers], [a.finished for a in answers]
+        work[i] = _Group(groups[i].prompt, prompts[i], ids, finished)
+        if collect_stats:
+            work[i].stats = [a.stats for a in answers if a.stats is not None]
+    return [work[i] for i in range(len(groups))]
+
+
+def _reward_group(
+    lm: LoadedModel, group: _Group, spec: GroupInput, advantage: str, as_text: bool = True
+) -> None:
+    tok = lm.tokenizer
+    if spec.answers is not None and spec.answer_ids is None and as_text:
+        group.texts = list(spec.answers)  # given text is rewarded (and shown) as given
+    else:
+        group.texts = [tok.decode(a, skip_special_tokens=True) for a in group.answer_ids]
+    if spec.rewards is not None:
+        if len(spec.rewards) != len(group.answer_ids):
+            raise InvalidInputError(
+                f"got {len(spec.rewards)} rewards for {len(group.answer_ids)} answers"
+            )
+        group.verdicts = [explicit_reward(r) for r in spec.rewards]
+    elif spec.reward is not None:
+        group.verdicts = [
+            compute_reward(spec.reward.kind, t, spec.reward.reference) for t in group.texts
+        ]
+    else:
+        raise InvalidInputError("give either a reward rule (reward) or explicit rewards")
+    rewards = torch.tensor([v.reward for v in group.verdicts], dtype=torch.float64)
+    group.advantages = compute_advantages(rewards, advantage)
+
+
+def _selection_inputs(
+    groups: list[_Group],
+    stats: list[AnswerStats],
+    weights: torch.Tensor,
+    config: AnalysisConfig,
+    beta: float,
+    ref_logp: torch.Tensor | None = None,
+) -> SelectionInputs:
+    """Flatten per-answer stats into per-token tensors ordered by (group, answer, position).
+
+    The answers were sampled from (or are scored by) the analysed policy, so r = 1; with a
+    reference (a session's start) and beta > 0 the coefficient has the KL term.
+    """
+    adv, wts, answer_idx, group_idx = [], [], [], []
+    a = 0
+    for gi, g in enumerate(groups):
+        assert g.advantages is not None
+        for ai in range(len(g.answer_ids)):
+            n = len(g.answer_ids[ai])
+            adv.append(torch.full((n,), float(g.advantages[ai]), dtype=torch.float64))
+            wts.append(torch.full((n,), float(weights[a]), dtype=torch.float64))
+            answer_idx.append(torch.full((n,), a, dtype=torch.long))
+            group_idx.append(torch.full((n,), gi, dtype=torch.long))
+            a += 1
+    cat = lambda f: torch.cat([f(s).double().cpu() for s in stats])  # noqa: E731
+    logprob = cat(lambda s: s.stats.logprob)
+    weight = torch.cat(wts)
+    coefficient = effective_coefficient(
+        torch.cat(adv),
+        weight,
+        ClipSettings(beta=beta),
+        logp=logprob,
+        old_logp=None,
+        ref_logp=ref_logp,
+    )
+    return selection_inputs(
+        entropy=cat(lambda s: s.stats.entropy),
+        logprob=logprob,
+        grad_norm=cat(lambda s: s.stats.grad_norm),
+        weight=weight,
+        answer_index=torch.cat(answer_idx),
+        group_index=torch.cat(group_idx),
+        coefficient=coefficient,
+        seed=config.seed,
+        advantage=torch.cat(adv),
+    )
+
+
+def _reference_logprobs(
+    lm: LoadedModel, seqs: list[tuple[list[int], list[int]]], config: AnalysisConfig
+) -> torch.Tensor | None:
+    """log pi_ref of every answer token (N,) when the coefficient has a KL term, else None."""
+    if config.beta_for(lm) == 0.0 or lm.reference is None:
+        return None
+    with lm.reference() as ref:
+        stats = answer_token_stats(
+            ref, seqs, lm.tokenizer.pad_token_id, config.temperature, 0, config.chunk_size
+        )
+    return torch.cat([s.stats.logprob.double().cpu() for s in stats])
+
+
+def _stage(progress: Callable[[str], None] | None, stage: str) -> None:
+    """A stage boundary: a cancelled job stops here; then the progress note."""
+    checkpoint()
+    if progress is not None:
+        progress(stage)
+
+
+@dataclass
+class PreparedGroups:
+    """Groups tokenized (or sampled) and rewarded: everything an analysis needs but the
+    statistics. ``sequences`` lists (prompt_ids, answer_ids) per answer in (group, answer)
+    order, the order statistics must come in."""
+
+    groups: list[_Group]
+    sequences: list[tuple[list[int], list[int]]]
+
+    def collected_stats(self) -> list[AnswerStats | None]:
+        """Per answer, the statistics collected while sampling it (None: not collected)."""
+        out: list[AnswerStats | None] = []
+        for g in self.groups:
+            stats = g.stats if g.stats and len(g.stats) == len(g.answer_ids) else None
+            out += stats if stats is not None else [None] * len(g.answer_ids)
+        return out
+
+
+def prepare_groups(
+    lm: LoadedModel,
+    groups: Sequence[GroupInput],
+    config: AnalysisConfig,
+    progress: Callable[[str], None] | None = None,
+    collect_stats: bool = False,
+) -> PreparedGroups:
+    """Validate, tokenize or sample every group, and reward its answers (the first stage of
+    :func:`analyze`). With ``collect_stats`` sampled answers carry their statistics from the
+    sampling itself (:meth:`PreparedGroups.collected_stats`); the RL step leaves it off, as it
+    computes the statistics in its training forward."""
+    config.validate()
+    if not groups:
+        raise InvalidInputError("at least one group is needed")
+    _stage(progress, "sampling" if any(not g.given for g in groups) else "tokenizing")
+    work = _prepare_groups(lm, groups, config, collect_stats)
+    for w, g in zip(work, groups, strict=True):
+        _reward_group(lm, w, g, config.advantage, not config.answer_special_tokens)
+    return PreparedGroups(work, [(w.prompt_ids, a) for w in work for a in w.answer_ids])
+
+
+def finish_analysis(
+    lm: LoadedModel,
+    prepared: PreparedGroups,
+    stats: list[AnswerStats],
+    config: AnalysisConfig,
+    progress: Callable[[str], None] | None = None,
+) -> AnalysisResult:
+    """Weights, selections, records and summaries from the answers' statistics (one
+    :class:`AnswerStats` per entry of ``prepared.sequences``, equal contexts already shared by
+    :func:`gmts_core.stats.contexts.share_identical_contexts`): the last stage of :func:`analyze`.
+    With a reference and beta > 0 the coefficient has the KL term."""
+    if len(stats) != len(prepared.sequences):
+        raise ValueError(f"{len(stats)} statistics for {len(prepared.sequences)} answers")
+    lengths = torch.tensor([len(a) for _, a in prepared.sequences])
+    weights = loss_weights(lengths, config.loss_aggregation)  # over the whole batch, as trainers do
+    ref_logp = _reference_logprobs(lm, prepared.sequences, config)
+    x = _selection_inputs(prepared.groups, stats, weights, config, config.beta_for(lm), ref_logp)
+    _stage(progress, "selection")
+    selections = {m: select(x, m, config.ratio, config.scope) for m in config.methods}
+    return _assemble(lm, prepared.groups, stats, weights, x, selections, config)
+
+
+def analyze(
+    lm: LoadedModel,
+    groups: Sequence[GroupInput],
+    config: AnalysisConfig = AnalysisConfig(),
+    progress: Callable[[str], None] | None = None,
+) -> AnalysisResult:
+    """Analyze one or more groups; with scope ``batch`` selection ranks all their tokens."""
+    # grad_head needs final hidden states, which sampling records too (their norms)
+    prepared = prepare_groups(lm, groups, config, progress, collect_stats=True)
+    stats = prepared.collected_stats()
+    missing = [i for i, s in enumerate(stats) if s is None]  # given answers
+    if missing:
+        _stage(progress, "forward pass")
+        computed = answer_token_stats(
+            lm.model,
+            [prepared.sequences[i] for i in missing],
+            lm.tokenizer.pad_token_id,
+            config.temperature,
+            config.top_alternatives,
+            config.chunk_size,
+        )
+        for i, s in zip(missing, computed, strict=True):
+            stats[i] = s
+    answers = [s for s in stats if s is not None]
+    # equal contexts (a group's shared first tokens, shared prefixes) -> bit-equal statistics,
+    # across sampled and given answers alike
+    share_identical_contexts(prepared.sequences, answers)
+    return finish_analysis(lm, prepared, answers, config, progress)
+
+
+def _assemble(
+    lm: LoadedModel,
+    work: list[_Group],
+    stats: list[AnswerStats],
+    weights: torch.Tensor,
+    x: SelectionInputs,
+    selections: dict[str, Selection],
+    config: AnalysisConfig,
+) -> AnalysisResult:
+    group_records: list[GroupRecord] = []
+    decoded, texts = batch_token_texts(lm.tokenizer, [ids for g in work for ids in g.answer_ids])
+    a, offset = 0, 0
+    for gi, g in enumerate(work):
+        answers: list[AnswerRecord] = []
+        assert g.advantages is not None
+        for ai, ids in enumerate(g.answer_ids):
+            sl = slice(offset, offset + len(ids))
+            tokens = build_tokens(
+                lm.tokenizer,
+                ids,
+                texts[a],
+                stats[a],
+                x,
+                sl,
+                selections,
+                config.include_grad_head,
+            )
+            answers.append(
+                AnswerRecord(
+                    index=ai,
+                    text=g.texts[ai],
+                    decoded=decoded[a],
+                    reward=g.verdicts[ai].reward,
+                    reward_detail=g.verdicts[ai],
+                    advantage=float(g.advantages[ai]),
+                    weight=float(weights[a]),
+                    finished=g.finished[ai],
+                    tokens=tokens,
+                    tokenization=g.tokenization,
+                )
+            )
+            a, offset = a + 1, offset + len(ids)
+        group_records.append(GroupRecord(index=gi, prompt=g.prompt, answers=answers))
+    summary = summarize(x, selections, len(work), config)
+    for gi, rec in enumerate(group_records):
+        in_group = x.group_index == gi
+        rec.summary = _group_summary(x, selections, in_group, rec)
+    return AnalysisResult(model=lm.name, groups=group_records, summary=summary, config=config)
+
+
+def _group_summary(
+    x: SelectionInputs, selections: dict[str, Selection], mask: torch.Tensor, rec: GroupRecord
+) -> dict[str, Any]:
+    sub_proxy = x.grad_proxy[mask]
+    return {
+        "num_tokens": int(mask.sum()),
+        "zero_signal": all(ans.advantage == 0 for ans in rec.answers),
+        "reward_mean": sum(ans.reward for ans in rec.answers) / max(len(rec.answers), 1),
+        "selected_count": {m: int(s.selected[mask].sum()) for m, s in selections.items()},
+        "gradient_coverage": {
+            m: gradient_coverage(sub_proxy, s.selected[mask]) for m, s in selections.items()
+        },
+        "spearman_entropy_grad": spearman_by_answer(
+            x.entropy[mask], x.grad_proxy[mask], x.answer_index[mask]
+        ),
+    }
+
+
+def summarize(
+    x: SelectionInputs, selections: dict[str, Selection], num_groups: int, config: AnalysisConfig
+) -> dict[str, Any]:
+    """The batch summary: coverage, overlaps, Spearman correlations and wasted shares."""
+    k = selection_budget(x, config.ratio, config.scope)
+    group_zero = [
+        bool((x.signal_scale[x.group_index == gi] == 0).all()) for gi in range(num_groups)
+    ]
+    return {
+        "num_tokens": x.num_tokens,
+        "num_answers": int(x.answer_index.max()) + 1 if x.num_tokens else 0,
+        "num_groups": num_groups,
+        "ratio": config.ratio,
+        "scope": config.scope,
+        "k": k,
+        "zero_signal": all(group_zero),
+        "num_zero_signal_groups": sum(group_zero),
+        "selected_count": {m: int(s.selected.sum()) for m, s in selections.items()},
+        "gradient_coverage": {
+            m: gradient_coverage(x.grad_proxy, s.selected) for m, s in selections.items()
+        },
+        "wasted_share": {m: wasted_share(x.grad_proxy, s.selected) for m, s in selections.items()},
+        "budget_share": {
+            m: budget_share(s.selected, x.group_index, num_groups) for m, s in selections.items()
+        },
+        "overlap": pairwise_overlap(selections),
+        "spearman_entropy_grad": spearman_by_answer(x.entropy, x.grad_proxy, x.answer_index),
+    }

@@ -1,0 +1,135 @@
+"""Typed results of an analysis: per token, per answer, per group, and the whole batch.
+
+Plain dataclasses with raw floats (NaN stays NaN); how a server or a file shows them is the
+caller's business.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gmts_core.methods.rewards import RewardVerdict
+from gmts_core.stats.decoding import token_text
+
+if TYPE_CHECKING:
+    from gmts_core.config import AnalysisConfig
+    from gmts_core.methods.selection import Selection, SelectionInputs
+    from gmts_core.stats.forward import AnswerStats
+
+
+@dataclass
+class TokenRecord:
+    position: int
+    id: int
+    text: str
+    logprob: float
+    prob: float
+    entropy: float
+    grad_norm: float
+    grad_proxy: float
+    scores: dict[str, float]
+    ranks: dict[str, int]
+    selected: dict[str, bool]
+    alternatives: list[dict[str, Any]]
+    grad_head: float | None = None
+    ratio: float = 1.0  # pi_theta / pi_old (1: the analysed policy sampled or scores the answer)
+    clipped: bool = False  # the clipped objective is flat here (zero policy-gradient)
+    coef: float = 0.0  # omega_t: d loss / d log pi = -w_i omega_t (gmts_core.methods.coefficient)
+
+
+@dataclass
+class AnswerRecord:
+    index: int
+    text: str  # decoded without special tokens (what the reward saw)
+    decoded: str  # decoded with special tokens: exactly the join of the token texts
+    reward: float
+    reward_detail: RewardVerdict
+    advantage: float
+    weight: float
+    finished: bool
+    tokens: list[TokenRecord]
+    # sampled | ids (given token ids) | text (given text tokenized alone, no special tokens,
+    # appended to the prompt's ids): see gmts_core.analysis.analyze
+    tokenization: str = "sampled"
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+    def selected_count(self) -> dict[str, int]:
+        methods = self.tokens[0].selected if self.tokens else {}
+        return {m: sum(t.selected[m] for t in self.tokens) for m in methods}
+
+
+@dataclass
+class GroupRecord:
+    index: int
+    prompt: str
+    answers: list[AnswerRecord]
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AnalysisResult:
+    model: str
+    groups: list[GroupRecord]
+    summary: dict[str, Any]
+    config: AnalysisConfig
+
+    def iter_answers(self) -> list[tuple[GroupRecord, AnswerRecord]]:
+        return [(g, a) for g in self.groups for a in g.answers]
+
+
+def build_tokens(
+    tokenizer: Any,
+    ids: list[int],
+    texts: list[str],
+    answer_stats: AnswerStats,
+    x: SelectionInputs,
+    sl: slice,
+    selections: dict[str, Selection],
+    include_grad_head: bool,
+) -> list[TokenRecord]:
+    """Token records of one answer; ``sl`` is the answer's slice of the flat batch tensors."""
+    s = answer_stats.stats
+    lp, ent, gn = s.logprob.tolist(), s.entropy.tolist(), s.grad_norm.tolist()
+    proxy = x.grad_proxy[sl].tolist()
+    n = len(proxy)
+    ratio = x.ratio[sl].tolist() if x.ratio is not None else [1.0] * n
+    clipped = x.clipped[sl].tolist() if x.clipped is not None else [False] * n
+    coef = x.coef[sl].tolist() if x.coef is not None else [math.nan] * n
+    hidden = answer_stats.hidden_norm.tolist()
+    per_method = {
+        m: (sel.scores[sl].tolist(), sel.ranks[sl].tolist(), sel.selected[sl].tolist())
+        for m, sel in selections.items()
+    }
+    top_ids, top_lp = s.top_ids.tolist(), s.top_logprobs.tolist()
+    tokens = []
+    for t, tok_id in enumerate(ids):
+        alts = [
+            {"id": i, "text": token_text(tokenizer, i), "prob": math.exp(v)}
+            for i, v in zip(top_ids[t], top_lp[t], strict=True)
+        ]
+        tokens.append(
+            TokenRecord(
+                position=t,
+                id=tok_id,
+                text=texts[t],
+                logprob=lp[t],
+                prob=math.exp(lp[t]),
+                entropy=ent[t],
+                grad_norm=gn[t],
+                grad_proxy=proxy[t],
+                scores={m: v[0][t] for m, v in per_method.items()},
+                ranks={m: int(v[1][t]) for m, v in per_method.items()},
+                selected={m: bool(v[2][t]) for m, v in per_method.items()},
+                alternatives=alts,
+                grad_head=proxy[t] * hidden[t] if include_grad_head else None,
+                ratio=ratio[t],
+                clipped=bool(clipped[t]),
+                coef=coef[t],
+            )
+        )
+    return tokens

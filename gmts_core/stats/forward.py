@@ -1,0 +1,158 @@
+"""Token statistics of answers from one forward pass of the model over prompt + answer.
+
+The transformer body runs once over each padded micro-batch; the LM head is then applied only
+to the positions that predict answer tokens, chunk by chunk, so full-vocabulary logits never
+exist for prompt positions or for all answer positions at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
+from gmts_core.head import HeadPath, head_path
+from gmts_core.stats.contexts import share_identical_contexts
+from gmts_core.stats.metrics import DEFAULT_CHUNK_SIZE, TokenStats, token_stats_chunked
+
+
+@dataclass
+class AnswerStats:
+    """Statistics of one answer's tokens (length L)."""
+
+    stats: TokenStats  # each field (L,) or (L, K)
+    hidden_norm: torch.Tensor  # (L,) ||h_t|| of the final hidden state that predicts token t
+
+
+def token_budget_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Group sequence indices so that each padded batch has at most ``max_tokens`` tokens."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i, n in enumerate(lengths):
+        if current and max(longest, n) * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, n)
+    return batches + ([current] if current else [])
+
+
+def _answer_hidden(
+    body: Any, seqs: list[tuple[list[int], list[int]]], pad_id: int, device: torch.device
+) -> list[torch.Tensor]:
+    """Final hidden states at the positions that predict each answer token: [(L_i, D)]."""
+    width = max(len(p) + len(a) for p, a in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)  # (B, T) right-padded
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, (p, a) in enumerate(seqs):
+        ids[row, : len(p) + len(a)] = torch.tensor(p + a)
+        mask[row, : len(p) + len(a)] = 1
+    hidden = body(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)[0]
+    # hidden: (B, T, D)
+    # position t predicts token t + 1, so answer token j is predicted at len(p) - 1 + j
+    return [hidden[row, len(p) - 1 : len(p) - 1 + len(a)] for row, (p, a) in enumerate(seqs)]
+
+
+def answer_logits(
+    model: Any, sequences: list[tuple[list[int], list[int]]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Final hidden states (N, D) and float32 logits (N, V), after any post-head transform, at the
+    positions that predict answer tokens, flat in (answer, position) order (the model's own
+    logits: :func:`gmts_core.head.head_path`).
+
+    One padded forward of the body over all ``sequences``; differentiable when grad is enabled
+    (the training forward of :mod:`gmts_core.grpo.loss` and the RL step use it). The LM head
+    runs only on the answer positions, so prompt positions never get logits.
+    """
+    path = head_path(model)  # the model's own logits, post-head transforms included
+    device = next(model.parameters()).device
+    hidden = torch.cat(_answer_hidden(path.body, sequences, pad_id, device))  # (N, D)
+    logits = path.logits(hidden).float()  # (N, V)
+    return hidden, logits
+
+
+def stats_from_logits(
+    logits: torch.Tensor,
+    hidden: torch.Tensor,
+    sequences: list[tuple[list[int], list[int]]],
+    temperature: float = 1.0,
+    top_k: int = 0,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> list[AnswerStats]:
+    """Per-answer statistics from logits (N, V) and hidden states (N, D) already computed for
+    the answer tokens of ``sequences`` (as :func:`answer_logits` returns them), e.g. by a
+    training forward: the statistics then cost no forward of their own. Never differentiable.
+
+    Raises NonFiniteLogitsError if any answer token's logits hold NaN/Inf.
+    """
+    logits, hidden = logits.detach(), hidden.detach()
+    targets = torch.tensor([t for _, a in sequences for t in a], device=logits.device)  # (N,)
+    stats = token_stats_chunked(
+        len(targets), lambda sl: logits[sl], targets, temperature, top_k, chunk_size
+    )
+    check_finite(stats)
+    norms = hidden.float().norm(dim=-1)  # (N,)
+    out, start = [], 0
+    for _, answer in sequences:
+        sl = slice(start, start + len(answer))
+        parts = (getattr(stats, f.name)[sl] for f in dataclasses.fields(stats))
+        out.append(AnswerStats(TokenStats(*parts), norms[sl]))
+        start = sl.stop
+    return out
+
+
+def check_finite(stats: TokenStats) -> None:
+    if not (torch.isfinite(stats.logprob).all() and torch.isfinite(stats.entropy).all()):
+        raise NonFiniteLogitsError("the model produced NaN or infinite logits for this input")
+
+
+def answer_token_stats(
+    model: Any,
+    sequences: list[tuple[list[int], list[int]]],
+    pad_id: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    max_batch_tokens: int = 8192,
+) -> list[AnswerStats]:
+    """Statistics of every answer token for (prompt_ids, answer_ids) pairs.
+
+    Raises NonFiniteLogitsError if the model produces NaN/Inf logits for any answer token.
+    """
+    if any(not p for p, _ in sequences):
+        raise InvalidInputError("every prompt needs at least one token")
+    path = head_path(model)  # the model's own logits, post-head transforms included
+    device = next(model.parameters()).device
+    results: list[AnswerStats | None] = [None] * len(sequences)
+    with torch.no_grad():
+        lengths = [len(p) + len(a) for p, a in sequences]
+        for batch in token_budget_batches(lengths, max_batch_tokens):
+            hiddens = _answer_hidden(path.body, [sequences[i] for i in batch], pad_id, device)
+            for i, h in zip(batch, hiddens, strict=True):
+                results[i] = _stats_for_answer(
+                    h, path, sequences[i][1], temperature, top_k, chunk_size
+                )
+    answers = [r for r in results if r is not None]
+    share_identical_contexts(sequences, answers)  # equal distributions -> bit-equal statistics
+    return answers
+
+
+def _stats_for_answer(
+    h: torch.Tensor,
+    path: HeadPath,
+    answer_ids: list[int],
+    temperature: float,
+    top_k: int,
+    chunk_size: int,
+) -> AnswerStats:
+    def logits_fn(sl: slice) -> torch.Tensor:
+        return path.logits(h[sl])  # (C, V), the model's own logits
+
+    targets = torch.tensor(answer_ids, dtype=torch.long, device=h.device)
+    stats = token_stats_chunked(len(answer_ids), logits_fn, targets, temperature, top_k, chunk_size)
+    check_finite(stats)
+    return AnswerStats(stats, h.float().norm(dim=-1))

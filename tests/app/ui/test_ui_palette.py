@@ -1,0 +1,108 @@
+"""One colour per method on every chart and in the token marks (app.ui.palette)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from app.services.bodies import analysis_json
+from app.ui import batch, charts, palette, render, train
+from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec, analyze
+from gmts_core.modeling import load_model
+from tests.app.api_helpers import TINY
+
+
+@pytest.fixture(scope="module")
+def result(model_root: Path) -> dict:
+    lm = load_model(model_root / TINY, name="tiny")
+    groups = [
+        GroupInput("Q: 47+38=?\nA:", answers=[" 85", " 84 no", " 85 ok"],
+                   reward=RewardSpec("numeric", "85")),
+        GroupInput("Q: 2+2=?\nA:", answers=[" 4 is it", " 4"], rewards=[1.0, 1.0]),
+    ]  # fmt: skip
+    return analysis_json(analyze(lm, groups, AnalysisConfig(ratio=0.3)))
+
+
+def test_known_methods_have_distinct_okabe_ito_colours() -> None:
+    colours = [palette.method_color(m) for m in palette.METHOD_COLORS]
+    assert len(set(colours)) == len(colours)
+    assert palette.method_color("entropy") == "#E69F00"
+    assert palette.method_color("gmts") == "#0072B2"
+
+
+def test_a_new_method_gets_a_stable_colour_from_the_fallback_set() -> None:
+    c = palette.method_color("my_new_method")
+    assert c in palette.FALLBACK_COLORS and c not in palette.METHOD_COLORS.values()
+    assert palette.method_color("my_new_method") == c  # deterministic (a hash, not a counter)
+    picks = {palette.method_color(f"method_{i}") for i in range(40)}
+    assert len(picks) > 3  # spread over the set, not one colour for every new method
+
+
+def test_rgba_and_css_vars() -> None:
+    assert palette.rgba("#0072B2", 0.5) == "rgba(0,114,178,0.5)"
+    assert palette.css_vars("gmts", "entropy") == "--gmts-a:#0072B2;--gmts-b:#E69F00"
+
+
+@pytest.mark.parametrize("methods", [("entropy", "gmts"), ("gmts", "surprisal")])
+def test_charts_and_marks_use_each_methods_colour(result: dict, methods: tuple[str, str]) -> None:
+    figs = charts.group_figures(result, methods)
+    for m in methods:
+        ring = next(t for t in figs["scatter"].data if t.name == f"selected by {m}")
+        assert ring.marker.color == palette.method_color(m)
+        hist = [t for t in figs["distributions"].data if t.name == f"selected by {m}"]
+        assert hist and all(t.marker.color == palette.method_color(m) for t in hist)
+    assert figs["distributions"].layout.barmode == "group"  # side by side, never blended
+    budget = batch.budget_chart(result, methods)
+    assert {t.name: t.marker.color for t in budget.data} == {
+        m: palette.method_color(m) for m in methods
+    }
+    html = render.render_result(result, methods)
+    style = re.search(r'class="gmts-view"[^>]*style="([^"]*)"', html)
+    assert style and style.group(1) == palette.css_vars(*methods)
+
+
+def test_scatter_offers_a_log_axis(result: dict) -> None:
+    scatter = charts.group_figures(result, ("entropy", "gmts"))["scatter"]
+    labels = [b.label for menu in scatter.layout.updatemenus for b in menu.buttons]
+    assert labels == ["linear", "log"]
+
+
+def test_train_curves_use_the_method_colour_and_whole_steps() -> None:
+    history = [
+        {"step": s, "method": "entropy", "reward_mean": 0.5, "reward_std": 0.1, "loss": 0.1,
+         "policy_loss": 0.1, "kl": 0.0, "wasted_share": {"entropy": 0.2, "gmts": 0.0}}
+        for s in (1, 2, 3)
+    ]  # fmt: skip
+    fig = train.reward_figure(history, [{"step": 0, "accuracy": 0.4}])
+    assert {t.line.color for t in fig.data} == {palette.method_color("entropy")}
+    assert fig.layout.xaxis.dtick == 1 and fig.layout.xaxis.tickformat == "d"
+    wasted = train.wasted_figure(history)
+    assert {t.name: t.line.color for t in wasted.data} == {
+        "entropy": palette.method_color("entropy"), "gmts": palette.method_color("gmts")
+    }  # fmt: skip
+    loss = train.loss_figure(history)  # β = 0: loss equals the policy loss, drawn once
+    assert [t.name for t in loss.data] == ["loss (= policy loss, β = 0)", "KL to start (k3)"]
+
+
+def test_rank_line_reads_as_a_rank_not_a_verdict(result: dict) -> None:
+    group = result["groups"][0]
+    tok = group["answers"][0]["tokens"][0]
+    html = render.render_result(result, ("entropy", "gmts"))
+    n, k = result["summary"]["num_tokens"], result["summary"]["k"]
+    tip = render.tooltip_text(tok, 0, ("entropy", "gmts"), render.rank_pool(result, group))
+    assert f"rank of {n} tokens in the batch, top k = {k} selected:" in tip
+    verdict = "selected" if tok["selected"]["gmts"] else "not selected"
+    assert f"gmts: #{tok['ranks']['gmts']} — {verdict}" in tip
+    assert "(✓ selected)" not in tip
+    assert 'tabindex="0"' in html  # tokens are reachable by keyboard
+
+
+def test_zero_signal_group_has_no_marks_and_a_hatched_band(result: dict) -> None:
+    html = render.render_result(result, ("entropy", "gmts"), group_index=1)
+    marked = re.compile(r'class="tok [^"]*mark-')
+    assert "no-gradient" in html and not marked.search(html) and "no gradient here" in html
+    assert "ranks: none that matter" in html
+    live = render.render_result(result, ("entropy", "gmts"), group_index=0)
+    assert "no-gradient" not in live and marked.search(live)

@@ -1,0 +1,49 @@
+"""Ties: tokens whose next-token distributions are equal in exact arithmetic (shared prefixes)
+get bit-equal statistics, and rank in (group, answer, position) order."""
+
+from __future__ import annotations
+
+from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
+from gmts_core.demo import DEMO_MODEL_DIR
+from gmts_core.modeling import load_model
+
+# on the demo model the first token's entropy, computed with different sampled tokens split
+# off, differs in the 8th digit unless the statistics are shared
+ANSWERS = ["7+8=15 carry 1, answer 85", "7+8=15", " 7+9=16 so", "7+8=15 carry 1, answer 86"]
+
+
+def test_shared_prefix_group_has_equal_statistics_and_ordered_ties() -> None:
+    lm = load_model(DEMO_MODEL_DIR, device="cpu", dtype="float32")
+    prompt = "Q: 47+38=?\nA:"
+    groups = [
+        GroupInput(prompt, answers=ANSWERS, rewards=[1.0, 0.0, 0.0, 1.0]),
+        GroupInput(prompt, answers=ANSWERS[:2], rewards=[0.0, 1.0]),
+    ]
+    config = AnalysisConfig(methods=("entropy", "gmts"), ratio=0.5, top_alternatives=2)
+    result = analyze(lm, groups, config)
+    answers = [a for g in result.groups for a in g.answers]
+    ids = [[t.id for t in a.tokens] for a in answers]
+    # every pair of tokens predicted from the same context has bit-equal entropy (and the same
+    # log-prob and g when the token is the same)
+    first = {}
+    checked = 0
+    for a, (ans, tok_ids) in enumerate(zip(answers, ids, strict=True)):
+        for t, tok in enumerate(ans.tokens):
+            key = (result.groups[0].prompt, tuple(tok_ids[:t]))
+            if key not in first:
+                first[key] = (a, tok)
+                continue
+            a0, tok0 = first[key]
+            checked += 1
+            assert tok.entropy == tok0.entropy
+            assert [x["id"] for x in tok.alternatives] == [x["id"] for x in tok0.alternatives]
+            if tok.id == tok0.id:
+                assert (tok.logprob, tok.grad_norm) == (tok0.logprob, tok0.grad_norm)
+            # a tie in entropy ranks the earlier (group, answer, position) first
+            assert tok.ranks["entropy"] > tok0.ranks["entropy"]
+    assert checked >= 12  # the first tokens of all 6 answers, and the shared prefixes
+    # the whole batch: equal entropies rank in flat (group, answer, position) order
+    flat = [(t.entropy, t.ranks["entropy"]) for a in answers for t in a.tokens]
+    for (h1, r1), (h2, r2) in zip(flat, flat[1:], strict=False):
+        if h1 == h2:
+            assert r1 < r2
