@@ -43,8 +43,9 @@ class LiveStatus:
 
 def on_progress(progress: Callable[..., Any], prefix: str = "") -> LiveStatus:
     """A :class:`LiveStatus` that says each line on a Gradio-like ``progress(done, desc=...)``
-    (the overlay of the running event)."""
-    return LiveStatus(lambda text, done: progress(done, desc=text), prefix)
+    (the overlay of the running event). Waiting lines go out at 0 done: Gradio's overlay
+    shows no text for a progress of None."""
+    return LiveStatus(lambda text, done: progress(done or 0.0, desc=text), prefix)
 
 
 def job_load(backend: Any) -> tuple[int, int] | None:
