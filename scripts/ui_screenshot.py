@@ -5,13 +5,15 @@ Starts the app on a free 127.0.0.1 port, opens /ui in Debian's Chromium (Playwri
 the default example prompt, hovers a token selected by GMTS and saves the token view with its
 tooltip (docs/explore.png). Then, at each size, it shows each tab as a person meets it: Explore
 and Learn on the example group, Train after two small steps, Compare with the README's compare
-run (docs/compare/compare.json) loaded, Proxy check after one run.
+run (docs/compare/compare.json) loaded, Proxy check after one run, Runs on step 1 of the small
+trainer log shipped with the tests (tests/data/runs/logged, the server's run root).
 Usage: ``.venv/bin/python scripts/ui_screenshot.py [OUT.png]``.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,8 @@ def shoot(url: str, out: Path) -> None:
         browser.close()
 
 
+RUN_ROOT = ROOT / "tests" / "data" / "runs" / "logged"
+RUN_LABEL = "logged (gmts_trainer_log, 2 steps)"
 SIZES = {"desktop": (1366, 768), "phone": (390, 844)}
 TRAIN_SMALL = {"train-g": 4, "train-prompts": 2, "train-steps": 2, "train-eval": 20}
 
@@ -110,6 +114,13 @@ def shoot_tabs(url: str, folder: Path) -> list[Path]:
             page.click("#proxy-run-btn")
             page.wait_for_selector("#proxy-scatter .js-plotly-plot .point")
             save("proxy-check")
+            _tab(page, "Runs")
+            page.locator("#run-pick input").click()
+            page.get_by_role("option", name=RUN_LABEL).click()
+            steps = page.locator("#run-steps .virtual-row > [role=gridcell]:first-child")
+            steps.filter(has_text=re.compile(r"^\s*1\s*$")).first.click()
+            page.wait_for_selector("#run-step-view .gmts-view .tok.sel-a")
+            save("runs")
             page.close()
         browser.close()
     return written
@@ -118,7 +129,8 @@ def shoot_tabs(url: str, folder: Path) -> list[Path]:
 def main() -> None:
     logging.basicConfig(level=logging.INFO)
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "explore.png"
-    with LiveServer(create_app(Settings(ui_enabled=True))) as server:
+    settings = Settings(ui_enabled=True, run_roots=[RUN_ROOT.parent])
+    with LiveServer(create_app(settings)) as server:
         shoot(server.url, out)
         logger.info("wrote %s", out)
         for path in shoot_tabs(server.url, out.parent / "ui"):

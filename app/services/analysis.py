@@ -30,6 +30,7 @@ from gmts_core.methods.rewards import check_reference, reward_budget
 from gmts_core.methods.selection import default_scope
 from gmts_core.modeling import LoadedModel
 from gmts_core.sampling import SamplingConfig
+from gmts_core.stages import StageCallback
 from gmts_core.stats.tokenization import encode_answer, encode_prompt
 
 logger = logging.getLogger(__name__)
@@ -82,11 +83,15 @@ class AnalysisService:
         return await self.jobs.run(lambda: self.execute(prepared, policy))
 
     def analyze_blocking(
-        self, req: AnalyzeRequest, policy: LoadedModel | None = None
+        self,
+        req: AnalyzeRequest,
+        policy: LoadedModel | None = None,
+        on_stage: StageCallback | None = None,
     ) -> AnalysisResult:
-        """The same, for callers on a worker thread (sync UI handlers, scripts)."""
+        """The same, for callers on a worker thread (sync UI handlers, scripts);
+        ``on_stage(name, done, total)`` hears each stage as it begins."""
         prepared = self.prepare(req, policy is not None)
-        return self.jobs.run_blocking(lambda: self.execute(prepared, policy))
+        return self.jobs.run_blocking(lambda: self.execute(prepared, policy, on_stage))
 
     def analyze_local(self, req: AnalyzeRequest, lm: LoadedModel) -> AnalysisResult:
         """A model the caller loaded, on the caller's own machine (the CLI): the same
@@ -113,13 +118,16 @@ class AnalysisService:
         return PreparedAnalysis(ref, req.session_id, groups, analysis_config(req))
 
     def execute(
-        self, prepared: PreparedAnalysis, policy: LoadedModel | None = None
+        self,
+        prepared: PreparedAnalysis,
+        policy: LoadedModel | None = None,
+        on_stage: StageCallback | None = None,
     ) -> AnalysisResult:
         """The heavy part (blocking): get the model, check token limits, analyze."""
         with self._model_for(prepared, policy) as lm:
             check_token_limits(self.settings, lm, prepared)
             with reward_budget(self.settings.reward_budget_s, "GMTS_REWARD_BUDGET_S"):
-                return analyze(lm, prepared.groups, prepared.config)
+                return analyze(lm, prepared.groups, prepared.config, on_stage)
 
     def _model_for(
         self, prepared: PreparedAnalysis, policy: LoadedModel | None

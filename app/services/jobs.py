@@ -15,6 +15,11 @@ leaves the queue without running; a running one stops at its next stage boundary
 People do not get a 429: a caller on a worker thread (the UI) can wrap its calls in
 :func:`wait_in_line`, and ``run_blocking`` then waits for queue space (up to ``wait_s``,
 telling the person once through ``on_wait``) instead of refusing.
+
+The line is first come, first served. A caller that passes ``on_position`` to
+:func:`wait_in_line` hears its place as it changes (2, then 1, then 0 = running): the wait is
+event-driven, every job that leaves the line or a slot wakes the waiters, so the place is told
+when it changes rather than when a poll happens to look.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import contextvars
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,14 +43,19 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-QUEUE_POLL_S = 0.05  # how often a waiting job looks at its token
-LINE_POLL_S = 0.2  # how often a caller waiting in line looks for queue space
+QUEUE_POLL_S = 0.05  # how often a waiting job looks at its cancel token (nothing notifies it)
+
+PositionCallback = Callable[[int], None]  # place in line: 1 = next, 0 = running now
 
 
 @dataclass(frozen=True)
 class LinePolicy:
+    """How a caller waits: up to ``wait_s`` for queue space, telling the person once
+    (``on_wait``) and its place in line whenever it changes (``on_position``)."""
+
     wait_s: float
     on_wait: Callable[[str], None] | None = None
+    on_position: PositionCallback | None = None
 
 
 _LINE: contextvars.ContextVar[LinePolicy | None] = contextvars.ContextVar(
@@ -53,10 +64,15 @@ _LINE: contextvars.ContextVar[LinePolicy | None] = contextvars.ContextVar(
 
 
 @contextmanager
-def wait_in_line(wait_s: float, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+def wait_in_line(
+    wait_s: float,
+    on_wait: Callable[[str], None] | None = None,
+    on_position: PositionCallback | None = None,
+) -> Iterator[None]:
     """Blocking job calls inside wait for queue space (up to ``wait_s``) instead of a 429;
-    ``on_wait(message)`` is called once when the caller has to wait."""
-    token = _LINE.set(LinePolicy(wait_s, on_wait))
+    ``on_wait(message)`` is called once when the caller has to wait, ``on_position(n)`` each
+    time its place in line changes (n = 1: next) and with 0 once its job runs."""
+    token = _LINE.set(LinePolicy(wait_s, on_wait, on_position))
     try:
         yield
     finally:
@@ -70,12 +86,20 @@ def line_policy() -> LinePolicy | None:
 class JobLimiter:
     """N heavy jobs at once plus a bounded queue; refuses the rest."""
 
-    def __init__(self, max_concurrent: int = 1, max_queued: int = 8, retry_after_s: int = 5):
+    def __init__(
+        self,
+        max_concurrent: int = 1,
+        max_queued: int = 8,
+        retry_after_s: int = 5,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.max_concurrent = max_concurrent
         self.max_queued = max_queued
         self.retry_after_s = retry_after_s
-        self._slots = threading.BoundedSemaphore(max_concurrent)
+        self._clock = clock
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a job left the line, a slot or the queue
+        self._line: deque[CancelToken] = deque()  # admitted, waiting for a slot, in arrival order
         self._admitted = 0  # running + waiting
         self._running = 0
         self._tokens: set[CancelToken] = set()
@@ -97,35 +121,58 @@ class JobLimiter:
         for token in tokens:
             token.cancel(reason)
 
+    def _full(self) -> bool:
+        return self._admitted >= self.max_concurrent + self.max_queued
+
+    def _queue_full_error(self) -> QueueFullError:
+        return QueueFullError(
+            f"the server is busy ({self._running} jobs running, {self.waiting} waiting);"
+            f" retry in {self.retry_after_s} s",
+            self.retry_after_s,
+        )
+
+    def _admit_locked(self, token: CancelToken) -> None:
+        self._admitted += 1
+        self._tokens.add(token)
+
     def _admit(self, token: CancelToken) -> None:
         with self._lock:
-            if self._admitted >= self.max_concurrent + self.max_queued:
-                raise QueueFullError(
-                    f"the server is busy ({self._running} jobs running, {self.waiting} waiting);"
-                    f" retry in {self.retry_after_s} s",
-                    self.retry_after_s,
-                )
-            self._admitted += 1
-            self._tokens.add(token)
+            if self._full():
+                raise self._queue_full_error()
+            self._admit_locked(token)
+
+    def _tell(self, fn: Callable[[T], None], value: T) -> None:
+        """Call a person's callback without holding the lock (it may be slow)."""
+        self._lock.release()
+        try:
+            fn(value)
+        finally:
+            self._lock.acquire()
 
     def _admit_waiting(self, token: CancelToken, policy: LinePolicy) -> None:
-        """Admit, waiting in line (a worker thread) up to ``policy.wait_s`` for queue space."""
-        deadline = time.monotonic() + policy.wait_s
-        told = False
-        while True:
-            try:
-                self._admit(token)
-                return
-            except QueueFullError:
-                if time.monotonic() >= deadline or token.cancelled:
-                    raise
-            if not told and policy.on_wait is not None:
-                policy.on_wait(
-                    f"The server is busy ({self._admitted} requests ahead of yours): your "
-                    "request waits in line and runs as soon as a place frees up."
-                )
-                told = True
-            time.sleep(LINE_POLL_S)
+        """Admit, waiting (a worker thread) up to ``policy.wait_s`` for queue space; woken
+        whenever a job leaves the queue."""
+        deadline = self._clock() + policy.wait_s
+        told_wait, told_place = False, 0
+        with self._lock:
+            while self._full():
+                if self._clock() >= deadline or token.cancelled:
+                    raise self._queue_full_error()
+                if not told_wait and policy.on_wait is not None:
+                    told_wait = True
+                    self._tell(
+                        policy.on_wait,
+                        f"The server is busy ({self._admitted} requests ahead of yours): your "
+                        "request waits in line and runs as soon as a place frees up.",
+                    )
+                    continue  # the queue may have moved while telling
+                place = self.waiting + 1  # at least: behind every job already in line
+                if policy.on_position is not None and place != told_place:
+                    told_place = place
+                    self._tell(policy.on_position, place)
+                    continue
+                self._changed.wait(min(QUEUE_POLL_S, max(deadline - self._clock(), 0.0)))
+            self._admit_locked(token)
 
     @contextmanager
     def _admission(self, token: CancelToken, policy: LinePolicy | None = None) -> Iterator[None]:
@@ -139,25 +186,46 @@ class JobLimiter:
             with self._lock:
                 self._admitted -= 1
                 self._tokens.discard(token)
+                self._changed.notify_all()
 
-    def _acquire(self, token: CancelToken) -> None:
-        """Wait for a slot; a cancelled token leaves the queue (Cancelled)."""
-        while not self._slots.acquire(timeout=QUEUE_POLL_S):
-            if token.cancelled:
-                with self._lock:
-                    self.dropped += 1
-                raise Cancelled(token.reason)
-        if token.cancelled:
-            self._slots.release()
-            with self._lock:
-                self.dropped += 1
-            raise Cancelled(token.reason)
+    def _place(self, token: CancelToken) -> int:
+        """``token``'s place in line: 0 when a slot is free for it, else 1 + jobs ahead of it
+        that will get a slot first."""
+        free = self.max_concurrent - self._running
+        return max(self._line.index(token) + 1 - free, 0)
 
-    def _run_in_slot(self, fn: Callable[[], T], token: CancelToken) -> T:
-        self._acquire(token)
+    def _acquire(self, token: CancelToken, on_position: PositionCallback | None = None) -> None:
+        """Wait in line for a slot (first come, first served), telling ``on_position`` each new
+        place; a cancelled token leaves the line (Cancelled). Holds a slot on return."""
+        told = 0
+        with self._lock:
+            self._line.append(token)
+            try:
+                while True:
+                    if token.cancelled:
+                        self.dropped += 1
+                        raise Cancelled(token.reason)
+                    place = self._place(token)
+                    if place == 0:
+                        self._running += 1
+                        break
+                    if on_position is not None and place != told:
+                        told = place
+                        self._tell(on_position, place)
+                        continue  # the line may have moved while telling
+                    self._changed.wait(QUEUE_POLL_S)  # woken when a job leaves; the timeout
+                    # only bounds how late a cancelled token is noticed
+            finally:
+                self._line.remove(token)
+                self._changed.notify_all()  # those behind move up
+
+    def _run_in_slot(
+        self, fn: Callable[[], T], token: CancelToken, on_position: PositionCallback | None = None
+    ) -> T:
+        self._acquire(token, on_position)
         try:
-            with self._lock:
-                self._running += 1
+            if on_position is not None:
+                on_position(0)  # running now
             with cancellable(token):
                 return fn()
         except Cancelled:
@@ -167,7 +235,7 @@ class JobLimiter:
         finally:
             with self._lock:
                 self._running -= 1
-            self._slots.release()
+                self._changed.notify_all()
 
     async def run(self, fn: Callable[[], T], token: CancelToken | None = None) -> T:
         """Run ``fn`` in a worker thread once a slot is free (raises QueueFullError if full).
@@ -188,5 +256,6 @@ class JobLimiter:
     def run_blocking(self, fn: Callable[[], T], token: CancelToken | None = None) -> T:
         """The same limits for callers already on a worker thread (e.g. sync UI handlers)."""
         token = token or current_token() or CancelToken()
-        with self._admission(token, line_policy()):
-            return self._run_in_slot(fn, token)
+        policy = line_policy()
+        with self._admission(token, policy):
+            return self._run_in_slot(fn, token, policy.on_position if policy else None)

@@ -37,6 +37,7 @@ from gmts_core.grpo.policy import PolicySettings
 from gmts_core.grpo.records import StepResult
 from gmts_core.methods.rewards import check_reference, reward_budget
 from gmts_core.modeling import LoadedModel
+from gmts_core.stages import StageCallback
 from gmts_core.stats.tokenization import encode_prompt
 
 logger = logging.getLogger(__name__)
@@ -175,6 +176,7 @@ class SessionService:
         req: SessionStepRequest,
         config: RLConfig,
         progress: Callable[[int, StepResult], None] | None = None,
+        on_stage: StageCallback | None = None,
     ) -> StepOut:
         prompts = [p.to_core() for p in req.prompts] if req.prompts else None
         with self.store.use(session_id) as session:
@@ -182,7 +184,7 @@ class SessionService:
             # the budget is per step: a request of n steps computes n batches of rewards
             budget = self.settings.reward_budget_s * req.steps
             with reward_budget(budget, "GMTS_REWARD_BUDGET_S per step"):
-                results = session.step(prompts, req.steps, config, progress)
+                results = session.step(prompts, req.steps, config, progress, on_stage)
             return step_out(session, results, req.include_tokens)
 
     def step_blocking(
@@ -190,10 +192,14 @@ class SessionService:
         session_id: str,
         req: SessionStepRequest,
         progress: Callable[[int, StepResult], None] | None = None,
+        on_stage: StageCallback | None = None,
     ) -> StepOut:
-        """Run the steps (``progress(done, result)`` after each); the body of a step request."""
+        """Run the steps (``progress(done, result)`` after each, ``on_stage(name, done, total)``
+        at each stage of a step); the body of a step request."""
         config = self._prepare_step(session_id, req)
-        return self.jobs.run_blocking(lambda: self._run_steps(session_id, req, config, progress))
+        return self.jobs.run_blocking(
+            lambda: self._run_steps(session_id, req, config, progress, on_stage)
+        )
 
     def _locked(self, session_id: str, fn: Callable[[Session], T]) -> T:
         with self.store.use(session_id) as session:

@@ -365,7 +365,7 @@ def build_explore_tab(ctx: UIContext) -> ExploreOutputs:
         body = _call(lambda: explore.build_request(f, method_names(ctx)))
         load = status.job_load(ctx.backend)
         progress(0, desc=status.analyze_text(load, body.get("num_samples")))
-        result = _call(lambda: ctx.backend.analyze(body))
+        result = _call(lambda: ctx.backend.analyze(body, status.on_progress(progress)))
         if explore.rule_overridden(f):  # say which rewards were used
             gr.Info(explore.reward_note(f))
         return new_result(result, f.method_a, f.method_b, values[-1])
@@ -374,7 +374,7 @@ def build_explore_tab(ctx: UIContext) -> ExploreOutputs:
         f = _form(values[:-2])
         body = _call(lambda: batch.build_batch_request(f, values[-2], method_names(ctx)))
         progress(0, desc=status.analyze_text(status.job_load(ctx.backend), None))
-        result = _call(lambda: ctx.backend.analyze(body))
+        result = _call(lambda: ctx.backend.analyze(body, status.on_progress(progress)))
         return new_result(result, f.method_a, f.method_b, values[-1])
 
     inputs = list(form.values())

@@ -33,6 +33,7 @@ from app.services.container import Services
 from app.services.errors import GMTSError, SessionNotFoundError
 from app.services.jobs import wait_in_line
 from app.services.validation import validated, validation_message
+from app.ui.status import LiveStatus
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,9 @@ class Backend(Protocol):
 
     label: str
 
-    def analyze(self, request: Json) -> Json: ...
+    def analyze(self, request: Json, status: LiveStatus | None = None) -> Json:
+        """``POST /v1/analyze``; ``status`` hears the place in line and the stages (local)."""
+        ...
 
     def models(self) -> tuple[list[str], str | None]:
         """Model names to offer, and the default one."""
@@ -70,7 +73,9 @@ class Backend(Protocol):
         """``POST /v1/sessions``: a new private session; its settings and (empty) history."""
         ...
 
-    def step_session(self, session_id: str, request: Json) -> Json:
+    def step_session(
+        self, session_id: str, request: Json, status: LiveStatus | None = None
+    ) -> Json:
         """``POST /v1/sessions/{id}/step``: metrics of the steps run, and the last batch."""
         ...
 
@@ -133,13 +138,16 @@ class LocalBackend:
         self.wait_s = float(getattr(settings, "ui_queue_wait_s", DEFAULT_QUEUE_WAIT_S))
         self.on_wait = on_wait
 
-    def _in_line(self) -> AbstractContextManager[None]:
-        return wait_in_line(self.wait_s, self.on_wait)
+    def _in_line(self, status: LiveStatus | None = None) -> AbstractContextManager[None]:
+        on_position = status.position if status is not None else None
+        return wait_in_line(self.wait_s, self.on_wait, on_position)
 
-    def analyze(self, request: Json) -> Json:
+    def analyze(self, request: Json, status: LiveStatus | None = None) -> Json:
         req = validated(AnalyzeRequest, request)
-        with self._in_line():
-            return analysis_json(self.services.analysis.analyze_blocking(req))
+        on_stage = status.stage if status is not None else None
+        with self._in_line(status):
+            result = self.services.analysis.analyze_blocking(req, on_stage=on_stage)
+            return analysis_json(result)
 
     def job_load(self) -> tuple[int, int]:
         """(running, waiting) heavy jobs of this server now (for the UI's progress line)."""
@@ -163,10 +171,13 @@ class LocalBackend:
         with self._in_line():
             return as_json(self.services.sessions.create_blocking(req))
 
-    def step_session(self, session_id: str, request: Json) -> Json:
+    def step_session(
+        self, session_id: str, request: Json, status: LiveStatus | None = None
+    ) -> Json:
         req = validated(SessionStepRequest, request)
-        with self._in_line():
-            return as_json(self.services.sessions.step_blocking(session_id, req))
+        on_stage = status.stage if status is not None else None
+        with self._in_line(status):
+            return as_json(self.services.sessions.step_blocking(session_id, req, None, on_stage))
 
     def get_session(self, session_id: str) -> Json:
         return as_json(self.services.sessions.info(session_id))
@@ -262,7 +273,8 @@ class RemoteBackend:
             raise BackendError(f"the backend at {self.base_url} did not answer JSON") from None
         return data if isinstance(data, dict) else {"data": data}
 
-    def analyze(self, request: Json) -> Json:
+    def analyze(self, request: Json, status: LiveStatus | None = None) -> Json:
+        # the HTTP API answers once: no place in line or stages to pass on
         return self._call("POST", "/v1/analyze", request)
 
     def models(self) -> tuple[list[str], str | None]:
@@ -282,7 +294,9 @@ class RemoteBackend:
     def create_session(self, request: Json) -> Json:
         return self._call("POST", "/v1/sessions", request)
 
-    def step_session(self, session_id: str, request: Json) -> Json:
+    def step_session(
+        self, session_id: str, request: Json, status: LiveStatus | None = None
+    ) -> Json:
         return self._call("POST", f"/v1/sessions/{_quoted(session_id)}/step", request)
 
     def get_session(self, session_id: str) -> Json:

@@ -1,14 +1,51 @@
 """What the UI says while a job waits or runs: one place for every progress message.
 
 The server runs heavy jobs one (or a few) at a time (``GMTS_MAX_CONCURRENT_JOBS``); a person's
-Analyze or training step may wait behind another tab's job. These messages say so, with the
-queue as it stood when the job was sent, and name the stages the job goes through, instead of a
-bare timer. Pure: no Gradio.
+Analyze or training step may wait behind another tab's job. These messages say so instead of a
+bare timer: the line as it stood when the job was sent, then (:class:`LiveStatus`, local
+backend) the job's place in line as it changes ("waiting: 2nd in line", "1st in line") and the
+stage being run as the library announces it ("generating answers (1 of 4)"). Pure: no Gradio.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+Show = Callable[[str, float | None], None]  # (text, fraction done or None) -> the progress line
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ... 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+@dataclass
+class LiveStatus:
+    """Says where a job is, as it changes: its place in line while it waits (``position``,
+    fed by the job line), then each stage as it begins (``stage``, fed by the library's
+    ``on_stage``). ``prefix`` leads every line (e.g. "step 3 of 20: ")."""
+
+    show: Show
+    prefix: str = ""
+
+    def position(self, place: int) -> None:
+        if place > 0:
+            self.show(f"{self.prefix}waiting: {ordinal(place)} in line", None)
+        else:
+            self.show(f"{self.prefix}running", None)
+
+    def stage(self, name: str, done: int, total: int) -> None:
+        self.show(f"{self.prefix}{name} ({done + 1} of {total})", done / max(total, 1))
+
+
+def on_progress(progress: Callable[..., Any], prefix: str = "") -> LiveStatus:
+    """A :class:`LiveStatus` that says each line on a Gradio-like ``progress(done, desc=...)``
+    (the overlay of the running event). Waiting lines go out at 0 done: Gradio's overlay
+    shows no text for a progress of None."""
+    return LiveStatus(lambda text, done: progress(done or 0.0, desc=text), prefix)
 
 
 def job_load(backend: Any) -> tuple[int, int] | None:

@@ -318,6 +318,11 @@ def _switch_method(backend: Backend, view: TrainView, form: TrainForm) -> None:
     )
 
 
+def _step_line(progress: Progress, i: int, total: int) -> status.Show:
+    """Step ``i``'s live lines on the overall bar (a stage moves it within the step)."""
+    return lambda text, done: progress((i + (done or 0.0)) / total, desc=text)
+
+
 def run_steps(
     backend: Backend,
     session_id: str | None,
@@ -345,7 +350,10 @@ def run_steps(
             load = status.job_load(backend)
             progress((i, total), desc=status.step_text(load, i, total, form.knobs()))
         last = i == total - 1  # only the last step's batch is shown: fetch its tokens only
-        body = backend.step_session(view.session_id, form.step_request(include_tokens=last))
+        live = None
+        if progress is not None:
+            live = status.LiveStatus(_step_line(progress, i, total), f"step {i + 1} of {total}: ")
+        body = backend.step_session(view.session_id, form.step_request(include_tokens=last), live)
         view.last_batch = body.get("last_batch") or view.last_batch
         view.info = backend.get_session(view.session_id)
         yield dataclasses.replace(view, final=False)  # a snapshot; ``view`` keeps changing

@@ -11,7 +11,7 @@ overlaps, Spearman correlations, wasted share). Its knobs are
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,6 @@ from gmts_core.analysis.summaries import (
     spearman_by_answer,
     wasted_share,
 )
-from gmts_core.cancel import checkpoint
 from gmts_core.config import AnalysisConfig
 from gmts_core.errors import InvalidInputError
 from gmts_core.methods.advantages import compute_advantages
@@ -40,12 +39,24 @@ from gmts_core.methods.selection import (
 )
 from gmts_core.modeling import LoadedModel
 from gmts_core.sampling import SamplingConfig, StatsSpec, sample_groups
+from gmts_core.stages import (
+    GENERATING,
+    REWARDS,
+    SELECTION,
+    STATISTICS,
+    TOKENIZING,
+    StageCallback,
+    Stages,
+)
+from gmts_core.stages import stages as new_stages
 from gmts_core.stats.contexts import share_identical_contexts
 from gmts_core.stats.decoding import batch_token_texts
 from gmts_core.stats.forward import AnswerStats, answer_token_stats
 from gmts_core.stats.tokenization import encode_answer, encode_prompt
 
 logger = logging.getLogger(__name__)
+
+ANALYZE_STAGES = 4  # generating/tokenizing, rewards, token statistics, selection
 
 # How an answer's tokens were obtained (AnswerRecord.tokenization)
 TOKENIZED_SAMPLED = "sampled"  # the ids the model generated
@@ -240,13 +251,6 @@ def _reference_logprobs(
     return torch.cat([s.stats.logprob.double().cpu() for s in stats])
 
 
-def _stage(progress: Callable[[str], None] | None, stage: str) -> None:
-    """A stage boundary: a cancelled job stops here; then the progress note."""
-    checkpoint()
-    if progress is not None:
-        progress(stage)
-
-
 @dataclass
 class PreparedGroups:
     """Groups tokenized (or sampled) and rewarded: everything an analysis needs but the
@@ -269,18 +273,20 @@ def prepare_groups(
     lm: LoadedModel,
     groups: Sequence[GroupInput],
     config: AnalysisConfig,
-    progress: Callable[[str], None] | None = None,
+    stages: Stages | None = None,
     collect_stats: bool = False,
 ) -> PreparedGroups:
-    """Validate, tokenize or sample every group, and reward its answers (the first stage of
-    :func:`analyze`). With ``collect_stats`` sampled answers carry their statistics from the
-    sampling itself (:meth:`PreparedGroups.collected_stats`); the RL step leaves it off, as it
-    computes the statistics in its training forward."""
+    """Validate, tokenize or sample every group, and reward its answers (the first two stages
+    of :func:`analyze`, announced through ``stages``). With ``collect_stats`` sampled answers
+    carry their statistics from the sampling itself (:meth:`PreparedGroups.collected_stats`);
+    the RL step leaves it off, as it computes the statistics in its training forward."""
     config.validate()
     if not groups:
         raise InvalidInputError("at least one group is needed")
-    _stage(progress, "sampling" if any(not g.given for g in groups) else "tokenizing")
+    stages = stages or Stages()
+    stages.begin(GENERATING if any(not g.given for g in groups) else TOKENIZING)
     work = _prepare_groups(lm, groups, config, collect_stats)
+    stages.begin(REWARDS)
     for w, g in zip(work, groups, strict=True):
         _reward_group(lm, w, g, config.advantage, not config.answer_special_tokens)
     return PreparedGroups(work, [(w.prompt_ids, a) for w in work for a in w.answer_ids])
@@ -291,7 +297,7 @@ def finish_analysis(
     prepared: PreparedGroups,
     stats: list[AnswerStats],
     config: AnalysisConfig,
-    progress: Callable[[str], None] | None = None,
+    stages: Stages | None = None,
 ) -> AnalysisResult:
     """Weights, selections, records and summaries from the answers' statistics (one
     :class:`AnswerStats` per entry of ``prepared.sequences``, equal contexts already shared by
@@ -303,7 +309,7 @@ def finish_analysis(
     weights = loss_weights(lengths, config.loss_aggregation)  # over the whole batch, as trainers do
     ref_logp = _reference_logprobs(lm, prepared.sequences, config)
     x = _selection_inputs(prepared.groups, stats, weights, config, config.beta_for(lm), ref_logp)
-    _stage(progress, "selection")
+    (stages or Stages()).begin(SELECTION)
     selections = {m: select(x, m, config.ratio, config.scope) for m in config.methods}
     return _assemble(lm, prepared.groups, stats, weights, x, selections, config)
 
@@ -312,15 +318,21 @@ def analyze(
     lm: LoadedModel,
     groups: Sequence[GroupInput],
     config: AnalysisConfig = AnalysisConfig(),
-    progress: Callable[[str], None] | None = None,
+    on_stage: StageCallback | None = None,
 ) -> AnalysisResult:
-    """Analyze one or more groups; with scope ``batch`` selection ranks all their tokens."""
+    """Analyze one or more groups; with scope ``batch`` selection ranks all their tokens.
+
+    ``on_stage(name, done, total)`` hears each stage as it begins (see
+    :mod:`gmts_core.stages`): "generating answers" (or "tokenizing answers" when all are
+    given), "scoring rewards", "token statistics", "selection".
+    """
+    stages = new_stages(on_stage, ANALYZE_STAGES)
     # grad_head needs final hidden states, which sampling records too (their norms)
-    prepared = prepare_groups(lm, groups, config, progress, collect_stats=True)
+    prepared = prepare_groups(lm, groups, config, stages, collect_stats=True)
+    stages.begin(STATISTICS)  # of sampled answers: collected while sampling
     stats = prepared.collected_stats()
     missing = [i for i, s in enumerate(stats) if s is None]  # given answers
     if missing:
-        _stage(progress, "forward pass")
         computed = answer_token_stats(
             lm.model,
             [prepared.sequences[i] for i in missing],
@@ -335,7 +347,7 @@ def analyze(
     # equal contexts (a group's shared first tokens, shared prefixes) -> bit-equal statistics,
     # across sampled and given answers alike
     share_identical_contexts(prepared.sequences, answers)
-    return finish_analysis(lm, prepared, answers, config, progress)
+    return finish_analysis(lm, prepared, answers, config, stages)
 
 
 def _assemble(

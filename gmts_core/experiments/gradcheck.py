@@ -37,18 +37,19 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.func import functional_call
 
-from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
+from gmts_core.analysis.analyze import ANALYZE_STAGES, AnalysisConfig, GroupInput, analyze
 from gmts_core.analysis.records import AnalysisResult
 from gmts_core.analysis.summaries import gradient_coverage, spearman_by_answer
 from gmts_core.errors import InvalidInputError, LimitExceededError
 from gmts_core.modeling import LoadedModel
+from gmts_core.stages import StageCallback, no_stage
 from gmts_core.stats.tokenization import encode_prompt
 
 logger = logging.getLogger(__name__)
@@ -352,16 +353,21 @@ def gradcheck(
     config: AnalysisConfig = AnalysisConfig(),
     max_tokens: int = DEFAULT_MAX_TOKENS,
     precision: str = "float32",
-    progress: Callable[[str], None] | None = None,
+    on_stage: StageCallback | None = None,
 ) -> GradcheckResult:
-    """Analyze ``groups`` (as :func:`analyze`), then check every score against true gradients."""
+    """Analyze ``groups`` (as :func:`analyze`), then check every score against true gradients.
+
+    ``on_stage`` hears the analysis's stages, then "exact per-token gradients"."""
     if max_tokens < 1:
         raise InvalidInputError(f"max_tokens must be >= 1, got {max_tokens}")
     if precision not in PRECISIONS:
         raise InvalidInputError(f"unknown precision {precision!r}; valid: {', '.join(PRECISIONS)}")
     # the true gradients are those of l_it = -w_i A_i log pi (no KL term), so the scores are
     # taken with the same coefficient (omega = A) even for a session's policy trained with KL
-    analysis = analyze(lm, groups, dataclasses.replace(config, beta=0.0), progress)
-    if progress is not None:
-        progress("exact per-token gradients")
+    total = ANALYZE_STAGES + 1
+    report = on_stage or no_stage
+    analysis = analyze(
+        lm, groups, dataclasses.replace(config, beta=0.0), lambda n, d, _t: report(n, d, total)
+    )
+    report("exact per-token gradients", ANALYZE_STAGES, total)
     return check_analysis(lm, analysis, max_tokens, precision)

@@ -25,6 +25,7 @@ from gmts_core.experiments.evaluation import (
 from gmts_core.grpo.policy import TrainablePolicy
 from gmts_core.grpo.records import StepMetrics, StepResult
 from gmts_core.grpo.step import RLConfig, RLPrompt, grpo_step, make_optimizer
+from gmts_core.stages import StageCallback
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +80,11 @@ class Session:
         num_steps: int = 1,
         config: RLConfig | None = None,
         progress: Callable[[int, StepResult], None] | None = None,
+        on_stage: StageCallback | None = None,
     ) -> list[StepResult]:
         """Run ``num_steps`` GRPO steps; without ``prompts`` each draws a demo-task batch.
+        ``progress(done, result)`` hears each finished step, ``on_stage`` each step's stages
+        (:func:`gmts_core.grpo.step.grpo_step`).
 
         A server holding many sessions takes ``lock`` around it. ``config`` overrides the
         session's settings for these steps only.
@@ -93,7 +97,9 @@ class Session:
             n = self.steps_done
             seed = step_seed(self.seed, n)
             batch = list(prompts) if prompts else demo_batch(cfg.prompts_per_step, seed)
-            result = grpo_step(self.policy, self.optimizer, batch, cfg, seed, step=n + 1)
+            result = grpo_step(
+                self.policy, self.optimizer, batch, cfg, seed, step=n + 1, on_stage=on_stage
+            )
             self.history.append(result.metrics)
             self.last_result = result
             results.append(result)

@@ -38,7 +38,6 @@ from gmts_core.analysis.analyze import (
     prepare_groups,
 )
 from gmts_core.analysis.records import AnalysisResult
-from gmts_core.cancel import checkpoint
 from gmts_core.config import RLConfig
 from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
 from gmts_core.grpo.loss import (
@@ -59,6 +58,8 @@ from gmts_core.grpo.records import (
 from gmts_core.grpo.selection import clip_settings, current_selection
 from gmts_core.methods.coefficient import EffectiveCoefficient, effective_coefficient
 from gmts_core.sampling import SamplingConfig
+from gmts_core.stages import LOGPROB_AFTER, STATISTICS, UPDATE, StageCallback, Stages
+from gmts_core.stages import stages as new_stages
 from gmts_core.stats.contexts import share_identical_contexts
 from gmts_core.stats.forward import (
     AnswerStats,
@@ -116,10 +117,14 @@ def rollout_groups(prompts: Sequence[RLPrompt], config: RLConfig, seed: int) -> 
 
 
 def rollout(
-    policy: TrainablePolicy, groups: list[GroupInput], config: RLConfig, seed: int
+    policy: TrainablePolicy,
+    groups: list[GroupInput],
+    config: RLConfig,
+    seed: int,
+    stages: Stages | None = None,
 ) -> PreparedGroups:
     """Sample every group's answers and reward them (no statistics yet)."""
-    return prepare_groups(policy.as_loaded(), groups, config.analysis_config(seed))
+    return prepare_groups(policy.as_loaded(), groups, config.analysis_config(seed), stages)
 
 
 Parts = list[tuple[list[int], slice]]  # micro-batches: answer indices and their token slice
@@ -199,9 +204,11 @@ def score_batch(
     stats: list[AnswerStats],
     config: RLConfig,
     seed: int,
+    stages: Stages | None = None,
 ) -> AnalysisResult:
     """Advantages, selections, records and summaries: the last stage of ``analyze``."""
-    return finish_analysis(policy.as_loaded(), prepared, stats, config.analysis_config(seed))
+    analysis_config = config.analysis_config(seed)
+    return finish_analysis(policy.as_loaded(), prepared, stats, analysis_config, stages)
 
 
 def training_batch(result: AnalysisResult, sequences: Sequences, config: RLConfig) -> TrainBatch:
@@ -329,14 +336,17 @@ def policy_update(
     learning_rate: float | None = None,
     seed: int = 0,
     held: list[torch.Tensor] | None = None,
+    stages: Stages | None = None,
 ) -> UpdateStats:
     """``inner_steps`` updates on one batch; pi_old is the policy that sampled it. With
     ``config.reselect`` every update after the first trains on :func:`current_selection`.
 
     ``held``: the current policy's differentiable log-probs per micro-batch of
     ``micro_batches(batch.sequences, config.max_batch_tokens)`` (from
-    :func:`statistics_forward`); the first update then runs no forward of its own.
+    :func:`statistics_forward`); the first update then runs no forward of its own. ``stages``
+    hears "update" before each inner update and "log-prob after" before that pass.
     """
+    stages = stages or Stages()
     pad_id = policy.tokenizer.pad_token_id
     for group in optimizer.param_groups:
         group["lr"] = config.learning_rate if learning_rate is None else learning_rate
@@ -354,7 +364,7 @@ def policy_update(
     masks: list[torch.Tensor] = []
     mask = batch.mask
     for inner in range(config.inner_steps):
-        checkpoint()  # a stage boundary: a cancelled job stops before each update
+        stages.begin(UPDATE)  # a stage boundary: a cancelled job stops before each update
         if config.reselect and old_logp is not None:
             _, sel = current_selection(policy, batch, old_logp, ref_logp, config, seed + inner)
             mask = sel.selected
@@ -369,6 +379,7 @@ def policy_update(
     assert old_logp is not None
     after = None
     if config.measure_logprob_after:
+        stages.begin(LOGPROB_AFTER)
         after = _logprobs(policy.model, batch, parts, pad_id, config.temperature)
     means = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
     return UpdateStats(
@@ -388,26 +399,32 @@ def grpo_step(
     config: RLConfig,
     seed: int,
     step: int = 0,
+    on_stage: StageCallback | None = None,
 ) -> StepResult:
     """One GRPO step on ``prompts``: rollout, reward, statistics, selection, update, metrics.
 
     Each piece of work is done once: the rollout's token ids feed the statistics, the first
     update's training forward yields the statistics (for batches within ``fused_max_tokens``),
     and its log-probs are pi_old for the later inner updates.
+
+    ``on_stage(name, done, total)`` hears each stage as it begins (:mod:`gmts_core.stages`):
+    "generating answers", "scoring rewards", "token statistics", "selection", "update" once
+    per inner update, then "log-prob after" when ``measure_logprob_after`` is on.
     """
     config.validate()
     if not prompts:
         raise InvalidInputError("a step needs at least one prompt")
     start = time.perf_counter()
-    prepared = rollout(policy, rollout_groups(prompts, config, seed), config, seed)
-    checkpoint()  # between sampling and the (statistics and first training) forward
+    total = 4 + config.inner_steps + int(config.measure_logprob_after)
+    stages = new_stages(on_stage, total)  # each stage boundary is a cancellation checkpoint
+    prepared = rollout(policy, rollout_groups(prompts, config, seed), config, seed, stages)
+    stages.begin(STATISTICS)  # the statistics and first training forward
     parts = micro_batches(prepared.sequences, config.max_batch_tokens)
     stats, held = answer_statistics(policy, prepared.sequences, parts, config)
-    result = score_batch(policy, prepared, stats, config, seed)
-    checkpoint()  # between scoring (sampling, forward) and the update
+    result = score_batch(policy, prepared, stats, config, seed, stages)
     batch = training_batch(result, prepared.sequences, config)
     lr = config.learning_rate_at(step)
-    update = policy_update(policy, optimizer, batch, config, lr, seed, held)
+    update = policy_update(policy, optimizer, batch, config, lr, seed, held, stages)
     metrics = StepMetrics.from_parts(step, config, result, batch.mask, update)
     metrics.learning_rate = lr
     metrics.seconds = time.perf_counter() - start

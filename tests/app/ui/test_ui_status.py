@@ -24,3 +24,23 @@ def test_stages_are_named() -> None:
     knobs = {"prompts_per_step": 16, "group_size": 8, "inner_steps": 2}
     line = status.step_text(None, 2, 20, knobs)
     assert line == "step 3 of 20: sampling 16×8 answers, rewards and selection, 2 updates"
+
+
+def test_live_status_says_the_place_then_each_stage() -> None:
+    lines: list[tuple[str, float | None]] = []
+    live = status.LiveStatus(lambda text, done: lines.append((text, done)), "step 2 of 5: ")
+    live.position(2)
+    live.position(1)
+    live.position(0)
+    live.stage("generating answers", 0, 4)
+    live.stage("selection", 3, 4)
+    assert lines == [
+        ("step 2 of 5: waiting: 2nd in line", None),
+        ("step 2 of 5: waiting: 1st in line", None),
+        ("step 2 of 5: running", None),
+        ("step 2 of 5: generating answers (1 of 4)", 0.0),
+        ("step 2 of 5: selection (4 of 4)", 0.75),
+    ]
+    assert [status.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 111)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "111th",
+    ]  # fmt: skip

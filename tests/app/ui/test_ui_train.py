@@ -171,6 +171,15 @@ def test_run_steps_yields_after_every_step_and_evaluates(backend: LocalBackend) 
     assert views[-1].last_batch and views[-1].last_batch[0]["tokens"]
     assert [p for p, _ in progress.calls][:2] == [(0, 2), (0, 2)]
     assert views[-1].earlier == []  # start evaluation, step 1
+    # each step's place in line and stages are said as they happen, in order
+    step1 = [d for _, d in progress.calls if d.startswith("step 1 of 2: ")]
+    assert step1[1:5] == [
+        "step 1 of 2: running",
+        "step 1 of 2: generating answers (1 of 7)",
+        "step 1 of 2: scoring rewards (2 of 7)",
+        "step 1 of 2: token statistics (3 of 7)",
+    ]
+    assert step1[-1] == "step 1 of 2: log-prob after (7 of 7)"  # 2 updates before it
 
     # the same tab's next run continues its session
     more = list(train.run_steps(backend, sid, FORM))

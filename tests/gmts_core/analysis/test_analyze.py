@@ -305,3 +305,20 @@ def test_chat_template_wraps_the_prompt(tiny_model_dir: Callable[[str], Any]) ->
     assert (
         plain.groups[0].answers[0].tokens[0].logprob != chat.groups[0].answers[0].tokens[0].logprob
     )
+
+
+def test_stages_are_announced_in_order(tiny_llama: LoadedModel) -> None:
+    """``on_stage`` hears each stage as it begins, with (done, total) counting up."""
+    heard: list[tuple[str, int, int]] = []
+    sampled = GroupInput(PROMPT, sampling=SamplingConfig(num_samples=2, max_new_tokens=4))
+    sampled.rewards = [1.0, 0.0]
+    analyze(tiny_llama, [sampled], on_stage=lambda *a: heard.append(a))
+    names = ["generating answers", "scoring rewards", "token statistics", "selection"]
+    assert heard == [(n, i, 4) for i, n in enumerate(names)]
+    heard.clear()
+    analyze(
+        tiny_llama,
+        [GroupInput(PROMPT, answers=ANSWERS, rewards=REWARDS)],
+        on_stage=lambda *a: heard.append(a),
+    )
+    assert [h[0] for h in heard] == ["tokenizing answers", *names[1:]]

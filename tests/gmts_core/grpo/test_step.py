@@ -299,3 +299,22 @@ def test_fused_step_keeps_the_exact_records_with_kl_and_reselect(lm: LoadedModel
     assert torch.equal(fused.batch.mask, separate.batch.mask)
     assert fused.metrics.kl > 0
     assert fused.metrics.loss == pytest.approx(separate.metrics.loss, rel=1e-4, abs=1e-7)
+
+
+def test_step_stages_are_announced_in_order(lm: LoadedModel) -> None:
+    """Each stage of a step is announced as it begins: rollout, rewards, the statistics
+    forward, selection, one "update" per inner update, then the log-prob-after pass."""
+    config = dataclasses.replace(CONFIG, inner_steps=2, measure_logprob_after=True)
+    policy = TrainablePolicy(lm, PolicySettings(kind="full"))
+    heard: list[tuple[str, int, int]] = []
+    grpo_step(
+        policy,
+        make_optimizer(policy, config),
+        PROMPTS,
+        config,
+        seed=3,
+        on_stage=lambda *a: heard.append(a),
+    )
+    names = ["generating answers", "scoring rewards", "token statistics", "selection"]
+    names += ["update", "update", "log-prob after"]
+    assert heard == [(n, i, len(names)) for i, n in enumerate(names)]

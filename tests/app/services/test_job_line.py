@@ -1,0 +1,124 @@
+"""The job line (app.services.jobs): a waiting caller hears its place as the line moves.
+
+Driven by events only: each job holds its slot until the test releases it, and the test waits
+for the place it expects to be told (the timeouts only stop a broken run from hanging)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from app.services.jobs import JobLimiter, wait_in_line
+from gmts_core.cancel import Cancelled, CancelToken
+
+WAIT = 30.0
+
+
+class Caller:
+    """A UI-like caller on its own thread: waits in line, then holds its slot until released."""
+
+    def __init__(self, jobs: JobLimiter, token: CancelToken | None = None) -> None:
+        self.places: list[int] = []
+        self.heard = threading.Condition()
+        self.release = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(jobs, token), daemon=True)
+
+    def _on_position(self, place: int) -> None:
+        with self.heard:
+            self.places.append(place)
+            self.heard.notify_all()
+
+    def _run(self, jobs: JobLimiter, token: CancelToken | None) -> None:
+        try:
+            with wait_in_line(WAIT, on_position=self._on_position):
+                jobs.run_blocking(lambda: self.release.wait(WAIT), token)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+    def start(self) -> Caller:
+        self.thread.start()
+        return self
+
+    def told(self, place: int) -> None:
+        """Wait until this caller has been told ``place``."""
+        with self.heard:
+            assert self.heard.wait_for(lambda: place in self.places, WAIT), self.places
+
+    def done(self) -> None:
+        self.thread.join(WAIT)
+        assert not self.thread.is_alive()
+
+
+def test_a_waiting_request_hears_its_place_go_2_1_running() -> None:
+    jobs = JobLimiter(max_concurrent=1, max_queued=8)
+    first = Caller(jobs).start()
+    first.told(0)  # running
+    second = Caller(jobs).start()
+    second.told(1)
+    third = Caller(jobs).start()
+    third.told(2)
+    assert (jobs.running, jobs.waiting) == (1, 2)
+
+    first.release.set()
+    second.told(0)
+    third.told(1)
+    second.release.set()
+    third.told(0)
+    third.release.set()
+    for c in (first, second, third):
+        c.done()
+        assert c.error is None
+    assert first.places == [0] and second.places == [1, 0] and third.places == [2, 1, 0]
+    assert (jobs.running, jobs.waiting) == (0, 0)
+
+
+def test_a_cancelled_job_ahead_moves_the_line_up() -> None:
+    jobs = JobLimiter(max_concurrent=1, max_queued=8)
+    first = Caller(jobs).start()
+    first.told(0)
+    token = CancelToken()
+    second = Caller(jobs, token).start()
+    second.told(1)
+    third = Caller(jobs).start()
+    third.told(2)
+    token.cancel("the tab was closed")
+    third.told(1)  # without the first job finishing
+    second.done()
+    assert isinstance(second.error, Cancelled) and jobs.dropped == 1
+    first.release.set()
+    third.told(0)
+    third.release.set()
+    first.done()
+    third.done()
+    assert third.places == [2, 1, 0]
+
+
+def test_waiting_for_queue_space_gives_up_by_the_injected_clock() -> None:
+    """A full queue: a caller in line waits until its deadline (read from the clock), then
+    gets the 429 error; the clock, not a sleep, decides."""
+    now = [0.0]
+    jobs = JobLimiter(max_concurrent=1, max_queued=0, clock=lambda: now[0])
+    first = Caller(jobs).start()
+    first.told(0)
+    told: list[str] = []
+    places: list[int] = []
+    errors: list[BaseException] = []
+
+    def queued(on_position: Callable[[int], None]) -> None:
+        try:
+            with wait_in_line(10, told.append, on_position):
+                jobs.run_blocking(lambda: None)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    heard = threading.Event()
+    waiter = threading.Thread(target=queued, args=(lambda p: (places.append(p), heard.set()),))
+    waiter.start()
+    assert heard.wait(WAIT)
+    assert places == [1] and "waits in line" in told[0]
+    now[0] = 11.0  # past the deadline: the next wake-up gives up
+    waiter.join(WAIT)
+    assert len(errors) == 1 and "busy" in str(errors[0])
+    first.release.set()
+    first.done()
