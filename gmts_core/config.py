@@ -188,15 +188,21 @@ class RLConfig:
         return tuple(dict.fromkeys((self.method, *self.report_methods)))
 
     def analysis_config(self, seed: int) -> AnalysisConfig:
+        """The analysis a step selects its tokens with: the knobs both configs name alike (beta
+        included: the first update's coefficient has the KL term), this step's methods."""
+        shared = {name: getattr(self, name) for name in SHARED_KNOBS}
         return AnalysisConfig(
-            temperature=self.temperature,
-            advantage=self.advantage,
-            loss_aggregation=self.loss_aggregation,
-            ratio=self.ratio,
-            scope=self.scope,
-            methods=self.selection_methods(),
-            top_alternatives=0,
-            seed=seed,
-            chat_template=self.chat_template,
-            beta=self.beta,  # the first update's coefficient has the KL term
+            **shared, methods=self.selection_methods(), top_alternatives=0, seed=seed
         )
+
+
+SHARED_KNOBS = (
+    "temperature",
+    "advantage",
+    "loss_aggregation",
+    "ratio",
+    "scope",
+    "chat_template",
+    "beta",
+)
+"""The knobs :class:`RLConfig` hands to the :class:`AnalysisConfig` of its steps, same name."""

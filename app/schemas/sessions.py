@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.schemas import Num
+from app.schemas.derived import fields_from
 from app.schemas.strict import NoBoolNumbers
 from gmts_core.advantages import ADVANTAGES
 from gmts_core.aggregation import AGGREGATIONS
@@ -21,6 +22,7 @@ from gmts_core.bounds import MIN_TEMPERATURE
 from gmts_core.config import RLConfig, knob_info
 from gmts_core.rewards import get_reward
 from gmts_core.rl import RLPrompt
+from gmts_core.rl_records import AnswerChange, StepMetrics, TokenChange
 from gmts_core.selection import METHODS
 
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -176,57 +178,25 @@ class SessionEvalRequest(NoBoolNumbers):
         return v
 
 
+@fields_from(StepMetrics)
 class StepMetricsOut(BaseModel):
-    """One step's numbers (gmts_core.rl_records.StepMetrics)."""
+    """One step's numbers (the fields of gmts_core.rl_records.StepMetrics)."""
 
     model_config = ConfigDict(from_attributes=True)
 
-    step: int
-    method: str
-    ratio: float
-    learning_rate: float
-    loss: Num
-    policy_loss: Num
-    kl: Num
-    grad_norm: Num
-    clip_low_fraction: Num
-    clip_high_fraction: Num
-    selected_fraction: Num
-    gradient_coverage: Num
-    reward_mean: Num
-    reward_std: Num
-    num_prompts: int
-    num_answers: int
-    num_tokens: int
-    num_zero_signal_groups: int
-    wasted_share: dict[str, Num]
-    selected_logprob_change: Num
-    unselected_logprob_change: Num
-    seconds: Num
 
-
+@fields_from(TokenChange, logprob_change=Num)
 class TokenChangeOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)  # built from gmts_core's TokenChange
+    """One answer token's log-prob before and after the step (gmts_core's TokenChange)."""
 
-    position: int
-    id: int
-    text: str
-    selected: bool
-    logprob_before: Num
-    logprob_after: Num
-    logprob_change: Num
+    model_config = ConfigDict(from_attributes=True)
 
 
+@fields_from(AnswerChange, tokens=list[TokenChangeOut])
 class AnswerChangeOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)  # built from gmts_core's AnswerChange
+    """One answer of the batch with its tokens' log-prob changes (gmts_core's AnswerChange)."""
 
-    group: int
-    index: int
-    prompt: str
-    text: str
-    reward: float
-    advantage: float
-    tokens: list[TokenChangeOut]
+    model_config = ConfigDict(from_attributes=True)
 
 
 class EvaluationOut(BaseModel):
