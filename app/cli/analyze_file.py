@@ -31,6 +31,7 @@ from app.cli.common import (
     ModelOpt,
     RatioOpt,
     ScopeOpt,
+    TemperatureOpt,
     TopAlternativesOpt,
     analysis_config,
     fail,
@@ -191,7 +192,7 @@ def analyze_file_command(
     method: MethodsOpt = None,
     advantage: AdvantageOpt = "grpo",
     aggregation: AggregationOpt = "token_mean",
-    temperature: Annotated[float, typer.Option(help="Statistics temperature.")] = 1.0,
+    temperature: TemperatureOpt = 1.0,
     top_alternatives: TopAlternativesOpt = 5,
     skip_invalid: Annotated[bool, typer.Option(help="Skip bad lines instead of failing.")] = False,
 ) -> None:

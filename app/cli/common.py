@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from app.core.config import Settings
+from app.services.catalog import analysis_knob, rl_knob
 from app.services.container import Services, build_services
 from app.services.errors import GMTSError
 from app.services.local_models import LoadedModel, load_any_model
@@ -77,6 +78,25 @@ def fail(exc: GMTSError) -> typer.Exit:
 
 # --- options shared by `analyze`, `gradcheck` and `analyze-file` ------------------------------
 
+
+def knob_option(knob: tuple[str, dict[str, float]], *decls: str, note: str = "") -> Any:
+    """An option for a documented knob (help, bounds): its help and its range (click's ranges
+    are closed, so a ``gt`` bound is checked by the request model, which says so)."""
+    help_text, bounds = knob
+    low, high = bounds.get("ge", bounds.get("gt")), bounds.get("le", bounds.get("lt"))
+    return typer.Option(*decls, help=f"{help_text} {note}".strip(), min=low, max=high)
+
+
+def analysis_option(name: str, *decls: str, note: str = "") -> Any:
+    """The option of the analysis knob ``name``, as documented once on AnalysisConfig."""
+    return knob_option(analysis_knob(name), *decls, note=note)
+
+
+def rl_option(name: str) -> Any:
+    """The option of the GRPO knob ``name``, as documented once on RLConfig."""
+    return knob_option(rl_knob(name))
+
+
 ModelOpt = Annotated[str, typer.Option(help="Alias, local folder or hub id.")]
 PromptOpt = Annotated[str, typer.Option(help="The prompt text.")]
 AnswerOpt = Annotated[list[str] | None, typer.Option(help="A given answer (repeat); else sample.")]
@@ -84,30 +104,28 @@ NumSamplesOpt = Annotated[int, typer.Option("-n", "--num-samples", help="Answers
 RewardsOpt = Annotated[str | None, typer.Option(help="Explicit rewards, e.g. 1,0,0,1.")]
 RewardKindOpt = Annotated[str, typer.Option(help="numeric | exact | regex | math")]
 ReferenceOpt = Annotated[str | None, typer.Option(help="Reference answer for the rule.")]
-RatioOpt = Annotated[float, typer.Option(help="Share of tokens each method selects.")]
-AdvantageOpt = Annotated[str, typer.Option(help="grpo | dr_grpo | rloo")]
-AggregationOpt = Annotated[str, typer.Option(help="Loss aggregation.")]
-TemperatureOpt = Annotated[float, typer.Option(help="Sampling and statistics temperature.")]
+RatioOpt = Annotated[float, analysis_option("ratio")]
+AdvantageOpt = Annotated[str, analysis_option("advantage")]
+AggregationOpt = Annotated[str, analysis_option("loss_aggregation")]
+TemperatureOpt = Annotated[float, analysis_option("temperature")]
 TopPOpt = Annotated[float, typer.Option(help="Nucleus sampling.")]
 MaxNewTokensOpt = Annotated[int, typer.Option(help="Longest sampled answer.")]
 SeedOpt = Annotated[int, typer.Option(help="Sampling seed.")]
-TopAlternativesOpt = Annotated[int, typer.Option(help="Alternatives per token.")]
-ChatTemplateOpt = Annotated[bool, typer.Option(help="Wrap the prompt in the chat template.")]
-
-
+TopAlternativesOpt = Annotated[int, analysis_option("top_alternatives")]
+ChatTemplateOpt = Annotated[bool, analysis_option("chat_template")]
 MethodsOpt = Annotated[
     list[str] | None,
-    typer.Option(
+    analysis_option(
+        "methods",
         "--method",
-        help=f"Selection method, repeat for several (default: {', '.join(DEFAULT_METHODS)}); "
-        f"registered: {', '.join(method_names())}.",
+        note=f"Repeat for several (default: {', '.join(DEFAULT_METHODS)}); registered: "
+        f"{', '.join(method_names())}.",
     ),
 ]
 ScopeOpt = Annotated[
     str | None,
-    typer.Option(
-        help="batch | group | answer (default: batch; group when the only --method is "
-        "gmts_paper, as in the paper)."
+    analysis_option(
+        "scope", note="Default: batch; group when the only --method is gmts_paper, as in the paper."
     ),
 ]
 

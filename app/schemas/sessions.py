@@ -15,25 +15,24 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.schemas import Num
 from app.schemas.derived import fields_from
+from app.schemas.knobs import config_field
 from app.schemas.strict import NoBoolNumbers
 from gmts_core.advantages import ADVANTAGES
 from gmts_core.aggregation import AGGREGATIONS
-from gmts_core.bounds import MIN_TEMPERATURE
-from gmts_core.config import RLConfig, knob_info
+from gmts_core.bounds import MAX_SEED, MIN_TEMPERATURE
+from gmts_core.config import RLConfig
 from gmts_core.rewards import get_reward
 from gmts_core.rl import RLPrompt
 from gmts_core.rl_records import AnswerChange, StepMetrics, TokenChange
 from gmts_core.selection import METHODS
 
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
-MAX_SEED = 2**32 - 1
 
 
 def knob_field(name: str) -> Any:
     """An optional request field for the RLConfig knob ``name``: its help and bounds as
     documented once in :mod:`gmts_core.config`."""
-    help_text, bounds = knob_info(RLConfig, name)
-    return Field(None, description=help_text, **bounds)  # type: ignore[call-overload]
+    return config_field(RLConfig, name, None)
 
 
 class RLKnobs(NoBoolNumbers):
