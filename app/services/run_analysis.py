@@ -10,7 +10,6 @@ single-process run of the same steps.
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,8 +28,6 @@ from gmts_core.runs.report import (
     settings_of,
     uses_log,
 )
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
