@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Annotated, Any, get_type_hints
 
 import typer
 
@@ -159,3 +162,62 @@ def analysis_config(
     if seed:
         fields["seed"] = seed
     return fields
+
+
+# --- the options of one group, shared by `analyze` and `gradcheck` ----------------------------
+
+
+def group_request(
+    prompt: PromptOpt,
+    model: ModelOpt = "tiny-arith",
+    answer: AnswerOpt = None,
+    n: NumSamplesOpt = 8,
+    rewards: RewardsOpt = None,
+    reward_kind: RewardKindOpt = "numeric",
+    reference: ReferenceOpt = None,
+    ratio: RatioOpt = 0.2,
+    scope: ScopeOpt = None,
+    method: MethodsOpt = None,
+    advantage: AdvantageOpt = "grpo",
+    aggregation: AggregationOpt = "token_mean",
+    temperature: TemperatureOpt = 1.0,
+    top_p: TopPOpt = 1.0,
+    max_new_tokens: MaxNewTokensOpt = 64,
+    seed: SeedOpt = 0,
+    top_alternatives: TopAlternativesOpt = 5,
+    chat_template: ChatTemplateOpt = False,
+) -> Json:
+    """The body of ``POST /v1/analyze`` for one group, from the options of that name."""
+    return {
+        "model": model,
+        **group_from_flags(
+            prompt, answer, n, temperature, top_p, max_new_tokens, seed, rewards, reward_kind,
+            reference,
+        ),
+        **analysis_config(
+            temperature, advantage, aggregation, ratio, scope, top_alternatives, seed,
+            chat_template, method,
+        ),
+    }  # fmt: skip
+
+
+def with_group_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``command(request, **its own options)`` as a function Typer reads as taking the options
+    of :func:`group_request` first, then the command's own: the options of one group are
+    declared once for every command that analyses one. ``request`` is the body they describe."""
+    shared = inspect.signature(group_request).parameters
+    hints = {
+        **get_type_hints(group_request, include_extras=True),
+        **get_type_hints(command, include_extras=True),
+    }
+    own = [p for name, p in inspect.signature(command).parameters.items() if name != "request"]
+    params = [p.replace(annotation=hints[p.name]) for p in (*shared.values(), *own)]
+
+    @functools.wraps(command)
+    def run(**options: Any) -> None:
+        request = group_request(**{name: options.pop(name) for name in shared})
+        command(request, **options)
+
+    run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    return run
