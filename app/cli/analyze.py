@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import typer
@@ -11,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from app.cli._app import cli
-from app.cli.common import fail, load_cli_model, services, with_group_options
+from app.cli.common import echo_body, fail, load_cli_model, services, with_group_options
 from app.schemas import AnalyzeRequest
 from app.services.bodies import analysis_json
 from app.services.errors import GMTSError
@@ -35,10 +34,7 @@ def analyze_command(
         )
     except GMTSError as exc:
         raise fail(exc) from None
-    if as_json:
-        typer.echo(json.dumps(body, ensure_ascii=False))
-    else:
-        render_terminal(body, Console())
+    echo_body(body, as_json, render_terminal)
 
 
 def _answers(body: dict[str, Any]) -> list[dict[str, Any]]:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Annotated, Any, get_type_hints
 
 import typer
+from rich.console import Console
 
 from app.core.config import Settings
 from app.services.catalog import analysis_knob, rl_knob
@@ -71,6 +73,14 @@ def group_from_flags(
     else:
         fields["reward"] = {"kind": reward_kind, "reference": reference}
     return fields
+
+
+def echo_body(body: Json, as_json: bool, render: Callable[[Json, Console], None]) -> None:
+    """Print a response body: its JSON (``--json``, exactly the API's), else ``render``'s view."""
+    if as_json:
+        typer.echo(json.dumps(body, ensure_ascii=False))
+    else:
+        render(body, Console())
 
 
 def fail(exc: GMTSError) -> typer.Exit:

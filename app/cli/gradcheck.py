@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import typer
@@ -10,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from app.cli._app import cli
-from app.cli.common import fail, load_cli_model, services, with_group_options
+from app.cli.common import echo_body, fail, load_cli_model, services, with_group_options
 from app.schemas.gradcheck import GradcheckRequest
 from app.services.bodies import as_json as json_body
 from app.services.errors import GMTSError
@@ -37,10 +36,7 @@ def gradcheck_command(
         body = json_body(services().gradcheck.run_local(req, load_cli_model(request["model"])))
     except GMTSError as exc:
         raise fail(exc) from None
-    if as_json:
-        typer.echo(json.dumps(body, ensure_ascii=False))
-    else:
-        render_fidelity(body, Console())
+    echo_body(body, as_json, render_fidelity)
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
