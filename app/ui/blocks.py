@@ -165,7 +165,7 @@ def _settings_column(c: dict[str, Any], ctx: UIContext) -> None:
                 0, precision=0, label="Seed", minimum=bounds["ge"], maximum=bounds["le"]
             )
         c["scope"] = gr.Radio(
-            list(explore.SCOPE_INFO), value="batch", label="Scope",
+            list(explore.SCOPE_INFO), value=analysis_knob_default("scope"), label="Scope",
             info=analysis_knob("scope")[0] + " (see below)",
         )  # fmt: skip
         c["top_alternatives"] = knob_slider(
