@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from app.cli._app import cli
-from app.cli.common import echo_body, fail, load_cli_model, services, with_group_options
+from app.cli.common import echo_body, fail, group_request, load_cli_model, services, with_options
 from app.schemas import AnalyzeRequest
 from app.services.bodies import analysis_json
 from app.services.errors import GMTSError
@@ -21,7 +21,7 @@ _STYLES = {"both": "bold reverse", "a": "underline yellow", "b": "bold white on 
 
 
 @cli.command("analyze")
-@with_group_options
+@with_options(group_request, "request")
 def analyze_command(
     request: dict[str, Any],
     as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON body.")] = False,

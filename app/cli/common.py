@@ -7,7 +7,7 @@ import inspect
 import json
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Annotated, Any, get_type_hints
+from typing import Annotated, Any, TypeVar, cast, get_type_hints
 
 import typer
 from rich.console import Console
@@ -174,9 +174,55 @@ def analysis_config(
     return fields
 
 
-# --- the options of one group, shared by `analyze` and `gradcheck` ----------------------------
+# --- option bundles: the analysis knobs (`analyze-file`), one group (`analyze`, `gradcheck`) ---
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
+def with_options(bundle: Callable[..., Json], name: str) -> Callable[[F], F]:
+    """A decorator: ``command``'s parameter ``name`` becomes the options of ``bundle`` (each
+    declared once, there), and ``command`` receives what ``bundle`` makes of them. Typer reads
+    the signature this gives the command, so ``--help`` lists the options in that place."""
+
+    def decorate(command: F) -> F:
+        shared = inspect.signature(bundle).parameters
+        hints = {
+            **get_type_hints(bundle, include_extras=True),
+            **get_type_hints(command, include_extras=True),
+        }
+        params: list[inspect.Parameter] = []
+        for own, p in inspect.signature(command).parameters.items():
+            options = shared.values() if own == name else [p]
+            params += [q.replace(annotation=hints[q.name]) for q in options]
+
+        @functools.wraps(command)
+        def run(**options: Any) -> Any:
+            options[name] = bundle(**{k: options.pop(k) for k in shared})
+            return command(**options)
+
+        run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        return cast(F, run)
+
+    return decorate
+
+
+def analysis_request(
+    ratio: RatioOpt = 0.2,
+    scope: ScopeOpt = None,
+    method: MethodsOpt = None,
+    advantage: AdvantageOpt = "grpo",
+    aggregation: AggregationOpt = "token_mean",
+    temperature: TemperatureOpt = 1.0,
+    top_alternatives: TopAlternativesOpt = 5,
+) -> Json:
+    """The analysis fields of ``POST /v1/analyze`` from the options of that name."""
+    return analysis_config(
+        temperature, advantage, aggregation, ratio, scope, top_alternatives, methods=method
+    )
+
+
+@with_options(analysis_request, "analysis")
 def group_request(
     prompt: PromptOpt,
     model: ModelOpt = "tiny-arith",
@@ -185,49 +231,16 @@ def group_request(
     rewards: RewardsOpt = None,
     reward_kind: RewardKindOpt = "numeric",
     reference: ReferenceOpt = None,
-    ratio: RatioOpt = 0.2,
-    scope: ScopeOpt = None,
-    method: MethodsOpt = None,
-    advantage: AdvantageOpt = "grpo",
-    aggregation: AggregationOpt = "token_mean",
-    temperature: TemperatureOpt = 1.0,
+    analysis: Json | None = None,
     top_p: TopPOpt = 1.0,
     max_new_tokens: MaxNewTokensOpt = 64,
     seed: SeedOpt = 0,
-    top_alternatives: TopAlternativesOpt = 5,
     chat_template: ChatTemplateOpt = False,
 ) -> Json:
     """The body of ``POST /v1/analyze`` for one group, from the options of that name."""
-    return {
-        "model": model,
-        **group_from_flags(
-            prompt, answer, n, temperature, top_p, max_new_tokens, seed, rewards, reward_kind,
-            reference,
-        ),
-        **analysis_config(
-            temperature, advantage, aggregation, ratio, scope, top_alternatives, seed,
-            chat_template, method,
-        ),
-    }  # fmt: skip
-
-
-def with_group_options(command: Callable[..., None]) -> Callable[..., None]:
-    """``command(request, **its own options)`` as a function Typer reads as taking the options
-    of :func:`group_request` first, then the command's own: the options of one group are
-    declared once for every command that analyses one. ``request`` is the body they describe."""
-    shared = inspect.signature(group_request).parameters
-    hints = {
-        **get_type_hints(group_request, include_extras=True),
-        **get_type_hints(command, include_extras=True),
-    }
-    own = [p for name, p in inspect.signature(command).parameters.items() if name != "request"]
-    params = [p.replace(annotation=hints[p.name]) for p in (*shared.values(), *own)]
-
-    @functools.wraps(command)
-    def run(**options: Any) -> None:
-        request = group_request(**{name: options.pop(name) for name in shared})
-        command(request, **options)
-
-    run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    run.__annotations__ = {p.name: p.annotation for p in params}
-    return run
+    fields = dict(analysis or {}, chat_template=chat_template)
+    if seed:  # the analysis' seed too (the random method), as the API takes it
+        fields["seed"] = seed
+    sampling = (fields["temperature"], top_p, max_new_tokens, seed)
+    group = group_from_flags(prompt, answer, n, *sampling, rewards, reward_kind, reference)
+    return {"model": model, **group, **fields}

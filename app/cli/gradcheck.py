@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from app.cli._app import cli
-from app.cli.common import echo_body, fail, load_cli_model, services, with_group_options
+from app.cli.common import echo_body, fail, group_request, load_cli_model, services, with_options
 from app.schemas.gradcheck import GradcheckRequest
 from app.services.bodies import as_json as json_body
 from app.services.errors import GMTSError
@@ -18,7 +18,7 @@ from app.services.validation import validated
 
 
 @cli.command("gradcheck")
-@with_group_options
+@with_options(group_request, "request")
 def gradcheck_command(
     request: dict[str, Any],
     max_tokens: Annotated[
