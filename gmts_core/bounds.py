@@ -10,6 +10,7 @@
   or an answer) has at most 100 digits and a decimal exponent of at most 400 in size; parsing
   "1e10000000" exactly would build a 10-million-digit integer and hold the interpreter for
   seconds.
+- ``MAX_SEED``: seeds feed torch and numpy generators, which take unsigned 32-bit seeds.
 """
 
 from __future__ import annotations
@@ -18,3 +19,4 @@ MIN_TEMPERATURE = 1e-3
 MAX_ABS_REWARD = 1e9
 MAX_NUMBER_DIGITS = 100
 MAX_NUMBER_EXPONENT = 400
+MAX_SEED = 2**32 - 1

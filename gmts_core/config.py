@@ -1,6 +1,6 @@
 """The algorithm knobs, in one place: an analysis (:class:`AnalysisConfig`) and a GRPO step
-(:class:`RLConfig`). Plain frozen dataclasses with ``validate()``. Each GRPO knob is documented
-once, as a :func:`knob` (default, help, bounds); the app's request models, UI forms and CLI options
+(:class:`RLConfig`). Plain frozen dataclasses with ``validate()``. Each knob is documented once,
+as a :func:`knob` (default, help, bounds); the app's request models, UI forms and CLI options
 take their help, bounds and defaults from here.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from gmts_core.bounds import MIN_TEMPERATURE
+from gmts_core.bounds import MAX_SEED, MIN_TEMPERATURE
 from gmts_core.errors import InvalidInputError
 from gmts_core.methods.selection import SCOPES, list_methods
 
@@ -37,24 +37,47 @@ DEFAULT_METHODS = ("entropy", "gmts", "gmts_entropy", "gmts_paper", "surprisal",
 class AnalysisConfig:
     """Algorithm knobs of an analysis (:func:`gmts_core.analysis.analyze.analyze`)."""
 
-    temperature: float = 1.0  # tau of pi = softmax(z / tau); also the sampling temperature
-    advantage: str = "grpo"
-    loss_aggregation: str = "token_mean"
-    ratio: float = 0.2
-    scope: str = "batch"
-    methods: tuple[str, ...] = DEFAULT_METHODS
-    top_alternatives: int = 5
-    seed: int = 0  # for the `random` method
-    chat_template: bool = False
-    include_grad_head: bool = False
-    chunk_size: int = 128
-    # given answers are text: "<eos>" in one is the five characters, not the control token,
-    # unless this is True (then special-token strings become their tokens, as in a prompt)
-    answer_special_tokens: bool = False
-    # KL weight of the coefficient omega_t = A + beta (pi_ref / pi - 1) against the policy's
-    # reference (LoadedModel.reference: a session's starting policy); None: the policy's own
-    # training beta (LoadedModel.reference_beta; 0, so omega = A, for a plain model)
-    beta: float | None = None
+    temperature: float = knob(
+        1.0,
+        "Sampling temperature and tau of the token statistics, pi = softmax(z / tau) "
+        "(at least 0.001).",
+        ge=MIN_TEMPERATURE,
+        le=100,
+    )
+    advantage: str = knob("grpo", "Advantage estimator: grpo | dr_grpo | rloo.")
+    loss_aggregation: str = knob(
+        "token_mean",
+        "Loss aggregation, the answer weight w_i: token_mean | seq_mean_token_mean | "
+        "seq_mean_token_sum_norm.",
+    )
+    ratio: float = knob(
+        0.2, "Share of tokens each method selects (k = ceil(ratio * N)).", gt=0, le=1
+    )
+    scope: str = knob(
+        "batch",
+        "Which tokens compete for the top-k places: batch (all together), group or answer.",
+    )
+    methods: tuple[str, ...] = knob(DEFAULT_METHODS, "Selection methods to compare.")
+    top_alternatives: int = knob(5, "Most likely alternatives listed per token.", ge=0, le=100)
+    seed: int = knob(0, "Seed of the random method's scores.", ge=0, le=MAX_SEED)
+    chat_template: bool = knob(False, "Wrap prompts in the tokenizer's chat template.")
+    include_grad_head: bool = knob(
+        False, "Also compute grad_head, the LM-head weight-gradient norm of each token."
+    )
+    chunk_size: int = knob(128, "Positions per chunk of the vocabulary-wide statistics.", ge=1)
+    answer_special_tokens: bool = knob(
+        False,
+        "Given answers: read special-token strings such as '<eos>' as control tokens. By "
+        "default answers are plain text and their token texts join back to them.",
+    )
+    # the coefficient omega_t = A + beta (pi_ref / pi - 1) is taken against the policy's
+    # reference (LoadedModel.reference: a session's starting policy)
+    beta: float | None = knob(
+        None,
+        "KL weight of the effective coefficient; none: the policy's own training beta (0 for a "
+        "plain model).",
+        ge=0,
+    )
 
     def beta_for(self, lm: LoadedModel) -> float:
         return lm.reference_beta if self.beta is None else self.beta
@@ -188,15 +211,21 @@ class RLConfig:
         return tuple(dict.fromkeys((self.method, *self.report_methods)))
 
     def analysis_config(self, seed: int) -> AnalysisConfig:
+        """The analysis a step selects its tokens with: the knobs both configs name alike (beta
+        included: the first update's coefficient has the KL term), this step's methods."""
+        shared = {name: getattr(self, name) for name in SHARED_KNOBS}
         return AnalysisConfig(
-            temperature=self.temperature,
-            advantage=self.advantage,
-            loss_aggregation=self.loss_aggregation,
-            ratio=self.ratio,
-            scope=self.scope,
-            methods=self.selection_methods(),
-            top_alternatives=0,
-            seed=seed,
-            chat_template=self.chat_template,
-            beta=self.beta,  # the first update's coefficient has the KL term
+            **shared, methods=self.selection_methods(), top_alternatives=0, seed=seed
         )
+
+
+SHARED_KNOBS = (
+    "temperature",
+    "advantage",
+    "loss_aggregation",
+    "ratio",
+    "scope",
+    "chat_template",
+    "beta",
+)
+"""The knobs :class:`RLConfig` hands to the :class:`AnalysisConfig` of its steps, same name."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import typer
@@ -11,31 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from app.cli._app import cli
-from app.cli.common import (
-    AdvantageOpt,
-    AggregationOpt,
-    AnswerOpt,
-    ChatTemplateOpt,
-    MaxNewTokensOpt,
-    MethodsOpt,
-    ModelOpt,
-    NumSamplesOpt,
-    PromptOpt,
-    RatioOpt,
-    ReferenceOpt,
-    RewardKindOpt,
-    RewardsOpt,
-    ScopeOpt,
-    SeedOpt,
-    TemperatureOpt,
-    TopAlternativesOpt,
-    TopPOpt,
-    analysis_config,
-    fail,
-    group_from_flags,
-    load_cli_model,
-    services,
-)
+from app.cli.common import echo_body, fail, group_request, load_cli_model, services, with_options
 from app.schemas import AnalyzeRequest
 from app.services.bodies import analysis_json
 from app.services.errors import GMTSError
@@ -46,63 +21,20 @@ _STYLES = {"both": "bold reverse", "a": "underline yellow", "b": "bold white on 
 
 
 @cli.command("analyze")
+@with_options(group_request, "request")
 def analyze_command(
-    prompt: PromptOpt,
-    model: ModelOpt = "tiny-arith",
-    answer: AnswerOpt = None,
-    n: NumSamplesOpt = 8,
-    rewards: RewardsOpt = None,
-    reward_kind: RewardKindOpt = "numeric",
-    reference: ReferenceOpt = None,
-    ratio: RatioOpt = 0.2,
-    scope: ScopeOpt = None,
-    method: MethodsOpt = None,
-    advantage: AdvantageOpt = "grpo",
-    aggregation: AggregationOpt = "token_mean",
-    temperature: TemperatureOpt = 1.0,
-    top_p: TopPOpt = 1.0,
-    max_new_tokens: MaxNewTokensOpt = 64,
-    seed: SeedOpt = 0,
-    top_alternatives: TopAlternativesOpt = 5,
-    chat_template: ChatTemplateOpt = False,
+    request: dict[str, Any],
     as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON body.")] = False,
 ) -> None:
     """Entropy, gradient magnitude and GMTS rank of every answer token of one group."""
-    request = {
-        "model": model,
-        **group_from_flags(
-            prompt,
-            answer,
-            n,
-            temperature,
-            top_p,
-            max_new_tokens,
-            seed,
-            rewards,
-            reward_kind,
-            reference,
-        ),
-        **analysis_config(
-            temperature,
-            advantage,
-            aggregation,
-            ratio,
-            scope,
-            top_alternatives,
-            seed,
-            chat_template,
-            method,
-        ),
-    }
     try:
         req = validated(AnalyzeRequest, request)
-        body = analysis_json(services().analysis.analyze_local(req, load_cli_model(model)))
+        body = analysis_json(
+            services().analysis.analyze_local(req, load_cli_model(request["model"]))
+        )
     except GMTSError as exc:
         raise fail(exc) from None
-    if as_json:
-        typer.echo(json.dumps(body, ensure_ascii=False))
-    else:
-        render_terminal(body, Console())
+    echo_body(body, as_json, render_terminal)
 
 
 def _answers(body: dict[str, Any]) -> list[dict[str, Any]]:

@@ -24,19 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from tqdm import tqdm
 
 from app.cli._app import cli
-from app.cli.common import (
-    AdvantageOpt,
-    AggregationOpt,
-    MethodsOpt,
-    ModelOpt,
-    RatioOpt,
-    ScopeOpt,
-    TopAlternativesOpt,
-    analysis_config,
-    fail,
-    load_cli_model,
-    services,
-)
+from app.cli.common import ModelOpt, analysis_request, fail, load_cli_model, services, with_options
 from app.schemas import AnalyzeRequest
 from app.services.bodies import analysis_json
 from app.services.errors import GMTSError, InvalidInputError
@@ -175,6 +163,7 @@ def _count_lines(path: Path) -> int:
 
 
 @cli.command("analyze-file")
+@with_options(analysis_request, "analysis")
 def analyze_file_command(
     rollouts: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSONL file.")],
     output: Annotated[
@@ -186,13 +175,7 @@ def analyze_file_command(
     model: ModelOpt = "tiny-arith",
     batch_size: Annotated[int, typer.Option(min=1, help="Lines analyzed as one batch.")] = 1,
     reward_kind: Annotated[str, typer.Option(help="Rule for lines with a reference.")] = "numeric",
-    ratio: RatioOpt = 0.2,
-    scope: ScopeOpt = None,
-    method: MethodsOpt = None,
-    advantage: AdvantageOpt = "grpo",
-    aggregation: AggregationOpt = "token_mean",
-    temperature: Annotated[float, typer.Option(help="Statistics temperature.")] = 1.0,
-    top_alternatives: TopAlternativesOpt = 5,
+    analysis: dict[str, Any] | None = None,
     skip_invalid: Annotated[bool, typer.Option(help="Skip bad lines instead of failing.")] = False,
 ) -> None:
     """Analyze every group of a rollout dump (one JSON object per line) with a progress bar."""
@@ -201,9 +184,7 @@ def analyze_file_command(
     if fmt not in ("jsonl", "csv"):
         raise typer.BadParameter("--format must be jsonl or csv")
     try:
-        config = analysis_config(
-            temperature, advantage, aggregation, ratio, scope, top_alternatives, methods=method
-        )
+        config = analysis or {}
         # the knobs are checked once, up front, as part of a minimal request
         validated(AnalyzeRequest, {**config, "prompt": "-", "rewards": [0.0], "answers": ["-"]})
         lm = load_cli_model(model)

@@ -15,9 +15,17 @@ import typer
 from tqdm import tqdm
 
 from app.cli._app import cli
-from app.cli.common import AdvantageOpt, AggregationOpt, RatioOpt, fail
+from app.cli.common import (
+    AdvantageOpt,
+    AggregationOpt,
+    RatioOpt,
+    TemperatureOpt,
+    analysis_option,
+    fail,
+)
 from app.services.errors import GMTSError
-from app.services.run_analysis import DEFAULT_METHODS, RunAnalysisRequest, run_analysis
+from app.services.methods import DEFAULT_METHODS
+from app.services.run_analysis import AnalysisConfig, RunAnalysisRequest, run_analysis
 
 
 @cli.command("analyze-run")
@@ -34,14 +42,14 @@ def analyze_run_command(
     tokens: Annotated[
         str | None, typer.Option(help="Steps whose per-token records to write: 'all' or a spec.")
     ] = None,
-    methods: Annotated[str, typer.Option(help="Comma-separated selection methods.")] = ",".join(
+    methods: Annotated[str, analysis_option("methods", note="Comma-separated.")] = ",".join(
         DEFAULT_METHODS
     ),
     ratio: RatioOpt = 0.2,
-    scope: Annotated[str, typer.Option(help="batch | group | answer")] = "batch",
+    scope: Annotated[str, analysis_option("scope")] = "batch",
     advantage: AdvantageOpt = "grpo",
     aggregation: AggregationOpt = "token_mean",
-    temperature: Annotated[float, typer.Option(help="Statistics temperature.")] = 1.0,
+    temperature: TemperatureOpt = 1.0,
     reward: Annotated[
         str | None, typer.Option(help="Reward rule for groups the file has no rewards for.")
     ] = None,
@@ -56,12 +64,14 @@ def analyze_run_command(
         fmt=fmt,
         steps=steps,
         tokens=tokens,
-        methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
-        ratio=ratio,
-        scope=scope,
-        advantage=advantage,
-        loss_aggregation=aggregation,
-        temperature=temperature,
+        analysis=AnalysisConfig(
+            methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
+            ratio=ratio,
+            scope=scope,
+            advantage=advantage,
+            loss_aggregation=aggregation,
+            temperature=temperature,
+        ),
         reward_kind=reward,
         resume=resume,
         device=device,

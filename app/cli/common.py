@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import json
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar, cast, get_type_hints
 
 import typer
+from rich.console import Console
 
 from app.core.config import Settings
+from app.services.catalog import analysis_knob, rl_knob
 from app.services.container import Services, build_services
 from app.services.errors import GMTSError
 from app.services.local_models import LoadedModel, load_any_model
@@ -69,6 +75,14 @@ def group_from_flags(
     return fields
 
 
+def echo_body(body: Json, as_json: bool, render: Callable[[Json, Console], None]) -> None:
+    """Print a response body: its JSON (``--json``, exactly the API's), else ``render``'s view."""
+    if as_json:
+        typer.echo(json.dumps(body, ensure_ascii=False))
+    else:
+        render(body, Console())
+
+
 def fail(exc: GMTSError) -> typer.Exit:
     """Print a library error plainly and return the exit to raise."""
     typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
@@ -77,6 +91,25 @@ def fail(exc: GMTSError) -> typer.Exit:
 
 # --- options shared by `analyze`, `gradcheck` and `analyze-file` ------------------------------
 
+
+def knob_option(knob: tuple[str, dict[str, float]], *decls: str, note: str = "") -> Any:
+    """An option for a documented knob (help, bounds): its help and its range (click's ranges
+    are closed, so a ``gt`` bound is checked by the request model, which says so)."""
+    help_text, bounds = knob
+    low, high = bounds.get("ge", bounds.get("gt")), bounds.get("le", bounds.get("lt"))
+    return typer.Option(*decls, help=f"{help_text} {note}".strip(), min=low, max=high)
+
+
+def analysis_option(name: str, *decls: str, note: str = "") -> Any:
+    """The option of the analysis knob ``name``, as documented once on AnalysisConfig."""
+    return knob_option(analysis_knob(name), *decls, note=note)
+
+
+def rl_option(name: str) -> Any:
+    """The option of the GRPO knob ``name``, as documented once on RLConfig."""
+    return knob_option(rl_knob(name))
+
+
 ModelOpt = Annotated[str, typer.Option(help="Alias, local folder or hub id.")]
 PromptOpt = Annotated[str, typer.Option(help="The prompt text.")]
 AnswerOpt = Annotated[list[str] | None, typer.Option(help="A given answer (repeat); else sample.")]
@@ -84,30 +117,28 @@ NumSamplesOpt = Annotated[int, typer.Option("-n", "--num-samples", help="Answers
 RewardsOpt = Annotated[str | None, typer.Option(help="Explicit rewards, e.g. 1,0,0,1.")]
 RewardKindOpt = Annotated[str, typer.Option(help="numeric | exact | regex | math")]
 ReferenceOpt = Annotated[str | None, typer.Option(help="Reference answer for the rule.")]
-RatioOpt = Annotated[float, typer.Option(help="Share of tokens each method selects.")]
-AdvantageOpt = Annotated[str, typer.Option(help="grpo | dr_grpo | rloo")]
-AggregationOpt = Annotated[str, typer.Option(help="Loss aggregation.")]
-TemperatureOpt = Annotated[float, typer.Option(help="Sampling and statistics temperature.")]
+RatioOpt = Annotated[float, analysis_option("ratio")]
+AdvantageOpt = Annotated[str, analysis_option("advantage")]
+AggregationOpt = Annotated[str, analysis_option("loss_aggregation")]
+TemperatureOpt = Annotated[float, analysis_option("temperature")]
 TopPOpt = Annotated[float, typer.Option(help="Nucleus sampling.")]
 MaxNewTokensOpt = Annotated[int, typer.Option(help="Longest sampled answer.")]
 SeedOpt = Annotated[int, typer.Option(help="Sampling seed.")]
-TopAlternativesOpt = Annotated[int, typer.Option(help="Alternatives per token.")]
-ChatTemplateOpt = Annotated[bool, typer.Option(help="Wrap the prompt in the chat template.")]
-
-
+TopAlternativesOpt = Annotated[int, analysis_option("top_alternatives")]
+ChatTemplateOpt = Annotated[bool, analysis_option("chat_template")]
 MethodsOpt = Annotated[
     list[str] | None,
-    typer.Option(
+    analysis_option(
+        "methods",
         "--method",
-        help=f"Selection method, repeat for several (default: {', '.join(DEFAULT_METHODS)}); "
-        f"registered: {', '.join(method_names())}.",
+        note=f"Repeat for several (default: {', '.join(DEFAULT_METHODS)}); registered: "
+        f"{', '.join(method_names())}.",
     ),
 ]
 ScopeOpt = Annotated[
     str | None,
-    typer.Option(
-        help="batch | group | answer (default: batch; group when the only --method is "
-        "gmts_paper, as in the paper)."
+    analysis_option(
+        "scope", note="Default: batch; group when the only --method is gmts_paper, as in the paper."
     ),
 ]
 
@@ -141,3 +172,75 @@ def analysis_config(
     if seed:
         fields["seed"] = seed
     return fields
+
+
+# --- option bundles: the analysis knobs (`analyze-file`), one group (`analyze`, `gradcheck`) ---
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def with_options(bundle: Callable[..., Json], name: str) -> Callable[[F], F]:
+    """A decorator: ``command``'s parameter ``name`` becomes the options of ``bundle`` (each
+    declared once, there), and ``command`` receives what ``bundle`` makes of them. Typer reads
+    the signature this gives the command, so ``--help`` lists the options in that place."""
+
+    def decorate(command: F) -> F:
+        shared = inspect.signature(bundle).parameters
+        hints = {
+            **get_type_hints(bundle, include_extras=True),
+            **get_type_hints(command, include_extras=True),
+        }
+        params: list[inspect.Parameter] = []
+        for own, p in inspect.signature(command).parameters.items():
+            options = shared.values() if own == name else [p]
+            params += [q.replace(annotation=hints[q.name]) for q in options]
+
+        @functools.wraps(command)
+        def run(**options: Any) -> Any:
+            options[name] = bundle(**{k: options.pop(k) for k in shared})
+            return command(**options)
+
+        run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        return cast(F, run)
+
+    return decorate
+
+
+def analysis_request(
+    ratio: RatioOpt = 0.2,
+    scope: ScopeOpt = None,
+    method: MethodsOpt = None,
+    advantage: AdvantageOpt = "grpo",
+    aggregation: AggregationOpt = "token_mean",
+    temperature: TemperatureOpt = 1.0,
+    top_alternatives: TopAlternativesOpt = 5,
+) -> Json:
+    """The analysis fields of ``POST /v1/analyze`` from the options of that name."""
+    return analysis_config(
+        temperature, advantage, aggregation, ratio, scope, top_alternatives, methods=method
+    )
+
+
+@with_options(analysis_request, "analysis")
+def group_request(
+    prompt: PromptOpt,
+    model: ModelOpt = "tiny-arith",
+    answer: AnswerOpt = None,
+    n: NumSamplesOpt = 8,
+    rewards: RewardsOpt = None,
+    reward_kind: RewardKindOpt = "numeric",
+    reference: ReferenceOpt = None,
+    analysis: Json | None = None,
+    top_p: TopPOpt = 1.0,
+    max_new_tokens: MaxNewTokensOpt = 64,
+    seed: SeedOpt = 0,
+    chat_template: ChatTemplateOpt = False,
+) -> Json:
+    """The body of ``POST /v1/analyze`` for one group, from the options of that name."""
+    fields = dict(analysis or {}, chat_template=chat_template)
+    if seed:  # the analysis' seed too (the random method), as the API takes it
+        fields["seed"] = seed
+    sampling = (fields["temperature"], top_p, max_new_tokens, seed)
+    group = group_from_flags(prompt, answer, n, *sampling, rewards, reward_kind, reference)
+    return {"model": model, **group, **fields}

@@ -7,7 +7,7 @@ and ``table.md`` (the final table) into ``--out``, and prints the table.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import torch
 import typer
@@ -16,9 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from app.cli._app import cli
-from app.cli.common import fail, load_cli_model, services
+from app.cli.common import fail, load_cli_model, rl_option, services
 from app.reports.compare_report import TABLE_HEADER, table_rows
-from app.services.catalog import rl_knob
 from app.services.compare import (
     COMPARE_RECIPE,
     DEFAULT_COMPARE_METHODS,
@@ -46,19 +45,12 @@ def _print_table(result: CompareResult, console: Console) -> None:
     console.print(table)
 
 
-def rl_option(name: str) -> Any:
-    """A GRPO knob's option: help and bounds as documented once on RLConfig."""
-    help_text, bounds = rl_knob(name)
-    low = bounds.get("ge", bounds.get("gt"))
-    return typer.Option(help=help_text, min=low, max=bounds.get("le"))
-
-
 @cli.command("compare")
 def compare_command(
     methods: Annotated[str, typer.Option(help="Comma-separated methods.")] = ",".join(
         DEFAULT_COMPARE_METHODS
     ),
-    ratio: Annotated[float, typer.Option(help="Share of tokens each method selects.")] = 0.2,
+    ratio: Annotated[float, rl_option("ratio")] = 0.2,
     steps: Annotated[int, typer.Option(help="GRPO steps per run.")] = CompareConfig.steps,
     seeds: Annotated[int, typer.Option(help="Seeds per method.")] = CompareConfig.seeds,
     model: Annotated[str, typer.Option(help="Alias or local folder.")] = "tiny-arith",

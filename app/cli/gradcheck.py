@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import typer
@@ -10,31 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from app.cli._app import cli
-from app.cli.common import (
-    AdvantageOpt,
-    AggregationOpt,
-    AnswerOpt,
-    ChatTemplateOpt,
-    MaxNewTokensOpt,
-    MethodsOpt,
-    ModelOpt,
-    NumSamplesOpt,
-    PromptOpt,
-    RatioOpt,
-    ReferenceOpt,
-    RewardKindOpt,
-    RewardsOpt,
-    ScopeOpt,
-    SeedOpt,
-    TemperatureOpt,
-    TopAlternativesOpt,
-    TopPOpt,
-    analysis_config,
-    fail,
-    group_from_flags,
-    load_cli_model,
-    services,
-)
+from app.cli.common import echo_body, fail, group_request, load_cli_model, services, with_options
 from app.schemas.gradcheck import GradcheckRequest
 from app.services.bodies import as_json as json_body
 from app.services.errors import GMTSError
@@ -43,25 +18,9 @@ from app.services.validation import validated
 
 
 @cli.command("gradcheck")
+@with_options(group_request, "request")
 def gradcheck_command(
-    prompt: PromptOpt,
-    model: ModelOpt = "tiny-arith",
-    answer: AnswerOpt = None,
-    n: NumSamplesOpt = 8,
-    rewards: RewardsOpt = None,
-    reward_kind: RewardKindOpt = "numeric",
-    reference: ReferenceOpt = None,
-    ratio: RatioOpt = 0.2,
-    scope: ScopeOpt = None,
-    method: MethodsOpt = None,
-    advantage: AdvantageOpt = "grpo",
-    aggregation: AggregationOpt = "token_mean",
-    temperature: TemperatureOpt = 1.0,
-    top_p: TopPOpt = 1.0,
-    max_new_tokens: MaxNewTokensOpt = 64,
-    seed: SeedOpt = 0,
-    top_alternatives: TopAlternativesOpt = 5,
-    chat_template: ChatTemplateOpt = False,
+    request: dict[str, Any],
     max_tokens: Annotated[
         int, typer.Option(help="Refuse more answer tokens than this (one backward each).")
     ] = DEFAULT_MAX_TOKENS,
@@ -71,43 +30,13 @@ def gradcheck_command(
     ] = False,
 ) -> None:
     """Exact full-parameter gradient norm of each answer token, and how well each score ranks it."""
-    request = {
-        "model": model,
-        **group_from_flags(
-            prompt,
-            answer,
-            n,
-            temperature,
-            top_p,
-            max_new_tokens,
-            seed,
-            rewards,
-            reward_kind,
-            reference,
-        ),
-        **analysis_config(
-            temperature,
-            advantage,
-            aggregation,
-            ratio,
-            scope,
-            top_alternatives,
-            seed,
-            chat_template,
-            method,
-        ),
-        "max_tokens": max_tokens,
-        "precision": precision,
-    }
+    request = {**request, "max_tokens": max_tokens, "precision": precision}
     try:
         req = validated(GradcheckRequest, request)
-        body = json_body(services().gradcheck.run_local(req, load_cli_model(model)))
+        body = json_body(services().gradcheck.run_local(req, load_cli_model(request["model"])))
     except GMTSError as exc:
         raise fail(exc) from None
-    if as_json:
-        typer.echo(json.dumps(body, ensure_ascii=False))
-    else:
-        render_fidelity(body, Console())
+    echo_body(body, as_json, render_fidelity)
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:

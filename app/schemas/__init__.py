@@ -21,17 +21,17 @@ from pydantic import (
     model_validator,
 )
 
+from app.schemas.knobs import config_field
 from app.schemas.methods import MethodOut
 from app.schemas.strict import NoBoolNumbers
-from gmts_core.bounds import MAX_ABS_REWARD, MIN_TEMPERATURE
-from gmts_core.config import DEFAULT_METHODS
+from gmts_core.bounds import MAX_ABS_REWARD, MAX_SEED
+from gmts_core.config import DEFAULT_METHODS, AnalysisConfig
 from gmts_core.methods.advantages import ADVANTAGES
 from gmts_core.methods.aggregation import AGGREGATIONS
 from gmts_core.methods.rewards import get_reward
 from gmts_core.methods.selection import METHODS
 
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
-MAX_SEED = 2**32 - 1
 DEFAULT_NUM_SAMPLES = 8
 
 NonEmptyText = Annotated[str, Field(min_length=1)]
@@ -63,18 +63,22 @@ class SelectionOptions(NoBoolNumbers):
 
     model_config = _STRICT
 
-    ratio: float = Field(0.2, gt=0, le=1, description="Share of tokens each method keeps.")
-    scope: Literal["batch", "group", "answer"] | None = Field(
+    ratio: float = config_field(AnalysisConfig, "ratio")
+    scope: Literal["batch", "group", "answer"] | None = config_field(
+        AnalysisConfig,
+        "scope",
         None,
-        description="Rank all tokens together (batch), per group, or per answer. Default: "
-        "batch, or group when the only method is gmts_paper (the paper's top 20% per group).",
+        note="Default: batch, or group when the only method is gmts_paper (the paper's top 20% "
+        "per group).",
     )
-    methods: list[str] = Field(
+    methods: list[str] = config_field(
+        AnalysisConfig,
+        "methods",
+        note=f"GET /v1/methods lists every one with its citation; default: "
+        f"{', '.join(DEFAULT_METHODS)}.",
         default_factory=lambda: list(DEFAULT_METHODS),
         min_length=1,
         max_length=32,
-        description=f"Selection methods (GET /v1/methods lists every one with its citation); "
-        f"default: {', '.join(DEFAULT_METHODS)}.",
     )
 
     @field_validator("methods")
@@ -170,25 +174,13 @@ class AnalyzeRequest(SamplingFields):
     groups: list[GroupRequest] | None = Field(
         None, min_length=1, description="Batch form: several groups analyzed in one call."
     )
-    temperature: float = Field(
-        1.0,
-        ge=MIN_TEMPERATURE,
-        le=100,
-        description="Sampling temperature and tau of the token statistics (at least 0.001).",
-    )
-    advantage: str = Field("grpo", description="Advantage estimator: grpo | dr_grpo | rloo.")
-    loss_aggregation: str = Field(
-        "token_mean",
-        description="token_mean | seq_mean_token_mean | seq_mean_token_sum_norm.",
-    )
+    temperature: float = config_field(AnalysisConfig, "temperature")
+    advantage: str = config_field(AnalysisConfig, "advantage")
+    loss_aggregation: str = config_field(AnalysisConfig, "loss_aggregation")
     selection: SelectionOptions = Field(default_factory=SelectionOptions)
-    top_alternatives: int = Field(5, ge=0, le=100, description="Alternatives listed per token.")
-    chat_template: bool = Field(False, description="Wrap prompts in the tokenizer's template.")
-    answer_special_tokens: bool = Field(
-        False,
-        description="Given answers: read special-token strings such as '<eos>' as control "
-        "tokens. By default answers are plain text and their token texts join back to them.",
-    )
+    top_alternatives: int = config_field(AnalysisConfig, "top_alternatives")
+    chat_template: bool = config_field(AnalysisConfig, "chat_template")
+    answer_special_tokens: bool = config_field(AnalysisConfig, "answer_special_tokens")
     session_id: str | None = Field(
         None, min_length=1, max_length=128, description="Analyze with this RL session's policy."
     )

@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from app.schemas import AnalyzeResponse
+from app.schemas.derived import fields_from
+from gmts_core.runs.analysis import StepOverview, StepReport
 
 Num = float | None
 
@@ -26,38 +28,14 @@ class RunsResponse(BaseModel):
     formats: list[str] = Field(description="Every format the server can read.")
 
 
+@fields_from(StepOverview)
 class StepOverviewOut(BaseModel):
     """A step's numbers from its file alone (no model)."""
 
-    step: int
-    num_groups: int
-    num_answers: int
-    reward_mean: Num
-    reward_std: Num
-    zero_signal_share: Num
-    mean_answer_chars: float
 
-
+@fields_from(StepReport, mode=Literal["analysis", "logged"], extra=dict[str, str | None])
 class StepReportOut(BaseModel):
     """One step's analysis row (``StepReport``): recomputed with a model, or as logged."""
-
-    step: int
-    source: str
-    num_groups: int
-    num_answers: int
-    num_tokens: int
-    reward_mean: Num
-    reward_std: Num
-    zero_signal_share: float
-    mean_answer_length: float
-    selected_count: dict[str, int]
-    gradient_coverage: dict[str, Num]
-    wasted_share: dict[str, Num]
-    overlap: dict[str, Num]
-    spearman_batch: Num
-    spearman_within_answer_median: Num
-    mode: Literal["analysis", "logged"]
-    extra: dict[str, str | None] = Field(default_factory=dict)
 
 
 class RunOverviewResponse(BaseModel):

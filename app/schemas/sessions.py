@@ -14,9 +14,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.schemas import Num
+from app.schemas.derived import fields_from
+from app.schemas.knobs import config_field
 from app.schemas.strict import NoBoolNumbers
-from gmts_core.bounds import MIN_TEMPERATURE
-from gmts_core.config import RLConfig, knob_info
+from gmts_core.bounds import MAX_SEED, MIN_TEMPERATURE
+from gmts_core.config import RLConfig
+from gmts_core.grpo.records import AnswerChange, StepMetrics, TokenChange
 from gmts_core.grpo.step import RLPrompt
 from gmts_core.methods.advantages import ADVANTAGES
 from gmts_core.methods.aggregation import AGGREGATIONS
@@ -24,14 +27,12 @@ from gmts_core.methods.rewards import get_reward
 from gmts_core.methods.selection import METHODS
 
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
-MAX_SEED = 2**32 - 1
 
 
 def knob_field(name: str) -> Any:
     """An optional request field for the RLConfig knob ``name``: its help and bounds as
     documented once in :mod:`gmts_core.config`."""
-    help_text, bounds = knob_info(RLConfig, name)
-    return Field(None, description=help_text, **bounds)  # type: ignore[call-overload]
+    return config_field(RLConfig, name, None)
 
 
 class RLKnobs(NoBoolNumbers):
@@ -176,57 +177,25 @@ class SessionEvalRequest(NoBoolNumbers):
         return v
 
 
+@fields_from(StepMetrics)
 class StepMetricsOut(BaseModel):
-    """One step's numbers (gmts_core.grpo.records.StepMetrics)."""
+    """One step's numbers (the fields of gmts_core.rl_records.StepMetrics)."""
 
     model_config = ConfigDict(from_attributes=True)
 
-    step: int
-    method: str
-    ratio: float
-    learning_rate: float
-    loss: Num
-    policy_loss: Num
-    kl: Num
-    grad_norm: Num
-    clip_low_fraction: Num
-    clip_high_fraction: Num
-    selected_fraction: Num
-    gradient_coverage: Num
-    reward_mean: Num
-    reward_std: Num
-    num_prompts: int
-    num_answers: int
-    num_tokens: int
-    num_zero_signal_groups: int
-    wasted_share: dict[str, Num]
-    selected_logprob_change: Num
-    unselected_logprob_change: Num
-    seconds: Num
 
-
+@fields_from(TokenChange, logprob_change=Num)
 class TokenChangeOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)  # built from gmts_core's TokenChange
+    """One answer token's log-prob before and after the step (gmts_core's TokenChange)."""
 
-    position: int
-    id: int
-    text: str
-    selected: bool
-    logprob_before: Num
-    logprob_after: Num
-    logprob_change: Num
+    model_config = ConfigDict(from_attributes=True)
 
 
+@fields_from(AnswerChange, tokens=list[TokenChangeOut])
 class AnswerChangeOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)  # built from gmts_core's AnswerChange
+    """One answer of the batch with its tokens' log-prob changes (gmts_core's AnswerChange)."""
 
-    group: int
-    index: int
-    prompt: str
-    text: str
-    reward: float
-    advantage: float
-    tokens: list[TokenChangeOut]
+    model_config = ConfigDict(from_attributes=True)
 
 
 class EvaluationOut(BaseModel):

@@ -150,18 +150,10 @@ def _analysis_fields(
     result: AnalysisResult, notes: list[str], extras: TokenExtras | None
 ) -> dict[str, Any]:
     """Single-group form: the group's prompt and answers at top level; batch form: ``groups``."""
-    c = result.config
     fields: dict[str, Any] = {
         "model": result.model,
         "summary": Summary.model_validate(result.summary),
-        "settings": AnalysisSettingsOut(
-            temperature=c.temperature,
-            advantage=c.advantage,
-            loss_aggregation=c.loss_aggregation,
-            ratio=c.ratio,
-            scope=c.scope,
-            methods=list(c.methods),
-        ),
+        "settings": AnalysisSettingsOut.model_validate(result.config, from_attributes=True),
         "notes": notes,
     }
     if len(result.groups) == 1:

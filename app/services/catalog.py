@@ -7,16 +7,21 @@ process has registered. The demo task's example prompts and problems are listed 
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.core.config import Settings
 from app.schemas import CapabilitiesResponse
 from app.schemas.methods import MethodOut
 from app.services.methods import list_method_infos
-from gmts_core.config import DEFAULT_METHODS, RLConfig, knob_info
+from gmts_core.config import DEFAULT_METHODS, AnalysisConfig, RLConfig, knob_info
 from gmts_core.methods.advantages import ADVANTAGES
 from gmts_core.methods.aggregation import AGGREGATIONS
 from gmts_core.methods.rewards import list_rewards
 from gmts_core.methods.selection import SCOPES
 from gmts_core.tasks.arith import ArithProblem, ExamplePrompt, example_prompts, generate_problems
+
+ANALYSIS_DEFAULTS = AnalysisConfig()
+"""The analysis knobs' defaults (the Explore form starts from them)."""
 
 RL_DEFAULTS = RLConfig()
 """The GRPO knobs' defaults (the UI's forms start from them)."""
@@ -41,6 +46,17 @@ LIMIT_SETTINGS = (
 def rl_knob(name: str) -> tuple[str, dict[str, float]]:
     """The help text and bounds of the GRPO knob ``name`` (documented once on RLConfig)."""
     return knob_info(RLConfig, name)
+
+
+def analysis_knob(name: str) -> tuple[str, dict[str, float]]:
+    """The help text and bounds of the analysis knob ``name`` (documented once on
+    AnalysisConfig)."""
+    return knob_info(AnalysisConfig, name)
+
+
+def analysis_knob_default(name: str) -> Any:
+    """The default of the analysis knob ``name``."""
+    return getattr(ANALYSIS_DEFAULTS, name)
 
 
 def method_infos() -> list[MethodOut]:

@@ -10,14 +10,13 @@ single-process run of the same steps.
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gmts_core.config import DEFAULT_METHODS, AnalysisConfig
+from gmts_core.config import AnalysisConfig
 from gmts_core.modeling import LoadedModel, load_model
 from gmts_core.runs import open_run
 from gmts_core.runs.analysis import StepReport, parse_steps
@@ -30,8 +29,6 @@ from gmts_core.runs.report import (
     uses_log,
 )
 
-logger = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True)
 class RunAnalysisRequest:
@@ -43,12 +40,7 @@ class RunAnalysisRequest:
     fmt: str | None = None
     steps: str | None = None  # "10:200:10", "3,7" or None (all)
     tokens: str | None = None  # the steps whose per-token records are written ("all" or a spec)
-    methods: tuple[str, ...] = DEFAULT_METHODS
-    ratio: float = 0.2
-    scope: str = "batch"
-    advantage: str = "grpo"
-    loss_aggregation: str = "token_mean"
-    temperature: float = 1.0
+    analysis: AnalysisConfig = AnalysisConfig()  # the knobs each step is analysed with
     reward_kind: str | None = None
     resume: bool = False
     device: str = "auto"
@@ -117,14 +109,7 @@ def run_analysis(
         if req.tokens
         else set()
     )
-    config = AnalysisConfig(
-        temperature=req.temperature,
-        advantage=req.advantage,
-        loss_aggregation=req.loss_aggregation,
-        ratio=req.ratio,
-        scope=req.scope,
-        methods=tuple(req.methods),
-    )
+    config = req.analysis
     config.validate()
     plan = RunAnalysisPlan(tuple(steps), frozenset(token_steps), req.reward_kind)
     settings = settings_of(run, req.model, config, plan)

@@ -17,7 +17,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from app.services.catalog import demo_examples
+from app.services.catalog import analysis_knob, analysis_knob_default, demo_examples
 from app.services.errors import GMTSError
 from app.ui import batch, example, explore, status
 from app.ui.charts import summary_html
@@ -154,18 +154,32 @@ def _settings_column(c: dict[str, Any], ctx: UIContext) -> None:
         gr.Markdown(explore.methods_markdown(ctx.capabilities))
     with gr.Accordion("More settings", open=False, elem_id="more-settings"):
         with gr.Row():
-            c["temperature"] = gr.Slider(0.1, 2.0, 1.0, step=0.05, label="Temperature")
+            c["temperature"] = knob_slider("temperature", 0.1, 2.0, step=0.05, label="Temperature")
             c["max_new_tokens"] = gr.Slider(
                 4, 256, 48, step=4, label="Max new tokens", elem_id="max-new-tokens"
             )
         with gr.Row():
-            c["ratio"] = gr.Slider(0.05, 1.0, 0.2, step=0.05, label="Selection ratio")
-            c["seed"] = gr.Number(0, precision=0, label="Seed", minimum=0)
+            c["ratio"] = knob_slider("ratio", 0.05, 1.0, step=0.05, label="Selection ratio")
+            _, bounds = analysis_knob("seed")  # also the sampling seed: the label says enough
+            c["seed"] = gr.Number(
+                0, precision=0, label="Seed", minimum=bounds["ge"], maximum=bounds["le"]
+            )
         c["scope"] = gr.Radio(
-            list(explore.SCOPE_INFO), value="batch", label="Scope",
-            info="which tokens compete for the top-k places (see below)",
+            list(explore.SCOPE_INFO), value=analysis_knob_default("scope"), label="Scope",
+            info=analysis_knob("scope")[0] + " (see below)",
         )  # fmt: skip
-        c["top_alternatives"] = gr.Slider(0, 20, 5, step=1, label="Alternatives per token")
+        c["top_alternatives"] = knob_slider(
+            "top_alternatives", 0, 20, step=1, label="Alternatives per token"
+        )
+
+
+def knob_slider(name: str, low: float, high: float, **kwargs: Any) -> gr.Slider:
+    """A slider for the analysis knob ``name``: the UI's range ``[low, high]`` within the knob's
+    documented bounds, its default, and its help as the slider's info (AnalysisConfig)."""
+    help_text, bounds = analysis_knob(name)
+    low = max(low, bounds.get("ge", bounds.get("gt", low)))
+    high = min(high, bounds.get("le", bounds.get("lt", high)))
+    return gr.Slider(low, high, analysis_knob_default(name), info=help_text, **kwargs)
 
 
 def _controls(ctx: UIContext) -> dict[str, Any]:

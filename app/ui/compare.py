@@ -11,8 +11,9 @@ method's selection per step, and the final table.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
-from dataclasses import dataclass, field, fields
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,37 +39,31 @@ FIGURE_LABELS = {
 }
 
 
-@dataclass
-class CompareForm:
-    """The Compare tab's run controls (small defaults: about a minute on 2 CPU cores)."""
+# The tab's preset: small runs (about a minute on 2 CPU cores) over the RL defaults. The form
+# shows these knobs of the compare (RUN_KNOBS) and of its GRPO steps (RL_KNOBS), at these values.
+UI_COMPARE = CompareConfig(
+    methods=("entropy", "gmts"),
+    steps=6,
+    seeds=1,
+    eval_every=3,
+    eval_problems=50,
+    rl=dataclasses.replace(RL_DEFAULTS, group_size=4, prompts_per_step=2, max_new_tokens=48),
+)
+RUN_KNOBS = ("ratio", "steps", "seeds", "eval_every", "eval_problems")
+RL_KNOBS = ("group_size", "prompts_per_step", "max_new_tokens", "learning_rate")
 
-    model: str | None = None
-    methods: list[str] = field(default_factory=lambda: ["entropy", "gmts"])
-    ratio: float = 0.2
-    steps: int = 6
-    seeds: int = 1
-    group_size: int = 4
-    prompts_per_step: int = 2
-    max_new_tokens: int = 48
-    learning_rate: float = RL_DEFAULTS.learning_rate  # the RL defaults, tuned on the demo model
-    eval_every: int = 3
-    eval_problems: int = 50
 
-    def config(self) -> CompareConfig:
-        """The run's config: these knobs over the RL defaults (validated)."""
-        return compare_config(
-            tuple(self.methods or ()),
-            self.ratio,
-            self.steps,
-            self.seeds,
-            self.eval_every,
-            self.eval_problems,
-            RL_DEFAULTS,
-            group_size=int(self.group_size),
-            prompts_per_step=int(self.prompts_per_step),
-            max_new_tokens=int(self.max_new_tokens),
-            learning_rate=float(self.learning_rate),
-        )
+def form_default(name: str) -> Any:
+    """The preset's value of the form knob ``name``."""
+    return getattr(UI_COMPARE, name) if name in RUN_KNOBS else getattr(UI_COMPARE.rl, name)
+
+
+def form_config(methods: Sequence[str], **knobs: Any) -> CompareConfig:
+    """The run's config: the form's ``knobs`` (any of RUN_KNOBS and RL_KNOBS; the preset's
+    where left out) over the RL defaults, validated."""
+    run = {k: knobs.get(k, form_default(k)) for k in RUN_KNOBS}
+    rl = {k: type(form_default(k))(knobs[k]) for k in RL_KNOBS if k in knobs}  # sliders: floats
+    return compare_config(tuple(methods or ()), **run, base=UI_COMPARE.rl, **rl)
 
 
 # --- the view ---------------------------------------------------------------------------------
@@ -103,7 +98,7 @@ def write_downloads(result: CompareResult) -> tuple[Path, Path]:
 
 # --- Gradio wiring ----------------------------------------------------------------------------
 
-FORM_FIELDS = [f.name for f in fields(CompareForm)]
+FORM_FIELDS = ["model", "methods", *RUN_KNOBS, *RL_KNOBS]
 
 
 def _controls(ctx: Any) -> dict[str, Any]:
@@ -116,28 +111,33 @@ def _controls(ctx: Any) -> dict[str, Any]:
     c["model"] = gr.Dropdown(models, value=default_model, label="Model", allow_custom_value=True)
     c["methods"] = gr.CheckboxGroup(
         method_choices(ctx.capabilities),
-        value=["entropy", "gmts"],
+        value=list(UI_COMPARE.methods),
         label="Methods",
         elem_id="compare-methods",
     )
+    d = form_default
     with gr.Row():
-        c["ratio"] = gr.Slider(0.05, 1.0, 0.2, step=0.05, label="Ratio")
-        c["steps"] = gr.Slider(1, 30, 6, step=1, label="Steps", elem_id="compare-steps")
-        c["seeds"] = gr.Slider(1, 3, 1, step=1, label="Seeds", elem_id="compare-seeds")
-        c["group_size"] = gr.Slider(2, 16, 4, step=1, label="Group size G", elem_id="compare-g")
+        c["ratio"] = gr.Slider(0.05, 1.0, d("ratio"), step=0.05, label="Ratio")
+        c["steps"] = gr.Slider(1, 30, d("steps"), step=1, label="Steps", elem_id="compare-steps")
+        c["seeds"] = gr.Slider(1, 3, d("seeds"), step=1, label="Seeds", elem_id="compare-seeds")
+        c["group_size"] = gr.Slider(
+            2, 16, d("group_size"), step=1, label="Group size G", elem_id="compare-g"
+        )
         c["prompts_per_step"] = gr.Slider(
-            1, 8, 2, step=1, label="Prompts per step", elem_id="compare-prompts"
+            1, 8, d("prompts_per_step"), step=1, label="Prompts per step", elem_id="compare-prompts"
         )
     with gr.Row():
         c["max_new_tokens"] = gr.Slider(
-            8, 128, 48, step=4, label="Max new tokens", elem_id="compare-max-new"
+            8, 128, d("max_new_tokens"), step=4, label="Max new tokens", elem_id="compare-max-new"
         )
         c["learning_rate"] = gr.Number(
-            RL_DEFAULTS.learning_rate, label="Learning rate", minimum=0, maximum=1, step=1e-5
+            d("learning_rate"), label="Learning rate", minimum=0, maximum=1, step=1e-5
         )
-        c["eval_every"] = gr.Slider(1, 30, 3, step=1, label="Evaluate every", elem_id="compare-ee")
+        c["eval_every"] = gr.Slider(
+            1, 30, d("eval_every"), step=1, label="Evaluate every", elem_id="compare-ee"
+        )
         c["eval_problems"] = gr.Slider(
-            10, 400, 50, step=10, label="Held-out problems", elem_id="compare-eval"
+            10, 400, d("eval_problems"), step=10, label="Held-out problems", elem_id="compare-eval"
         )
     return {name: c[name] for name in FORM_FIELDS}
 
@@ -195,13 +195,14 @@ def build_compare_tab(ctx: Any) -> None:
         ]
 
     def run(*values: Any, progress: Any = gr.Progress()) -> list[Any]:
-        f = CompareForm(**dict(zip(FORM_FIELDS, values, strict=True)))
-        config = _call(f.config)
+        form = dict(zip(FORM_FIELDS, values, strict=True))
+        model = form.pop("model")
+        config = _call(lambda: form_config(**form))
 
         def tick(done: int, total: int, label: str) -> None:
             progress((done, total), desc=label)
 
-        data = _call(lambda: ctx.backend.compare(f.model, config, tick))
+        data = _call(lambda: ctx.backend.compare(model, config, tick))
         return show(_call(lambda: result_from_dict(data)))
 
     def load(path: str | None) -> list[Any]:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.services.catalog import ANALYSIS_DEFAULTS
 from app.services.errors import InvalidInputError
 from app.ui import charts, learn
 from app.ui.render import COLOR_BY, Json, placeholder, render_result
@@ -23,23 +24,24 @@ ANSWER_SEPARATOR = re.compile(r"^\s*-{3,}\s*$", re.MULTILINE)
 
 @dataclass
 class ExploreForm:
-    """Everything the Explore tab's controls hold."""
+    """Everything the Explore tab's controls hold (the analysis knobs' defaults as documented on
+    AnalysisConfig)."""
 
     prompt: str = ""
     model: str | None = None
     group_size: int = 8
-    temperature: float = 1.0
+    temperature: float = ANALYSIS_DEFAULTS.temperature
     max_new_tokens: int = 48
     seed: int = 0
     reward_kind: str = "numeric"  # a reward rule, or EXPLICIT
     reference: str = ""
     explicit_rewards: str = ""
     answers_text: str = ""  # pasted answers: one per line, or blocks separated by '---' lines
-    ratio: float = 0.2
-    scope: str = "batch"
+    ratio: float = ANALYSIS_DEFAULTS.ratio
+    scope: str = ANALYSIS_DEFAULTS.scope
     method_a: str = "entropy"
     method_b: str = "gmts"
-    top_alternatives: int = 5
+    top_alternatives: int = ANALYSIS_DEFAULTS.top_alternatives
 
 
 def reward_choices(caps: Json) -> list[str]:

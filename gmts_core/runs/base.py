@@ -216,3 +216,26 @@ def readable_parquet(path: Path) -> bool:
         return True
     except (OSError, pa.ArrowException):
         return False
+
+
+class NumberedFilesReader:
+    """The ``detect`` and ``index`` of a reader whose steps are the files of one folder named
+    ``file_pattern`` (a regex whose one group is the step number); a subclass names the format
+    and loads a step. :meth:`folder` says where the files lie below the path a user gives;
+    with ``parquet`` a last file without a footer (still being written) is left out."""
+
+    file_pattern: str
+    parquet: bool = False
+
+    def folder(self, path: Path) -> Path:
+        return path
+
+    def detect(self, path: Path) -> bool:
+        return has_match(self.folder(path), self.file_pattern)
+
+    def index(self, path: Path) -> list[StepRef]:
+        refs = numbered_files(self.folder(path), self.file_pattern)
+        if self.parquet and refs and not readable_parquet(refs[-1].path):
+            logger.warning("%s: dropping a half-written last file", refs[-1].path)
+            refs = refs[:-1]
+        return refs

@@ -8,18 +8,15 @@ samples with the same prompt.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gmts_core.runs.base import (
+    NumberedFilesReader,
     RunFormatError,
     RunGroup,
     RunStep,
     StepRef,
     as_float,
     group_by_key,
-    has_match,
     jsonl_records,
-    numbered_files,
     require,
 )
 from gmts_core.runs.registry import register_reader
@@ -28,15 +25,10 @@ FILE_PATTERN = r"rollout_dump_data\.step_(\d+)\.jsonl"
 _KNOWN = {"prompt", "responses", "scores", "ground_truth", "global_step"}
 
 
-class ROLLReader:
+class ROLLReader(NumberedFilesReader):
     name = "roll"
     description = "ROLL rollout_dump_dir (rollout_dump_data.step_N.jsonl, column-oriented)"
-
-    def detect(self, path: Path) -> bool:
-        return has_match(path, FILE_PATTERN)
-
-    def index(self, path: Path) -> list[StepRef]:
-        return numbered_files(path, FILE_PATTERN)
+    file_pattern = FILE_PATTERN
 
     def load(self, ref: StepRef) -> RunStep:
         records = list(jsonl_records(ref.path, tolerate_tail=ref.last))

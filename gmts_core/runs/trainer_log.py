@@ -19,14 +19,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gmts_core.runs.base import (
+    NumberedFilesReader,
     RunFormatError,
     RunGroup,
     RunStep,
     StepRef,
     group_by_key,
     has_match,
-    numbered_files,
-    readable_parquet,
 )
 from gmts_core.runs.registry import register_reader
 
@@ -70,18 +69,14 @@ def log_folder(path: Path) -> Path:
     return path / FOLDER if has_match(path / FOLDER, FILE_PATTERN) else path
 
 
-class TrainerLogReader:
+class TrainerLogReader(NumberedFilesReader):
     name = "gmts_trainer_log"
     description = "GMTSGRPOTrainer(log_selection=True) (gmts_selection/selection_NNNNN.parquet)"
+    file_pattern = FILE_PATTERN
+    parquet = True
 
-    def detect(self, path: Path) -> bool:
-        return path.is_dir() and has_match(log_folder(path), FILE_PATTERN)
-
-    def index(self, path: Path) -> list[StepRef]:
-        refs = numbered_files(log_folder(path), FILE_PATTERN)
-        if refs and not readable_parquet(refs[-1].path):
-            refs = refs[:-1]
-        return refs
+    def folder(self, path: Path) -> Path:
+        return log_folder(path)
 
     def load(self, ref: StepRef) -> RunStep:
         try:

@@ -11,7 +11,6 @@ TRL's default of unit weights); those are the numeric columns between ``completi
 from __future__ import annotations
 
 import json
-import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gmts_core.runs.base import (
+    NumberedFilesReader,
     RunFormatError,
     RunGroup,
     RunStep,
@@ -28,13 +28,9 @@ from gmts_core.runs.base import (
     completion_text,
     group_by_key,
     has_match,
-    numbered_files,
     prompt_text,
-    readable_parquet,
 )
 from gmts_core.runs.registry import register_reader
-
-logger = logging.getLogger(__name__)
 
 FILE_PATTERN = r"completions_(\d+)\.parquet"
 _SKIP = {"step", "prompt", "completion", "advantage", "image", "images"}
@@ -44,19 +40,14 @@ def completions_folder(path: Path) -> Path:
     return path / "completions" if has_match(path / "completions", FILE_PATTERN) else path
 
 
-class TRLReader:
+class TRLReader(NumberedFilesReader):
     name = "trl"
     description = "TRL GRPOTrainer log_completions (completions/completions_NNNNN.parquet)"
+    file_pattern = FILE_PATTERN
+    parquet = True
 
-    def detect(self, path: Path) -> bool:
-        return path.is_dir() and has_match(completions_folder(path), FILE_PATTERN)
-
-    def index(self, path: Path) -> list[StepRef]:
-        refs = numbered_files(completions_folder(path), FILE_PATTERN)
-        if refs and not readable_parquet(refs[-1].path):
-            logger.warning("%s: dropping a half-written last file", refs[-1].path)
-            refs = refs[:-1]
-        return refs
+    def folder(self, path: Path) -> Path:
+        return completions_folder(path)
 
     def load(self, ref: StepRef) -> RunStep:
         try:

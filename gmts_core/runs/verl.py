@@ -7,17 +7,14 @@ and every reward-extra key of the reward function. Groups are the lines with the
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gmts_core.runs.base import (
+    NumberedFilesReader,
     RunGroup,
     RunStep,
     StepRef,
     as_float,
     group_by_key,
-    has_match,
     jsonl_records,
-    numbered_files,
     require,
 )
 from gmts_core.runs.registry import register_reader
@@ -26,15 +23,10 @@ FILE_PATTERN = r"(\d+)\.jsonl"
 _KNOWN = {"input", "output", "gts", "score", "step"}
 
 
-class VerlReader:
+class VerlReader(NumberedFilesReader):
     name = "verl"
     description = "verl trainer.rollout_data_dir ({step}.jsonl: input, output, gts, score, step)"
-
-    def detect(self, path: Path) -> bool:
-        return has_match(path, FILE_PATTERN)
-
-    def index(self, path: Path) -> list[StepRef]:
-        return numbered_files(path, FILE_PATTERN)
+    file_pattern = FILE_PATTERN
 
     def load(self, ref: StepRef) -> RunStep:
         records = [(line, obj) for line, _, obj in jsonl_records(ref.path, tolerate_tail=ref.last)]

@@ -100,7 +100,12 @@ def test_steps_spec_and_resume_skip_finished_steps(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="different settings \\(ratio"):
         run_analysis(
             RunAnalysisRequest(
-                RUNS / "run.jsonl", tmp_path, "tiny-arith", steps="1:3:2", ratio=0.5, resume=True
+                RUNS / "run.jsonl",
+                tmp_path,
+                "tiny-arith",
+                steps="1:3:2",
+                analysis=AnalysisConfig(ratio=0.5),
+                resume=True,
             )
         )
 

@@ -81,23 +81,26 @@ def test_bad_files_say_what_is_wrong(tmp_path: Path, compare_json: dict[str, Any
 
 
 def test_compare_form_makes_a_valid_config() -> None:
-    config = compare.CompareForm(methods=["gmts", "random"], steps=3, group_size=4).config()
+    config = compare.form_config(["gmts", "random"], steps=3, group_size=4.0)
     assert config.methods == ("gmts", "random") and config.rl.group_size == 4
+    assert isinstance(config.rl.group_size, int)  # a slider's float becomes the knob's type
+    assert (config.seeds, config.rl.max_new_tokens) == (1, 48)  # the tab's preset
     with pytest.raises(InvalidInputError, match="at least one method"):
-        compare.CompareForm(methods=[]).config()
+        compare.form_config([])
 
 
 def test_compare_runs_keep_the_server_limits(model_root: Path) -> None:
     service = build_services(
         make_settings(model_root, max_step_answers=8, max_new_tokens=16)
     ).compare
-    form = compare.CompareForm(group_size=4, prompts_per_step=2, max_new_tokens=16)
-    service.check_limits(form.config())  # 8 answers of 16 tokens: within
+    form: dict[str, Any] = {"group_size": 4, "prompts_per_step": 2, "max_new_tokens": 16}
+    methods = ["entropy", "gmts"]
+    service.check_limits(compare.form_config(methods, **form))  # 8 answers of 16 tokens: within
     with pytest.raises(LimitExceededError, match="GMTS_MAX_STEP_ANSWERS"):
-        service.check_limits(dataclasses.replace(form, prompts_per_step=3).config())
+        service.check_limits(compare.form_config(methods, **{**form, "prompts_per_step": 3}))
     with pytest.raises(LimitExceededError, match="GMTS_MAX_NEW_TOKENS"):
-        service.check_limits(dataclasses.replace(form, max_new_tokens=20).config())
-    too_many = dataclasses.replace(form, prompts_per_step=3).config()
+        service.check_limits(compare.form_config(methods, **{**form, "max_new_tokens": 20}))
+    too_many = compare.form_config(methods, **{**form, "prompts_per_step": 3})
     with pytest.raises(LimitExceededError, match="GMTS_MAX_STEP_ANSWERS"):  # before any model work
         service.run_blocking("no-such-model", too_many)
 

@@ -1,0 +1,38 @@
+"""Request fields for the library's documented knobs (``gmts_core.config``).
+
+Each knob of :class:`~gmts_core.config.AnalysisConfig` and :class:`~gmts_core.config.RLConfig` is
+documented once, on the dataclass (:func:`gmts_core.config.knob`): a request field built here
+takes its description and bounds (``ge``, ``gt``, ``le``, ``lt``) from there, so the OpenAPI
+schema, the UI and the CLI say the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, fields
+from typing import Any
+
+from pydantic import Field
+
+from gmts_core.config import knob_info
+
+
+def knob_default(config: type, name: str) -> Any:
+    """The default of field ``name`` of the config dataclass ``config``."""
+    f = {f.name: f for f in fields(config)}[name]
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def config_field(
+    config: type, name: str, default: Any = MISSING, note: str = "", **extra: Any
+) -> Any:
+    """A request field for the knob ``name`` of ``config``: its help and bounds as documented
+    on the dataclass. ``default``: the request's default (the knob's when left out); ``note``:
+    a sentence appended to the help (e.g. what an omitted value means in this request);
+    ``extra``: further pydantic constraints (``max_length``, ``default_factory``)."""
+    help_text, bounds = knob_info(config, name)
+    description = f"{help_text} {note}" if note else help_text
+    if "default_factory" not in extra:
+        extra["default"] = knob_default(config, name) if default is MISSING else default
+    return Field(description=description, **bounds, **extra)  # type: ignore[call-overload]
