@@ -39,7 +39,7 @@ def gradcheck_command(
     echo_body(body, as_json, render_fidelity)
 
 
-def _fmt(value: float | None, digits: int = 3) -> str:
+def fmt(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
@@ -65,12 +65,12 @@ def fidelity_table(fid: dict[str, Any]) -> Table:
     for m, rho in fid["spearman"].items():
         table.add_row(
             m,
-            _fmt(rho["batch"]),
-            _fmt(rho["within_answer_median"]),
-            _fmt(fid["true_grad_coverage"][m]),
-            _fmt(fid["true_grad_sq_coverage"][m]),
-            _fmt(fid["cosine_to_full"][m]),
-            _fmt(fid["norm_ratio_to_full"][m]),
+            fmt(rho["batch"]),
+            fmt(rho["within_answer_median"]),
+            fmt(fid["true_grad_coverage"][m]),
+            fmt(fid["true_grad_sq_coverage"][m]),
+            fmt(fid["cosine_to_full"][m]),
+            fmt(fid["norm_ratio_to_full"][m]),
         )
     return table
 
@@ -86,8 +86,8 @@ def render_fidelity(body: dict[str, Any], console: Console) -> None:
     console.print(fidelity_table(fid))
     head = fid["spearman_head"]
     console.print(
-        f"head-only norm (gamma * ||h||) vs true norm: Spearman {_fmt(head['batch'])}, "
-        f"median in answer {_fmt(head['within_answer_median'])}"
+        f"head-only norm (gamma * ||h||) vs true norm: Spearman {fmt(head['batch'])}, "
+        f"median in answer {fmt(head['within_answer_median'])}"
     )
     for note in fid["notes"]:
         console.print(f"[yellow]note:[/] {note}")

@@ -108,7 +108,7 @@ def compare_figures(result: CompareResult, color: ColorFn | None = None) -> dict
     return figs
 
 
-def _fmt(cell: dict[str, float], digits: int = 3, spread: bool = True) -> str:
+def fmt(cell: dict[str, float], digits: int = 3, spread: bool = True) -> str:
     """Mean ± std over seeds; the mean alone for one seed (a std of 0 would claim a spread)."""
     mean = f"{cell['mean']:.{digits}f}"
     return f"{mean} ± {cell['std']:.{digits}f}" if spread else mean
@@ -120,10 +120,10 @@ def table_rows(result: CompareResult) -> list[list[str]]:
     return [
         [
             row["method"],
-            _fmt(row["final_accuracy"], spread=sd),
-            _fmt(row["gain"], spread=sd),
-            _fmt(row["train_reward_last5"], spread=sd),
-            f"{_fmt(row['wasted_share_first'], 2, sd)} → {_fmt(row['wasted_share_last'], 2, sd)}",
+            fmt(row["final_accuracy"], spread=sd),
+            fmt(row["gain"], spread=sd),
+            fmt(row["train_reward_last5"], spread=sd),
+            f"{fmt(row['wasted_share_first'], 2, sd)} → {fmt(row['wasted_share_last'], 2, sd)}",
         ]
         for row in result.table()
     ]

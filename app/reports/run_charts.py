@@ -16,7 +16,7 @@ import plotly.io as pio
 Row = dict[str, Any]
 # the Okabe-Ito palette (colour-blind safe), as the UI's charts use it
 OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000")
-_LAYOUT = dict(
+LAYOUT = dict(
     template="plotly_white",
     margin=dict(l=55, r=20, t=50, b=60),
     legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
@@ -57,7 +57,7 @@ def reward_figure(rows: list[Row]) -> go.Figure:
             opacity=0.45,
         )
     )
-    fig.update_layout(title="Reward and zero-signal groups", **_LAYOUT)
+    fig.update_layout(title="Reward and zero-signal groups", **LAYOUT)
     return fig
 
 
@@ -75,7 +75,7 @@ def per_method_figure(rows: list[Row], key: str, title: str) -> go.Figure:
                 line=dict(color=_color(methods, m)),
             )
         )
-    fig.update_layout(title=title, yaxis_range=[-0.02, 1.02], **_LAYOUT)
+    fig.update_layout(title=title, yaxis_range=[-0.02, 1.02], **LAYOUT)
     return fig
 
 
@@ -101,7 +101,7 @@ def agreement_figure(rows: list[Row]) -> go.Figure:
                 line=dict(color=OKABE_ITO[6], dash="dot"),
             )
         )
-    fig.update_layout(title="Entropy vs gradient: agreement", yaxis_range=[-1.02, 1.02], **_LAYOUT)
+    fig.update_layout(title="Entropy vs gradient: agreement", yaxis_range=[-1.02, 1.02], **LAYOUT)
     return fig
 
 
@@ -115,7 +115,7 @@ def length_figure(rows: list[Row]) -> go.Figure:
             name="mean answer length (tokens)",
         )
     )
-    fig.update_layout(title="Mean answer length (tokens)", **_LAYOUT)
+    fig.update_layout(title="Mean answer length (tokens)", **LAYOUT)
     return fig
 
 
@@ -136,13 +136,13 @@ def _table(rows: list[Row]) -> str:
     ]
     lines = ["<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
     for r in rows:
-        cells = [r["step"], r["num_groups"], r["num_answers"], _fmt(r["reward_mean"])]
-        cells += [_fmt(r["zero_signal_share"])] + [_fmt(r["gradient_coverage"][m]) for m in methods]
+        cells = [r["step"], r["num_groups"], r["num_answers"], fmt(r["reward_mean"])]
+        cells += [fmt(r["zero_signal_share"])] + [fmt(r["gradient_coverage"][m]) for m in methods]
         lines.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     return "<table>" + "".join(lines) + "</table>"
 
 
-def _fmt(v: Any) -> str:
+def fmt(v: Any) -> str:
     return "–" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
 
 

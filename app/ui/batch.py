@@ -17,10 +17,10 @@ import plotly.graph_objects as go
 
 from app.services.catalog import demo_problems
 from app.services.errors import InvalidInputError
-from app.ui.charts import _LAYOUT
+from app.ui.charts import LAYOUT
 from app.ui.explore import EXPLICIT, ExploreForm, common_fields, sampling_fields
 from app.ui.palette import method_color
-from app.ui.render import Json, _fmt, groups_of
+from app.ui.render import Json, fmt, groups_of
 
 BLOCK_SEPARATOR = re.compile(r"^\s*-{3,}\s*$", re.MULTILINE)
 REFERENCE_PREFIX = "=>"
@@ -96,8 +96,8 @@ def overview_rows(result: Json, methods: tuple[str, str]) -> list[list[str]]:
             [
                 str(gi),
                 _short(g.get("prompt", "")),
-                " ".join(_fmt(a.get("reward"), 2) for a in answers),
-                " ".join(_fmt(a.get("advantage"), 2) for a in answers),
+                " ".join(fmt(a.get("reward"), 2) for a in answers),
+                " ".join(fmt(a.get("advantage"), 2) for a in answers),
                 "yes" if (g.get("summary") or {}).get("zero_signal") else "",
                 *("—" if b is None else f"{100 * b:.0f}%" for b in budget),
             ]
@@ -144,7 +144,7 @@ def budget_chart(result: Json, methods: tuple[str, str]) -> go.Figure:
     title = "Selection budget per group — wasted: " + ", ".join(
         f"{m} {100 * wasted[m]:.0f}%" for m in methods if m in wasted
     )
-    fig.update_layout(title=title, barmode="group", yaxis_tickformat=".0%", **_LAYOUT)
+    fig.update_layout(title=title, barmode="group", yaxis_tickformat=".0%", **LAYOUT)
     return fig
 
 

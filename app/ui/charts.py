@@ -20,7 +20,7 @@ from app.ui.render import Json, groups_of
 
 # legend under the plot, anchored to the bottom of the figure so that however many rows it
 # wraps into on a phone it never covers the x-axis title (the margin grows to fit it)
-_LAYOUT = dict(
+LAYOUT = dict(
     template="plotly_white",
     margin=dict(l=55, r=20, t=50, b=40),
     legend=dict(orientation="h", yref="container", yanchor="bottom", y=0, x=0),
@@ -84,7 +84,7 @@ def scatter_entropy_proxy(group: Json, methods: tuple[str, str]) -> go.Figure:
         xaxis_title="entropy H (nats)",
         yaxis_title="gradient proxy |A|·w·g",
         updatemenus=_LOG_BUTTONS,
-        **_LAYOUT,
+        **LAYOUT,
     )
     fig.update_xaxes(**_AXIS)
     fig.update_yaxes(**_AXIS)
@@ -114,7 +114,7 @@ def score_distributions(group: Json, methods: tuple[str, str]) -> go.Figure:
                 row=1,
                 col=col,
             )
-    fig.update_layout(title="Score distributions", barmode="group", bargap=0.1, **_LAYOUT)
+    fig.update_layout(title="Score distributions", barmode="group", bargap=0.1, **LAYOUT)
     fig.update_yaxes(title_text="tokens", row=1, col=1)
     return fig
 
@@ -141,7 +141,7 @@ def position_curves(group: Json, key: str = "entropy") -> go.Figure:
         title=f"{key.capitalize()} along the answer",
         xaxis_title="position in answer",
         yaxis_title=key,
-        **_LAYOUT,
+        **LAYOUT,
     )
     fig.update_xaxes(tickformat="d", rangemode="tozero")
     return fig
@@ -167,7 +167,7 @@ def advantage_bars(group: Json) -> go.Figure:
         title="Advantage per answer (hatched: pushed down)",
         xaxis_title="answer (reward)",
         yaxis_title="advantage A",
-        **_LAYOUT,
+        **LAYOUT,
     )
     return fig
 

@@ -23,7 +23,7 @@ def export_dir() -> Path:
     return folder
 
 
-def _prune(folder: Path, max_age_s: float = MAX_AGE_S) -> None:
+def prune(folder: Path, max_age_s: float = MAX_AGE_S) -> None:
     cutoff = time.time() - max_age_s
     for f in folder.glob("gmts-analysis-*"):
         try:
@@ -36,7 +36,7 @@ def _prune(folder: Path, max_age_s: float = MAX_AGE_S) -> None:
 def write_exports(result: dict[str, Any], folder: Path | None = None) -> tuple[Path, Path]:
     """Write ``result`` as CSV and JSON files; returns their paths (named by content hash)."""
     folder = folder or export_dir()
-    _prune(folder)
+    prune(folder)
     json_text = export_text(result, "json")
     tag = hashlib.sha256(json_text.encode()).hexdigest()[:12]
     csv_path = folder / f"gmts-analysis-{tag}.csv"

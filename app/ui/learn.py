@@ -13,7 +13,7 @@ from typing import Any
 
 from app.services.methods import list_method_infos
 from app.ui.lesson import is_zero_signal, lesson_html
-from app.ui.render import Json, _fmt, groups_of
+from app.ui.render import Json, fmt, groups_of
 
 ADVANTAGE_FORMULAS = {
     "grpo": "A_i = (r_i − mean r) / (std r + ε)",
@@ -51,15 +51,15 @@ def advantage_section(group: Json, mode: str) -> str:
         else:
             direction = "pushed up (made more likely)" if adv > 0 else "pushed down"
             effect = (
-                f"so every token's gradient is scaled by {_fmt(abs(adv), 3)} and its tokens are "
+                f"so every token's gradient is scaled by {fmt(abs(adv), 3)} and its tokens are "
                 f"{direction}"
             )
         lines.append(
-            f"<li>answer #{ans.get('index')}: reward {_fmt(ans.get('reward'))}, this answer's "
-            f"advantage is <b>{_fmt(adv, 3)}</b>, {effect}.</li>"
+            f"<li>answer #{ans.get('index')}: reward {fmt(ans.get('reward'))}, this answer's "
+            f"advantage is <b>{fmt(adv, 3)}</b>, {effect}.</li>"
         )
     mean = (group.get("summary") or {}).get("reward_mean")
-    head = f"mean reward {_fmt(mean, 3)}. " if mean is not None else ""
+    head = f"mean reward {fmt(mean, 3)}. " if mean is not None else ""
     return _section(
         "1. Rewards become group advantages",
         ADVANTAGE_FORMULAS.get(mode, mode),
@@ -73,7 +73,7 @@ def advantage_section(group: Json, mode: str) -> str:
 def weight_section(group: Json, aggregation: str) -> str:
     answers = group.get("answers", [])
     items = "".join(
-        f"<li>answer #{a.get('index')}: {a.get('length')} tokens, w = {_fmt(a.get('weight'), 3)}"
+        f"<li>answer #{a.get('index')}: {a.get('length')} tokens, w = {fmt(a.get('weight'), 3)}"
         "</li>"
         for a in answers
     )
@@ -111,10 +111,10 @@ def gradient_section(group: Json, temperature: float) -> str:
         ans, t = top
         live = (
             f"GMTS's top token is {_tok_name(t)} (answer #{ans.get('index')}, position "
-            f"{t.get('position')}): p = {_fmt(t.get('prob'), 3)}, g = "
-            f"{_fmt(t.get('grad_norm'), 3)}, and its proxy γ = |{_fmt(ans.get('advantage'), 3)}| "
-            f"· {_fmt(ans.get('weight'), 3)} · {_fmt(t.get('grad_norm'), 3)} = "
-            f"<b>{_fmt(t.get('grad_proxy'), 3)}</b> (temperature τ = {_fmt(temperature)})."
+            f"{t.get('position')}): p = {fmt(t.get('prob'), 3)}, g = "
+            f"{fmt(t.get('grad_norm'), 3)}, and its proxy γ = |{fmt(ans.get('advantage'), 3)}| "
+            f"· {fmt(ans.get('weight'), 3)} · {fmt(t.get('grad_norm'), 3)} = "
+            f"<b>{fmt(t.get('grad_proxy'), 3)}</b> (temperature τ = {fmt(temperature)})."
         )
     return _section(
         "3. A token's gradient magnitude",
@@ -142,7 +142,7 @@ def gini_section(summary: Json) -> str:
         "next-token distribution. Gini impurity and entropy are close cousins: both are 0 when "
         "the model is certain and largest when it is uniform. Within one answer A and w are "
         "fixed, so ranking by entropy and by gradient mostly agree.",
-        f"median Spearman correlation of entropy and γ within each answer: <b>{_fmt(rho, 3)}</b>.",
+        f"median Spearman correlation of entropy and γ within each answer: <b>{fmt(rho, 3)}</b>.",
     )
 
 
@@ -161,8 +161,8 @@ def misrank_section(group: Json, summary: Json, methods: tuple[str, str]) -> str
             ans, t = min(only, key=lambda p: p[1].get("ranks", {}).get(m, 10**9))
             picks.append(
                 f"<li>{escape(m)} keeps {_tok_name(t)} (answer #{ans.get('index')}, H = "
-                f"{_fmt(t.get('entropy'), 3)}, A = {_fmt(ans.get('advantage'), 3)}, γ = "
-                f"{_fmt(t.get('grad_proxy'), 3)}), which {escape(other)} leaves out.</li>"
+                f"{fmt(t.get('entropy'), 3)}, A = {fmt(ans.get('advantage'), 3)}, γ = "
+                f"{fmt(t.get('grad_proxy'), 3)}), which {escape(other)} leaves out.</li>"
             )
     example = f"<ul>{''.join(picks)}</ul>" if picks else f"{escape(a)} and {escape(b)} agree here."
     if is_zero_signal(group):
@@ -174,15 +174,15 @@ def misrank_section(group: Json, summary: Json, methods: tuple[str, str]) -> str
         "an uncertain token in an answer whose advantage is near 0. Entropy cannot tell them "
         "apart; the gradient magnitude can. Tokens of a group whose rewards are all equal have "
         "γ = 0 however high their entropy.",
-        f"Spearman(H, γ) over the whole group: <b>{_fmt(rho.get('batch'), 3)}</b> vs within "
-        f"answers: <b>{_fmt(rho.get('within_answer_median'), 3)}</b>.{example}",
+        f"Spearman(H, γ) over the whole group: <b>{fmt(rho.get('batch'), 3)}</b> vs within "
+        f"answers: <b>{fmt(rho.get('within_answer_median'), 3)}</b>.{example}",
     )
 
 
 def selection_section(summary: Json, methods: tuple[str, str]) -> str:
     cov = summary.get("gradient_coverage", {})
     items = "".join(
-        f"<li>{escape(m)} keeps <b>{_fmt(100 * cov[m], 3)}%</b> of the total γ.</li>"
+        f"<li>{escape(m)} keeps <b>{fmt(100 * cov[m], 3)}%</b> of the total γ.</li>"
         for m in dict.fromkeys(methods)
         if cov.get(m) is not None
     )
@@ -202,7 +202,7 @@ def family_section(summary: Json) -> str:
     rows = "".join(
         f"<tr><td><code>{escape(m.name)}</code></td><td>{escape(m.description)}</td>"
         f"<td>{escape(m.citation)}</td><td>{escape(m.details)}</td>"
-        f"<td>{'—' if cov.get(m.name) is None else _fmt(100 * cov[m.name], 3) + '%'}</td></tr>"
+        f"<td>{'—' if cov.get(m.name) is None else fmt(100 * cov[m.name], 3) + '%'}</td></tr>"
         for m in list_method_infos()
     )
     table = (

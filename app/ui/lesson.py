@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from html import escape
 
-from app.ui.render import Json, _fmt
+from app.ui.render import Json, fmt
 
 LOW_ENTROPY = 0.1  # nats: a token the model was all but sure of
 
@@ -41,7 +41,7 @@ def _forks(group: Json) -> str:
     low = sum((t.get("entropy") or 0) < LOW_ENTROPY for _, t in toks)
     top = sorted(toks, key=lambda p: -(p[1].get("entropy") or 0))[:5]
     names = ", ".join(
-        f"{escape(repr(t.get('text', '')))} (#{a.get('index')}, H {_fmt(t.get('entropy'), 2)})"
+        f"{escape(repr(t.get('text', '')))} (#{a.get('index')}, H {fmt(t.get('entropy'), 2)})"
         for a, t in top
     )
     return (
@@ -60,12 +60,12 @@ def _gmts_change(group: Json, summary: Json, methods: tuple[str, str]) -> str:
         )
     cov = summary.get("gradient_coverage") or {}
     parts = [
-        f"{escape(m)} keeps {_fmt(100 * cov[m], 3)}% of the gradient mass"
+        f"{escape(m)} keeps {fmt(100 * cov[m], 3)}% of the gradient mass"
         for m in dict.fromkeys(methods)
         if cov.get(m) is not None
     ]
     rho = (summary.get("spearman_entropy_grad") or {}).get("batch")
-    return "; ".join(parts) + f". Spearman(H, γ) over the group: {_fmt(rho, 3)}."
+    return "; ".join(parts) + f". Spearman(H, γ) over the group: {fmt(rho, 3)}."
 
 
 def lesson_html(group: Json, summary: Json, methods: tuple[str, str]) -> str:
@@ -73,7 +73,7 @@ def lesson_html(group: Json, summary: Json, methods: tuple[str, str]) -> str:
     answers = group.get("answers", [])
     rewards = [a.get("reward") for a in answers]
     right = sum(1 for r in rewards if r is not None and r > 0)
-    advs = ", ".join(f"#{a.get('index')}: {_fmt(a.get('advantage'), 3)}" for a in answers)
+    advs = ", ".join(f"#{a.get('index')}: {fmt(a.get('advantage'), 3)}" for a in answers)
     detail = (answers[0].get("reward_detail") or {}) if answers else {}
     rule = escape(str(detail.get("rule", "explicit")))
     zero = is_zero_signal(group)
@@ -87,7 +87,7 @@ def lesson_html(group: Json, summary: Json, methods: tuple[str, str]) -> str:
         _step(2, "The group and its rewards",
               "The answers to one prompt form a group (G answers). Each gets a reward; here 1 "
               "for the right final answer and 0 otherwise.",
-              f"rewards {', '.join(_fmt(r) for r in rewards)}: <b>{right}</b> of "
+              f"rewards {', '.join(fmt(r) for r in rewards)}: <b>{right}</b> of "
               f"{len(answers)} rewarded."),
         _step(3, "Advantages: better or worse than the group",
               "Each reward is compared with the group's mean (and scaled by its spread): above "

@@ -17,7 +17,7 @@ from plotly.subplots import make_subplots
 
 from app.services.errors import InvalidInputError
 from app.ui.palette import NEUTRAL, method_color
-from app.ui.render import Json, _fmt, groups_of
+from app.ui.render import Json, fmt, groups_of
 
 SCATTER_COLUMNS = 3
 FIDELITY_HEADERS = [
@@ -93,7 +93,7 @@ def proxy_scatter(body: Json) -> go.Figure:
             _positive(t.get("true_grad_norm")) and _positive(t["scores"].get(m)) for t in tokens
         )
         rho = (fid.get("spearman", {}).get(m) or {}).get("batch")
-        titles.append(f"{m}: ρ = {_fmt(rho, 3)} ({shown} of {len(tokens)} tokens)")
+        titles.append(f"{m}: ρ = {fmt(rho, 3)} ({shown} of {len(tokens)} tokens)")
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles or None)
     for i, m in enumerate(methods):
         _add_method(fig, tokens, m, i // cols + 1, i % cols + 1, first=i == 0)
@@ -149,12 +149,12 @@ def fidelity_rows(fid: Json) -> list[list[str]]:
         rows.append(
             [
                 m,
-                _fmt((rho or {}).get("batch"), 3),
-                _fmt((rho or {}).get("within_answer_median"), 3),
-                _fmt(fid.get("true_grad_coverage", {}).get(m), 3),
-                _fmt(fid.get("true_grad_sq_coverage", {}).get(m), 3),
-                _fmt(fid.get("cosine_to_full", {}).get(m), 3),
-                _fmt(fid.get("norm_ratio_to_full", {}).get(m), 3),
+                fmt((rho or {}).get("batch"), 3),
+                fmt((rho or {}).get("within_answer_median"), 3),
+                fmt(fid.get("true_grad_coverage", {}).get(m), 3),
+                fmt(fid.get("true_grad_sq_coverage", {}).get(m), 3),
+                fmt(fid.get("cosine_to_full", {}).get(m), 3),
+                fmt(fid.get("norm_ratio_to_full", {}).get(m), 3),
             ]
         )
     return rows
@@ -168,9 +168,9 @@ def fidelity_markdown(body: Json) -> str:
     lines = [
         f"{fid.get('num_tokens')} answer tokens · {fid.get('num_parameters', 0):,} parameters · "
         f"k = {s.get('k')} ({s.get('scope')}) · {fid.get('precision')} · "
-        f"{_fmt(fid.get('seconds'), 3)} s · ‖full gradient‖ = {_fmt(fid.get('full_grad_norm'))}",
-        f"Head-only norm γ·‖h‖ vs true norm: Spearman {_fmt(head.get('batch'), 3)} "
-        f"(median in answer {_fmt(head.get('within_answer_median'), 3)}).",
+        f"{fmt(fid.get('seconds'), 3)} s · ‖full gradient‖ = {fmt(fid.get('full_grad_norm'))}",
+        f"Head-only norm γ·‖h‖ vs true norm: Spearman {fmt(head.get('batch'), 3)} "
+        f"(median in answer {fmt(head.get('within_answer_median'), 3)}).",
     ]
     lines += [f"- {n}" for n in [*fid.get("notes", []), *body.get("notes", [])]]
     return "\n\n".join(lines[:2]) + ("\n\n" + "\n".join(lines[2:]) if lines[2:] else "")

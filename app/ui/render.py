@@ -57,7 +57,7 @@ ZERO_SIGNAL_TEXT = (
 )
 
 
-def _fmt(x: float | None, digits: int = 4) -> str:
+def fmt(x: float | None, digits: int = 4) -> str:
     """A number for people: compact, signed minus, '—' when missing."""
     if x is None or not math.isfinite(x):
         return "—"
@@ -158,15 +158,15 @@ def tooltip_text(
 ) -> str:
     """The plain-text tooltip of a token (lines separated by newlines)."""
     alts = " · ".join(
-        f"{a.get('text', '')!r} {_fmt(a.get('prob'), 3)}" for a in tok.get("alternatives", [])
+        f"{a.get('text', '')!r} {fmt(a.get('prob'), 3)}" for a in tok.get("alternatives", [])
     )
     return "\n".join(
         [
             f"answer #{answer_index} · position {tok.get('position')} · id {tok.get('id')} · "
             f"{tok.get('text', '')!r}",
-            f"prob {_fmt(tok.get('prob'), 3)} · logprob {_fmt(tok.get('logprob'), 3)}",
-            f"entropy {_fmt(tok.get('entropy'), 3)} nats",
-            f"grad_norm {_fmt(tok.get('grad_norm'), 3)} · grad_proxy {_fmt(tok.get('grad_proxy'))}",
+            f"prob {fmt(tok.get('prob'), 3)} · logprob {fmt(tok.get('logprob'), 3)}",
+            f"entropy {fmt(tok.get('entropy'), 3)} nats",
+            f"grad_norm {fmt(tok.get('grad_norm'), 3)} · grad_proxy {fmt(tok.get('grad_proxy'))}",
             *rank_lines(tok, methods, pool or "(1 = highest score)", zero),
             f"top alternatives: {alts or '—'}",
         ]
@@ -242,9 +242,9 @@ def answer_header(ans: Json, methods: tuple[str, str], zero: bool = False) -> st
         else [f"{escape(m)} selects <b>{counts.get(m, 0)}</b>" for m in dict.fromkeys(methods)]
     )
     facts = [
-        f"reward <b>{_fmt(ans.get('reward'))}</b>",
-        f'advantage <b class="adv-{sign}">{_fmt(adv, 3)}</b>',
-        f"weight {_fmt(ans.get('weight'), 3)}",
+        f"reward <b>{fmt(ans.get('reward'))}</b>",
+        f'advantage <b class="adv-{sign}">{fmt(adv, 3)}</b>',
+        f"weight {fmt(ans.get('weight'), 3)}",
         f"length {ans.get('length', len(ans.get('tokens', [])))}",
         *selects,
     ]
@@ -294,7 +294,7 @@ def render_legend(color_by: str, lo: float, hi: float, methods: tuple[str, str])
     """Shade scale and the three selection marks."""
     spec = COLOR_BY[color_by]
     a, b = (escape(m) for m in methods)
-    low, high = (_fmt(lo), _fmt(hi)) if spec.higher_is_stronger else (_fmt(hi), _fmt(lo))
+    low, high = (fmt(lo), fmt(hi)) if spec.higher_is_stronger else (fmt(hi), fmt(lo))
     return (
         '<div class="legend">'
         f'<span class="legend-scale">shade: {escape(spec.label)} — {escape(spec.help)} '
@@ -387,8 +387,8 @@ def _change_tip(tok: Json, answer: Json) -> str:
             f"group {answer.get('group', 0)} · answer #{answer.get('index', 0)} · position "
             f"{tok.get('position')} · {tok.get('text', '')!r}",
             f"selected for training: {'yes' if tok.get('selected') else 'no'}",
-            f"log p before {_fmt(tok.get('logprob_before'), 3)} → after "
-            f"{_fmt(tok.get('logprob_after'), 3)} (Δ {_fmt(tok.get('logprob_change'), 3)})",
+            f"log p before {fmt(tok.get('logprob_before'), 3)} → after "
+            f"{fmt(tok.get('logprob_after'), 3)} (Δ {fmt(tok.get('logprob_change'), 3)})",
         ]
     )
 
@@ -443,7 +443,7 @@ def render_batch_changes(
         f'<span class="legend-scale">shade: log-prob change after the update, '
         f'<span style="background:rgba({CHANGE_UP},0.86)">&nbsp;up&nbsp;</span> / '
         f'<span style="background:rgba({CHANGE_DOWN},0.86)">&nbsp;down&nbsp;</span>, '
-        f"full shade at |Δ| = {_fmt(scale, 3)} nats</span></div>"
+        f"full shade at |Δ| = {fmt(scale, 3)} nats</span></div>"
     ]
     if len(groups) > len(shown):
         parts.append(
@@ -480,10 +480,10 @@ def _render_change_answer(ans: Json, scale: float) -> str:
     sign = "pos" if adv > 0 else "neg" if adv < 0 else "zero"
     head = (
         f'<div class="ans-head"><span class="ans-id">#{int(ans.get("index", 0))}</span> '
-        f"reward <b>{_fmt(ans.get('reward'))}</b> · advantage "
-        f'<b class="adv-{sign}">{_fmt(adv, 3)}</b> · mean Δ log p: selected '
-        f"<b>{_fmt(_mean_change(tokens, True), 3)}</b>, others "
-        f"{_fmt(_mean_change(tokens, False), 3)}</div>"
+        f"reward <b>{fmt(ans.get('reward'))}</b> · advantage "
+        f'<b class="adv-{sign}">{fmt(adv, 3)}</b> · mean Δ log p: selected '
+        f"<b>{fmt(_mean_change(tokens, True), 3)}</b>, others "
+        f"{fmt(_mean_change(tokens, False), 3)}</div>"
     )
     spans = "<wbr>".join(render_change_token(t, ans, scale) for t in tokens)
     return (

@@ -15,7 +15,7 @@ from typing import Any
 
 from app.ui import STATIC_DIR
 from app.ui.charts import summary_html, summary_rows
-from app.ui.export import _prune, export_dir
+from app.ui.export import export_dir, prune
 from app.ui.render import groups_of, render_result
 
 
@@ -54,7 +54,7 @@ def write_view_html(
 ) -> Path:
     """Write :func:`view_html` to a file named by its content; returns the path."""
     folder = folder or export_dir()
-    _prune(folder)
+    prune(folder)
     text = view_html(result, methods, color_by, group)
     tag = hashlib.sha256(text.encode()).hexdigest()[:12]
     path = folder / f"gmts-analysis-{tag}-view.html"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from app.main import create_app
-from app.ui.render import _fmt
+from app.ui.render import fmt
 from gmts_core.demo import DEMO_MODEL_DIR
 from tests.app.api_helpers import LiveServer
 from tests.browser.conftest import demo_model_ready, ui_settings
@@ -92,8 +92,8 @@ def test_explore_sampled_group(chromium: Any, ui_server: LiveServer, artifacts: 
     tip.wait_for(state="visible")
     text = tip.inner_text()
     assert f"position {pos}" in text and f"id {tok['id']}" in text
-    assert f"entropy {_fmt(tok['entropy'], 3)}" in text
-    assert f"grad_proxy {_fmt(tok['grad_proxy'])}" in text
+    assert f"entropy {fmt(tok['entropy'], 3)}" in text
+    assert f"grad_proxy {fmt(tok['grad_proxy'])}" in text
     assert "top alternatives" in text
 
     # the scatter chart: a plotly div with at least one point per token

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.services.bodies import analysis_json
-from app.ui import batch, charts, palette, render, train
+from app.ui import batch, charts, palette, render, train_charts
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec, analyze
 from gmts_core.modeling import load_model
 from tests.app.api_helpers import TINY
@@ -75,14 +75,14 @@ def test_train_curves_use_the_method_colour_and_whole_steps() -> None:
          "policy_loss": 0.1, "kl": 0.0, "wasted_share": {"entropy": 0.2, "gmts": 0.0}}
         for s in (1, 2, 3)
     ]  # fmt: skip
-    fig = train.reward_figure(history, [{"step": 0, "accuracy": 0.4}])
+    fig = train_charts.reward_figure(history, [{"step": 0, "accuracy": 0.4}])
     assert {t.line.color for t in fig.data} == {palette.method_color("entropy")}
     assert fig.layout.xaxis.dtick == 1 and fig.layout.xaxis.tickformat == "d"
-    wasted = train.wasted_figure(history)
+    wasted = train_charts.wasted_figure(history)
     assert {t.name: t.line.color for t in wasted.data} == {
         "entropy": palette.method_color("entropy"), "gmts": palette.method_color("gmts")
     }  # fmt: skip
-    loss = train.loss_figure(history)  # β = 0: loss equals the policy loss, drawn once
+    loss = train_charts.loss_figure(history)  # β = 0: loss equals the policy loss, drawn once
     assert [t.name for t in loss.data] == ["loss (= policy loss, β = 0)", "KL to start (k3)"]
 
 

@@ -151,7 +151,7 @@ def test_legend_names_methods_and_scale(result: dict) -> None:
     assert "gradient proxy" in html
     lo, hi = render.score_range([t for a in result["answers"] for t in a["tokens"]], "grad_proxy")
     assert lo < hi
-    assert render._fmt(hi) in html
+    assert render.fmt(hi) in html
 
 
 def test_shade_follows_direction() -> None:
@@ -210,7 +210,7 @@ def test_summary_rows_quote_the_summary(result: dict) -> None:
 def test_learn_quotes_live_advantages(result: dict) -> None:
     html = learn.learn_html(result, METHODS)
     adv = result["answers"][1]["advantage"]
-    assert render._fmt(adv, 3) in html and "scaled by" in html
+    assert render.fmt(adv, 3) in html and "scaled by" in html
     assert "Gini impurity" in html
     assert "Analyze a group" in learn.learn_html(None, METHODS)
 
@@ -220,4 +220,4 @@ def test_learn_lists_the_literature_family_with_live_coverage(result: dict) -> N
     for name, arxiv in (("clip_cov", "2505.22617"), ("gtpo", "2508.04349"), ("rsi", "2606.31575")):
         assert f"<code>{name}</code>" in html and arxiv in html
     cov = result["summary"]["gradient_coverage"]["gmts"]
-    assert "<td><code>gmts</code></td>" in html and f"{render._fmt(100 * cov, 3)}%" in html
+    assert "<td><code>gmts</code></td>" in html and f"{render.fmt(100 * cov, 3)}%" in html

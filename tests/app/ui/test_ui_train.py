@@ -15,7 +15,7 @@ from app.main import create_app
 from app.schemas.sessions import SessionCreateRequest, SessionStepRequest
 from app.services.bodies import as_json, step_metrics_out
 from app.services.errors import SessionNotFoundError
-from app.ui import render, train, train_runs
+from app.ui import render, train, train_charts, train_runs
 from app.ui.client import BackendError, LocalBackend, RemoteBackend
 from gmts_core.grpo.records import StepMetrics
 from tests.app.api_helpers import TINY, LiveServer, given_body, make_settings
@@ -40,17 +40,17 @@ EVALS = [{"step": 0, "accuracy": 0.3}, {"step": 3, "accuracy": 0.45}]
 
 
 def test_reward_figure_has_one_point_per_step_and_evaluation() -> None:
-    fig = train.reward_figure(HISTORY, EVALS)
+    fig = train_charts.reward_figure(HISTORY, EVALS)
     reward, accuracy = fig.data
     assert list(reward.x) == [1, 2, 3] and list(reward.y) == [0.25, 0.5, 0.75]
     assert list(reward.error_y.array) == [0.5, 0.5, 0.5]
     assert list(accuracy.x) == [0, 3] and list(accuracy.y) == [0.3, 0.45]
-    empty = train.reward_figure([], [])
+    empty = train_charts.reward_figure([], [])
     assert [len(t.x) for t in empty.data] == [0, 0]
 
 
 def test_loss_figure_plots_loss_policy_loss_and_kl() -> None:
-    fig = train.loss_figure(HISTORY)
+    fig = train_charts.loss_figure(HISTORY)
     by_name = {t.name.split(" ")[0]: list(t.y) for t in fig.data}
     assert by_name["loss"] == pytest.approx([0.1, 0.2, 0.3])
     assert by_name["policy"] == pytest.approx([0.05, 0.1, 0.15])
@@ -59,8 +59,8 @@ def test_loss_figure_plots_loss_policy_loss_and_kl() -> None:
 
 def test_wasted_figure_puts_entropy_then_gmts_then_others() -> None:
     history = [*HISTORY, metrics(4, 1.0, 0.9, method="random")]
-    assert train.wasted_methods(history) == ["entropy", "gmts", "random"]
-    fig = train.wasted_figure(history)
+    assert train_charts.wasted_methods(history) == ["entropy", "gmts", "random"]
+    fig = train_charts.wasted_figure(history)
     entropy, gmts, random_ = fig.data
     assert list(entropy.y) == [0.4, 0.3, 0.1, 0.9]
     assert list(gmts.y) == [0.0, 0.0, 0.0, None]  # step 4 trained with random: no gmts number
