@@ -116,6 +116,26 @@ def test_prompt_answers_and_alternatives_are_escaped(result: dict) -> None:
     assert any("<script>" in t for t in tips)
 
 
+def test_detail_json_survives_quotes_and_markup(result: dict) -> None:
+    """The panel's compact JSON sits in a single-quoted attribute: quotes of either kind and
+    markup in a token or an alternative come back intact, and nothing breaks out of it."""
+    import json
+
+    evil = copy.deepcopy(result)
+    tok = evil["answers"][0]["tokens"][0]
+    tok["text"] = 'it\'s "q" & <b>'
+    tok["alternatives"][0]["text"] = "'><img src=x onerror=alert(1)>" + EVIL
+    html = render.render_result(evil, METHODS)
+    tags = {t for t, _ in parse(html).tags}
+    assert "script" not in tags and "img" not in tags
+    span = token_spans(html)[0]
+    detail = json.loads(span["data-detail"] or "")
+    assert detail["text"] == tok["text"]
+    assert detail["alternatives"][0][0] == tok["alternatives"][0]["text"]
+    assert detail["prob"] == pytest.approx(tok["prob"], rel=1e-3)  # 4 significant digits
+    assert repr(tok["text"]) in (span["data-tip"] or "")
+
+
 def test_learn_and_headers_escape_text(result: dict) -> None:
     evil = copy.deepcopy(result)
     evil["answers"][1]["reward_detail"]["extracted"] = EVIL
