@@ -241,3 +241,14 @@ def test_learn_lists_the_literature_family_with_live_coverage(result: dict) -> N
         assert f"<code>{name}</code>" in html and arxiv in html
     cov = result["summary"]["gradient_coverage"]["gmts"]
     assert "<td><code>gmts</code></td>" in html and f"{render._fmt(100 * cov, 3)}%" in html
+
+
+def test_chart_coordinates_are_rounded_to_four_digits(result: dict) -> None:
+    """The Explore charts carry 4 significant digits (what travels with every page), not
+    other numbers: each point still sits on its token's value."""
+    scatter = charts.group_figures(result, METHODS)["scatter"]
+    toks = result["answers"][0]["tokens"]
+    xs, ys = list(scatter.data[0].x), list(scatter.data[0].y)
+    assert xs == pytest.approx([t["entropy"] for t in toks], rel=1e-3)
+    assert ys == pytest.approx([t["grad_proxy"] for t in toks], rel=1e-3, abs=1e-12)
+    assert all(float(f"{v:.4g}") == v for v in xs + ys)
