@@ -29,7 +29,7 @@ def tests_line(out: Path, exit_code: int) -> str:
     )
 
 
-def _fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:
+def fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:
     return f"{value / scale:.{digits}f}" if isinstance(value, (int, float)) else "-"
 
 
@@ -37,8 +37,8 @@ def _spread(s: dict[str, float] | None, digits: int) -> str:
     """median [min-max] of a spread from the benchmark report."""
     if not s:
         return "-"
-    return f"{_fmt(s['median'], digits=digits)} [{_fmt(s['min'], digits=digits)}-" + (
-        f"{_fmt(s['max'], digits=digits)}]"
+    return f"{fmt(s['median'], digits=digits)} [{fmt(s['min'], digits=digits)}-" + (
+        f"{fmt(s['max'], digits=digits)}]"
     )
 
 
@@ -57,17 +57,17 @@ def token_stats_table(report: dict[str, Any]) -> list[str]:
     for name in dict.fromkeys([*timing["wall_s"], *memory]):
         w, r = timing["wall_s"].get(name), timing["ratio"].get(name)
         time_s = (
-            f"{_fmt(w['median'], digits=4)} [{_fmt(w['min'], digits=4)}-{_fmt(w['max'], digits=4)}]"
+            f"{fmt(w['median'], digits=4)} [{fmt(w['min'], digits=4)}-{fmt(w['max'], digits=4)}]"
             if w
             else "-"
         )  # noqa: E501
         ratio = (
-            f"{_fmt(r['median'], digits=2)} [{_fmt(r['min'], digits=2)}-{_fmt(r['max'], digits=2)}]"
+            f"{fmt(r['median'], digits=2)} [{fmt(r['min'], digits=2)}-{fmt(r['max'], digits=2)}]"
             if r
             else "-"
         )  # noqa: E501
         mem = memory.get(name, {}).get("peak_extra_bytes")
-        lines.append(f"| {name} | {time_s} | {ratio} | {_fmt(mem, 2**20, 1)} |")
+        lines.append(f"| {name} | {time_s} | {ratio} | {fmt(mem, 2**20, 1)} |")
     lines += ["", f"Targets met: {json.dumps(report.get('targets_met'))}", ""]
     return lines
 
@@ -75,7 +75,7 @@ def token_stats_table(report: dict[str, Any]) -> list[str]:
 def real_size_table(report: dict[str, Any]) -> list[str]:
     """The JSON of benchmarks/real_size.py --json as a table."""
     lines = [
-        f"{report.get('model')} ({_fmt(report.get('parameters'), 1e6, 0)}M parameters), "
+        f"{report.get('model')} ({fmt(report.get('parameters'), 1e6, 0)}M parameters), "
         f"{report.get('answers')} answers x {report.get('tokens_per_answer')} tokens, "
         f"{report.get('device')} {report.get('dtype')}, median of {report.get('repeats')}:",
         "",
@@ -83,10 +83,10 @@ def real_size_table(report: dict[str, Any]) -> list[str]:
         "|---|---|---|---|",
     ]
     for name, seconds in report.get("median_s", {}).items():
-        rate = _fmt(report["answer_tokens_per_s"].get(name), digits=0)
-        mem = _fmt(report["peak_extra_mib"].get(name), digits=0)
-        lines.append(f"| {name} | {_fmt(seconds)} | {rate} | {mem} |")
-    ratios = ", ".join(f"{k} {_fmt(v, digits=2)}" for k, v in report.get("ratios", {}).items())
+        rate = fmt(report["answer_tokens_per_s"].get(name), digits=0)
+        mem = fmt(report["peak_extra_mib"].get(name), digits=0)
+        lines.append(f"| {name} | {fmt(seconds)} | {rate} | {mem} |")
+    ratios = ", ".join(f"{k} {fmt(v, digits=2)}" for k, v in report.get("ratios", {}).items())
     lines += ["", f"Ratios: {ratios}. Targets met: {json.dumps(report.get('targets_met'))}", ""]
     return lines
 

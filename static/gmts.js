@@ -1,6 +1,7 @@
 // GMTS Explorer: token tooltips, a pinned detail panel, and chart points linked to tokens.
-// Text is only ever set with textContent (never HTML); the panel's data is JSON read from the
-// token's data-detail attribute. Event delegation, so re-rendered views keep working.
+// Text is only ever set with textContent (never HTML); the panel's bars are JSON read from the
+// token's data-detail attribute, its lines of numbers and ranks come from the token's data-tip.
+// Event delegation, so re-rendered views keep working.
 (function () {
   "use strict";
   if (window.__gmtsTipInstalled) return;
@@ -106,7 +107,8 @@
     add(panel, "div", "pin-head", "next-token probabilities (sampled token first)");
     bars(panel, detail);
     add(panel, "pre", "pin-numbers", tip.slice(1, 4).join("\n"));
-    add(panel, "pre", "pin-ranks", (detail.ranks || []).join("\n"));
+    // the tooltip's lines: header, 3 lines of numbers, the rank lines, the alternatives
+    add(panel, "pre", "pin-ranks", tip.slice(4, -1).join("\n"));
     panel.classList.add("visible");
   }
 

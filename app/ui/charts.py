@@ -8,6 +8,7 @@ marker shape as well as colour.
 
 from __future__ import annotations
 
+import math
 from html import escape
 from typing import Any
 
@@ -219,13 +220,32 @@ def summary_html(rows: list[list[str]]) -> str:
     return f'<div class="summary-box"><h4>Summary</h4><dl class="summary-list">{items}</dl></div>'
 
 
+def _short(v: Any) -> Any:
+    return float(f"{v:.4g}") if isinstance(v, float) and math.isfinite(v) else v
+
+
+def compact(fig: go.Figure) -> go.Figure:
+    """Round the traces' x and y to 4 significant digits (hover labels show 3), in place.
+
+    The Explore charts travel as JSON with the page (the example) and with every result; their
+    17-digit floats were most of those bytes, and the browser parses every one of them.
+    """
+    for trace in fig.data:
+        for axis in ("x", "y"):
+            values = getattr(trace, axis, None)
+            if values is not None and any(isinstance(v, float) for v in values):
+                trace[axis] = [_short(v) for v in values]
+    return fig
+
+
 def group_figures(result: Json, methods: tuple[str, str], group_index: int = 0) -> dict[str, Any]:
-    """All figures of one group of a result, keyed by name."""
+    """All figures of one group of a result, keyed by name (coordinates ``compact``)."""
     groups = groups_of(result)
     group = groups[min(max(group_index, 0), len(groups) - 1)]
-    return {
+    figures = {
         "scatter": scatter_entropy_proxy(group, methods),
         "distributions": score_distributions(group, methods),
         "positions": position_curves(group, "entropy"),
         "advantages": advantage_bars(group),
     }
+    return {name: compact(fig) for name, fig in figures.items()}

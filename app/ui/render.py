@@ -119,21 +119,19 @@ def mark_class(sel_a: bool, sel_b: bool) -> str:
     return "mark-a" if sel_a else "mark-b" if sel_b else ""
 
 
-def token_detail(tok: Json, methods: tuple[str, str], pool: str, zero: bool) -> Json:
-    """What the pinned panel (static/gmts.js) draws: the sampled token and its alternatives
-    with probabilities (a GLTR-style bar chart), and the rank lines. Read as JSON, shown as text.
+def _short(x: Any) -> float | None:
+    """A probability for the panel: 4 significant digits (it shows 3); None if not finite."""
+    return float(f"{x:.4g}") if isinstance(x, int | float) and math.isfinite(x) else None
+
+
+def token_detail(tok: Json) -> Json:
+    """What the pinned panel (static/gmts.js) draws besides the tooltip's lines: the sampled
+    token and its alternatives with probabilities (a GLTR-style bar chart). Read as JSON, shown
+    as text. The rank lines are the tooltip's (``data-tip``), not repeated here: every byte of
+    a token's markup is sent ~200 times with the page.
     """
-
-    def finite(x: Any) -> float | None:
-        return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
-
-    alts = [[a.get("text", ""), finite(a.get("prob"))] for a in tok.get("alternatives", [])]
-    return {
-        "text": tok.get("text", ""),
-        "prob": finite(tok.get("prob")),
-        "alternatives": alts,
-        "ranks": rank_lines(tok, methods, pool or "(1 = highest score)", zero),
-    }
+    alts = [[a.get("text", ""), _short(a.get("prob"))] for a in tok.get("alternatives", [])]
+    return {"text": tok.get("text", ""), "prob": _short(tok.get("prob")), "alternatives": alts}
 
 
 def rank_lines(tok: Json, methods: tuple[str, str], pool: str, zero: bool) -> list[str]:
@@ -174,8 +172,17 @@ def tooltip_text(
 
 
 def _attr(name: str, value: Any) -> str:
+    """``data-name="value"``: the value escaped for a double-quoted attribute (``&``, ``<``,
+    ``>`` and ``"``; a ``'`` stays as it is, which keeps the tooltips short)."""
     text = "" if value is None else str(value)
-    return f' data-{name}="{escape(text, quote=True)}"'
+    return f' data-{name}="{escape(text, quote=False).replace(chr(34), "&quot;")}"'
+
+
+def _json_attr(name: str, value: Any) -> str:
+    """``data-name='json'``: compact JSON in a single-quoted attribute, so its many ``"`` need
+    no entity (``&``, ``<``, ``>`` and ``'`` are escaped)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return f" data-{name}='{escape(text, quote=False).replace(chr(39), '&#x27;')}'"
 
 
 def render_token(
@@ -183,7 +190,6 @@ def render_token(
     answer_index: int,
     level: float,
     methods: tuple[str, str],
-    color_by: str,
     pool: str = "",
     zero: bool = False,
 ) -> str:
@@ -201,19 +207,16 @@ def render_token(
     classes += [c] if (c := mark_class(sel_a, sel_b)) and not zero else []
     classes += ["tok-empty"] if tok.get("text", "") == "" else []
     ranks = tok.get("ranks", {})
+    # the numbers are in the tooltip (and the exports); the attributes carry what scripts and
+    # tests look tokens up by
     attrs = (
         _attr("answer", answer_index)
         + _attr("pos", tok.get("position"))
         + _attr("id", tok.get("id"))
-        + _attr("prob", tok.get("prob"))
-        + _attr("entropy", tok.get("entropy"))
-        + _attr("grad-norm", tok.get("grad_norm"))
-        + _attr("grad-proxy", tok.get("grad_proxy"))
         + _attr("rank-a", ranks.get(a))
         + _attr("rank-b", ranks.get(b))
-        + _attr("score", COLOR_BY[color_by].value(tok))
         + _attr("tip", tooltip_text(tok, answer_index, methods, pool, zero))
-        + _attr("detail", json.dumps(token_detail(tok, methods, pool, zero)))
+        + _json_attr("detail", token_detail(tok))
     )
     return (
         f'<span class="{" ".join(classes)}" tabindex="0" style="--lv:{level:.3f}"{attrs}>'
@@ -277,7 +280,6 @@ def render_answer(
             idx,
             shade_level(spec.value(t), lo, hi, spec.higher_is_stronger),
             methods,
-            color_by,
             where,
             zero,
         )  # fmt: skip

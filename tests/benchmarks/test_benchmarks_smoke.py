@@ -7,6 +7,8 @@ and the correctness checks the benchmarks make along the way are. Each runs in a
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from gmts_core.demo import DEMO_MODEL_DIR
@@ -118,3 +120,18 @@ def test_real_size_smoke() -> None:
         m["given_analysis"] / m["full_logit_forward"]
     )
     assert r["config"]["vocab_size"] == 1000 and r["config"]["num_hidden_layers"] == 1
+
+
+@pytest.mark.browser
+def test_ui_first_result_smoke() -> None:
+    from app.live_server import CHROMIUM_PATH
+
+    if not os.path.exists(CHROMIUM_PATH):
+        pytest.skip("Debian chromium is not installed (/usr/bin/chromium)")
+    r = run_benchmark("ui_first_result", "--repeats", "1", "--width", "390", "--height", "844")
+    first, analyze = r["first_result"], r["warm_analyze"]
+    assert len(r["runs"]["first_result"]) == len(r["runs"]["warm_analyze"]) == 1
+    assert 0 < first["first_token_s"]["median"] <= first["charts_by_s"]["median"]
+    assert analyze["server_s"]["median"] > 0 and analyze["click_to_highlight_s"]["median"] > 0
+    sizes = r["sizes"]
+    assert 0 < sizes["token_view_bytes"] < sizes["config_bytes"] < sizes["page_bytes"]

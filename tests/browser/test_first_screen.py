@@ -63,6 +63,8 @@ def test_page_opens_on_a_highlighted_example(
     page.wait_for_selector("#token-view .tok.sel-b")
     # the example came with the page: no model run was asked for before it showed
     assert page.evaluate("window.__gmtsQueueCallsAtFirstToken") == 0
+    first = page.locator("#token-view .tok.sel-b").first
+    assert first.is_visible()  # drawn (a box on the page), not only present in the DOM
     view = page.locator("#token-view")
     assert view.locator(".tok").count() > 0
     assert view.locator(".tok.sel-a").count() > 0  # entropy's selection, marked
@@ -78,6 +80,9 @@ def test_page_opens_on_a_highlighted_example(
         "first_highlighted_token_ms": page.evaluate("window.__gmtsFirstTokenMs")
     }
     record.write_text(json.dumps(data, indent=1))
+    # the pinned panel works on the example too (its numbers and ranks come with the page)
+    first.click()
+    assert "rank of" in page.locator("#gmts-pin").inner_text()
     page.context.close()
 
 

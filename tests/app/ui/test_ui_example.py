@@ -5,6 +5,8 @@ If this fails after the demo model was retrained, regenerate it: ``python -m app
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from app.core.config import Settings
@@ -34,3 +36,20 @@ def test_a_missing_or_broken_example_means_an_empty_first_screen(tmp_path) -> No
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert example.load_example(bad) is None
+
+
+def test_first_screen_payload_stays_compact() -> None:
+    """The example's token view and charts travel in the page's Gradio config and the browser
+    parses all of them before the first highlighted token shows: keep their bytes per token in
+    check (the full tooltips, detail JSON and 17-digit floats were ~1.2 kB and ~400 B a token)."""
+    from app.ui import blocks
+
+    shipped = example.load_example()
+    assert shipped is not None
+    n = sum(len(a["tokens"]) for a in shipped["answers"])
+    values = blocks.initial_values(shipped)
+    assert len(re.findall(r'class="tok[ "]', values[1])) == n
+    assert len(values[1].encode()) / n < 800
+    figures = values[3:7]  # scatter, distributions, positions, advantages
+    assert all(hasattr(f, "to_json") for f in figures)
+    assert sum(len(f.to_json()) for f in figures) / n < 350

@@ -116,6 +116,26 @@ def test_prompt_answers_and_alternatives_are_escaped(result: dict) -> None:
     assert any("<script>" in t for t in tips)
 
 
+def test_detail_json_survives_quotes_and_markup(result: dict) -> None:
+    """The panel's compact JSON sits in a single-quoted attribute: quotes of either kind and
+    markup in a token or an alternative come back intact, and nothing breaks out of it."""
+    import json
+
+    evil = copy.deepcopy(result)
+    tok = evil["answers"][0]["tokens"][0]
+    tok["text"] = 'it\'s "q" & <b>'
+    tok["alternatives"][0]["text"] = "'><img src=x onerror=alert(1)>" + EVIL
+    html = render.render_result(evil, METHODS)
+    tags = {t for t, _ in parse(html).tags}
+    assert "script" not in tags and "img" not in tags
+    span = token_spans(html)[0]
+    detail = json.loads(span["data-detail"] or "")
+    assert detail["text"] == tok["text"]
+    assert detail["alternatives"][0][0] == tok["alternatives"][0]["text"]
+    assert detail["prob"] == pytest.approx(tok["prob"], rel=1e-3)  # 4 significant digits
+    assert repr(tok["text"]) in (span["data-tip"] or "")
+
+
 def test_learn_and_headers_escape_text(result: dict) -> None:
     evil = copy.deepcopy(result)
     evil["answers"][1]["reward_detail"]["extracted"] = EVIL
@@ -221,3 +241,14 @@ def test_learn_lists_the_literature_family_with_live_coverage(result: dict) -> N
         assert f"<code>{name}</code>" in html and arxiv in html
     cov = result["summary"]["gradient_coverage"]["gmts"]
     assert "<td><code>gmts</code></td>" in html and f"{render.fmt(100 * cov, 3)}%" in html
+
+
+def test_chart_coordinates_are_rounded_to_four_digits(result: dict) -> None:
+    """The Explore charts carry 4 significant digits (what travels with every page), not
+    other numbers: each point still sits on its token's value."""
+    scatter = charts.group_figures(result, METHODS)["scatter"]
+    toks = result["answers"][0]["tokens"]
+    xs, ys = list(scatter.data[0].x), list(scatter.data[0].y)
+    assert xs == pytest.approx([t["entropy"] for t in toks], rel=1e-3)
+    assert ys == pytest.approx([t["grad_proxy"] for t in toks], rel=1e-3, abs=1e-12)
+    assert all(float(f"{v:.4g}") == v for v in xs + ys)

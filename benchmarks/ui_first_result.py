@@ -1,0 +1,216 @@
+"""Time to the first result in the UI, in a real Chromium against a real server.
+
+Starts the app (API + Gradio UI at /ui, the bundled demo model) on a uvicorn server on
+127.0.0.1 in this process (``app.live_server.LiveServer``) and drives Debian's Chromium
+(``/usr/bin/chromium``, offline flags) through Playwright. Each repeat uses a fresh browser
+context (no cache, no cookies):
+
+* **first highlighted token**: from navigation start to the first token selected by method B
+  (``#token-view .tok.sel-b``) being in the page, with no click; the page opens on the shipped
+  example group (``static/example-group.json``). Also reported: when the charts are drawn, the
+  size of the page and of the Gradio config it carries, and the token view's HTML.
+* **warm Analyze** of the default group (the form as the page opens, G = 8, seed 0), after one
+  warm-up Analyze: the server time is Gradio's own per-event process time (the queue's
+  ``process_time_per_fn``: pre-processing, the handler, post-processing; read in-process after
+  each run), and the browser time is from the click to the new result's tokens on screen.
+
+Targets (issue 19/18): first highlighted token <= 3 s; warm Analyze <= 1 s of server time.
+
+    .venv/bin/python benchmarks/ui_first_result.py [--repeats 5] [--width 1366 --height 768]
+        [--threads 2] [--json]
+
+Times depend on the machine's load: run under ``flock /tmp/bench.lock`` on a shared machine
+and quote the load average (printed) with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import urllib.request
+from typing import Any
+
+from _common import emit, machine, median
+
+from app.core.config import Settings
+from app.live_server import CHROMIUM_ARGS, CHROMIUM_PATH, LiveServer
+from app.main import create_app
+
+# in every page, before Gradio's scripts: note when the first token selected by method B shows
+WATCH_JS = """
+new MutationObserver((_, obs) => {
+  if (document.querySelector('#token-view .tok.sel-b')) {
+    window.__gmtsFirstTokenMs = performance.now();
+    obs.disconnect();
+  }
+}).observe(document, {childList: true, subtree: true});
+"""
+TIMEOUT_MS = 120_000
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=int, default=5, help="fresh pages per measurement")
+    p.add_argument("--width", type=int, default=1366)
+    p.add_argument("--height", type=int, default=768)
+    p.add_argument("--threads", type=int, default=2, help="torch threads of the server")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p.parse_args()
+
+
+def gradio_app(app: Any) -> Any:
+    """The Gradio app mounted at /ui (to read its queue's own timings)."""
+    for route in app.routes:
+        if getattr(route, "path", None) == "/ui" and hasattr(route, "app"):
+            return route.app
+    raise RuntimeError("no Gradio app mounted at /ui")
+
+
+class ServerClock:
+    """Gradio's own process time of one event handler (``run_single``: Explore's Analyze)."""
+
+    def __init__(self, app: Any, fn_name: str = "run_single") -> None:
+        blocks = gradio_app(app).get_blocks()
+        fns = [f for f in blocks.fns.values() if getattr(f, "name", "") == fn_name]
+        if not fns:
+            raise RuntimeError(f"no event handler named {fn_name!r}")
+        self.fn = fns[0]
+        self.queue = blocks._queue
+
+    def read(self) -> tuple[float, int]:
+        """(total process seconds, number of runs) so far."""
+        pt = self.queue.process_time_per_fn.get(self.fn)
+        return (pt.process_time, pt.count) if pt is not None else (0.0, 0)
+
+    def wait_next(self, before: tuple[float, int], timeout_s: float = 30) -> float:
+        """Seconds of the run that follows ``before`` (the queue records it as it finishes)."""
+        deadline = time.monotonic() + timeout_s
+        while (now := self.read())[1] <= before[1]:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the server did not record the Analyze run")
+            time.sleep(0.01)
+        return (now[0] - before[0]) / (now[1] - before[1])
+
+
+def open_page(browser: Any, url: str, args: argparse.Namespace) -> Any:
+    context = browser.new_context(viewport={"width": args.width, "height": args.height})
+    context.add_init_script(WATCH_JS)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url + "/ui/", wait_until="commit")
+    return page
+
+
+def first_result(browser: Any, url: str, args: argparse.Namespace) -> dict[str, float]:
+    """One fresh page: navigation start to the first highlighted token, and to the charts."""
+    page = open_page(browser, url, args)
+    page.wait_for_function("window.__gmtsFirstTokenMs !== undefined")
+    page.wait_for_selector("#scatter-plot .js-plotly-plot .point")
+    charts_ms = page.evaluate("performance.now()")
+    timing = page.evaluate(
+        "(() => { const n = performance.getEntriesByType('navigation')[0];"
+        " return {dom: n.domContentLoadedEventEnd, load: n.loadEventEnd}; })()"
+    )
+    out = {
+        "first_token_s": page.evaluate("window.__gmtsFirstTokenMs") / 1e3,
+        "charts_by_s": charts_ms / 1e3,  # an upper bound: polled after the tokens
+        "dom_content_loaded_s": timing["dom"] / 1e3,
+        "load_event_s": timing["load"] / 1e3,
+    }
+    page.context.close()
+    return out
+
+
+def warm_analyze(browser: Any, url: str, args: argparse.Namespace, clock: ServerClock) -> Any:
+    """One fresh page: click Analyze on the default form; browser and server seconds."""
+    page = open_page(browser, url, args)
+    page.wait_for_selector("#token-view .tok.sel-b")
+    before = clock.read()
+    start = page.evaluate("performance.now()")
+    page.click("#analyze-btn")
+    # the new result replaces the example: its note goes and highlighted tokens are shown
+    page.wait_for_function(
+        "() => !document.getElementById('notes').innerText.includes('Example')"
+        " && document.querySelector('#token-view .tok.sel-b') !== null"
+    )
+    browser_s = (page.evaluate("performance.now()") - start) / 1e3
+    server_s = clock.wait_next(before)
+    page.context.close()
+    return {"server_s": server_s, "click_to_highlight_s": browser_s}
+
+
+def payload_sizes(url: str) -> dict[str, int]:
+    """Bytes of the page (which carries the Gradio config), of the config on its own, and of
+    the token view's HTML in it (UTF-8)."""
+    import json
+
+    page = urllib.request.urlopen(url + "/ui/").read()
+    raw = urllib.request.urlopen(url + "/ui/config").read()
+    props = [c.get("props", {}) for c in json.loads(raw)["components"]]
+    token_view = next((p.get("value") or "" for p in props if p.get("elem_id") == "token-view"), "")
+    return {
+        "page_bytes": len(page),
+        "config_bytes": len(raw),
+        "token_view_bytes": len(token_view.encode()),
+    }
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    return {"median": round(median(values), 3), "min": round(min(values), 3),
+            "max": round(max(values), 3)}  # fmt: skip
+
+
+def main() -> int:
+    args = parse_args()
+    from playwright.sync_api import sync_playwright
+
+    app = create_app(Settings(ui_enabled=True, torch_threads=args.threads))
+    clock = ServerClock(app)
+    with LiveServer(app) as server, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM_PATH, args=list(CHROMIUM_ARGS))
+        sizes = payload_sizes(server.url)
+        first_result(browser, server.url, args)  # warm the server's page path and Chromium
+        firsts = [first_result(browser, server.url, args) for _ in range(args.repeats)]
+        warm_analyze(browser, server.url, args, clock)  # warm-up: loads the model
+        analyses = [warm_analyze(browser, server.url, args, clock) for _ in range(args.repeats)]
+        browser.close()
+    first = {k: stats([f[k] for f in firsts]) for k in firsts[0]}
+    analyze = {k: stats([a[k] for a in analyses]) for k in analyses[0]}
+    report = {
+        "benchmark": "ui_first_result",
+        "viewport": [args.width, args.height],
+        "repeats": args.repeats,
+        "first_result": first,
+        "warm_analyze": analyze,
+        "sizes": sizes,
+        "targets": {"first_token_s": 3.0, "analyze_server_s": 1.0},
+        "met": {
+            "first_token": first["first_token_s"]["median"] <= 3.0,
+            "analyze_server": analyze["server_s"]["median"] <= 1.0,
+        },
+        "runs": {"first_result": firsts, "warm_analyze": analyses},
+        "machine": machine(),
+    }
+
+    def fmt(s: dict[str, float]) -> str:
+        return f"{s['median']:.2f} s [{s['min']:.2f}-{s['max']:.2f}]"
+
+    lines = [
+        f"UI first result, {args.width}x{args.height}, {args.repeats} fresh pages each "
+        f"(median [range]); load average {report['machine']['load_average_1m']}",
+        "  page {:.0f} kB, Gradio config {:.0f} kB, token view {:.0f} kB".format(
+            *(sizes[k] / 1e3 for k in ("page_bytes", "config_bytes", "token_view_bytes"))
+        ),
+        f"  navigation -> first highlighted token: {fmt(first['first_token_s'])} (target <= 3 s)",
+        f"  navigation -> DOMContentLoaded: {fmt(first['dom_content_loaded_s'])}; "
+        f"charts drawn by {fmt(first['charts_by_s'])}",
+        f"  warm Analyze, server time: {fmt(analyze['server_s'])} (target <= 1 s)",
+        f"  warm Analyze, click -> highlighted result: {fmt(analyze['click_to_highlight_s'])}",
+    ]
+    emit(report, args.json, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
