@@ -11,7 +11,7 @@ from rich.text import Text
 
 from app.cli._app import cli
 from app.cli.common import echo_body, fail, group_request, load_cli_model, services, with_options
-from app.schemas import AnalyzeRequest
+from app.schemas.analyze_request import AnalyzeRequest
 from app.services.bodies import analysis_json
 from app.services.errors import GMTSError
 from app.services.validation import validated

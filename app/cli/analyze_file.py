@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from app.cli._app import cli
 from app.cli.common import ModelOpt, analysis_request, fail, load_cli_model, services, with_options
-from app.schemas import AnalyzeRequest
+from app.schemas.analyze_request import AnalyzeRequest
 from app.services.bodies import analysis_json
 from app.services.errors import GMTSError, InvalidInputError
 from app.services.export import write_csv

@@ -2,7 +2,7 @@
 
 A library result such as :class:`gmts_core.rl_records.AnswerChange` is a plain dataclass with raw
 floats; its response model takes the dataclass's fields (names, order and types) and gives every
-float the JSON type :data:`app.schemas.Num` (NaN and infinity become null). Every field is
+float the JSON type :data:`app.schemas.numbers.Num` (NaN and infinity become null). Every field is
 required: a body built from a result always carries them all. The model's class
 statement keeps its name, docstring and config; :func:`fields_from` adds the fields::
 
@@ -23,7 +23,7 @@ from typing import Any, TypeVar, Union, cast, get_args, get_origin
 
 from pydantic import BaseModel, create_model
 
-from app.schemas import Num
+from app.schemas.numbers import Num
 
 M = TypeVar("M", bound=BaseModel)
 _NONE = type(None)

@@ -1,10 +1,9 @@
 """Request and response models of ``POST /v1/gradcheck`` ("how good is the proxy?").
 
-The request is an analyze request (``app.schemas.AnalyzeRequest``: single or batch form, same
-validation and limits) plus the size of the exact computation; the response is the analyze
-response whose tokens also carry ``true_grad_norm`` and ``head_grad_norm``, plus ``fidelity``
-(see :mod:`gmts_core.experiments.gradcheck`).
-"""
+The request is an analyze request (``app.schemas.analyze_request.AnalyzeRequest``: single or batch
+form, same validation and limits) plus the size of the exact computation; the response is the
+analyze response whose tokens also carry ``true_grad_norm`` and ``head_grad_norm``, plus
+``fidelity`` (see :mod:`gmts_core.experiments.gradcheck`)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.schemas import AnalyzeRequest, AnalyzeResponse, Num, Spearman
+from app.schemas.analyze_request import AnalyzeRequest
+from app.schemas.analyze_response import AnalyzeResponse, Spearman
+from app.schemas.numbers import Num
 from gmts_core.experiments.gradcheck import DEFAULT_MAX_TOKENS
 
 GRADCHECK_DEFAULT_TOKENS = 256

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from app.schemas import AnalyzeResponse
+from app.schemas.analyze_response import AnalyzeResponse
 from app.schemas.derived import fields_from
 from gmts_core.runs.analysis import StepOverview, StepReport
 

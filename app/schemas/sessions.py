@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.schemas import Num
 from app.schemas.derived import fields_from
 from app.schemas.knobs import config_field
+from app.schemas.numbers import Num
 from app.schemas.strict import NoBoolNumbers
 from gmts_core.bounds import MAX_SEED, MIN_TEMPERATURE
 from gmts_core.config import RLConfig

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from app.core.config import Settings
-from app.schemas import DEFAULT_NUM_SAMPLES, AnalyzeRequest, GroupRequest
+from app.schemas.analyze_request import DEFAULT_NUM_SAMPLES, AnalyzeRequest, GroupRequest
 from app.services.errors import LimitExceededError, SessionNotFoundError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRef, ModelRegistry

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from app.schemas import (
+from app.schemas.analyze_response import (
     AnalysisSettingsOut,
     AnalyzeResponse,
     AnswerOut,

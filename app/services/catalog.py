@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.core.config import Settings
-from app.schemas import CapabilitiesResponse
 from app.schemas.methods import MethodOut
+from app.schemas.server import CapabilitiesResponse
 from app.services.methods import list_method_infos
 from gmts_core.config import DEFAULT_METHODS, AnalysisConfig, RLConfig, knob_info
 from gmts_core.methods.advantages import ADVANTAGES

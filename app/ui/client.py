@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from app.schemas import AnalyzeRequest
+from app.schemas.analyze_request import AnalyzeRequest
 from app.schemas.gradcheck import GradcheckRequest
 from app.schemas.sessions import SessionCreateRequest, SessionEvalRequest, SessionStepRequest
 from app.services.bodies import analysis_json, as_json

@@ -9,7 +9,8 @@ from fastapi import APIRouter, Body
 from app.api.deps import ServicesDep
 from app.api.routes.common import error_responses
 from app.api.routes.examples import ANALYZE_EXAMPLES
-from app.schemas import AnalyzeRequest, AnalyzeResponse
+from app.schemas.analyze_request import AnalyzeRequest
+from app.schemas.analyze_response import AnalyzeResponse
 from app.services.bodies import analysis_response
 
 router = APIRouter(tags=["analyze"])

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from app.api.deps import ServicesDep
 from app.api.routes.common import error_responses
-from app.schemas import CapabilitiesResponse
+from app.schemas.server import CapabilitiesResponse
 from app.services.catalog import capabilities
 
 router = APIRouter(tags=["models"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.schemas import ErrorBody
+from app.schemas.server import ErrorBody
 
 _ERRORS = {
     400: "The body could not be decoded (e.g. not UTF-8).",

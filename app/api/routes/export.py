@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from app.api.deps import ServicesDep
 from app.api.routes.common import error_responses
 from app.api.routes.examples import ANALYZE_EXAMPLES
-from app.schemas import AnalyzeRequest
+from app.schemas.analyze_request import AnalyzeRequest
 from app.services.bodies import analysis_json
 from app.services.export import MEDIA_TYPES, export_text
 

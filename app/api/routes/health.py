@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from app.api.deps import ServicesDep
-from app.schemas import Health, Readiness
+from app.schemas.server import Health, Readiness
 from app.services.errors import ModelNotFoundError
 
 router = APIRouter(tags=["health"])

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from app.api.deps import ServicesDep
 from app.api.routes.common import error_responses
-from app.schemas import ModelInfo, ModelsResponse
+from app.schemas.server import ModelInfo, ModelsResponse
 
 router = APIRouter(tags=["models"])
 

@@ -168,7 +168,7 @@ def test_session_policy_is_used_when_registered(
 
 
 def test_policy_can_be_passed_to_the_service(client: TestClient, policy_model: LoadedModel) -> None:
-    from app.schemas import AnalyzeRequest
+    from app.schemas.analyze_request import AnalyzeRequest
 
     service = client.app.state.services.analysis
     result = service.analyze_blocking(AnalyzeRequest(**given_body()), policy=policy_model)

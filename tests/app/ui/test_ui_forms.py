@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.core.config import Settings
-from app.schemas import AnalyzeRequest
+from app.schemas.analyze_request import AnalyzeRequest
 from app.services.bodies import as_json
 from app.services.catalog import capabilities
 from app.services.errors import InvalidInputError

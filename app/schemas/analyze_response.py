@@ -1,0 +1,153 @@
+"""The response of ``POST /v1/analyze``: per-token, per-answer and per-group records and the
+teaching summaries, built from the library's typed results by ``app.services.bodies``."""
+
+from __future__ import annotations
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+)
+
+from app.schemas.numbers import Num
+
+
+class Alternative(BaseModel):
+    id: int
+    text: str
+    prob: float
+
+
+class TokenOut(BaseModel):
+    position: int
+    id: int
+    text: str
+    logprob: Num
+    prob: Num
+    entropy: Num = Field(description="Shannon entropy of the next-token distribution (nats).")
+    grad_norm: Num = Field(
+        description="L2 norm of d log pi_y / d z (exact, up to float32 rounding of the logits)."
+    )
+    grad_proxy: Num = Field(
+        description="w_i |coef| grad_norm: the exact L2 norm of the GRPO loss gradient at this "
+        "token's logits if the token is trained (= |A_i| w_i grad_norm on-policy without KL)."
+    )
+    ratio: Num = Field(
+        1.0,
+        description="pi_theta / pi_old (1 here: the analysed policy sampled "
+        "or scores the answers).",
+    )
+    clipped: bool = Field(False, description="Whether the clipped objective is flat here.")
+    coef: Num = Field(
+        None,
+        description="The effective coefficient omega_t = r I A_i + "
+        "beta (pi_ref / pi_theta - 1); d loss / d log pi = -w_i omega_t.",
+    )
+    scores: dict[str, Num]
+    ranks: dict[str, int]
+    selected: dict[str, bool]
+    alternatives: list[Alternative]
+    grad_head: Num = Field(None, description="gamma * ||h_t||: this token's LM-head gradient norm.")
+    true_grad_norm: Num = Field(
+        None, description="/v1/gradcheck only: exact full-parameter gradient norm of its loss term."
+    )
+    head_grad_norm: Num = Field(
+        None, description="/v1/gradcheck only: the output-projection part of that gradient."
+    )
+
+
+class RewardDetail(BaseModel):
+    reward: float
+    rule: str
+    extracted: str | None
+    reference: str | None
+    verdict: str
+
+
+class AnswerOut(BaseModel):
+    index: int
+    text: str
+    reward: float
+    reward_detail: RewardDetail
+    advantage: float
+    weight: float
+    length: int
+    finished: bool
+    tokenization: str = Field(
+        "sampled",
+        description="How the answer's tokens were obtained: sampled (the generated ids), ids "
+        "(given token ids: the trained tokens), or text (given text tokenized on its own, "
+        "without special tokens, appended to the prompt's ids as trainers append generated "
+        "ids; a text may re-tokenize differently from the ids a model generated).",
+    )
+    selected_count: dict[str, int]
+    tokens: list[TokenOut]
+
+
+class Spearman(BaseModel):
+    batch: Num
+    within_answer_median: Num
+
+
+class Overlap(BaseModel):
+    count: int
+    jaccard: float
+
+
+class Summary(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    num_tokens: int
+    num_answers: int
+    num_groups: int
+    ratio: float
+    scope: str
+    k: int
+    zero_signal: bool = Field(description="True when every advantage is 0: no learning signal.")
+    num_zero_signal_groups: int
+    selected_count: dict[str, int]
+    gradient_coverage: dict[str, float]
+    wasted_share: dict[str, float]
+    budget_share: dict[str, list[float]]
+    overlap: dict[str, Overlap]
+    spearman_entropy_grad: Spearman
+
+
+class GroupSummary(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    num_tokens: int
+    zero_signal: bool
+    reward_mean: float
+    selected_count: dict[str, int]
+    gradient_coverage: dict[str, float]
+    spearman_entropy_grad: Spearman
+
+
+class GroupOut(BaseModel):
+    index: int
+    prompt: str
+    answers: list[AnswerOut]
+    summary: GroupSummary
+
+
+class AnalysisSettingsOut(BaseModel):
+    temperature: float
+    advantage: str
+    loss_aggregation: str
+    ratio: float
+    scope: str
+    methods: list[str]
+
+
+class AnalyzeResponse(BaseModel):
+    """An analysis (single form: ``prompt`` and ``answers``; batch form: ``groups``) plus human
+    ``notes`` (e.g. the zero-signal warning)."""
+
+    model: str
+    summary: Summary
+    settings: AnalysisSettingsOut
+    prompt: str | None = Field(None, description="Single form only.")
+    answers: list[AnswerOut] | None = Field(None, description="Single form only.")
+    groups: list[GroupOut] | None = Field(None, description="Batch form only.")
+    notes: list[str] = Field(default_factory=list)
