@@ -62,9 +62,15 @@ def test_disconnected_clients_leave_no_work_behind(model_root: Path) -> None:
         assert _until(lambda: jobs.running == 1)
         queued = [_open_request(live.port, "/v1/analyze", given_body()) for _ in range(3)]
         assert _until(lambda: jobs.waiting == 3)
-        for sock in [running, *queued]:
+        # the waiting clients leave first: their jobs leave the line without running (were the
+        # running job stopped first, the next in line could take its slot before its own
+        # client's disconnect is seen, and be stopped rather than dropped)
+        for sock in queued:
             sock.close()
-        assert _until(lambda: jobs.running == 0 and jobs.waiting == 0)
+        assert _until(lambda: jobs.waiting == 0)
+        assert jobs.dropped == 3 and jobs.stopped == 0 and jobs.running == 1
+        running.close()  # the running job stops at its next stage boundary
+        assert _until(lambda: jobs.running == 0)
         assert jobs.stopped == 1 and jobs.dropped == 3
         steps_done = http.get(f"/v1/sessions/{sid}").json()["steps_done"]
         assert steps_done < ENDLESS_STEPS
