@@ -28,7 +28,7 @@ from app.core.config import Settings
 from app.services.container import build_services
 from app.ui import train
 from app.ui.client import LocalBackend
-from app.ui.render import render_batch_changes
+from app.ui.render_changes import render_batch_changes
 
 
 def parse_args() -> argparse.Namespace:

@@ -20,7 +20,8 @@ from app.services.catalog import RL_DEFAULTS, rl_knob
 from app.services.errors import SessionNotFoundError
 from app.ui import status, train_runs
 from app.ui.client import Backend
-from app.ui.render import Json, fmt, placeholder, render_batch_changes
+from app.ui.render import Json, fmt, placeholder
+from app.ui.render_changes import render_batch_changes
 from app.ui.train_charts import loss_figure, reward_figure, wasted_figure
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.ui import render
+from app.ui import render_changes
 from app.ui.explore import explore_view
 from tests.app.api_helpers import TINY, LiveServer, given_body, make_settings
 
@@ -210,7 +210,7 @@ def test_html_in_a_training_prompt_is_inert_in_the_train_view(client: TestClient
     assert r.status_code == 200, r.text
     batch = r.json()["last_batch"]
     batch[0]["tokens"][0]["text"] = EVIL  # as if the model had written it
-    assert_inert(render.render_batch_changes(batch))
+    assert_inert(render_changes.render_batch_changes(batch))
 
 
 @pytest.fixture(scope="module")

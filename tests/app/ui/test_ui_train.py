@@ -15,7 +15,7 @@ from app.main import create_app
 from app.schemas.sessions import SessionCreateRequest, SessionStepRequest
 from app.services.bodies import as_json, step_metrics_out
 from app.services.errors import SessionNotFoundError
-from app.ui import render, train, train_charts, train_runs
+from app.ui import render_changes, train, train_charts, train_runs
 from app.ui.client import BackendError, LocalBackend, RemoteBackend
 from gmts_core.grpo.records import StepMetrics
 from tests.app.api_helpers import TINY, LiveServer, given_body, make_settings
@@ -121,17 +121,18 @@ def test_batch_changes_mark_selected_tokens_and_shade_by_change() -> None:
             ],
         }
     ]  # fmt: skip
-    html = render.render_batch_changes(answers)
+    html = render_changes.render_batch_changes(answers)
     assert "<script>" not in html and "&lt;script&gt;" in html
     spans = re.findall(r'<span class="(tok[^"]*)" style="([^"]*)"', html)
     assert [c for c, _ in spans] == ["tok sel-a mark-a", "tok"]
-    assert f"rgba({render.CHANGE_UP},0.860)" in spans[0][1]  # the largest change: full shade
-    assert f"rgba({render.CHANGE_DOWN},0.460)" in spans[1][1]  # half as large, other colour
+    # the largest change: full shade
+    assert f"rgba({render_changes.CHANGE_UP},0.860)" in spans[0][1]
+    assert f"rgba({render_changes.CHANGE_DOWN},0.460)" in spans[1][1]  # half as large, other colour
     assert "selected <b>0.5</b>" in html and "others −0.25" in html
-    assert "Run a step" in render.render_batch_changes([])
+    assert "Run a step" in render_changes.render_batch_changes([])
     assert "no learning signal" not in html
     flat = {**answers[0], "group": 1, "advantage": 0.0}
-    two_groups = render.render_batch_changes([answers[0], flat])
+    two_groups = render_changes.render_batch_changes([answers[0], flat])
     assert two_groups.count('class="prompt"') == 2
     assert two_groups.count("no learning signal") == 1  # only group 1 has equal rewards
 

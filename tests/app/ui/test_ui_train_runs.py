@@ -62,7 +62,7 @@ def test_tab_defaults_are_the_small_batch_recipe() -> None:
 
 
 def test_last_batch_view_draws_the_first_prompts_only() -> None:
-    from app.ui.render import render_batch_changes
+    from app.ui.render_changes import render_batch_changes
 
     answers = [
         {"group": g, "index": i, "prompt": f"Q{g}", "reward": 1.0 * i, "advantage": i - 0.5,
