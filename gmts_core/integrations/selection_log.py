@@ -25,7 +25,7 @@ from gmts_core.methods.selection import select
 from gmts_core.runs.trainer_log import FOLDER, SCHEMA
 
 if TYPE_CHECKING:
-    from gmts_core.integrations.trl import AppliedSelection
+    from gmts_core.integrations.trl_terms import AppliedSelection
 
 logger = logging.getLogger(__name__)
 

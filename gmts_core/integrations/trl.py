@@ -20,7 +20,7 @@ How it hooks into TRL (1.16), with no copy of TRL's loss code:
   hidden states of that same forward (captured by a hook): an extra LM-head pass over those
   rows only, no backward. g is then within float32 rounding of the float64 value.
 - The advantages come from ``inputs["advantages"]``; the loss-aggregation weights w_i follow
-  TRL's ``loss_type`` (:data:`TRL_LOSS_AGGREGATION`). The per-token coefficient omega_t
+  TRL's ``loss_type`` (``trl_terms.TRL_LOSS_AGGREGATION``). The per-token coefficient omega_t
   (:mod:`gmts_core.methods.coefficient`) takes the ratio to ``old_per_token_logps``
   (``num_iterations`` > 1), the clip (``epsilon``, ``epsilon_high``, ``delta``) and the k3 KL
   term to ``ref_per_token_logps`` (``beta`` > 0) into account, so gamma = w_i |omega_t| g is the
@@ -45,7 +45,6 @@ import functools
 import logging
 import math
 import types
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -57,82 +56,22 @@ from gmts_core.analysis.summaries import gradient_coverage, overlap
 from gmts_core.errors import InvalidInputError
 from gmts_core.head import head_path
 from gmts_core.integrations.selection_log import SelectionLogger
+from gmts_core.integrations.trl_terms import (
+    CONFIDENT_PROB,
+    AppliedSelection,
+    aggregation_for_loss_type,
+    grad_norm_from_logprob,
+    per_token_advantages,
+)
 from gmts_core.methods.aggregation import loss_weights
 from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
-from gmts_core.methods.selection import METHODS, Selection, SelectionInputs, select, top_k_count
+from gmts_core.methods.selection import METHODS, SelectionInputs, select, top_k_count
 from gmts_core.stats.metrics import token_stats_chunked
 
 logger = logging.getLogger(__name__)
 
-# TRL loss_type -> gmts_core loss-aggregation mode (the weights w_i of TRL's loss).
-# "grpo"/"sapo": mean over answers of each answer's token mean -> 1 / (G |o_i|).
-# "dr_grpo": sum over tokens / (G * max_completion_length) -> 1 / (G L_max).
-# "dapo"/"bnpo"/"cispo"/"vespo": sum over tokens / token count -> 1 / sum_j |o_j|. bnpo divides
-#   by each process's own count, dapo by the global one; the ranking uses the global count.
-# At the on-policy point (ratio 1) the per-token gradients of cispo, vespo and sapo reduce to
-# w_i A_i d log pi / dz as well. "luspo" (a sequence sum scaled by length) has no mode here.
-TRL_LOSS_AGGREGATION: dict[str, str] = {
-    "grpo": "seq_mean_token_mean",
-    "sapo": "seq_mean_token_mean",
-    "dr_grpo": "seq_mean_token_sum_norm",
-    "dapo": "token_mean",
-    "bnpo": "token_mean",
-    "cispo": "token_mean",
-    "vespo": "token_mean",
-}
-
 _FUSED_OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs")
 _EXACT_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
-# Tokens at least this probable get g from their logits (no cancellation): below it the float32
-# cancellation in sum pi^2 - p^2 costs less than 1e-3 of g (error ~ 1e-7 vs (1 - p)^2 >= 2.5e-3).
-CONFIDENT_PROB = 0.95
-
-
-def aggregation_for_loss_type(loss_type: str) -> str:
-    """The ``gmts_core.methods.aggregation`` mode whose weights w_i match TRL's ``loss_type``."""
-    try:
-        return TRL_LOSS_AGGREGATION[loss_type]
-    except KeyError:
-        raise InvalidInputError(
-            f"GMTSGRPOTrainer does not support loss_type {loss_type!r}; "
-            f"supported: {', '.join(sorted(TRL_LOSS_AGGREGATION))}"
-        ) from None
-
-
-@dataclass
-class AppliedSelection:
-    """What the trainer selected on its last micro-batch (for logging, tests and debugging)."""
-
-    inputs: SelectionInputs  # the gathered, global batch, flat (N,) in (process, answer, pos)
-    selection: Selection  # gmts_core's result on ``inputs``
-    local_mask: torch.Tensor  # (B, T) bool, this process's slice, the mask applied to the loss
-    offset: int  # where this process's tokens start in ``inputs``
-    num_local: int  # how many of them are this process's
-
-
-def grad_norm_from_logprob(
-    logprob: torch.Tensor, log_sum_sq_prob: torch.Tensor, temperature: float, vocab_size: int
-) -> torch.Tensor:
-    """g = (1/tau) sqrt(1 - 2p + sum pi^2) from log p and log(sum_v pi_v^2), in float64.
-
-    Written as (1 - p)^2 + (sum pi^2 - p^2), the second term being sum_{v != y} pi_v^2. That
-    difference cancels in the kernel's float32 sums for confident tokens (relative error ~1e-7
-    / (1 - p)^2), so it is clamped to its exact range [(1 - p)^2 / (V - 1), (1 - p)^2] (g within
-    a factor sqrt(2)); the trainer recomputes those tokens (p >= CONFIDENT_PROB) from their
-    logits with :func:`gmts_core.stats.metrics.token_stats`. Shapes: (n,) each.
-    """
-    lp = logprob.double()
-    p = lp.exp()
-    miss_sq = torch.expm1(lp).square()  # (1 - p)^2, accurate for p near 1
-    rest = log_sum_sq_prob.double().exp() - p.square()
-    rest = torch.minimum(torch.maximum(rest, miss_sq / max(vocab_size - 1, 1)), miss_sq)
-    return (miss_sq + rest).sqrt() / temperature
-
-
-def _per_token_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Advantages (B,) or (B, T) -> one value per valid token, flat (n,)."""
-    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
-    return adv.expand_as(mask)[mask]
 
 
 class GMTSGRPOTrainer(GRPOTrainer):
@@ -272,7 +211,7 @@ class GMTSGRPOTrainer(GRPOTrainer):
             entropy=entropies.detach()[valid],
             logprob=logprob[valid],
             log_sum_sq_prob=log_sum_sq[valid],
-            advantage=_per_token_advantages(self._batch["advantages"], valid),
+            advantage=per_token_advantages(self._batch["advantages"], valid),
             valid=valid,
             old_logprob=None if old is None else old.detach()[valid],
             ref_logprob=None if ref is None else ref.detach()[valid],
