@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -27,7 +28,13 @@ from gmts_core.decoding import batch_token_texts
 from gmts_core.errors import InvalidInputError
 from gmts_core.forward import AnswerStats, answer_token_stats
 from gmts_core.modeling import LoadedModel
-from gmts_core.records import AnalysisResult, AnswerRecord, GroupRecord, build_tokens
+from gmts_core.records import (
+    AnalysisResult,
+    AnswerRecord,
+    GroupRecord,
+    LazyTokens,
+    build_tokens,
+)
 from gmts_core.rewards import RewardVerdict, compute_reward, explicit_reward
 from gmts_core.sampling import SamplingConfig, StatsSpec, sample_groups
 from gmts_core.selection import (
@@ -385,15 +392,20 @@ def _assemble(
         assert g.advantages is not None
         for ai, ids in enumerate(g.answer_ids):
             sl = slice(offset, offset + len(ids))
-            tokens = build_tokens(
-                lm.tokenizer,
-                ids,
-                texts[a],
-                stats[a],
-                x,
-                sl,
-                selections,
-                config.include_grad_head,
+            # built when first read (a front end showing tokens), not by the RL step
+            tokens = LazyTokens(
+                len(ids),
+                partial(
+                    build_tokens,
+                    lm.tokenizer,
+                    ids,
+                    texts[a],
+                    stats[a],
+                    x,
+                    sl,
+                    selections,
+                    config.include_grad_head,
+                ),
             )
             answers.append(
                 AnswerRecord(
@@ -415,7 +427,9 @@ def _assemble(
     for gi, rec in enumerate(group_records):
         in_group = x.group_index == gi
         rec.summary = _group_summary(x, selections, in_group, rec)
-    return AnalysisResult(model=lm.name, groups=group_records, summary=summary, config=config)
+    return AnalysisResult(
+        model=lm.name, groups=group_records, summary=summary, config=config, selections=selections
+    )
 
 
 def _group_summary(
