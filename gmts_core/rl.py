@@ -7,7 +7,7 @@ statistics_forward -> the first update's training forward, run *before* the sele
                       its answers' token statistics from the same logits, so the analysis
                       costs no forward pass of its own (batches above ``fused_max_tokens``
                       take a separate no-grad statistics pass instead, to bound memory)
-score_batch        -> advantages, every method's selection, records and summaries: the last
+score_batch        -> advantages, every method's selection, summaries and (lazy) records: the last
                       stage of ``analyze``, so what users inspect is what the step trains on
 training_batch     -> flat per-token tensors: advantages, weights, the selection mask
 policy_update      -> ``inner_steps`` AdamW updates of the clipped, masked GRPO loss
