@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from gmts_core.metrics import TokenStats
+from gmts_core.metrics import TokenStats, _top_k
 
 _MIN_TILE = 512  # narrower tiles make the matmul and the per-tile overhead dominate
 
@@ -79,7 +79,7 @@ def token_stats_from_hidden(
         col = local.clamp(0, w - 1).unsqueeze(-1)  # (N, 1)
         z_y = torch.where(inside, u.gather(-1, col).squeeze(-1), z_y)
         if top_k > 0:
-            tv, ti = u.topk(min(top_k, w), dim=-1)
+            tv, ti = _top_k(u, min(top_k, w))  # block maxima: a full topk costs more than the rest
             top_v, pos = torch.cat([top_v, tv], -1).topk(min(top_k, top_v.shape[1] + w), dim=-1)
             top_i = torch.cat([top_i, ti + v0], -1).gather(-1, pos)
         m_new = torch.maximum(m, u.amax(dim=-1))  # (N,)

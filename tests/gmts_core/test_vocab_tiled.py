@@ -18,9 +18,12 @@ from tests.tiny_models import save_tiny_model
 @pytest.mark.parametrize("tau", [1.0, 0.7, 1.6])
 @pytest.mark.parametrize("chunk", [1, 3, 64])  # tiles narrower than, not dividing, the vocabulary
 @pytest.mark.parametrize("bias", [False, True])
-def test_tiled_statistics_match_float64_formulas(tau: float, chunk: int, bias: bool) -> None:
+@pytest.mark.parametrize("v", [1500, 20000])  # 20000: wide tiles, top-k by block maxima
+def test_tiled_statistics_match_float64_formulas(
+    tau: float, chunk: int, bias: bool, v: int
+) -> None:
     gen = torch.Generator().manual_seed(0)
-    n, d, v = 40, 16, 1500
+    n, d = 40, 16
     hidden = torch.randn(n, d, generator=gen)
     weight = torch.randn(v, d, generator=gen)
     hidden[::4] *= 6.0  # sharp rows: confident tokens, where g needs the split-off target
