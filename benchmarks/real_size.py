@@ -13,9 +13,14 @@ For ``--answers`` answers of exactly ``--tokens`` tokens to one prompt (default 
       generate    one bare batched ``generate`` of the same tokens (same seed; checked)
 
 Both sampling paths are forced to the full length (``min_new_tokens`` on the model's
-generation config). Each figure is the median of ``--repeats`` runs, the contenders alternating;
-peak memory is the peak above the memory held before the run (CPU: the process's peak resident
-set size, reset through /proc/self/clear_refs; CUDA: ``torch.cuda.max_memory_allocated``).
+generation config). The forward contenders run ``--repeats`` times (default 3), the sampled pair
+``--sampled-repeats`` times (default 1: one generate of 8 x 256 tokens costs as much as several
+forwards), the contenders alternating in a rotated order each repeat. Each ratio is taken per
+repeat (two runs seconds apart, so both saw the same machine load) and reported as the median
+and range over the repeats; process CPU time ratios (all threads) are reported too, as they are
+steadier than wall time on a shared machine. Peak memory is the peak above the memory held
+before the run (CPU: the process's peak resident set size, reset through /proc/self/clear_refs;
+CUDA: ``torch.cuda.max_memory_allocated``).
 Targets: given / forward <= 1.0, sampled / generate <= 1.2. Only ``gmts_core`` is imported
 (no web stack), so this runs on a bare GPU machine too.
 
@@ -72,7 +77,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=3, help="repeats of the forward contenders")
+    p.add_argument(
+        "--sampled-repeats", type=int, default=1, help="repeats of the sampled pair (<= repeats)"
+    )
     p.add_argument("--no-sampled", action="store_true", help="skip sampled analysis/generate")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
@@ -171,15 +179,38 @@ def _rss(field: str) -> int:
     return 0
 
 
-def measure(fn: Callable[[], Any], device: str) -> tuple[float, int, Any]:
-    """Wall seconds, peak extra bytes and the result of one run of ``fn``."""
+def measure(fn: Callable[[], Any], device: str) -> tuple[float, float, int, Any]:
+    """Wall seconds, process CPU seconds, peak extra bytes and the result of one run of ``fn``."""
     with Peak(device) as peak:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         out = fn()
         if device == "cuda":
             torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
-    return seconds, peak.bytes, out
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return seconds, cpu, peak.bytes, out
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median and range of per-repeat values."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+SAMPLED = ("sampled_analysis", "bare_generate")
+PAIRS = {  # ratio name: (numerator, denominator), both run in the same repeat
+    "given_vs_full_logit_forward": ("given_analysis", "full_logit_forward"),
+    "given_vs_body_forward": ("given_analysis", "body_forward"),
+    "sampled_vs_bare_generate": SAMPLED,
+}
+
+
+def per_repeat_ratios(times: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
+    """Each pair's ratio per repeat (both run in that repeat), with median and range."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, (a, b) in PAIRS.items():
+        if a in times and b in times:
+            values = [x / y for x, y in zip(times[a], times[b], strict=False) if y > 0]
+            out[name] = {**spread(values), "values": values}
+    return out
 
 
 def contenders(
@@ -256,15 +287,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     build_s = time.perf_counter() - start
     ops, given_ids = contenders(lm, args)
     times: dict[str, list[float]] = {k: [] for k in ops}
+    cpu: dict[str, list[float]] = {k: [] for k in ops}
     peaks: dict[str, int] = dict.fromkeys(ops, 0)
     outputs: dict[str, Any] = {}
-    for r in range(args.repeats):
-        names = list(ops)[r % len(ops) :] + list(ops)[: r % len(ops)]  # rotate the order
+    for r in range(max(args.repeats, 1)):
+        names = [n for n in ops if n not in SAMPLED or r < args.sampled_repeats]
+        names = names[r % len(names) :] + names[: r % len(names)]  # rotate the order
         for name in names:
-            seconds, peak, outputs[name] = measure(ops[name], args.device)
+            seconds, cpu_s, peak, outputs[name] = measure(ops[name], args.device)
             times[name].append(seconds)
+            cpu[name].append(cpu_s)
             peaks[name] = max(peaks[name], peak)
     med = {k: statistics.median(v) for k, v in times.items()}
+    ratios, cpu_ratios = per_repeat_ratios(times), per_repeat_ratios(cpu)
     tokens = args.answers * args.tokens
     report: dict[str, Any] = {
         "benchmark": "real_size",
@@ -281,15 +316,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "dtype": args.dtype,
         "threads": torch.get_num_threads(),
         "repeats": args.repeats,
+        "sampled_repeats": 0 if args.no_sampled else min(args.sampled_repeats, args.repeats),
         "build_s": build_s,
         "median_s": med,
         "times_s": times,
+        "cpu_median_s": {k: statistics.median(v) for k, v in cpu.items()},
+        "cpu_s": cpu,
         "peak_extra_mib": {k: v / 2**20 for k, v in peaks.items()},
         "answer_tokens_per_s": {k: tokens / v for k, v in med.items() if v > 0},
-        "ratios": {
-            "given_vs_full_logit_forward": med["given_analysis"] / med["full_logit_forward"],
-            "given_vs_body_forward": med["given_analysis"] / med["body_forward"],
-        },
+        # median of the per-repeat ratios (interleaved runs), and their range
+        "ratios": {k: v["median"] for k, v in ratios.items()},
+        "ratio_spread": ratios,
+        "cpu_ratios": {k: v["median"] for k, v in cpu_ratios.items()},
+        "cpu_ratio_spread": cpu_ratios,
         "given_tokens_ok": _answer_ids(outputs["given_analysis"]) == given_ids,
         "total_s": 0.0,
         "load_average_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
@@ -297,9 +336,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpu": platform.processor() or platform.machine(),
     }
     if not args.no_sampled:
-        report["ratios"]["sampled_vs_bare_generate"] = (
-            med["sampled_analysis"] / med["bare_generate"]
-        )
         report["same_tokens_as_generate"] = (
             _answer_ids(outputs["sampled_analysis"]) == outputs["bare_generate"]
         )
@@ -321,18 +357,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rep))
         return 0
-    m, r = rep["median_s"], rep["ratios"]
+    m = rep["median_s"]
     print(
         f"{rep['model']} ({rep['parameters'] / 1e6:.0f}M parameters), {args.answers} answers x "
         f"{args.tokens} tokens, {args.device} {args.dtype}, {rep['threads']} thread(s), "
-        f"median of {args.repeats}, load {rep['load_average_1m']}"
+        f"median of {args.repeats} ({rep['sampled_repeats']} sampled), "
+        f"load {rep['load_average_1m']}"
     )
     for name, seconds in m.items():
         print(
             f"  {name:20s} {seconds:9.2f} s  {rep['answer_tokens_per_s'][name]:9.0f} tok/s  "
             f"peak +{rep['peak_extra_mib'][name]:8.0f} MiB"
         )
-    print("  ratios:", ", ".join(f"{k} {v:.2f}" for k, v in r.items()))
+    for k, v in rep["ratio_spread"].items():
+        print(
+            f"  {k}: {v['median']:.2f} [{v['min']:.2f}-{v['max']:.2f}] wall, "
+            f"{rep['cpu_ratios'][k]:.2f} CPU"
+        )
     print("  targets:", json.dumps(rep["targets_met"]), f"total {rep['total_s']:.0f} s")
     return 0
 

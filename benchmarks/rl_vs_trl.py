@@ -80,8 +80,9 @@ class PhaseTimer:
     """Seconds spent in the named stages of ``gmts_core.grpo.step.grpo_step`` (wrapped in their
     module while timing), to show where a step's time goes: rollout (sampling and rewards),
     forward (the first update's training forward, which also yields the token statistics),
-    analysis (selections, records, summaries), update (backward, optimizer, further inner
-    updates, the log-prob-after pass when asked), other (batch tensors, metrics)."""
+    analysis (selections, summaries; the per-token records are built only when read), update
+    (backward, optimizer, further inner updates, the log-prob-after pass when asked), other
+    (batch tensors, metrics)."""
 
     TARGETS = {
         "rollout": "rollout",

@@ -11,18 +11,27 @@ overlaps, Spearman correlations, wasted share). Its knobs are
 from __future__ import annotations
 
 import logging
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
 
-from gmts_core.analysis.records import AnalysisResult, AnswerRecord, GroupRecord, build_tokens
+from gmts_core.analysis.records import (
+    AnalysisResult,
+    AnswerRecord,
+    GroupRecord,
+    LazyTokens,
+    build_tokens,
+)
 from gmts_core.analysis.summaries import (
     budget_share,
     gradient_coverage,
     pairwise_overlap,
     spearman_by_answer,
+    spearman_within,
     wasted_share,
 )
 from gmts_core.config import AnalysisConfig
@@ -367,15 +376,20 @@ def _assemble(
         assert g.advantages is not None
         for ai, ids in enumerate(g.answer_ids):
             sl = slice(offset, offset + len(ids))
-            tokens = build_tokens(
-                lm.tokenizer,
-                ids,
-                texts[a],
-                stats[a],
-                x,
-                sl,
-                selections,
-                config.include_grad_head,
+            # built when first read (a front end showing tokens), not by the RL step
+            tokens = LazyTokens(
+                len(ids),
+                partial(
+                    build_tokens,
+                    lm.tokenizer,
+                    ids,
+                    texts[a],
+                    stats[a],
+                    x,
+                    sl,
+                    selections,
+                    config.include_grad_head,
+                ),
             )
             answers.append(
                 AnswerRecord(
@@ -394,28 +408,55 @@ def _assemble(
             a, offset = a + 1, offset + len(ids)
         group_records.append(GroupRecord(index=gi, prompt=g.prompt, answers=answers))
     summary = summarize(x, selections, len(work), config)
-    for gi, rec in enumerate(group_records):
-        in_group = x.group_index == gi
-        rec.summary = _group_summary(x, selections, in_group, rec)
-    return AnalysisResult(model=lm.name, groups=group_records, summary=summary, config=config)
+    for rec, group_summary in zip(
+        group_records, _group_summaries(x, selections, group_records), strict=True
+    ):
+        rec.summary = group_summary
+    return AnalysisResult(
+        model=lm.name, groups=group_records, summary=summary, config=config, selections=selections
+    )
 
 
-def _group_summary(
-    x: SelectionInputs, selections: dict[str, Selection], mask: torch.Tensor, rec: GroupRecord
-) -> dict[str, Any]:
-    sub_proxy = x.grad_proxy[mask]
-    return {
-        "num_tokens": int(mask.sum()),
-        "zero_signal": all(ans.advantage == 0 for ans in rec.answers),
-        "reward_mean": sum(ans.reward for ans in rec.answers) / max(len(rec.answers), 1),
-        "selected_count": {m: int(s.selected[mask].sum()) for m, s in selections.items()},
-        "gradient_coverage": {
-            m: gradient_coverage(sub_proxy, s.selected[mask]) for m, s in selections.items()
-        },
-        "spearman_entropy_grad": spearman_by_answer(
-            x.entropy[mask], x.grad_proxy[mask], x.answer_index[mask]
-        ),
-    }
+def _group_summaries(
+    x: SelectionInputs, selections: dict[str, Selection], records: list[GroupRecord]
+) -> list[dict[str, Any]]:
+    """Every group's summary (the batch summary's figures within the group), for all groups at
+    once: one bincount per figure and one rank correlation per answer and per group, instead
+    of a pass over the batch per group."""
+    n, gi = len(records), x.group_index
+    proxy = x.grad_proxy.double()
+    tokens = torch.bincount(gi, minlength=n).tolist()
+    total = torch.bincount(gi, weights=proxy, minlength=n).tolist()
+    count, kept = {}, {}
+    for m, sel in selections.items():
+        count[m] = torch.bincount(gi[sel.selected], minlength=n).tolist()
+        kept[m] = torch.bincount(gi[sel.selected], weights=proxy[sel.selected], minlength=n)
+    within = spearman_within(x.entropy, x.grad_proxy, x.answer_index)  # per answer
+    per_group = spearman_within(x.entropy, x.grad_proxy, gi)
+    out, first = [], 0
+    for k, rec in enumerate(records):
+        rhos = [within.get(a) for a in range(first, first + len(rec.answers))]
+        first += len(rec.answers)
+        defined = [r for r in rhos if r is not None]
+        out.append(
+            {
+                "num_tokens": tokens[k],
+                "zero_signal": all(ans.advantage == 0 for ans in rec.answers),
+                "reward_mean": sum(ans.reward for ans in rec.answers) / max(len(rec.answers), 1),
+                "selected_count": {m: count[m][k] for m in selections},
+                "gradient_coverage": {  # as summaries.gradient_coverage, per group
+                    m: float(kept[m][k]) / total[k]
+                    if total[k] > 0
+                    else (1.0 if count[m][k] == tokens[k] else 0.0)
+                    for m in selections
+                },
+                "spearman_entropy_grad": {
+                    "batch": per_group.get(k),
+                    "within_answer_median": statistics.median(defined) if defined else None,
+                },
+            }
+        )
+    return out
 
 
 def summarize(

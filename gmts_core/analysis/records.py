@@ -1,14 +1,18 @@
 """Typed results of an analysis: per token, per answer, per group, and the whole batch.
 
 Plain dataclasses with raw floats (NaN stays NaN); how a server or a file shows them is the
-caller's business.
+caller's business. An answer's per-token records are built on first use
+(:class:`LazyTokens`): the live RL step trains from the flat tensors and never needs them
+unless a front end asks for the tokens.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from gmts_core.methods.rewards import RewardVerdict
 from gmts_core.stats.decoding import token_text
@@ -39,6 +43,66 @@ class TokenRecord:
     coef: float = 0.0  # omega_t: d loss / d log pi = -w_i omega_t (gmts_core.methods.coefficient)
 
 
+class LazyTokens(Sequence[TokenRecord]):
+    """An answer's token records, built by ``build`` on first access (then kept).
+
+    The length is known up front, so ``len`` (and :attr:`AnswerRecord.length`) builds nothing.
+    Compares equal to any sequence of the same records, a list included.
+    """
+
+    def __init__(self, length: int, build: Callable[[], list[TokenRecord]]) -> None:
+        self._length = length
+        self._build: Callable[[], list[TokenRecord]] | None = build
+        self._items: list[TokenRecord] | None = None
+        self._lock = threading.Lock()  # a session's result may be read by two requests at once
+
+    @property
+    def built(self) -> bool:
+        """Whether the records exist yet."""
+        return self._items is not None
+
+    def _records(self) -> list[TokenRecord]:
+        if self._items is None:
+            with self._lock:
+                if self._items is None:
+                    assert self._build is not None
+                    items = self._build()
+                    if len(items) != self._length:
+                        raise ValueError(f"built {len(items)} token records, not {self._length}")
+                    self._items, self._build = items, None  # the builder's tensors are freed
+        return self._items
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, i: int) -> TokenRecord: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[TokenRecord]: ...
+    def __getitem__(self, i: int | slice) -> TokenRecord | list[TokenRecord]:
+        return self._records()[i]
+
+    def __iter__(self) -> Iterator[TokenRecord]:
+        return iter(self._records())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-like, as a list
+
+    def __repr__(self) -> str:
+        return repr(self._records())
+
+    def __getstate__(self) -> dict[str, Any]:  # copy/deepcopy: built records, no lock
+        return {"_length": self._length, "_items": self._records()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._length, self._items, self._build = state["_length"], state["_items"], None
+        self._lock = threading.Lock()
+
+
 @dataclass
 class AnswerRecord:
     index: int
@@ -49,7 +113,7 @@ class AnswerRecord:
     advantage: float
     weight: float
     finished: bool
-    tokens: list[TokenRecord]
+    tokens: Sequence[TokenRecord]  # a list, or LazyTokens (built on first access)
     # sampled | ids (given token ids) | text (given text tokenized alone, no special tokens,
     # appended to the prompt's ids): see gmts_core.analysis.analyze
     tokenization: str = "sampled"
@@ -77,6 +141,9 @@ class AnalysisResult:
     groups: list[GroupRecord]
     summary: dict[str, Any]
     config: AnalysisConfig
+    # every method's flat selection, (N,) tensors in (group, answer, position) order: what the
+    # token records' scores, ranks and flags are read from (the RL step's mask comes from here)
+    selections: dict[str, Selection] = field(default_factory=dict, repr=False, compare=False)
 
     def iter_answers(self) -> list[tuple[GroupRecord, AnswerRecord]]:
         return [(g, a) for g in self.groups for a in g.answers]

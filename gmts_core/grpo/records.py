@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -174,9 +175,18 @@ def answer_changes(
 
 @dataclass
 class StepResult:
-    """A step's metrics, its batch with per-token changes, and the analysis it trained on."""
+    """A step's metrics, the analysis it trained on, its batch, and the batch's log-probs before
+    and after the update; :attr:`answers` (per-token changes) is built on first access."""
 
     metrics: StepMetrics
-    answers: list[AnswerChange]
     analysis: AnalysisResult
     batch: TrainBatch
+    logprob_before: torch.Tensor  # (N,)
+    logprob_after: torch.Tensor | None = None  # (N,); None unless measure_logprob_after
+
+    @functools.cached_property
+    def answers(self) -> list[AnswerChange]:
+        """Per answer, each token's text, selection flag and log-prob change (built when a
+        front end asks for the batch's tokens, e.g. the session step body's ``last_batch``)."""
+        before, after = self.logprob_before, self.logprob_after
+        return answer_changes(self.analysis, self.batch.mask, before, after)

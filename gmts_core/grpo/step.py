@@ -7,7 +7,7 @@ statistics_forward -> the first update's training forward, run *before* the sele
                       its answers' token statistics from the same logits, so the analysis
                       costs no forward pass of its own (batches above ``fused_max_tokens``
                       take a separate no-grad statistics pass instead, to bound memory)
-score_batch        -> advantages, every method's selection, records and summaries: the last
+score_batch        -> advantages, every method's selection, summaries and (lazy) records: the last
                       stage of ``analyze``, so what users inspect is what the step trains on
 training_batch     -> flat per-token tensors: advantages, weights, the selection mask
 policy_update      -> ``inner_steps`` AdamW updates of the clipped, masked GRPO loss
@@ -53,7 +53,6 @@ from gmts_core.grpo.records import (
     StepResult,
     TrainBatch,
     UpdateStats,
-    answer_changes,
 )
 from gmts_core.grpo.selection import clip_settings, current_selection
 from gmts_core.methods.coefficient import EffectiveCoefficient, effective_coefficient
@@ -212,21 +211,20 @@ def score_batch(
 
 
 def training_batch(result: AnalysisResult, sequences: Sequences, config: RLConfig) -> TrainBatch:
-    """Per-token advantages, weights and the training method's selection mask."""
-    adv, wts, mask, index, groups = [], [], [], [], []
-    for a, (group, ans) in enumerate(result.iter_answers()):
-        adv += [ans.advantage] * ans.length
-        wts += [ans.weight] * ans.length
-        mask += [t.selected[config.method] for t in ans.tokens]
-        index += [a] * ans.length
-        groups += [group.index] * ans.length
+    """Per-token advantages, weights and the training method's selection mask, from the
+    analysis's flat tensors (no per-token records are built)."""
+    answers = [a for _, a in result.iter_answers()]
+    groups = [g.index for g, _ in result.iter_answers()]
+    lengths = torch.tensor([a.length for a in answers], dtype=torch.long)
+    index = torch.repeat_interleave(torch.arange(len(answers)), lengths)  # (N,)
+    per_answer = lambda values: torch.tensor(values, dtype=torch.float64)[index]  # noqa: E731
     return TrainBatch(
         sequences=list(sequences),
-        advantages=torch.tensor(adv, dtype=torch.float64),
-        weights=torch.tensor(wts, dtype=torch.float64),
-        mask=torch.tensor(mask, dtype=torch.bool),
-        answer_index=torch.tensor(index, dtype=torch.long),
-        group_index=torch.tensor(groups, dtype=torch.long),
+        advantages=per_answer([a.advantage for a in answers]),
+        weights=per_answer([a.weight for a in answers]),
+        mask=result.selections[config.method].selected.detach().cpu().clone(),
+        answer_index=index,
+        group_index=torch.tensor(groups, dtype=torch.long)[index],
     )
 
 
@@ -431,7 +429,8 @@ def grpo_step(
     logger.info("step %d (%s): reward %.3f", step, config.method, metrics.reward_mean)
     return StepResult(
         metrics=metrics,
-        answers=answer_changes(result, batch.mask, update.logprob_before, update.logprob_after),
         analysis=result,
         batch=batch,
+        logprob_before=update.logprob_before,
+        logprob_after=update.logprob_after,
     )

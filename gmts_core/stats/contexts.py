@@ -16,8 +16,44 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 _DISTRIBUTION_FIELDS = ("entropy", "sum_sq_prob", "top_ids", "top_logprobs")
 _TARGET_FIELDS = ("logprob", "grad_norm")
+
+
+def repeated_contexts(
+    sequences: list[tuple[list[int], list[int]]],
+) -> tuple[list[int], list[int], list[bool]]:
+    """Flat positions (answer tokens in (answer, position) order) whose context occurred before:
+    (source, destination, same target token) triples as three lists, the source being the
+    context's first occurrence. A trie over the contexts finds them in O(total tokens).
+
+    A source is never a destination (each position has one context, whose first occurrence
+    it either is or is not), so the copies can be applied in any order.
+    """
+    roots: dict[tuple[int, ...], list[Any]] = {}  # node: [first flat position, children]
+    src: list[int] = []
+    dst: list[int] = []
+    same: list[bool] = []
+    flat_targets: list[int] = []
+    for prompt, answer in sequences:
+        node = roots.setdefault(tuple(prompt), [None, {}])
+        for token in answer:
+            pos = len(flat_targets)
+            flat_targets.append(token)
+            first = node[0]
+            if first is None:
+                node[0] = pos
+            else:
+                src.append(first)
+                dst.append(pos)
+                same.append(flat_targets[first] == token)
+            children = node[1]
+            node = children.get(token)
+            if node is None:
+                node = children[token] = [None, {}]
+    return src, dst, same
 
 
 def share_identical_contexts(
@@ -27,28 +63,57 @@ def share_identical_contexts(
 
     ``answers[i]`` is the :class:`gmts_core.stats.forward.AnswerStats` of ``sequences[i]`` =
     (prompt_ids, answer_ids); the context of answer token t is prompt_ids + answer_ids[:t].
-    A trie over the contexts finds the repeats in O(total tokens).
+    The copies are done field by field on the whole batch at once (one gather and one
+    scatter per field), then written back into the answers' own tensors.
     """
-    roots: dict[tuple[int, ...], dict[str, Any]] = {}
-    for i, (prompt, answer) in enumerate(sequences):
-        node = roots.setdefault(tuple(prompt), {"first": None, "next": {}})
-        for t, token in enumerate(answer):
-            first = node["first"]
-            if first is None:
-                node["first"] = (i, t)
-            else:
-                _copy(
-                    answers[first[0]],
-                    first[1],
-                    answers[i],
-                    t,
-                    sequences[first[0]][1][first[1]] == token,
-                )
-            node = node["next"].setdefault(token, {"first": None, "next": {}})
+    src, dst, same = repeated_contexts(sequences)
+    if not dst:
+        return
+    device = answers[0].hidden_norm.device
+    src_t = torch.tensor(src, device=device)
+    dst_t = torch.tensor(dst, device=device)
+    same_t = torch.tensor(same, device=device)
+    src_target, dst_target = src_t[same_t], dst_t[same_t]
+    lengths = [len(a) for _, a in sequences]
+    touched = _touched_answers(dst, lengths)
+    fields = [(n, src_t, dst_t) for n in _DISTRIBUTION_FIELDS]
+    fields += [(n, src_target, dst_target) for n in _TARGET_FIELDS]
+    for name, s, d in fields:
+        parts = [getattr(a.stats, name) for a in answers]
+        _scatter(parts, s, d, lengths, touched, device)
+    _scatter([a.hidden_norm for a in answers], src_t, dst_t, lengths, touched, device)
 
 
-def _copy(src: Any, s: int, dst: Any, d: int, same_target: bool) -> None:
-    fields = _DISTRIBUTION_FIELDS + (_TARGET_FIELDS if same_target else ())
-    for name in fields:
-        getattr(dst.stats, name)[d] = getattr(src.stats, name)[s]
-    dst.hidden_norm[d] = src.hidden_norm[s]  # the same context: the same hidden state
+def _touched_answers(dst: list[int], lengths: list[int]) -> list[int]:
+    """Indices of the answers that hold at least one destination position."""
+    bounds, start = [], 0
+    for n in lengths:
+        bounds.append((start, start + n))
+        start += n
+    marked, a = set(), 0
+    for d in dst:  # dst is increasing
+        while d >= bounds[a][1]:
+            a += 1
+        marked.add(a)
+    return sorted(marked)
+
+
+def _scatter(
+    parts: list[torch.Tensor],
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    lengths: list[int],
+    touched: list[int],
+    device: torch.device,
+) -> None:
+    """parts (one tensor per answer, (L_i, ...)) as one flat tensor: flat[dst] = flat[src],
+    then each touched answer's tensor overwritten with its slice."""
+    if dst.numel() == 0:
+        return
+    flat = torch.cat([p.to(device) for p in parts])  # (N, ...)
+    flat[dst] = flat[src]
+    offsets = [0]
+    for n in lengths:
+        offsets.append(offsets[-1] + n)
+    for a in touched:
+        parts[a].copy_(flat[offsets[a] : offsets[a + 1]])

@@ -17,6 +17,7 @@ from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
 from gmts_core.head import HeadPath, head_path
 from gmts_core.stats.contexts import share_identical_contexts
 from gmts_core.stats.metrics import DEFAULT_CHUNK_SIZE, TokenStats, token_stats_chunked
+from gmts_core.stats.vocab_tiled import token_stats_from_hidden
 
 
 @dataclass
@@ -94,8 +95,16 @@ def stats_from_logits(
     stats = token_stats_chunked(
         len(targets), lambda sl: logits[sl], targets, temperature, top_k, chunk_size
     )
+    return _per_answer(stats, hidden, sequences)
+
+
+def _per_answer(
+    stats: TokenStats, hidden: torch.Tensor, sequences: list[tuple[list[int], list[int]]]
+) -> list[AnswerStats]:
+    """Flat statistics (N,) and hidden states (N, D) split into one AnswerStats per answer
+    (views, no copies); raises NonFiniteLogitsError on NaN/Inf."""
     check_finite(stats)
-    norms = hidden.float().norm(dim=-1)  # (N,)
+    norms = hidden.detach().float().norm(dim=-1)  # (N,)
     out, start = [], 0
     for _, answer in sequences:
         sl = slice(start, start + len(answer))
@@ -131,28 +140,51 @@ def answer_token_stats(
     with torch.no_grad():
         lengths = [len(p) + len(a) for p, a in sequences]
         for batch in token_budget_batches(lengths, max_batch_tokens):
-            hiddens = _answer_hidden(path.body, [sequences[i] for i in batch], pad_id, device)
-            for i, h in zip(batch, hiddens, strict=True):
-                results[i] = _stats_for_answer(
-                    h, path, sequences[i][1], temperature, top_k, chunk_size
-                )
+            seqs = [sequences[i] for i in batch]
+            hidden = torch.cat(_answer_hidden(path.body, seqs, pad_id, device))  # (N, D)
+            stats = _head_stats(hidden, path, seqs, temperature, top_k, chunk_size)
+            for i, s in zip(batch, _per_answer(stats, hidden, seqs), strict=True):
+                results[i] = s
     answers = [r for r in results if r is not None]
     share_identical_contexts(sequences, answers)  # equal distributions -> bit-equal statistics
     return answers
 
 
-def _stats_for_answer(
-    h: torch.Tensor,
+def _plain_linear(head: Any) -> bool:
+    """Whether the head is exactly ``nn.Linear`` run as such (no hooks, no replaced forward,
+    e.g. by an offloading wrapper), so its matmul may be done by hand, tile by tile."""
+    return (
+        type(head) is torch.nn.Linear
+        and not head._forward_hooks
+        and not head._forward_pre_hooks
+        and "forward" not in vars(head)
+    )
+
+
+def _head_stats(
+    hidden: torch.Tensor,
     path: HeadPath,
-    answer_ids: list[int],
+    sequences: list[tuple[list[int], list[int]]],
     temperature: float,
     top_k: int,
     chunk_size: int,
-) -> AnswerStats:
-    def logits_fn(sl: slice) -> torch.Tensor:
-        return path.logits(h[sl])  # (C, V), the model's own logits
-
-    targets = torch.tensor(answer_ids, dtype=torch.long, device=h.device)
-    stats = token_stats_chunked(len(answer_ids), logits_fn, targets, temperature, top_k, chunk_size)
-    check_finite(stats)
-    return AnswerStats(stats, h.float().norm(dim=-1))
+) -> TokenStats:
+    """Flat statistics of the answer tokens of ``sequences`` from their final hidden states
+    (N, D). A plain linear head runs over all N rows one vocabulary tile at a time
+    (:mod:`gmts_core.stats.vocab_tiled`: one matmul's cost, not one per chunk of rows); other heads
+    (scaled, soft-capped, adapted, hooked) give their logits chunk by chunk."""
+    targets = torch.tensor([t for _, a in sequences for t in a], device=hidden.device)  # (N,)
+    if path.scale is None and path.softcap is None and _plain_linear(path.head):
+        head = path.head
+        return token_stats_from_hidden(
+            hidden.to(head.weight.device),
+            head.weight,
+            head.bias,
+            targets,
+            temperature,
+            top_k,
+            chunk_size,
+        )
+    return token_stats_chunked(
+        len(targets), lambda sl: path.logits(hidden[sl]), targets, temperature, top_k, chunk_size
+    )

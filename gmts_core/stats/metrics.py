@@ -117,7 +117,7 @@ def _top_alternatives(
     if top_k <= 0:
         empty_ids = torch.empty(c, 0, dtype=torch.long, device=logits.device)
         return empty_ids, torch.empty(c, 0, dtype=torch.float32, device=logits.device)
-    vals, ids = _top_k(logits, min(top_k, v))  # (C, K) each; ordering is exact in any dtype
+    vals, ids = top_k_exact(logits, min(top_k, v))  # (C, K) each; ordering is exact in any dtype
     top_lp = (vals.float() - m) / temperature - log_s.unsqueeze(-1)
     return ids, top_lp
 
@@ -125,7 +125,7 @@ def _top_alternatives(
 _TOPK_BLOCK = 256
 
 
-def _top_k(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def top_k_exact(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Row-wise top-k of (C, V) logits, most probable first, via block maxima.
 
     ``torch.topk`` over a 150k vocabulary costs more than all the statistics together on CPU.

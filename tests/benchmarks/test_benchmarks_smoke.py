@@ -109,16 +109,21 @@ def test_real_size_smoke() -> None:
     r = run_benchmark(
         "real_size",
         *("--layers", "1", "--hidden", "64", "--vocab", "1000", "--answers", "2"),
-        *("--tokens", "6", "--prompt-tokens", "4", "--threads", "1"),
+        *("--tokens", "6", "--prompt-tokens", "4", "--threads", "1", "--repeats", "2"),
     )
     assert r["same_tokens_as_generate"] is True and r["given_tokens_ok"] is True
     assert set(r["median_s"]) == {
         "given_analysis", "full_logit_forward", "body_forward", "sampled_analysis", "bare_generate"
     }  # fmt: skip
-    m = r["median_s"]
-    assert r["ratios"]["given_vs_full_logit_forward"] == pytest.approx(
-        m["given_analysis"] / m["full_logit_forward"]
-    )
+    t = r["times_s"]
+    assert len(t["given_analysis"]) == 2 and len(t["sampled_analysis"]) == 1  # --repeats 2
+    per_repeat = [g / f for g, f in zip(t["given_analysis"], t["full_logit_forward"], strict=True)]
+    spread = r["ratio_spread"]["given_vs_full_logit_forward"]
+    assert spread["values"] == pytest.approx(per_repeat)
+    assert spread["min"] <= r["ratios"]["given_vs_full_logit_forward"] <= spread["max"]
+    assert set(r["cpu_ratios"]) == set(r["ratios"]) == {
+        "given_vs_full_logit_forward", "given_vs_body_forward", "sampled_vs_bare_generate"
+    }  # fmt: skip
     assert r["config"]["vocab_size"] == 1000 and r["config"]["num_hidden_layers"] == 1
 
 

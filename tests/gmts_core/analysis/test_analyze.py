@@ -322,3 +322,35 @@ def test_stages_are_announced_in_order(tiny_llama: LoadedModel) -> None:
         on_stage=lambda *a: heard.append(a),
     )
     assert [h[0] for h in heard] == ["tokenizing answers", *names[1:]]
+
+
+def test_group_summaries_equal_the_batch_figures_within_each_group(
+    tiny_lm: Callable[[str], LoadedModel],
+) -> None:
+    """Each group's summary (computed for all groups at once) equals the batch summary's
+    functions applied to that group's tokens alone, a zero-signal group included."""
+    from gmts_core.analysis.summaries import gradient_coverage, spearman_by_answer
+
+    lm = tiny_lm("llama")
+    groups = [
+        GroupInput(PROMPT, answers=ANSWERS, rewards=REWARDS),
+        GroupInput("Say hi", answers=["hi there", "hello 😀", "hey"], rewards=[0.1, 0.1, 0.1]),
+        GroupInput("2+2=?", answers=["4", "four, I think", "5"], reward=RewardSpec("numeric", "4")),
+    ]
+    res = analyze(lm, groups, AnalysisConfig(ratio=0.3))
+    for g in res.groups:
+        tokens = [t for a in g.answers for t in a.tokens]
+        entropy = torch.tensor([t.entropy for t in tokens], dtype=torch.float64)
+        proxy = torch.tensor([t.grad_proxy for t in tokens], dtype=torch.float64)
+        answer = torch.tensor([i for i, a in enumerate(g.answers) for _ in a.tokens])
+        s = g.summary
+        assert s["num_tokens"] == len(tokens)
+        assert s["spearman_entropy_grad"] == pytest.approx(
+            spearman_by_answer(entropy, proxy, answer)
+        )
+        for m in res.config.methods:
+            selected = torch.tensor([t.selected[m] for t in tokens])
+            assert s["selected_count"][m] == int(selected.sum())
+            assert s["gradient_coverage"][m] == pytest.approx(gradient_coverage(proxy, selected))
+    assert res.groups[1].summary["gradient_coverage"]["all"] == 1.0  # zero signal, all kept
+    assert res.groups[1].summary["gradient_coverage"]["gmts"] == 0.0

@@ -3,9 +3,16 @@ get bit-equal statistics, and rank in (group, answer, position) order."""
 
 from __future__ import annotations
 
+import random
+
+import torch
+
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.modeling import load_model
+from gmts_core.stats.contexts import share_identical_contexts
+from gmts_core.stats.forward import AnswerStats
+from gmts_core.stats.metrics import TokenStats
 
 # on the demo model the first token's entropy, computed with different sampled tokens split
 # off, differs in the 8th digit unless the statistics are shared
@@ -47,3 +54,52 @@ def test_shared_prefix_group_has_equal_statistics_and_ordered_ties() -> None:
     for (h1, r1), (h2, r2) in zip(flat, flat[1:], strict=False):
         if h1 == h2:
             assert r1 < r2
+
+
+def _naive_share(seqs: list[tuple[list[int], list[int]]], answers: list[AnswerStats]) -> None:
+    """Copy each repeated context's statistics from its first occurrence, one token at a time."""
+    first: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, int]] = {}
+    for i, (prompt, answer) in enumerate(seqs):
+        for t in range(len(answer)):
+            key = (tuple(prompt), tuple(answer[:t]))
+            if key not in first:
+                first[key] = (i, t)
+                continue
+            a, s = first[key]
+            names = ["entropy", "sum_sq_prob", "top_ids", "top_logprobs"]
+            if seqs[a][1][s] == answer[t]:
+                names += ["logprob", "grad_norm"]
+            for name in names:
+                getattr(answers[i].stats, name)[t] = getattr(answers[a].stats, name)[s]
+            answers[i].hidden_norm[t] = answers[a].hidden_norm[s]
+
+
+def _random_stats(seqs: list[tuple[list[int], list[int]]]) -> list[AnswerStats]:
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for _, a in seqs:
+        n = len(a)
+        floats = [torch.randn(n, generator=g) for _ in range(4)]
+        top = torch.randint(0, 9, (n, 3), generator=g), torch.randn(n, 3, generator=g)
+        out.append(AnswerStats(TokenStats(*floats, *top), torch.randn(n, generator=g)))
+    return out
+
+
+def test_shared_contexts_match_the_token_by_token_copy() -> None:
+    rng = random.Random(0)
+    seqs = []
+    for _ in range(5):  # groups with short prompts (two share one) and many shared prefixes
+        prompt = [rng.randint(0, 1) for _ in range(rng.randint(1, 2))]
+        seqs += [(prompt, [rng.randint(0, 2) for _ in range(rng.randint(1, 8))]) for _ in range(6)]
+    fast, naive = _random_stats(seqs), _random_stats(seqs)
+    share_identical_contexts(seqs, fast)
+    _naive_share(seqs, naive)
+    changed = 0
+    for f, n, orig in zip(fast, naive, _random_stats(seqs), strict=True):
+        torch.testing.assert_close(f.hidden_norm, n.hidden_norm, rtol=0, atol=0)
+        for name in ("logprob", "entropy", "grad_norm", "sum_sq_prob", "top_ids", "top_logprobs"):
+            torch.testing.assert_close(
+                getattr(f.stats, name), getattr(n.stats, name), rtol=0, atol=0
+            )
+        changed += int((f.stats.entropy != orig.stats.entropy).sum())
+    assert changed > 20  # the case exercises many copies

@@ -318,3 +318,24 @@ def test_step_stages_are_announced_in_order(lm: LoadedModel) -> None:
     names = ["generating answers", "scoring rewards", "token statistics", "selection"]
     names += ["update", "update", "log-prob after"]
     assert heard == [(n, i, len(names)) for i, n in enumerate(names)]
+
+
+def test_step_builds_no_token_records_and_trains_on_their_flags(lm: LoadedModel) -> None:
+    """The step trains from the analysis's flat tensors; the per-token records (and the
+    per-token changes) are built only when read, and then agree with the batch it trained on."""
+    config = dataclasses.replace(CONFIG, method="gmts", ratio=0.3)
+    policy = TrainablePolicy(lm, PolicySettings(kind="full"))
+    step = grpo_step(policy, make_optimizer(policy, config), PROMPTS, config, seed=3)
+    answers = [a for _, a in step.analysis.iter_answers()]
+    assert not any(a.tokens.built for a in answers)  # type: ignore[attr-defined]
+    assert "answers" not in vars(step)  # the per-token changes are not built either
+    assert sum(a.length for a in answers) == step.batch.num_tokens
+    flags = [t.selected["gmts"] for a in answers for t in a.tokens]
+    assert all(a.tokens.built for a in answers)  # type: ignore[attr-defined]
+    assert flags == step.batch.mask.tolist()
+    adv = [a.advantage for a in answers for _ in a.tokens]
+    assert step.batch.advantages.tolist() == adv
+    assert step.batch.weights.tolist() == [a.weight for a in answers for _ in a.tokens]
+    groups = [g.index for g, a in step.analysis.iter_answers() for _ in a.tokens]
+    assert step.batch.group_index is not None and step.batch.group_index.tolist() == groups
+    assert [t.selected for a in step.answers for t in a.tokens] == flags
