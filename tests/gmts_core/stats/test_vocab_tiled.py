@@ -11,7 +11,7 @@ from gmts_core.modeling import load_model
 from gmts_core.stats.forward import _plain_linear, answer_token_stats
 from gmts_core.stats.metrics import token_stats
 from gmts_core.stats.vocab_tiled import tile_columns, token_stats_from_hidden
-from tests.gmts_core.test_metrics import naive_stats
+from tests.gmts_core.stats.test_metrics import naive_stats
 from tests.tiny_models import save_tiny_model
 
 
