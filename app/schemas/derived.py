@@ -1,6 +1,6 @@
 """Response models whose fields are a library dataclass's, so each field list is written once.
 
-A library result such as :class:`gmts_core.rl_records.AnswerChange` is a plain dataclass with raw
+A library result such as :class:`gmts_core.grpo.records.AnswerChange` is a plain dataclass with raw
 floats; its response model takes the dataclass's fields (names, order and types) and gives every
 float the JSON type :data:`app.schemas.numbers.Num` (NaN and infinity become null). Every field is
 required: a body built from a result always carries them all. The model's class

@@ -179,7 +179,7 @@ class SessionEvalRequest(NoBoolNumbers):
 
 @fields_from(StepMetrics)
 class StepMetricsOut(BaseModel):
-    """One step's numbers (the fields of gmts_core.rl_records.StepMetrics)."""
+    """One step's numbers (the fields of gmts_core.grpo.records.StepMetrics)."""
 
     model_config = ConfigDict(from_attributes=True)
 
