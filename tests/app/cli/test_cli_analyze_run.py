@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.errors import InvalidInputError
 from gmts_core.modeling import load_model
+from tests.multiprocess import free_port, run
 
 REPO = Path(__file__).resolve().parents[3]
 RUNS = REPO / "tests" / "data" / "runs"
@@ -148,10 +148,11 @@ def test_two_accelerate_processes_give_the_one_process_report(
     cmd = [
         accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
         "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", str(free_port()),
         "-m", "app.cli", "analyze-run", str(RUNS / "trl"), "-o", str(tmp_path),
         "--methods", METHODS, "--tokens", "2",
     ]  # fmt: skip
-    subprocess.run(cmd, check=True, cwd=REPO, env=env, timeout=600, capture_output=True)
+    run(cmd, cwd=REPO, env=env)
     assert sorted(p.name for p in (tmp_path / "parts").iterdir()) == [
         "steps-0.jsonl",
         "steps-1.jsonl",

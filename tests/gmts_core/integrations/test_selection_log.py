@@ -24,6 +24,7 @@ from gmts_core.runs.report import (
     settings_of,
 )
 from tests.gmts_core.integrations.test_trl import make_trainer, model_dir, tiny_config  # noqa: F401
+from tests.multiprocess import torchrun
 
 RATIO = 0.25
 
@@ -176,16 +177,12 @@ def test_two_processes_log_the_global_batch_and_each_applied_slice(
     model_dir: Path,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    import subprocess
-    import sys
-
     repo = Path(__file__).resolve().parents[3]
     script = tmp_path / "run.py"
     script.write_text(
         TWO_PROCESS_SCRIPT.format(repo=str(repo), model=str(model_dir), out=str(tmp_path))
     )
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script)]
-    subprocess.run(cmd, check=True, cwd=repo, timeout=600, capture_output=True)
+    torchrun(script, cwd=repo)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     df = pd.read_parquet(tmp_path / "gmts_selection" / "selection_00001.parquet")
     df = df.sort_values(["answer", "position"])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from gmts_core.integrations.trl_terms import TRL_LOSS_AGGREGATION, grad_norm_fro
 from gmts_core.methods.aggregation import list_aggregations, loss_weights
 from gmts_core.methods.selection import SelectionInputs, list_methods, select, top_k_count
 from gmts_core.stats.metrics import grad_proxy, token_stats
+from tests.multiprocess import torchrun
 from tests.tiny_models import save_tiny_model
 
 REPO = Path(__file__).resolve().parents[3]
@@ -291,8 +291,7 @@ def test_two_processes_select_one_global_top_k(model_dir: Path, tmp_path: Path) 
     script.write_text(
         DISTRIBUTED_SCRIPT.format(repo=str(REPO), model=str(model_dir), out=str(tmp_path))
     )
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script)]
-    subprocess.run(cmd, check=True, cwd=REPO, timeout=600, capture_output=True)
+    torchrun(script, cwd=REPO)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["processes"] == 2
     assert ranks[0]["grad_proxy"] == ranks[1]["grad_proxy"]  # every process sees the whole batch
