@@ -10,7 +10,7 @@ view (``ctx.learn_view``) that later tabs read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,7 +225,10 @@ def build_explore_tab(ctx: UIContext) -> None:
 
     inputs = list(form.values())
     view_inputs = [ctx.result, a, b, color_by, out.group]
-    runs = ((buttons.analyze, run_single, []), (buttons.batch, run_batch, [buttons.batch_text]))
+    runs: list[tuple[gr.Button, Callable[..., list[Any]], list[Any]]] = [
+        (buttons.analyze, run_single, []),
+        (buttons.batch, run_batch, [buttons.batch_text]),
+    ]
     for btn, fn, extra in runs:
         event = btn.click(fn, [*inputs, *extra, color_by], new_outputs)
         done = event.success(exports, [ctx.result], [out.csv, out.json], js=SCROLL_TO_RESULTS)
