@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: setup setup-dev browser serve test test-fast lint bench clean
+.PHONY: setup setup-dev browser serve test test-fast lint docs bench clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ test: setup-dev
 
 test-fast: setup-dev
 	$(PY) -m pytest -q -m "not slow and not browser"
+
+# The documentation site (MkDocs + Material + mkdocstrings) at http://127.0.0.1:8001
+docs: setup-dev
+	$(VENV)/bin/mkdocs serve -a 127.0.0.1:8001
 
 lint: setup-dev
 	$(VENV)/bin/ruff check gmts_core app tests benchmarks
