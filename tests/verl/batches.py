@@ -117,3 +117,19 @@ def actor_config(**overrides):
         if k not in policy:
             actor[k] = v
     return omega_conf_to_dataclass(actor)
+
+
+def subset(rows: Rows, idx: list[int]) -> Rows:
+    """The rows ``idx`` of ``rows``, in that order."""
+    t = torch.tensor(idx)
+    return Rows(
+        rows.response_mask[t],
+        rows.old_log_prob[t],
+        rows.log_prob[t],
+        rows.ref_log_prob[t],
+        rows.advantages[t],
+        rows.entropy[t],
+        [rows.uids[i] for i in idx],
+        rows.responses[t],
+        rows.prompts[t],
+    )

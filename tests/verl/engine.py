@@ -106,3 +106,45 @@ def rows_stats(model: TokenModel, rows: Rows) -> dict[str, torch.Tensor]:
             out["entropy"][i, :n] = -(probs * torch.log_softmax(logits, -1)).sum(-1)
             out["sum_pi_squared"][i, :n] = probs.square().sum(-1)
     return out
+
+
+class TrainableCPUEngine(CPUEngine):
+    """Adds the training half: verl's micro-batching, ``loss_function`` (verl's ppo_loss) per
+    micro-batch, backward, one optimizer step per mini-batch (as verl's FSDP engine)."""
+
+    def __init__(self, model: TokenModel, lr: float = 0.5) -> None:
+        super().__init__(model)
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        self.snapshots: list[TokenModel] = []  # the policy each mini-batch started from
+
+    def get_data_parallel_size(self) -> int:
+        return 1
+
+    def get_data_parallel_rank(self) -> int:
+        return 0
+
+    def is_mp_src_rank_with_outputs(self) -> bool:
+        return True
+
+    def lr_scheduler_step(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def train_batch(self, data: Any, loss_function: Any) -> dict[str, Any]:
+        import copy
+
+        from verl.utils import tensordict_utils as tu
+
+        self.snapshots.append(copy.deepcopy(self.model))
+        tu.assign_non_tensor(data, batch_num_tokens=int(data["loss_mask"].sum()), dp_size=1)
+        micro_batches, indices = prepare_micro_batches(data, dp_group=None, same_micro_num_in_dp=False)
+        self.optimizer.zero_grad()
+        outs = []
+        for mb in micro_batches:
+            model_output = model_outputs(self.model, mb["input_ids"])
+            loss, metrics = loss_function(model_output=model_output, data=mb, dp_group=None)
+            loss.backward()
+            outs.append({"loss": loss.item(), "metrics": metrics})
+        self.optimizer.step()
+        output = postprocess_batch_func(outs, indices, data)
+        output["metrics"]["grad_norm"] = torch.tensor(0.0)
+        return output
