@@ -136,7 +136,9 @@ class TrainableCPUEngine(CPUEngine):
 
         self.snapshots.append(copy.deepcopy(self.model))
         tu.assign_non_tensor(data, batch_num_tokens=int(data["loss_mask"].sum()), dp_size=1)
-        micro_batches, indices = prepare_micro_batches(data, dp_group=None, same_micro_num_in_dp=False)
+        micro_batches, indices = prepare_micro_batches(
+            data, dp_group=None, same_micro_num_in_dp=False
+        )
         self.optimizer.zero_grad()
         outs = []
         for mb in micro_batches:

@@ -97,11 +97,19 @@ def test_actor_update_applies_the_library_selection(process_group):
         part = subset(rows, mini_batch)
         s = rows_stats(snapshots[k], part)  # statistics at that mini-batch's current policy
         batch = TokenBatch(
-            part.response_mask, s["entropy"], s["log_prob"], part.old_log_prob, part.advantages,
-            part.uids, None, s["sum_pi_squared"],
+            part.response_mask,
+            s["entropy"],
+            s["log_prob"],
+            part.old_log_prob,
+            part.advantages,
+            part.uids,
+            None,
+            s["sum_pi_squared"],
         )
         expected = select_tokens(
-            batch, plugin.gmts_settings(config.policy_loss), plugin.loss_settings(config, 1.0, VOCAB)
+            batch,
+            plugin.gmts_settings(config.policy_loss),
+            plugin.loss_settings(config, 1.0, VOCAB),
         )
         for j, row in enumerate(mini_batch):
             width = applied[row].shape[0]

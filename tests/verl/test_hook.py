@@ -12,6 +12,7 @@ from verl.workers.engine.utils import prepare_micro_batches
 
 from gmts_core.integrations import verl as plugin
 from gmts_core.integrations.verl_terms import TokenBatch, select_tokens
+from gmts_core.methods import paper
 from tests.verl.batches import VOCAB, actor_config, make_rows, to_tensordict
 from tests.verl.engine import cpu_worker, rows_stats
 
@@ -61,9 +62,10 @@ def test_dynamic_batches_do_not_misalign_scores(method: str):
             assert torch.equal(mb_adv[j] != 0, expected.mask[row, :width])
 
 
-def test_every_group_of_a_64_row_mini_batch_is_filtered():
+@pytest.mark.parametrize("method", ["gmts_paper_verl", "gmts_paper", "gmts"])
+def test_every_group_of_a_64_row_mini_batch_is_filtered(method: str):
     rows = make_rows([16, 16, 16, 16], max_len=9, seed=2)
-    config = actor_config(loss_mode="gmts_paper", gmts_ratio=0.2)
+    config = actor_config(loss_mode=method, gmts_ratio=0.2)
     worker = cpu_worker(config)
     td = to_tensordict(rows)
     sel = plugin.apply_selection(worker, td, config)
@@ -72,7 +74,13 @@ def test_every_group_of_a_64_row_mini_batch_is_filtered():
         in_group = torch.tensor([u == uid for u in rows.uids])
         n = int(valid[in_group].sum())
         kept = int(sel.mask[in_group].sum())
-        assert kept == math.ceil(0.2 * n) < n  # this group is filtered, to its own top 20%
+        assert 0 < kept < n  # this group is filtered
+        if method == "gmts_paper":  # Framework1: the lowest max(1, ceil(0.8 n)) removed
+            assert kept == paper.framework1_kept(n, 0.2)
+        elif method == "gmts":
+            assert kept == math.ceil(0.2 * n)
+        else:  # Framework2: strictly above the int(0.8 n)-th smallest non-zero score
+            assert kept <= n - int(0.8 * n)
     # the released fork's loop, for contrast: `for i in range(0, rows // 16, 16)` over blocks
     # of 16 rows visits only the first block of a 64-row mini-batch: one group in four
     assert len(range(0, 64 // 16, 16)) == 1
