@@ -245,7 +245,7 @@ def apply_selection(worker: Any, data: Any, config: Any) -> TokenSelection:
     fields = [f for f in _PADDED_FIELDS + ("ref_log_prob",) if f in data.keys()]
     padded = data.select(*fields).to_padded_tensor()
     width = padded["response_mask"].shape[1]
-    local = {k: v[:, :width].detach().float().cpu() for k, v in stats.items()}
+    local: dict[str, Any] = {k: v[:, :width].detach().float().cpu() for k, v in stats.items()}
     local.update({k: padded[k].detach().float().cpu() for k in fields})
     local["uid"] = list(data["uid"])
     log_dir = config.policy_loss.get("gmts_log_dir", None)
