@@ -4,10 +4,12 @@ Token statistics (log-prob, entropy, the exact logit-gradient norm), GMTS and th
 selections, the exact GRPO coefficient, live GRPO steps, rewards, trainer-run readers, and
 ``GMTSGRPOTrainer`` for TRL. The names a user needs are importable from here::
 
-    from gmts_core import DEMO_MODEL_DIR, AnalysisConfig, GroupInput, RewardSpec, analyze, load_model
+    from gmts_core import DEMO_MODEL_DIR, AnalysisConfig, GroupInput, RewardSpec
+    from gmts_core import analyze, load_model
 
     lm = load_model(DEMO_MODEL_DIR)  # the bundled demo model tiny-arith
-    group = GroupInput("Q: 47+38=?\\nA:", answers=[" 85", " 75"], reward=RewardSpec("numeric", "85"))
+    reward = RewardSpec("numeric", "85")
+    group = GroupInput("Q: 47+38=?\\nA:", answers=[" 85", " 75"], reward=reward)
     result = analyze(lm, [group], AnalysisConfig(ratio=0.2))
 
 They load on first use (PEP 562 ``__getattr__``): ``import gmts_core`` imports neither torch
@@ -51,12 +53,35 @@ _EXPORTS: dict[str, str] = {
     "register_reader": "gmts_core.runs.registry",
     # TRL (needs the [trl] extra)
     "GMTSGRPOTrainer": "gmts_core.integrations.trl",
-    "GMTSGRPOConfig": "gmts_core.integrations.trl",
+    "GMTSGRPOConfig": "gmts_core.integrations.trl_config",
     # every library error derives from this one
     "GMTSError": "gmts_core.errors",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "DEMO_MODEL_DIR",
+    "AnalysisConfig",
+    "AnalysisResult",
+    "GMTSError",
+    "GMTSGRPOConfig",
+    "GMTSGRPOTrainer",
+    "GroupInput",
+    "RLConfig",
+    "RewardSpec",
+    "SamplingConfig",
+    "SelectionInputs",
+    "analyze",
+    "gradcheck",
+    "grpo_step",
+    "list_methods",
+    "list_rewards",
+    "load_model",
+    "open_run",
+    "register_method",
+    "register_reader",
+    "register_reward",
+    "select",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -81,7 +106,8 @@ if TYPE_CHECKING:  # for type checkers and the API reference; nothing is importe
     from gmts_core.errors import GMTSError
     from gmts_core.experiments.gradcheck import gradcheck
     from gmts_core.grpo.step import grpo_step
-    from gmts_core.integrations.trl import GMTSGRPOConfig, GMTSGRPOTrainer
+    from gmts_core.integrations.trl import GMTSGRPOTrainer
+    from gmts_core.integrations.trl_config import GMTSGRPOConfig
     from gmts_core.methods.rewards import list_rewards, register_reward
     from gmts_core.methods.selection import (
         SelectionInputs,

@@ -43,6 +43,7 @@ def test_analyze_is_reached_from_the_front_door_without_trl() -> None:
 
 
 def test_every_exported_name_resolves_and_is_documented_in_all() -> None:
+    assert sorted(gmts_core.__all__) == sorted(gmts_core._EXPORTS)  # noqa: SLF001
     for name in gmts_core.__all__:
         if name in ("GMTSGRPOTrainer", "GMTSGRPOConfig"):
             continue  # TRL: checked by the TRL integration's tests
