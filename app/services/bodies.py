@@ -19,6 +19,7 @@ from app.schemas.analyze_response import (
     AnalysisSettingsOut,
     AnalyzeResponse,
     AnswerOut,
+    DifferencesOut,
     GroupOut,
     GroupSummary,
     RewardDetail,
@@ -33,6 +34,7 @@ from app.schemas.sessions import (
     StepMetricsOut,
     StepOut,
 )
+from gmts_core.analysis.differences import all_differences
 from gmts_core.analysis.records import AnalysisResult, AnswerRecord, GroupRecord, TokenRecord
 from gmts_core.experiments.gradcheck import GradcheckResult
 from gmts_core.experiments.sessions import Session, SessionEvaluation
@@ -155,6 +157,7 @@ def _analysis_fields(
         "summary": Summary.model_validate(result.summary),
         "settings": AnalysisSettingsOut.model_validate(result.config, from_attributes=True),
         "notes": notes,
+        "differences": differences_out(result),
     }
     if len(result.groups) == 1:
         g = result.groups[0]
@@ -166,6 +169,11 @@ def _analysis_fields(
         groups.append(GroupOut(index=g.index, prompt=g.prompt, answers=answers, summary=summary))
         start += sum(a.length for a in g.answers)
     return {**fields, "groups": groups}
+
+
+def differences_out(result: AnalysisResult) -> list[DifferencesOut]:
+    """Why they differ, for every pair of the analysis's methods."""
+    return [DifferencesOut.model_validate(d, from_attributes=True) for d in all_differences(result)]
 
 
 def analysis_response(result: AnalysisResult) -> AnalyzeResponse:

@@ -55,5 +55,7 @@ def current_selection(
         group_index=groups,
         coefficient=coefficient,
         seed=seed,
+        advantage=batch.advantages,
+        reward=batch.rewards,
     )
     return x, select(x, config.method, config.ratio, config.scope)
