@@ -11,7 +11,6 @@ from app.api.routes.common import error_responses
 from app.api.routes.examples import ANALYZE_EXAMPLES
 from app.schemas.analyze_request import AnalyzeRequest
 from app.schemas.analyze_response import AnalyzeResponse
-from app.services.bodies import analysis_response
 
 router = APIRouter(tags=["analyze"])
 
@@ -31,4 +30,4 @@ async def analyze(req: AnalyzeBody, services: ServicesDep) -> AnalyzeResponse:
     The body is the analysis (`answers[].tokens[]` with entropy, grad_norm, grad_proxy, scores,
     ranks, selected, alternatives; `summary`), plus `notes` such as the zero-signal warning.
     """
-    return analysis_response(await services.analysis.analyze(req))
+    return await services.analysis.analyze(req)

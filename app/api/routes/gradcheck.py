@@ -28,4 +28,4 @@ async def gradcheck(
     the Spearman correlation with the true norms, the true gradient mass kept and the cosine
     between the selected tokens' gradient and the full one. Small models only (413 otherwise).
     """
-    return await services.gradcheck.run(req)
+    return await services.gradcheck.queued(req)
