@@ -36,6 +36,7 @@ class LiveServer:
     """``with LiveServer(app) as server: ... server.url ...``: uvicorn serving ``app``."""
 
     def __init__(self, app: Any, port: int | None = None, start_timeout_s: float = 30) -> None:
+        self.app = app
         self.port = port or free_port()
         self.start_timeout_s = start_timeout_s
         settings = getattr(getattr(app, "state", None), "settings", None)

@@ -36,6 +36,7 @@ from app.api.routes import (
     health,
     methods,
     models,
+    queue,
     runs,
     sessions,
 )
@@ -75,7 +76,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     # the bearer check (and its OpenAPI security scheme) only exists when a key is configured
     auth = [Depends(require_api_key)] if settings.api_key is not None else []
     v1 = APIRouter(prefix="/v1", dependencies=[*auth, Depends(reject_unknown_query)])
-    for module in (models, capabilities, methods, analyze, export, gradcheck, sessions, runs):
+    modules = (models, capabilities, methods, queue, analyze, export, gradcheck, sessions, runs)
+    for module in modules:
         v1.include_router(module.router)
     app.include_router(v1)
     if settings.ui_enabled:

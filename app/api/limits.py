@@ -23,7 +23,8 @@ import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.json_body import duplicate_key, is_json
-from app.services.jobs import CancelToken, cancellable
+from app.api.middleware import request_id_var
+from app.services.jobs import JOB_LABEL, JOB_TIMING, CancelToken, JobTiming, cancellable
 
 logger = logging.getLogger(__name__)
 
@@ -69,10 +70,15 @@ class BodySizeLimitMiddleware:
             gone.set()
             token.cancel(DISCONNECTED)
         watcher = None if gone.is_set() else asyncio.create_task(_watch(receive, token, gone))
+        timing = JobTiming()
+        label = JOB_LABEL.set(request_id_var.get())
+        timed = JOB_TIMING.set(timing)
         try:
             with cancellable(token):
-                await self.app(scope, _replay(body, gone), send)
+                await self.app(scope, _replay(body, gone), _with_timing(send, timing))
         finally:
+            JOB_TIMING.reset(timed)
+            JOB_LABEL.reset(label)
             if watcher is not None:
                 watcher.cancel()
 
@@ -148,6 +154,22 @@ async def _has_duplicate_key(scope: Scope, body: bytes, send: Send) -> bool:
     )
     await send({"type": "http.response.body", "body": data})
     return True
+
+
+def _with_timing(send: Send, timing: JobTiming) -> Send:
+    """``send`` that adds ``X-Queue-Wait-S`` and ``X-Work-S`` when the request ran jobs."""
+
+    async def timed(message: Message) -> None:
+        if message["type"] == "http.response.start" and timing.jobs:
+            headers = [
+                *message.get("headers", []),
+                (b"x-queue-wait-s", f"{timing.queued_s:.3f}".encode()),
+                (b"x-work-s", f"{timing.work_s:.3f}".encode()),
+            ]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return timed
 
 
 def _content_length(scope: Scope) -> int | None:
