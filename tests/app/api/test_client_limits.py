@@ -151,7 +151,7 @@ def test_other_ui_bodies_are_capped(ui_server: LiveServer) -> None:
 
 
 def test_uploaded_files_are_deleted_after_the_ttl(model_root: Path) -> None:
-    from app.ui import mount_ui
+    from app.ui.mount import mount_ui
 
     settings = make_settings(model_root, ui_upload_ttl_s=120)
     from fastapi import FastAPI

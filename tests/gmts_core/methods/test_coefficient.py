@@ -247,13 +247,17 @@ def test_session_analysis_coefficient_has_the_kl_to_the_start(policy: TrainableP
         atol=1e-7,
     )
     assert all(t.ratio == 1.0 and not t.clipped for t in tokens)
-    # the paper's score: H |A^ + beta rho - beta|, A^ = A w N
-    n = len(tokens)
+    # the paper's Framework1 score: H |A + beta rho - beta| / (G |o_i|), A with the
+    # population std of the rewards (eps 1e-6), KL part scaled like the advantage
+    rewards = [a.reward for a in result.groups[0].answers]
+    mean = sum(rewards) / len(rewards)
+    pstd = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
+    answers = result.groups[0].answers
+    pop = [(a.reward - mean) / (pstd + 1e-6) for a in answers for _ in a.tokens]
+    lengths = [len(a.tokens) for a in answers for _ in a.tokens]
     paper = [
-        t.entropy * abs(a * wi * n + beta * (r - 1.0))
-        for t, a, wi, r in zip(
-            tokens, adv.tolist(), w.tolist(), torch.exp(ref - logp).tolist(), strict=True
-        )
+        t.entropy * abs(a + beta * (r - 1.0)) / (len(answers) * n)
+        for t, a, n, r in zip(tokens, pop, lengths, torch.exp(ref - logp).tolist(), strict=True)
     ]
     assert_close(
         torch.tensor([t.scores["gmts_paper"] for t in tokens]),
