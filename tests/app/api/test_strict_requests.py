@@ -274,3 +274,9 @@ def test_schema_states_the_session_rules(client: TestClient) -> None:
     evaluate = _validator(client, "SessionEvalRequest")
     assert evaluate.is_valid({"temperature": 0})
     assert not evaluate.is_valid({"temperature": 0, "samples_per_problem": 3})
+
+
+def test_a_query_parameter_given_twice_is_refused(client: TestClient) -> None:
+    r = client.post("/v1/analyze/export?format=csv&format=json", json=given_body())
+    message = _message(r)
+    assert "format" in message and "more than once" in message
