@@ -14,8 +14,8 @@ from app.schemas.runs import (
     RunsResponse,
     RunStepResponse,
 )
+from app.schemas.strict import MIN_RATIO
 from app.services.runs import DEFAULT_METHODS, StepOptions
-from gmts_core.bounds import MIN_RATIO
 
 router = APIRouter(tags=["runs"])
 
