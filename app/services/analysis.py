@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-DEFAULT_MAX_NEW_TOKENS = 64
+DEFAULT_MAX_NEW_TOKENS: int = SamplingConfig().max_new_tokens  # capped by GMTS_MAX_NEW_TOKENS
 
 
 class PolicyProvider(Protocol):
