@@ -159,7 +159,8 @@ class RunService:
         whether the root held more."""
         if not root.is_dir():
             return [], False
-        cap, found, truncated = self.limits.max_folder_entries, [], False
+        cap, truncated = self.limits.max_folder_entries, False
+        found: list[tuple[str, Path]] = []
         with os.scandir(root) as it:
             for entry in it:
                 if len(found) >= cap:
