@@ -9,9 +9,10 @@ session's policy from a registered :class:`PolicyProvider` (``session_id``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from app.core.config import Settings
 from app.schemas.analyze_request import DEFAULT_NUM_SAMPLES, AnalyzeRequest, GroupRequest
@@ -38,6 +39,8 @@ from gmts_core.stages import StageCallback
 from gmts_core.stats.tokenization import encode_answer, encode_prompt
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DEFAULT_MAX_NEW_TOKENS: int = SamplingConfig().max_new_tokens  # capped by GMTS_MAX_NEW_TOKENS
 
@@ -102,11 +105,13 @@ class AnalysisService:
                 result = analyze(lm, prepared.groups, prepared.config, on_stage, token_limit)
         return analysis_response(result)
 
-    async def analyze(self, req: AnalyzeRequest) -> AnalyzeResponse:
-        """:meth:`run` in the job line, for the HTTP routes (a request that fails its checks
-        gets its error at once instead of waiting in line)."""
+    async def analyze(self, req: AnalyzeRequest, render: Callable[[AnalyzeResponse], T]) -> T:
+        """:meth:`run` in the job line, for the HTTP routes, its body turned into the response
+        by ``render`` in the same worker thread (formatting a large body is seconds of Python
+        that must not run on the event loop). A request that fails its checks gets its error
+        at once instead of waiting in line."""
         self.prepare(req, self.limits)
-        return await self.jobs.run(lambda: self.run(req))
+        return await self.jobs.run(lambda: render(self.run(req)))
 
     def prepare(self, req: AnalyzeRequest, limits: LimitsPolicy) -> PreparedAnalysis:
         """Cheap checks and conversion; raises before any model work."""
