@@ -75,10 +75,10 @@ class RolloutLine(BaseModel):
         """The line as a group of an analyze request (``groups[i]`` of ``POST /v1/analyze``);
         with ``completion_ids`` those ids are the analysed (trained) tokens."""
         group: dict[str, Any] = {"prompt": self.prompt}
-        if self.completions is not None:
-            group["answers"] = self.completions
-        if self.completion_ids is not None:
+        if self.completion_ids is not None:  # the trained tokens; their text is decoded from them
             group["answer_ids"] = self.completion_ids
+        elif self.completions is not None:
+            group["answers"] = self.completions
         if self.rewards is not None:
             return {**group, "rewards": self.rewards}
         return {

@@ -9,9 +9,10 @@ session's policy from a registered :class:`PolicyProvider` (``session_id``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from app.core.config import Settings
 from app.schemas.analyze_request import DEFAULT_NUM_SAMPLES, AnalyzeRequest, GroupRequest
@@ -34,6 +35,8 @@ from gmts_core.stages import StageCallback
 from gmts_core.stats.tokenization import encode_answer, encode_prompt
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DEFAULT_MAX_NEW_TOKENS: int = SamplingConfig().max_new_tokens  # capped by GMTS_MAX_NEW_TOKENS
 
@@ -81,6 +84,15 @@ class AnalysisService:
         """Validate, then run off the event loop under the job limiter."""
         prepared = self.prepare(req, policy is not None)
         return await self.jobs.run(lambda: self.execute(prepared, policy))
+
+    async def analyze_rendered(
+        self, req: AnalyzeRequest, render: Callable[[AnalysisResult], T]
+    ) -> T:
+        """The analysis turned into its response by ``render``, both in the worker thread:
+        building and formatting the body of a large analysis is seconds of Python that must
+        not run on the event loop."""
+        prepared = self.prepare(req)
+        return await self.jobs.run(lambda: render(self.execute(prepared)))
 
     def analyze_blocking(
         self,

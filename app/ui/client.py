@@ -143,7 +143,13 @@ class LocalBackend:
         self.on_wait = on_wait
 
     def _in_line(self, status: LiveStatus | None = None) -> AbstractContextManager[None]:
-        on_position = status.position if status is not None else None
+        on_position = None
+        if status is not None:
+            jobs = self.services.jobs
+
+            def on_position(place: int) -> None:  # the place and the line's estimate for it
+                status.position(place, jobs.estimate_wait_s(place))
+
         return wait_in_line(self.wait_s, self.on_wait, on_position)
 
     def analyze(self, request: Json, status: LiveStatus | None = None) -> Json:

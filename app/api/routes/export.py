@@ -36,8 +36,9 @@ async def export_analysis(
 ) -> Response:
     """CSV: one row per answer token with every per-token field, group and answer index,
     reward and advantage. JSON: exactly the body of POST /v1/analyze."""
-    body = analysis_json(await services.analysis.analyze(req))
-    text = export_text(body, fmt)
+    text = await services.analysis.analyze_rendered(
+        req, lambda result: export_text(analysis_json(result), fmt)
+    )
     return Response(
         text,
         media_type=MEDIA_TYPES[fmt],
