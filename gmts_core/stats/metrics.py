@@ -94,14 +94,16 @@ def _chunk_stats(
     c, v = logits.shape
     work = work or _Workspace(c, v, logits.device)
     u, e = work.views(c)  # (C, V) float32 each
-    # one block-maxima pass over the logits as they are (exact in any dtype): the row's top
-    # logits m1 (token A), the runner-up r the sums are taken relative to, and the top-k
-    top_vals, top_ids = top_k_exact(logits, min(max(top_k, 2), v))  # (C, K') each
-    top_vals = top_vals.float()
-    ref = reference_logit(top_vals).unsqueeze(-1)  # (C, 1) float32
+    # bf16/fp16 logits: converted first (exact), as a mixed-dtype subtraction is not
+    # vectorized on CPU and costs several passes
+    z = logits if logits.dtype == torch.float32 else u.copy_(logits)
+    # one block-maxima pass: the row's top logits m1 (token A), the runner-up r the sums are
+    # taken relative to, and the top-k alternatives
+    top_vals, top_ids = top_k_exact(z, min(max(top_k, 2), v))  # (C, K') each
+    ref = reference_logit(top_vals).unsqueeze(-1)  # (C, 1)
     col = targets.unsqueeze(-1)  # (C, 1)
-    z_y = logits.gather(-1, col).squeeze(-1).float()  # (C,)
-    torch.sub(logits, ref, out=u)  # u = z - r in float32, whatever the logits' dtype
+    z_y = z.gather(-1, col).squeeze(-1)  # (C,) read before u is overwritten
+    torch.sub(z, ref, out=u)  # u = z - r (in place when z is u)
     if temperature != 1.0:
         u.div_(temperature)  # u = (z - r) / tau, <= 0 except at A
     torch.exp(u, out=e)

@@ -64,15 +64,17 @@ class _OnlineSums:
         """Fold in the logits ``z`` (N, w) of tokens v0 .. v0 + w - 1; ``u`` and ``e`` are
         float32 work buffers of the same shape (``u`` may be ``z`` itself: it is overwritten)."""
         w = z.shape[1]
+        if z.dtype != torch.float32:
+            z = u.copy_(z)  # exact; a mixed-dtype subtraction is not vectorized on CPU
         local = self.targets - v0
         inside = (local >= 0) & (local < w)  # (N,) the target is in this tile
         col = local.clamp(0, w - 1).unsqueeze(-1)  # (N, 1)
-        self.z_y = torch.where(inside, z.gather(-1, col).squeeze(-1).float(), self.z_y)
+        self.z_y = torch.where(inside, z.gather(-1, col).squeeze(-1), self.z_y)
         old_top, old_id = self._lead()
         tv, ti = top_k_exact(z, min(self.keep, w))  # block maxima of the tile, exact
         # a stable sort with the running entries first: on a tie the lead stays where it is
         # (its term is not in the sums; a token of an earlier tile that ties is)
-        merged = torch.cat([self.top_v, tv.float()], -1)
+        merged = torch.cat([self.top_v, tv], -1)
         merged, pos = merged.sort(dim=-1, descending=True, stable=True)
         keep = min(self.keep, merged.shape[1])
         self.top_v = merged[:, :keep]
@@ -87,7 +89,7 @@ class _OnlineSums:
         u_old = torch.where(joins, (old_top - self.ref) / temperature, 0.0).clamp_max(0.0)
         e_old = torch.where(joins, torch.exp(u_old), 0.0)  # u_old <= 0; -inf before a lead
         self.s, self.q, self.p = self.s + e_old, self.q + e_old * e_old, self.p + e_old * u_old
-        torch.sub(z, self.ref.unsqueeze(-1), out=u)  # in float32, whatever z's dtype
+        torch.sub(z, self.ref.unsqueeze(-1), out=u)  # in place when z is u
         if temperature != 1.0:
             u.div_(temperature)
         torch.exp(u, out=e)
