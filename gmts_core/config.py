@@ -113,7 +113,7 @@ class RLConfig:
     scope: str = knob(
         "batch",
         "Selection scope: batch | group | answer (left out with a method given: the method's "
-        "default, group for gmts_paper as in the paper, batch for the others).",
+        "default, group for gmts_paper and gmts_paper_verl as in the paper, batch for the others).",
     )
     group_size: int = knob(8, "Answers sampled per prompt (G).", ge=2, le=64)
     prompts_per_step: int = knob(8, "Prompts per step (drawn from the demo task).", ge=1, le=64)

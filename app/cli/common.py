@@ -138,7 +138,8 @@ MethodsOpt = Annotated[
 ScopeOpt = Annotated[
     str | None,
     analysis_option(
-        "scope", note="Default: batch; group when the only --method is gmts_paper, as in the paper."
+        "scope",
+        note="Default: batch; group when the only --method is gmts_paper or gmts_paper_verl.",
     ),
 ]
 
@@ -155,7 +156,8 @@ def analysis_config(
     methods: list[str] | None = None,
 ) -> Json:
     """The analysis knobs the CLI flags describe, as fields of an analyze request (without
-    ``--scope`` the request's default applies: batch, or group for ``gmts_paper`` alone)."""
+    ``--scope`` the request's default applies: batch, or group for ``gmts_paper`` or
+    ``gmts_paper_verl`` alone)."""
     selection: Json = {"ratio": ratio}
     if scope is not None:
         selection["scope"] = scope

@@ -64,8 +64,8 @@ class SelectionOptions(NoBoolNumbers):
         AnalysisConfig,
         "scope",
         None,
-        note="Default: batch, or group when the only method is gmts_paper (the paper's top 20% "
-        "per group).",
+        note="Default: batch, or group when the only method is gmts_paper or gmts_paper_verl "
+        "(the paper selects per group).",
     )
     methods: list[str] = config_field(
         AnalysisConfig,

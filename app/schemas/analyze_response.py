@@ -9,7 +9,9 @@ from pydantic import (
     Field,
 )
 
+from app.schemas.derived import fields_from
 from app.schemas.numbers import Num
+from gmts_core.analysis.differences import Differences, ReasonCount, TokenRef
 
 
 class Alternative(BaseModel):
@@ -140,6 +142,26 @@ class AnalysisSettingsOut(BaseModel):
     methods: list[str]
 
 
+@fields_from(TokenRef)
+class TokenRefOut(BaseModel):
+    """A token's place (group, answer, position) and the method that selected it alone."""
+
+
+@fields_from(ReasonCount, tokens=list[TokenRefOut])
+class ReasonCountOut(BaseModel):
+    """One reason's tokens: counts, each method's share of its own selection, the tokens."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+@fields_from(Differences, reasons=list[ReasonCountOut])
+class DifferencesOut(BaseModel):
+    """Why two methods differ: the tokens only one of them selects, by reason
+    (``gmts_core.analysis.differences``)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
 class AnalyzeResponse(BaseModel):
     """An analysis (single form: ``prompt`` and ``answers``; batch form: ``groups``) plus human
     ``notes`` (e.g. the zero-signal warning)."""
@@ -151,3 +173,9 @@ class AnalyzeResponse(BaseModel):
     answers: list[AnswerOut] | None = Field(None, description="Single form only.")
     groups: list[GroupOut] | None = Field(None, description="Batch form only.")
     notes: list[str] = Field(default_factory=list)
+    differences: list[DifferencesOut] = Field(
+        default_factory=list,
+        description="Why they differ: for every pair of methods (the summary's overlap order), "
+        "the tokens only one selects, grouped by reason (zero advantage, low gradient despite "
+        "high entropy, high gradient despite low entropy, aggregation weight).",
+    )

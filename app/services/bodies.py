@@ -19,6 +19,7 @@ from app.schemas.analyze_response import (
     AnalysisSettingsOut,
     AnalyzeResponse,
     AnswerOut,
+    DifferencesOut,
     GroupOut,
     GroupSummary,
     RewardDetail,
@@ -26,6 +27,7 @@ from app.schemas.analyze_response import (
     TokenOut,
 )
 from app.schemas.gradcheck import FidelityOut, GradcheckResponse
+from app.schemas.methods import MethodOut
 from app.schemas.sessions import (
     AnswerChangeOut,
     EvaluationOut,
@@ -33,10 +35,12 @@ from app.schemas.sessions import (
     StepMetricsOut,
     StepOut,
 )
+from gmts_core.analysis.differences import all_differences
 from gmts_core.analysis.records import AnalysisResult, AnswerRecord, GroupRecord, TokenRecord
 from gmts_core.experiments.gradcheck import GradcheckResult
 from gmts_core.experiments.sessions import Session, SessionEvaluation
 from gmts_core.grpo.records import AnswerChange, StepMetrics, StepResult
+from gmts_core.methods.catalog import MethodInfo
 
 M = TypeVar("M", bound=BaseModel)
 TokenExtras = list[dict[str, float | None]]  # per answer token, in (group, answer, position) order
@@ -155,6 +159,7 @@ def _analysis_fields(
         "summary": Summary.model_validate(result.summary),
         "settings": AnalysisSettingsOut.model_validate(result.config, from_attributes=True),
         "notes": notes,
+        "differences": differences_out(result),
     }
     if len(result.groups) == 1:
         g = result.groups[0]
@@ -166,6 +171,11 @@ def _analysis_fields(
         groups.append(GroupOut(index=g.index, prompt=g.prompt, answers=answers, summary=summary))
         start += sum(a.length for a in g.answers)
     return {**fields, "groups": groups}
+
+
+def differences_out(result: AnalysisResult) -> list[DifferencesOut]:
+    """Why they differ, for every pair of the analysis's methods."""
+    return [DifferencesOut.model_validate(d, from_attributes=True) for d in all_differences(result)]
 
 
 def analysis_response(result: AnalysisResult) -> AnalyzeResponse:
@@ -227,3 +237,8 @@ def step_out(session: Session, results: list[StepResult], include_tokens: bool) 
         steps=[step_metrics_out(r.metrics) for r in results],
         last_batch=[answer_change_out(a) for a in last.answers] if last else None,
     )
+
+
+def method_out(info: MethodInfo) -> MethodOut:
+    """A selection method's catalog entry as its response model."""
+    return MethodOut(**dataclasses.asdict(info))

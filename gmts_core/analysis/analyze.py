@@ -212,13 +212,14 @@ def _selection_inputs(
     The answers were sampled from (or are scored by) the analysed policy, so r = 1; with a
     reference (a session's start) and beta > 0 the coefficient has the KL term.
     """
-    adv, wts, answer_idx, group_idx = [], [], [], []
+    adv, rew, wts, answer_idx, group_idx = [], [], [], [], []
     a = 0
     for gi, g in enumerate(groups):
         assert g.advantages is not None
         for ai in range(len(g.answer_ids)):
             n = len(g.answer_ids[ai])
             adv.append(torch.full((n,), float(g.advantages[ai]), dtype=torch.float64))
+            rew.append(torch.full((n,), float(g.verdicts[ai].reward), dtype=torch.float64))
             wts.append(torch.full((n,), float(weights[a]), dtype=torch.float64))
             answer_idx.append(torch.full((n,), a, dtype=torch.long))
             group_idx.append(torch.full((n,), gi, dtype=torch.long))
@@ -244,6 +245,7 @@ def _selection_inputs(
         coefficient=coefficient,
         seed=config.seed,
         advantage=torch.cat(adv),
+        reward=torch.cat(rew),
     )
 
 

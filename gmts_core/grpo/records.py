@@ -27,6 +27,7 @@ class TrainBatch:
     mask: torch.Tensor  # bool, selected by the training method
     answer_index: torch.Tensor  # int64
     group_index: torch.Tensor | None = None  # int64 (for re-selection with scope "group")
+    rewards: torch.Tensor | None = None  # float64, r_i of the token's answer (re-selection)
 
     @property
     def num_tokens(self) -> int:

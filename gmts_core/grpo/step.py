@@ -56,6 +56,7 @@ from gmts_core.grpo.records import (
 )
 from gmts_core.grpo.selection import clip_settings, current_selection
 from gmts_core.methods.coefficient import EffectiveCoefficient, effective_coefficient
+from gmts_core.methods.selection import METHODS
 from gmts_core.sampling import SamplingConfig
 from gmts_core.stages import LOGPROB_AFTER, STATISTICS, UPDATE, StageCallback, Stages
 from gmts_core.stages import stages as new_stages
@@ -225,6 +226,7 @@ def training_batch(result: AnalysisResult, sequences: Sequences, config: RLConfi
         mask=result.selections[config.method].selected.detach().cpu().clone(),
         answer_index=index,
         group_index=torch.tensor(groups, dtype=torch.long)[index],
+        rewards=per_answer([a.reward for a in answers]),
     )
 
 
@@ -361,9 +363,11 @@ def policy_update(
     coefficients: list[EffectiveCoefficient] = []
     masks: list[torch.Tensor] = []
     mask = batch.mask
+    # gmts_paper_verl re-selects on every update, as verl's actor does per PPO mini-batch
+    reselect = config.reselect or METHODS.get(config.method).reselects
     for inner in range(config.inner_steps):
         stages.begin(UPDATE)  # a stage boundary: a cancelled job stops before each update
-        if config.reselect and old_logp is not None:
+        if reselect and old_logp is not None:
             _, sel = current_selection(policy, batch, old_logp, ref_logp, config, seed + inner)
             mask = sel.selected
         row, old, coefficient = _one_update(

@@ -25,11 +25,6 @@ _CORE: dict[str, tuple[str, str]] = {
         "arXiv 2608.30632, GMTS (EMNLP 2026 Findings)",
         "score = |A_i| w_i H: GMTS's entropy approximation of the gradient magnitude",
     ),
-    "gmts_paper": (
-        "arXiv 2608.30632, GMTS (EMNLP 2026 Findings): the score of its released code",
-        "score = H_t |r_t I_t A^_i + beta pi_ref/pi_theta - beta| (entropy times the effective "
-        "coefficient; A^ normalized as the loss aggregation does), top 20% per group",
-    ),
     "surprisal": (
         "arXiv 2505.12929, Do Not Let Low-Probability Tokens Over-Dominate in RL for LLMs",
         "score = -log p: low-probability tokens carry large gradients",

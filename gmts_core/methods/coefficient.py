@@ -21,9 +21,9 @@ the KL part. (With TRL's ``use_bias_correction_kl`` the KL term is r_t kl_t and 
 omega_t is beta r_t log(pi_ref / pi_theta) instead.) At the on-policy point (r = 1) with
 beta = 0, omega_t = A_i and the norm is |A_i| w_i g.
 
-The GMTS paper's own score uses the same coefficient with the advantage normalised as the
-loss aggregation does, A^_i = A_i w_i N (N answer tokens of the batch; A^ = A for the
-token-mean aggregation): delta_t = H_t |r_t I_t A^_i + beta pi_ref / pi_theta - beta|.
+The GMTS paper's released code scores with the same coefficient: Framework1 divides all of it
+(advantage and KL part) by G |o_i|, Framework2 (verl) takes it raw; both multiply by the
+entropy (:mod:`gmts_core.methods.paper`). ``kl`` below is the KL part on its own.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class EffectiveCoefficient:
     ratio: torch.Tensor  # r_t = pi_theta / pi_old
     clipped: torch.Tensor  # I_t = 0: the clipped objective is flat at this token
     coef: torch.Tensor  # omega_t = r I A + beta (pi_ref / pi_theta - 1)
-    paper_coef: torch.Tensor  # r I A^ + beta (pi_ref / pi_theta - 1), A^ = A w N
+    kl: torch.Tensor  # the KL part of omega_t: beta (pi_ref / pi_theta - 1), 0 without KL
 
 
 def clip_flat(ratio: torch.Tensor, advantage: torch.Tensor, settings: ClipSettings) -> torch.Tensor:
@@ -80,7 +80,7 @@ def effective_coefficient(
     """omega_t of the module docstring for N tokens; every tensor is per token, (N,).
 
     ``old_logp`` None means on-policy (r = 1); ``ref_logp`` None (or beta 0) means no KL term.
-    ``weight`` is w_i (for the paper's normalised advantage A^ = A w N).
+    ``weight`` is w_i (unused here; kept so callers pass the loss's terms together).
     """
     adv = advantage.double()
     if logp is None or old_logp is None:
@@ -98,13 +98,7 @@ def effective_coefficient(
             kl = settings.beta * ratio * log_rho
         else:
             kl = settings.beta * torch.expm1(log_rho)  # beta (rho - 1)
-    n = adv.numel()
-    return EffectiveCoefficient(
-        ratio=ratio,
-        clipped=flat,
-        coef=active * adv + kl,
-        paper_coef=active * adv * weight.double() * n + kl,
-    )
+    return EffectiveCoefficient(ratio=ratio, clipped=flat, coef=active * adv + kl, kl=kl)
 
 
 def selection_inputs(
@@ -117,10 +111,12 @@ def selection_inputs(
     coefficient: EffectiveCoefficient,
     seed: int = 0,
     advantage: torch.Tensor | None = None,
+    reward: torch.Tensor | None = None,
 ) -> SelectionInputs:
     """Selection inputs with gamma = w_i |omega_t| g; every tensor per token (N,), float64.
     ``advantage``: the signed A_i of each token's answer (the literature methods that need the
-    sign, e.g. Clip-Cov's covariance, read it)."""
+    sign, e.g. Clip-Cov's covariance, read it); ``reward``: r_i of each token's answer (the
+    paper's methods standardise it as their code does)."""
     scale = weight.double() * coefficient.coef.abs()  # w_i |omega_t|
     return SelectionInputs(
         entropy=entropy.double(),
@@ -135,5 +131,6 @@ def selection_inputs(
         ratio=coefficient.ratio,
         clipped=coefficient.clipped,
         coef=coefficient.coef,
-        paper_coef=coefficient.paper_coef,
+        kl_coef=coefficient.kl,
+        reward=None if reward is None else reward.double(),
     )

@@ -3,7 +3,9 @@
 A method maps the per-token quantities of a batch to one score per token; selection keeps the
 top k = ceil(ratio * N) tokens of each scope (the whole batch, one group, or one answer).
 Ties are broken by flat order, which is (group, answer, position). Adding a method is one
-small function decorated with ``@register_method``.
+small function decorated with ``@register_method``. A method may bring its own keep rule
+(``keep``): the paper's two released code bases keep tokens by rules of their own
+(:mod:`gmts_core.methods.paper`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from gmts_core.errors import InvalidInputError
+from gmts_core.methods import paper
 from gmts_core.registry import Registry
 
 SCOPES = ("batch", "group", "answer")
@@ -38,7 +42,13 @@ class SelectionInputs:
     ratio: torch.Tensor | None = None  # pi_theta / pi_old
     clipped: torch.Tensor | None = None  # bool, the clipped objective is flat here
     coef: torch.Tensor | None = None  # omega_t
-    paper_coef: torch.Tensor | None = None  # r I A^ + beta (pi_ref / pi_theta - 1)
+    kl_coef: torch.Tensor | None = None  # the KL part of omega_t, beta (pi_ref / pi_theta - 1)
+    # the reward r_i of each token's answer: the paper's methods standardise it themselves
+    # (Framework1: population std; verl: unbiased std); None: they use ``advantage`` as given
+    reward: torch.Tensor | None = None
+    # the micro-batch (on its process) each token was scored in, int64: Clip-Cov / KL-Cov take
+    # their covariance means per micro-batch, as verl's loss does; None: over the whole batch
+    micro_batch: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -55,7 +65,17 @@ class SelectionMethod:
     details: str = ""  # formula, constants and the choices the paper leaves open
     kind: str = "selection"  # "selection", or "weighting": tokens scored by their weight
     default_scope: str = "batch"  # the scope front ends use when this method is chosen alone
+    # (scores, scope ids, ratio) -> (ranks, selected); None: the top ceil(ratio * n) per scope
+    keep: KeepRule | None = None
+    # True: a live RL step re-selects before every inner update after the first, at the
+    # current policy (the rule re-selects per PPO mini-batch), whatever RLConfig.reselect says
+    reselects: bool = False
+    # the KL weight front ends use when this method is chosen and no beta is given (None: the
+    # config's own); gmts_paper: Framework1's kl_beta 0.001
+    default_beta: float | None = None
 
+
+KeepRule = Callable[[torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]]
 
 METHODS: Registry[SelectionMethod] = Registry("selection method")
 
@@ -68,6 +88,9 @@ def register_method(
     details: str = "",
     kind: str = "selection",
     default_scope: str = "batch",
+    keep: KeepRule | None = None,
+    reselects: bool = False,
+    default_beta: float | None = None,
 ) -> Callable[
     [Callable[[SelectionInputs], torch.Tensor]], Callable[[SelectionInputs], torch.Tensor]
 ]:
@@ -77,7 +100,17 @@ def register_method(
         fn: Callable[[SelectionInputs], torch.Tensor],
     ) -> Callable[[SelectionInputs], torch.Tensor]:
         spec = SelectionMethod(
-            name, fn, description, uses_ratio, citation, details, kind, default_scope
+            name,
+            fn,
+            description,
+            uses_ratio,
+            citation,
+            details,
+            kind,
+            default_scope,
+            keep,
+            reselects,
+            default_beta,
         )
         METHODS.register(name)(spec)
         return fn
@@ -90,8 +123,8 @@ def list_methods() -> list[str]:
 
 
 def default_scope(methods: list[str] | tuple[str, ...]) -> str:
-    """The scope for a choice of methods: a lone method's own default (``gmts_paper``: group,
-    as in the paper), else ``batch``."""
+    """The scope for a choice of methods: a lone method's own default (``gmts_paper`` and
+    ``gmts_paper_verl``: group, as in the paper), else ``batch``."""
     return METHODS.get(methods[0]).default_scope if len(methods) == 1 else "batch"
 
 
@@ -114,18 +147,96 @@ def gmts_entropy_score(x: SelectionInputs) -> torch.Tensor:
 
 @register_method(
     "gmts_paper",
-    "the GMTS paper's score H |r I A^ + beta pi_ref/pi_theta - beta|, top 20% per group",
+    "GMTS paper, Framework1 code: H |r I A + beta rho - beta| / (G |o_i|), floor(0.2 N) per group",
     default_scope="group",
+    keep=paper.framework1_keep,
+    default_beta=paper.FRAMEWORK1_KL_BETA,
+    citation="arXiv 2608.30632, GMTS (EMNLP 2026 Findings): its released Framework1",
+    details=(
+        "Reproduces outongyiLv/GMTS GMTS-Framework1/grpo_tools/grpo.py, GMTS() with "
+        "method='grpo' as update_policy() calls it (recipe example/Qwen2.5-math-1.5b-grpo-"
+        "GMTS.yaml). score = H_t |r_t I_t A_i + beta (pi_ref/pi_theta - 1)| / (G |o_i|): the "
+        "KL part is divided by G |o_i| like the advantage; A_i = (r_i - mean r) / (std r + "
+        "1e-6) with the population std (normalize_rewards_per_group, np.std), computed here "
+        "from each answer's reward whatever the analysis's advantage estimator; G = answers "
+        "in the token's group, |o_i| = its answer's length. Keep rule, per scope (default "
+        "group, as GMTS() groups by prompt): a stable ascending sort, the lowest "
+        "max(1, ceil((1 - ratio) N)) removed, so ratio is the share kept and Framework1's "
+        "selected_percent = 1 - ratio is the share removed (ratio 0.2 = selected_percent 0.8: "
+        "floor(0.2 N) kept, 200 of 1001); at a tie on the boundary the later (answer, "
+        "position) tokens stay; at least 1 kept (Framework1 keeps none in a group of < 5 "
+        "tokens). Selected once per step on the whole batch at the sampling policy (ratio 1), "
+        "as the recipe's single mini-batch per step. Framework1's defaults: kl_beta 0.001 (a "
+        "live RL session with this method and no beta given takes it), "
+        "H at temperature 1 (here H at the analysis's temperature; set 1 to match), clip "
+        "0.2/0.28. The unselected tokens' advantage is zeroed; the KL term still covers every "
+        "token and the loss's denominators are unchanged. Not reproduced: Framework1 also "
+        "drops a kept token whose entropy is exactly 0 (its gradient is 0 to float32 "
+        "precision there)."
+    ),
 )
 def gmts_paper_score(x: SelectionInputs) -> torch.Tensor:
-    """delta_t = H_t |r_t I_t A^_i + beta pi_ref / pi_theta - beta| (gmts_core.methods.coefficient).
+    """delta_t = H_t |r_t I_t A_i + beta (pi_ref / pi_theta - 1)| / (G |o_i|), A_i with the
+    population std (eps 1e-6) of the group's rewards (:mod:`gmts_core.methods.paper`)."""
+    scale = paper.answers_per_group(x.answer_index, x.group_index) * paper.answer_lengths(
+        x.answer_index
+    )
+    return _paper_score(x, unbiased=False, eps=paper.FRAMEWORK1_STD_EPS, scale=scale)
 
-    Without ``paper_coef`` the inputs are on-policy with no KL term, where |A^_i| = |A_i| w_i N
-    = signal_scale * N.
-    """
-    if x.paper_coef is None:
-        return x.entropy * x.signal_scale * x.num_tokens
-    return x.entropy * x.paper_coef.abs()
+
+@register_method(
+    "gmts_paper_verl",
+    "GMTS paper, verl code: H |r I A + beta rho - beta|, above the 80% non-zero cut per group",
+    default_scope="group",
+    keep=paper.framework2_keep,
+    reselects=True,
+    citation="arXiv 2608.30632, GMTS (EMNLP 2026 Findings): its released verl code",
+    details=(
+        "Reproduces the rule of outongyiLv/GMTS GMTS-Framework2/verl/workers/actor/"
+        "dp_actor.py, DataParallelPPOActor.update_policy() with doing_entropy_clipping_type="
+        "GMTS (script examples/dapo_trainer/run_qwen3_8b_qwa.sh: percent 0.8, token-mean, no "
+        "KL loss). score = H_t |r_t I_t A_i + beta (pi_ref/pi_theta - 1)| with the raw "
+        "advantage, no length normalisation whatever the loss aggregation; A_i with the "
+        "unbiased std, eps 1e-6 (verl's GRPO advantage), from each answer's reward; H at the "
+        "rollout temperature (as _forward_micro_batch divides the logits by it). Keep rule, "
+        "per scope (default group): with p = 1 - ratio (the script's percent, the share "
+        "removed) and the n non-zero scores sorted ascending, a token is kept when its score "
+        "is strictly above the int(p n)-th smallest (0-based index int(p n) - 1; all non-zero "
+        "ones when int(p n) = 0): score-0 tokens are never kept and every token tied at the "
+        "threshold is dropped, so the count varies. Re-selected at the current policy before "
+        "every update after the first (live RL, ratio != 1 there) and on every micro-batch in "
+        "the TRL trainer. Not reproduced (defects of that code): its group loop filters only "
+        "the first rows // 16 rows' groups (one group in four on the Qwen3-8B script); with "
+        "dynamic batch sizes its micro-batches are reordered and never restored, so scores "
+        "are misaligned with rows; groups are contiguous blocks of 16 rows there, group ids "
+        "here; padding positions can enter its non-zero count with a KL loss, never here."
+    ),
+)
+def gmts_paper_verl_score(x: SelectionInputs) -> torch.Tensor:
+    """delta_t = H_t |r_t I_t A_i + beta (pi_ref / pi_theta - 1)|, A_i with the unbiased std
+    (eps 1e-6) of the group's rewards, no length normalisation (:mod:`gmts_core.methods.paper`)."""
+    return _paper_score(x, unbiased=True, eps=paper.VERL_STD_EPS, scale=None)
+
+
+def _paper_score(
+    x: SelectionInputs, unbiased: bool, eps: float, scale: torch.Tensor | None
+) -> torch.Tensor:
+    """The paper's score with the advantage standardised from ``reward`` (else the caller's
+    ``advantage``; with neither, the caller's omega_t, which holds r I A + KL already)."""
+    if x.reward is not None:
+        adv = paper.group_standardised_advantages(
+            x.reward, x.answer_index, x.group_index, unbiased, eps
+        )
+    elif x.advantage is not None:
+        adv = x.advantage
+    elif x.coef is not None:
+        return paper.paper_score(x.entropy, x.coef, None, None, None, scale)
+    else:
+        raise InvalidInputError(
+            "the paper's methods need each token's reward, advantage or coefficient "
+            "(SelectionInputs.reward / advantage / coef); analyses and trainers supply them"
+        )
+    return paper.paper_score(x.entropy, adv, x.ratio, x.clipped, x.kl_coef, scale)
 
 
 @register_method("surprisal", "surprisal -log p: low-probability tokens carry large gradients")
@@ -196,10 +307,10 @@ def selection_budget(x: SelectionInputs, ratio: float, scope: str) -> int:
 
 
 def select(x: SelectionInputs, method: str, ratio: float, scope: str = "batch") -> Selection:
-    """Score every token with ``method`` and keep the top ceil(ratio * N) of each scope."""
+    """Score every token with ``method`` and keep the top ceil(ratio * N) of each scope (or
+    what the method's own keep rule keeps)."""
     spec = METHODS.get(method)
     scores = spec.score(x)
-    ranks, selected = rank_and_select(
-        scores, scope_ids_for(x, scope), ratio if spec.uses_ratio else 1.0
-    )
+    keep = spec.keep or rank_and_select
+    ranks, selected = keep(scores, scope_ids_for(x, scope), ratio if spec.uses_ratio else 1.0)
     return Selection(method, scores, ranks, selected)

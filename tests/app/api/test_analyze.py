@@ -15,6 +15,7 @@ from app.main import create_app
 from app.services.bodies import analysis_json
 from app.services.errors import SessionNotFoundError
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
+from gmts_core.analysis.differences import REASON_KEYS
 from gmts_core.modeling import LoadedModel, load_model
 from tests.app.api_helpers import TINY, given_body, make_settings
 from tests.tiny_models import save_tiny_model
@@ -42,6 +43,22 @@ def test_single_form_has_the_design_keys(client: TestClient) -> None:
             assert len(t["alternatives"]) == 2
     assert SUMMARY_KEYS <= set(body["summary"])
     assert set(body["summary"]["spearman_entropy_grad"]) == {"batch", "within_answer_median"}
+
+
+def test_why_they_differ_for_every_pair(client: TestClient) -> None:
+    body = client.post("/v1/analyze", json=given_body()).json()
+    pairs = [(d["method_a"], d["method_b"]) for d in body["differences"]]
+    assert [f"{a}|{b}" for a, b in pairs] == list(body["summary"]["overlap"])
+    tokens = body["answers"]
+    for d in body["differences"]:
+        a, b = d["method_a"], d["method_b"]
+        assert sum(r["count"] for r in d["reasons"]) == d["only_a"] + d["only_b"]
+        for r in d["reasons"]:
+            assert r["key"] in REASON_KEYS
+            for ref in r["tokens"]:
+                t = tokens[ref["answer"]]["tokens"][ref["position"]]
+                other = b if ref["selected_by"] == a else a
+                assert t["selected"][ref["selected_by"]] and not t["selected"][other]
 
 
 def test_body_equals_the_library_result(client: TestClient) -> None:

@@ -247,13 +247,17 @@ def test_session_analysis_coefficient_has_the_kl_to_the_start(policy: TrainableP
         atol=1e-7,
     )
     assert all(t.ratio == 1.0 and not t.clipped for t in tokens)
-    # the paper's score: H |A^ + beta rho - beta|, A^ = A w N
-    n = len(tokens)
+    # the paper's Framework1 score: H |A + beta rho - beta| / (G |o_i|), A with the
+    # population std of the rewards (eps 1e-6), KL part scaled like the advantage
+    rewards = [a.reward for a in result.groups[0].answers]
+    mean = sum(rewards) / len(rewards)
+    pstd = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
+    answers = result.groups[0].answers
+    pop = [(a.reward - mean) / (pstd + 1e-6) for a in answers for _ in a.tokens]
+    lengths = [len(a.tokens) for a in answers for _ in a.tokens]
     paper = [
-        t.entropy * abs(a * wi * n + beta * (r - 1.0))
-        for t, a, wi, r in zip(
-            tokens, adv.tolist(), w.tolist(), torch.exp(ref - logp).tolist(), strict=True
-        )
+        t.entropy * abs(a + beta * (r - 1.0)) / (len(answers) * n)
+        for t, a, n, r in zip(tokens, pop, lengths, torch.exp(ref - logp).tolist(), strict=True)
     ]
     assert_close(
         torch.tensor([t.scores["gmts_paper"] for t in tokens]),
@@ -261,3 +265,36 @@ def test_session_analysis_coefficient_has_the_kl_to_the_start(policy: TrainableP
         rtol=1e-4,
         atol=1e-9,
     )
+
+
+def test_gmts_paper_verl_reselects_on_every_update(policy: TrainablePolicy) -> None:
+    """Framework2 re-selects on every PPO mini-batch: gmts_paper_verl re-selects before every
+    inner update after the first even without ``reselect``, by its own rule at the current
+    policy (kept strictly above the threshold of non-zero scores); gmts_paper keeps the
+    selection of the step, as Framework1 selects once per step."""
+    from gmts_core.grpo.selection import current_selection
+
+    batch = _batch(policy)
+    batch.rewards = torch.tensor(
+        [r for r, (_, a) in zip([1.0, 0.0, 0.5, 0.0], batch.sequences, strict=True) for _ in a],
+        dtype=torch.float64,
+    )
+    for method, reselected in (("gmts_paper_verl", True), ("gmts_paper", False)):
+        config = RLConfig(
+            method=method, ratio=0.3, inner_steps=3, optimizer="sgd", learning_rate=0.5
+        )
+        assert config.reselect is False
+        pol = TrainablePolicy(policy.base)
+        update = policy_update(pol, make_optimizer(pol, config), batch, config)
+        later_differ = any(not torch.equal(m, batch.mask) for m in update.masks[1:])
+        assert later_differ == reselected, method
+    # the mask after the first update is the method's own rule at that policy
+    config = RLConfig(method="gmts_paper_verl", ratio=0.3, inner_steps=1, optimizer="sgd")
+    pol = TrainablePolicy(policy.base)
+    old = policy_update(pol, make_optimizer(pol, config), batch, config).logprob_before
+    x, sel = current_selection(pol, batch, old, None, config)
+    nonzero = sorted(float(s) for s in sel.scores if s != 0)
+    k = int(len(nonzero) * 0.7)
+    threshold = 0.0 if k == 0 else nonzero[k - 1]
+    assert sel.selected.tolist() == [float(s) > threshold for s in sel.scores]
+    assert x.reward is not None

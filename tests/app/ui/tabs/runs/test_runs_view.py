@@ -1,0 +1,102 @@
+"""The Runs tab's Gradio-free functions: the steps table, charts and the step view HTML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from app.services.container import build_services
+from app.services.runs import StepOptions
+from app.ui.tabs.runs.view import (
+    overview_figures,
+    run_choices,
+    step_html,
+    step_summary,
+    steps_table,
+)
+from tests.app.api_helpers import make_settings
+
+DATA = Path(__file__).resolve().parents[4] / "data" / "runs"
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    settings = make_settings(
+        tmp_path_factory.mktemp("m"), run_roots=[DATA], default_model="tiny-arith"
+    )
+    return build_services(settings)
+
+
+def test_run_choices_and_steps_table(services) -> None:  # type: ignore[no-untyped-def]
+    choices = dict((v, k) for k, v in run_choices(services.runs.list_runs().model_dump()))
+    assert choices["verl"] == "verl (verl, 3 steps)"
+    overview = services.runs.overview("logged").model_dump()
+    table = steps_table(overview)
+    assert list(table["step"]) == [1, 2]
+    assert "coverage applied" in table.columns
+    reward, cover = overview_figures(overview)
+    assert [t.name for t in cover.data] == ["applied", "entropy", "gmts"]
+
+
+def test_logged_step_html_marks_the_applied_mask(services) -> None:  # type: ignore[no-untyped-def]
+    view = services.runs.step_view_blocking("logged", 2, StepOptions()).model_dump()
+    html = step_html(view)
+    df = pd.read_parquet(DATA / "logged" / "gmts_selection" / "selection_00002.parquet")
+    assert html.count(" data-pos=") == len(df)
+    assert html.count("sel-a") >= int(df["selected"].sum())  # applied marks (+ legend)
+    assert "trainer applied" in step_summary(view)
+    assert "Pick a run" in step_html(None)
+
+
+def test_a_one_prompt_step_renders_its_tokens_and_why_they_differ(
+    services,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    """A TRL run with one prompt per step is analysed in single form (answers at top level):
+    the step view used to render nothing for it."""
+    from app.ui.tabs.runs.view import step_differences
+
+    folder = tmp_path / "one" / "completions"
+    folder.mkdir(parents=True)
+    df = pd.read_parquet(DATA / "trl" / "completions" / "completions_00002.parquet")
+    one = df[df["prompt"] == df["prompt"].iloc[0]]
+    one.to_parquet(folder / "completions_00001.parquet")
+    settings = make_settings(tmp_path, run_roots=[tmp_path], default_model="tiny-arith")
+    own = build_services(settings)
+    view = own.runs.step_view_blocking(
+        "one", 1, StepOptions(model="tiny-arith", methods=("entropy", "gmts"))
+    ).model_dump()
+    assert view["analysis"]["groups"] is None  # the single form
+    html = step_html(view)
+    assert html.count('class="gmts-view"') == 1 and html.count(" data-pos=") > 0
+    assert html.count('class="answer"') == len(one)
+    panel = step_differences(view)
+    assert panel.startswith('<div class="diff-view" data-methods="entropy|gmts">')
+    diff = view["analysis"]["differences"][0]
+    assert f"only entropy {diff['only_a']}" in panel
+    assert panel.count('class="diff-reason"') == sum(1 for r in diff["reasons"] if r["count"])
+
+
+def test_metrics_figures_and_unreadable_runs(services, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from app.ui.tabs.runs.view import metrics_figures, metrics_status, unreadable_note
+
+    params = StepOptions(model="tiny-arith", methods=("entropy", "gmts"))
+    services.run_metrics.get("verl", params)
+    assert services.run_metrics.wait(300)
+    metrics = services.run_metrics.get("verl", params).model_dump()
+    cover, waste, overlap = metrics_figures(metrics)
+    assert [t.name for t in cover.data] == ["entropy", "gmts"] == [t.name for t in waste.data]
+    assert [t.name for t in overlap.data] == ["entropy & gmts"]
+    assert list(cover.data[0].x) == [1, 2, 3]
+    assert metrics_status(metrics) == "Metrics over steps: 3 of 3 steps analysed."
+    runs = {
+        "runs": [
+            {"id": "ok", "readable": True, "format": "verl", "num_steps": 2},
+            {"id": "bad\\xff.jsonl", "readable": False, "reason": "not valid UTF-8"},
+        ],
+        "truncated": False,
+    }
+    assert run_choices(runs) == [("ok (verl, 2 steps)", "ok")]
+    assert "`bad\\xff.jsonl`: not valid UTF-8" in unreadable_note(runs)
