@@ -56,6 +56,7 @@ TOKEN_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
 SCHEMA = pa.schema([pa.field(n, t) for n, t in TOKEN_COLUMNS])
 PER_TOKEN = (
     "entropy",
+    "weight",
     "logprob",
     "grad_norm",
     "grad_proxy",
