@@ -28,7 +28,6 @@ from gmts_core.runs.base import (
     read_parquet_step,
 )
 from gmts_core.runs.limits import RunLimits
-from gmts_core.runs.registry import register_reader
 
 FOLDER = "gmts_selection"
 FILE_PATTERN = r"selection_(\d+)\.parquet"
@@ -114,5 +113,3 @@ def _groups(cols: dict[str, list[Any]], path: Path) -> list[RunGroup]:
         )
     return groups
 
-
-register_reader(TrainerLogReader())
