@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: setup setup-dev setup-verl browser serve test test-fast test-verl lint bench clean
+.PHONY: setup setup-dev setup-verl browser serve test test-fast test-verl lint docs bench clean
 
 # The verl integration has its own virtualenv: verl 0.9.1 pins an older transformers than .venv's.
 VERL_VENV := .venv-verl
@@ -62,6 +62,10 @@ test-verl: $(VERL_STAMP)
 
 test-fast: setup-dev
 	$(PY) -m pytest -q -m "not slow and not browser"
+
+# The documentation site (MkDocs + Material + mkdocstrings) at http://127.0.0.1:8001
+docs: setup-dev
+	$(VENV)/bin/mkdocs serve -a 127.0.0.1:8001
 
 lint: setup-dev
 	$(VENV)/bin/ruff check gmts_core app tests benchmarks

@@ -14,20 +14,9 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from gmts_core.runs.limits import RunLimits
+from gmts_core.runs.limits import LIMIT_NAMES, RunLimits
 
 _RUN = RunLimits()  # the run readers' budget: its defaults are the server's
-
-
-_RUN_LIMIT_FIELDS = (
-    "max_file_bytes",
-    "max_line_bytes",
-    "max_step_bytes",
-    "max_field_chars",
-    "max_group_answers",
-    "max_step_rows",
-    "max_folder_entries",
-)
 
 
 def _split_csv(value: Any) -> Any:
@@ -40,7 +29,7 @@ def _split_csv(value: Any) -> Any:
 
 
 class Settings(BaseSettings):
-    """Every knob of the server; see the README's settings table."""
+    """Every knob of the server; see docs/settings.md."""
 
     model_config = SettingsConfigDict(env_prefix="GMTS_", extra="ignore")
 
@@ -133,6 +122,7 @@ class Settings(BaseSettings):
     run_max_group_answers: int = Field(_RUN.max_group_answers, ge=1)  # answers of one group
     run_max_step_rows: int = Field(_RUN.max_step_rows, ge=1)  # lines / rows / samples per step
     run_max_folder_entries: int = Field(_RUN.max_folder_entries, ge=1)  # entries per folder
+    run_max_run_steps: int = Field(_RUN.max_run_steps, ge=1)  # steps of one run (JSONL index)
     run_metrics_steps: int = Field(
         40, ge=1, description="Steps of a run analysed in the background for its metrics charts."
     )
@@ -146,7 +136,7 @@ class Settings(BaseSettings):
     @property
     def run_limits(self) -> RunLimits:
         """The run readers' budget from the ``run_max_*`` settings."""
-        return RunLimits(**{f: getattr(self, f"run_{f}") for f in _RUN_LIMIT_FIELDS})
+        return RunLimits(**{f: getattr(self, f"run_{f}") for f in LIMIT_NAMES})
 
     # --- exact per-token gradients (POST /v1/gradcheck) ---
     gradcheck_max_parameters: int = Field(20_000_000, ge=1)  # larger models are refused (413)

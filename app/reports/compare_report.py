@@ -139,7 +139,7 @@ TABLE_HEADER = [
 
 
 def table_markdown(result: CompareResult) -> str:
-    """The final table in Markdown (for the README)."""
+    """The final table in Markdown (table.md, as the benchmarks page shows it)."""
     lines = ["| " + " | ".join(TABLE_HEADER) + " |", "|" + "---|" * len(TABLE_HEADER)]
     lines += ["| " + " | ".join(r) + " |" for r in table_rows(result)]
     return "\n".join(lines)

@@ -19,16 +19,26 @@ from pydantic import (
 
 from app.schemas.knobs import config_field
 from app.schemas.strict import NoBoolNumbers
-from gmts_core.bounds import MAX_ABS_REWARD, MAX_SEED
+from gmts_core.bounds import MAX_ABS_REWARD
 from gmts_core.config import DEFAULT_METHODS, AnalysisConfig
+from gmts_core.knobs import knob_default
 from gmts_core.methods.advantages import ADVANTAGES
 from gmts_core.methods.aggregation import AGGREGATIONS
 from gmts_core.methods.rewards import get_reward
 from gmts_core.methods.selection import METHODS
+from gmts_core.sampling import SamplingConfig
 
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-DEFAULT_NUM_SAMPLES = 8
+DEFAULT_NUM_SAMPLES: int = knob_default(SamplingConfig, "num_samples")
+
+
+def sampling_field(name: str, note: str = "Default: {default}.") -> Any:
+    """An optional request field for the SamplingConfig knob ``name`` (left out: the batch's
+    value, else the knob's default, which ``note`` states)."""
+    default = knob_default(SamplingConfig, name)
+    return config_field(SamplingConfig, name, None, note=note.format(default=default))
+
 
 NonEmptyText = Annotated[str, Field(min_length=1)]
 Reward = Annotated[float, Field(ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)]
@@ -64,8 +74,8 @@ class SelectionOptions(NoBoolNumbers):
         AnalysisConfig,
         "scope",
         None,
-        note="Default: batch, or group when the only method is gmts_paper (the paper's top 20% "
-        "per group).",
+        note="Default: batch, or group when the only method is gmts_paper or gmts_paper_verl "
+        "(the paper selects per group).",
     )
     methods: list[str] = config_field(
         AnalysisConfig,
@@ -90,12 +100,12 @@ class SamplingFields(NoBoolNumbers):
 
     model_config = _STRICT
 
-    num_samples: int | None = Field(None, ge=1, le=1024, description="Group size G (default 8).")
-    top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling (default 1).")
-    max_new_tokens: int | None = Field(
-        None, ge=1, le=65_536, description="Longest sampled answer (default 64)."
+    num_samples: int | None = sampling_field("num_samples")
+    top_p: float | None = sampling_field("top_p")
+    max_new_tokens: int | None = sampling_field(
+        "max_new_tokens", "Default: {default}, or GMTS_MAX_NEW_TOKENS when that is lower."
     )
-    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="Sampling seed (default 0).")
+    seed: int | None = sampling_field("seed")
 
 
 class GroupRequest(SamplingFields):

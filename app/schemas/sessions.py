@@ -91,6 +91,9 @@ class RLKnobs(NoBoolNumbers):
         knobs = self.knobs()
         if "method" in knobs and "scope" not in knobs:  # gmts_paper selects within each group
             knobs["scope"] = METHODS.get(knobs["method"]).default_scope
+        default_beta = METHODS.get(knobs["method"]).default_beta if "method" in knobs else None
+        if default_beta is not None and "beta" not in knobs:  # gmts_paper: Framework1's 0.001
+            knobs["beta"] = default_beta
         return dataclasses.replace(config, **knobs)
 
 

@@ -35,7 +35,7 @@ from gmts_core.stats.tokenization import encode_answer, encode_prompt
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_NEW_TOKENS = 64
+DEFAULT_MAX_NEW_TOKENS: int = SamplingConfig().max_new_tokens  # capped by GMTS_MAX_NEW_TOKENS
 
 
 class PolicyProvider(Protocol):

@@ -26,6 +26,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
+
 from app.core.config import Settings
 from app.schemas.runs import (
     LoggedAnswer,
@@ -157,7 +159,8 @@ class RunService:
         whether the root held more."""
         if not root.is_dir():
             return [], False
-        cap, found, truncated = self.limits.max_folder_entries, [], False
+        cap, truncated = self.limits.max_folder_entries, False
+        found: list[tuple[str, Path]] = []
         with os.scandir(root) as it:
             for entry in it:
                 if len(found) >= cap:
@@ -278,8 +281,8 @@ class RunService:
         """One step's groups and report; reading and analysing run under the job limiter
         (a worker thread: the event loop stays free)."""
         with self._relative_errors():
-            self.resolve(run_id)
             options.config().validate()
+            await anyio.to_thread.run_sync(self.resolve, run_id)  # a 404 lists the root's names
         return await self.jobs.run(lambda: self._step_view_of(run_id, step, options))
 
     def step_view_blocking(self, run_id: str, step: int, options: StepOptions) -> RunStepResponse:

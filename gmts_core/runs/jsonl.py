@@ -72,6 +72,7 @@ class JSONLReader:
                 )
             seen.add(step)
             refs.append(StepRef(step, path, offset, line))
+            limits.check("max_run_steps", len(refs), f"{path}:{line}", f"{len(refs):,} steps")
         if refs:
             last = refs[-1]
             refs[-1] = StepRef(last.step, last.path, last.offset, last.line, last=True)
