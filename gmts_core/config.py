@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gmts_core.bounds import MAX_SEED, MIN_TEMPERATURE
+from gmts_core.bounds import MAX_SEED, MIN_RATIO, MIN_TEMPERATURE
 from gmts_core.errors import InvalidInputError
 from gmts_core.knobs import knob
 from gmts_core.methods.selection import SCOPES, list_methods
@@ -77,8 +77,11 @@ class AnalysisConfig:
                 f"temperature must be at least {MIN_TEMPERATURE:g} for token statistics "
                 f"(pi = softmax(z / tau) and 1/tau overflow as tau -> 0), got {self.temperature!r}"
             )
-        if not 0 < self.ratio <= 1:
-            raise InvalidInputError(f"ratio must be in (0, 1], got {self.ratio}")
+        if not MIN_RATIO <= self.ratio <= 1:
+            raise InvalidInputError(
+                f"ratio must be in [{MIN_RATIO:g}, 1] (smaller ratios select no token: "
+                f"k = ceil(ratio * N) = 0), got {self.ratio}"
+            )
         if self.scope not in SCOPES:
             raise InvalidInputError(f"unknown scope {self.scope!r}; valid: {', '.join(SCOPES)}")
         valid = list_methods()
