@@ -104,6 +104,17 @@ bench real_size_0.5b 80 benchmarks/real_size.py --device cuda --repeats 3
 bench real_size_7b 110 benchmarks/real_size.py --device cuda --dtype bfloat16 --shape 7b \
     --answers 16 --tokens 1024 --no-sampled --repeats 3
 
+# GMTS inside verl: the small one-GPU recipe for a few steps, where a Python with verl + vLLM is
+# given (VERL_PY=...; verl pins another transformers than this environment, so it is its own)
+if [ -n "${VERL_PY:-}" ]; then
+    echo "== scripts/gpu_check_verl.sh (PY=$VERL_PY)"
+    if ! timeout 420 env PY="$VERL_PY" bash scripts/gpu_check_verl.sh "$DIR/verl"; then
+        bench_rc=1
+    fi
+else
+    echo "== verl recipe skipped: set VERL_PY to a Python with verl 0.9.1 and vllm" | tee "$DIR/verl-skipped.txt"
+fi
+
 "$PY" scripts/gpu_check_summary.py "$DIR" "$tests_rc" "$bench_rc"
 
 if [ "$tests_rc" -ne 0 ] || [ "$bench_rc" -ne 0 ]; then

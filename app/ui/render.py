@@ -66,7 +66,7 @@ def fmt(x: float | None, digits: int = 4) -> str:
 
 def groups_of(result: Json) -> list[Json]:
     """The groups of a result in batch form, whether it came in single- or batch form."""
-    if "groups" in result:
+    if result.get("groups") is not None:  # a single-form result dumps "groups": null
         return list(result["groups"])
     return [
         {
