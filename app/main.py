@@ -74,7 +74,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         v1.include_router(module.router)
     app.include_router(v1)
     if settings.ui_enabled:
-        from app.ui import mount_ui  # imports gradio: only when the UI is wanted
+        from app.ui.mount import mount_ui  # imports gradio: only when the UI is wanted
 
         mount_ui(app, settings, app.state.services, path=UI_PATH)
     return app

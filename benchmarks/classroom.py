@@ -28,8 +28,8 @@ from _common import LiveServer, emit, machine, median, percentile  # noqa: E402
 from app.core.config import Settings  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.ui.client import RemoteBackend  # noqa: E402
-from app.ui.explore import ExploreForm, build_request  # noqa: E402
-from app.ui.train import TrainForm  # noqa: E402
+from app.ui.tabs.explore.view import ExploreForm, build_request  # noqa: E402
+from app.ui.tabs.train.view import TrainForm  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -1,7 +1,8 @@
 """Do the Train tab's default settings teach the demo model? Its own loop, timed by part.
 
 Drives exactly what the tab runs when a person presses "Run steps" with the defaults
-(``app.ui.train.TrainForm()``: 20 GRPO steps of gmts at ratio 0.2, 16 prompts x G = 8 a step,
+(``app.ui.tabs.train.view.TrainForm()``: 20 GRPO steps of gmts at ratio 0.2, 16 prompts x G = 8
+a step,
 AdamW lr 1.5e-4 with 5 warm-up steps, 2 updates per batch, held-out accuracy on 200 problems
 before and after) through the local backend, for each ``--seeds`` seed. It reports the held-out
 accuracy gain and where the wall time goes: the steps themselves (the backend's step calls),
@@ -26,9 +27,9 @@ from _common import emit, machine, median
 
 from app.core.config import Settings
 from app.services.container import build_services
-from app.ui import train
 from app.ui.client import LocalBackend
-from app.ui.render_changes import render_batch_changes
+from app.ui.tabs.train import view as train
+from app.ui.tabs.train.changes import render_batch_changes
 
 
 def parse_args() -> argparse.Namespace:

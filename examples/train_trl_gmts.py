@@ -15,6 +15,14 @@ Every logging step writes TRL's ``OUTPUT_DIR/completions/`` and the per-token se
 ``OUTPUT_DIR/gmts_selection/`` (``--no-log-selection`` turns both off); browse them with
 ``gmts analyze-run OUTPUT_DIR -o report/`` or the UI's Runs tab.
 
+Precision: TRL's ``GRPOConfig`` defaults to ``bf16=True`` even with ``use_cpu=True``; this
+example sets ``bf16`` (and ``fp16``) explicitly, so its numbers are float32 unless ``--bf16``.
+
+The GMTS settings live in ``GMTSGRPOConfig`` (a ``GRPOConfig``): ``--token-selection``
+(``gmts_paper`` for the paper's released Framework1, ``gmts_paper_verl`` for its verl rule),
+``--selection-ratio`` (the share kept) and ``--selection-scope`` (default: the method's own,
+``group`` for the paper's methods).
+
 Many GPUs (one process per GPU; the top-k is global over all processes)::
 
     accelerate launch --config_file examples/accelerate_multi_gpu.yaml \\
@@ -29,14 +37,13 @@ import math
 from typing import Any
 
 from datasets import Dataset, load_dataset
-from trl import GRPOConfig
 
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.experiments.evaluation import evaluate_accuracy, heldout_problems
-from gmts_core.integrations.trl import GMTSGRPOTrainer
+from gmts_core.integrations.trl import GMTSGRPOConfig, GMTSGRPOTrainer
 from gmts_core.integrations.trl_terms import TRL_LOSS_AGGREGATION
 from gmts_core.methods.rewards import compute_reward, extract_final_number, list_rewards
-from gmts_core.methods.selection import list_methods
+from gmts_core.methods.selection import SCOPES, list_methods
 from gmts_core.tasks.arith import generate_problems
 
 logger = logging.getLogger("train_trl_gmts")
@@ -59,7 +66,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--chat", action="store_true", help="send prompts as chat messages")
     p.add_argument("--reward", default="numeric", choices=list_rewards())
     p.add_argument("--token-selection", default="gmts", choices=list_methods())
-    p.add_argument("--selection-ratio", type=float, default=0.2)
+    p.add_argument("--selection-ratio", type=float, default=0.2, help="share of tokens kept")
+    p.add_argument(
+        "--selection-scope", default=None, choices=SCOPES, help="default: the method's own"
+    )
     p.add_argument("--loss-type", default="dapo", choices=sorted(TRL_LOSS_AGGREGATION))
     p.add_argument("--num-generations", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=32, help="completions per device per step")
@@ -124,8 +134,12 @@ def make_reward_fn(rule: str) -> Any:
     return reward
 
 
-def make_config(args: argparse.Namespace) -> GRPOConfig:
-    return GRPOConfig(
+def make_config(args: argparse.Namespace) -> GMTSGRPOConfig:
+    return GMTSGRPOConfig(
+        token_selection=args.token_selection,
+        selection_ratio=args.selection_ratio,
+        selection_scope=args.selection_scope,
+        log_selection=args.log_selection,
         output_dir=args.output_dir,
         max_steps=args.max_steps,
         learning_rate=args.learning_rate,
@@ -136,7 +150,8 @@ def make_config(args: argparse.Namespace) -> GRPOConfig:
         temperature=args.temperature,
         loss_type=args.loss_type,
         beta=0.0,
-        bf16=args.bf16,
+        bf16=args.bf16,  # explicit: TRL's default is bf16=True, on CPU too
+        fp16=False,
         use_cpu=args.use_cpu,
         # small models train faster without recomputation; turn it on for big ones
         gradient_checkpointing=False,
@@ -159,9 +174,6 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         reward_funcs=make_reward_fn(args.reward),
         args=make_config(args),
         train_dataset=as_chat(dataset) if args.chat else dataset,
-        token_selection=args.token_selection,
-        selection_ratio=args.selection_ratio,
-        log_selection=args.log_selection,
     )
     evaluate = is_demo and args.eval_problems > 0
     summary: dict[str, float] = {}

@@ -25,7 +25,22 @@ from app.cli.common import (
 )
 from app.services.errors import GMTSError
 from app.services.methods import DEFAULT_METHODS
-from app.services.run_analysis import AnalysisConfig, RunAnalysisRequest, run_analysis
+from app.services.run_analysis import (
+    AnalysisConfig,
+    RunAnalysisRequest,
+    cli_limits,
+    run_analysis,
+)
+
+# The run files' size budget, larger than the server's (GMTS_RUN_MAX_*): see the limits page.
+LimitOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        rich_help_panel="Run file limits",
+        help="Raise this size limit of the run's files (default: the CLI's, see the limits page).",
+    ),
+]
 
 
 @cli.command("analyze-run")
@@ -55,6 +70,13 @@ def analyze_run_command(
     ] = None,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted analysis in OUT.")] = False,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | mps")] = "auto",
+    run_max_file_bytes: LimitOpt = None,
+    run_max_line_bytes: LimitOpt = None,
+    run_max_step_bytes: LimitOpt = None,
+    run_max_field_chars: LimitOpt = None,
+    run_max_group_answers: LimitOpt = None,
+    run_max_step_rows: LimitOpt = None,
+    run_max_folder_entries: LimitOpt = None,
 ) -> None:
     """Per-step report of a training run: rewards, zero-signal groups, coverage, waste."""
     req = RunAnalysisRequest(
@@ -75,6 +97,15 @@ def analyze_run_command(
         reward_kind=reward,
         resume=resume,
         device=device,
+        limits=cli_limits(
+            max_file_bytes=run_max_file_bytes,
+            max_line_bytes=run_max_line_bytes,
+            max_step_bytes=run_max_step_bytes,
+            max_field_chars=run_max_field_chars,
+            max_group_answers=run_max_group_answers,
+            max_step_rows=run_max_step_rows,
+            max_folder_entries=run_max_folder_entries,
+        ),
     )
     bar = tqdm(total=0, unit="step", desc="analyzing")
     try:

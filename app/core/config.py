@@ -14,6 +14,21 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gmts_core.runs.limits import RunLimits
+
+_RUN = RunLimits()  # the run readers' budget: its defaults are the server's
+
+
+_RUN_LIMIT_FIELDS = (
+    "max_file_bytes",
+    "max_line_bytes",
+    "max_step_bytes",
+    "max_field_chars",
+    "max_group_answers",
+    "max_step_rows",
+    "max_folder_entries",
+)
+
 
 def _split_csv(value: Any) -> Any:
     if isinstance(value, str):
@@ -109,6 +124,29 @@ class Settings(BaseSettings):
     run_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
     run_max_step_answers: int = Field(256, ge=1)  # larger steps: use `gmts analyze-run`
     run_overview_steps: int = Field(200, ge=1)  # steps summarised per run (evenly spaced)
+    # what one reading of a run file may touch, checked while streaming (413 past it); see
+    # gmts_core.runs.limits.RunLimits. `gmts analyze-run` has larger defaults (--run-max-*).
+    run_max_file_bytes: int = Field(_RUN.max_file_bytes, ge=1)  # one file of a run
+    run_max_line_bytes: int = Field(_RUN.max_line_bytes, ge=1)  # one JSONL line
+    run_max_step_bytes: int = Field(_RUN.max_step_bytes, ge=1)  # one step's file / lines / columns
+    run_max_field_chars: int = Field(_RUN.max_field_chars, ge=1)  # one prompt or completion
+    run_max_group_answers: int = Field(_RUN.max_group_answers, ge=1)  # answers of one group
+    run_max_step_rows: int = Field(_RUN.max_step_rows, ge=1)  # lines / rows / samples per step
+    run_max_folder_entries: int = Field(_RUN.max_folder_entries, ge=1)  # entries per folder
+    run_metrics_steps: int = Field(
+        40, ge=1, description="Steps of a run analysed in the background for its metrics charts."
+    )
+    run_metrics_runs: int = Field(
+        8, ge=1, description="Runs whose background metrics are kept (least recently used go)."
+    )
+    run_metrics_idle_s: float = Field(
+        120.0, gt=0, description="Background metrics stop when nobody asked for them this long."
+    )
+
+    @property
+    def run_limits(self) -> RunLimits:
+        """The run readers' budget from the ``run_max_*`` settings."""
+        return RunLimits(**{f: getattr(self, f"run_{f}") for f in _RUN_LIMIT_FIELDS})
 
     # --- exact per-token gradients (POST /v1/gradcheck) ---
     gradcheck_max_parameters: int = Field(20_000_000, ge=1)  # larger models are refused (413)

@@ -15,17 +15,28 @@ Num = float | None
 
 
 class RunInfo(BaseModel):
-    id: str = Field(description="The run's folder or file name inside its run root.")
-    format: str = Field(description="The detected dump format (trl, verl, roll, areal, ...).")
+    id: str = Field(
+        description="The run's folder or file name inside its run root (a name that is not "
+        "UTF-8 is shown with \\x escapes, and cannot be opened until renamed)."
+    )
+    readable: bool = Field(True, description="False: the run is listed but cannot be opened.")
+    reason: str | None = Field(None, description="Why the run cannot be opened (readable false).")
+    format: str | None = Field(description="The detected dump format (trl, verl, roll, ...).")
     logged: bool = Field(description="A GMTSGRPOTrainer token log: shows the applied mask.")
-    num_steps: int
-    first_step: int
-    last_step: int
+    num_steps: int | None
+    first_step: int | None
+    last_step: int | None
 
 
 class RunsResponse(BaseModel):
     runs: list[RunInfo]
     formats: list[str] = Field(description="Every format the server can read.")
+    ignored: int = Field(0, description="Entries of the run roots that are not runs.")
+    truncated: bool = Field(
+        False,
+        description="A run root holds more entries than GMTS_RUN_MAX_FOLDER_ENTRIES: only that "
+        "many were looked at.",
+    )
 
 
 @fields_from(StepOverview)
@@ -85,3 +96,14 @@ class RunStepResponse(BaseModel):
     report: StepReportOut
     analysis: AnalyzeResponse | None = Field(None, description="Analysis mode: the groups.")
     logged: list[LoggedGroup] | None = Field(None, description="Logged mode: the groups.")
+
+
+class RunMetricsResponse(BaseModel):
+    """Per-step analysis rows of a run, computed in the background (polled for progress)."""
+
+    run: str
+    steps_total: int = Field(description="Steps analysed for the charts (evenly spaced).")
+    steps_done: int
+    running: bool = Field(description="The background analysis is still going.")
+    error: str | None = Field(None, description="Why the background analysis stopped early.")
+    reports: list[StepReportOut] = Field(description="One row per analysed step, by step.")

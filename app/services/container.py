@@ -17,6 +17,7 @@ from app.services.compare import CompareService
 from app.services.gradcheck import GradcheckService
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
+from app.services.run_metrics import RunMetrics
 from app.services.runs import RunService
 from app.services.sessions import SessionService
 
@@ -31,6 +32,7 @@ class Services:
     gradcheck: GradcheckService
     compare: CompareService
     runs: RunService
+    run_metrics: RunMetrics
 
 
 def build_services(settings: Settings, clock: Callable[[], float] = time.monotonic) -> Services:
@@ -41,6 +43,7 @@ def build_services(settings: Settings, clock: Callable[[], float] = time.monoton
     )
     sessions = SessionService(settings, models, jobs, clock)
     analysis = AnalysisService(settings, models, jobs, sessions)
+    runs = RunService(settings, models, jobs)
     return Services(
         settings,
         models,
@@ -49,5 +52,6 @@ def build_services(settings: Settings, clock: Callable[[], float] = time.monoton
         sessions,
         GradcheckService(analysis),
         CompareService(settings, models, jobs),
-        RunService(settings, models, jobs),
+        runs,
+        RunMetrics(runs),
     )

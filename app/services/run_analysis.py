@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gmts_core.config import AnalysisConfig
 from gmts_core.modeling import LoadedModel, load_model
-from gmts_core.runs import open_run
+from gmts_core.runs import CLI_LIMITS, LIMIT_NAMES, RunLimits, open_run
 from gmts_core.runs.analysis import StepReport, parse_steps
 from gmts_core.runs.report import (
     RunAnalysisPlan,
@@ -44,6 +44,7 @@ class RunAnalysisRequest:
     reward_kind: str | None = None
     resume: bool = False
     device: str = "auto"
+    limits: RunLimits = CLI_LIMITS  # the run files' size budget (larger than the server's)
 
 
 @dataclass
@@ -84,6 +85,15 @@ class Processes:
             self._state.wait_for_everyone()
 
 
+def cli_limits(**overrides: int | None) -> RunLimits:
+    """``gmts analyze-run``'s budget: :data:`CLI_LIMITS` with the options given."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    unknown = set(given) - set(LIMIT_NAMES)
+    if unknown:
+        raise ValueError(f"unknown run limits: {sorted(unknown)}")
+    return replace(CLI_LIMITS, **given)
+
+
 def load_named_model(name: str, device: str = "auto") -> LoadedModel:
     """The bundled demo model by its alias, else a local folder or hub id."""
     from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
@@ -100,7 +110,7 @@ def run_analysis(
 ) -> RunAnalysisOutcome:
     """Analyse ``req.path`` into ``req.out``; see the module docstring for sharding."""
     procs = processes or Processes.from_env()
-    run = open_run(req.path, req.fmt)
+    run = open_run(req.path, req.fmt, req.limits)
     steps = parse_steps(req.steps, run.steps)
     token_steps = (
         set(steps)

@@ -3,18 +3,26 @@ run's steps, and show one step's groups (as logged by the trainer, or analysed o
 
 A run id is the name of a folder or JSONL file directly inside one of ``GMTS_RUN_ROOTS``;
 like model names it may not contain ``/``, ``..``, ``%``, ``\\`` or ``~``, and a symlink that
-leads out of its root is refused. Opened runs (their step index) and on-demand step analyses
-are cached in memory. Analysing a step is a heavy job: it waits in the job limiter's queue
-like any analysis, and a step with more than ``GMTS_RUN_MAX_STEP_ANSWERS`` answers is refused
-(413) in favour of ``gmts analyze-run``.
+leads out of its root is refused. Every reading of a run file works inside the
+``GMTS_RUN_MAX_*`` budget (:class:`~gmts_core.runs.limits.RunLimits`, checked while
+streaming: 413 naming the limit). Paths in responses and messages are relative to the run
+root. Opened runs (their step index) and on-demand step analyses are cached in memory (at most
+16 runs and 4096 step reports, least recently used dropped). Analysing a step is a heavy job:
+it waits in the job limiter's queue like any analysis; a step with more than
+``GMTS_RUN_MAX_STEP_ANSWERS`` answers, or a prompt or answer longer than
+``GMTS_MAX_PROMPT_CHARS`` / ``GMTS_MAX_ANSWER_CHARS``, is refused (413) in favour of
+``gmts analyze-run``, before any tokenizer sees it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +40,12 @@ from app.schemas.runs import (
 )
 from app.services.analysis import PreparedAnalysis, check_token_limits
 from app.services.bodies import analysis_response
-from app.services.errors import RunNotFoundError
+from app.services.errors import Cancelled, RunNotFoundError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
 from gmts_core.config import DEFAULT_METHODS, AnalysisConfig
-from gmts_core.errors import LimitExceededError
-from gmts_core.runs import Run, list_formats, open_run
+from gmts_core.errors import GMTSError, LimitExceededError
+from gmts_core.runs import NotARunError, Run, list_formats, open_run
 from gmts_core.runs.analysis import (
     StepReport,
     analyze_step,
@@ -71,6 +79,20 @@ class StepOptions:
         return AnalysisConfig(ratio=self.ratio, scope=self.scope, methods=self.methods)
 
 
+def safe_text(text: str) -> str:
+    """``text`` as valid UTF-8: bytes a file name could not decode (surrogate escapes) shown
+    as ``\\xff``; any other lone surrogate as ``\\udcxx``."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class RunService:
     """The runs under ``settings.run_roots``: listing, overviews and step views."""
 
@@ -78,34 +100,100 @@ class RunService:
         self.settings = settings
         self.models = models
         self.jobs = jobs
+        self.limits = settings.run_limits
         self.roots = [Path(r).expanduser() for r in settings.run_roots]
         self._lock = threading.Lock()
-        self._runs: OrderedDict[Path, tuple[tuple[float, int], Run]] = OrderedDict()
+        self._runs: OrderedDict[Path, tuple[tuple[float, int], Run | GMTSError]] = OrderedDict()
         self._reports: OrderedDict[tuple[Any, ...], StepReport] = OrderedDict()
+        prefixes = {str(p) for r in self.roots for p in (r, r.absolute(), r.resolve())}
+        self._prefixes = sorted(prefixes, key=len, reverse=True)  # the longest match first
+
+    # --- paths relative to the run root ---
+
+    def relative(self, text: str) -> str:
+        """``text`` with every run root's path taken out (``<root>/run/x`` -> ``run/x``)."""
+        for prefix in self._prefixes:
+            text = text.replace(prefix + os.sep, "")
+        for prefix in self._prefixes:
+            text = text.replace(prefix, "<run root>")
+        return safe_text(text)
+
+    @contextmanager
+    def _relative_errors(self) -> Iterator[None]:
+        """Errors leave this service with paths relative to the run root."""
+        try:
+            yield
+        except GMTSError as exc:
+            exc.args = tuple(self.relative(a) if isinstance(a, str) else a for a in exc.args)
+            raise
 
     # --- finding runs ---
 
     def list_runs(self) -> RunsResponse:
-        runs = []
-        for name, path in self._candidates():
-            try:
-                runs.append(self._info(name, self._open(path)))
-            except (RunFormatError, OSError) as exc:
-                logger.debug("not a run: %s (%s)", path, exc)
-        return RunsResponse(runs=runs, formats=list_formats())
+        """Every entry of the run roots that is (or looks like) a run; one that cannot be
+        opened is listed with ``readable: false`` and the reason."""
+        with self._relative_errors():
+            runs: list[RunInfo] = []
+            ignored, truncated = 0, False
+            seen: set[str] = set()
+            for root in self.roots:
+                entries, cut = self._root_entries(root)
+                truncated |= cut
+                for name, path in entries:
+                    if name in seen:
+                        continue
+                    seen.add(name)
+                    info = self._entry_info(name, path)
+                    if info is None:
+                        ignored += 1
+                    else:
+                        runs.append(info)
+            return RunsResponse(
+                runs=runs, formats=list_formats(), ignored=ignored, truncated=truncated
+            )
 
-    def _candidates(self) -> list[tuple[str, Path]]:
-        seen: dict[str, Path] = {}
-        for root in self.roots:
-            if root.is_dir():
-                for child in sorted(root.iterdir()):
-                    if child.name not in seen and self._inside(root, child):
-                        seen[child.name] = child
-        return list(seen.items())
+    def _root_entries(self, root: Path) -> tuple[list[tuple[str, Path]], bool]:
+        """The first ``max_folder_entries`` entries of ``root`` inside it, by name; and
+        whether the root held more."""
+        if not root.is_dir():
+            return [], False
+        cap, found, truncated = self.limits.max_folder_entries, [], False
+        with os.scandir(root) as it:
+            for entry in it:
+                if len(found) >= cap:
+                    truncated = True
+                    break
+                found.append((entry.name, Path(entry.path)))
+        found.sort(key=lambda e: os.fsencode(e[0]))
+        if truncated:
+            logger.warning("%s holds more than %d entries; listing %d", root, cap, cap)
+        return [(n, p) for n, p in found if self._inside(root, p)], truncated
+
+    def _entry_info(self, name: str, path: Path) -> RunInfo | None:
+        shown = safe_text(name)
+        if shown != name:
+            return _unreadable(
+                shown, "the name is not valid UTF-8 (shown with \\x escapes); rename it to open it"
+            )
+        if any(c in name for c in _FORBIDDEN):
+            return _unreadable(shown, "the name holds a character run ids may not contain")
+        try:
+            return self._info(name, self._open(path))
+        except Cancelled:
+            raise
+        except NotARunError as exc:
+            if path.suffix.lower() == ".jsonl":  # meant as a run: say why it is not one
+                return _unreadable(shown, self.relative(str(exc)))
+            return None
+        except (GMTSError, OSError) as exc:
+            return _unreadable(shown, self.relative(str(exc)))
 
     @staticmethod
     def _inside(root: Path, child: Path) -> bool:
-        return child.resolve().parent == root.resolve()  # no symlink out of the root
+        try:
+            return child.resolve().parent == root.resolve()  # no symlink out of the root
+        except (OSError, RuntimeError):  # a symlink loop
+            return False
 
     def resolve(self, run_id: str) -> Path:
         """The path of run ``run_id``; RunNotFoundError (listing the runs) otherwise."""
@@ -115,27 +203,43 @@ class RunService:
                 child = root / run_id
                 if child.exists() and self._inside(root, child):
                     return child
-        names = ", ".join(n for n, _ in self._candidates()) or "none (set GMTS_RUN_ROOTS)"
-        shown = run_id if len(run_id) <= 80 else run_id[:77] + "..."
+        listed = [safe_text(n) for root in self.roots for n, _ in self._root_entries(root)[0]]
+        names = ", ".join(listed[:50]) or "none (set GMTS_RUN_ROOTS)"
+        shown = safe_text(run_id if len(run_id) <= 80 else run_id[:77] + "...")
         raise RunNotFoundError(f"unknown run {shown!r}; runs: {names}")
 
     def open(self, run_id: str) -> Run:
-        return self._open(self.resolve(run_id))
+        with self._relative_errors():
+            return self._open(self.resolve(run_id))
 
     def _open(self, path: Path) -> Run:
+        """The run at ``path`` (cached while its size and time stay the same; so is the
+        reason it cannot be opened)."""
         stat = path.stat()
         key = (stat.st_mtime, stat.st_size)
         with self._lock:
             hit = self._runs.get(path)
-            if hit is not None and hit[0] == key:
-                self._runs.move_to_end(path)
-                return hit[1]
-        run = open_run(path)  # outside the lock: a big JSONL's index is one streaming pass
-        with self._lock:
-            self._runs[path] = (key, run)
-            while len(self._runs) > _MAX_CACHED_RUNS:
-                self._runs.popitem(last=False)
-        return run
+        if hit is None or hit[0] != key:
+            try:  # outside the lock: a big JSONL's index is one streaming pass
+                value: Run | GMTSError = open_run(path, limits=self.limits)
+            except Cancelled:
+                raise
+            except GMTSError as exc:
+                value = exc
+            except OSError as exc:  # unreadable (permissions, a file removed meanwhile...)
+                value = RunFormatError(path, None, f"cannot be read ({exc.strerror or exc})")
+            with self._lock:
+                self._runs[path] = (key, value)
+                while len(self._runs) > _MAX_CACHED_RUNS:
+                    self._runs.popitem(last=False)
+        else:
+            value = hit[1]
+            with self._lock:
+                if path in self._runs:
+                    self._runs.move_to_end(path)
+        if isinstance(value, GMTSError):
+            raise value
+        return value
 
     @staticmethod
     def _info(name: str, run: Run) -> RunInfo:
@@ -153,32 +257,40 @@ class RunService:
 
     def overview(self, run_id: str) -> RunOverviewResponse:
         """Model-free numbers of (up to ``run_overview_steps``) steps and the reports known."""
-        run = self.open(run_id)
-        steps = run.steps
-        shown = _evenly(steps, self.settings.run_overview_steps)
-        overview, reports = [], []
-        for step in run.iter_steps(shown):
-            overview.append(StepOverviewOut.model_validate(step_overview(step).to_dict()))
-            if uses_log(run):
-                reports.append(_report_out(logged_step_report(step)))
-        if not uses_log(run):
-            with self._lock:
-                known = {k[1]: r for k, r in self._reports.items() if k[0] == run.path}
-            reports = [_report_out(known[s]) for s in sorted(known)]
-        return RunOverviewResponse(
-            run=self._info(run_id, run), steps=steps, overview=overview, reports=reports
-        )
+        with self._relative_errors():
+            run = self.open(run_id)
+            steps = run.steps
+            shown = evenly(steps, self.settings.run_overview_steps)
+            overview, reports = [], []
+            for step in run.iter_steps(shown):
+                overview.append(StepOverviewOut.model_validate(step_overview(step).to_dict()))
+                if uses_log(run):
+                    reports.append(self._report_out(logged_step_report(step)))
+            if not uses_log(run):
+                with self._lock:
+                    known = {k[1]: r for k, r in self._reports.items() if k[0] == run.path}
+                reports = [self._report_out(known[s]) for s in sorted(known)]
+            return RunOverviewResponse(
+                run=self._info(run_id, run), steps=steps, overview=overview, reports=reports
+            )
 
     async def step_view(self, run_id: str, step: int, options: StepOptions) -> RunStepResponse:
-        """One step's groups and report; an analysis runs under the job limiter."""
-        run = self.open(run_id)
-        options.config().validate()
-        return await self.jobs.run(lambda: self._step_view(run_id, run, step, options))
+        """One step's groups and report; reading and analysing run under the job limiter
+        (a worker thread: the event loop stays free)."""
+        with self._relative_errors():
+            self.resolve(run_id)
+            options.config().validate()
+        return await self.jobs.run(lambda: self._step_view_of(run_id, step, options))
 
     def step_view_blocking(self, run_id: str, step: int, options: StepOptions) -> RunStepResponse:
-        run = self.open(run_id)
-        options.config().validate()
-        return self.jobs.run_blocking(lambda: self._step_view(run_id, run, step, options))
+        with self._relative_errors():
+            self.resolve(run_id)
+            options.config().validate()
+        return self.jobs.run_blocking(lambda: self._step_view_of(run_id, step, options))
+
+    def _step_view_of(self, run_id: str, number: int, options: StepOptions) -> RunStepResponse:
+        with self._relative_errors():
+            return self._step_view(run_id, self.open(run_id), number, options)
 
     def _step_view(
         self, run_id: str, run: Run, number: int, options: StepOptions
@@ -197,38 +309,87 @@ class RunService:
         if uses_log(run):
             report = logged_step_report(step)
             return RunStepResponse(
-                **head, mode="logged", report=_report_out(report), logged=_logged(step, lm)
+                **head, mode="logged", report=self._report_out(report), logged=_logged(step, lm)
             )
+        report, result = self.analyse(run, step, options, lm)
+        body = analysis_response(result)
+        return RunStepResponse(
+            **head, mode="analysis", report=self._report_out(report), analysis=body
+        )
+
+    def analyse(
+        self, run: Run, step: RunStep, options: StepOptions, lm: Any = None
+    ) -> tuple[StepReport, Any]:
+        """Analyse one step of ``run`` (sizes checked first, before tokenizing); the report
+        is remembered for the run's charts."""
         self._check_step_size(step)
+        lm = lm or self.models.get(options.model)
         config = options.config()
         groups = [group_input(g, options.reward_kind) for g in step.groups]
         check_token_limits(self.settings, lm, PreparedAnalysis(None, None, groups, config))
         report, result = analyze_step(lm, step, config, options.reward_kind)
+        self.remember(run, step.step, options, report)
+        return report, result
+
+    def remember(self, run: Run, step: int, options: StepOptions, report: StepReport) -> None:
         with self._lock:
-            self._reports[(run.path, number, options)] = report
+            self._reports[(run.path, step, options)] = report
+            self._reports.move_to_end((run.path, step, options))
             while len(self._reports) > _MAX_CACHED_REPORTS:
                 self._reports.popitem(last=False)
-        body = analysis_response(result)
-        return RunStepResponse(**head, mode="analysis", report=_report_out(report), analysis=body)
+
+    def known_report(self, run: Run, step: int, options: StepOptions) -> StepReport | None:
+        with self._lock:
+            return self._reports.get((run.path, step, options))
 
     def _check_step_size(self, step: RunStep) -> None:
-        limit = self.settings.run_max_step_answers
-        if step.num_answers > limit:
+        """The analysis budget of one step, before any tokenizer sees its texts."""
+        s = self.settings
+        if step.num_answers > s.run_max_step_answers:
             raise LimitExceededError(
-                f"step {step.step} has {step.num_answers} answers, over the limit of {limit} "
-                "for on-demand analysis (GMTS_RUN_MAX_STEP_ANSWERS); analyse it with "
-                "`gmts analyze-run`"
+                f"step {step.step} has {step.num_answers} answers, over the limit of "
+                f"{s.run_max_step_answers} for on-demand analysis (GMTS_RUN_MAX_STEP_ANSWERS); "
+                "analyse it with `gmts analyze-run`"
             )
+        for g in step.groups:
+            longest = max((len(a) for a in g.answers), default=0)
+            for what, n, limit, setting in (
+                ("a prompt", len(g.prompt), s.max_prompt_chars, "GMTS_MAX_PROMPT_CHARS"),
+                ("an answer", longest, s.max_answer_chars, "GMTS_MAX_ANSWER_CHARS"),
+            ):
+                if n > limit:
+                    raise LimitExceededError(
+                        f"{g.source}: {what} of {n:,} characters, over the limit of "
+                        f"{limit:,} for on-demand analysis ({setting}); analyse it with "
+                        "`gmts analyze-run`"
+                    )
+
+    def _report_out(self, report: StepReport) -> StepReportOut:
+        return StepReportOut.model_validate(
+            replace(report, source=self.relative(report.source)).to_dict()
+        )
+
+    def report_out(self, report: StepReport) -> StepReportOut:
+        return self._report_out(report)
 
 
-def _evenly(steps: list[int], n: int) -> list[int]:
+def _unreadable(name: str, reason: str) -> RunInfo:
+    return RunInfo(
+        id=name,
+        readable=False,
+        reason=reason,
+        format=None,
+        logged=False,
+        num_steps=None,
+        first_step=None,
+        last_step=None,
+    )
+
+
+def evenly(steps: list[int], n: int) -> list[int]:
     if len(steps) <= n:
         return steps
     return [steps[round(i * (len(steps) - 1) / (n - 1))] for i in range(n)] if n > 1 else steps[:1]
-
-
-def _report_out(report: StepReport) -> StepReportOut:
-    return StepReportOut.model_validate(report.to_dict())
 
 
 _LOGGED_FLAGS = {"applied": "selected", "entropy": "selected_entropy", "gmts": "selected_gmts"}

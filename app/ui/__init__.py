@@ -1,95 +1,11 @@
-"""The Gradio explorer UI, mounted at ``/ui`` on the FastAPI app.
+"""The Gradio explorer UI, mounted at ``/ui`` on the FastAPI app by
+:func:`app.ui.mount.mount_ui`.
 
-``mount_ui(app, settings, services)`` builds the Blocks against the local service layer, or
-against a remote GMTS server when ``settings.api_url`` is set, and serves the renderer's
-CSS/JS. The assets ship inside the package (``app/ui/static``: in the source tree a link to the
-top-level ``static/``, in a wheel the files themselves), found through importlib.resources.
+Layout: :mod:`app.ui.blocks` builds the tabs listed in ``TABS``, one package per tab under
+:mod:`app.ui.tabs` (``tabs/<tab>/tab.py`` wires Gradio; the rest of a tab package is free of it);
+:mod:`app.ui.context` holds the :class:`~app.ui.context.UIContext` every tab is built from and
+:func:`~app.ui.context.call`, the one way a handler calls the backend; :mod:`app.ui.client` is
+the backend (the local service layer or a remote server); :mod:`app.ui.render`,
+:mod:`app.ui.charts`, :mod:`app.ui.palette`, :mod:`app.ui.choices` and :mod:`app.ui.status` are
+shared by the tabs. Importing this package imports nothing (Gradio loads with the tabs).
 """
-
-from __future__ import annotations
-
-import hmac
-import logging
-from collections.abc import Callable
-from typing import Any
-
-from fastapi import FastAPI
-
-from app.ui.assets import FAVICON, STATIC_DIR
-
-logger = logging.getLogger(__name__)
-
-UI_PATH = "/ui"
-
-
-def ui_head() -> str:
-    """The ``<head>`` addition: the tooltip script, inlined so it works behind any root path."""
-    js = (STATIC_DIR / "gmts.js").read_text(encoding="utf-8")
-    return f"<script>{js}</script>"
-
-
-def api_key_login(api_key: str | None) -> Callable[[str, str], bool] | None:
-    """When the server has an API key, the UI asks for it as a password (any user name)."""
-    if not api_key:
-        return None
-
-    def check(_username: str, password: str) -> bool:
-        return hmac.compare_digest(password.encode(), api_key.encode())
-
-    return check
-
-
-def extra_tabs() -> list[tuple[str, Any]]:
-    """Tabs after Explore and Learn, as ``(title, builder(ctx: UIContext))`` pairs.
-
-    The extension point for the Train and Compare tabs: add the pair here; each builder gets
-    the backend, the settings and the shared state (see ``app.ui.blocks.UIContext``).
-    """
-    from app.ui.compare import build_compare_tab
-    from app.ui.proxy import build_proxy_tab
-    from app.ui.runs import build_runs_tab
-    from app.ui.train import build_train_tab
-
-    return [
-        ("Train", build_train_tab),
-        ("Compare", build_compare_tab),
-        ("Proxy check", build_proxy_tab),
-        ("Runs", build_runs_tab),
-    ]
-
-
-def mount_ui(app: FastAPI, settings: Any, services: Any, path: str = UI_PATH) -> FastAPI:
-    """Mount the explorer at ``path`` (default ``/ui``); returns the app."""
-    import gradio as gr
-
-    from app.ui.blocks import build_blocks
-    from app.ui.client import make_backend
-
-    backend = make_backend(settings, services)
-    blocks = build_blocks(backend, settings, extra_tabs())
-    logger.info("mounting the UI at %s (%s backend)", path, backend.label)
-    _add_favicon(app)
-    return gr.mount_gradio_app(
-        app,
-        blocks,
-        path=path,
-        auth=api_key_login(getattr(settings, "api_key_value", None)),
-        auth_message="This server requires its API key (GMTS_API_KEY) as the password.",
-        css_paths=[STATIC_DIR / "gmts.css"],
-        head=ui_head(),
-        ssr_mode=False,
-        footer_links=[],
-    )
-
-
-def _add_favicon(app: FastAPI) -> None:
-    """``/favicon.ico`` at the root, where browsers ask for it (a 404 would fill the logs)."""
-    from fastapi.responses import FileResponse
-
-    def favicon() -> FileResponse:
-        return FileResponse(FAVICON, media_type="image/x-icon")
-
-    app.add_api_route("/favicon.ico", favicon, methods=["GET"], include_in_schema=False)
-
-
-__all__ = ["UI_PATH", "mount_ui"]

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+import gradio as gr
 import httpx
 
 from app.schemas.analyze_request import AnalyzeRequest
@@ -32,6 +33,7 @@ from app.services.compare import CompareConfig
 from app.services.container import Services
 from app.services.errors import GMTSError, SessionNotFoundError
 from app.services.jobs import wait_in_line
+from app.services.runs import StepOptions
 from app.services.validation import validated, validation_message
 from app.ui.status import LiveStatus
 
@@ -117,8 +119,6 @@ def tell_person(message: str) -> None:
     """A notice in the UI (a Gradio toast) when called from an event, else a log line."""
     logger.info(message)
     try:
-        import gradio as gr
-
         gr.Info(message)
     except Exception:  # outside a Gradio event there is nobody to tell
         pass
@@ -205,8 +205,6 @@ class LocalBackend:
         return self.services.runs.overview(run_id).model_dump()  # type: ignore[no-any-return]
 
     def run_step(self, run_id: str, step: int, params: Json) -> Json:
-        from app.services.runs import StepOptions
-
         options = StepOptions(
             model=params.get("model"),
             ratio=float(params.get("ratio", 0.2)),

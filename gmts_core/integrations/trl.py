@@ -33,10 +33,20 @@ How it hooks into TRL (1.16), with no copy of TRL's loss code:
   ``gather``, as TRL does for its entropy quantile), every process runs the same
   :func:`gmts_core.methods.selection.select` on the whole batch, so the top-k is global, and each
   takes back its own slice.
+- Groups: TRL shuffles each generation batch before splitting it into micro-batches, so the
+  trainer tags every completion with its group id (global row // ``num_generations``) when the
+  batch is generated, and selection runs in the scope of ``GMTSGRPOConfig.selection_scope``
+  (unset: the method's default, ``group`` for ``gmts_paper``/``gmts_paper_verl``, as the API
+  does). A group is the answers of one prompt present in the micro-batch (all of them with
+  ``steps_per_generation = 1``). Selection runs on every micro-batch at the current policy.
+- ``gmts_paper``/``gmts_paper_verl`` standardise TRL's advantages as given here (TRL does not
+  hand its rewards to the loss); within a group without KL that ranks exactly as the rewards'
+  own standardisation.
 
 Unlike TRL's ``top_entropy_quantile`` (a ``torch.quantile`` threshold, which keeps every token
-tied at the threshold), selection keeps exactly k = ceil(ratio * N) tokens, ties broken by
-(answer, position) order, as everywhere in ``gmts_core``.
+tied at the threshold), selection keeps exactly k = ceil(ratio * N) tokens per scope, ties broken
+by (answer, position) order, as everywhere in ``gmts_core`` (the paper's two methods keep by the
+rules of its released code, :mod:`gmts_core.methods.paper`).
 """
 
 from __future__ import annotations
@@ -56,16 +66,19 @@ from gmts_core.analysis.summaries import gradient_coverage, overlap
 from gmts_core.errors import InvalidInputError
 from gmts_core.head import head_path
 from gmts_core.integrations.selection_log import SelectionLogger
+from gmts_core.integrations.trl_config import GMTSGRPOConfig, validate_selection
 from gmts_core.integrations.trl_terms import (
     CONFIDENT_PROB,
+    GROUP_IDS,
     AppliedSelection,
     aggregation_for_loss_type,
+    generation_group_ids,
     grad_norm_from_logprob,
     per_token_advantages,
 )
 from gmts_core.methods.aggregation import loss_weights
 from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
-from gmts_core.methods.selection import METHODS, SelectionInputs, select, top_k_count
+from gmts_core.methods.selection import SelectionInputs, default_scope, select
 from gmts_core.stats.metrics import token_stats_chunked
 
 logger = logging.getLogger(__name__)
@@ -73,38 +86,43 @@ logger = logging.getLogger(__name__)
 _FUSED_OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs")
 _EXACT_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 
+__all__ = ["GMTSGRPOConfig", "GMTSGRPOTrainer"]
+
 
 class GMTSGRPOTrainer(GRPOTrainer):
     """TRL's ``GRPOTrainer`` that trains on the tokens a ``gmts_core`` selection method picks.
 
-    Args (besides every ``GRPOTrainer`` argument):
-        token_selection: a registered selection method
-        (``gmts_core.methods.selection.list_methods()``).
-        selection_ratio: the share of completion tokens kept, in (0, 1]; k = ceil(ratio * N)
-            over all completion tokens of the micro-batch on every process.
-        log_selection: write, at every logging step, one row per completion token (token id,
-            entropy, g, gamma, advantage, the applied mask and entropy/GMTS selections) to
-            ``OUTPUT_DIR/gmts_selection/selection_{step:05d}.parquet``
-            (:mod:`gmts_core.integrations.selection_log`); ``gmts analyze-run`` reads it.
+    Its settings come from ``args``, a :class:`GMTSGRPOConfig` (``token_selection``,
+    ``selection_ratio``, ``selection_scope``, ``log_selection``, documented there), so they can
+    come from ``TrlParser`` or a YAML recipe. A plain ``GRPOConfig`` gets the defaults; the
+    keyword arguments of the same names (the older interface) override either.
 
     Logged per step (``self._metrics``): ``gmts/selected_fraction``, ``gmts/gradient_coverage``
     (share of sum gamma the applied selection keeps), ``gmts/gradient_coverage_entropy`` and
-    ``gmts/gradient_coverage_gmts`` (the same for entropy and GMTS selection at the same ratio)
-    and ``gmts/overlap_entropy_gmts`` (Jaccard index of those two selections).
+    ``gmts/gradient_coverage_gmts`` (the same for entropy and GMTS selection at the same ratio
+    and scope) and ``gmts/overlap_entropy_gmts`` (Jaccard index of those two selections).
     """
 
     def __init__(
         self,
         *args: Any,
-        token_selection: str = "gmts",
-        selection_ratio: float = 0.2,
-        log_selection: bool = False,
+        token_selection: str | None = None,
+        selection_ratio: float | None = None,
+        log_selection: bool | None = None,
+        selection_scope: str | None = None,
         **kwargs: Any,
     ) -> None:
-        METHODS.get(token_selection)  # unknown names fail here, listing the valid ones
-        top_k_count(selection_ratio, 1)  # validates 0 < ratio <= 1
-        self.token_selection = token_selection
-        self.selection_ratio = float(selection_ratio)
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        if config is not None and not isinstance(config, GMTSGRPOConfig):
+            config = None  # a plain GRPOConfig: the GMTS defaults
+        defaults = config if config is not None else _DEFAULTS
+        self.token_selection = token_selection or defaults.token_selection
+        self.selection_ratio = float(
+            defaults.selection_ratio if selection_ratio is None else selection_ratio
+        )
+        self.selection_scope = selection_scope or defaults.selection_scope
+        log = defaults.log_selection if log_selection is None else log_selection
+        validate_selection(self.token_selection, self.selection_ratio, self.selection_scope)
         self.last_selection: AppliedSelection | None = None
         self._captured: list[Any] = []
         self._capturing = False
@@ -112,12 +130,17 @@ class GMTSGRPOTrainer(GRPOTrainer):
         self._selection_calls = 0
         super().__init__(*args, **kwargs)
         output_dir = str(self.args.output_dir or ".")
-        self.selection_log = SelectionLogger(output_dir) if log_selection else None
+        self.selection_log = SelectionLogger(output_dir) if log else None
         self.aggregation = aggregation_for_loss_type(self.loss_type)
         self._vocab = int(self._base_model().get_output_embeddings().weight.shape[0])
         self._hidden: list[torch.Tensor] = []
         self._add_gmts_lm_head()
         self._exact_coefficient = self._coefficient_is_exact()
+
+    @property
+    def scope(self) -> str:
+        """The scope selection runs in: ``selection_scope``, else the method's default."""
+        return self.selection_scope or default_scope([self.token_selection])
 
     def _coefficient_is_exact(self) -> bool:
         """Whether omega_t (ratio, clip, KL) is the loss's own coefficient for these settings."""
@@ -190,6 +213,17 @@ class GMTSGRPOTrainer(GRPOTrainer):
         model: Any = self.model
         return model.get_base_model() if is_peft_model(model) else model
 
+    def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        """TRL's batch, each completion tagged with its group id before TRL shuffles it."""
+        output = super()._generate_and_score_completions(inputs)
+        training = bool(getattr(self.model, "training", False))
+        size = (self.num_generations if training else self.num_generations_eval) or 1
+        rows = int(output["completion_ids"].shape[0])
+        output[GROUP_IDS] = generation_group_ids(
+            rows, self.accelerator.process_index, size, output["completion_ids"].device
+        )
+        return output
+
     def _compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
         self._captured, self._capturing, self._batch, self._hidden = [], True, inputs, []
         try:
@@ -216,6 +250,7 @@ class GMTSGRPOTrainer(GRPOTrainer):
             old_logprob=None if old is None else old.detach()[valid],
             ref_logprob=None if ref is None else ref.detach()[valid],
             confident_grad_norm=self._confident_grad_norms(logprob, valid),
+            group_ids=self._batch.get(GROUP_IDS),
         )
         self._log_selection(applied)
         if self.selection_log is not None and getattr(self.model, "training", False):
@@ -280,12 +315,14 @@ class GMTSGRPOTrainer(GRPOTrainer):
         old_logprob: torch.Tensor | None = None,
         ref_logprob: torch.Tensor | None = None,
         confident_grad_norm: tuple[torch.Tensor, torch.Tensor] | None = None,
+        group_ids: torch.Tensor | None = None,
     ) -> AppliedSelection:
         """Gather this process's valid tokens (flat, (n,)), select globally, return the slice.
 
         ``old_logprob`` (pi_old, None: on-policy) and ``ref_logprob`` (the reference, when
         beta > 0) give the coefficient omega_t; ``confident_grad_norm`` (which tokens, their g)
-        replaces the kernel-derived g of confident tokens with the exact one.
+        replaces the kernel-derived g of confident tokens with the exact one; ``group_ids``
+        (B,) the group of each completion (None: one group).
         """
         grad_norm = grad_norm_from_logprob(logprob, log_sum_sq_prob, self.temperature, self._vocab)
         if confident_grad_norm is not None:
@@ -302,15 +339,24 @@ class GMTSGRPOTrainer(GRPOTrainer):
         rows, offset = self._gather_rows(local_rows)
         all_lengths, answer_offset = self._gather_rows(lengths.unsqueeze(1))
         answer_ids, _ = self._gather_rows((answer_id + answer_offset).unsqueeze(1))
-        x = self._selection_inputs(rows.cpu(), all_lengths[:, 0].cpu(), answer_ids[:, 0])
-        sel = select(x, self.token_selection, self.selection_ratio)  # "all" ignores the ratio
+        if group_ids is None:
+            group_ids = torch.zeros(valid.shape[0], dtype=torch.long, device=valid.device)
+        groups, _ = self._gather_rows(group_ids.to(valid.device)[answer_id].unsqueeze(1))
+        x = self._selection_inputs(
+            rows.cpu(), all_lengths[:, 0].cpu(), answer_ids[:, 0], groups[:, 0].cpu()
+        )
+        sel = select(x, self.token_selection, self.selection_ratio, self.scope)
         local_mask = torch.zeros_like(valid)
         local_mask[valid] = sel.selected[offset : offset + int(valid.sum())].to(valid.device)
         self.last_selection = AppliedSelection(x, sel, local_mask, offset, int(valid.sum()))
         return self.last_selection
 
     def _selection_inputs(
-        self, rows: torch.Tensor, lengths: torch.Tensor, answer_ids: torch.Tensor
+        self,
+        rows: torch.Tensor,
+        lengths: torch.Tensor,
+        answer_ids: torch.Tensor,
+        group_ids: torch.Tensor,
     ) -> SelectionInputs:
         """SelectionInputs of the global batch; w_i from TRL's loss type via gmts_core, omega_t
         from the ratio, clip and KL of TRL's loss (gmts_core.methods.coefficient)."""
@@ -333,7 +379,7 @@ class GMTSGRPOTrainer(GRPOTrainer):
             grad_norm=grad_norm,
             weight=w,
             answer_index=answer_ids.cpu(),
-            group_index=torch.zeros_like(answer_ids.cpu()),
+            group_index=group_ids.long(),
             coefficient=coefficient,
             seed=self.args.seed * 1_000_003 + self._selection_calls,
             advantage=advantage,
@@ -360,9 +406,11 @@ class GMTSGRPOTrainer(GRPOTrainer):
         x, sel = applied.inputs, applied.selection
         if x.num_tokens == 0:
             return
-        ratio, chosen = self.selection_ratio, self.token_selection
-        by_entropy = sel.selected if chosen == "entropy" else select(x, "entropy", ratio).selected
-        by_gmts = sel.selected if chosen == "gmts" else select(x, "gmts", ratio).selected
+        ratio, chosen, scope = self.selection_ratio, self.token_selection, self.scope
+        by_entropy = (
+            sel.selected if chosen == "entropy" else select(x, "entropy", ratio, scope).selected
+        )
+        by_gmts = sel.selected if chosen == "gmts" else select(x, "gmts", ratio, scope).selected
         metrics = self._metrics[mode]
         metrics["gmts/selected_fraction"].append(float(sel.selected.double().mean()))
         if float(x.grad_proxy.sum()) > 0.0:  # GMTS ranks nothing in a zero-signal batch
@@ -371,3 +419,13 @@ class GMTSGRPOTrainer(GRPOTrainer):
             for name, mask in (("entropy", by_entropy), ("gmts", by_gmts)):
                 cov = gradient_coverage(x.grad_proxy, mask)
                 metrics[f"gmts/gradient_coverage_{name}"].append(cov)
+
+
+class _Defaults:
+    """The GMTS fields' defaults, read from :class:`GMTSGRPOConfig` (one place)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return GMTSGRPOConfig.__dataclass_fields__[name].default
+
+
+_DEFAULTS: Any = _Defaults()

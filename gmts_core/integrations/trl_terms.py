@@ -1,6 +1,7 @@
 """The numbers GMTSGRPOTrainer takes from TRL's outputs, in plain torch (no TRL import, so they
 are tested without a trainer): which loss aggregation each TRL ``loss_type`` is, g from the fused
-kernel's log-probabilities, per-token advantages, and what a micro-batch selected."""
+kernel's log-probabilities, per-token advantages, completions' group ids, and what a micro-batch
+selected."""
 
 from __future__ import annotations
 
@@ -72,6 +73,22 @@ def grad_norm_from_logprob(
     rest = log_sum_sq_prob.double().exp() - p.square()
     rest = torch.minimum(torch.maximum(rest, miss_sq / max(vocab_size - 1, 1)), miss_sq)
     return (miss_sq + rest).sqrt() / temperature
+
+
+GROUP_IDS = "gmts_group_ids"  # the key of each completion's group id in TRL's batch dict
+
+
+def generation_group_ids(
+    rows: int, process_index: int, num_generations: int, device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """Group id of each of this process's ``rows`` completions, (rows,) int64.
+
+    TRL's generation batch is G = ``num_generations`` consecutive completions per prompt over
+    all processes, process p holding rows [p * rows, (p + 1) * rows): the id is the global row
+    // G, so a group split between processes has one id on both.
+    """
+    start = process_index * rows
+    return torch.arange(start, start + rows, device=device) // max(num_generations, 1)
 
 
 def per_token_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -2,12 +2,14 @@
 as steps -> groups, lazily, one step at a time. See :func:`open_run`."""
 
 from gmts_core.runs.base import (
+    NotARunError,
     RunFormatError,
     RunGroup,
     RunStep,
     StepRef,
     UnsafeRunFormatError,
 )
+from gmts_core.runs.limits import CLI_LIMITS, LIMIT_NAMES, RunLimitError, RunLimits
 from gmts_core.runs.registry import READERS, Run, detect_format, list_formats, open_run
 
 # Readers register themselves on import; the order is the detection order (most specific
@@ -20,10 +22,15 @@ from gmts_core.runs import areal as _areal  # noqa: E402,F401  isort: skip
 from gmts_core.runs import jsonl as _jsonl  # noqa: E402,F401  isort: skip
 
 __all__ = [
+    "CLI_LIMITS",
+    "LIMIT_NAMES",
+    "NotARunError",
     "READERS",
     "Run",
     "RunFormatError",
     "RunGroup",
+    "RunLimitError",
+    "RunLimits",
     "RunStep",
     "StepRef",
     "UnsafeRunFormatError",

@@ -18,6 +18,7 @@ from gmts_core.runs.base import (
     jsonl_records,
     require,
 )
+from gmts_core.runs.limits import RunLimits, file_size, scan_folder
 from gmts_core.runs.registry import register_reader
 
 _KNOWN = {"task_id", "sample_idx", "prompt", "completion", "reward"}
@@ -27,31 +28,49 @@ def _root(path: Path) -> Path:
     return path / "rollout" if (path / "rollout").is_dir() else path
 
 
-def _version_dirs(root: Path) -> list[tuple[int, Path]]:
+def _task_files(version: Path, limits: RunLimits) -> list[Path]:
+    return sorted(
+        Path(e.path)
+        for e in scan_folder(version, limits)
+        if e.name.endswith(".jsonl") and e.is_file()
+    )
+
+
+def _version_dirs(
+    root: Path, limits: RunLimits, first_only: bool = False
+) -> list[tuple[int, Path]]:
+    """The version folders holding task files, by version (``first_only``: stop at one)."""
     if not root.is_dir():
         return []
-    return sorted(
-        (int(p.name), p)
-        for p in root.iterdir()
-        if p.is_dir() and p.name.isdigit() and any(p.glob("*.jsonl"))
-    )
+    found = []
+    for e in sorted(scan_folder(root, limits), key=lambda e: e.name):
+        if e.name.isdigit() and e.is_dir() and _task_files(Path(e.path), limits):
+            found.append((int(e.name), Path(e.path)))
+            if first_only:
+                break
+    return sorted(found)
 
 
 class ArealReader:
     name = "areal"
     description = "AReaL rollout dumps (rollout/{version}/{task_id}.jsonl)"
 
-    def detect(self, path: Path) -> bool:
-        return bool(_version_dirs(_root(path)))
+    def detect(self, path: Path, limits: RunLimits) -> bool:
+        return bool(_version_dirs(_root(path), limits, first_only=True))
 
-    def index(self, path: Path) -> list[StepRef]:
-        found = _version_dirs(_root(path))
+    def index(self, path: Path, limits: RunLimits) -> list[StepRef]:
+        found = _version_dirs(_root(path), limits)
         return [StepRef(v, p, last=i == len(found) - 1) for i, (v, p) in enumerate(found)]
 
-    def load(self, ref: StepRef) -> RunStep:
+    def load(self, ref: StepRef, limits: RunLimits) -> RunStep:
         groups = []
-        for task_file in sorted(ref.path.glob("*.jsonl")):
-            records = list(jsonl_records(task_file, tolerate_tail=ref.last))
+        step_bytes = rows = 0
+        for task_file in _task_files(ref.path, limits):
+            step_bytes += file_size(task_file, limits, "max_step_bytes")
+            limits.check("max_step_bytes", step_bytes, f"{ref.path}", "its task files hold more")
+            records = list(jsonl_records(task_file, ref.last, limits=limits, step_file=True))
+            rows += len(records)
+            limits.check("max_step_rows", rows, f"{task_file}", f"the step has {rows:,} samples")
             if not records:
                 continue
             for line, _, obj in records:

@@ -16,6 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from gmts_core.errors import InvalidInputError
+from gmts_core.runs.limits import (
+    RunLimits,
+    bounded_lines,
+    check_text,
+    file_size,
+    scan_folder,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +36,12 @@ class RunFormatError(InvalidInputError):
         self.path, self.line = str(path), line
         where = f"{path}:{line}" if line is not None else str(path)
         super().__init__(f"{where}: {message}")
+
+
+class NotARunError(RunFormatError):
+    """The path is in no format any reader knows (a listing skips it)."""
+
+    code = "not_a_run"
 
 
 class UnsafeRunFormatError(RunFormatError):
@@ -87,25 +100,37 @@ class StepRef:
 
 
 def jsonl_records(
-    path: Path, tolerate_tail: bool, offset: int = 0, first_line: int = 1
+    path: Path,
+    tolerate_tail: bool,
+    offset: int = 0,
+    first_line: int = 1,
+    limits: RunLimits | None = None,
+    step_file: bool = False,
 ) -> Iterator[tuple[int, int, dict[str, Any]]]:
     """(line number, byte offset, object) of each non-empty line of a JSONL file.
 
+    Sizes are checked before parsing (:mod:`gmts_core.runs.limits`): the file's bytes
+    (``max_step_bytes`` for a ``step_file``, a file that is one step, else ``max_file_bytes``),
+    each line's bytes (bounded ``readline``) and, for a ``step_file``, its number of lines.
     A line that is not a JSON object raises :class:`RunFormatError` naming the file and line;
     with ``tolerate_tail`` a last line that has no newline and does not parse (a writer
     still busy, or killed mid-line) is dropped with a warning instead.
     """
+    limits = limits or RunLimits()
+    file_size(path, limits, "max_step_bytes" if step_file else "max_file_bytes")
     with path.open("rb") as f:
         f.seek(offset)
-        number, pos = first_line - 1, offset
-        for raw in f:
-            number += 1
+        pos, rows = offset, 0
+        for number, raw in bounded_lines(f, limits, path, first_line):
             start, pos = pos, pos + len(raw)
             if not raw.strip():
                 continue
+            rows += 1
+            if step_file:
+                limits.check("max_step_rows", rows, f"{path}:{number}", f"{rows:,} lines or more")
             try:
                 obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
                 if tolerate_tail and not raw.endswith(b"\n"):
                     logger.warning("%s:%d: dropping a half-written last line", path, number)
                     return
@@ -114,6 +139,19 @@ def jsonl_records(
                 kind = type(obj).__name__
                 raise RunFormatError(path, number, f"expected a JSON object, got {kind}")
             yield number, start, obj
+
+
+def check_step(step: RunStep, limits: RunLimits) -> RunStep:
+    """Refuse a loaded step whose groups or texts are over ``limits`` (answers per group,
+    characters per prompt and completion): checked before any tokenizer sees them."""
+    limits.check("max_step_rows", step.num_answers, step.source, f"{step.num_answers:,} answers")
+    for g in step.groups:
+        where = g.source or step.source
+        limits.check("max_group_answers", g.size, where, f"the group has {g.size:,} answers")
+        check_text(g.prompt, limits, where, "prompt")
+        for answer in g.answers:
+            check_text(answer, limits, where, "completion")
+    return step
 
 
 def require(obj: dict[str, Any], key: str, path: Path, line: int | None) -> Any:
@@ -182,16 +220,17 @@ def group_by_key(keys: list[str]) -> list[list[int]]:
     return list(groups.values())
 
 
-def numbered_files(folder: Path, pattern: str) -> list[StepRef]:
+def numbered_files(folder: Path, pattern: str, limits: RunLimits) -> list[StepRef]:
     """One :class:`StepRef` per file of ``folder`` whose name matches ``pattern`` (a regex with
-    one group: the step number), sorted by step; the last one is marked ``last``."""
+    one group: the step number), sorted by step; the last one is marked ``last``. The folder
+    listing stops (refused) past ``max_folder_entries``."""
     import re
 
     rx = re.compile(pattern)
     found = sorted(
-        (int(m.group(1)), p)
-        for p in folder.iterdir()
-        if p.is_file() and (m := rx.fullmatch(p.name))
+        (int(m.group(1)), Path(e.path))
+        for e in scan_folder(folder, limits)
+        if (m := rx.fullmatch(e.name)) and e.is_file()
     )
     refs = [StepRef(step, p) for step, p in found]
     if refs:
@@ -199,11 +238,11 @@ def numbered_files(folder: Path, pattern: str) -> list[StepRef]:
     return refs
 
 
-def has_match(folder: Path, pattern: str) -> bool:
+def has_match(folder: Path, pattern: str, limits: RunLimits) -> bool:
     import re
 
     rx = re.compile(pattern)
-    return folder.is_dir() and any(rx.fullmatch(p.name) for p in folder.iterdir())
+    return folder.is_dir() and any(rx.fullmatch(e.name) for e in scan_folder(folder, limits))
 
 
 def readable_parquet(path: Path) -> bool:
@@ -218,6 +257,36 @@ def readable_parquet(path: Path) -> bool:
         return False
 
 
+def read_parquet_step(path: Path, columns: list[str] | None, limits: RunLimits) -> Any:
+    """A step's parquet file as an Arrow table, sizes checked first: the file's bytes, then
+    the footer's rows and column bytes, then (in Arrow, strings still dictionary-encoded) the
+    longest string cell and the strings' expanded size."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gmts_core.runs.limits import check_arrow_strings, check_parquet_footer
+
+    file_size(path, limits, "max_step_bytes")
+    try:
+        parquet = pq.ParquetFile(path)
+        names = parquet.schema_arrow.names
+        wanted = [c for c in (columns or names) if c in names]
+        check_parquet_footer(parquet.metadata, wanted, limits, path)
+        # strings stay dictionary-encoded in Arrow: a repeated value is held once until its
+        # expanded size has been checked (dictionary pages make the footer's sizes small)
+        leaves = [parquet.schema.column(i) for i in range(len(parquet.schema))]
+        byte_leaves = [
+            c.path
+            for c in leaves
+            if c.physical_type == "BYTE_ARRAY" and c.path.split(".")[0] in wanted
+        ]
+        table = pq.ParquetFile(path, read_dictionary=byte_leaves).read(columns=wanted)
+    except (OSError, pa.ArrowException) as exc:
+        raise RunFormatError(path, None, f"not a readable parquet file ({exc})") from None
+    check_arrow_strings(table, limits, path)
+    return table
+
+
 class NumberedFilesReader:
     """The ``detect`` and ``index`` of a reader whose steps are the files of one folder named
     ``file_pattern`` (a regex whose one group is the step number); a subclass names the format
@@ -227,14 +296,14 @@ class NumberedFilesReader:
     file_pattern: str
     parquet: bool = False
 
-    def folder(self, path: Path) -> Path:
+    def folder(self, path: Path, limits: RunLimits) -> Path:
         return path
 
-    def detect(self, path: Path) -> bool:
-        return has_match(self.folder(path), self.file_pattern)
+    def detect(self, path: Path, limits: RunLimits) -> bool:
+        return has_match(self.folder(path, limits), self.file_pattern, limits)
 
-    def index(self, path: Path) -> list[StepRef]:
-        refs = numbered_files(self.folder(path), self.file_pattern)
+    def index(self, path: Path, limits: RunLimits) -> list[StepRef]:
+        refs = numbered_files(self.folder(path, limits), self.file_pattern, limits)
         if self.parquet and refs and not readable_parquet(refs[-1].path):
             logger.warning("%s: dropping a half-written last file", refs[-1].path)
             refs = refs[:-1]

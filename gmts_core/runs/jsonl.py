@@ -24,14 +24,15 @@ from gmts_core.runs.base import (
     prompt_text,
     require,
 )
+from gmts_core.runs.limits import RunLimits, bounded_lines
 from gmts_core.runs.registry import register_reader
 
 logger = logging.getLogger(__name__)
 
 
-def _first_object(path: Path) -> dict[str, Any] | None:
+def _first_object(path: Path, limits: RunLimits) -> dict[str, Any] | None:
     with path.open("rb") as f:
-        for raw in f:
+        for _, raw in bounded_lines(f, limits, path):
             if raw.strip():
                 try:
                     obj = json.loads(raw)
@@ -52,16 +53,16 @@ class JSONLReader:
     name = "jsonl"
     description = "GMTS rollout JSONL (one group per line: prompt, completions, rewards, step)"
 
-    def detect(self, path: Path) -> bool:
+    def detect(self, path: Path, limits: RunLimits) -> bool:
         if not (path.is_file() and path.suffix.lower() == ".jsonl"):
             return False
-        obj = _first_object(path)
+        obj = _first_object(path, limits)
         return obj is not None and "prompt" in obj and ("completions" in obj or "answers" in obj)
 
-    def index(self, path: Path) -> list[StepRef]:
+    def index(self, path: Path, limits: RunLimits) -> list[StepRef]:
         refs: list[StepRef] = []
         seen: set[int] = set()
-        for line, offset, obj in jsonl_records(path, tolerate_tail=True):
+        for line, offset, obj in jsonl_records(path, True, limits=limits):
             step = _step_of(obj, line, path)
             if refs and refs[-1].step == step:
                 continue
@@ -76,12 +77,19 @@ class JSONLReader:
             refs[-1] = StepRef(last.step, last.path, last.offset, last.line, last=True)
         return refs
 
-    def load(self, ref: StepRef) -> RunStep:
-        groups = []
-        for line, _, obj in jsonl_records(ref.path, True, ref.offset, ref.line):
+    def load(self, ref: StepRef, limits: RunLimits) -> RunStep:
+        groups: list[RunGroup] = []
+        start, answers = ref.offset, 0
+        for line, offset, obj in jsonl_records(ref.path, True, ref.offset, ref.line, limits):
             if _step_of(obj, line, ref.path) != ref.step:
                 break
-            groups.append(group_from_line(obj, ref.path, line))
+            where = f"{ref.path}:{line}"
+            limits.check("max_step_bytes", offset - start, where, "the step's lines hold more")
+            limits.check("max_step_rows", len(groups) + 1, where, "the step has more lines")
+            group = group_from_line(obj, ref.path, line)
+            answers += group.size
+            limits.check("max_step_rows", answers, where, f"the step has {answers:,} answers")
+            groups.append(group)
         return RunStep(ref.step, groups, f"{ref.path}:{ref.line}")
 
 

@@ -2,20 +2,30 @@
 
 Each reader is a small class with ``detect(path)`` (does this path look like my format?),
 ``index(path)`` (the steps, cheaply: file names or one streaming pass) and ``load(ref)`` (one
-step). :func:`open_run` picks the reader from the path (or by name) and refuses pickle dumps.
+step), each within a :class:`~gmts_core.runs.limits.RunLimits` budget. :func:`open_run` picks
+the reader from the path (or by name) and refuses pickle dumps.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from gmts_core.cancel import checkpoint
 from gmts_core.errors import InvalidInputError
 from gmts_core.registry import Registry
-from gmts_core.runs.base import RunFormatError, RunStep, StepRef, UnsafeRunFormatError
+from gmts_core.runs.base import (
+    NotARunError,
+    RunFormatError,
+    RunStep,
+    StepRef,
+    UnsafeRunFormatError,
+    check_step,
+)
+from gmts_core.runs.limits import RunLimits, scan_folder
 
 logger = logging.getLogger(__name__)
 
@@ -27,11 +37,11 @@ class RunReader(Protocol):
     name: str
     description: str
 
-    def detect(self, path: Path) -> bool: ...
+    def detect(self, path: Path, limits: RunLimits) -> bool: ...
 
-    def index(self, path: Path) -> list[StepRef]: ...
+    def index(self, path: Path, limits: RunLimits) -> list[StepRef]: ...
 
-    def load(self, ref: StepRef) -> RunStep: ...
+    def load(self, ref: StepRef, limits: RunLimits) -> RunStep: ...
 
 
 READERS: Registry[RunReader] = Registry("run format")
@@ -54,6 +64,7 @@ class Run:
     path: Path
     reader: RunReader
     refs: list[StepRef]
+    limits: RunLimits = field(default_factory=RunLimits)
 
     @property
     def format(self) -> str:
@@ -66,7 +77,7 @@ class Run:
     def step(self, number: int) -> RunStep:
         for ref in self.refs:
             if ref.step == number:
-                return self.reader.load(ref)
+                return self._load(ref)
         raise InvalidInputError(f"{self.path}: no step {number}; steps {_span(self.steps)}")
 
     def iter_steps(self, steps: Iterable[int] | None = None) -> Iterator[RunStep]:
@@ -74,7 +85,11 @@ class Run:
         wanted = None if steps is None else set(steps)
         for ref in self.refs:
             if wanted is None or ref.step in wanted:
-                yield self.reader.load(ref)
+                yield self._load(ref)
+
+    def _load(self, ref: StepRef) -> RunStep:
+        checkpoint()
+        return check_step(self.reader.load(ref, self.limits), self.limits)
 
 
 def _span(steps: list[int]) -> str:
@@ -83,10 +98,24 @@ def _span(steps: list[int]) -> str:
     return f"{steps[0]}..{steps[-1]} ({len(steps)} steps)"
 
 
-def _pickle_files(path: Path) -> list[Path]:
+def _pickle_files(path: Path, limits: RunLimits, depth: int = 3) -> list[Path]:
+    """Up to 3 pickle files in ``path`` and its folders (``depth`` levels; each listing
+    bounded by ``max_folder_entries``)."""
     if path.is_file():
         return [path] if path.suffix.lower() in PICKLE_SUFFIXES else []
-    return sorted(p for p in path.rglob("*") if p.suffix.lower() in PICKLE_SUFFIXES)[:3]
+    found, folders = [], [path]
+    for _ in range(depth):
+        below = []
+        for folder in folders:
+            for e in sorted(scan_folder(folder, limits), key=lambda e: e.name):
+                if e.is_dir(follow_symlinks=False):
+                    below.append(Path(e.path))
+                elif e.name.lower().endswith(PICKLE_SUFFIXES):
+                    found.append(Path(e.path))
+        if found or not below:
+            break
+        folders = below[:64]
+    return found[:3]
 
 
 def _refuse_pickle(files: list[Path]) -> UnsafeRunFormatError:
@@ -99,31 +128,34 @@ def _refuse_pickle(files: list[Path]) -> UnsafeRunFormatError:
     )
 
 
-def detect_format(path: Path) -> str:
+def detect_format(path: Path, limits: RunLimits | None = None) -> str:
     """The name of the first registered reader that recognizes ``path``."""
+    limits = limits or RunLimits()
     if not path.exists():
         raise InvalidInputError(f"{path}: no such file or folder")
     for name in READERS.names():
-        if READERS.get(name).detect(path):
+        if READERS.get(name).detect(path, limits):
             return name
-    pickles = _pickle_files(path)
+    pickles = _pickle_files(path, limits)
     if pickles:
         raise _refuse_pickle(pickles)
-    raise RunFormatError(
+    raise NotARunError(
         path,
         None,
         "not a run this tool can read; known formats: " + ", ".join(READERS.names()),
     )
 
 
-def open_run(path: str | Path, fmt: str | None = None) -> Run:
-    """Open a run folder or file; ``fmt`` forces a format (see :func:`list_formats`)."""
+def open_run(path: str | Path, fmt: str | None = None, limits: RunLimits | None = None) -> Run:
+    """Open a run folder or file; ``fmt`` forces a format (see :func:`list_formats`).
+    ``limits`` bounds every reading of the run (default: the server's :class:`RunLimits`)."""
     path = Path(path)
+    limits = limits or RunLimits()
     if path.is_file() and path.suffix.lower() in PICKLE_SUFFIXES:
         raise _refuse_pickle([path])
-    name = fmt or detect_format(path)
+    name = fmt or detect_format(path, limits)
     reader = READERS.get(name)
-    refs = reader.index(path)
+    refs = reader.index(path, limits)
     if not refs:
         raise RunFormatError(path, None, f"no steps found ({name} format)")
-    return Run(path, reader, refs)
+    return Run(path, reader, refs, limits)

@@ -19,6 +19,7 @@ from gmts_core.runs.base import (
     jsonl_records,
     require,
 )
+from gmts_core.runs.limits import RunLimits
 from gmts_core.runs.registry import register_reader
 
 FILE_PATTERN = r"rollout_dump_data\.step_(\d+)\.jsonl"
@@ -30,13 +31,14 @@ class ROLLReader(NumberedFilesReader):
     description = "ROLL rollout_dump_dir (rollout_dump_data.step_N.jsonl, column-oriented)"
     file_pattern = FILE_PATTERN
 
-    def load(self, ref: StepRef) -> RunStep:
-        records = list(jsonl_records(ref.path, tolerate_tail=ref.last))
+    def load(self, ref: StepRef, limits: RunLimits) -> RunStep:
+        records = list(jsonl_records(ref.path, ref.last, limits=limits, step_file=True))
         if not records:
             raise RunFormatError(ref.path, None, "empty file")
         line, _, obj = records[0]
         cols = {c: require(obj, c, ref.path, line) for c in ("prompt", "responses", "scores")}
-        n = len(cols["responses"])
+        n = len(cols["responses"]) if isinstance(cols["responses"], list) else 0
+        limits.check("max_step_rows", n, f"{ref.path}:{line}", f"the step has {n:,} responses")
         for name, values in obj.items():
             if not isinstance(values, list) or len(values) != n:
                 got = len(values) if isinstance(values, list) else type(values).__name__

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from gmts_core.runs.base import (
     NumberedFilesReader,
@@ -26,7 +25,9 @@ from gmts_core.runs.base import (
     StepRef,
     group_by_key,
     has_match,
+    read_parquet_step,
 )
+from gmts_core.runs.limits import RunLimits
 from gmts_core.runs.registry import register_reader
 
 FOLDER = "gmts_selection"
@@ -65,8 +66,8 @@ PER_TOKEN = (
 )
 
 
-def log_folder(path: Path) -> Path:
-    return path / FOLDER if has_match(path / FOLDER, FILE_PATTERN) else path
+def log_folder(path: Path, limits: RunLimits) -> Path:
+    return path / FOLDER if has_match(path / FOLDER, FILE_PATTERN, limits) else path
 
 
 class TrainerLogReader(NumberedFilesReader):
@@ -75,14 +76,11 @@ class TrainerLogReader(NumberedFilesReader):
     file_pattern = FILE_PATTERN
     parquet = True
 
-    def folder(self, path: Path) -> Path:
-        return log_folder(path)
+    def folder(self, path: Path, limits: RunLimits) -> Path:
+        return log_folder(path, limits)
 
-    def load(self, ref: StepRef) -> RunStep:
-        try:
-            table = pq.read_table(ref.path)
-        except (OSError, pa.ArrowException) as exc:
-            raise RunFormatError(ref.path, None, f"not a readable parquet file ({exc})") from None
+    def load(self, ref: StepRef, limits: RunLimits) -> RunStep:
+        table = read_parquet_step(ref.path, [n for n, _ in TOKEN_COLUMNS], limits)
         missing = [n for n, _ in TOKEN_COLUMNS if n not in table.column_names]
         if missing:
             raise RunFormatError(ref.path, None, f"missing column {missing[0]!r}")

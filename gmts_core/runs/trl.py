@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from gmts_core.runs.base import (
     NumberedFilesReader,
@@ -29,15 +28,18 @@ from gmts_core.runs.base import (
     group_by_key,
     has_match,
     prompt_text,
+    read_parquet_step,
 )
+from gmts_core.runs.limits import RunLimits
 from gmts_core.runs.registry import register_reader
 
 FILE_PATTERN = r"completions_(\d+)\.parquet"
 _SKIP = {"step", "prompt", "completion", "advantage", "image", "images"}
 
 
-def completions_folder(path: Path) -> Path:
-    return path / "completions" if has_match(path / "completions", FILE_PATTERN) else path
+def completions_folder(path: Path, limits: RunLimits) -> Path:
+    inner = path / "completions"
+    return inner if has_match(inner, FILE_PATTERN, limits) else path
 
 
 class TRLReader(NumberedFilesReader):
@@ -46,14 +48,11 @@ class TRLReader(NumberedFilesReader):
     file_pattern = FILE_PATTERN
     parquet = True
 
-    def folder(self, path: Path) -> Path:
-        return completions_folder(path)
+    def folder(self, path: Path, limits: RunLimits) -> Path:
+        return completions_folder(path, limits)
 
-    def load(self, ref: StepRef) -> RunStep:
-        try:
-            table = pq.read_table(ref.path)
-        except (OSError, pa.ArrowException) as exc:
-            raise RunFormatError(ref.path, None, f"not a readable parquet file ({exc})") from None
+    def load(self, ref: StepRef, limits: RunLimits) -> RunStep:
+        table = read_parquet_step(ref.path, None, limits)
         names = table.column_names
         for col in ("prompt", "completion"):
             if col not in names:

@@ -17,6 +17,7 @@ from gmts_core.runs.base import (
     jsonl_records,
     require,
 )
+from gmts_core.runs.limits import RunLimits
 from gmts_core.runs.registry import register_reader
 
 FILE_PATTERN = r"(\d+)\.jsonl"
@@ -28,8 +29,11 @@ class VerlReader(NumberedFilesReader):
     description = "verl trainer.rollout_data_dir ({step}.jsonl: input, output, gts, score, step)"
     file_pattern = FILE_PATTERN
 
-    def load(self, ref: StepRef) -> RunStep:
-        records = [(line, obj) for line, _, obj in jsonl_records(ref.path, tolerate_tail=ref.last)]
+    def load(self, ref: StepRef, limits: RunLimits) -> RunStep:
+        records = [
+            (line, obj)
+            for line, _, obj in jsonl_records(ref.path, ref.last, limits=limits, step_file=True)
+        ]
         keys = []
         for line, obj in records:
             for col in ("input", "output", "score"):

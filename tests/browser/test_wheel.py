@@ -74,7 +74,7 @@ def test_wheel_installs_and_serves_the_ui_with_its_assets(tmp_path: Path, chromi
     venv = fresh_venv(tmp_path, wheel)
     where = tmp_path / "elsewhere"
     where.mkdir()
-    code = "import app.ui as u; print(u.STATIC_DIR)"
+    code = "import app.ui.assets as u; print(u.STATIC_DIR)"
     located = run(venv / "bin" / "python", "-c", code, cwd=where)
     assert Path(located.strip()).is_relative_to(venv)  # the installed copy, not this checkout
     port = free_port()

@@ -8,7 +8,12 @@ from fastapi import APIRouter, Query
 
 from app.api.deps import ServicesDep
 from app.api.routes.common import error_responses
-from app.schemas.runs import RunOverviewResponse, RunsResponse, RunStepResponse
+from app.schemas.runs import (
+    RunMetricsResponse,
+    RunOverviewResponse,
+    RunsResponse,
+    RunStepResponse,
+)
 from app.services.runs import DEFAULT_METHODS, StepOptions
 
 router = APIRouter(tags=["runs"])
@@ -35,6 +40,40 @@ def run_overview(run_id: str, services: ServicesDep) -> RunOverviewResponse:
 
 
 @router.get(
+    "/runs/{run_id}/metrics",
+    response_model=RunMetricsResponse,
+    summary="A run's analysis rows over steps, computed in the background: poll for progress.",
+    responses=error_responses(401, 404, 413, 422),
+)
+def run_metrics(
+    run_id: str,
+    services: ServicesDep,
+    model: Annotated[str | None, Query(max_length=256)] = None,
+    ratio: Annotated[float, Query(gt=0, le=1)] = 0.2,
+    methods: Annotated[str, Query(max_length=512, description="Comma-separated.")] = ",".join(
+        DEFAULT_METHODS
+    ),
+    reward: Annotated[
+        str | None, Query(max_length=64, description="Rule for groups without rewards.")
+    ] = None,
+) -> RunMetricsResponse:
+    options = _options(model, ratio, "batch", methods, reward)
+    return services.run_metrics.get(run_id, options)
+
+
+def _options(
+    model: str | None, ratio: float, scope: str, methods: str, reward: str | None
+) -> StepOptions:
+    return StepOptions(
+        model=model,
+        ratio=ratio,
+        scope=scope,
+        methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
+        reward_kind=reward,
+    )
+
+
+@router.get(
     "/runs/{run_id}/steps/{step}",
     response_model=RunStepResponse,
     summary="One step's groups: the mask a trainer log applied, or an analysis on demand.",
@@ -54,11 +93,5 @@ async def run_step(
         str | None, Query(max_length=64, description="Rule for groups without rewards.")
     ] = None,
 ) -> RunStepResponse:
-    options = StepOptions(
-        model=model,
-        ratio=ratio,
-        scope=scope,
-        methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
-        reward_kind=reward,
-    )
+    options = _options(model, ratio, scope, methods, reward)
     return await services.runs.step_view(run_id, step, options)

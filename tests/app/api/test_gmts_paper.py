@@ -14,7 +14,7 @@ from app.cli._app import cli
 from app.core.config import Settings
 from app.services.bodies import as_json
 from app.services.catalog import capabilities
-from app.ui.explore import method_choices
+from app.ui.choices import method_choices
 from tests.app.api_helpers import given_body
 
 

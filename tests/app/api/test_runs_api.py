@@ -141,3 +141,21 @@ def test_the_ui_backends_agree_local_and_remote(run_root: Path, tmp_path: Path) 
         assert remote.run_overview("logged") == local.run_overview("logged")
         params = {"model": "tiny-arith", "ratio": 0.2, "methods": "entropy,gmts"}
         assert remote.run_step("logged", 2, params) == local.run_step("logged", 2, params)
+
+
+@pytest.mark.parametrize("run_id", ["trl", "logged"])
+def test_metrics_over_steps_are_computed_in_the_background(client: TestClient, run_id: str) -> None:
+    params = {"model": "tiny-arith", "methods": "entropy,gmts"}
+    first = client.get(f"/v1/runs/{run_id}/metrics", params=params)
+    assert first.status_code == 200, first.text
+    assert first.json()["steps_total"] == len(client.get(f"/v1/runs/{run_id}").json()["steps"])
+    assert client.app.state.services.run_metrics.wait(300)  # type: ignore[attr-defined]
+    body = client.get(f"/v1/runs/{run_id}/metrics", params=params).json()
+    assert not body["running"] and body["error"] is None
+    assert body["steps_done"] == body["steps_total"] == len(body["reports"])
+    report = body["reports"][-1]
+    assert set(report["gradient_coverage"]) >= {"entropy", "gmts"}
+    assert not report["source"].startswith("/")
+    if run_id == "trl":  # the same numbers as the step view's on-demand analysis
+        step = client.get(f"/v1/runs/trl/steps/{report['step']}", params=params).json()
+        assert step["report"]["gradient_coverage"] == pytest.approx(report["gradient_coverage"])

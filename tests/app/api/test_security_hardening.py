@@ -19,8 +19,8 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.ui import render_changes
-from app.ui.explore import explore_view
+from app.ui.tabs.train import changes as render_changes
+from app.ui.tabs.explore.view import explore_view
 from tests.app.api_helpers import TINY, LiveServer, given_body, make_settings
 
 EVIL = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'

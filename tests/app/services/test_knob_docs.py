@@ -65,7 +65,7 @@ def test_cli_help_shows_the_knobs_help_and_range() -> None:
 
 
 def test_explore_sliders_show_the_knobs_help_within_its_bounds() -> None:
-    from app.ui.explore_controls import knob_slider
+    from app.ui.tabs.explore.controls import knob_slider
 
     ratio = knob_slider("ratio", 0.05, 5.0, step=0.05, label="Selection ratio")
     assert ratio.info == knob_info(AnalysisConfig, "ratio")[0]

@@ -8,8 +8,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.ui import STATIC_DIR, api_key_login, ui_head
+from app.ui.assets import STATIC_DIR
 from app.ui.client import LocalBackend, RemoteBackend, make_backend
+from app.ui.mount import api_key_login, ui_head
 from gmts_core.errors import GMTSError
 from tests.app.api_helpers import make_settings
 

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from app.services.bodies import analysis_json
-from app.ui import batch, charts, palette, render, train_charts
+from app.ui import charts, palette, render
+from app.ui.tabs.explore import batch
+from app.ui.tabs.train import charts as train_charts
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec, analyze
 from gmts_core.modeling import load_model
 from tests.app.api_helpers import TINY

@@ -20,7 +20,6 @@ import pytest
 from app.core.config import Settings
 from app.live_server import free_port
 from app.services.catalog import method_infos
-from app.ui import extra_tabs
 from app.ui.blocks import build_blocks
 from app.ui.client import RemoteBackend
 
@@ -79,7 +78,7 @@ def test_remote_ui_lists_the_servers_methods_rules_and_limits(server_url: str) -
     caps = backend.capabilities()
     listed = {m["name"]: m["description"] for m in caps["methods"]}
     assert listed["server_only"] == "a method only the server registered"
-    blocks = build_blocks(backend, Settings(api_url=server_url), extra_tabs())
+    blocks = build_blocks(backend, Settings(api_url=server_url))
     for elem_id in ("method-a", "method-b", "train-method", "compare-methods"):
         assert "server_only" in _choices(blocks, elem_id), elem_id
     assert "server_rule" in _choices(blocks, "reward-kind")

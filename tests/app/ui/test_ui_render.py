@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from app.services.bodies import analysis_json
-from app.ui import charts, learn, render
+from app.ui import charts, render
+from app.ui.tabs.learn import learn
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec, analyze
 from gmts_core.modeling import load_model
 from tests.app.api_helpers import TINY

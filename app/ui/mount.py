@@ -1,0 +1,75 @@
+"""Mounting the Gradio explorer UI at ``/ui`` on the FastAPI app.
+
+``mount_ui(app, settings, services)`` builds the Blocks against the local service layer, or
+against a remote GMTS server when ``settings.api_url`` is set, and serves the renderer's
+CSS/JS. The assets ship inside the package (``app/ui/static``: in the source tree a link to the
+top-level ``static/``, in a wheel the files themselves), found through importlib.resources.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Callable
+
+import gradio as gr
+from fastapi import FastAPI
+from fastapi.responses import FileResponse
+
+from app.core.config import Settings
+from app.services.container import Services
+from app.ui.assets import FAVICON, STATIC_DIR
+from app.ui.blocks import build_blocks
+from app.ui.client import make_backend
+
+logger = logging.getLogger(__name__)
+
+UI_PATH = "/ui"
+
+
+def ui_head() -> str:
+    """The ``<head>`` addition: the tooltip script, inlined so it works behind any root path."""
+    js = (STATIC_DIR / "gmts.js").read_text(encoding="utf-8")
+    return f"<script>{js}</script>"
+
+
+def api_key_login(api_key: str | None) -> Callable[[str, str], bool] | None:
+    """When the server has an API key, the UI asks for it as a password (any user name)."""
+    if not api_key:
+        return None
+
+    def check(_username: str, password: str) -> bool:
+        return hmac.compare_digest(password.encode(), api_key.encode())
+
+    return check
+
+
+def mount_ui(app: FastAPI, settings: Settings, services: Services, path: str = UI_PATH) -> FastAPI:
+    """Mount the explorer at ``path`` (default ``/ui``); returns the app."""
+    backend = make_backend(settings, services)
+    blocks = build_blocks(backend, settings)
+    logger.info("mounting the UI at %s (%s backend)", path, backend.label)
+    _add_favicon(app)
+    return gr.mount_gradio_app(
+        app,
+        blocks,
+        path=path,
+        auth=api_key_login(settings.api_key_value),
+        auth_message="This server requires its API key (GMTS_API_KEY) as the password.",
+        css_paths=[STATIC_DIR / "gmts.css"],
+        head=ui_head(),
+        ssr_mode=False,
+        footer_links=[],
+    )
+
+
+def _add_favicon(app: FastAPI) -> None:
+    """``/favicon.ico`` at the root, where browsers ask for it (a 404 would fill the logs)."""
+
+    def favicon() -> FileResponse:
+        return FileResponse(FAVICON, media_type="image/x-icon")
+
+    app.add_api_route("/favicon.ico", favicon, methods=["GET"], include_in_schema=False)
+
+
+__all__ = ["UI_PATH", "api_key_login", "mount_ui", "ui_head"]

@@ -1,0 +1,133 @@
+"""The Compare tab's wiring: the form, Run compare (with progress), loading a compare.json, the
+figures, the table and the downloads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from app.reports.compare_report import TABLE_HEADER
+from app.services.compare import CompareResult, load_compare_file, result_from_dict
+from app.ui.choices import method_choices
+from app.ui.context import Tab, UIContext, call
+from app.ui.tabs.compare.view import (
+    FIGURE_LABELS,
+    FIGURES,
+    RL_KNOBS,
+    RUN_KNOBS,
+    UI_COMPARE,
+    compare_view,
+    form_config,
+    form_default,
+    write_downloads,
+)
+
+FORM_FIELDS = ["model", "methods", *RUN_KNOBS, *RL_KNOBS]
+
+
+def _controls(ctx: UIContext) -> dict[str, Any]:
+    models, default_model = ctx.backend.models()
+    c: dict[str, Any] = {}
+    c["model"] = gr.Dropdown(models, value=default_model, label="Model", allow_custom_value=True)
+    c["methods"] = gr.CheckboxGroup(
+        method_choices(ctx.capabilities),
+        value=list(UI_COMPARE.methods),
+        label="Methods",
+        elem_id="compare-methods",
+    )
+    d = form_default
+    with gr.Row():
+        c["ratio"] = gr.Slider(0.05, 1.0, d("ratio"), step=0.05, label="Ratio")
+        c["steps"] = gr.Slider(1, 30, d("steps"), step=1, label="Steps", elem_id="compare-steps")
+        c["seeds"] = gr.Slider(1, 3, d("seeds"), step=1, label="Seeds", elem_id="compare-seeds")
+        c["group_size"] = gr.Slider(
+            2, 16, d("group_size"), step=1, label="Group size G", elem_id="compare-g"
+        )
+        c["prompts_per_step"] = gr.Slider(
+            1, 8, d("prompts_per_step"), step=1, label="Prompts per step", elem_id="compare-prompts"
+        )
+    with gr.Row():
+        c["max_new_tokens"] = gr.Slider(
+            8, 128, d("max_new_tokens"), step=4, label="Max new tokens", elem_id="compare-max-new"
+        )
+        c["learning_rate"] = gr.Number(
+            d("learning_rate"), label="Learning rate", minimum=0, maximum=1, step=1e-5
+        )
+        c["eval_every"] = gr.Slider(
+            1, 30, d("eval_every"), step=1, label="Evaluate every", elem_id="compare-ee"
+        )
+        c["eval_problems"] = gr.Slider(
+            10, 400, d("eval_problems"), step=10, label="Held-out problems", elem_id="compare-eval"
+        )
+    return {name: c[name] for name in FORM_FIELDS}
+
+
+def _outputs() -> list[Any]:
+    summary = gr.Markdown(elem_id="compare-summary")
+    table = gr.Dataframe(
+        headers=TABLE_HEADER, label="Final table (± std with several seeds)", interactive=False,
+        elem_id="compare-table",
+    )  # fmt: skip
+    plots = []
+    for i in range(0, len(FIGURES), 2):
+        with gr.Row():
+            plots += [
+                gr.Plot(
+                    label=FIGURE_LABELS[k],
+                    elem_id=f"compare-{k.replace('_', '-')}-plot",
+                    min_width=300,
+                )
+                for k in FIGURES[i : i + 2]
+            ]
+    return [summary, table, *plots]
+
+
+def build_compare_tab(ctx: UIContext) -> None:
+    """Compare: run a small comparison here, or load a finished compare.json."""
+    gr.Markdown(
+        "Every method trains from the **same start with the same batches** (per seed) on the "
+        "demo task. Small runs here (the server runs one heavy job at a time); for the full "
+        "table run `gmts compare --out DIR` and load `DIR/compare.json`."
+    )
+    form = _controls(ctx)
+    with gr.Row():
+        run_btn = gr.Button("Run compare", variant="primary", elem_id="compare-run-btn")
+        upload = gr.File(
+            label="…or load compare.json", file_types=[".json"], elem_id="compare-upload"
+        )
+    with gr.Row():
+        json_btn = gr.DownloadButton("Download JSON", visible=False, elem_id="compare-json")
+        html_btn = gr.DownloadButton("Download HTML", visible=False, elem_id="compare-html")
+    outputs = [*_outputs(), json_btn, html_btn]
+
+    def show(result: CompareResult) -> list[Any]:
+        json_path, html_path = write_downloads(result)
+        return [
+            *compare_view(result),
+            gr.DownloadButton(value=str(json_path), visible=True),
+            gr.DownloadButton(value=str(html_path), visible=True),
+        ]
+
+    def run(*values: Any, progress: Any = gr.Progress()) -> list[Any]:
+        form = dict(zip(FORM_FIELDS, values, strict=True))
+        model = form.pop("model")
+        config = call(lambda: form_config(**form))
+
+        def tick(done: int, total: int, label: str) -> None:
+            progress((done, total), desc=label)
+
+        data = call(lambda: ctx.backend.compare(model, config, tick))
+        return show(call(lambda: result_from_dict(data)))
+
+    def load(path: str | None) -> list[Any]:
+        if not path:
+            raise gr.Error("Choose a compare.json file (written by `gmts compare --out DIR`).")
+        return show(call(lambda: load_compare_file(path)))
+
+    run_btn.click(run, list(form.values()), outputs)
+    upload.upload(load, [upload], outputs)
+
+
+TAB = Tab("Compare", "compare", build_compare_tab)

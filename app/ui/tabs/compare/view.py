@@ -1,0 +1,94 @@
+"""The Compare tab: selection methods compared by training, run here or loaded from a file.
+
+A run goes through the backend to the compare service (the local backend only: it holds a job
+slot for the whole run and the server's per-step limits apply, so the UI keeps its sizes small);
+a finished run of ``gmts compare --out DIR`` is loaded from ``DIR/compare.json``. Either way the
+tab shows what ``compare.html`` shows, built by the same functions
+(:mod:`app.reports.compare_report`): held-out
+accuracy and training reward per method (mean ± std band over seeds), the wasted share of each
+method's selection per step, and the final table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from app.reports.compare_report import TABLE_HEADER, compare_figures, table_rows
+from app.services.catalog import RL_DEFAULTS
+from app.services.compare import (
+    CompareConfig,
+    CompareResult,
+    compare_config,
+    write_outputs,
+)
+from app.ui.palette import method_color
+
+Json = dict[str, Any]
+FIGURES = ("accuracy", "reward", "wasted_share", "loss")
+FIGURE_LABELS = {
+    "accuracy": "Held-out accuracy",
+    "reward": "Training reward",
+    "wasted_share": "Wasted share",
+    "loss": "Loss",
+}
+
+
+# The tab's preset: small runs (about a minute on 2 CPU cores) over the RL defaults. The form
+# shows these knobs of the compare (RUN_KNOBS) and of its GRPO steps (RL_KNOBS), at these values.
+UI_COMPARE = CompareConfig(
+    methods=("entropy", "gmts"),
+    steps=6,
+    seeds=1,
+    eval_every=3,
+    eval_problems=50,
+    rl=dataclasses.replace(RL_DEFAULTS, group_size=4, prompts_per_step=2, max_new_tokens=48),
+)
+RUN_KNOBS = ("ratio", "steps", "seeds", "eval_every", "eval_problems")
+RL_KNOBS = ("group_size", "prompts_per_step", "max_new_tokens", "learning_rate")
+
+
+def form_default(name: str) -> Any:
+    """The preset's value of the form knob ``name``."""
+    return getattr(UI_COMPARE, name) if name in RUN_KNOBS else getattr(UI_COMPARE.rl, name)
+
+
+def form_config(methods: Sequence[str], **knobs: Any) -> CompareConfig:
+    """The run's config: the form's ``knobs`` (any of RUN_KNOBS and RL_KNOBS; the preset's
+    where left out) over the RL defaults, validated."""
+    run = {k: knobs.get(k, form_default(k)) for k in RUN_KNOBS}
+    rl = {k: type(form_default(k))(knobs[k]) for k in RL_KNOBS if k in knobs}  # sliders: floats
+    return compare_config(tuple(methods or ()), **run, base=UI_COMPARE.rl, **rl)
+
+
+# --- the view ---------------------------------------------------------------------------------
+
+
+def summary_markdown(result: CompareResult) -> str:
+    c = result.config
+    return (
+        f"**{result.model}** · methods {', '.join(c.methods)} · ratio {c.ratio:g} · "
+        f"{c.steps} steps × {c.seeds} seed(s) · G = {c.rl.group_size}, "
+        f"{c.rl.prompts_per_step} prompts per step · held-out problems {c.eval_problems} · "
+        f"start accuracy **{result.start_accuracy:.3f}** · wall time {result.seconds:.0f} s"
+    )
+
+
+def compare_view(result: CompareResult) -> list[Any]:
+    """Summary, final table and the four figures, in ``FIGURES`` order."""
+    figs = compare_figures(result, method_color)
+    table = pd.DataFrame(table_rows(result), columns=TABLE_HEADER)
+    return [summary_markdown(result), table, *(figs[k] for k in FIGURES)]
+
+
+def write_downloads(result: CompareResult) -> tuple[Path, Path]:
+    """compare.json and compare.html of ``result`` in a fresh temporary folder."""
+    json_path, html_path, _table = write_outputs(
+        result, Path(tempfile.mkdtemp(prefix="gmts-compare-"))
+    )
+    return json_path, html_path

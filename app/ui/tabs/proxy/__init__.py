@@ -1,0 +1,1 @@
+"""The "Proxy check" tab: each selection score against exact per-token gradient norms."""

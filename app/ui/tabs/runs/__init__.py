@@ -1,0 +1,1 @@
+"""The Runs tab: training runs read from disk, step by step."""

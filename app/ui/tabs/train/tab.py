@@ -1,0 +1,144 @@
+"""The Train tab's wiring: the knobs (at ``TrainForm``'s defaults, within the backend's limits),
+Run steps (with progress), Reset, the curves, the history and the last batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict
+from typing import Any
+
+import gradio as gr
+
+from app.services.catalog import rl_knob
+from app.ui.choices import method_choices
+from app.ui.context import Tab, UIContext, call
+from app.ui.render import Json, placeholder
+from app.ui.tabs.train.view import (
+    HISTORY_HEADERS,
+    TrainForm,
+    reset_session,
+    run_steps,
+    session_markdown,
+)
+
+FORM_FIELDS = [name for name in asdict(TrainForm())]
+
+
+def help_of(knob: str) -> str:
+    """A GRPO knob's one line of help, as documented on RLConfig."""
+    return rl_knob(knob)[0]
+
+
+def _controls(ctx: UIContext) -> dict[str, Any]:
+    """The knobs, at the tab's defaults (``TrainForm``) within this server's limits."""
+    d = TrainForm()
+    models, default_model = ctx.backend.models()
+    limits = ctx.capabilities["limits"]  # the backend's limits
+    max_steps = int(limits["max_session_steps"])
+    max_prompts = int(limits.get("max_step_prompts", 64))
+    c: dict[str, Any] = {}
+    with gr.Row():
+        c["model"] = gr.Dropdown(
+            models, value=default_model, label="Model", allow_custom_value=True
+        )
+        c["method"] = gr.Dropdown(
+            method_choices(ctx.capabilities),
+            value=d.method,
+            label="Selection method",
+            elem_id="train-method",
+        )
+        c["ratio"] = gr.Slider(
+            0.05, 1.0, d.ratio, step=0.05, label="Ratio", info=help_of("ratio"),
+            elem_id="train-ratio",
+        )  # fmt: skip
+        c["learning_rate"] = gr.Number(
+            d.learning_rate, label="Learning rate", minimum=0, maximum=1, step=1e-5,
+            elem_id="train-lr", info="1.5e-4 learns on the demo model; above 1e-3 it collapses",
+        )  # fmt: skip
+    with gr.Row():
+        c["group_size"] = gr.Slider(2, 16, d.group_size, step=1, label="Group size G",
+                                    info=help_of("group_size"), elem_id="train-g")  # fmt: skip
+        c["prompts_per_step"] = gr.Slider(
+            1, max_prompts, min(d.prompts_per_step, max_prompts), step=1,
+            label="Prompts per step", elem_id="train-prompts",
+        )  # fmt: skip
+        # at most the backend's limit (a slider needs two distinct ends)
+        max_new = max(9, min(128, int(limits["max_new_tokens"])))
+        c["max_new_tokens"] = gr.Slider(
+            8, max_new, min(d.max_new_tokens, max_new), step=4, label="Max new tokens",
+            info=help_of("max_new_tokens"), elem_id="train-max-new",
+        )  # fmt: skip
+        c["steps"] = gr.Slider(
+            1, max_steps, min(d.steps, max_steps), step=1, label="Steps per run",
+            elem_id="train-steps",
+        )  # fmt: skip
+    with gr.Row():
+        c["eval_problems"] = gr.Slider(
+            0, 400, d.eval_problems, step=10, label="Held-out problems (0: skip)",
+            elem_id="train-eval",
+        )  # fmt: skip
+        c["inner_steps"] = gr.Slider(
+            1, 8, d.inner_steps, step=1, label="Updates per batch", elem_id="train-inner"
+        )
+        c["warmup_steps"] = gr.Slider(
+            0, 20, d.warmup_steps, step=1, label="Warm-up steps", elem_id="train-warmup"
+        )
+        c["seed"] = gr.Number(d.seed, precision=0, label="Seed", minimum=0)
+    return {name: c[name] for name in FORM_FIELDS}
+
+
+def _outputs() -> list[Any]:
+    status = gr.Markdown(session_markdown(None), elem_id="train-session")
+    with gr.Row():
+        reward = gr.Plot(label="Reward", elem_id="train-reward-plot", min_width=300)
+        loss = gr.Plot(label="Loss", elem_id="train-loss-plot", min_width=300)
+    wasted = gr.Plot(label="Wasted share", elem_id="train-wasted-plot")
+    gr.Markdown("#### The last batch: selected tokens and their log-prob change")
+    batch = gr.HTML(
+        placeholder("Run a step to see the batch it trained on."), elem_id="train-batch"
+    )
+    table = gr.Dataframe(
+        headers=HISTORY_HEADERS, label="Step history", interactive=False, elem_id="train-history"
+    )
+    return [status, reward, loss, wasted, table, batch]
+
+
+def build_train_tab(ctx: UIContext) -> None:
+    """Train: knobs, Run N steps (with progress), Reset, curves, history, the last batch."""
+    gr.Markdown(
+        "Live GRPO on **your own copy** of the model (the base model is never changed). Each "
+        "step samples G answers for demo-task prompts, rewards them, and trains on the tokens "
+        "the method selects. The defaults (16 prompts × G = 8, lr 1.5e-4, 2 updates per batch, "
+        "5 warm-up steps) raise held-out accuracy within one run of 20 steps. Same seed, same "
+        "batches: switch the method (or press Reset) and the run so far stays on the chart, "
+        "faded, for comparison."
+    )
+    form = _controls(ctx)
+    with gr.Row():
+        run_btn = gr.Button("Run steps", variant="primary", elem_id="train-run-btn")
+        reset_btn = gr.Button("Reset to the start", elem_id="train-reset-btn")
+    session = gr.State(None)  # this browser tab's session id, created on the first run
+    earlier = gr.State([])  # curves of earlier runs, drawn faded (app.ui.tabs.train.earlier_runs)
+    outputs = [session, *_outputs(), earlier]
+
+    def run(
+        session_id: str | None, runs: list[Json], *values: Any, progress: Any = gr.Progress()
+    ) -> Iterator[Any]:
+        f = TrainForm(**dict(zip(FORM_FIELDS, values, strict=True)))
+        steps = run_steps(ctx.backend, session_id, f, progress, runs or [])
+        while (view := call(lambda: next(steps, None))) is not None:
+            shown = list(view.values())
+            if not view.final:  # mid-run: the curves and status move; table and batch at the end
+                shown[5:7] = [gr.skip(), gr.skip()]
+            yield shown
+
+    run_btn.click(run, [session, earlier, *form.values()], outputs)
+    reset_btn.click(
+        lambda sid, runs: call(lambda: reset_session(ctx.backend, sid, runs or [])).values(),
+        [session, earlier],
+        outputs,
+    )
+
+
+TAB = Tab("Train", "train", build_train_tab)

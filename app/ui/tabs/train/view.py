@@ -1,0 +1,284 @@
+"""The Train tab: live GRPO steps on a private session, with curves and per-token changes.
+
+Each browser tab gets its own session (a ``gr.State`` holding its id, created on the first run)
+through the backend's ``/v1/sessions`` methods, so the UI works the same against the local
+service layer and a remote server. "Run N steps" sends one step request per step, so the
+progress bar and the curves move after every step and other users' jobs can run in between.
+Everything above the Gradio wiring at the bottom is free of Gradio and tested on its own: the
+figures and tables only arrange the session's history (``GET /v1/sessions/{id}``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from app.services.catalog import RL_DEFAULTS
+from app.services.errors import SessionNotFoundError
+from app.ui import status
+from app.ui.client import Backend
+from app.ui.render import Json, fmt, placeholder
+from app.ui.tabs.train import earlier_runs as train_runs
+from app.ui.tabs.train.changes import render_batch_changes
+from app.ui.tabs.train.charts import loss_figure, reward_figure, wasted_figure
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[..., Any]  # gr.Progress-like: progress((done, total), desc=...)
+
+
+# The tab's defaults: a small-batch version of the demo recipe that visibly learns in one run
+# of 20 steps on 2 CPU cores (benchmarks/train_tab.py measures it: see the README).
+TRAIN_RECIPE = dataclasses.replace(
+    RL_DEFAULTS, prompts_per_step=16, learning_rate=1.5e-4, inner_steps=2, warmup_steps=5
+)
+
+
+@dataclass
+class TrainForm:
+    """The Train tab's controls. Knobs apply to every step request; model and seed to the
+    session (changing either starts a new session)."""
+
+    model: str | None = None
+    method: str = "gmts"
+    ratio: float = 0.2
+    learning_rate: float = TRAIN_RECIPE.learning_rate
+    group_size: int = TRAIN_RECIPE.group_size
+    prompts_per_step: int = TRAIN_RECIPE.prompts_per_step
+    max_new_tokens: int = 48
+    steps: int = 20
+    eval_problems: int = 200  # held-out problems after each run (0: no evaluation)
+    seed: int = 0
+    inner_steps: int = TRAIN_RECIPE.inner_steps
+    warmup_steps: int = TRAIN_RECIPE.warmup_steps
+
+    def knobs(self) -> Json:
+        return {
+            "method": self.method,
+            "ratio": float(self.ratio),
+            "learning_rate": float(self.learning_rate),
+            "group_size": int(self.group_size),
+            "prompts_per_step": int(self.prompts_per_step),
+            "max_new_tokens": int(self.max_new_tokens),
+            "inner_steps": int(self.inner_steps),
+            "warmup_steps": int(self.warmup_steps),
+        }
+
+    def create_request(self) -> Json:
+        """Body of ``POST /v1/sessions``."""
+        return {"model": self.model or None, "seed": int(self.seed), **self.knobs()}
+
+    def step_request(self, include_tokens: bool = True) -> Json:
+        """Body of one ``POST /v1/sessions/{id}/step`` (one step, demo-task batch)."""
+        # the Train tab shows each token's log-prob change: ask for the pass after the update
+        return {
+            "steps": 1,
+            "include_tokens": include_tokens,
+            "measure_logprob_after": True,
+            **self.knobs(),
+        }
+
+    def eval_request(self) -> Json:
+        return {"num_problems": int(self.eval_problems), "seed": int(self.seed)}
+
+
+# --- tables from a session's history ---------------------------------------------------------
+
+
+HISTORY_HEADERS = [
+    "step", "method", "ratio", "lr", "reward", "loss", "KL", "grad norm", "selected",
+    "grad coverage", "zero-signal groups", "wasted entropy", "wasted gmts",
+    "Δlog p selected", "Δlog p others", "seconds",
+]  # fmt: skip
+
+
+def history_rows(history: list[Json]) -> list[list[Any]]:
+    """One row per step for the history table (latest first), numbers formatted for people."""
+    rows = []
+    for h in reversed(history):
+        wasted = h.get("wasted_share") or {}
+        rows.append(
+            [
+                h["step"], h.get("method"), h.get("ratio"), fmt(h.get("learning_rate"), 3),
+                fmt(h.get("reward_mean"), 3), fmt(h.get("loss"), 3), fmt(h.get("kl"), 3),
+                fmt(h.get("grad_norm"), 3), fmt(h.get("selected_fraction"), 3),
+                fmt(h.get("gradient_coverage"), 3), h.get("num_zero_signal_groups"),
+                fmt(wasted.get("entropy"), 3), fmt(wasted.get("gmts"), 3),
+                fmt(h.get("selected_logprob_change"), 3),
+                fmt(h.get("unselected_logprob_change"), 3), fmt(h.get("seconds"), 3),
+            ]
+        )  # fmt: skip
+    return rows
+
+
+def session_markdown(info: Json | None, note: str | None = None) -> str:
+    """One line about the session (its id, model, policy, steps done, last accuracy)."""
+    if not info:
+        return "No session yet: **Run** creates your private copy of the model."
+    evals = info.get("evaluations") or []
+    acc = f" · held-out accuracy {evals[-1]['accuracy']:.3f}" if evals else ""
+    text = (
+        f"Session `{info['session_id']}` · model `{info.get('model')}` · "
+        f"{info.get('policy_kind')} policy ({info.get('trainable_parameters', 0):,} trainable "
+        f"parameters) · steps done **{info.get('steps_done', 0)}**{acc}"
+    )
+    return f"{text}\n\n_{note}_" if note else text
+
+
+@dataclass
+class TrainView:
+    """What the tab shows: the session's info, the last batch and a remark."""
+
+    session_id: str | None = None
+    info: Json | None = None
+    last_batch: list[Json] = field(default_factory=list)
+    note: str | None = None
+    earlier: list[Json] = field(default_factory=list)  # faded runs (app.ui.tabs.train.earlier_runs)
+    learning_rate: float | None = None  # the form's, for the warning
+    final: bool = True  # False while a run is going: the tab then updates only the curves
+
+    def status(self) -> str:
+        """The session line, the remark, and any warning in plain words."""
+        lr = self.learning_rate
+        warns = train_runs.warnings(lr if lr is not None else 0.0, self.info)
+        text = session_markdown(self.info, self.note)
+        return text + "".join(f"\n\n**⚠ {w}**" for w in warns)
+
+    def values(self) -> list[Any]:
+        """Values for the tab's outputs: state, status, three figures, table, batch HTML, and
+        the earlier runs' state."""
+        history = (self.info or {}).get("history") or []
+        evals = (self.info or {}).get("evaluations") or []
+        batch = (
+            render_batch_changes(
+                self.last_batch, method=history[-1].get("method") if history else None
+            )
+            if self.last_batch
+            else placeholder("Run a step to see the batch it trained on.")
+        )
+        return [
+            self.session_id,
+            self.status(),
+            reward_figure(history, evals, self.earlier),
+            loss_figure(history),
+            wasted_figure(history),
+            pd.DataFrame(history_rows(history), columns=HISTORY_HEADERS),
+            batch,
+            self.earlier,
+        ]
+
+
+# --- running steps through a backend ---------------------------------------------------------
+
+
+def _same_session(info: Json, form: TrainForm) -> bool:
+    return (not form.model or info.get("model") == form.model) and info.get("seed") == form.seed
+
+
+def ensure_session(backend: Backend, session_id: str | None, form: TrainForm) -> TrainView:
+    """This tab's session: the existing one if it is alive and fits the form, else a new one."""
+    note = None
+    if session_id:
+        try:
+            info = backend.get_session(session_id)
+        except SessionNotFoundError as exc:
+            note = f"Your previous session is gone ({exc}); started a new one."
+        else:
+            if _same_session(info, form):
+                return TrainView(session_id, info)
+            note = "Model or seed changed: started a new session from the base model."
+    info = backend.create_session(form.create_request())
+    logger.info("UI created session %s", info["session_id"])
+    return TrainView(info["session_id"], info, note=note)
+
+
+def _evaluate(backend: Backend, view: TrainView, form: TrainForm) -> None:
+    assert view.session_id is not None
+    backend.evaluate_session(view.session_id, form.eval_request())
+    view.info = backend.get_session(view.session_id)
+
+
+def _switch_method(backend: Backend, view: TrainView, form: TrainForm) -> None:
+    """A new method after steps of another: keep the run faded and start again from the base
+    weights, so the two methods' curves start from the same point."""
+    history = (view.info or {}).get("history") or []
+    if not history or history[-1].get("method") == form.method or view.session_id is None:
+        return
+    view.earlier = train_runs.keep(view.earlier, view.info)
+    view.info = backend.reset_session(view.session_id)
+    view.note = (
+        f"Method changed to {form.method}: the {history[-1].get('method')} run is kept faded "
+        "on the chart, and this run starts again from the starting weights."
+    )
+
+
+def _step_line(progress: Progress, i: int, total: int) -> status.Show:
+    """Step ``i``'s live lines on the overall bar (a stage moves it within the step)."""
+    return lambda text, done: progress((i + (done or 0.0)) / total, desc=text)
+
+
+def run_steps(
+    backend: Backend,
+    session_id: str | None,
+    form: TrainForm,
+    progress: Progress | None = None,
+    earlier: Sequence[Json] = (),
+) -> Iterator[TrainView]:
+    """Run ``form.steps`` GRPO steps, one request each; yields the view after each step.
+
+    A fresh session is evaluated first (the accuracy at step 0), and every run ends with an
+    evaluation when ``form.eval_problems`` > 0. ``earlier`` runs are drawn faded; switching the
+    method adds the current run to them and resets the session first.
+    """
+    view = ensure_session(backend, session_id, form)
+    view.earlier, view.learning_rate = list(earlier), float(form.learning_rate)
+    _switch_method(backend, view, form)
+    assert view.session_id is not None and view.info is not None
+    total = int(form.steps)
+    if form.eval_problems > 0 and not view.info.get("evaluations") and not view.info["steps_done"]:
+        if progress is not None:
+            progress((0, total), desc="held-out accuracy at the start")
+        _evaluate(backend, view, form)
+    for i in range(total):
+        if progress is not None:
+            load = status.job_load(backend)
+            progress((i, total), desc=status.step_text(load, i, total, form.knobs()))
+        last = i == total - 1  # only the last step's batch is shown: fetch its tokens only
+        live = None
+        if progress is not None:
+            live = status.LiveStatus(_step_line(progress, i, total), f"step {i + 1} of {total}: ")
+        body = backend.step_session(view.session_id, form.step_request(include_tokens=last), live)
+        view.last_batch = body.get("last_batch") or view.last_batch
+        view.info = backend.get_session(view.session_id)
+        yield dataclasses.replace(view, final=False)  # a snapshot; ``view`` keeps changing
+    if form.eval_problems > 0:
+        if progress is not None:
+            progress((total, total), desc="held-out accuracy")
+        _evaluate(backend, view, form)
+    yield dataclasses.replace(view)
+
+
+def reset_session(
+    backend: Backend, session_id: str | None, earlier: Sequence[Json] = ()
+) -> TrainView:
+    """Back to the starting weights (the session stays; its history is cleared). The run so
+    far joins the faded ``earlier`` runs."""
+    earlier = list(earlier)
+    if not session_id:
+        return TrainView(note="Nothing to reset yet.", earlier=earlier)
+    try:
+        kept = train_runs.keep(earlier, backend.get_session(session_id))
+        info = backend.reset_session(session_id)
+    except SessionNotFoundError:
+        return TrainView(
+            note="The session had expired; the next run starts a new one.", earlier=earlier
+        )
+    note = "Reset to the starting weights" + (
+        "; the last run stays on the chart, faded." if len(kept) > len(earlier) else "."
+    )
+    return TrainView(session_id, info, note=note, earlier=kept)

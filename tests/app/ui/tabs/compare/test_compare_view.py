@@ -1,0 +1,178 @@
+"""The Compare and proxy-check tabs without a browser: a compare JSON back into figures and the
+final table, and gradcheck bodies into requests, scatters and the fidelity table."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.reports.compare_report import TABLE_HEADER, table_rows
+from app.schemas.gradcheck import GradcheckRequest
+from app.services.bodies import analysis_json, as_json, gradcheck_response
+from app.services.compare import load_compare_file, result_from_dict
+from app.services.container import build_services
+from app.ui.palette import method_color
+from app.ui.tabs.compare import view as compare
+from app.ui.tabs.proxy import view as proxy
+from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
+from gmts_core.errors import InvalidInputError, LimitExceededError
+from gmts_core.experiments.compare import CompareConfig, run_compare
+from gmts_core.experiments.gradcheck import gradcheck
+from gmts_core.grpo.step import RLConfig
+from gmts_core.modeling import load_model
+from tests.app.api_helpers import TINY, make_settings
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(model_root: Path) -> Any:
+    return load_model(model_root / TINY, name=TINY)
+
+
+@pytest.fixture(scope="module")
+def compare_json(tiny_lm: Any) -> dict[str, Any]:
+    """A real (tiny) compare run, through JSON as `gmts compare --out` writes it."""
+    rl = dataclasses.replace(RLConfig(), group_size=2, prompts_per_step=1, max_new_tokens=4)
+    config = CompareConfig(
+        methods=("entropy", "gmts"), steps=2, seeds=2, eval_every=1, eval_problems=3, rl=rl
+    )
+    return json.loads(json.dumps(run_compare(tiny_lm, config).to_dict()))
+
+
+def test_compare_json_round_trips(compare_json: dict[str, Any]) -> None:
+    result = result_from_dict(compare_json)
+    assert json.loads(json.dumps(result.to_dict())) == compare_json
+    assert result.config.rl.group_size == 2 and result.config.methods == ("entropy", "gmts")
+
+
+def test_compare_view_has_table_and_bands_per_method(compare_json: dict[str, Any]) -> None:
+    result = result_from_dict(compare_json)
+    summary, table, acc, reward, wasted, loss = compare.compare_view(result)
+    assert "2 steps × 2 seed(s)" in summary and TINY in summary
+    assert list(table.columns) == TABLE_HEADER and table.values.tolist() == table_rows(result)
+    for fig in (acc, reward, wasted, loss):
+        names = [t.name for t in fig.data if t.showlegend is not False]
+        assert names == ["entropy", "gmts"]  # each a mean line, plus its std band
+    means = [t for t in reward.data if t.name == "gmts"][0]
+    runs = [r["reward"] for r in compare_json["runs"] if r["method"] == "gmts"]
+    assert list(means.y) == pytest.approx([(a + b) / 2 for a, b in zip(*runs, strict=True)])
+    assert list(acc.data[1].x) == [0, 1, 2]  # evaluated every step
+
+
+def test_downloads_are_the_json_and_a_self_contained_page(compare_json: dict[str, Any]) -> None:
+    json_path, html_path = compare.write_downloads(result_from_dict(compare_json))
+    assert json.loads(json_path.read_text()) == compare_json
+    assert "<table>" in html_path.read_text() and "plotly" in html_path.read_text()
+
+
+def test_bad_files_say_what_is_wrong(tmp_path: Path, compare_json: dict[str, Any]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(InvalidInputError, match="not JSON"):
+        load_compare_file(bad)
+    bad.write_text(json.dumps({"model": "x"}))
+    with pytest.raises(InvalidInputError, match="missing config, runs, start_accuracy"):
+        load_compare_file(bad)
+    no_gmts = {**compare_json, "runs": [r for r in compare_json["runs"] if r["method"] != "gmts"]}
+    bad.write_text(json.dumps(no_gmts))
+    with pytest.raises(InvalidInputError, match="no runs of method 'gmts'"):
+        load_compare_file(bad)
+
+
+def test_compare_form_makes_a_valid_config() -> None:
+    config = compare.form_config(["gmts", "random"], steps=3, group_size=4.0)
+    assert config.methods == ("gmts", "random") and config.rl.group_size == 4
+    assert isinstance(config.rl.group_size, int)  # a slider's float becomes the knob's type
+    assert (config.seeds, config.rl.max_new_tokens) == (1, 48)  # the tab's preset
+    with pytest.raises(InvalidInputError, match="at least one method"):
+        compare.form_config([])
+
+
+def test_compare_runs_keep_the_server_limits(model_root: Path) -> None:
+    service = build_services(
+        make_settings(model_root, max_step_answers=8, max_new_tokens=16)
+    ).compare
+    form: dict[str, Any] = {"group_size": 4, "prompts_per_step": 2, "max_new_tokens": 16}
+    methods = ["entropy", "gmts"]
+    service.check_limits(compare.form_config(methods, **form))  # 8 answers of 16 tokens: within
+    with pytest.raises(LimitExceededError, match="GMTS_MAX_STEP_ANSWERS"):
+        service.check_limits(compare.form_config(methods, **{**form, "prompts_per_step": 3}))
+    with pytest.raises(LimitExceededError, match="GMTS_MAX_NEW_TOKENS"):
+        service.check_limits(compare.form_config(methods, **{**form, "max_new_tokens": 20}))
+    too_many = compare.form_config(methods, **{**form, "prompts_per_step": 3})
+    with pytest.raises(LimitExceededError, match="GMTS_MAX_STEP_ANSWERS"):  # before any model work
+        service.run_blocking("no-such-model", too_many)
+
+
+# --- the proxy check ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def explore_result(tiny_lm: Any) -> dict[str, Any]:
+    groups = [
+        GroupInput("Q: 1+1=?\nA:", answers=[" 2", " 3 or 4"], rewards=[1.0, 0.0]),
+        GroupInput("Q: 2+2=?\nA:", answers=[" 4 is it", " 4", " 5"], rewards=[1.0, 1.0, 0.0]),
+    ]
+    return analysis_json(analyze(tiny_lm, groups, AnalysisConfig(ratio=0.3, scope="group")))
+
+
+def test_gradcheck_request_takes_the_drilled_group(explore_result: dict[str, Any]) -> None:
+    body = proxy.gradcheck_request(explore_result, 1, 128)
+    req = GradcheckRequest.model_validate(body)  # a valid API body
+    assert req.answers == [" 4 is it", " 4", " 5"] and req.rewards == [1.0, 1.0, 0.0]
+    assert req.selection.ratio == 0.3 and req.selection.scope == "group" and req.max_tokens == 128
+    with pytest.raises(InvalidInputError, match="Explore"):
+        proxy.gradcheck_request(None, 0, 128)
+    emptied = json.loads(json.dumps(explore_result))
+    emptied["groups"][0]["answers"][1]["text"] = ""
+    with pytest.raises(InvalidInputError, match="answer\\(s\\) 1 are empty"):
+        proxy.gradcheck_request(emptied, 0, 128)
+
+
+@pytest.fixture(scope="module")
+def gradcheck_body(tiny_lm: Any) -> dict[str, Any]:
+    group = GroupInput("Q: 2+2=?\nA:", answers=[" 4 is it", " 4", " 5"], rewards=[1.0, 1.0, 0.0])
+    return as_json(
+        gradcheck_response(gradcheck(tiny_lm, [group], AnalysisConfig(top_alternatives=0)))
+    )
+
+
+def test_scatter_is_log_log_per_method_without_zero_points(gradcheck_body: dict) -> None:
+    fig = proxy.proxy_scatter(gradcheck_body)
+    methods = proxy.scatter_methods(gradcheck_body)
+    assert "all" not in methods and {"entropy", "gmts", "surprisal"} <= set(methods)
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    tokens = [t for a in gradcheck_body["answers"] for t in a["tokens"]]
+    gmts_traces = fig.data[2 * methods.index("gmts") : 2 * methods.index("gmts") + 2]
+    points = sum(len(t.x) for t in gmts_traces)
+    positive = [t for t in tokens if t["true_grad_norm"] > 0 and t["scores"]["gmts"] > 0]
+    assert 0 < points == len(positive) <= len(tokens)
+    assert len(gmts_traces[1].x) == sum(t["selected"]["gmts"] for t in positive)
+
+
+def test_fidelity_table_and_summary(gradcheck_body: dict) -> None:
+    summary, table, _fig = proxy.proxy_view(gradcheck_body)
+    fid = gradcheck_body["fidelity"]
+    assert list(table.columns) == proxy.FIDELITY_HEADERS
+    assert table["method"].tolist() == list(fid["spearman"])
+    row = table.set_index("method").loc["all"]
+    assert row["cosine to full gradient"] == "1" and row["true norm kept"] == "1"
+    assert f"{fid['num_tokens']} answer tokens" in summary
+
+
+def test_one_seed_shows_no_spread(compare_json: dict[str, Any]) -> None:
+    """With one seed a std is no spread: no '±' in the table, no band in the charts."""
+    one = {**compare_json, "config": {**compare_json["config"], "seeds": 1}}
+    one["runs"] = [r for r in compare_json["runs"] if r["seed"] == 0]
+    result = result_from_dict(one)
+    assert all("±" not in cell for row in table_rows(result) for cell in row)
+    _, _, acc, *_ = compare.compare_view(result)
+    bands = [t for t in acc.data if t.fill == "toself"]
+    assert bands and all(len(t.x) == 0 for t in bands)
+    assert "one seed" in acc.layout.title.text
+    many = compare.compare_view(result_from_dict(compare_json))[2]
+    assert all(len(t.x) > 0 for t in many.data if t.fill == "toself")
+    assert {t.line.color for t in many.data if t.name == "gmts"} == {method_color("gmts")}

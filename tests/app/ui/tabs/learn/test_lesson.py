@@ -1,0 +1,72 @@
+"""The Learn tab's lesson for newcomers and the method/scope info text (no Gradio)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from app.core.config import Settings
+from app.services.bodies import analysis_json, as_json
+from app.services.catalog import capabilities
+from app.ui import choices
+from app.ui.tabs.learn import learn, lesson
+from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec, analyze
+from gmts_core.methods.selection import list_methods
+from gmts_core.modeling import load_model
+from tests.app.api_helpers import TINY
+
+METHODS = ("entropy", "gmts")
+
+
+@pytest.fixture(scope="module")
+def result(model_root: Path) -> dict:
+    lm = load_model(model_root / TINY, name="tiny")
+    groups = [
+        GroupInput("Q: 47+38=?\nA:", answers=[" 85", " 84 no", " 85 ok"],
+                   reward=RewardSpec("numeric", "85")),
+        GroupInput("Q: 2+2=?\nA:", answers=[" 4 is it", " 4"], rewards=[1.0, 1.0]),
+    ]  # fmt: skip
+    return analysis_json(analyze(lm, groups, AnalysisConfig(ratio=0.3)))
+
+
+def test_lesson_walks_through_the_users_group(result: dict) -> None:
+    html = learn.learn_html(result, METHODS, group_index=0)
+    assert html.index("New to RLVR") < html.index("Rewards become group advantages")
+    for title in ("RLVR in one picture", "The group and its rewards", "Forking tokens",
+                  "equal rewards teaches nothing", "What GMTS changes"):  # fmt: skip
+        assert title in html
+    assert "<b>2</b> of 3 rewarded" in html  # 85 and 85 are right, 84 is not
+    assert "the rewards differ" in html and "of the gradient mass" in html
+
+
+def test_zero_signal_group_is_never_called_gmts_choice(result: dict) -> None:
+    html = learn.learn_html(result, METHODS, group_index=1)
+    assert lesson.is_zero_signal(result["groups"][1])
+    assert "GMTS's top token is" not in html and "no token is GMTS's choice" in html
+    assert "<b>no gradient here</b>" in html and "nothing for GMTS to rank" in html
+    assert "keeps" not in html.split("Why entropy misranks")[1].split("</section>")[0]
+
+
+def test_every_method_and_scope_is_explained() -> None:
+    text = choices.methods_markdown(as_json(capabilities(Settings())))
+    for m in list_methods():
+        assert f"**{m}**:" in text
+    for scope in ("batch", "group", "answer"):
+        assert f"**{scope}**:" in text
+
+
+def test_view_export_is_one_self_contained_escaped_page(result: dict) -> None:
+    from app.ui.tabs.explore.view_export import view_html, write_view_html
+
+    evil = "<script>window.__pwned=1</script>"
+    bad = {**result, "groups": [{**result["groups"][0], "prompt": evil}, result["groups"][1]]}
+    page = view_html(bad, METHODS, "entropy", 0)
+    assert page.startswith("<!DOCTYPE html>") and "__gmtsTipInstalled" in page  # JS inlined
+    assert "<link" not in page and " src=" not in page  # nothing fetched from anywhere
+    assert evil not in page and "&lt;script&gt;" in page
+    n = result["groups"][0]["summary"]["num_tokens"]
+    assert len(re.findall(r'class="tok[ "]', page)) == n and "summary-list" in page
+    path = write_view_html(result, METHODS, "entropy", 1)
+    assert path.suffix == ".html" and "no-gradient" in path.read_text(encoding="utf-8")

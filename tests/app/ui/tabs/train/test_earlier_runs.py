@@ -1,0 +1,77 @@
+"""Faded earlier runs and plain warnings of the Train tab (app.ui.tabs.train.earlier_runs),
+no Gradio."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from app.ui import palette
+from app.ui.tabs.train import earlier_runs as train_runs
+from app.ui.tabs.train import view as train
+
+
+def info(method: str, accuracies: list[float], steps: int = 3, lr: float = 1.5e-4) -> dict:
+    history = [
+        {"step": s, "method": method, "reward_mean": 0.1 * s, "learning_rate": lr}
+        for s in range(1, steps + 1)
+    ]
+    evals = [{"step": i * steps, "accuracy": a} for i, a in enumerate(accuracies)]
+    return {"history": history, "evaluations": evals}
+
+
+def test_snapshot_keeps_curves_and_names_the_run() -> None:
+    run = train_runs.snapshot(info("entropy", [0.4, 0.5]), 2)
+    assert run is not None
+    assert run["label"] == "run 2: entropy, lr 0.00015" and run["method"] == "entropy"
+    assert run["steps"] == [1, 2, 3] and run["reward"] == [0.1, 0.2, 0.1 * 3]
+    assert run["eval_steps"] == [0, 3] and run["accuracy"] == [0.4, 0.5]
+    assert train_runs.snapshot({"history": []}, 1) is None
+    assert train_runs.keep([], {"history": []}) == []
+
+
+def test_keep_is_bounded_and_newest_last() -> None:
+    earlier: list[dict] = []
+    for i in range(train_runs.MAX_EARLIER + 2):
+        earlier = train_runs.keep(earlier, info("gmts" if i % 2 else "entropy", [0.4]))
+    assert len(earlier) == train_runs.MAX_EARLIER
+    assert [r["number"] for r in earlier] == list(range(3, train_runs.MAX_EARLIER + 3))
+
+
+def test_overlays_are_faded_in_the_methods_colour() -> None:
+    fig = go.Figure()
+    train_runs.add_overlays(fig, [train_runs.snapshot(info("entropy", [0.4, 0.5]), 1)])
+    reward, acc = fig.data
+    faded = palette.rgba(palette.method_color("entropy"), 0.35)
+    assert reward.line.color == faded and acc.line.color == faded
+    assert list(acc.y) == [0.4, 0.5] and "run 1" in reward.name
+
+
+def test_warnings_in_plain_words() -> None:
+    assert train_runs.warnings(1.5e-4, info("gmts", [0.45, 0.52])) == []
+    high = train_runs.warnings(1.0, None)
+    assert len(high) == 1 and "above 0.001" in high[0]
+    assert "below" in train_runs.warnings(1e-8, None)[0]
+    collapsed = train_runs.warnings(1.5e-4, info("gmts", [0.45, 0.0]))
+    assert len(collapsed) == 1 and "collapsed: 0.45 → 0.00" in collapsed[0]
+    assert train_runs.collapse_warning(info("gmts", [0.45, 0.30])) is None  # a dip, not collapse
+
+
+def test_tab_defaults_are_the_small_batch_recipe() -> None:
+    form = train.TrainForm()
+    knobs = form.knobs()
+    assert (form.prompts_per_step, form.group_size, form.steps) == (16, 8, 20)
+    assert knobs["learning_rate"] == 1.5e-4 and knobs["inner_steps"] == 2
+    assert knobs["warmup_steps"] == 5
+
+
+def test_last_batch_view_draws_the_first_prompts_only() -> None:
+    from app.ui.tabs.train.changes import render_batch_changes
+
+    answers = [
+        {"group": g, "index": i, "prompt": f"Q{g}", "reward": 1.0 * i, "advantage": i - 0.5,
+         "tokens": [{"position": 0, "text": "x", "selected": True, "logprob_change": 0.1}]}
+        for g in range(6) for i in range(2)
+    ]  # fmt: skip
+    html = render_batch_changes(answers, max_groups=4)
+    assert html.count('class="answer"') == 8 and "first 4 of the batch's 6 prompts" in html
+    assert "first" not in render_batch_changes(answers[:8], max_groups=4)
