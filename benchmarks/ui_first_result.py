@@ -7,7 +7,7 @@ context (no cache, no cookies):
 
 * **first highlighted token**: from navigation start to the first token selected by method B
   (``#token-view .tok.sel-b``) being in the page, with no click; the page opens on the shipped
-  example group (``static/example-group.json``). Also reported: when the charts are drawn, the
+  example group (``static/arrival-result.json``, the arrival batch). Also reported: when the charts are drawn, the
   size of the page and of the Gradio config it carries, and the token view's HTML.
 * **warm Analyze** of the default group (the form as the page opens, G = 8, seed 0), after one
   warm-up Analyze: the server time is Gradio's own per-event process time (the queue's
