@@ -8,7 +8,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: setup setup-dev browser serve test test-fast lint bench clean
+.PHONY: setup setup-dev setup-verl browser serve test test-fast test-verl lint docs bench clean
+
+# The verl integration has its own virtualenv: verl 0.9.1 pins an older transformers than .venv's.
+VERL_VENV := .venv-verl
+VERL_PY := $(VERL_VENV)/bin/python
+VERL_STAMP := $(VERL_VENV)/.installed
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,9 +45,27 @@ serve: setup
 
 test: setup-dev
 	$(PY) -m pytest -q
+	$(MAKE) test-verl
+
+# torch==2.13.0 first (as for .venv), then verl and its pins; gmts_core from the checkout.
+$(VERL_STAMP): requirements-verl.txt
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_PY) -m pip install torch==2.13.0
+	$(VERL_PY) -m pip install -r requirements-verl.txt
+	touch $@
+
+setup-verl: $(VERL_STAMP)
+
+# tests/verl only, without tests/conftest.py (the main suite's fixtures need .venv's packages)
+test-verl: $(VERL_STAMP)
+	PYTHONPATH=$(CURDIR) $(VERL_PY) -m pytest -q -p no:cacheprovider --confcutdir=tests/verl tests/verl
 
 test-fast: setup-dev
 	$(PY) -m pytest -q -m "not slow and not browser"
+
+# The documentation site (MkDocs + Material + mkdocstrings) at http://127.0.0.1:8001
+docs: setup-dev
+	$(VENV)/bin/mkdocs serve -a 127.0.0.1:8001
 
 lint: setup-dev
 	$(VENV)/bin/ruff check gmts_core app tests benchmarks
@@ -50,4 +73,4 @@ lint: setup-dev
 	$(VENV)/bin/lint-imports
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VERL_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,9 +1,15 @@
-"""Sampling a group of G answers to one prompt with one batched, KV-cached ``generate``.
+"""Sampling a group of G answers to one prompt in one batched, KV-cached call.
+
+The call is our own sampler (:mod:`gmts_core.kv_sampler`: pre-allocated cache, prefill once per
+prompt, finished rows dropped, statistics from the logits each token was drawn from) for every
+model it serves, and transformers' ``generate`` for the others (said in the log). Both draw
+from the same distribution: the model's logits through its generation processors, temperature,
+top-k and top-p, as ``generate`` applies them.
 
 Several groups whose prompts have the same number of tokens and whose settings differ at most
-in the seed share one ``generate`` call (:func:`sample_groups`): on a small model each decoding
-step costs about the same for 8 rows as for 64, so an RL step's rollout of 8 prompts runs in
-one call instead of eight.
+in the seed share one call (:func:`sample_groups`): on a small model each decoding step costs
+about the same for 8 rows as for 64, so an RL step's rollout of 8 prompts runs in one call
+instead of eight.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteriaL
 from gmts_core.bounds import MIN_TEMPERATURE
 from gmts_core.cancel import checkpoint
 from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
+from gmts_core.kv_sampler import DecodeRequest, decode, unserved_reason
 from gmts_core.stats.forward import AnswerStats
 from gmts_core.stats.sampling_stats import StatsWhileSampling
 
@@ -103,16 +110,52 @@ def _check(prompt_ids: list[int], config: SamplingConfig) -> None:
         )
 
 
-@torch.no_grad()
 def _generate(
     model: Any,
     tokenizer: Any,
     prompts: list[list[int]],
     config: SamplingConfig,
     stats: StatsSpec | None = None,
+    use_generate: bool = False,
 ) -> list[SampledAnswer]:
-    """``config.num_samples`` answers to each prompt (all of one length) in one generate call,
-    prompt by prompt; with ``stats``, each with its tokens' statistics."""
+    """``config.num_samples`` answers to each prompt (all of one length) in one call, prompt
+    by prompt; with ``stats``, each with its tokens' statistics. Our sampler serves the model
+    unless ``use_generate`` or :func:`gmts_core.kv_sampler.unserved_reason` says otherwise."""
+    if use_generate or unserved_reason(model) is not None:
+        return _hf_generate(model, tokenizer, prompts, config, stats)
+    request = DecodeRequest(
+        num_samples=config.num_samples,
+        max_new_tokens=config.max_new_tokens,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        top_k=config.top_k,
+        stats_temperature=None if stats is None else stats.temperature,
+        stats_top_k=0 if stats is None else stats.top_k,
+        stats_chunk_size=128 if stats is None else stats.chunk_size,
+    )
+    eos_ids = _eos_ids(model, tokenizer)
+    device = next(model.parameters()).device
+    with _RNG_LOCK, torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):
+        torch.manual_seed(config.seed)
+        rows = decode(model, prompts, request, eos_ids)
+    answers = []
+    for row in rows:
+        answer = _trim(row.token_ids, eos_ids)
+        answer.stats = row.stats
+        answers.append(answer)
+    return answers
+
+
+@torch.no_grad()
+def _hf_generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    config: SamplingConfig,
+    stats: StatsSpec | None = None,
+) -> list[SampledAnswer]:
+    """As :func:`_generate`, with transformers' ``generate`` (statistics by forward hooks,
+    :class:`gmts_core.stats.sampling_stats.StatsWhileSampling`)."""
     device = next(model.parameters()).device
     input_ids = torch.tensor(prompts, device=device)  # (B, P)
     input_ids = input_ids.repeat_interleave(config.num_samples, 0)  # (B * G, P)

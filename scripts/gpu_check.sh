@@ -15,7 +15,7 @@
 #
 # Writes into RESULTS_DIR: setup.txt, environment.txt, pytest-gpu.{txt,xml},
 # token_stats_{float32,bfloat16}.{json,txt}, real_size_{0.5b,7b}.{json,txt}, summary.md
-# (by scripts/gpu_check_summary.py; the summary is what goes into the README).
+# (by scripts/gpu_check_summary.py; the summary is what goes into docs/benchmarks.md).
 # Exit status: 0 when the tests pass and every benchmark runs, 1 otherwise, 2 without CUDA.
 #
 # GMTS_GPU_CHECK_DRY_RUN=1: only the setup (unpack the wheels, check that the GPU run's

@@ -1,10 +1,10 @@
-"""Take the README's screenshots on the bundled model: docs/explore.png and every tab at
+"""Take the documentation's screenshots on the bundled model: docs/explore.png and every tab at
 1366x768 (a laptop) and 390x844 (a phone) in docs/ui/.
 
 Starts the app on a free 127.0.0.1 port, opens /ui in Debian's Chromium (Playwright), analyzes
 the default example prompt, hovers a token selected by GMTS and saves the token view with its
 tooltip (docs/explore.png). Then, at each size, it shows each tab as a person meets it: Explore
-and Learn on the example group, Train after two small steps, Compare with the README's compare
+and Learn on the example group, Train after two small steps, Compare with the default compare
 run (docs/compare/compare.json) loaded, Proxy check after one run, Runs on step 1 of the small
 trainer log shipped with the tests (tests/data/runs/logged, the server's run root).
 Usage: ``.venv/bin/python scripts/ui_screenshot.py [OUT.png]``.

@@ -3,7 +3,7 @@
 ``build_tiny(model_type)`` returns a float32 model with small hidden sizes, few layers and a
 small vocabulary, or raises :class:`Skip` with the reason it cannot be built here (an
 encoder-decoder, a multimodal model, a model that needs packages or remote code...). The
-conformance tests (tests/gmts_core/test_arch_conformance.py) and the README's table use it.
+conformance tests (tests/gmts_core/test_arch_conformance.py) and the table of docs/concepts.md use it.
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def _reason_class(reason: str) -> str:
     return reason.split(" (")[0]
 
 
-if __name__ == "__main__":  # the README's table: python -m tests.arch_matrix
+if __name__ == "__main__":  # the table of docs/concepts.md: python -m tests.arch_matrix
     from collections import defaultdict
 
     torch.set_num_threads(1)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib
 import logging
 
+import typer
+
 from app.cli._app import cli
 
 _COMMAND_MODULES = (
@@ -22,11 +24,16 @@ _COMMAND_MODULES = (
 )
 
 
-def main() -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+def load_commands() -> typer.Typer:
+    """The `gmts` app with every command module's commands attached."""
     for name in _COMMAND_MODULES:
         importlib.import_module(f"app.cli.{name}")
-    cli()
+    return cli
 
 
-__all__ = ["cli", "main"]
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    load_commands()()
+
+
+__all__ = ["cli", "load_commands", "main"]

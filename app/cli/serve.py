@@ -67,7 +67,7 @@ def make_server(app: Any, settings: Settings) -> Any:
     later, and a watchdog ends the process if it is still alive ``WATCHDOG_MARGIN_S`` after the
     grace period (a stage that does not return).
     """
-    import uvicorn
+    import uvicorn  # the server, only for `gmts serve` (keeps the other commands light)
 
     grace = settings.shutdown_grace_s
     config = uvicorn.Config(
@@ -130,7 +130,7 @@ def serve_command(
     log_level: Annotated[str | None, typer.Option(help="uvicorn log level.")] = None,
 ) -> None:
     """Serve the HTTP API, its docs at /docs and the UI at /ui."""
-    from app.main import create_app
+    from app.main import create_app  # FastAPI, every route and the UI: only for `gmts serve`
 
     settings = Settings(
         **_overrides(

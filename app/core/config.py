@@ -40,7 +40,7 @@ def _split_csv(value: Any) -> Any:
 
 
 class Settings(BaseSettings):
-    """Every knob of the server; see the README's settings table."""
+    """Every knob of the server; see docs/settings.md."""
 
     model_config = SettingsConfigDict(env_prefix="GMTS_", extra="ignore")
 

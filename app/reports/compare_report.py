@@ -166,7 +166,7 @@ TABLE_HEADER = [
 
 
 def table_markdown(result: CompareResult) -> str:
-    """The final table in Markdown (for the README)."""
+    """The final table in Markdown (table.md, as the benchmarks page shows it)."""
     header = table_header(result)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in table_rows(result)]

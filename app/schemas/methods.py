@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Literal
 
 from pydantic import BaseModel, Field
-
-from app.services.methods import MethodInfo
 
 
 class MethodOut(BaseModel):
@@ -19,10 +16,6 @@ class MethodOut(BaseModel):
         description="'weighting': a per-token weight in its paper, scored here by the weight."
     )
     uses_ratio: bool = Field(description="False: the method keeps every token (plain GRPO).")
-
-    @classmethod
-    def from_info(cls, info: MethodInfo) -> MethodOut:
-        return cls(**dataclasses.asdict(info))
 
 
 class MethodsResponse(BaseModel):

@@ -27,6 +27,7 @@ from app.schemas.analyze_response import (
     TokenOut,
 )
 from app.schemas.gradcheck import FidelityOut, GradcheckResponse
+from app.schemas.methods import MethodOut
 from app.schemas.sessions import (
     AnswerChangeOut,
     EvaluationOut,
@@ -39,6 +40,7 @@ from gmts_core.analysis.records import AnalysisResult, AnswerRecord, GroupRecord
 from gmts_core.experiments.gradcheck import GradcheckResult
 from gmts_core.experiments.sessions import Session, SessionEvaluation
 from gmts_core.grpo.records import AnswerChange, StepMetrics, StepResult
+from gmts_core.methods.catalog import MethodInfo
 
 M = TypeVar("M", bound=BaseModel)
 TokenExtras = list[dict[str, float | None]]  # per answer token, in (group, answer, position) order
@@ -235,3 +237,8 @@ def step_out(session: Session, results: list[StepResult], include_tokens: bool) 
         steps=[step_metrics_out(r.metrics) for r in results],
         last_batch=[answer_change_out(a) for a in last.answers] if last else None,
     )
+
+
+def method_out(info: MethodInfo) -> MethodOut:
+    """A selection method's catalog entry as its response model."""
+    return MethodOut(**dataclasses.asdict(info))

@@ -12,6 +12,7 @@ from typing import Any
 from app.core.config import Settings
 from app.schemas.methods import MethodOut
 from app.schemas.server import CapabilitiesResponse
+from app.services.bodies import method_out
 from app.services.methods import list_method_infos
 from gmts_core.config import DEFAULT_METHODS, AnalysisConfig, RLConfig, knob_info
 from gmts_core.methods.advantages import ADVANTAGES
@@ -61,7 +62,7 @@ def analysis_knob_default(name: str) -> Any:
 
 def method_infos() -> list[MethodOut]:
     """Every registered method with its one-line description and citation."""
-    return [MethodOut.from_info(m) for m in list_method_infos()]
+    return [method_out(m) for m in list_method_infos()]
 
 
 def capabilities(settings: Settings) -> CapabilitiesResponse:

@@ -21,7 +21,7 @@ def train_demo(
     flaw_rate: float | None = None,
 ) -> Path:
     """Train the demo model from scratch (the recipe, with the given overrides) into ``out``."""
-    from gmts_core.demo.train import FlawMix, TrainConfig, train_demo_model
+    from gmts_core.demo.train import FlawMix, TrainConfig, train_demo_model  # torch: when asked
 
     config = TrainConfig(seed=seed)
     knobs: dict[str, Any] = {"steps": steps, "batch_size": batch_size, "lr": lr}
@@ -33,6 +33,7 @@ def train_demo(
 
 def evaluate_demo(model: Path, num_prompts: int, group_size: int, seed: int) -> dict[str, Any]:
     """Accuracy, mixed groups and fork-point entropy of a demo model folder on held-out prompts."""
+    # transformers and torch (seconds to import): only when `gmts eval-demo` runs
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from gmts_core.demo.evaluate import DemoEvalConfig, evaluate_demo_model

@@ -35,7 +35,7 @@ SCOPE_INFO = {
 
 def methods_markdown(caps: Json) -> str:
     """What each method the backend offers (``GET /v1/capabilities``) and each scope means, for
-    the UI's info text (and the README's list)."""
+    the UI's info text (and the docs' methods page)."""
     methods = "\n".join(f"- **{m['name']}**: {m['description']}" for m in caps["methods"])
     scopes = "\n".join(f"- **{s}**: {d}" for s, d in SCOPE_INFO.items())
     return f"**Selection methods**\n{methods}\n\n**Scopes**\n{scopes}"

@@ -111,6 +111,10 @@ class Backend(Protocol):
         """``GET /v1/runs/{id}/steps/{n}``: one step's groups (logged or analysed)."""
         ...
 
+    def run_metrics(self, run_id: str, params: Json) -> Json:
+        """``GET /v1/runs/{id}/metrics``: the rows over steps computed so far (and progress)."""
+        ...
+
 
 DEFAULT_QUEUE_WAIT_S = 900.0
 
@@ -205,13 +209,21 @@ class LocalBackend:
         return self.services.runs.overview(run_id).model_dump()  # type: ignore[no-any-return]
 
     def run_step(self, run_id: str, step: int, params: Json) -> Json:
-        options = StepOptions(
-            model=params.get("model"),
-            ratio=float(params.get("ratio", 0.2)),
-            methods=tuple(str(params.get("methods", "entropy,gmts")).split(",")),
-        )
-        view = self.services.runs.step_view_blocking(run_id, int(step), options)
+        view = self.services.runs.step_view_blocking(run_id, int(step), _step_options(params))
         return view.model_dump()  # type: ignore[no-any-return]
+
+    def run_metrics(self, run_id: str, params: Json) -> Json:
+        metrics = self.services.run_metrics.get(run_id, _step_options(params))
+        return metrics.model_dump()  # type: ignore[no-any-return]
+
+
+def _step_options(params: Json) -> StepOptions:
+    """The query parameters of a run step / metrics request as the service's options."""
+    return StepOptions(
+        model=params.get("model"),
+        ratio=float(params.get("ratio", 0.2)),
+        methods=tuple(str(params.get("methods", "entropy,gmts")).split(",")),
+    )
 
 
 class RemoteBackend:
@@ -323,6 +335,10 @@ class RemoteBackend:
     def run_step(self, run_id: str, step: int, params: Json) -> Json:
         query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
         return self._call("GET", f"/v1/runs/{_quoted(run_id)}/steps/{int(step)}?{query}")
+
+    def run_metrics(self, run_id: str, params: Json) -> Json:
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        return self._call("GET", f"/v1/runs/{_quoted(run_id)}/metrics?{query}")
 
 
 def _quoted(session_id: str) -> str:

@@ -33,11 +33,12 @@ have zero gradients and need no backward.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,6 +181,33 @@ class _Accumulator:
         return gram
 
 
+@contextlib.contextmanager
+def experts_for(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[None]:
+    """Mixture-of-experts models (Mixtral, Qwen2-MoE, ...) run their experts with a grouped
+    matrix-multiply kernel that has no float64 version: in float64 the experts run eagerly
+    (``set_experts_implementation("eager")``, restored afterwards). A model whose experts
+    cannot be switched is refused with an error saying so."""
+    config = getattr(model, "config", None)
+    current = getattr(config, "_experts_implementation", None)
+    if dtype != torch.float64 or current in (None, "eager"):
+        yield
+        return
+    setter = getattr(model, "set_experts_implementation", None)
+    try:
+        if setter is None:
+            raise ValueError("the model has no set_experts_implementation")
+        setter("eager")
+    except (ValueError, RuntimeError, ImportError) as exc:
+        raise InvalidInputError(
+            f"this model's experts run with the {current!r} kernel, which has no float64 "
+            f"version, and cannot be switched to eager ({exc}); use --precision float32"
+        ) from None
+    try:
+        yield
+    finally:
+        setter(current)
+
+
 def exact_token_gradients(
     model: torch.nn.Module,
     sequences: Sequence[tuple[list[int], list[int]]],
@@ -208,17 +236,18 @@ def exact_token_gradients(
     acc = _Accumulator(plist, torch.stack(columns, dim=1).to(plist[0].device), head_index)
     head, logprob = torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
     offset = 0
-    for seq, coef in zip(sequences, coefs, strict=True):
-        length = len(seq[1])
-        losses, head_norm, lp = _answer_forward(model, params, seq, float(coef), temperature)
-        head[offset : offset + length], logprob[offset : offset + length] = (
-            head_norm.cpu(),
-            lp.cpu(),
-        )
-        for s in range(0, length if coef != 0 else 0, block):
-            stop = min(s + block, length)
-            acc.add(slice(offset + s, offset + stop), _block_grads(losses, plist, s, stop))
-        offset += length
+    with experts_for(model, PRECISIONS[precision]), _float64_errors(precision):
+        for seq, coef in zip(sequences, coefs, strict=True):
+            length = len(seq[1])
+            losses, head_norm, lp = _answer_forward(model, params, seq, float(coef), temperature)
+            head[offset : offset + length], logprob[offset : offset + length] = (
+                head_norm.cpu(),
+                lp.cpu(),
+            )
+            for s in range(0, length if coef != 0 else 0, block):
+                stop = min(s + block, length)
+                acc.add(slice(offset + s, offset + stop), _block_grads(losses, plist, s, stop))
+            offset += length
     gram = acc.gram()
     full = len(names)
     return TokenGradients(
@@ -233,6 +262,22 @@ def exact_token_gradients(
         tied_embeddings=tied,
         seconds=time.perf_counter() - started,
     )
+
+
+@contextlib.contextmanager
+def _float64_errors(precision: str) -> Iterator[None]:
+    """A kernel without a float64 version (a dtype error from inside the model) becomes an
+    error naming the precision, not a raw traceback."""
+    try:
+        yield
+    except RuntimeError as exc:
+        text = str(exc)
+        if precision != "float64" or not ("Double" in text or "float64" in text):
+            raise
+        raise InvalidInputError(
+            f"this model does not run in float64 (a kernel of its forward has no float64 "
+            f"version: {text.splitlines()[0][:160]}); use --precision float32"
+        ) from None
 
 
 @dataclass

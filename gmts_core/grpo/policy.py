@@ -81,7 +81,7 @@ def _shared_weight_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def _lora_model(base: torch.nn.Module, settings: PolicySettings) -> torch.nn.Module:
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, get_peft_model  # heavy (~2 s to import): LoRA sessions only
 
     config = LoraConfig(
         r=settings.lora_rank,

@@ -9,17 +9,14 @@ again; :func:`gmts_core.grpo.step.policy_update` uses it when ``RLConfig.reselec
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
+from gmts_core.config import RLConfig
 from gmts_core.grpo.policy import TrainablePolicy
+from gmts_core.grpo.records import TrainBatch
 from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
 from gmts_core.methods.selection import Selection, SelectionInputs, select
 from gmts_core.stats.forward import answer_token_stats
-
-if TYPE_CHECKING:
-    from gmts_core.grpo.step import RLConfig, TrainBatch
 
 
 def clip_settings(config: RLConfig) -> ClipSettings:

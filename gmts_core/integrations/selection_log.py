@@ -42,7 +42,7 @@ class SelectionLogger:
 
     def record(self, trainer: Any, applied: AppliedSelection, batch: dict[str, Any]) -> None:
         """Called on every process after a selection (the gathers are collective)."""
-        from accelerate.utils import gather_object
+        from accelerate.utils import gather_object  # the optional [trl] extra
 
         valid = _valid_mask(batch)
         local = torch.stack(

@@ -342,9 +342,12 @@ class GMTSGRPOTrainer(GRPOTrainer):
         if group_ids is None:
             group_ids = torch.zeros(valid.shape[0], dtype=torch.long, device=valid.device)
         groups, _ = self._gather_rows(group_ids.to(valid.device)[answer_id].unsqueeze(1))
+        rank = torch.full_like(answer_id, self.accelerator.process_index)
+        ranks, _ = self._gather_rows(rank.unsqueeze(1))
         x = self._selection_inputs(
             rows.cpu(), all_lengths[:, 0].cpu(), answer_ids[:, 0], groups[:, 0].cpu()
         )
+        x.micro_batch = ranks[:, 0].cpu()  # Clip-Cov / KL-Cov means per process, as verl
         sel = select(x, self.token_selection, self.selection_ratio, self.scope)
         local_mask = torch.zeros_like(valid)
         local_mask[valid] = sel.selected[offset : offset + int(valid.sum())].to(valid.device)

@@ -10,10 +10,9 @@ Where a paper acts on the selected tokens differently from "train only on them" 
 detaches them, KL-Cov penalizes them, Lopti updates them first), the score still singles out
 the same tokens; ``details`` says what the paper does with them.
 
-All scores are computed at the on-policy point the analysis sees (pi_old = pi_theta, ratio 1),
-from quantities every analysis has (entropy, log-prob, signed advantage): none needs a
-reference model or a previous policy. The one place a previous policy would matter (Clip-Cov
-skips tokens PPO already clipped) is empty at ratio 1, and ``details`` says so.
+Scores use what the caller has: an analysis is at the on-policy point (pi_old = pi_theta,
+ratio 1); live RL with re-selection and the TRL trainer pass the real ratio and clip flags, so
+Clip-Cov skips the tokens PPO already clipped and Lopti splits on pi_old, as their code does.
 """
 
 from __future__ import annotations
@@ -25,11 +24,13 @@ from gmts_core.methods.selection import SelectionInputs, register_method
 
 # Clip-Cov / KL-Cov (arXiv 2505.22617; PRIME-RL/Entropy-Mechanism-of-RL, verl core_algos.py)
 CLIP_COV_LOW, CLIP_COV_HIGH = 1.0, 5.0  # the covariance band (clip_cov_lb, clip_cov_ub)
-# Lopti (arXiv 2505.12929): tokens with p < eta are updated in a first, separate pass
-LOPTI_ETA = 0.5
-# GTPO (arXiv 2508.04349): r~ = alpha1 r + alpha2 * entropy share; beta = alpha2 / alpha1
-GTPO_BETA = 0.1
+# Lopti (arXiv 2505.12929): tokens with pi_old < eta are updated in a first, separate pass;
+# eta = 0.4 in the official script (zhyang2226/AR-Lopti: SEPERATE_PROB=0.4, "eta in the paper")
+LOPTI_ETA = 0.4
+# GTPO (arXiv 2508.04349): r~ = alpha1 r + alpha2 * entropy share (eqs. 3-4), then eq. 6
+GTPO_ALPHA1, GTPO_ALPHA2 = 1.0, 0.1
 GTPO_EPS = 1e-8  # the paper's epsilon in 1 / (H + eps) for failed answers
+GTPO_STD_EPS = 1e-8  # guards eq. 6's division where every shaped reward of a set is equal
 # TR-GRPO (arXiv 2511.00066): w = clip(alpha (sigmoid(p / tau) - mu), L, U)
 TR_ALPHA, TR_TAU, TR_MU, TR_LOW, TR_HIGH = 1.0, 1.0, 0.5, 0.0, 1.0
 RSI_CLAMP = 1e12  # RSI is clamped to [1/RSI_CLAMP, RSI_CLAMP] so every score is finite
@@ -55,15 +56,25 @@ def answer_positions(answer_index: torch.Tensor) -> torch.Tensor:
     return idx - first
 
 
-def advantage_logprob_covariance(advantage: torch.Tensor, logprob: torch.Tensor) -> torch.Tensor:
-    """Cov_t = (A_t - mean A) (log p_t - mean log p), means over all N tokens, (N,).
+def advantage_logprob_covariance(
+    advantage: torch.Tensor, logprob: torch.Tensor, micro_batch: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Cov_t = (A_t - mean A) (log p_t - mean log p), (N,); the means over all N tokens, or
+    over each token's micro-batch when ``micro_batch`` (N,) ids are given.
 
     Each token's term of the batch covariance between advantage and log-prob, which drives the
     entropy change of a softmax policy under policy gradient (arXiv 2505.22617, eq. for
-    Clip-Cov / KL-Cov; verl ``compute_policy_loss_clip_cov`` / ``_kl_cov``).
+    Clip-Cov / KL-Cov; verl ``compute_policy_loss_clip_cov`` / ``_kl_cov``, which take the
+    means over the micro-batch each rank's loss sees).
     """
     a, lp = advantage.double(), logprob.double()
-    return (a - a.mean()) * (lp - lp.mean())
+    if micro_batch is None:
+        return (a - a.mean()) * (lp - lp.mean())
+    _, slot = torch.unique(micro_batch.cpu(), return_inverse=True)
+    slot = slot.to(a.device)
+    count = torch.bincount(slot).double()
+    mean = lambda v: (torch.bincount(slot, weights=v) / count)[slot]  # noqa: E731
+    return (a - mean(a)) * (lp - mean(lp))
 
 
 @register_method(
@@ -72,14 +83,16 @@ def advantage_logprob_covariance(advantage: torch.Tensor, logprob: torch.Tensor)
     citation="arXiv 2505.22617, The Entropy Mechanism of RL for Reasoning LMs (KL-Cov)",
     details=(
         "score = Cov_t = (A_t - mean A)(log p_t - mean log p), means over every answer token "
-        "of the batch (verl compute_policy_loss_kl_cov). The paper adds the penalty "
+        "of the batch, or of each micro-batch where the caller has them (the TRL trainer: each "
+        "process's micro-batch, as verl compute_policy_loss_kl_cov does). The paper adds the "
+        "penalty "
         "|log pi - log pi_old| (coef 1) to the top k = 0.0002 N of these tokens; here the top "
         "k of the ratio are the selected tokens. Selected means 'the tokens KL-Cov acts on', "
         "not 'the tokens it trains on': training only on them (gmts compare) is not KL-Cov."
     ),
 )
 def kl_cov_score(x: SelectionInputs) -> torch.Tensor:
-    return advantage_logprob_covariance(_signed_advantage(x, "kl_cov"), x.logprob)
+    return advantage_logprob_covariance(_signed_advantage(x, "kl_cov"), x.logprob, x.micro_batch)
 
 
 @register_method(
@@ -91,30 +104,41 @@ def kl_cov_score(x: SelectionInputs) -> torch.Tensor:
         "clip_cov_ub=5). The paper detaches the gradient of r N tokens (r = 0.0002) drawn "
         "uniformly at random from the band; a score must rank, so in-band tokens are ranked "
         "by their covariance (choice), and when the band holds fewer than k tokens the rest "
-        "of the budget goes to score-0 tokens in (answer, position) order. The paper also "
-        "skips tokens PPO already clipped: none at the on-policy point scored here (ratio 1). "
+        "of the budget goes to score-0 tokens in (answer, position) order. As verl, tokens "
+        "PPO already clipped (the clipped objective flat, SelectionInputs.clipped) are left out "
+        "of the band (score 0); none are at the on-policy point of an analysis (ratio 1), the "
+        "live RL re-selection and the TRL trainer pass the real ones. Means per micro-batch "
+        "where the caller has them (the TRL trainer: each process's, as verl's loss). "
         "The band assumes std-normalized advantages (grpo); with dr_grpo/rloo it is rarely hit."
     ),
 )
 def clip_cov_score(x: SelectionInputs) -> torch.Tensor:
-    cov = advantage_logprob_covariance(_signed_advantage(x, "clip_cov"), x.logprob)
+    cov = advantage_logprob_covariance(_signed_advantage(x, "clip_cov"), x.logprob, x.micro_batch)
     in_band = (cov > CLIP_COV_LOW) & (cov < CLIP_COV_HIGH)
+    if x.clipped is not None:
+        in_band &= ~x.clipped.to(in_band.device).bool()
     return torch.where(in_band, cov, torch.zeros_like(cov))
 
 
 @register_method(
     "lopti",
-    "Lopti: low-probability tokens (p < 0.5), lowest probability first",
+    "Lopti: low-probability tokens (pi_old < 0.4), lowest probability first",
     citation="arXiv 2505.12929, Do Not Let Low-Probability Tokens Over-Dominate in RL for LLMs",
     details=(
-        "score = eta - p with eta = 0.5: positive exactly for the tokens Lopti isolates (p < "
-        "eta), which the paper updates in a first pass before the high-probability ones. The "
-        "ranking equals surprisal's (-log p, the same paper), so the selections coincide; the "
-        "score's sign tells the paper's split (its set has a variable size, here top k)."
+        "score = eta - pi_old with eta = 0.4, the official script's value (zhyang2226/AR-Lopti, "
+        "SEPERATE_PROB=0.4, 'eta in the paper'); the split is on pi_old at the rollout "
+        "temperature, as that script's exp(old_log_probs) < eta: pi_old = pi_theta / r from the "
+        "caller's ratio (1 in an analysis, where pi_old = pi). Positive exactly for the tokens "
+        "Lopti isolates, which it updates in a first pass before the high-probability ones. "
+        "The ranking equals surprisal's at ratio 1; the score's sign tells the paper's split "
+        "(its set has a variable size, here top k)."
     ),
 )
 def lopti_score(x: SelectionInputs) -> torch.Tensor:
-    return LOPTI_ETA - x.logprob.double().exp()
+    log_old = x.logprob.double()
+    if x.ratio is not None:
+        log_old = log_old - x.ratio.double().log()  # log pi_old = log pi_theta - log r
+    return LOPTI_ETA - log_old.exp()
 
 
 def gtpo_entropy_share(
@@ -144,25 +168,61 @@ def gtpo_entropy_share(
     return share
 
 
+def gtpo_advantages(
+    advantage: torch.Tensor,
+    entropy: torch.Tensor,
+    answer_index: torch.Tensor,
+    group_index: torch.Tensor,
+    reward: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """GTPO's token advantage, eq. 6 (arXiv 2508.04349), (N,) float64.
+
+    Shaped rewards (eqs. 3-4): r~+_it = alpha1 r_i + alpha2 share+_it for a successful answer
+    (A > 0), r~-_jt = alpha1 r_j - alpha2 share-_jt for a failed one (A < 0), with the entropy
+    shares of :func:`gtpo_entropy_share`. Eq. 6: within each group, the successful answers'
+    shaped token rewards are z-scored together, A~+ = (r~+ - mean R~+) / std R~+, and the failed
+    ones' separately, A~- = (r~- - mean R~-) / std R~- (population std; 0 where a set's rewards
+    are all equal). A~ can change sign within an answer. A = 0: 0. ``reward`` None: r = A.
+    """
+    a = advantage.double()
+    r = a if reward is None else reward.double().to(a.device)
+    share = gtpo_entropy_share(a, entropy, answer_index, group_index)
+    out = torch.zeros_like(a)
+    groups = group_index.to(a.device)
+    for g in torch.unique(groups):
+        for sign in (1.0, -1.0):
+            m = (groups == g) & (torch.sign(a) == sign)
+            if not bool(m.any()):
+                continue
+            shaped = GTPO_ALPHA1 * r[m] + sign * GTPO_ALPHA2 * share[m]
+            std = shaped.std(unbiased=False) if shaped.numel() > 1 else shaped.new_zeros(())
+            if float(std) <= GTPO_STD_EPS:
+                continue
+            out[m] = (shaped - shaped.mean()) / std
+    return out
+
+
 @register_method(
     "gtpo",
-    "GTPO: entropy-shaped token advantage |A|(1 + 0.1 H_norm) (a weighting, scored by weight)",
+    "GTPO: |A~| of eq. 6, shaped token rewards z-scored per group and outcome (a weighting)",
     citation="arXiv 2508.04349, GTPO and GRPO-S: Token and Sequence-Level Reward Shaping",
     kind="weighting",
     details=(
-        "score = |A_i| (1 + beta H_norm_it), beta = alpha2 / alpha1 = 0.1 (the paper's "
-        "alpha1 = 1, alpha2 = 0.1). H_norm_it = d_t H_it / sum_k H_kt over the group's "
-        "successful answers (A > 0) at position t; for failed answers (A < 0) the same with "
-        "1 / (H + 1e-8) (confident mistakes weigh more); 0 where A = 0. Choices: success is "
-        "A > 0 (the paper splits by binary reward), and the shaped reward is scaled by the "
-        "GRPO |A_i| instead of the paper's renormalization of shaped rewards into advantages; "
-        "the score is the magnitude of the token's weight on d log pi."
+        "score = |A~_it|, GTPO's token advantage (eq. 6): the shaped rewards r~+_it = alpha1 "
+        "r_i + alpha2 H_norm_it of the group's successful answers (A > 0) are z-scored together, "
+        "those of its failed answers, r~-_jt = alpha1 r_j - alpha2 H_norm_jt, separately; "
+        "alpha1 = 1, alpha2 = 0.1. H_norm_it = d_t H_it / sum_k H_kt over the group's successful "
+        "answers with a token at position t (d_t of them); for failed answers the same with "
+        "1 / (H + 1e-8), so confident mistakes weigh more. A token's A~ depends on how far its "
+        "entropy share is from its set's mean and can change sign within an answer; 0 where "
+        "A = 0. Choices: success is A > 0 (the paper splits by binary reward), r is the "
+        "answer's reward where the caller supplies it (else A), the std is the population std, "
+        "and the score is the magnitude of the token's weight on d log pi."
     ),
 )
 def gtpo_score(x: SelectionInputs) -> torch.Tensor:
     a = _signed_advantage(x, "gtpo")
-    share = gtpo_entropy_share(a, x.entropy, x.answer_index, x.group_index)
-    return a.abs() * (1.0 + GTPO_BETA * share)
+    return gtpo_advantages(a, x.entropy, x.answer_index, x.group_index, x.reward).abs()
 
 
 def relative_surprisal_index(logprob: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:

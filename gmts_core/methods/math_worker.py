@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import select
 import subprocess
@@ -130,7 +131,7 @@ def verify_math(
 
 
 def _check(answer: str, reference: str) -> dict[str, Any]:
-    from math_verify import parse, verify
+    from math_verify import parse, verify  # the optional [math] extra, in the helper process
 
     # no signal-based timeouts: the parent bounds this process's time by killing it
     gold_text = reference if "$" in reference or "\\" in reference else f"${reference}$"
@@ -144,11 +145,9 @@ def _check(answer: str, reference: str) -> dict[str, Any]:
 
 def main() -> None:
     """The child's loop: one JSON request per stdin line, one JSON reply per stdout line."""
-    import logging
-
     logging.disable(logging.WARNING)  # math-verify warns that its timeout is disabled
     try:
-        import math_verify  # noqa: F401
+        import math_verify  # noqa: F401  the optional [math] extra: is it installed?
     except ImportError:
         print(json.dumps({"ready": False}), flush=True)
         return

@@ -22,6 +22,7 @@ import regex
 
 from gmts_core.bounds import MAX_ABS_REWARD, MAX_NUMBER_DIGITS, MAX_NUMBER_EXPONENT
 from gmts_core.errors import InvalidInputError, LimitExceededError
+from gmts_core.methods.math_worker import MathTimeoutError, verify_math
 from gmts_core.registry import Registry
 
 logger = logging.getLogger(__name__)
@@ -348,8 +349,6 @@ def math_reward(answer: str, reference: Any) -> RewardVerdict:
     after MATH_TIMEOUT_S (or what is left of the request's budget) and the answer gets the
     verdict ``timeout``, from any thread.
     """
-    from gmts_core.methods.math_worker import MathTimeoutError, verify_math
-
     ref_text = str(reference)
     try:
         found, ok, extracted = verify_math(

@@ -46,6 +46,9 @@ class SelectionInputs:
     # the reward r_i of each token's answer: the paper's methods standardise it themselves
     # (Framework1: population std; verl: unbiased std); None: they use ``advantage`` as given
     reward: torch.Tensor | None = None
+    # the micro-batch (on its process) each token was scored in, int64: Clip-Cov / KL-Cov take
+    # their covariance means per micro-batch, as verl's loss does; None: over the whole batch
+    micro_batch: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:

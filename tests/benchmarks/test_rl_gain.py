@@ -1,7 +1,7 @@
 """The acceptance figure of live RL: 30 ``gmts`` steps at ratio 0.2, G=8, with the demo recipe,
-raise the demo model's held-out accuracy by at least 15 points (the README's figure).
+raise the demo model's held-out accuracy by at least 15 points (the figure of docs/benchmarks.md).
 
-Runs ``benchmarks/rl_gain.py`` as the README gives it (about 4.5 minutes on one CPU thread),
+Runs ``benchmarks/rl_gain.py`` as docs/benchmarks.md gives it (about 4.5 minutes on one CPU thread),
 in a subprocess so its thread setting and seeds are its own; the script itself exits 1 when
 the gain is below 15 points.
 """

@@ -95,3 +95,82 @@ def test_a_trl_dump_step_is_analysed_and_highlighted(
     assert view.locator(".ans-head").count() == len(df)
     assert view.locator(".tok.sel-a").count() > 0  # entropy's selection
     assert "Step 2" in page.locator("#run-step-summary").inner_text()
+
+
+# --- every reader's dumps: a run written by TRL's own GRPOTrainer, and verl/ROLL/AReaL/JSONL --
+
+FIRST_STEP_MS = 30_000  # the issue's bound for step 1's tokens after opening a TRL run
+
+
+@pytest.fixture(scope="module")
+def every_format_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.browser.trl_run import write_trl_run
+
+    root = tmp_path_factory.mktemp("ui-every-format")
+    write_trl_run(root / "grpo")
+    for name in ("verl", "roll", "areal", "run.jsonl"):
+        src = DATA / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)
+    return root
+
+
+@pytest.fixture(scope="module")
+def every_format_server(browser_model_root: Path, every_format_root: Path) -> Iterator[LiveServer]:
+    settings = ui_settings(browser_model_root, run_roots=[every_format_root])
+    with LiveServer(create_app(settings)) as server:
+        yield server
+
+
+def test_a_run_written_by_trl_shows_step_1_tokens_and_metrics_over_steps(
+    chromium: Any, every_format_server: LiveServer, every_format_root: Path
+) -> None:
+    import time
+
+    page = open_runs_tab(chromium, every_format_server.url)
+    page.locator("#run-pick input").click()
+    start = time.monotonic()
+    page.get_by_role("option", name="grpo (trl, 3 steps)").click()
+    # step 1 opens with the run: its tokens, marked by both methods, and why they differ
+    page.wait_for_selector("#run-step-view .gmts-view .tok", timeout=FIRST_STEP_MS)
+    print(f"TRL run: step 1's tokens after {time.monotonic() - start:.1f} s")  # noqa: T201
+    assert "Step 1" in page.locator("#run-step-summary").inner_text()
+    df = pd.read_parquet(every_format_root / "grpo" / "completions" / "completions_00001.parquet")
+    view = page.locator("#run-step-view")
+    assert view.locator(".ans-head").count() == len(df)
+    assert view.locator(".tok.sel-a").count() > 0 and view.locator(".tok.sel-b").count() > 0
+    page.wait_for_selector("#run-step-differences .diff-view")
+    # metrics over steps: computed in the background, charted as they come (3 steps)
+    page.wait_for_function(
+        "document.querySelector('#run-metrics-status').innerText.includes('3 of 3 steps analysed')"
+    )
+    for plot in ("#run-coverage-plot", "#run-waste-plot", "#run-overlap-plot"):
+        page.wait_for_function(
+            f"document.querySelectorAll('{plot} .scatterlayer .trace').length >= 1"
+        )
+    points = page.locator("#run-coverage-plot .scatterlayer .trace").first.locator(".point")
+    assert points.count() == 3
+
+
+@pytest.mark.parametrize(
+    ("label", "first"),
+    [
+        ("verl (verl, 3 steps)", 1),
+        ("roll (roll, 3 steps)", 1),
+        ("areal (areal, 3 steps)", 0),
+        ("run.jsonl (jsonl, 3 steps)", 1),
+    ],
+)
+def test_verl_roll_areal_and_jsonl_runs_show_their_tokens(
+    chromium: Any, every_format_server: LiveServer, label: str, first: int
+) -> None:
+    page = open_runs_tab(chromium, every_format_server.url)
+    page.locator("#run-pick input").click()
+    page.get_by_role("option", name=label).click()
+    page.wait_for_selector("#run-step-view .gmts-view .tok.sel-b")
+    assert f"Step {first}" in page.locator("#run-step-summary").inner_text()
+    page.wait_for_selector("#run-step-differences .diff-view")
+    click_step(page, 2)
+    page.wait_for_function(
+        "document.querySelector('#run-step-summary').innerText.includes('Step 2')"
+    )
+    assert page.locator("#run-step-view .tok").count() > 0

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.api.routes.common import error_responses
-from app.schemas.methods import MethodOut, MethodsResponse
-from app.services.methods import list_method_infos
+from app.schemas.methods import MethodsResponse
+from app.services.catalog import method_infos
 
 router = APIRouter(tags=["methods"])
 
@@ -18,4 +18,4 @@ router = APIRouter(tags=["methods"])
     responses=error_responses(401),
 )
 def list_methods_route() -> MethodsResponse:
-    return MethodsResponse(methods=[MethodOut.from_info(m) for m in list_method_infos()])
+    return MethodsResponse(methods=method_infos())

@@ -1,4 +1,5 @@
-"""The README's curl examples, run as written against a real `gmts serve` on 127.0.0.1."""
+"""The HTTP API page's curl examples (docs/http-api.md), run as written against a real
+`gmts serve` on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -17,23 +18,16 @@ import pytest
 from gmts_core.demo import DEMO_MODEL_DIR
 from tests.app.api_helpers import free_port
 
-# Keep in sync with the README's "HTTP API" section (the port is replaced by a free one).
-README_CURL = r"""
-curl -s http://127.0.0.1:8000/healthz
-curl -s http://127.0.0.1:8000/v1/models
-curl -s http://127.0.0.1:8000/v1/analyze -H 'Content-Type: application/json' -d '{
-  "prompt": "Q: 47+38=?\nA:", "num_samples": 8, "seed": 0,
-  "reward": {"kind": "numeric", "reference": "85"},
-  "selection": {"ratio": 0.2, "methods": ["entropy", "gmts"]}}'
-curl -s http://127.0.0.1:8000/v1/analyze -H 'Content-Type: application/json' -d '{
-  "prompt": "Q: 47+38=?\nA:",
-  "answers": [" 7+8=15 carry 1, 4+3+1=8, answer 85", " 7+8=15, 4+3=7, answer 75"],
-  "rewards": [1, 0]}'
-curl -s 'http://127.0.0.1:8000/v1/analyze/export?format=csv' -o analysis.csv \
-  -H 'Content-Type: application/json' -d '{
-  "prompt": "Q: 23+14=?\nA:", "num_samples": 4,
-  "reward": {"kind": "numeric", "reference": "37"}}'
-"""
+# The first bash block of the HTTP API page, as written (the port is replaced by a free one).
+HTTP_API_PAGE = Path(__file__).resolve().parents[3] / "docs" / "http-api.md"
+
+
+def _first_bash_block(text: str) -> str:
+    start = text.index("```bash\n") + len("```bash\n")
+    return text[start : text.index("```", start)]
+
+
+README_CURL = _first_bash_block(HTTP_API_PAGE.read_text(encoding="utf-8"))
 
 # slow: a subprocess server plus real sampling on the demo model (~20-80 s on 2 busy cores)
 pytestmark = [

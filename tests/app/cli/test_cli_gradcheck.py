@@ -34,3 +34,26 @@ def test_table_and_token_limit(model_root: Path) -> None:
     assert "How good is the proxy?" in r.stdout and "gmts_entropy" in r.stdout
     r = _run(model_root, "--rewards", "1,0", "--max-tokens", "1")
     assert r.exit_code == 2 and "exact-gradient limit of 1" in r.output
+
+
+def test_float64_on_a_mixture_of_experts_model(tmp_path: Path) -> None:
+    """Mixtral's grouped expert kernel has no float64 version: the experts run eagerly, so
+    `--precision float64` gives the table instead of a traceback."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.arch_matrix import tiny_config
+    from tests.tiny_models import byte_level_bpe_tokenizer
+
+    tok = byte_level_bpe_tokenizer()
+    config = tiny_config("mixtral")
+    config.vocab_size = len(tok)
+    config.pad_token_id, config.eos_token_id = tok.pad_token_id, tok.eos_token_id
+    folder = tmp_path / "tiny-mixtral"
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    r = CliRunner().invoke(
+        cli,
+        ["gradcheck", "--model", str(folder), *ARGS, "--rewards", "1,0", "--precision", "float64"],
+    )
+    assert r.exit_code == 0, r.output
+    assert "How good is the proxy?" in r.stdout and "Traceback" not in r.output

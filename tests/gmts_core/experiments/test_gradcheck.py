@@ -22,6 +22,7 @@ from gmts_core.experiments.gradcheck import (
     gradcheck,
 )
 from gmts_core.modeling import LoadedModel, load_model
+from tests.arch_matrix import build_tiny
 from tests.tiny_models import save_tiny_model
 
 SEQS = [([1, 5, 9], [7, 3, 12, 4]), ([2, 8], [6, 6, 11]), ([4], [10, 2])]
@@ -216,3 +217,33 @@ def test_fidelity_report_against_hand_computation() -> None:
     assert fid["norm_ratio_to_full"]["s"] == pytest.approx(0.6)
     assert fid["cosine_to_full"]["all"] == pytest.approx(1.0)
     assert fid["spearman_head"]["batch"] == pytest.approx(1.0)
+
+
+# --- mixture-of-experts models in float64 ---------------------------------------------------
+
+
+@pytest.mark.parametrize("model_type", ["mixtral", "qwen2_moe"])
+def test_float64_runs_moe_experts_eagerly(model_type: str) -> None:
+    """The grouped expert kernel has no float64 version: float64 switches the experts to eager
+    for the run (and back), and agrees with float32."""
+    model = build_tiny(model_type)
+    assert model.config._experts_implementation not in (None, "eager")
+    before = model.config._experts_implementation
+    seqs = [([3, 4, 5], [6, 7, 8, 9]), ([3, 4], [10, 11])]
+    masks = {"all": torch.ones(6, dtype=torch.bool)}
+    exact = exact_token_gradients(model, seqs, [1.0, -0.5], 1.0, masks, "float64")
+    single = exact_token_gradients(model, seqs, [1.0, -0.5], 1.0, masks, "float32")
+    assert model.config._experts_implementation == before
+    assert bool((exact.true_norm > 0).all())
+    torch.testing.assert_close(exact.true_norm, single.true_norm, rtol=1e-4, atol=1e-6)
+
+
+def test_float64_refuses_experts_that_cannot_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = build_tiny("mixtral")
+
+    def refuse(_: str) -> None:
+        raise ValueError("MixtralForCausalLM does not support setting experts implementation.")
+
+    monkeypatch.setattr(model, "set_experts_implementation", refuse)
+    with pytest.raises(InvalidInputError, match="no float64 version.*--precision float32"):
+        exact_token_gradients(model, [([3, 4], [5, 6])], [1.0], 1.0, {}, "float64")

@@ -14,7 +14,7 @@ import torch
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
 from gmts_core.errors import InvalidInputError
 from gmts_core.methods.catalog import method_catalog
-from gmts_core.methods.literature import answer_positions
+from gmts_core.methods.literature import answer_positions, gtpo_advantages
 from gmts_core.methods.selection import SelectionInputs, list_methods, select
 from gmts_core.modeling import LoadedModel
 
@@ -79,52 +79,109 @@ def test_clip_cov_keeps_only_the_band_between_one_and_five() -> None:
     torch.testing.assert_close(scores(high, "clip_cov"), torch.zeros(2, dtype=torch.float64))
 
 
-def test_lopti_is_eta_minus_p_positive_below_one_half() -> None:
+def test_clip_cov_leaves_out_tokens_ppo_already_clipped() -> None:
+    # verl compute_policy_loss_clip_cov: cov_all[clip_by_origin] = -inf before the band test
+    x = batch(**COV_BATCH)
+    x.clipped = torch.tensor([False, False, False, True, False])
+    torch.testing.assert_close(scores(x, "clip_cov"), torch.zeros(5, dtype=torch.float64))
+    x.clipped = torch.tensor([True, False, False, False, False])
+    assert scores(x, "clip_cov").tolist() == [0.0, 0.0, 0.0, pytest.approx(1.8), 0.0]
+
+
+def test_covariance_means_per_micro_batch() -> None:
+    # micro-batches {0, 1} and {2, 3, 4}: means A 1 | -2/3, log p -1.5 | -1
+    x = batch(**COV_BATCH)
+    x.micro_batch = torch.tensor([0, 0, 1, 1, 1])
+    adv, lp = COV_BATCH["advantage"], COV_BATCH["logprob"]
+    means = [(1.0, -1.5)] * 2 + [(-2 / 3, -1.0)] * 3
+    expected = [(a - ma) * (p - mp) for a, p, (ma, mp) in zip(adv, lp, means, strict=True)]
+    torch.testing.assert_close(scores(x, "kl_cov"), torch.tensor(expected, dtype=torch.float64))
+    assert not torch.allclose(scores(x, "kl_cov"), scores(batch(**COV_BATCH), "kl_cov"))
+
+
+def test_lopti_is_eta_minus_pi_old_positive_below_0_4() -> None:
     x = batch(**COV_BATCH)  # p = e^-1, e^-2, 1, e^-3, 1
-    expected = [0.5 - 0.36787944, 0.5 - 0.13533528, -0.5, 0.5 - 0.04978707, -0.5]
+    expected = [0.4 - 0.36787944, 0.4 - 0.13533528, -0.6, 0.4 - 0.04978707, -0.6]
     torch.testing.assert_close(
         scores(x, "lopti"), torch.tensor(expected, dtype=torch.float64), atol=1e-8, rtol=0
     )
-    # the same ranking as surprisal (the same paper)
+    # the same ranking as surprisal (the same paper) on-policy
     assert torch.equal(select(x, "lopti", 0.6).ranks, select(x, "surprisal", 0.6).ranks)
-
-
-def test_gtpo_shapes_by_entropy_share_within_group_and_position() -> None:
-    # group 0: answers 0, 1 succeed (A = +1), answers 2, 3 fail (A = -1); group 1: answer 4
-    # succeeds (A = +0.5), answer 5 has A = 0.
-    x = batch(
-        advantage=[1, 1, 1, -1, -1, -1, -1, 0.5, 0.0],
-        logprob=[-1.0] * 9,
-        entropy=[1.0, 3.0, 3.0, 0.5, 2.0, 2.0, 2.0, 4.0, 1.0],
-        answers=[0, 0, 1, 2, 2, 3, 3, 4, 5],
-        groups=[0, 0, 0, 0, 0, 0, 0, 1, 1],
-    )
-    # t = 0, successes {H 1, 3}: mean 2, shares 0.5, 1.5; t = 1, {H 3}: share 1.
-    # t = 0, failures 1/H {2, 0.5}: mean 1.25, shares 1.6, 0.4; t = 1, 1/H {0.5, 0.5}: 1, 1.
-    # group 1, t = 0, successes {4}: share 1 (not pooled with group 0); A = 0: score 0.
-    # score = |A| (1 + 0.1 share)
-    expected = [1.05, 1.1, 1.15, 1.16, 1.1, 1.04, 1.1, 0.55, 0.0]
+    # the split is on pi_old = pi_theta / r (AR-Lopti: exp(old_log_probs) < eta)
+    x.ratio = torch.tensor([2.0, 1.0, 1.0, 0.5, 1.0], dtype=torch.float64)
+    pi_old = [math.exp(-1) / 2, math.exp(-2), 1.0, math.exp(-3) * 2, 1.0]
     torch.testing.assert_close(
-        scores(x, "gtpo"), torch.tensor(expected, dtype=torch.float64), atol=1e-6, rtol=0
+        scores(x, "lopti"), torch.tensor([0.4 - p for p in pi_old], dtype=torch.float64)
     )
 
 
-def naive_gtpo(adv: list[float], ent: list[float], ans: list[int], grp: list[int]) -> list[float]:
-    """The paper's shaped reward magnitude, position by position, with plain loops."""
+GTPO_BATCH = dict(
+    advantage=[1, 1, 1, -1, -1, -1, -1, 0.5, 0.0],
+    logprob=[-1.0] * 9,
+    entropy=[1.0, 3.0, 3.0, 0.5, 2.0, 2.0, 2.0, 4.0, 1.0],
+    answers=[0, 0, 1, 2, 2, 3, 3, 4, 5],
+    groups=[0, 0, 0, 0, 0, 0, 0, 1, 1],
+)
+
+
+def test_gtpo_is_eq6_z_scores_per_group_and_outcome() -> None:
+    # group 0: answers 0, 1 succeed (A = +1), answers 2, 3 fail (A = -1); group 1: answer 4
+    # succeeds alone (A = +0.5), answer 5 has A = 0.
+    # shares (eqs. 3-4): successes t = 0 {H 1, 3}: 0.5, 1.5; t = 1 {H 3}: 1.
+    #   failures t = 0 1/H {2, 0.5}: 1.6, 0.4; t = 1 1/H {0.5, 0.5}: 1, 1.
+    # shaped r~+ = 1 + 0.1 share: a0 (1.05, 1.1), a1 1.15 -> mean 1.1, pop std 0.05 sqrt(2/3)
+    #   -> A~ = (-sqrt(3/2), 0), sqrt(3/2).
+    # shaped r~- = -1 - 0.1 share: a2 (-1.16, -1.1), a3 (-1.04, -1.1) -> mean -1.1,
+    #   pop std 0.06 / sqrt(2) -> A~ = (-sqrt 2, 0), (sqrt 2, 0).
+    # group 1: one successful token (std 0) -> 0; A = 0 -> 0.
+    x = batch(**GTPO_BATCH)
+    r32, r2 = math.sqrt(1.5), math.sqrt(2.0)
+    signed = [-r32, 0.0, r32, -r2, 0.0, r2, 0.0, 0.0, 0.0]
+    torch.testing.assert_close(
+        gtpo_advantages(x.advantage, x.entropy, x.answer_index, x.group_index),
+        torch.tensor(signed, dtype=torch.float64),
+        atol=1e-9,
+        rtol=1e-9,
+    )
+    torch.testing.assert_close(
+        scores(x, "gtpo"), torch.tensor([abs(v) for v in signed], dtype=torch.float64)
+    )
+    # a successful answer's token can get a negative shaped advantage (the sign can change)
+    assert signed[0] < 0 < GTPO_BATCH["advantage"][0]
+
+
+def naive_gtpo(
+    adv: list[float], ent: list[float], ans: list[int], grp: list[int], rew: list[float]
+) -> list[float]:
+    """Eqs. 3, 4 and 6 of the paper with plain loops: shaped rewards, then a z-score over the
+    group's successful tokens and, separately, over its failed tokens."""
     pos = [ans[:i].count(ans[i]) for i in range(len(ans))]
-    out = []
+    shaped = []
     for i, a in enumerate(adv):
         if a == 0:
-            out.append(0.0)
+            shaped.append(0.0)
             continue
         same = [j for j in range(len(adv)) if grp[j] == grp[i] and pos[j] == pos[i]]
         if a > 0:
             peers = [ent[j] for j in same if adv[j] > 0]
             share = len(peers) * ent[i] / sum(peers) if sum(peers) > 0 else 0.0
+            shaped.append(rew[i] + 0.1 * share)
         else:
             peers = [1 / (ent[j] + 1e-8) for j in same if adv[j] < 0]
             share = len(peers) * (1 / (ent[i] + 1e-8)) / sum(peers)
-        out.append(abs(a) * (1 + 0.1 * share))
+            shaped.append(rew[i] - 0.1 * share)
+    out = [0.0] * len(adv)
+    for g in set(grp):
+        for positive in (True, False):
+            idx = [i for i in range(len(adv)) if grp[i] == g and adv[i] != 0]
+            idx = [i for i in idx if (adv[i] > 0) == positive]
+            if len(idx) < 2:
+                continue
+            vals = [shaped[i] for i in idx]
+            mean = sum(vals) / len(vals)
+            std = math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals))
+            for i in idx:
+                out[i] = abs((shaped[i] - mean) / std) if std > 1e-8 else 0.0
     return out
 
 
@@ -134,10 +191,13 @@ def test_gtpo_equals_a_naive_loop_on_a_random_batch() -> None:
     ans = [a for a, n in enumerate(lengths) for _ in range(n)]
     grp = [0 if a < 3 else 1 for a in ans]
     adv_answer = [0.7, -1.2, 0.0, 1.1, -0.4, 0.9]
+    rew_answer = [1.0, 0.0, 0.5, 1.0, 0.0, 0.8]
     adv = [adv_answer[a] for a in ans]
+    rew = [rew_answer[a] for a in ans]
     ent = (torch.rand(len(ans), generator=gen, dtype=torch.float64) * 2).tolist()
     x = batch(adv, [-1.0] * len(ans), ent, ans, grp)
-    expected = torch.tensor(naive_gtpo(adv, ent, ans, grp), dtype=torch.float64)
+    x.reward = torch.tensor(rew, dtype=torch.float64)
+    expected = torch.tensor(naive_gtpo(adv, ent, ans, grp, rew), dtype=torch.float64)
     torch.testing.assert_close(scores(x, "gtpo"), expected)
 
 
@@ -204,7 +264,7 @@ def test_analysis_scores_match_the_formulas_on_its_own_numbers(tiny_llama: Loade
         assert t.scores["kl_cov"] == pytest.approx((a - mean_a) * (t.logprob - mean_lp), abs=1e-9)
         expected_w = 1 / (1 + math.exp(-t.prob)) - 0.5
         assert t.scores["high_prob"] == pytest.approx(expected_w, abs=1e-9)
-        assert t.scores["gtpo"] >= abs(a) and (t.scores["gtpo"] > 0) == (a != 0)
+        assert t.scores["gtpo"] >= 0 and (a != 0 or t.scores["gtpo"] == 0)
     assert res.summary["selected_count"]["gtpo"] == res.summary["k"]
 
 

@@ -11,64 +11,93 @@ from app.services.errors import GMTSError
 from app.ui.context import Tab, UIContext, call
 from app.ui.render import Json
 from app.ui.tabs.runs.view import (
+    metrics_figures,
+    metrics_status,
     overview_figures,
     run_choices,
+    step_differences,
     step_html,
     step_summary,
     steps_table,
+    unreadable_note,
 )
 
 logger = logging.getLogger(__name__)
+METRICS_POLL_S = 2.0  # how often an open run's background metrics are asked for
 
 
 def build_runs_tab(ctx: UIContext) -> None:
-    """Runs: run picker, charts over steps, the steps table, a step's groups."""
+    """Runs: run picker, charts over steps (computed in the background), the steps table, a
+    step's summary, why its two methods differ, and its groups' tokens."""
     gr.Markdown(
         "Training runs the server can read (TRL `completions/`, verl, ROLL, AReaL, GMTS JSONL, "
-        "GMTSGRPOTrainer token logs) under `GMTS_RUN_ROOTS`. Click a step in the table."
+        "GMTSGRPOTrainer token logs) under `GMTS_RUN_ROOTS`. Opening a run shows its first "
+        "step and charts its metrics as the server computes them; click a step in the table."
     )
     models, default_model = ctx.backend.models()
     try:
-        choices = run_choices(ctx.backend.runs())
+        listing = ctx.backend.runs()
     except GMTSError as exc:  # a remote backend may be down: the Refresh button retries
         logger.warning("cannot list runs: %s", exc)
-        choices = []
+        listing = {"runs": []}
     with gr.Row():
-        run = gr.Dropdown(choices, value=None, label="Run", elem_id="run-pick", scale=3)
+        run = gr.Dropdown(
+            run_choices(listing), value=None, label="Run", elem_id="run-pick", scale=3
+        )
         refresh = gr.Button("Refresh runs", elem_id="run-refresh", scale=1)
         model = gr.Dropdown(
             models, value=default_model, label="Model", allow_custom_value=True, scale=2
         )
         ratio = gr.Slider(0.05, 1.0, 0.2, step=0.05, label="Selection ratio", scale=2)
+    bad_runs = gr.Markdown(unreadable_note(listing), elem_id="run-unreadable")
+    status = gr.Markdown(elem_id="run-metrics-status")
     with gr.Row():
         reward_plot = gr.Plot(label="Reward", elem_id="run-reward-plot")
         cover_plot = gr.Plot(label="Coverage", elem_id="run-coverage-plot")
+    with gr.Row():
+        waste_plot = gr.Plot(label="Wasted share", elem_id="run-waste-plot")
+        overlap_plot = gr.Plot(label="Overlap", elem_id="run-overlap-plot")
     table = gr.Dataframe(interactive=False, elem_id="run-steps", label="Steps (click one)")
     with gr.Row():
         prev_btn = gr.Button("◀ previous step", elem_id="run-prev")
         next_btn = gr.Button("next step ▶", elem_id="run-next")
     summary = gr.Markdown(elem_id="run-step-summary")
+    differ = gr.HTML(elem_id="run-step-differences")
     view_html = gr.HTML(step_html(None), elem_id="run-step-view")
     current = gr.State(None)  # the step view shown (the API's JSON body)
+    timer = gr.Timer(METRICS_POLL_S, active=False)
 
-    def list_runs() -> Any:
-        choices = run_choices(call(ctx.backend.runs))
-        return gr.update(choices=choices, value=None)
+    def params(model_name: str, r: float) -> Json:
+        return {"model": model_name, "ratio": r, "methods": "entropy,gmts"}
 
-    def load_run(run_id: str | None) -> tuple[Any, Any, Any]:
+    def list_runs() -> tuple[Any, str]:
+        runs = call(ctx.backend.runs)
+        return gr.update(choices=run_choices(runs), value=None), unreadable_note(runs)
+
+    def poll(run_id: str | None, model_name: str, r: float) -> tuple:
         if not run_id:
-            return None, None, None
+            return gr.update(), gr.update(), gr.update(), "", gr.update(active=False)
+        metrics = call(lambda: ctx.backend.run_metrics(run_id, params(model_name, r)))
+        cover, waste, overlap = metrics_figures(metrics)
+        return cover, waste, overlap, metrics_status(metrics), gr.update(active=metrics["running"])
+
+    def load_run(run_id: str | None, model_name: str, r: float) -> tuple:
+        if not run_id:
+            return (None, None, *poll(None, model_name, r))
         overview = call(lambda: ctx.backend.run_overview(run_id))
-        reward, cover = overview_figures(overview)
-        return reward, cover, steps_table(overview)
+        return (overview_figures(overview)[0], steps_table(overview), *poll(run_id, model_name, r))
 
     def show(run_id: str | None, step: int | None, model_name: str, r: float) -> tuple:
         if not run_id or step is None:
-            return None, step_summary(None), step_html(None), gr.update()
-        params = {"model": model_name, "ratio": r, "methods": "entropy,gmts"}
-        view = call(lambda: ctx.backend.run_step(run_id, int(step), params))
-        cover = overview_figures(call(lambda: ctx.backend.run_overview(run_id)))[1]
-        return view, step_summary(view), step_html(view), cover
+            return None, step_summary(None), "", step_html(None)
+        view = call(lambda: ctx.backend.run_step(run_id, int(step), params(model_name, r)))
+        return view, step_summary(view), step_differences(view), step_html(view)
+
+    def show_first(run_id: str | None, model_name: str, r: float) -> tuple:
+        if not run_id:
+            return show(None, None, model_name, r)
+        first = call(lambda: ctx.backend.run_overview(run_id))["steps"][0]
+        return show(run_id, first, model_name, r)
 
     def pick(run_id: str | None, model_name: str, r: float, evt: gr.SelectData) -> tuple:
         row = evt.row_value or []
@@ -77,12 +106,16 @@ def build_runs_tab(ctx: UIContext) -> None:
     def move(view: Json | None, key: str, run_id: str | None, model_name: str, r: float) -> tuple:
         target = view.get(key) if view else None
         if target is None:
-            return view, step_summary(view), step_html(view), gr.update()
+            return view, step_summary(view), step_differences(view), step_html(view)
         return show(run_id, target, model_name, r)
 
-    outputs = [current, summary, view_html, cover_plot]
-    refresh.click(list_runs, None, [run])
-    run.change(load_run, [run], [reward_plot, cover_plot, table])
+    charts = [cover_plot, waste_plot, overlap_plot, status, timer]
+    outputs = [current, summary, differ, view_html]
+    refresh.click(list_runs, None, [run, bad_runs])
+    run.change(load_run, [run, model, ratio], [reward_plot, table, *charts]).then(
+        show_first, [run, model, ratio], outputs
+    )
+    timer.tick(poll, [run, model, ratio], charts, show_progress="hidden")
     table.select(pick, [run, model, ratio], outputs)
     prev_btn.click(lambda v, *a: move(v, "previous", *a), [current, run, model, ratio], outputs)
     next_btn.click(lambda v, *a: move(v, "next", *a), [current, run, model, ratio], outputs)

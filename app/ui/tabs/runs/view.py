@@ -1,11 +1,12 @@
-"""The Runs tab: pick a training run, see its steps charted, click a step to see its groups.
+"""The Runs tab's Gradio-free parts: run choices, the steps table, charts over steps, and a
+step's view (summary, "why they differ" and every group's tokens).
 
 Runs are the folders and JSONL files under the server's run roots (``GMTS_RUN_ROOTS``). The
-charts come from ``GET /v1/runs/{id}`` (numbers the files hold, plus the analysis rows known);
-clicking a row of the steps table (or previous/next) shows that step's groups in the token
-renderer: for a GMTSGRPOTrainer token log the mask the trainer applied ("applied") against
-GMTS's, for other formats an analysis computed on demand with the chosen model (a heavy job,
-queued like any analysis). The functions above ``build_runs_tab`` are Gradio-free.
+reward chart comes from ``GET /v1/runs/{id}`` (numbers the files hold); coverage, overlap and
+wasted share over steps from ``GET /v1/runs/{id}/metrics``, which the server computes in the
+background once the run is opened (polled, with progress). A step's groups are a
+GMTSGRPOTrainer token log's applied mask against GMTS's, or an analysis computed on demand
+with the chosen model (a heavy job, queued like any analysis).
 """
 
 import logging
@@ -15,8 +16,9 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from app.reports.run_charts import per_method_figure, reward_figure
+from app.reports.run_charts import LAYOUT, OKABE_ITO, per_method_figure, reward_figure
 from app.ui.render import placeholder, render_group
+from app.ui.tabs.runs.differences import differences_html
 
 logger = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -24,8 +26,23 @@ STEP_COLUMNS = ["step", "groups", "answers", "reward mean", "zero-signal share"]
 
 
 def run_choices(runs: Json) -> list[tuple[str, str]]:
-    """Dropdown choices: ``id (format, N steps)`` -> id."""
-    return [(f"{r['id']} ({r['format']}, {r['num_steps']} steps)", r["id"]) for r in runs["runs"]]
+    """Dropdown choices of the readable runs: ``id (format, N steps)`` -> id."""
+    return [
+        (f"{r['id']} ({r['format']}, {r['num_steps']} steps)", r["id"])
+        for r in runs["runs"]
+        if r.get("readable", True)
+    ]
+
+
+def unreadable_note(runs: Json) -> str:
+    """The runs listed but not readable, each with its reason (Markdown; empty if none)."""
+    bad = [r for r in runs["runs"] if not r.get("readable", True)]
+    lines = [f"- `{escape(r['id'])}`: {escape(str(r['reason']))}" for r in bad[:20]]
+    if len(bad) > 20:
+        lines.append(f"- ... and {len(bad) - 20} more")
+    if runs.get("truncated"):
+        lines.append("- the run root holds more entries than GMTS_RUN_MAX_FOLDER_ENTRIES")
+    return ("**Not readable:**\n" + "\n".join(lines)) if lines else ""
 
 
 def steps_table(overview: Json) -> pd.DataFrame:
@@ -52,8 +69,44 @@ def overview_figures(overview: Json) -> tuple[go.Figure, go.Figure]:
     reports = overview.get("reports", [])
     cover = per_method_figure(reports, "gradient_coverage", "Gradient coverage per method")
     if not reports:
-        cover.update_layout(title="Gradient coverage: click steps to analyse them")
+        cover.update_layout(title="Gradient coverage: being computed")
     return reward_figure(rows), cover
+
+
+def metrics_status(metrics: Json | None) -> str:
+    """The background analysis' progress in words."""
+    if not metrics:
+        return ""
+    done, total = metrics["steps_done"], metrics["steps_total"]
+    if metrics["running"]:
+        text = f"Metrics over steps: computing, {done} of {total} steps done."
+    else:
+        text = f"Metrics over steps: {done} of {total} steps analysed."
+    if metrics.get("error"):
+        text += f" ({escape(str(metrics['error']))})"
+    return text
+
+
+def metrics_figures(metrics: Json | None) -> tuple[go.Figure, go.Figure, go.Figure]:
+    """Gradient coverage, wasted share and overlap (Jaccard per pair) over the analysed steps."""
+    reports = (metrics or {}).get("reports", [])
+    suffix = "" if metrics is None or not metrics["running"] else " (computing...)"
+    cover = per_method_figure(reports, "gradient_coverage", "Gradient coverage" + suffix)
+    waste = per_method_figure(reports, "wasted_share", "Wasted share" + suffix)
+    pairs = list(reports[0]["overlap"]) if reports else []
+    overlap = go.Figure()
+    for i, pair in enumerate(pairs):
+        overlap.add_trace(
+            go.Scatter(
+                x=[r["step"] for r in reports],
+                y=[r["overlap"].get(pair) for r in reports],
+                name=pair.replace("|", " & "),
+                mode="lines+markers",
+                line=dict(color=OKABE_ITO[(i + 4) % len(OKABE_ITO)]),
+            )
+        )
+    overlap.update_layout(title="Overlap (Jaccard)" + suffix, yaxis_range=[-0.02, 1.02], **LAYOUT)
+    return cover, waste, overlap
 
 
 def step_methods(view: Json) -> tuple[str, str]:
@@ -67,9 +120,21 @@ def step_methods(view: Json) -> tuple[str, str]:
 
 
 def step_groups(view: Json) -> list[Json]:
+    """The step's groups, whatever form the analysis came in: a step with one prompt (a TRL
+    run with one prompt per step) is an analysis in single form, its answers at top level."""
     if view["mode"] == "logged":
         return list(view["logged"] or [])
-    return list(view["analysis"]["groups"] or [])
+    analysis = view["analysis"]
+    if analysis.get("groups"):
+        return list(analysis["groups"])
+    return [
+        {
+            "index": 0,
+            "prompt": analysis.get("prompt") or "",
+            "answers": analysis.get("answers") or [],
+            "summary": analysis.get("summary") or {},
+        }
+    ]
 
 
 def step_html(view: Json | None) -> str:
@@ -77,7 +142,26 @@ def step_html(view: Json | None) -> str:
     if not view:
         return placeholder("Pick a run, then click a step in the table.")
     methods = step_methods(view)
-    return "".join(render_group(g, methods) for g in step_groups(view))
+    groups = step_groups(view)
+    if not groups:
+        return placeholder("This step has no groups.")
+    return "".join(render_group(g, methods) for g in groups)
+
+
+def step_differences(view: Json | None) -> str:
+    """The "why they differ" view of the step's two marked methods (analysed steps)."""
+    if not view:
+        return ""
+    if view["mode"] == "logged":
+        return placeholder(
+            "A trainer log holds the applied mask, not the numbers that explain it: the "
+            "why-they-differ view needs an analysis (`gmts analyze-run` or a TRL dump)."
+        )
+    a, b = step_methods(view)
+    for diff in view["analysis"].get("differences") or []:
+        if {diff["method_a"], diff["method_b"]} == {a, b}:
+            return differences_html(diff, step_groups(view))
+    return ""
 
 
 def step_summary(view: Json | None) -> str:

@@ -33,7 +33,7 @@ Progress = Callable[..., Any]  # gr.Progress-like: progress((done, total), desc=
 
 
 # The tab's defaults: a small-batch version of the demo recipe that visibly learns in one run
-# of 20 steps on 2 CPU cores (benchmarks/train_tab.py measures it: see the README).
+# of 20 steps on 2 CPU cores (benchmarks/train_tab.py measures it: see docs/benchmarks.md).
 TRAIN_RECIPE = dataclasses.replace(
     RL_DEFAULTS, prompts_per_step=16, learning_rate=1.5e-4, inner_steps=2, warmup_steps=5
 )

@@ -48,3 +48,55 @@ def test_logged_step_html_marks_the_applied_mask(services) -> None:  # type: ign
     assert html.count("sel-a") >= int(df["selected"].sum())  # applied marks (+ legend)
     assert "trainer applied" in step_summary(view)
     assert "Pick a run" in step_html(None)
+
+
+def test_a_one_prompt_step_renders_its_tokens_and_why_they_differ(
+    services,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    """A TRL run with one prompt per step is analysed in single form (answers at top level):
+    the step view used to render nothing for it."""
+    from app.ui.tabs.runs.view import step_differences
+
+    folder = tmp_path / "one" / "completions"
+    folder.mkdir(parents=True)
+    df = pd.read_parquet(DATA / "trl" / "completions" / "completions_00002.parquet")
+    one = df[df["prompt"] == df["prompt"].iloc[0]]
+    one.to_parquet(folder / "completions_00001.parquet")
+    settings = make_settings(tmp_path, run_roots=[tmp_path], default_model="tiny-arith")
+    own = build_services(settings)
+    view = own.runs.step_view_blocking(
+        "one", 1, StepOptions(model="tiny-arith", methods=("entropy", "gmts"))
+    ).model_dump()
+    assert view["analysis"]["groups"] is None  # the single form
+    html = step_html(view)
+    assert html.count('class="gmts-view"') == 1 and html.count(" data-pos=") > 0
+    assert html.count('class="answer"') == len(one)
+    panel = step_differences(view)
+    assert panel.startswith('<div class="diff-view" data-methods="entropy|gmts">')
+    diff = view["analysis"]["differences"][0]
+    assert f"only entropy {diff['only_a']}" in panel
+    assert panel.count('class="diff-reason"') == sum(1 for r in diff["reasons"] if r["count"])
+
+
+def test_metrics_figures_and_unreadable_runs(services, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from app.ui.tabs.runs.view import metrics_figures, metrics_status, unreadable_note
+
+    params = StepOptions(model="tiny-arith", methods=("entropy", "gmts"))
+    services.run_metrics.get("verl", params)
+    assert services.run_metrics.wait(300)
+    metrics = services.run_metrics.get("verl", params).model_dump()
+    cover, waste, overlap = metrics_figures(metrics)
+    assert [t.name for t in cover.data] == ["entropy", "gmts"] == [t.name for t in waste.data]
+    assert [t.name for t in overlap.data] == ["entropy & gmts"]
+    assert list(cover.data[0].x) == [1, 2, 3]
+    assert metrics_status(metrics) == "Metrics over steps: 3 of 3 steps analysed."
+    runs = {
+        "runs": [
+            {"id": "ok", "readable": True, "format": "verl", "num_steps": 2},
+            {"id": "bad\\xff.jsonl", "readable": False, "reason": "not valid UTF-8"},
+        ],
+        "truncated": False,
+    }
+    assert run_choices(runs) == [("ok (verl, 2 steps)", "ok")]
+    assert "`bad\\xff.jsonl`: not valid UTF-8" in unreadable_note(runs)

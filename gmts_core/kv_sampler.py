@@ -1,0 +1,396 @@
+"""Our own KV-cached sampler: a batch of answers drawn token by token, without ``generate``.
+
+One call samples G answers to each of several prompts of one token length:
+
+prefill  -> one forward of the transformer body over the B distinct prompts (not B x G rows),
+            whose cache is then repeated G times (:func:`gmts_core.kv_cache.repeat_rows`)
+decode   -> per step, the LM head on the last hidden state (:func:`gmts_core.head.head_path`:
+            the logits the analysis reports, post-head transforms included), the model's
+            generation processors (min length, temperature, top-k, top-p: transformers' own
+            classes, in ``generate``'s order), then ``multinomial`` (or ``argmax`` when greedy)
+            and one body forward of the new tokens into a pre-allocated cache
+            (:mod:`gmts_core.kv_cache`)
+stopping -> a row that produced EOS is finished; once a quarter of the batch has finished the
+            finished rows are dropped from the cache and the batch shrinks (never re-run)
+
+With statistics asked for, each token's statistics are computed from the very logits it was
+drawn from (:func:`gmts_core.stats.metrics.token_stats_chunked`), so no forward pass of their
+own is needed.
+
+A model is served after a probe on its first use (:func:`unserved_reason`): the sampler's
+logits, through prefill, repeated rows, decoding and dropped rows, must equal the teacher-forced
+logits of its own body and head within the load-time tolerance of :mod:`gmts_core.head`.
+Models that fail the probe (recurrent or linear-attention caches, extra generation inputs),
+or whose generation config asks for processors this sampler does not apply (repetition
+penalty, bad words, ...), are sampled by ``generate`` instead, and the log says so once per
+model.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import (
+    LogitsProcessorList,
+    MinLengthLogitsProcessor,
+    MinNewTokensLengthLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from gmts_core.cancel import checkpoint
+from gmts_core.errors import NonFiniteLogitsError
+from gmts_core.head import PROBE_TOLERANCE, PROBE_TOLERANCE_LOW_PRECISION, HeadPath, head_path
+from gmts_core.kv_cache import keep_rows, repeat_rows, sampling_cache
+from gmts_core.stats.forward import AnswerStats, check_finite
+from gmts_core.stats.metrics import TokenStats, token_stats_chunked
+
+logger = logging.getLogger(__name__)
+
+SHRINK_FRACTION = 0.25  # drop finished rows once this share of the batch has finished
+
+# generation settings this sampler does not reproduce, with the value that means "off";
+# a model whose generation config sets any of them is sampled by ``generate``
+_NEUTRAL: dict[str, Any] = {
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0,
+    "bad_words_ids": None,
+    "sequence_bias": None,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": None,
+    "exponential_decay_length_penalty": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "renormalize_logits": False,
+    "remove_invalid_values": False,
+    "guidance_scale": 1.0,
+    "min_p": None,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+    "top_h": None,
+    "watermarking_config": None,
+    "stop_strings": None,
+    "max_time": None,
+}
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """What one call samples: ``num_samples`` answers to each prompt, at most
+    ``max_new_tokens`` tokens each; temperature 0 means greedy. ``stats_temperature`` (with
+    ``stats_top_k`` alternatives, ``stats_chunk_size`` rows at a time) asks for each token's
+    statistics at that temperature."""
+
+    num_samples: int
+    max_new_tokens: int
+    temperature: float
+    top_p: float = 1.0
+    top_k: int = 0
+    stats_temperature: float | None = None
+    stats_top_k: int = 0
+    stats_chunk_size: int = 128
+
+
+@dataclass
+class DecodedRow:
+    """One sampled answer's tokens (up to and including its EOS, if it produced one)."""
+
+    token_ids: list[int]
+    stats: AnswerStats | None = None
+
+
+def _neutral(value: Any, off: Any) -> bool:
+    return value is None or value == off or (off is None and value in ([], {}, ()))
+
+
+def unsupported_settings(generation_config: Any) -> list[str]:
+    """The names of the generation settings of this config that the sampler does not apply."""
+    return [
+        name
+        for name, off in _NEUTRAL.items()
+        if not _neutral(getattr(generation_config, name, None), off)
+    ]
+
+
+def _eos_tensor(generation_config: Any, device: torch.device) -> torch.Tensor | None:
+    eos = generation_config.eos_token_id
+    ids = eos if isinstance(eos, list) else [] if eos is None else [eos]
+    return torch.tensor(ids, dtype=torch.long, device=device) if ids else None
+
+
+def processors(
+    generation_config: Any, request: DecodeRequest, prompt_length: int, device: torch.device
+) -> LogitsProcessorList:
+    """The logits processors ``generate`` applies for this request, in its order."""
+    out = LogitsProcessorList()
+    eos = _eos_tensor(generation_config, device)
+    min_length = getattr(generation_config, "min_length", None)
+    if eos is not None and min_length:
+        out.append(MinLengthLogitsProcessor(min_length, eos, device=str(device)))
+    min_new = getattr(generation_config, "min_new_tokens", None)
+    if eos is not None and min_new:
+        out.append(
+            MinNewTokensLengthLogitsProcessor(prompt_length, min_new, eos, device=str(device))
+        )
+    if request.temperature == 0:  # greedy: no warpers
+        return out
+    if request.temperature != 1.0:
+        out.append(TemperatureLogitsWarper(request.temperature))
+    if request.top_k:
+        out.append(TopKLogitsWarper(top_k=request.top_k, min_tokens_to_keep=1))
+    if request.top_p < 1.0:
+        out.append(TopPLogitsWarper(top_p=request.top_p, min_tokens_to_keep=1))
+    return out
+
+
+class _Body:
+    """Calls the transformer body with a cache (the keyword is ``cache`` in newer models,
+    ``past_key_values`` in others) and returns the last position's hidden state (B, D)."""
+
+    def __init__(self, path: HeadPath) -> None:
+        self.path = path
+        params = inspect.signature(path.body.forward).parameters
+        self.keyword = "cache" if "cache" in params else "past_key_values"
+
+    def last_hidden(self, ids: torch.Tensor, cache: Any) -> torch.Tensor:
+        out = self.path.body(input_ids=ids, use_cache=True, **{self.keyword: cache})
+        return out[0][:, -1]  # (B, D): the position that predicts the next token
+
+
+@dataclass
+class _StepStats:
+    """Each decoding step's statistics for the rows then in the batch, from the logits the
+    step's tokens were drawn from."""
+
+    request: DecodeRequest
+    rows: list[torch.Tensor] = field(default_factory=list)  # (n_t,) original row indices
+    stats: list[TokenStats] = field(default_factory=list)
+    norms: list[torch.Tensor] = field(default_factory=list)  # (n_t,)
+
+    def add(
+        self, rows: torch.Tensor, logits: torch.Tensor, tokens: torch.Tensor, hidden: torch.Tensor
+    ) -> None:
+        """Statistics of ``tokens`` (n,) under ``logits`` (n, V), predicted by ``hidden`` (n, D)."""
+        assert self.request.stats_temperature is not None
+        stats = token_stats_chunked(
+            len(tokens),
+            logits.__getitem__,
+            tokens,
+            self.request.stats_temperature,
+            self.request.stats_top_k,
+            self.request.stats_chunk_size,
+        )
+        self.rows.append(rows)
+        self.stats.append(stats)
+        self.norms.append(hidden.float().norm(dim=-1))
+
+    def per_row(self, total: int, lengths: list[int]) -> list[AnswerStats]:
+        """(T, N) tables filled step by step, then each row's first ``length`` entries."""
+        steps = len(self.rows)
+        names = list(TokenStats.__dataclass_fields__)
+        tables = []
+        for values in [*([getattr(s, n) for s in self.stats] for n in names), self.norms]:
+            first = values[0]
+            table = first.new_zeros((steps, total, *first.shape[1:]))  # (T, N, ...)
+            for t, (rows, value) in enumerate(zip(self.rows, values, strict=True)):
+                table[t, rows.to(first.device)] = value
+            tables.append(table)
+        out = []
+        for row, length in enumerate(lengths):
+            *fields, norms = (table[:length, row] for table in tables)
+            token_stats = TokenStats(*fields)
+            check_finite(token_stats)
+            out.append(AnswerStats(token_stats, norms))
+        return out
+
+
+def _draw(scores: torch.Tensor, greedy: bool) -> torch.Tensor:
+    """The next token of each row (B,), as ``generate`` draws it."""
+    if greedy:
+        return torch.argmax(scores, dim=-1)
+    # NaN or +inf in a row, or a row of -inf, would fail inside multinomial (on CUDA with a
+    # device-side assert that breaks the process's CUDA context)
+    if not bool(torch.isfinite(scores.amax(dim=-1)).all()):  # scores: (B, V)
+        raise NonFiniteLogitsError("the model produced NaN or infinite logits while sampling")
+    probs = torch.softmax(scores, dim=-1)
+    return torch.multinomial(probs, num_samples=1).squeeze(1)
+
+
+@dataclass
+class _Batch:
+    """The rows being decoded: their original indices, prompts and tokens so far, and which of
+    them have finished (kept in the batch until enough have, then dropped together)."""
+
+    rows: torch.Tensor  # (n,) original row indices
+    seq: torch.Tensor  # (n, P + T) prompt ids, then the tokens drawn so far
+    finished: torch.Tensor  # (n,) bool
+
+    def shrink(self, cache: Any, tokens: torch.Tensor) -> torch.Tensor:
+        """Drop the finished rows once they are ``SHRINK_FRACTION`` of the batch; the tokens
+        of the rows kept."""
+        if int(self.finished.sum()) < max(1, math.ceil(SHRINK_FRACTION * len(self.rows))):
+            return tokens
+        keep = (~self.finished).nonzero().squeeze(1)
+        keep_rows(cache, keep)
+        self.rows, self.seq, self.finished = self.rows[keep], self.seq[keep], self.finished[keep]
+        return tokens[keep]
+
+
+def _prefill(
+    body: _Body, prompts: list[list[int]], repeats: int, cache: Any, steps: int
+) -> tuple[torch.Tensor, _Batch]:
+    """One forward over the distinct prompts, its cache and last hidden states repeated for
+    the ``repeats`` answers of each: hidden (B * G, D) and the batch."""
+    device = next(body.path.body.parameters()).device
+    ids = torch.tensor(prompts, device=device)  # (B, P)
+    hidden = body.last_hidden(ids, cache).repeat_interleave(repeats, 0)  # (B * G, D)
+    repeat_rows(cache, repeats)
+    seq = ids.repeat_interleave(repeats, 0)  # (B * G, P)
+    seq = torch.cat([seq, seq.new_zeros(len(seq), steps)], dim=1)  # (B * G, P + T)
+    rows = torch.arange(len(seq), device=device)
+    return hidden, _Batch(rows, seq, torch.zeros_like(rows, dtype=torch.bool))
+
+
+@torch.no_grad()
+def decode(
+    model: Any, prompts: list[list[int]], request: DecodeRequest, eos_ids: set[int]
+) -> list[DecodedRow]:
+    """``request.num_samples`` answers to each prompt (all of one length), prompt by prompt,
+    drawn from torch's global RNG (the caller seeds it)."""
+    path = head_path(model)
+    body = _Body(path)
+    width, steps = len(prompts[0]), request.max_new_tokens
+    cache = sampling_cache(model.config, width + steps)
+    hidden, batch = _prefill(body, prompts, request.num_samples, cache, steps)
+    total, device = len(batch.rows), batch.seq.device
+    warp = processors(model.generation_config, request, width, device)
+    eos = torch.tensor(sorted(eos_ids) or [-1], device=device)
+    generated = batch.seq.new_zeros(total, steps)  # (B * G, T) by original row
+    lengths = [steps] * total
+    collected = _StepStats(request) if request.stats_temperature is not None else None
+    for t in range(steps):
+        checkpoint()  # a cancelled job (client gone, shutdown) stops between decoding steps
+        logits = path.logits(hidden).float()  # (n, V): what the token is drawn from
+        scores = warp(batch.seq[:, : width + t], logits)  # type: ignore[arg-type]
+        tokens = _draw(scores, request.temperature == 0)  # (n,)
+        if collected is not None:
+            collected.add(batch.rows, logits, tokens, hidden)
+        batch.seq[:, width + t] = tokens
+        generated[batch.rows, t] = tokens
+        ended = torch.isin(tokens, eos) & ~batch.finished
+        for row in batch.rows[ended].tolist():
+            lengths[row] = t + 1
+        batch.finished |= ended
+        if t + 1 == steps or bool(batch.finished.all()):
+            break
+        tokens = batch.shrink(cache, tokens)
+        hidden = body.last_hidden(tokens[:, None], cache)  # (n, D)
+    answers = [DecodedRow(ids[:n]) for ids, n in zip(generated.tolist(), lengths, strict=True)]
+    if collected is not None:
+        for answer, stats in zip(answers, collected.per_row(total, lengths), strict=True):
+            answer.stats = stats
+    return answers
+
+
+PROBE_PROMPT = 8  # tokens of each probe prompt
+
+
+def probe_difference(model: Any) -> tuple[float, float]:
+    """(max |sampler logits - teacher-forced logits|, max |logits|) on a probe that goes through
+    every path of :func:`decode`: two prompts prefilled together, their rows repeated (x2),
+    one decoding step, a row dropped, one more step; the teacher-forced logits are those of
+    one forward of the body over each full sequence (what the analysis scores)."""
+    path = head_path(model)
+    body = _Body(path)
+    device = next(path.body.parameters()).device
+    vocab = int(path.head.weight.shape[0])
+    prompts = torch.tensor(
+        [
+            [(7 + 13 * i) % vocab for i in range(PROBE_PROMPT)],
+            [(11 + 5 * i) % vocab for i in range(PROBE_PROMPT)],
+        ],
+        device=device,
+    )  # (2, P)
+    first = torch.tensor([(3 + 17 * r) % vocab for r in range(4)], device=device)  # (4,)
+    second = torch.tensor([(5 + 29 * r) % vocab for r in range(4)], device=device)
+    with torch.no_grad():
+        cache = sampling_cache(model.config, PROBE_PROMPT + 2)
+        logits = [path.logits(body.last_hidden(prompts, cache)).float().repeat_interleave(2, 0)]
+        repeat_rows(cache, 2)  # rows a, a, b, b
+        logits.append(path.logits(body.last_hidden(first[:, None], cache)).float())
+        kept = torch.tensor([1, 2, 3], device=device)
+        keep_rows(cache, kept)
+        last = path.logits(body.last_hidden(second[kept, None], cache)).float()  # (3, V)
+        ours = torch.stack(logits, 1)  # (4, 2, V)
+        seqs = torch.cat([prompts.repeat_interleave(2, 0), first[:, None], second[:, None]], 1)
+        mask = torch.ones_like(seqs)
+        hidden = path.body(input_ids=seqs, attention_mask=mask, use_cache=False)[0]  # (4, P+2, D)
+        forced = path.logits(hidden[:, PROBE_PROMPT - 1 :]).float()  # (4, 3, V)
+    diffs = [(ours - forced[:, :2]).abs().amax(), (last - forced[kept, 2]).abs().amax()]
+    size = float(forced.abs().amax())
+    diff = max(float(d) for d in diffs)
+    return (diff if math.isfinite(diff) else float("inf")), size
+
+
+_PROBED: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
+_LOGGED: weakref.WeakKeyDictionary[Any, set[str | None]] = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+def _probe_verdict(model: Any) -> str | None:
+    if getattr(model, "training", False):
+        return "it is in training mode (dropout would make the probe random)"
+    try:
+        diff, size = probe_difference(model)
+    except Exception as exc:  # noqa: BLE001 - any failure of the model's own layers: not served
+        return f"the probe fails ({type(exc).__name__}: {str(exc)[:120]})"
+    dtype = next(model.parameters()).dtype
+    tol = PROBE_TOLERANCE.get(dtype, PROBE_TOLERANCE_LOW_PRECISION)
+    if not diff <= tol * (1.0 + size):
+        return f"its cached logits differ from its forward's by {diff:.3g} (size {size:.3g})"
+    return None
+
+
+def unserved_reason(model: Any) -> str | None:
+    """None if :func:`decode` serves this model, else why not; said in the log once per model
+    and reason.
+
+    The probe's verdict is kept per model object; the generation settings are checked on every
+    call, as a caller may change the generation config between calls.
+    """
+    settings = unsupported_settings(model.generation_config)
+    with _LOCK:
+        probed = model in _PROBED
+        reason = _PROBED.get(model)
+    if not settings and not probed:
+        reason = _probe_verdict(model)
+        with _LOCK:
+            _PROBED[model] = reason
+    if settings:
+        reason = f"its generation config sets {', '.join(settings)}"
+    with _LOCK:
+        logged = _LOGGED.setdefault(model, set())
+        first = reason not in logged
+        logged.add(reason)
+    if first:
+        name = type(model).__name__
+        if reason is None:
+            logger.info("%s: sampled by the KV-cached sampler (probe passed)", name)
+        else:
+            logger.warning(
+                "%s: sampled with generate(): the KV-cached sampler cannot serve it, %s",
+                name,
+                reason,
+            )
+    return reason

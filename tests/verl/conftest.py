@@ -1,0 +1,21 @@
+"""tests/verl runs in the verl virtualenv (`make test-verl`); elsewhere it is not collected."""
+
+import importlib.util
+
+import pytest
+
+collect_ignore_glob = [] if importlib.util.find_spec("verl") else ["test_*.py"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_hook_state():
+    """Each test sees the GMTS hook's process state as a new worker would."""
+    if importlib.util.find_spec("verl") is None:
+        yield
+        return
+    from gmts_core.integrations import verl as plugin
+
+    saved = plugin.STATE
+    plugin.STATE = plugin.HookState()
+    yield
+    plugin.STATE = saved
