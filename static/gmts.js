@@ -92,10 +92,21 @@
     });
   }
 
+  // room for the panel: on the right on wide screens, at the bottom on narrow ones (an inline
+  // style: the app's stylesheet only reaches inside the Gradio container)
+  function makeRoom(on) {
+    var c = document.querySelector(".gradio-container");
+    if (!c) return;
+    var wide = window.innerWidth >= 900;
+    c.style.paddingRight = on && wide ? "404px" : "";
+    c.style.paddingBottom = on && !wide ? "44vh" : "";
+  }
+
   function unpin() {
     var panel = document.getElementById("gmts-pin");
     if (panel) panel.classList.remove("visible");
     document.body.classList.remove("gmts-pinned");
+    makeRoom(false);
     document.querySelectorAll(".tok.pinned").forEach(function (t) { t.classList.remove("pinned"); });
   }
 
@@ -123,11 +134,12 @@
     // wide screens: the page makes room on the right (the panel covers no summary); narrow
     // ones: a bottom sheet, with the pinned token kept above it
     document.body.classList.add("gmts-pinned");
+    makeRoom(true);
     if (window.innerWidth < 900) {
+      // the sheet covers the screen's lower part: bring the token near the top, and with it
+      // what follows it (the summary) above the sheet where it fits
       var r = token.getBoundingClientRect();
-      if (r.bottom > window.innerHeight - panel.offsetHeight - 8) {
-        window.scrollBy(0, r.top - 80);
-      }
+      window.scrollBy(0, r.top - 60);
     }
   }
 

@@ -28,9 +28,12 @@ UI_PATH = "/ui"
 
 
 def ui_head() -> str:
-    """The ``<head>`` addition: the tooltip script, inlined so it works behind any root path."""
+    """The ``<head>`` addition: the tooltip script and the rules for what it appends to the
+    body (the pinned panel as a bottom sheet on narrow screens), inlined so they work behind
+    any root path and outside the Gradio container's scoped stylesheet."""
     js = (STATIC_DIR / "gmts.js").read_text(encoding="utf-8")
-    return f"<script>{js}</script>"
+    css = (STATIC_DIR / "gmts-page.css").read_text(encoding="utf-8")
+    return f"<style>{css}</style><script>{js}</script>"
 
 
 def api_key_login(api_key: str | None) -> Callable[[str, str], bool] | None:

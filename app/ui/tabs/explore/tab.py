@@ -123,11 +123,9 @@ MARK_STALE = (
     " if (box) box.classList.add('stale'); }"
 )
 EXAMPLE_NOTE = (
-    "**Example** (analysed before you arrived on the bundled demo model: a batch of "
-    "{groups} prompts, {g} answers each, one of them with no learning signal). Entropy spends "
-    "**{wasted:.0%}** of its budget on tokens with zero gradient, GMTS **{wasted_b:.0%}**: see "
-    "**Why they differ** below. Hover or focus a token for its numbers; press **Analyze** to "
-    "run your own."
+    "**Example** on the bundled model: {groups} prompts × {g} answers, one group with no "
+    "learning signal. Entropy spends **{wasted:.0%}** of its budget on zero-gradient tokens, "
+    "GMTS **{wasted_b:.0%}**: see **Why they differ**. Press **Analyze** to run your own."
 )
 
 
@@ -145,10 +143,11 @@ def example_note(initial: Any) -> str:
 
 
 def initial_values(initial: Any) -> list[Any]:
-    """Values of ``ExploreOutputs.view_list()`` on the first render: the shipped example."""
+    """Values of ``ExploreOutputs.view_list()`` on the first render: the shipped example, its
+    notes replaced by one line that says what it shows (they would repeat it)."""
     values = views(initial, "entropy", "gmts", "entropy", 0)
     if initial:
-        values[0] = (example_note(initial) + "\n\n" + values[0]).strip()
+        values[0] = example_note(initial)
     return values
 
 

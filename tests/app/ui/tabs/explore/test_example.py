@@ -23,7 +23,7 @@ def test_first_view_shows_the_disagreement() -> None:
     assert shipped is not None
     values = explore_tab.initial_values(shipped)
     note, tokens, why = values[0], values[1], values[11]
-    assert "Entropy spends" in note and "%" in note
+    assert "Entropy spends" in note and "%" in note and "Why they differ" in note
     assert "Why they differ: entropy vs gmts" in why and 'data-reason="zero_advantage"' in why
     only = re.findall(r'class="tok[^"]*\bmark-[ab]\b', tokens)
     assert only, "the first group shows tokens selected by one method only"
@@ -45,3 +45,17 @@ def test_first_screen_payload_stays_compact() -> None:
     assert all(hasattr(f, "to_json") for f in figures)
     # a fixed layout per chart plus ~350 B a token (the 214-token example of before had 75 kB)
     assert sum(len(f.to_json()) for f in figures) < 16_000 + 350 * n
+
+
+def test_exported_report_carries_summary_why_and_charts() -> None:
+    """The HTML export of the arrival view is a report: summary, why they differ, the budget
+    chart and the group's four charts, plotly inlined (no script or style from elsewhere)."""
+    from app.ui.tabs.explore.view_export import view_html
+
+    shipped = example.load_example()
+    assert shipped is not None
+    page = view_html(shipped, ("entropy", "gmts"), "entropy", 0)
+    assert 'class="summary-box"' in page and "wasted share" in page
+    assert 'id="why-differ"' in page and 'data-reason="zero_advantage"' in page
+    assert page.count('class="plotly-graph-div"') == 5
+    assert not re.search(r"<(script|link)[^>]+(src|href)=['\"]?https?:", page)
