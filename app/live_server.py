@@ -36,10 +36,20 @@ class LiveServer:
     """``with LiveServer(app) as server: ... server.url ...``: uvicorn serving ``app``."""
 
     def __init__(self, app: Any, port: int | None = None, start_timeout_s: float = 30) -> None:
+        self.app = app
         self.port = port or free_port()
         self.start_timeout_s = start_timeout_s
+        settings = getattr(getattr(app, "state", None), "settings", None)
+        trusted = list(getattr(settings, "trusted_proxies", None) or [])
         config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            access_log=False,
+            # X-Forwarded-For only from the app's trusted proxies, as `gmts serve` does
+            proxy_headers=bool(trusted),
+            forwarded_allow_ips=trusted or None,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -14,12 +14,17 @@ import torch
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from app.api.client_limits import (
+    KeyFailureLimitMiddleware,
+    LoginRateLimitMiddleware,
+    UploadLimitMiddleware,
+)
 from app.api.deps import reject_unknown_query, require_api_key
 from app.api.errors import install_error_handlers
 from app.api.limits import BodySizeLimitMiddleware
 from app.api.middleware import (
     ApiKeyMiddleware,
-    LoginRateLimitMiddleware,
+    OptionsMiddleware,
     RequestIdMiddleware,
     install_request_id_logging,
 )
@@ -31,6 +36,7 @@ from app.api.routes import (
     health,
     methods,
     models,
+    queue,
     runs,
     sessions,
 )
@@ -70,7 +76,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     # the bearer check (and its OpenAPI security scheme) only exists when a key is configured
     auth = [Depends(require_api_key)] if settings.api_key is not None else []
     v1 = APIRouter(prefix="/v1", dependencies=[*auth, Depends(reject_unknown_query)])
-    for module in (models, capabilities, methods, analyze, export, gradcheck, sessions, runs):
+    modules = (models, capabilities, methods, queue, analyze, export, gradcheck, sessions, runs)
+    for module in modules:
         v1.include_router(module.router)
     app.include_router(v1)
     if settings.ui_enabled:
@@ -81,16 +88,32 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 
 
 def _add_middleware(app: FastAPI, settings: Settings) -> None:
-    """Outermost first: request id -> CORS -> API key -> body size (+ disconnect) -> app."""
+    """Outermost first: request id -> CORS -> OPTIONS -> wrong-key limit -> API key -> login
+    limit -> UI upload limits -> body size (+ duplicate keys, disconnect) -> app."""
     app.add_middleware(
         BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes, exempt_prefixes=(UI_PATH,)
     )
+    app.add_middleware(  # the UI's own routes: a larger cap, uploads apart
+        BodySizeLimitMiddleware,
+        max_bytes=settings.ui_max_body_bytes,
+        only_prefixes=(UI_PATH,),
+        exempt_prefixes=(f"{UI_PATH}/gradio_api/upload",),
+    )
+    app.add_middleware(
+        UploadLimitMiddleware,
+        max_bytes=settings.ui_upload_max_bytes,
+        per_window=settings.ui_uploads_per_client,
+        window_s=settings.ui_upload_ttl_s,
+        prefix=UI_PATH,
+    )
     key = settings.api_key_value
     if key is not None:
-        app.add_middleware(ApiKeyMiddleware, api_key=key)
         app.add_middleware(
             LoginRateLimitMiddleware, per_minute=settings.login_attempts_per_minute, prefix=UI_PATH
         )
+        app.add_middleware(ApiKeyMiddleware, api_key=key)
+        app.add_middleware(KeyFailureLimitMiddleware, per_minute=settings.key_failures_per_minute)
+    app.add_middleware(OptionsMiddleware, skip_prefixes=(UI_PATH,))
     if settings.cors_origins:  # closed unless configured
         app.add_middleware(
             CORSMiddleware,

@@ -11,6 +11,9 @@
   "1e10000000" exactly would build a 10-million-digit integer and hold the interpreter for
   seconds.
 - ``MAX_SEED``: seeds feed torch and numpy generators, which take unsigned 32-bit seeds.
+- ``MIN_RATIO``: a selection ratio selects k = ceil(ratio * N) tokens, with ratio * N rounded to
+  9 decimals against float noise; below 1e-6 the product rounds to 0 for small N and nothing is
+  selected, so smaller ratios are refused.
 """
 
 from __future__ import annotations
@@ -20,3 +23,4 @@ MAX_ABS_REWARD = 1e9
 MAX_NUMBER_DIGITS = 100
 MAX_NUMBER_EXPONENT = 400
 MAX_SEED = 2**32 - 1
+MIN_RATIO = 1e-6

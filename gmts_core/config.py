@@ -1,32 +1,21 @@
 """The algorithm knobs, in one place: an analysis (:class:`AnalysisConfig`) and a GRPO step
 (:class:`RLConfig`). Plain frozen dataclasses with ``validate()``. Each knob is documented once,
-as a :func:`knob` (default, help, bounds); the app's request models, UI forms and CLI options
-take their help, bounds and defaults from here.
+as a :func:`gmts_core.knobs.knob` (default, help, bounds); the app's request models, UI forms
+and CLI options take their help, bounds and defaults from here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gmts_core.bounds import MAX_SEED, MIN_TEMPERATURE
+from gmts_core.bounds import MAX_SEED, MIN_RATIO, MIN_TEMPERATURE
 from gmts_core.errors import InvalidInputError
+from gmts_core.knobs import knob
 from gmts_core.methods.selection import SCOPES, list_methods
 
 if TYPE_CHECKING:
     from gmts_core.modeling import LoadedModel
-
-
-def knob(default: Any, help: str, **bounds: float) -> Any:
-    """A documented config field: its default, one line of help and its bounds (``ge``, ``gt``,
-    ``le``, ``lt``), read by the app's request models, forms and CLI options (:func:`knob_info`)."""
-    return field(default=default, metadata={"help": help, "bounds": bounds})
-
-
-def knob_info(config: type, name: str) -> tuple[str, dict[str, float]]:
-    """The help text and bounds of field ``name`` of a config dataclass."""
-    meta = {f.name: f.metadata for f in fields(config)}[name]
-    return meta["help"], dict(meta["bounds"])
 
 
 DEFAULT_METHODS = ("entropy", "gmts", "gmts_entropy", "gmts_paper", "surprisal", "random", "all")
@@ -88,8 +77,11 @@ class AnalysisConfig:
                 f"temperature must be at least {MIN_TEMPERATURE:g} for token statistics "
                 f"(pi = softmax(z / tau) and 1/tau overflow as tau -> 0), got {self.temperature!r}"
             )
-        if not 0 < self.ratio <= 1:
-            raise InvalidInputError(f"ratio must be in (0, 1], got {self.ratio}")
+        if not MIN_RATIO <= self.ratio <= 1:
+            raise InvalidInputError(
+                f"ratio must be in [{MIN_RATIO:g}, 1] (smaller ratios select no token: "
+                f"k = ceil(ratio * N) = 0), got {self.ratio}"
+            )
         if self.scope not in SCOPES:
             raise InvalidInputError(f"unknown scope {self.scope!r}; valid: {', '.join(SCOPES)}")
         valid = list_methods()
@@ -113,7 +105,7 @@ class RLConfig:
     scope: str = knob(
         "batch",
         "Selection scope: batch | group | answer (left out with a method given: the method's "
-        "default, group for gmts_paper as in the paper, batch for the others).",
+        "default, group for gmts_paper and gmts_paper_verl as in the paper, batch for the others).",
     )
     group_size: int = knob(8, "Answers sampled per prompt (G).", ge=2, le=64)
     prompts_per_step: int = knob(8, "Prompts per step (drawn from the demo task).", ge=1, le=64)

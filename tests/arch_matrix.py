@@ -3,7 +3,8 @@
 ``build_tiny(model_type)`` returns a float32 model with small hidden sizes, few layers and a
 small vocabulary, or raises :class:`Skip` with the reason it cannot be built here (an
 encoder-decoder, a multimodal model, a model that needs packages or remote code...). The
-conformance tests (tests/gmts_core/test_arch_conformance.py) and the table of docs/concepts.md use it.
+conformance tests (tests/gmts_core/test_arch_conformance.py) and the table of docs/concepts.md
+use it.
 """
 
 from __future__ import annotations

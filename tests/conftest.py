@@ -7,11 +7,17 @@ tests must not mutate them (base models are loaded with requires_grad False).
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+
+# servers built from default settings save sessions under $XDG_STATE_HOME/gmts: keep the tests'
+# (and their subprocess servers') out of the user's home
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="gmts-test-state-")
 
 from gmts_core.modeling import LoadedModel, load_model
 from tests.tiny_models import save_tiny_model

@@ -44,7 +44,8 @@ def require_api_key(settings: SettingsDep, credentials: BearerDep) -> None:
 
 def reject_unknown_query(request: Request) -> None:
     """Query parameters the route does not declare are a 422 naming them (as unknown body
-    fields are), not silently ignored: a misspelt ``?fromat=csv`` would otherwise be lost."""
+    fields are), not silently ignored: a misspelt ``?fromat=csv`` would otherwise be lost; so
+    is one given twice (``?format=csv&format=json``: which one was meant?)."""
     route = request.scope.get("route")
     dependant = getattr(route, "dependant", None)
     if dependant is None:
@@ -55,6 +56,12 @@ def reject_unknown_query(request: Request) -> None:
         valid = ", ".join(sorted(allowed)) or "none"
         raise InvalidInputError(
             f"unknown query parameter(s): {', '.join(unknown)}; this route takes: {valid}"
+        )
+    # every query parameter here takes one value: a second one would silently win
+    repeated = sorted({k for k in request.query_params if len(request.query_params.getlist(k)) > 1})
+    if repeated:
+        raise InvalidInputError(
+            f"query parameter(s) given more than once: {', '.join(repeated)}; give each once"
         )
 
 

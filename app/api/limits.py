@@ -2,7 +2,9 @@
 
 A declared ``Content-Length`` over the limit is refused before anything is read; a body sent
 without one (chunked) is counted while it streams and refused as soon as it passes the limit.
-The body is buffered (it is small by then) and replayed to the app. Paths under
+The body is buffered (it is small by then) and replayed to the app; a JSON body with a key
+that appears twice in one object is refused with a 422 naming the key (``app.api.json_body``),
+since which of the two values the client meant is unknown. Paths under
 ``exempt_prefixes`` (the Gradio UI, which has its own upload limits) pass through.
 
 Once the body is read, the middleware keeps listening to the connection: when the client
@@ -17,9 +19,12 @@ import json
 import logging
 from typing import Any
 
+import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.services.jobs import CancelToken, cancellable
+from app.api.json_body import duplicate_key, is_json
+from app.api.middleware import request_id_var
+from app.services.jobs import JOB_LABEL, JOB_TIMING, CancelToken, JobTiming, cancellable
 
 logger = logging.getLogger(__name__)
 
@@ -27,13 +32,26 @@ DISCONNECTED = "the client disconnected"
 
 
 class BodySizeLimitMiddleware:
-    def __init__(self, app: ASGIApp, max_bytes: int, exempt_prefixes: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        exempt_prefixes: tuple[str, ...] = (),
+        only_prefixes: tuple[str, ...] | None = None,
+    ):
         self.app = app
         self.max_bytes = max_bytes
         self.exempt_prefixes = exempt_prefixes
+        self.only_prefixes = only_prefixes  # None: every path not exempt
+        self.setting = "GMTS_UI_MAX_BODY_BYTES" if only_prefixes else "GMTS_MAX_BODY_BYTES"
+
+    def _applies(self, path: str) -> bool:
+        if self.exempt_prefixes and path.startswith(self.exempt_prefixes):
+            return False
+        return self.only_prefixes is None or path.startswith(self.only_prefixes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].startswith(self.exempt_prefixes):
+        if scope["type"] != "http" or not self._applies(scope["path"]):
             await self.app(scope, receive, send)
             return
         declared = _content_length(scope)
@@ -44,16 +62,23 @@ class BodySizeLimitMiddleware:
         if body is None:
             await self._too_large(send, None)
             return
+        if body and await _has_duplicate_key(scope, body, send):
+            return
         token = CancelToken()
         gone = asyncio.Event()
         if more_messages:  # the client left while sending the body
             gone.set()
             token.cancel(DISCONNECTED)
         watcher = None if gone.is_set() else asyncio.create_task(_watch(receive, token, gone))
+        timing = JobTiming()
+        label = JOB_LABEL.set(request_id_var.get())
+        timed = JOB_TIMING.set(timing)
         try:
             with cancellable(token):
-                await self.app(scope, _replay(body, gone), send)
+                await self.app(scope, _replay(body, gone), _with_timing(send, timing))
         finally:
+            JOB_TIMING.reset(timed)
+            JOB_LABEL.reset(label)
             if watcher is not None:
                 watcher.cancel()
 
@@ -79,7 +104,7 @@ class BodySizeLimitMiddleware:
             "error": {
                 "code": "payload_too_large",
                 "message": f"request body is {size}; the limit is {self.max_bytes} bytes "
-                "(GMTS_MAX_BODY_BYTES)",
+                f"({self.setting})",
             }
         }
         data = json.dumps(payload).encode()
@@ -95,6 +120,56 @@ class BodySizeLimitMiddleware:
             }
         )
         await send({"type": "http.response.body", "body": data})
+
+
+DUPLICATE_CHECK_ON_LOOP_BYTES = 64_000  # larger bodies are parsed in a worker thread
+
+
+async def _has_duplicate_key(scope: Scope, body: bytes, send: Send) -> bool:
+    """Answer 422 (and return True) when the JSON body repeats a key within one object."""
+    content_type = next(
+        (v.decode("latin-1") for k, v in scope["headers"] if k == b"content-type"), None
+    )
+    if content_type is not None and not is_json(content_type):
+        return False
+    if len(body) > DUPLICATE_CHECK_ON_LOOP_BYTES:
+        key = await anyio.to_thread.run_sync(duplicate_key, body)
+    else:
+        key = duplicate_key(body)
+    if key is None:
+        return False
+    message = f"body: the key {key!r} appears twice in one object; give each field once"
+    detail = {"field": "body", "message": message, "type": "duplicate_key"}
+    payload = {"error": {"code": "validation_error", "message": message, "details": [detail]}}
+    data = json.dumps(payload).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 422,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
+    return True
+
+
+def _with_timing(send: Send, timing: JobTiming) -> Send:
+    """``send`` that adds ``X-Queue-Wait-S`` and ``X-Work-S`` when the request ran jobs."""
+
+    async def timed(message: Message) -> None:
+        if message["type"] == "http.response.start" and timing.jobs:
+            headers = [
+                *message.get("headers", []),
+                (b"x-queue-wait-s", f"{timing.queued_s:.3f}".encode()),
+                (b"x-work-s", f"{timing.work_s:.3f}".encode()),
+            ]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return timed
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -153,62 +153,52 @@ class ApiKeyMiddleware:
         await send_json(send, 401, body, [(b"www-authenticate", b"Bearer")])
 
 
-class LoginRateLimitMiddleware:
-    """At most ``per_minute`` failed UI logins per client address in any 60 s; more get 429.
+class OptionsMiddleware:
+    """``OPTIONS`` on an API path answers 204 with ``Allow`` listing every method of every route
+    at that path (Starlette's own 405 lists only the first route's: a session's
+    ``GET`` without its ``DELETE``). CORS preflights are answered before this, by CORS."""
 
-    Watches ``POST {prefix}/login`` (Gradio's login route): a response of 400 or more counts
-    as a failure; while an address has ``per_minute`` failures in the last minute, its login
-    attempts are answered 429 with ``Retry-After`` without checking the password.
-    """
-
-    WINDOW_S = 60.0
-
-    def __init__(
-        self, app: ASGIApp, per_minute: int, prefix: str = "/ui", clock: Any = None
-    ) -> None:
-        import time
-
+    def __init__(self, app: ASGIApp, skip_prefixes: tuple[str, ...] = ()) -> None:
         self.app = app
-        self.per_minute = per_minute
-        self.paths = {f"{prefix}/login", f"{prefix}/login/"}
-        self.clock = clock or time.monotonic
-        self.failures: dict[str, list[float]] = {}
-
-    def _recent(self, client: str) -> list[float]:
-        now = self.clock()
-        kept = [t for t in self.failures.get(client, []) if now - t < self.WINDOW_S]
-        if kept:
-            self.failures[client] = kept
-        else:
-            self.failures.pop(client, None)
-        return kept
+        self.skip_prefixes = skip_prefixes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
             scope["type"] != "http"
-            or scope.get("method") != "POST"
-            or scope["path"] not in self.paths
+            or scope.get("method") != "OPTIONS"
+            or scope.get("path", "").startswith(self.skip_prefixes)
         ):
             await self.app(scope, receive, send)
             return
-        client = (scope.get("client") or ("?", 0))[0]
-        recent = self._recent(client)
-        if len(recent) >= self.per_minute:
-            wait = max(1, int(self.WINDOW_S - (self.clock() - recent[0])) + 1)
-            body = json_error(
-                429,
-                "too_many_requests",
-                f"too many failed logins from this address; try again in {wait} s "
-                "(GMTS_LOGIN_ATTEMPTS_PER_MINUTE)",
-            )
-            await send_json(send, 429, body, [(b"retry-after", str(wait).encode())])
+        methods = _methods_at(scope)
+        if not methods:
+            await self.app(scope, receive, send)
             return
+        allow = ", ".join(sorted(methods | {"OPTIONS"}))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 204,
+                "headers": [(b"allow", allow.encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": b""})
 
-        async def watch(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] >= 400:
-                self.failures.setdefault(client, []).append(self.clock())
-                if len(self.failures) > 10_000:  # bound the memory of many addresses
-                    self.failures.pop(next(iter(self.failures)))
-            await send(message)
 
-        await self.app(scope, receive, watch)
+def _methods_at(scope: Scope) -> set[str]:
+    """The methods the app's OpenAPI paths offer at the request's path (templates such as
+    ``/v1/sessions/{session_id}`` match any one segment)."""
+    app = scope.get("app")
+    openapi = getattr(app, "openapi", None)
+    if openapi is None:
+        return set()
+    path = scope.get("path", "")
+    methods: set[str] = set()
+    for template, operations in openapi().get("paths", {}).items():
+        pattern = re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, path):
+            methods |= {m.upper() for m in operations if m.lower() in _HTTP_METHODS}
+    return methods
+
+
+_HTTP_METHODS = {"get", "put", "post", "delete", "patch", "head"}

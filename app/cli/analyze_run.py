@@ -77,6 +77,7 @@ def analyze_run_command(
     run_max_group_answers: LimitOpt = None,
     run_max_step_rows: LimitOpt = None,
     run_max_folder_entries: LimitOpt = None,
+    run_max_run_steps: LimitOpt = None,
 ) -> None:
     """Per-step report of a training run: rewards, zero-signal groups, coverage, waste."""
     req = RunAnalysisRequest(
@@ -105,6 +106,7 @@ def analyze_run_command(
             max_group_answers=run_max_group_answers,
             max_step_rows=run_max_step_rows,
             max_folder_entries=run_max_folder_entries,
+            max_run_steps=run_max_run_steps,
         ),
     )
     bar = tqdm(total=0, unit="step", desc="analyzing")

@@ -13,11 +13,12 @@ import typer
 from rich.console import Console
 
 from app.core.config import Settings
-from app.services.catalog import analysis_knob, rl_knob
+from app.services.catalog import CONFIGS, SAMPLING_DEFAULTS, analysis_knob, config_knob, rl_knob
 from app.services.container import Services, build_services
 from app.services.errors import GMTSError
-from app.services.local_models import LoadedModel, load_any_model
 from app.services.methods import DEFAULT_METHODS, method_names
+from app.services.model_registry import LoadedModel
+from app.services.policy import LimitsPolicy
 
 Json = dict[str, Any]
 
@@ -28,11 +29,16 @@ def services() -> Services:
     return build_services(Settings())
 
 
-def load_cli_model(
-    name: str, device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False
-) -> LoadedModel:
-    """Load an alias, a local folder or a hub id (the CLI user may name any folder)."""
-    return load_any_model(name, device, dtype, trust_remote_code)
+def cli_limits() -> LimitsPolicy:
+    """The CLI's own limits policy: larger than a server's, any model folder or hub id."""
+    return LimitsPolicy.cli(services().settings)
+
+
+def load_cli_model(name: str) -> LoadedModel:
+    """An alias, a local folder or a hub id (the CLI user may name any folder), through the
+    model registry every front end uses."""
+    models = services().models
+    return models.load(models.resolve(name, any_source=True))
 
 
 def parse_rewards(text: str | None) -> list[float] | None:
@@ -110,10 +116,16 @@ def rl_option(name: str) -> Any:
     return knob_option(rl_knob(name))
 
 
+def config_option(config: str, name: str, *decls: str, note: str = "") -> Any:
+    """The option of the knob ``name`` of the config ``config`` (a key of ``CONFIGS``:
+    sampling, compare, demo_eval, demo_train), as documented once on that dataclass."""
+    return knob_option(config_knob(CONFIGS[config], name), *decls, note=note)
+
+
 ModelOpt = Annotated[str, typer.Option(help="Alias, local folder or hub id.")]
 PromptOpt = Annotated[str, typer.Option(help="The prompt text.")]
 AnswerOpt = Annotated[list[str] | None, typer.Option(help="A given answer (repeat); else sample.")]
-NumSamplesOpt = Annotated[int, typer.Option("-n", "--num-samples", help="Answers to sample.")]
+NumSamplesOpt = Annotated[int, config_option("sampling", "num_samples", "-n", "--num-samples")]
 RewardsOpt = Annotated[str | None, typer.Option(help="Explicit rewards, e.g. 1,0,0,1.")]
 RewardKindOpt = Annotated[str, typer.Option(help="numeric | exact | regex | math")]
 ReferenceOpt = Annotated[str | None, typer.Option(help="Reference answer for the rule.")]
@@ -121,9 +133,9 @@ RatioOpt = Annotated[float, analysis_option("ratio")]
 AdvantageOpt = Annotated[str, analysis_option("advantage")]
 AggregationOpt = Annotated[str, analysis_option("loss_aggregation")]
 TemperatureOpt = Annotated[float, analysis_option("temperature")]
-TopPOpt = Annotated[float, typer.Option(help="Nucleus sampling.")]
-MaxNewTokensOpt = Annotated[int, typer.Option(help="Longest sampled answer.")]
-SeedOpt = Annotated[int, typer.Option(help="Sampling seed.")]
+TopPOpt = Annotated[float, config_option("sampling", "top_p")]
+MaxNewTokensOpt = Annotated[int, config_option("sampling", "max_new_tokens")]
+SeedOpt = Annotated[int, config_option("sampling", "seed")]
 TopAlternativesOpt = Annotated[int, analysis_option("top_alternatives")]
 ChatTemplateOpt = Annotated[bool, analysis_option("chat_template")]
 MethodsOpt = Annotated[
@@ -138,7 +150,8 @@ MethodsOpt = Annotated[
 ScopeOpt = Annotated[
     str | None,
     analysis_option(
-        "scope", note="Default: batch; group when the only --method is gmts_paper, as in the paper."
+        "scope",
+        note="Default: batch; group when the only --method is gmts_paper or gmts_paper_verl.",
     ),
 ]
 
@@ -155,7 +168,8 @@ def analysis_config(
     methods: list[str] | None = None,
 ) -> Json:
     """The analysis knobs the CLI flags describe, as fields of an analyze request (without
-    ``--scope`` the request's default applies: batch, or group for ``gmts_paper`` alone)."""
+    ``--scope`` the request's default applies: batch, or group for ``gmts_paper`` or
+    ``gmts_paper_verl`` alone)."""
     selection: Json = {"ratio": ratio}
     if scope is not None:
         selection["scope"] = scope
@@ -227,14 +241,14 @@ def group_request(
     prompt: PromptOpt,
     model: ModelOpt = "tiny-arith",
     answer: AnswerOpt = None,
-    n: NumSamplesOpt = 8,
+    n: NumSamplesOpt = SAMPLING_DEFAULTS.num_samples,
     rewards: RewardsOpt = None,
     reward_kind: RewardKindOpt = "numeric",
     reference: ReferenceOpt = None,
     analysis: Json | None = None,
-    top_p: TopPOpt = 1.0,
-    max_new_tokens: MaxNewTokensOpt = 64,
-    seed: SeedOpt = 0,
+    top_p: TopPOpt = SAMPLING_DEFAULTS.top_p,
+    max_new_tokens: MaxNewTokensOpt = SAMPLING_DEFAULTS.max_new_tokens,
+    seed: SeedOpt = SAMPLING_DEFAULTS.seed,
     chat_template: ChatTemplateOpt = False,
 ) -> Json:
     """The body of ``POST /v1/analyze`` for one group, from the options of that name."""

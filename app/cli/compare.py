@@ -16,12 +16,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from app.cli._app import cli
-from app.cli.common import fail, load_cli_model, rl_option, services
+from app.cli.common import config_option, fail, load_cli_model, rl_option, services
 from app.reports.compare_report import table_header, table_rows
+from app.services.catalog import COMPARE_DEFAULTS as COMPARE
 from app.services.compare import (
-    COMPARE_RECIPE,
-    DEFAULT_COMPARE_METHODS,
-    CompareConfig,
     CompareResult,
     compare_config,
     write_outputs,
@@ -47,23 +45,23 @@ def _print_table(result: CompareResult, console: Console) -> None:
 
 @cli.command("compare")
 def compare_command(
-    methods: Annotated[str, typer.Option(help="Comma-separated methods.")] = ",".join(
-        DEFAULT_COMPARE_METHODS
-    ),
-    ratio: Annotated[float, rl_option("ratio")] = 0.2,
-    steps: Annotated[int, typer.Option(help="GRPO steps per run.")] = CompareConfig.steps,
-    seeds: Annotated[int, typer.Option(help="Seeds per method.")] = CompareConfig.seeds,
+    methods: Annotated[
+        str, config_option("compare", "methods", note="Comma-separated.")
+    ] = ",".join(COMPARE.methods),
+    ratio: Annotated[float, config_option("compare", "ratio")] = COMPARE.ratio,
+    steps: Annotated[int, config_option("compare", "steps")] = COMPARE.steps,
+    seeds: Annotated[int, config_option("compare", "seeds")] = COMPARE.seeds,
     model: Annotated[str, typer.Option(help="Alias or local folder.")] = "tiny-arith",
-    group_size: Annotated[int, rl_option("group_size")] = 8,
-    prompts_per_step: Annotated[
-        int, rl_option("prompts_per_step")
-    ] = COMPARE_RECIPE.prompts_per_step,
-    lr: Annotated[float, rl_option("learning_rate")] = COMPARE_RECIPE.learning_rate,
-    inner_steps: Annotated[int, rl_option("inner_steps")] = COMPARE_RECIPE.inner_steps,
-    warmup_steps: Annotated[int, rl_option("warmup_steps")] = COMPARE_RECIPE.warmup_steps,
-    max_new_tokens: Annotated[int, rl_option("max_new_tokens")] = 48,
-    eval_every: Annotated[int, typer.Option(help="Evaluate every N steps.")] = 10,
-    eval_problems: Annotated[int, typer.Option(help="Held-out problems.")] = 200,
+    group_size: Annotated[int, rl_option("group_size")] = COMPARE.rl.group_size,
+    prompts_per_step: Annotated[int, rl_option("prompts_per_step")] = COMPARE.rl.prompts_per_step,
+    lr: Annotated[float, rl_option("learning_rate")] = COMPARE.rl.learning_rate,
+    inner_steps: Annotated[int, rl_option("inner_steps")] = COMPARE.rl.inner_steps,
+    warmup_steps: Annotated[int, rl_option("warmup_steps")] = COMPARE.rl.warmup_steps,
+    max_new_tokens: Annotated[int, rl_option("max_new_tokens")] = COMPARE.rl.max_new_tokens,
+    eval_every: Annotated[int, config_option("compare", "eval_every")] = COMPARE.eval_every,
+    eval_problems: Annotated[
+        int, config_option("compare", "eval_problems")
+    ] = COMPARE.eval_problems,
     threads: Annotated[int, typer.Option(help="torch CPU threads (0: torch's default).")] = 0,
     out: Annotated[Path, typer.Option(help="Output folder.")] = Path("compare-out"),
 ) -> None:
@@ -79,7 +77,7 @@ def compare_command(
             seeds,
             eval_every,
             eval_problems,
-            COMPARE_RECIPE,
+            COMPARE.rl,
             group_size=group_size,
             prompts_per_step=prompts_per_step,
             learning_rate=lr,

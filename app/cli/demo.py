@@ -12,7 +12,19 @@ from rich.console import Console
 from rich.table import Table
 
 from app.cli._app import cli
-from app.services.demo import DEMO_MODEL_DIR, evaluate_demo, train_demo
+from app.cli.common import config_option, knob_option
+from app.services.demo import (
+    DEMO_EVAL_DEFAULTS as EVAL,
+)
+from app.services.demo import (
+    DEMO_MODEL_DIR,
+    DEMO_TRAIN_DEFAULTS,
+    FLAW_RATE,
+    evaluate_demo,
+    train_demo,
+)
+
+TRAIN = DEMO_TRAIN_DEFAULTS
 
 _FIGURES = (
     ("accuracy_t1", "accuracy, temperature 1.0 (all sampled answers)"),
@@ -34,13 +46,11 @@ def demo_path_command() -> None:
 @cli.command("train-demo")
 def train_demo_command(
     out: Annotated[Path, typer.Option(help="Folder to write the model to.")] = DEMO_MODEL_DIR,
-    seed: Annotated[int, typer.Option(help="Seed of the data stream and the weights.")] = 0,
-    steps: Annotated[int | None, typer.Option(help="Optimizer steps (default: recipe).")] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Examples per step.")] = None,
-    lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
-    flaw_rate: Annotated[
-        float | None, typer.Option(help="Share of training solutions with one mistake.")
-    ] = None,
+    seed: Annotated[int, config_option("demo_train", "seed")] = TRAIN.seed,
+    steps: Annotated[int, config_option("demo_train", "steps")] = TRAIN.steps,
+    batch_size: Annotated[int, config_option("demo_train", "batch_size")] = TRAIN.batch_size,
+    lr: Annotated[float, config_option("demo_train", "lr")] = TRAIN.lr,
+    flaw_rate: Annotated[float, knob_option(FLAW_RATE)] = TRAIN.mix.flaw_rate,
 ) -> None:
     """Train the demo model from scratch (seeded; minutes on a CPU) and save it to OUT."""
     start = time.perf_counter()
@@ -51,9 +61,13 @@ def train_demo_command(
 @cli.command("eval-demo")
 def eval_demo_command(
     model: Annotated[Path, typer.Option(help="Model folder.")] = DEMO_MODEL_DIR,
-    num_prompts: Annotated[int, typer.Option(help="Held-out prompts to evaluate.")] = 64,
-    group_size: Annotated[int, typer.Option(help="Answers sampled per prompt.")] = 8,
-    seed: Annotated[int, typer.Option(help="Seed of the prompts and the sampling.")] = 0,
+    num_prompts: Annotated[int, config_option("demo_eval", "num_prompts")] = EVAL.num_prompts,
+    group_size: Annotated[
+        int, config_option("sampling", "num_samples")
+    ] = EVAL.sampling.num_samples,
+    seed: Annotated[
+        int, config_option("sampling", "seed", note="Also draws the prompts.")
+    ] = EVAL.sampling.seed,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Measure a demo model on held-out prompts: accuracy, mixed groups, fork-point entropy."""

@@ -8,26 +8,16 @@ service layer and answered with HTTP 413 when exceeded.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from gmts_core.runs.limits import RunLimits
+from gmts_core.runs.limits import LIMIT_NAMES, RunLimits
 
 _RUN = RunLimits()  # the run readers' budget: its defaults are the server's
-
-
-_RUN_LIMIT_FIELDS = (
-    "max_file_bytes",
-    "max_line_bytes",
-    "max_step_bytes",
-    "max_field_chars",
-    "max_group_answers",
-    "max_step_rows",
-    "max_folder_entries",
-)
 
 
 def _split_csv(value: Any) -> Any:
@@ -37,6 +27,12 @@ def _split_csv(value: Any) -> Any:
             return json.loads(text)
         return [part.strip() for part in text.split(",") if part.strip()]
     return value
+
+
+def default_state_dir() -> Path:
+    """``$XDG_STATE_HOME/gmts`` (default ``~/.local/state/gmts``)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "gmts"
 
 
 class Settings(BaseSettings):
@@ -69,10 +65,33 @@ class Settings(BaseSettings):
     login_attempts_per_minute: int = Field(
         10, ge=1, description="Failed UI logins allowed per client address and minute."
     )
+    key_failures_per_minute: int = Field(
+        20,
+        ge=1,
+        description="Requests with a wrong or missing /v1 key allowed per client address and "
+        "minute; beyond, 429 with Retry-After.",
+    )
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Addresses (or networks, 10.0.0.0/8) of reverse proxies whose "
+        "X-Forwarded-For names the client; empty: the header is ignored and the connection's "
+        "address is the client (for the per-client limits).",
+    )
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     # --- limits (per request) ---
     max_body_bytes: int = Field(1_000_000, ge=1)
+    # --- the UI's own routes (/ui): request bodies and file uploads ---
+    ui_max_body_bytes: int = Field(2_000_000, ge=1, description="Any /ui request body.")
+    ui_upload_max_bytes: int = Field(
+        1_000_000, ge=1, description="One UI file upload (the Compare tab's compare.json)."
+    )
+    ui_uploads_per_client: int = Field(
+        10, ge=1, description="UI uploads per client address within GMTS_UI_UPLOAD_TTL_S."
+    )
+    ui_upload_ttl_s: float = Field(
+        600.0, gt=0, description="Uploaded files are deleted after this long."
+    )
     max_prompt_chars: int = Field(8_000, ge=1)
     max_answer_chars: int = Field(16_000, ge=1)
     max_groups: int = Field(32, ge=1)
@@ -117,6 +136,11 @@ class Settings(BaseSettings):
     # limits are apart from an analysis's: they allow the demo recipe (64 prompts x G = 8)
     max_step_prompts: int = Field(64, ge=1)  # demo prompts per training step
     max_step_answers: int = Field(512, ge=1)  # prompts x G per training step
+    session_state_dir: Path | None = Field(
+        default_factory=lambda: default_state_dir() / "sessions",
+        description="Where sessions are saved (after every step) and restored from on start; "
+        "empty: sessions live in memory only and a restart loses them.",
+    )
     session_policy: Literal["auto", "full", "lora"] = "auto"
     session_lora_threshold: int = Field(100_000_000, ge=0)  # parameters; auto: LoRA above it
 
@@ -133,6 +157,7 @@ class Settings(BaseSettings):
     run_max_group_answers: int = Field(_RUN.max_group_answers, ge=1)  # answers of one group
     run_max_step_rows: int = Field(_RUN.max_step_rows, ge=1)  # lines / rows / samples per step
     run_max_folder_entries: int = Field(_RUN.max_folder_entries, ge=1)  # entries per folder
+    run_max_run_steps: int = Field(_RUN.max_run_steps, ge=1)  # steps of one run (JSONL index)
     run_metrics_steps: int = Field(
         40, ge=1, description="Steps of a run analysed in the background for its metrics charts."
     )
@@ -146,15 +171,20 @@ class Settings(BaseSettings):
     @property
     def run_limits(self) -> RunLimits:
         """The run readers' budget from the ``run_max_*`` settings."""
-        return RunLimits(**{f: getattr(self, f"run_{f}") for f in _RUN_LIMIT_FIELDS})
+        return RunLimits(**{f: getattr(self, f"run_{f}") for f in LIMIT_NAMES})
 
     # --- exact per-token gradients (POST /v1/gradcheck) ---
     gradcheck_max_parameters: int = Field(20_000_000, ge=1)  # larger models are refused (413)
 
-    @field_validator("model_roots", "run_roots", "cors_origins", mode="before")
+    @field_validator("model_roots", "run_roots", "cors_origins", "trusted_proxies", mode="before")
     @classmethod
     def _parse_list(cls, value: Any) -> Any:
         return _split_csv(value)
+
+    @field_validator("session_state_dir", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("model_aliases", mode="before")
     @classmethod

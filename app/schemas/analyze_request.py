@@ -18,17 +18,34 @@ from pydantic import (
 )
 
 from app.schemas.knobs import config_field
-from app.schemas.strict import NoBoolNumbers
-from gmts_core.bounds import MAX_ABS_REWARD, MAX_SEED
+from app.schemas.strict import (
+    StrictBool,
+    StrictRequest,
+    check_ratio,
+    refuse_together,
+    registry_enum,
+    schema_rules,
+)
+from gmts_core.bounds import MAX_ABS_REWARD
 from gmts_core.config import DEFAULT_METHODS, AnalysisConfig
+from gmts_core.knobs import knob_default
 from gmts_core.methods.advantages import ADVANTAGES
 from gmts_core.methods.aggregation import AGGREGATIONS
-from gmts_core.methods.rewards import get_reward
+from gmts_core.methods.rewards import get_reward, list_rewards
 from gmts_core.methods.selection import METHODS
+from gmts_core.sampling import SamplingConfig
 
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-DEFAULT_NUM_SAMPLES = 8
+DEFAULT_NUM_SAMPLES: int = knob_default(SamplingConfig, "num_samples")
+
+
+def sampling_field(name: str, note: str = "Default: {default}.") -> Any:
+    """An optional request field for the SamplingConfig knob ``name`` (left out: the batch's
+    value, else the knob's default, which ``note`` states)."""
+    default = knob_default(SamplingConfig, name)
+    return config_field(SamplingConfig, name, None, note=note.format(default=default))
+
 
 NonEmptyText = Annotated[str, Field(min_length=1)]
 Reward = Annotated[float, Field(ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)]
@@ -37,14 +54,18 @@ Reward = Annotated[float, Field(ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)]
 # --- requests --------------------------------------------------------------------------------
 
 
-class RewardRule(NoBoolNumbers):
+class RewardRule(StrictRequest):
     """A verifiable reward rule and its reference answer."""
 
     model_config = ConfigDict(
         **_STRICT, json_schema_extra={"examples": [{"kind": "numeric", "reference": "85"}]}
     )
 
-    kind: str = Field(description="numeric | exact | regex | math", max_length=64)
+    kind: str = Field(
+        description="numeric | exact | regex | math",
+        max_length=64,
+        json_schema_extra=registry_enum(list_rewards),
+    )
     reference: str | int | float = Field(description="The reference answer (or regex pattern).")
 
     @field_validator("kind")
@@ -54,7 +75,7 @@ class RewardRule(NoBoolNumbers):
         return v
 
 
-class SelectionOptions(NoBoolNumbers):
+class SelectionOptions(StrictRequest):
     """Which selection methods to compare, at which ratio, over which scope."""
 
     model_config = _STRICT
@@ -64,8 +85,8 @@ class SelectionOptions(NoBoolNumbers):
         AnalysisConfig,
         "scope",
         None,
-        note="Default: batch, or group when the only method is gmts_paper (the paper's top 20% "
-        "per group).",
+        note="Default: batch, or group when the only method is gmts_paper or gmts_paper_verl "
+        "(the paper selects per group).",
     )
     methods: list[str] = config_field(
         AnalysisConfig,
@@ -75,7 +96,14 @@ class SelectionOptions(NoBoolNumbers):
         default_factory=lambda: list(DEFAULT_METHODS),
         min_length=1,
         max_length=32,
+        json_schema_extra=registry_enum(METHODS.names),
     )
+
+    @field_validator("ratio")
+    @classmethod
+    def _selects_something(cls, v: float) -> float:
+        check_ratio(v)
+        return v
 
     @field_validator("methods")
     @classmethod
@@ -85,21 +113,37 @@ class SelectionOptions(NoBoolNumbers):
         return list(dict.fromkeys(v))  # keep order, drop repeats
 
 
-class SamplingFields(NoBoolNumbers):
+class SamplingFields(StrictRequest):
     """Sampling settings, used when no answers are given."""
 
     model_config = _STRICT
 
-    num_samples: int | None = Field(None, ge=1, le=1024, description="Group size G (default 8).")
-    top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling (default 1).")
-    max_new_tokens: int | None = Field(
-        None, ge=1, le=65_536, description="Longest sampled answer (default 64)."
+    num_samples: int | None = sampling_field("num_samples")
+    top_p: float | None = sampling_field("top_p")
+    max_new_tokens: int | None = sampling_field(
+        "max_new_tokens", "Default: {default}, or GMTS_MAX_NEW_TOKENS when that is lower."
     )
-    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="Sampling seed (default 0).")
+    seed: int | None = sampling_field("seed")
+
+
+_SAMPLED_ONLY = "it applies only to sampled answers"
+# (field, field, why) pairs a group may not hold together; the 422 names both
+GROUP_PAIRS: tuple[tuple[str, str, str], ...] = (
+    ("answers", "answer_ids", "both would be the group's answers (as text or as token ids)"),
+    ("answers", "num_samples", "num_samples is the number of answers to sample"),
+    ("answer_ids", "num_samples", "num_samples is the number of answers to sample"),
+    ("answers", "top_p", _SAMPLED_ONLY),
+    ("answer_ids", "top_p", _SAMPLED_ONLY),
+    ("answers", "max_new_tokens", _SAMPLED_ONLY),
+    ("answer_ids", "max_new_tokens", _SAMPLED_ONLY),
+    ("reward", "rewards", "a rule computes the rewards that rewards would give"),
+)
 
 
 class GroupRequest(SamplingFields):
     """One prompt with its answers (given or sampled) and how to reward them."""
+
+    model_config = ConfigDict(**_STRICT, json_schema_extra=schema_rules(GROUP_PAIRS))
 
     prompt: str = Field(min_length=1, description="The prompt text.")
     answers: list[NonEmptyText] | None = Field(
@@ -111,7 +155,7 @@ class GroupRequest(SamplingFields):
             min_length=1,
             description="Given answers as token ids (e.g. a trainer's completion_ids): analysed "
             "as given, so the analysed tokens are the trained ones; the reward rule reads (and "
-            "the response shows) their decoded text.",
+            "the response shows) their decoded text. Not together with answers.",
         )
     )
     reward: RewardRule | None = Field(None, description="A reward rule with its reference.")
@@ -121,12 +165,8 @@ class GroupRequest(SamplingFields):
 
     @model_validator(mode="after")
     def _answers_or_sampling(self) -> GroupRequest:
+        refuse_together(self, GROUP_PAIRS)
         given = self.answers if self.answer_ids is None else self.answer_ids
-        if self.answers is not None and self.answer_ids is not None:
-            if len(self.answers) != len(self.answer_ids):
-                raise ValueError(
-                    f"{len(self.answers)} answers for {len(self.answer_ids)} answer_ids"
-                )
         _check_group(given, self.num_samples, self.reward, self.rewards, None)
         return self
 
@@ -143,14 +183,21 @@ def _check_group(
     ``default_samples`` is the group size when num_samples is not given (None: not known yet,
     as for a batch group that inherits the top-level num_samples).
     """
-    if answers is not None and num_samples is not None:
-        raise ValueError("give either answers or num_samples, not both")
-    if reward is not None and rewards is not None:
-        raise ValueError("give either reward (a rule) or rewards (numbers), not both")
     if rewards is not None:
         n = len(answers) if answers is not None else num_samples or default_samples
         if n is not None and n != len(rewards):
             raise ValueError(f"rewards has {len(rewards)} values for {n} answers")
+
+
+_BATCH_INSIDE = "in the batch form, it goes inside each group"
+# pairs of top-level fields that contradict each other (the single form's are a group's)
+REQUEST_PAIRS: tuple[tuple[str, str, str], ...] = (
+    *((a, b, why) for a, b, why in GROUP_PAIRS if "answer_ids" not in (a, b)),
+    ("groups", "answers", _BATCH_INSIDE),
+    ("groups", "rewards", _BATCH_INSIDE),
+    ("model", "session_id", "a session analyses with its own policy of its own model"),
+)
+_SAMPLING = ("num_samples", "top_p", "max_new_tokens")
 
 
 class AnalyzeRequest(SamplingFields):
@@ -171,14 +218,21 @@ class AnalyzeRequest(SamplingFields):
         None, min_length=1, description="Batch form: several groups analyzed in one call."
     )
     temperature: float = config_field(AnalysisConfig, "temperature")
-    advantage: str = config_field(AnalysisConfig, "advantage")
-    loss_aggregation: str = config_field(AnalysisConfig, "loss_aggregation")
+    advantage: str = config_field(
+        AnalysisConfig, "advantage", json_schema_extra=registry_enum(ADVANTAGES.names)
+    )
+    loss_aggregation: str = config_field(
+        AnalysisConfig, "loss_aggregation", json_schema_extra=registry_enum(AGGREGATIONS.names)
+    )
     selection: SelectionOptions = Field(default_factory=SelectionOptions)
     top_alternatives: int = config_field(AnalysisConfig, "top_alternatives")
-    chat_template: bool = config_field(AnalysisConfig, "chat_template")
-    answer_special_tokens: bool = config_field(AnalysisConfig, "answer_special_tokens")
+    chat_template: StrictBool = config_field(AnalysisConfig, "chat_template")
+    answer_special_tokens: StrictBool = config_field(AnalysisConfig, "answer_special_tokens")
     session_id: str | None = Field(
-        None, min_length=1, max_length=128, description="Analyze with this RL session's policy."
+        None,
+        min_length=1,
+        max_length=128,
+        description="Analyze with this RL session's policy (not together with model).",
     )
 
     @field_validator("advantage")
@@ -197,8 +251,16 @@ class AnalyzeRequest(SamplingFields):
     def _one_form(self) -> AnalyzeRequest:
         if (self.prompt is None) == (self.groups is None):
             raise ValueError("give either prompt (one group) or groups (a batch), not both")
-        if self.groups is not None and (self.answers is not None or self.rewards is not None):
-            raise ValueError("in the batch form, answers and rewards go inside each group")
+        refuse_together(self, REQUEST_PAIRS)
+        if self.groups is not None and all(
+            g.answers is not None or g.answer_ids is not None for g in self.groups
+        ):
+            for name in _SAMPLING:
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name} and groups[].answers: {name} applies only to sampled answers, "
+                        "and every group gives its answers"
+                    )
         default_samples = self.num_samples or DEFAULT_NUM_SAMPLES
         if self.prompt is not None:
             _check_group(self.answers, self.num_samples, self.reward, self.rewards, default_samples)
@@ -225,8 +287,10 @@ class AnalyzeRequest(SamplingFields):
 
     model_config = ConfigDict(
         **_STRICT,
-        json_schema_extra={
-            "examples": [
+        json_schema_extra=schema_rules(
+            REQUEST_PAIRS,
+            forms=("prompt", "groups"),
+            examples=[
                 {
                     "model": "tiny-arith",
                     "prompt": "Q: 47+38=?\nA:",
@@ -236,8 +300,8 @@ class AnalyzeRequest(SamplingFields):
                     "reward": {"kind": "numeric", "reference": "85"},
                     "selection": {"ratio": 0.2, "scope": "batch", "methods": ["entropy", "gmts"]},
                 }
-            ]
-        },
+            ],
+        ),
     )
 
 

@@ -11,9 +11,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.schemas.analyze_request import AnalyzeRequest
+from app.schemas.analyze_request import REQUEST_PAIRS, AnalyzeRequest
 from app.schemas.analyze_response import AnalyzeResponse, Spearman
 from app.schemas.numbers import Num
+from app.schemas.strict import schema_rules
 from gmts_core.experiments.gradcheck import DEFAULT_MAX_TOKENS
 
 GRADCHECK_DEFAULT_TOKENS = 256
@@ -35,8 +36,10 @@ class GradcheckRequest(AnalyzeRequest):
     model_config = ConfigDict(
         extra="forbid",
         allow_inf_nan=False,
-        json_schema_extra={
-            "examples": [
+        json_schema_extra=schema_rules(
+            REQUEST_PAIRS,
+            forms=("prompt", "groups"),
+            examples=[
                 {
                     "model": "tiny-arith",
                     "prompt": "Q: 47+38=?\nA:",
@@ -44,8 +47,8 @@ class GradcheckRequest(AnalyzeRequest):
                     "rewards": [1, 0],
                     "max_tokens": 256,
                 }
-            ]
-        },
+            ],
+        ),
     )
 
 

@@ -1,27 +1,19 @@
 """Request fields for the library's documented knobs (``gmts_core.config``).
 
-Each knob of :class:`~gmts_core.config.AnalysisConfig` and :class:`~gmts_core.config.RLConfig` is
-documented once, on the dataclass (:func:`gmts_core.config.knob`): a request field built here
-takes its description and bounds (``ge``, ``gt``, ``le``, ``lt``) from there, so the OpenAPI
-schema, the UI and the CLI say the same thing.
+Each knob of a library config dataclass (AnalysisConfig, RLConfig, SamplingConfig,
+CompareConfig, ...) is documented once, on the dataclass (:func:`gmts_core.knobs.knob`): a
+request field built here takes its description and bounds (``ge``, ``gt``, ``le``, ``lt``)
+from there, so the OpenAPI schema, the UI and the CLI say the same thing.
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, fields
+from dataclasses import MISSING
 from typing import Any
 
 from pydantic import Field
 
-from gmts_core.config import knob_info
-
-
-def knob_default(config: type, name: str) -> Any:
-    """The default of field ``name`` of the config dataclass ``config``."""
-    f = {f.name: f for f in fields(config)}[name]
-    if f.default_factory is not MISSING:
-        return f.default_factory()
-    return f.default
+from gmts_core.knobs import knob_default, knob_info
 
 
 def config_field(

@@ -44,6 +44,35 @@ class Readiness(BaseModel):
     message: str | None = None
     jobs_running: int
     jobs_waiting: int
+    estimated_wait_s: float | None = Field(
+        None, description="A new heavy request's estimated wait for a slot (see GET /v1/queue)."
+    )
+
+
+class QueueOut(BaseModel):
+    """Body of ``GET /v1/queue``: the heavy-job line as a new request would join it."""
+
+    running: int
+    waiting: int
+    max_concurrent: int = Field(description="Jobs run at once (GMTS_MAX_CONCURRENT_JOBS).")
+    max_queued: int = Field(description="Jobs that may wait (GMTS_MAX_QUEUED_JOBS).")
+    mean_job_s: float | None = Field(
+        description="Running mean of recent jobs' durations (null before the first)."
+    )
+    next_place: int = Field(description="The place a request sent now would take (1 = next).")
+    estimated_wait_s: float | None = Field(
+        description="Its estimated wait: place x mean_job_s / max_concurrent (null: no job "
+        "has finished yet)."
+    )
+
+
+class JobStatusOut(BaseModel):
+    """Body of ``GET /v1/queue/{request_id}``: where a request's heavy job is."""
+
+    request_id: str
+    state: Literal["waiting", "running"]
+    place: int = Field(description="1 = next; 0 = running.")
+    estimated_wait_s: float | None
 
 
 class ErrorDetail(BaseModel):

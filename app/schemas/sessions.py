@@ -11,36 +11,51 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.schemas.derived import fields_from
 from app.schemas.knobs import config_field
 from app.schemas.numbers import Num
-from app.schemas.strict import NoBoolNumbers
+from app.schemas.strict import (
+    StrictBool,
+    StrictRequest,
+    check_ratio,
+    registry_enum,
+    schema_rules,
+)
 from gmts_core.bounds import MAX_SEED, MIN_TEMPERATURE
 from gmts_core.config import RLConfig
 from gmts_core.grpo.records import AnswerChange, StepMetrics, TokenChange
 from gmts_core.grpo.step import RLPrompt
 from gmts_core.methods.advantages import ADVANTAGES
 from gmts_core.methods.aggregation import AGGREGATIONS
-from gmts_core.methods.rewards import get_reward
+from gmts_core.methods.rewards import get_reward, list_rewards
 from gmts_core.methods.selection import METHODS
 
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
-def knob_field(name: str) -> Any:
+def knob_field(name: str, **extra: Any) -> Any:
     """An optional request field for the RLConfig knob ``name``: its help and bounds as
     documented once in :mod:`gmts_core.config`."""
-    return config_field(RLConfig, name, None)
+    return config_field(RLConfig, name, None, **extra)
 
 
-class RLKnobs(NoBoolNumbers):
+def _if_both(a: str, a_value: Any, b: str, b_schema: dict[str, Any]) -> dict[str, Any]:
+    """JSON Schema: not (``a`` == ``a_value`` and ``b`` matching ``b_schema``)."""
+    return {"not": {"required": [a, b], "properties": {a: {"const": a_value}, b: b_schema}}}
+
+
+# reselect re-selects before every inner update after the first: with one update it does nothing
+KNOB_RULES = (_if_both("reselect", True, "inner_steps", {"const": 1}),)
+
+
+class RLKnobs(StrictRequest):
     """The knobs of a GRPO step; any left out keep the session's (or the default) value."""
 
     model_config = _STRICT
 
-    method: str | None = knob_field("method")
+    method: str | None = knob_field("method", json_schema_extra=registry_enum(METHODS.names))
     ratio: float | None = knob_field("ratio")
     scope: Literal["batch", "group", "answer"] | None = knob_field("scope")
     group_size: int | None = knob_field("group_size")
@@ -56,10 +71,28 @@ class RLKnobs(NoBoolNumbers):
     temperature: float | None = knob_field("temperature")
     top_p: float | None = knob_field("top_p")
     max_new_tokens: int | None = knob_field("max_new_tokens")
-    advantage: str | None = knob_field("advantage")
-    loss_aggregation: str | None = knob_field("loss_aggregation")
-    reselect: bool | None = knob_field("reselect")
-    measure_logprob_after: bool | None = knob_field("measure_logprob_after")
+    advantage: str | None = knob_field(
+        "advantage", json_schema_extra=registry_enum(ADVANTAGES.names)
+    )
+    loss_aggregation: str | None = knob_field(
+        "loss_aggregation", json_schema_extra=registry_enum(AGGREGATIONS.names)
+    )
+    reselect: StrictBool | None = knob_field("reselect")
+    measure_logprob_after: StrictBool | None = knob_field("measure_logprob_after")
+
+    @field_validator("ratio")
+    @classmethod
+    def _selects_something(cls, v: float | None) -> float | None:
+        return check_ratio(v)
+
+    @model_validator(mode="after")
+    def _meaningful_knobs(self) -> RLKnobs:
+        if self.reselect and self.inner_steps == 1:
+            raise ValueError(
+                "reselect and inner_steps: reselect re-selects the tokens before every inner "
+                "update after the first, and inner_steps 1 has none; use inner_steps >= 2"
+            )
+        return self
 
     @field_validator("method")
     @classmethod
@@ -91,6 +124,9 @@ class RLKnobs(NoBoolNumbers):
         knobs = self.knobs()
         if "method" in knobs and "scope" not in knobs:  # gmts_paper selects within each group
             knobs["scope"] = METHODS.get(knobs["method"]).default_scope
+        default_beta = METHODS.get(knobs["method"]).default_beta if "method" in knobs else None
+        if default_beta is not None and "beta" not in knobs:  # gmts_paper: Framework1's 0.001
+            knobs["beta"] = default_beta
         return dataclasses.replace(config, **knobs)
 
 
@@ -106,20 +142,32 @@ class SessionCreateRequest(RLKnobs):
 
     model_config = ConfigDict(
         **_STRICT,
-        json_schema_extra={
-            "examples": [{"model": "tiny-arith", "method": "gmts", "ratio": 0.2, "seed": 0}]
-        },
+        json_schema_extra=schema_rules(
+            extra=[*KNOB_RULES, _if_both("policy", "full", "lora_rank", {})],
+            examples=[{"model": "tiny-arith", "method": "gmts", "ratio": 0.2, "seed": 0}],
+        ),
     )
 
+    @model_validator(mode="after")
+    def _rank_with_lora(self) -> SessionCreateRequest:
+        if self.policy == "full" and "lora_rank" in self.model_fields_set:
+            raise ValueError(
+                "policy and lora_rank: lora_rank sizes a LoRA adapter, and policy full trains "
+                "a full copy; leave lora_rank out or use policy lora (or auto)"
+            )
+        return self
 
-class PromptIn(NoBoolNumbers):
+
+class PromptIn(StrictRequest):
     """A training prompt with its reference answer and reward rule."""
 
     model_config = _STRICT
 
     prompt: str = Field(min_length=1)
     reference: str = Field(min_length=1, max_length=512)
-    reward_kind: str = Field("numeric", max_length=64)
+    reward_kind: str = Field(
+        "numeric", max_length=64, json_schema_extra=registry_enum(list_rewards)
+    )
 
     @field_validator("reward_kind")
     @classmethod
@@ -138,29 +186,36 @@ class SessionStepRequest(RLKnobs):
     prompts: list[PromptIn] | None = Field(
         None, min_length=1, description="Prompts with references; omit to draw demo-task batches."
     )
-    include_tokens: bool = Field(
+    include_tokens: StrictBool = Field(
         True, description="Return the last step's batch with per-token log-prob changes."
     )
 
     model_config = ConfigDict(
         **_STRICT,
-        json_schema_extra={
-            "examples": [
+        json_schema_extra=schema_rules(
+            extra=KNOB_RULES,
+            examples=[
                 {"steps": 2, "method": "gmts", "ratio": 0.2, "learning_rate": 0.001},
                 {
                     "steps": 1,
                     "method": "entropy",
                     "prompts": [{"prompt": "Q: 47+38=?\nA:", "reference": "85"}],
                 },
-            ]
-        },
+            ],
+        ),
     )
 
 
-class SessionEvalRequest(NoBoolNumbers):
+class SessionEvalRequest(StrictRequest):
     """Body of ``POST /v1/sessions/{id}/evaluate``: held-out accuracy on the demo task."""
 
-    model_config = _STRICT
+    # greedy decoding gives every sample of a problem the same answer
+    model_config = ConfigDict(
+        **_STRICT,
+        json_schema_extra=schema_rules(
+            extra=[_if_both("temperature", 0, "samples_per_problem", {"minimum": 2})]
+        ),
+    )
 
     num_problems: int = Field(100, ge=1, le=2000)
     temperature: float = Field(
@@ -175,6 +230,15 @@ class SessionEvalRequest(NoBoolNumbers):
         if 0 < v < MIN_TEMPERATURE:
             raise ValueError(f"use 0 (greedy) or a temperature of at least {MIN_TEMPERATURE:g}")
         return v
+
+    @model_validator(mode="after")
+    def _samples_differ(self) -> SessionEvalRequest:
+        if self.temperature == 0 and self.samples_per_problem > 1:
+            raise ValueError(
+                "temperature and samples_per_problem: greedy decoding (temperature 0) gives "
+                "every sample the same answer; use samples_per_problem 1 or a temperature > 0"
+            )
+        return self
 
 
 @fields_from(StepMetrics)

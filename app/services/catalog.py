@@ -14,11 +14,16 @@ from app.schemas.methods import MethodOut
 from app.schemas.server import CapabilitiesResponse
 from app.services.bodies import method_out
 from app.services.methods import list_method_infos
-from gmts_core.config import DEFAULT_METHODS, AnalysisConfig, RLConfig, knob_info
+from gmts_core.config import DEFAULT_METHODS, AnalysisConfig, RLConfig
+from gmts_core.demo.evaluate import DemoEvalConfig
+from gmts_core.demo.train import TrainConfig
+from gmts_core.experiments.compare import CompareConfig
+from gmts_core.knobs import knob_default, knob_info
 from gmts_core.methods.advantages import ADVANTAGES
 from gmts_core.methods.aggregation import AGGREGATIONS
 from gmts_core.methods.rewards import list_rewards
 from gmts_core.methods.selection import SCOPES
+from gmts_core.sampling import SamplingConfig
 from gmts_core.tasks.arith import ArithProblem, ExamplePrompt, example_prompts, generate_problems
 
 ANALYSIS_DEFAULTS = AnalysisConfig()
@@ -26,6 +31,33 @@ ANALYSIS_DEFAULTS = AnalysisConfig()
 
 RL_DEFAULTS = RLConfig()
 """The GRPO knobs' defaults (the UI's forms start from them)."""
+
+SAMPLING_DEFAULTS = SamplingConfig()
+"""How a group is sampled when the request says nothing (answers, max new tokens, seed)."""
+
+CONFIGS: dict[str, type] = {
+    "analysis": AnalysisConfig,
+    "rl": RLConfig,
+    "sampling": SamplingConfig,
+    "compare": CompareConfig,
+    "demo_eval": DemoEvalConfig,
+    "demo_train": TrainConfig,
+}
+"""Every config dataclass of the library whose knobs a front end shows, by a short name."""
+
+COMPARE_DEFAULTS = CompareConfig()
+"""A comparison's knobs when nobody sets them (its GRPO recipe is ``COMPARE_DEFAULTS.rl``)."""
+
+
+def config_knob(config: type, name: str) -> tuple[str, dict[str, float]]:
+    """The help text and bounds of the knob ``name`` of the config dataclass ``config``."""
+    return knob_info(config, name)
+
+
+def config_default(config: type, name: str) -> Any:
+    """The default of the knob ``name`` of the config dataclass ``config``."""
+    return knob_default(config, name)
+
 
 LIMIT_SETTINGS = (
     "max_prompt_chars",

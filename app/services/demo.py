@@ -6,41 +6,55 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 from app.services.errors import InvalidInputError
 from gmts_core.demo import DEMO_MODEL_DIR
+from gmts_core.demo.evaluate import DemoEvalConfig, evaluate_demo_model
+from gmts_core.demo.train import FlawMix, TrainConfig, train_demo_model
+from gmts_core.knobs import knob_info
 
-__all__ = ["DEMO_MODEL_DIR", "evaluate_demo", "train_demo"]
+__all__ = [
+    "DEMO_EVAL_DEFAULTS",
+    "DEMO_MODEL_DIR",
+    "DEMO_TRAIN_DEFAULTS",
+    "FLAW_RATE",
+    "evaluate_demo",
+    "train_demo",
+]
+
+DEMO_TRAIN_DEFAULTS = TrainConfig()
+"""The shipped recipe (`gmts train-demo` with no options)."""
+
+DEMO_EVAL_DEFAULTS = DemoEvalConfig()
+"""What `gmts eval-demo` measures with no options."""
+
+FLAW_RATE = knob_info(FlawMix, "flaw_rate")
+"""The help and bounds of the recipe's flaw rate (a knob of FlawMix, inside TrainConfig)."""
 
 
 def train_demo(
     out: Path,
-    seed: int = 0,
-    steps: int | None = None,
-    batch_size: int | None = None,
-    lr: float | None = None,
-    flaw_rate: float | None = None,
+    seed: int = DEMO_TRAIN_DEFAULTS.seed,
+    steps: int = DEMO_TRAIN_DEFAULTS.steps,
+    batch_size: int = DEMO_TRAIN_DEFAULTS.batch_size,
+    lr: float = DEMO_TRAIN_DEFAULTS.lr,
+    flaw_rate: float = DEMO_TRAIN_DEFAULTS.mix.flaw_rate,
 ) -> Path:
-    """Train the demo model from scratch (the recipe, with the given overrides) into ``out``."""
-    from gmts_core.demo.train import FlawMix, TrainConfig, train_demo_model  # torch: when asked
-
-    config = TrainConfig(seed=seed)
-    knobs: dict[str, Any] = {"steps": steps, "batch_size": batch_size, "lr": lr}
-    config = replace(config, **{k: v for k, v in knobs.items() if v is not None})
-    if flaw_rate is not None:
-        config = replace(config, mix=FlawMix(flaw_rate=flaw_rate))
+    """Train the demo model from scratch (the recipe, with the given knobs) into ``out``."""
+    mix = replace(DEMO_TRAIN_DEFAULTS.mix, flaw_rate=flaw_rate)
+    config = replace(
+        DEMO_TRAIN_DEFAULTS, seed=seed, steps=steps, batch_size=batch_size, lr=lr, mix=mix
+    )
     return train_demo_model(out, config)
 
 
 def evaluate_demo(model: Path, num_prompts: int, group_size: int, seed: int) -> dict[str, Any]:
     """Accuracy, mixed groups and fork-point entropy of a demo model folder on held-out prompts."""
-    # transformers and torch (seconds to import): only when `gmts eval-demo` runs
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from gmts_core.demo.evaluate import DemoEvalConfig, evaluate_demo_model
-
     if not (model / "config.json").is_file():
         raise InvalidInputError(f"{model} is not a model folder (no config.json)")
     tokenizer = AutoTokenizer.from_pretrained(str(model))
     lm = AutoModelForCausalLM.from_pretrained(str(model))
-    config = DemoEvalConfig(num_prompts=num_prompts, group_size=group_size, seed=seed)
+    sampling = replace(DemoEvalConfig().sampling, num_samples=group_size, seed=seed)
+    config = DemoEvalConfig(num_prompts=num_prompts, sampling=sampling)
     return evaluate_demo_model(lm, tokenizer, config).to_dict()  # type: ignore[no-any-return]

@@ -40,6 +40,12 @@ class RunNotFoundError(GMTSError, LookupError):
     code = "unknown_run"
 
 
+class JobNotFoundError(GMTSError, LookupError):
+    """No job of that request id is waiting or running (``GET /v1/queue/{request_id}``)."""
+
+    code = "unknown_job"
+
+
 class SessionBusyError(QueueFullError):
     """The session is running a step (one at a time); retry shortly (HTTP 429)."""
 
@@ -53,6 +59,7 @@ __all__ = [
     "Cancelled",
     "GMTSError",
     "InvalidInputError",
+    "JobNotFoundError",
     "LimitExceededError",
     "ModelLoadError",
     "ModelNotFoundError",

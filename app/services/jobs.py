@@ -20,19 +20,26 @@ The line is first come, first served. A caller that passes ``on_position`` to
 :func:`wait_in_line` hears its place as it changes (2, then 1, then 0 = running): the wait is
 event-driven, every job that leaves the line or a slot wakes the waiters, so the place is told
 when it changes rather than when a poll happens to look.
+
+Waiting is told honestly: every job may carry a label (the HTTP layer sets the request id in
+:data:`JOB_LABEL`), :meth:`JobLimiter.status` gives a labelled job's state, place in line and
+estimated wait (place x the mean duration of recent jobs / slots), and :data:`JOB_TIMING`
+collects a request's seconds waiting in line and working, which the HTTP layer returns in the
+``X-Queue-Wait-S`` and ``X-Work-S`` headers.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
+import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import anyio.to_thread
 
@@ -61,6 +68,34 @@ class LinePolicy:
 _LINE: contextvars.ContextVar[LinePolicy | None] = contextvars.ContextVar(
     "gmts_wait_in_line", default=None
 )
+
+
+@dataclass
+class JobTiming:
+    """Seconds a request's jobs waited in line and worked (summed over its jobs)."""
+
+    queued_s: float = 0.0
+    work_s: float = 0.0
+    jobs: int = 0
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """Where a labelled job is: waiting (``place`` 1 = next) or running (place 0)."""
+
+    label: str
+    state: Literal["waiting", "running"]
+    place: int
+    estimated_wait_s: float | None  # None until a job has finished (nothing to go by)
+
+
+JOB_LABEL: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "gmts_job_label", default=None
+)
+JOB_TIMING: contextvars.ContextVar[JobTiming | None] = contextvars.ContextVar(
+    "gmts_job_timing", default=None
+)
+MEAN_WEIGHT = 0.2  # weight of the newest job in the running mean of job durations
 
 
 @contextmanager
@@ -103,6 +138,9 @@ class JobLimiter:
         self._admitted = 0  # running + waiting
         self._running = 0
         self._tokens: set[CancelToken] = set()
+        self._labels: dict[CancelToken, str] = {}
+        self._started: set[CancelToken] = set()  # running now
+        self.mean_job_s: float | None = None  # running mean of finished jobs' durations
         self.dropped = 0  # jobs cancelled while waiting (never ran)
         self.stopped = 0  # jobs cancelled while running (stopped at a stage boundary)
 
@@ -113,6 +151,30 @@ class JobLimiter:
     @property
     def waiting(self) -> int:
         return max(self._admitted - self._running, 0)
+
+    @property
+    def next_place(self) -> int:
+        """The place a job admitted now would take (0: a slot is free)."""
+        return max(self._admitted - self.max_concurrent + 1, 0)
+
+    def estimate_wait_s(self, place: int) -> float | None:
+        """Seconds until a job at ``place`` (1 = next) gets a slot: place x mean duration /
+        slots (None before any job finished)."""
+        if self.mean_job_s is None or place <= 0:
+            return 0.0 if place <= 0 else None
+        return round(math.ceil(place / self.max_concurrent) * self.mean_job_s, 1)
+
+    def status(self, label: str) -> JobStatus | None:
+        """The labelled job's state, place and estimated wait (None: no such job now)."""
+        with self._lock:
+            token = next((t for t, name in self._labels.items() if name == label), None)
+            if token is None:
+                return None
+            if token in self._started:
+                return JobStatus(label, "running", 0, 0.0)
+            place = self._place(token) if token in self._line else self.waiting
+            place = max(place, 1)
+        return JobStatus(label, "waiting", place, self.estimate_wait_s(place))
 
     def cancel_all(self, reason: str) -> None:
         """Cancel every admitted job (waiting ones leave the queue, running ones stop)."""
@@ -134,6 +196,9 @@ class JobLimiter:
     def _admit_locked(self, token: CancelToken) -> None:
         self._admitted += 1
         self._tokens.add(token)
+        label = JOB_LABEL.get()
+        if label is not None:
+            self._labels[token] = label
 
     def _admit(self, token: CancelToken) -> None:
         with self._lock:
@@ -186,6 +251,7 @@ class JobLimiter:
             with self._lock:
                 self._admitted -= 1
                 self._tokens.discard(token)
+                self._labels.pop(token, None)
                 self._changed.notify_all()
 
     def _place(self, token: CancelToken) -> int:
@@ -222,7 +288,11 @@ class JobLimiter:
     def _run_in_slot(
         self, fn: Callable[[], T], token: CancelToken, on_position: PositionCallback | None = None
     ) -> T:
+        queued_at = self._clock()
         self._acquire(token, on_position)
+        started = self._clock()
+        with self._lock:
+            self._started.add(token)
         try:
             if on_position is not None:
                 on_position(0)  # running now
@@ -233,8 +303,21 @@ class JobLimiter:
                 self.stopped += 1
             raise
         finally:
+            ended = self._clock()
+            timing = JOB_TIMING.get()
+            if timing is not None:
+                timing.queued_s += started - queued_at
+                timing.work_s += ended - started
+                timing.jobs += 1
             with self._lock:
+                self._started.discard(token)
                 self._running -= 1
+                took = ended - started
+                self.mean_job_s = (
+                    took
+                    if self.mean_job_s is None
+                    else (1 - MEAN_WEIGHT) * self.mean_job_s + MEAN_WEIGHT * took
+                )
                 self._changed.notify_all()
 
     async def run(self, fn: Callable[[], T], token: CancelToken | None = None) -> T:

@@ -87,7 +87,7 @@ class Processes:
 
 def cli_limits(**overrides: int | None) -> RunLimits:
     """``gmts analyze-run``'s budget: :data:`CLI_LIMITS` with the options given."""
-    given = {k: v for k, v in overrides.items() if v is not None}
+    given: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
     unknown = set(given) - set(LIMIT_NAMES)
     if unknown:
         raise ValueError(f"unknown run limits: {sorted(unknown)}")

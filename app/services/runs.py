@@ -26,7 +26,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
+
 from app.core.config import Settings
+from app.schemas.analyze_response import DifferencesOut
 from app.schemas.runs import (
     LoggedAnswer,
     LoggedGroup,
@@ -50,6 +53,7 @@ from gmts_core.runs.analysis import (
     StepReport,
     analyze_step,
     group_input,
+    logged_differences,
     logged_step_report,
     step_overview,
 )
@@ -157,7 +161,8 @@ class RunService:
         whether the root held more."""
         if not root.is_dir():
             return [], False
-        cap, found, truncated = self.limits.max_folder_entries, [], False
+        cap, truncated = self.limits.max_folder_entries, False
+        found: list[tuple[str, Path]] = []
         with os.scandir(root) as it:
             for entry in it:
                 if len(found) >= cap:
@@ -278,8 +283,8 @@ class RunService:
         """One step's groups and report; reading and analysing run under the job limiter
         (a worker thread: the event loop stays free)."""
         with self._relative_errors():
-            self.resolve(run_id)
             options.config().validate()
+            await anyio.to_thread.run_sync(self.resolve, run_id)  # a 404 lists the root's names
         return await self.jobs.run(lambda: self._step_view_of(run_id, step, options))
 
     def step_view_blocking(self, run_id: str, step: int, options: StepOptions) -> RunStepResponse:
@@ -308,8 +313,16 @@ class RunService:
         )
         if uses_log(run):
             report = logged_step_report(step)
+            differences = [
+                DifferencesOut.model_validate(d, from_attributes=True)
+                for d in logged_differences(step)
+            ]
             return RunStepResponse(
-                **head, mode="logged", report=self._report_out(report), logged=_logged(step, lm)
+                **head,
+                mode="logged",
+                report=self._report_out(report),
+                logged=_logged(step, lm),
+                differences=differences,
             )
         report, result = self.analyse(run, step, options, lm)
         body = analysis_response(result)

@@ -6,20 +6,31 @@ at most ``max_sessions`` (``GMTS_MAX_SESSIONS``) holding at most ``max_bytes`` t
 is evicted) and
 lets one caller at a time use a session (a per-session lock; a second caller gets
 :class:`SessionBusyError`). The clock is injectable, so tests move time instead of sleeping.
+
+With a state folder (``GMTS_SESSION_STATE_DIR``), every session is also on disk: saved after
+each change (:meth:`SessionStore.save`, see :mod:`gmts_core.experiments.session_state`) and
+removed from disk when it expires, is evicted or deleted. On start the store lists the saved
+sessions as *dormant* (their ``meta.json`` only); the session service restores a dormant
+session (loads its model, rebuilds its policy) on its first use. Dormant sessions count
+towards ``max_sessions`` and expire like the others (by the wall-clock age of their last save).
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
+import shutil
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 from app.services.errors import LimitExceededError, SessionBusyError, SessionNotFoundError
 from gmts_core.config import RLConfig
+from gmts_core.experiments.session_state import SavedSession, read_saved, save_session
 from gmts_core.experiments.sessions import Session
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
 from gmts_core.modeling import LoadedModel
@@ -36,15 +47,72 @@ class SessionStore:
         max_sessions: int = 4,
         clock: Callable[[], float] = time.monotonic,
         max_bytes: float | None = None,
+        state_dir: Path | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
+        self.state_dir = state_dir
         self.evicted = 0  # sessions evicted to make room (not expired, not deleted)
         self._clock = clock
         self._sessions: OrderedDict[str, Session] = OrderedDict()  # least recently used first
+        self._dormant: dict[str, SavedSession] = {}  # saved, not loaded yet
+        self._last_used: dict[str, float] = {}  # dormant id -> last use on self._clock
         self._gone: OrderedDict[str, str] = OrderedDict()  # id -> why it is gone
         self._lock = threading.Lock()
+        if state_dir is not None:
+            self._scan(state_dir, wall_clock())
+
+    # --- the state folder ---
+
+    def _scan(self, state_dir: Path, wall_now: float) -> None:
+        """List the saved sessions (most recently saved last), at most ``max_sessions``."""
+        state_dir.mkdir(parents=True, exist_ok=True)
+        found = [s for s in map(read_saved, sorted(state_dir.iterdir())) if s is not None]
+        found.sort(key=lambda s: s.saved_at)
+        now = self._clock()
+        for saved in found:
+            if saved.folder.name != saved.session_id:
+                continue
+            self._dormant[saved.session_id] = saved
+            self._last_used[saved.session_id] = now - max(wall_now - saved.saved_at, 0.0)
+        while len(self._dormant) > self.max_sessions:
+            oldest = next(iter(self._dormant))
+            self._forget_locked(oldest, f"was evicted (at most {self.max_sessions} sessions)")
+        if self._dormant:
+            logger.info("%d saved sessions in %s", len(self._dormant), state_dir)
+        self._purge_locked()
+
+    def save(self, session: Session, extra: dict[str, Any] | None = None) -> None:
+        """Write the session's state to the state folder (nothing without one), unless it is
+        gone (deleted while its step ran)."""
+        if self.state_dir is None or session.id not in self._sessions:
+            return
+        folder = self.state_dir / session.id
+        save_session(session, folder, extra)
+        if session.id not in self._sessions:  # deleted while it was written
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def dormant(self, session_id: str) -> SavedSession | None:
+        """The saved state of a session not loaded yet (None: loaded, or unknown)."""
+        with self._lock:
+            self._purge_locked()
+            return self._dormant.get(session_id)
+
+    def restored(self, session: Session) -> Session:
+        """Put a restored dormant session in place (making room as for a new one)."""
+        with self._lock:
+            if session.id not in self._dormant:  # deleted or expired meanwhile
+                raise self._not_found_locked(session.id)
+            session.last_used = self._last_used.get(session.id, self._clock())
+            self._make_room_locked(session.memory_bytes(), keep=session.id)
+            self._dormant.pop(session.id, None)
+            self._last_used.pop(session.id, None)
+            self._sessions[session.id] = session
+            self._sessions.move_to_end(session.id)
+        logger.info("restored session %s (%d steps)", session.id, session.steps_done)
+        return session
 
     def create(
         self,
@@ -72,16 +140,21 @@ class SessionStore:
     def _used_bytes_locked(self) -> int:
         return sum(s.memory_bytes() for s in self._sessions.values())
 
-    def _full_locked(self, incoming: int) -> bool:
-        if len(self._sessions) >= self.max_sessions:
+    def _full_locked(self, incoming: int, keep: str | None) -> bool:
+        count = len(self._sessions) + len(self._dormant) - (keep in self._dormant)
+        if count >= self.max_sessions:
             return True
         if self.max_bytes is None or not self._sessions:
             return False
         return self._used_bytes_locked() + incoming > self.max_bytes
 
-    def _make_room_locked(self, incoming: int = 0) -> None:
-        while self._full_locked(incoming):
+    def _make_room_locked(self, incoming: int = 0, keep: str | None = None) -> None:
+        while self._full_locked(incoming, keep):
             idle = [sid for sid, s in self._sessions.items() if not s.lock.locked()]
+            # the least recently used of the loaded idle sessions and the dormant ones
+            dormant = sorted((t, sid) for sid, t in self._last_used.items() if sid != keep)
+            if dormant and (not idle or dormant[0][0] < self._sessions[idle[0]].last_used):
+                idle = [dormant[0][1]]
             if not idle:
                 raise LimitExceededError(
                     f"all {len(self._sessions)} sessions are busy; try again shortly"
@@ -92,9 +165,13 @@ class SessionStore:
 
     def _forget_locked(self, session_id: str, why: str) -> None:
         self._sessions.pop(session_id, None)
+        self._dormant.pop(session_id, None)
+        self._last_used.pop(session_id, None)
         self._gone[session_id] = why
         while len(self._gone) > 1024:
             self._gone.popitem(last=False)
+        if self.state_dir is not None:
+            shutil.rmtree(self.state_dir / session_id, ignore_errors=True)
         logger.info("session %s %s", session_id, why)
 
     def _purge_locked(self) -> None:
@@ -102,6 +179,13 @@ class SessionStore:
         for sid, s in list(self._sessions.items()):
             if now - s.last_used > self.ttl_s and not s.lock.locked():
                 self._forget_locked(sid, f"expired after {self.ttl_s:g} s without use")
+        for sid, last in list(self._last_used.items()):
+            if now - last > self.ttl_s:
+                self._forget_locked(sid, f"expired after {self.ttl_s:g} s without use")
+
+    def _not_found_locked(self, session_id: str) -> SessionNotFoundError:
+        why = self._gone.get(session_id, "does not exist")
+        return SessionNotFoundError(f"session {session_id!r} {why}; create a new one")
 
     def purge_expired(self) -> None:
         with self._lock:
@@ -113,8 +197,11 @@ class SessionStore:
             self._purge_locked()
             session = self._sessions.get(session_id)
             if session is None:
-                why = self._gone.get(session_id, "does not exist")
-                raise SessionNotFoundError(f"session {session_id!r} {why}; create a new one")
+                if session_id in self._dormant:
+                    raise SessionNotFoundError(
+                        f"session {session_id!r} is saved but not restored yet"
+                    )
+                raise self._not_found_locked(session_id)
             session.last_used = self._clock()
             self._sessions.move_to_end(session_id)
             return session
@@ -134,15 +221,21 @@ class SessionStore:
             session.last_used = self._clock()
             session.lock.release()
 
-    def delete(self, session_id: str) -> None:
-        self.get(session_id)  # raises if unknown
-        with self._lock:
-            self._forget_locked(session_id, "was deleted")
-
-    def ids(self) -> list[str]:
+    def delete(self, session_id: str) -> Session | None:
+        """Forget the session (and its saved state); returns it when it was loaded."""
         with self._lock:
             self._purge_locked()
-            return list(self._sessions)
+            session = self._sessions.get(session_id)
+            if session is None and session_id not in self._dormant:
+                raise self._not_found_locked(session_id)
+            self._forget_locked(session_id, "was deleted")
+            return session
+
+    def ids(self) -> list[str]:
+        """Loaded and dormant sessions."""
+        with self._lock:
+            self._purge_locked()
+            return [*self._sessions, *self._dormant]
 
     def __len__(self) -> int:
         return len(self.ids())

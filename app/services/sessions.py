@@ -5,12 +5,19 @@ It wraps :class:`app.services.session_store.SessionStore` (TTL ``GMTS_SESSION_TT
 worker threads under the shared job limiter, and is the analysis service's
 :class:`~app.services.analysis.PolicyProvider`, so ``POST /v1/analyze`` with ``session_id``
 analyzes with that session's policy.
+
+Sessions survive a restart when ``GMTS_SESSION_STATE_DIR`` is set (the default): each one is
+saved after it is created and after every step, reset and evaluation; a restarted server
+restores a saved session on its first use (in a job slot: it loads the model). Deleting a
+session whose step is running cancels that step: it stops at its next stage boundary and its
+request ends with a 404 saying the session was deleted.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,12 +33,14 @@ from app.schemas.sessions import (
     StepOut,
 )
 from app.services.bodies import evaluation_out, session_out, step_out
-from app.services.errors import LimitExceededError
+from app.services.errors import LimitExceededError, SessionNotFoundError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
 from app.services.session_store import SessionStore
+from gmts_core.cancel import Cancelled, CancelToken, current_token
 from gmts_core.config import RLConfig
 from gmts_core.errors import InvalidInputError
+from gmts_core.experiments.session_state import load_session
 from gmts_core.experiments.sessions import Session
 from gmts_core.grpo.policy import PolicySettings
 from gmts_core.grpo.records import StepResult
@@ -43,6 +52,8 @@ from gmts_core.stats.tokenization import encode_prompt
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+DELETED = "the session was deleted"
 
 
 def check_step_limits(s: Settings, config: RLConfig, num_prompts: int | None = None) -> None:
@@ -86,7 +97,10 @@ class SessionService:
             max_sessions=settings.max_sessions,
             clock=clock,
             max_bytes=settings.session_memory_mb * 2**20,
+            state_dir=settings.session_state_dir,
         )
+        self._running: dict[str, CancelToken] = {}  # session id -> its running step's token
+        self._restore_lock = threading.Lock()
 
     # --- checks (cheap, before any model work) ---
 
@@ -136,7 +150,27 @@ class SessionService:
         return config
 
     def get(self, session_id: str) -> Session:
+        """The session, restored from the state folder first if it is saved only (blocking)."""
+        if self.store.dormant(session_id) is not None:
+            self._restore(session_id)
         return self.store.get(session_id)
+
+    def _restore(self, session_id: str) -> None:
+        """Rebuild a saved session on its model (heavy: loads the model, copies the policy)."""
+        with self._restore_lock:
+            saved = self.store.dormant(session_id)
+            if saved is None:  # restored by another caller meanwhile
+                return
+            lm = self.models.load(self.models.resolve(str(saved.extra.get("model"))))
+            self.store.restored(load_session(saved, lm))
+
+    async def _restored(self, session_id: str) -> None:
+        """Restore a saved session in a job slot, off the event loop."""
+        if self.store.dormant(session_id) is not None:
+            await self.jobs.run(lambda: self._restore(session_id))
+
+    def _save(self, session: Session) -> None:
+        self.store.save(session, {"model": session.policy.base.name})
 
     # --- blocking operations (worker threads; the UI may call them directly) ---
 
@@ -153,7 +187,9 @@ class SessionService:
             seed=req.seed,
         )
         lm = self.models.load(self.models.resolve(req.model))
-        return self.store.create(lm, self._initial_config(req), policy, req.seed)
+        session = self.store.create(lm, self._initial_config(req), policy, req.seed)
+        self._save(session)
+        return session
 
     def create_blocking(self, req: SessionCreateRequest) -> SessionOut:
         self._check_create(req)
@@ -181,10 +217,29 @@ class SessionService:
         prompts = [p.to_core() for p in req.prompts] if req.prompts else None
         with self.store.use(session_id) as session:
             self._check_step_tokens(session, req, config)
+
+            def saved(done: int, result: StepResult) -> None:
+                self._save(session)  # after every step: a restart continues from here
+                if progress is not None:
+                    progress(done, result)
+
+            token = current_token()
+            if token is not None:
+                self._running[session_id] = token
             # the budget is per step: a request of n steps computes n batches of rewards
             budget = self.settings.reward_budget_s * req.steps
-            with reward_budget(budget, "GMTS_REWARD_BUDGET_S per step"):
-                results = session.step(prompts, req.steps, config, progress, on_stage)
+            try:
+                with reward_budget(budget, "GMTS_REWARD_BUDGET_S per step"):
+                    results = session.step(prompts, req.steps, config, saved, on_stage)
+            except Cancelled as exc:
+                if exc.reason == DELETED:
+                    raise SessionNotFoundError(
+                        f"session {session_id!r} was deleted while its step ran; the step "
+                        f"stopped after {len(session.history)} steps in all"
+                    ) from None
+                raise
+            finally:
+                self._running.pop(session_id, None)
             return step_out(session, results, req.include_tokens)
 
     def step_blocking(
@@ -202,8 +257,11 @@ class SessionService:
         )
 
     def _locked(self, session_id: str, fn: Callable[[Session], T]) -> T:
+        """``fn(session)`` holding the session; its state is saved afterwards."""
         with self.store.use(session_id) as session:
-            return fn(session)
+            value = fn(session)
+            self._save(session)
+            return value
 
     def reset_blocking(self, session_id: str) -> SessionOut:
         self.get(session_id)
@@ -234,14 +292,17 @@ class SessionService:
         return session_out(await self.jobs.run(lambda: self._create(req)))
 
     async def step(self, session_id: str, req: SessionStepRequest) -> StepOut:
+        await self._restored(session_id)
         config = self._prepare_step(session_id, req)
         return await self.jobs.run(lambda: self._run_steps(session_id, req, config))
 
     async def reset(self, session_id: str) -> SessionOut:
+        await self._restored(session_id)
         self.get(session_id)
         return await self.jobs.run(lambda: self._locked(session_id, _reset))
 
     async def evaluate(self, session_id: str, req: SessionEvalRequest) -> EvaluationOut:
+        await self._restored(session_id)
         self._check_evaluate(session_id, req)
         return await self.jobs.run(lambda: self._evaluate(session_id, req))
 
@@ -250,13 +311,19 @@ class SessionService:
         return session_out(self.get(session_id))
 
     def delete(self, session_id: str) -> None:
+        """Forget the session and its saved state; a running step stops at its next stage
+        boundary (its request ends with a 404 saying so)."""
         self.store.delete(session_id)
+        token = self._running.get(session_id)
+        if token is not None:
+            token.cancel(DELETED)
 
     # --- PolicyProvider for the analysis service ---
 
     @contextmanager
     def use_policy(self, session_id: str) -> Iterator[LoadedModel]:
         """The session's policy, held (no step runs) for the duration of the analysis."""
+        self.get(session_id)  # restores a saved session
         with self.store.use(session_id) as session:
             name = f"{session.policy.base.name} (session {session_id})"
             # the coefficient's KL term: the session's beta against its starting policy

@@ -27,7 +27,7 @@ import httpx
 from app.schemas.analyze_request import AnalyzeRequest
 from app.schemas.gradcheck import GradcheckRequest
 from app.schemas.sessions import SessionCreateRequest, SessionEvalRequest, SessionStepRequest
-from app.services.bodies import analysis_json, as_json
+from app.services.bodies import as_json
 from app.services.catalog import capabilities
 from app.services.compare import CompareConfig
 from app.services.container import Services
@@ -143,15 +143,21 @@ class LocalBackend:
         self.on_wait = on_wait
 
     def _in_line(self, status: LiveStatus | None = None) -> AbstractContextManager[None]:
-        on_position = status.position if status is not None else None
+        on_position = None
+        if status is not None:
+            jobs = self.services.jobs
+
+            def on_position(place: int) -> None:  # the place and the line's estimate for it
+                status.position(place, jobs.estimate_wait_s(place))
+
         return wait_in_line(self.wait_s, self.on_wait, on_position)
 
     def analyze(self, request: Json, status: LiveStatus | None = None) -> Json:
         req = validated(AnalyzeRequest, request)
         on_stage = status.stage if status is not None else None
         with self._in_line(status):
-            result = self.services.analysis.analyze_blocking(req, on_stage=on_stage)
-            return analysis_json(result)
+            run = self.services.analysis.run
+            return as_json(self.services.jobs.run_blocking(lambda: run(req, on_stage=on_stage)))
 
     def job_load(self) -> tuple[int, int]:
         """(running, waiting) heavy jobs of this server now (for the UI's progress line)."""
@@ -168,7 +174,9 @@ class LocalBackend:
     def gradcheck(self, request: Json) -> Json:
         req = validated(GradcheckRequest, request)
         with self._in_line():
-            return as_json(self.services.gradcheck.run_blocking(req))
+            return as_json(
+                self.services.jobs.run_blocking(lambda: self.services.gradcheck.run(req))
+            )
 
     def create_session(self, request: Json) -> Json:
         req = validated(SessionCreateRequest, request)

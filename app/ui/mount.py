@@ -51,6 +51,9 @@ def mount_ui(app: FastAPI, settings: Settings, services: Services, path: str = U
     """Mount the explorer at ``path`` (default ``/ui``); returns the app."""
     backend = make_backend(settings, services)
     blocks = build_blocks(backend, settings)
+    # uploaded files (and other temporary files) are deleted once GMTS_UI_UPLOAD_TTL_S old
+    ttl = max(1, int(getattr(settings, "ui_upload_ttl_s", 600)))
+    blocks.delete_cache = (max(1, ttl // 4), ttl)
     logger.info("mounting the UI at %s (%s backend)", path, backend.label)
     _add_favicon(app)
     return gr.mount_gradio_app(
@@ -63,6 +66,7 @@ def mount_ui(app: FastAPI, settings: Settings, services: Services, path: str = U
         head=ui_head(),
         ssr_mode=False,
         footer_links=[],
+        max_file_size=getattr(settings, "ui_upload_max_bytes", None),
     )
 
 

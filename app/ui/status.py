@@ -3,7 +3,8 @@
 The server runs heavy jobs one (or a few) at a time (``GMTS_MAX_CONCURRENT_JOBS``); a person's
 Analyze or training step may wait behind another tab's job. These messages say so instead of a
 bare timer: the line as it stood when the job was sent, then (:class:`LiveStatus`, local
-backend) the job's place in line as it changes ("waiting: 2nd in line", "1st in line") and the
+backend) the job's place in line as it changes, with the estimated wait ("waiting: 2nd in line,
+about 40 s to go", "1st in line") and the
 stage being run as the library announces it ("generating answers (1 of 4)"). Pure: no Gradio.
 """
 
@@ -22,6 +23,15 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+def wait_text(seconds: float | None) -> str:
+    """An estimated wait for people: "40 s", "3 min" ('' when unknown)."""
+    if seconds is None:
+        return ""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    return f"{round(seconds / 60)} min"
+
+
 @dataclass
 class LiveStatus:
     """Says where a job is, as it changes: its place in line while it waits (``position``,
@@ -31,9 +41,10 @@ class LiveStatus:
     show: Show
     prefix: str = ""
 
-    def position(self, place: int) -> None:
+    def position(self, place: int, estimated_wait_s: float | None = None) -> None:
         if place > 0:
-            self.show(f"{self.prefix}waiting: {ordinal(place)} in line", None)
+            about = f", about {wait_text(estimated_wait_s)} to go" if estimated_wait_s else ""
+            self.show(f"{self.prefix}waiting: {ordinal(place)} in line{about}", None)
         else:
             self.show(f"{self.prefix}running", None)
 

@@ -20,6 +20,7 @@ Reported:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import asdict, dataclass
@@ -28,6 +29,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from gmts_core.knobs import knob
 from gmts_core.sampling import SamplingConfig, sample_groups
 from gmts_core.stats.forward import answer_token_stats
 from gmts_core.stats.tokenization import encode_prompt
@@ -38,15 +40,25 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class DemoEvalConfig:
-    """What to evaluate on: ``num_prompts`` held-out problems drawn with ``seed``."""
+    """What to evaluate on: ``num_prompts`` held-out problems drawn with ``sampling.seed``, each
+    sampled as ``sampling`` says (problem i with seed ``sampling.seed + i``)."""
 
-    num_prompts: int = 64
-    group_size: int = 8
-    temperature: float = 1.0
-    top_ratio: float = 0.2
-    max_new_tokens: int = 48
-    seed: int = 0
-    num_threads: int = 1  # one thread: reproducible, and fastest on a small shared CPU
+    num_prompts: int = knob(64, "Held-out problems evaluated.", ge=1, le=10_000)
+    sampling: SamplingConfig = knob(
+        SamplingConfig(num_samples=8, max_new_tokens=48),
+        "How each problem's group is sampled (G answers, at most 48 tokens: the demo's answers "
+        "are about 23).",
+    )
+    top_ratio: float = knob(
+        0.2, "Share of tokens counted as top entropy (the 80/20 rule's 20%).", gt=0, le=1
+    )
+    num_threads: int = knob(
+        1, "Torch CPU threads (one: reproducible, and fastest on a small shared CPU).", ge=1
+    )
+
+    @property
+    def group_size(self) -> int:
+        return self.sampling.num_samples
 
 
 @dataclass(frozen=True)
@@ -93,14 +105,14 @@ def sample_groups_of(
     annotate every answer token with its entropy and fork flag."""
     prompts = [_prompt_ids(tokenizer, p) for p in problems]
     sampling = [
-        SamplingConfig(
-            config.group_size, config.temperature, 1.0, 0, config.max_new_tokens, config.seed + i
-        )
+        dataclasses.replace(config.sampling, seed=config.sampling.seed + i)
         for i in range(len(problems))
     ]
     groups = sample_groups(model, tokenizer, prompts, sampling)
     pairs = [(ids, a.token_ids) for ids, group in zip(prompts, groups, strict=True) for a in group]
-    stats = iter(answer_token_stats(model, pairs, tokenizer.pad_token_id, config.temperature))
+    stats = iter(
+        answer_token_stats(model, pairs, tokenizer.pad_token_id, config.sampling.temperature)
+    )
     out = []
     for problem, group in zip(problems, groups, strict=True):
         answers = [a.token_ids for a in group]
@@ -124,7 +136,7 @@ def greedy_rewards_of(
 ) -> list[float]:
     """The reward of each problem's greedy answer."""
     prompts = [_prompt_ids(tokenizer, p) for p in problems]
-    greedy = SamplingConfig(1, 0.0, 1.0, 0, config.max_new_tokens, 0)
+    greedy = SamplingConfig(1, 0.0, max_new_tokens=config.sampling.max_new_tokens, seed=0)
     groups = sample_groups(model, tokenizer, prompts, [greedy] * len(problems))
     return [
         p.reward(tokenizer.decode(g[0].token_ids, skip_special_tokens=True)).reward
@@ -170,9 +182,10 @@ def evaluate_demo_model(
     config: DemoEvalConfig | None = None,
     problems: list[ArithProblem] | None = None,
 ) -> DemoEvalResult:
-    """Evaluate ``model`` on held-out problems (drawn with ``config.seed`` unless given)."""
+    """Evaluate ``model`` on held-out problems (drawn with ``config.sampling.seed`` unless
+    given)."""
     config = config or DemoEvalConfig()
-    problems = problems or generate_problems(config.num_prompts, config.seed, "heldout")
+    problems = problems or generate_problems(config.num_prompts, config.sampling.seed, "heldout")
     model.eval()
     threads = torch.get_num_threads()
     torch.set_num_threads(config.num_threads)

@@ -27,7 +27,7 @@ import logging
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from gmts_core.demo.tokenizer import save_tokenizer
+from gmts_core.knobs import knob, knob_factory
 from gmts_core.tasks.arith import (
     applicable_flaws,
     flawed_solution,
@@ -54,14 +55,17 @@ class FlawMix:
     problem without a carry) are left out before normalising.
     """
 
-    flaw_rate: float = 0.45
-    weights: dict[str, float] = field(
-        default_factory=lambda: {
+    flaw_rate: float = knob(
+        0.45, "Share of training solutions with exactly one plausible mistake.", ge=0, le=1
+    )
+    weights: dict[str, float] = knob_factory(
+        lambda: {
             "forgot_carry": 0.5,
             "carry_not_added": 0.2,
             "units_slip": 0.15,
             "tens_slip": 0.15,
-        }
+        },
+        "Relative weight of each kind of mistake in a flawed solution.",
     )
 
 
@@ -69,28 +73,30 @@ class FlawMix:
 class ModelShape:
     """The Llama configuration of the demo model."""
 
-    hidden_size: int = 64
-    intermediate_size: int = 192
-    num_hidden_layers: int = 3
-    num_attention_heads: int = 4
-    max_position_embeddings: int = 64
+    hidden_size: int = knob(64, "Hidden size.", ge=1)
+    intermediate_size: int = knob(192, "MLP size.", ge=1)
+    num_hidden_layers: int = knob(3, "Transformer layers.", ge=1)
+    num_attention_heads: int = knob(4, "Attention heads (divides the hidden size).", ge=1)
+    max_position_embeddings: int = knob(64, "Longest sequence, in tokens.", ge=1)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     """Every knob of a demo-model training run; the defaults are the shipped recipe."""
 
-    seed: int = 0
-    steps: int = 500
-    batch_size: int = 128
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 50
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    num_threads: int = 1  # one thread: deterministic, and fastest on a small shared CPU
-    mix: FlawMix = field(default_factory=FlawMix)
-    shape: ModelShape = field(default_factory=ModelShape)
+    seed: int = knob(0, "Seed of the data stream and the weights.", ge=0)
+    steps: int = knob(500, "Optimizer steps.", ge=1, le=1_000_000)
+    batch_size: int = knob(128, "Examples per step.", ge=1, le=65_536)
+    lr: float = knob(3e-3, "Peak learning rate (after warm-up, then cosine decay).", gt=0, le=1)
+    min_lr_ratio: float = knob(0.1, "Final learning rate as a share of the peak.", ge=0, le=1)
+    warmup_steps: int = knob(50, "Linear learning-rate warm-up steps.", ge=0)
+    weight_decay: float = knob(0.01, "AdamW weight decay.", ge=0, le=1)
+    grad_clip: float = knob(1.0, "Gradient-norm clipping.", gt=0)
+    num_threads: int = knob(
+        1, "Torch CPU threads (one: deterministic, and fastest on a small shared CPU).", ge=1
+    )
+    mix: FlawMix = knob_factory(FlawMix, "How often and how the training solutions are flawed.")
+    shape: ModelShape = knob_factory(ModelShape, "The Llama configuration of the model.")
 
 
 def sample_training_text(rng: random.Random, mix: FlawMix) -> tuple[str, str]:

@@ -25,6 +25,7 @@ from gmts_core.experiments.evaluation import demo_batch, evaluate_accuracy, held
 from gmts_core.experiments.sessions import step_seed
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
 from gmts_core.grpo.step import DEMO_RECIPE, RLPrompt, grpo_step, make_optimizer
+from gmts_core.knobs import knob, knob_factory
 from gmts_core.methods.selection import list_methods
 from gmts_core.modeling import LoadedModel
 
@@ -41,16 +42,22 @@ Progress = Callable[[int, int, str], None]  # (done, total, label)
 class CompareConfig:
     """What to compare and how long (defaults: about 10 minutes on 2 CPU cores)."""
 
-    methods: tuple[str, ...] = DEFAULT_COMPARE_METHODS
-    ratio: float = 0.2
-    steps: int = 20
-    seeds: int = 2
-    eval_every: int = 10
-    eval_problems: int = 200
-    eval_samples: int = 1  # answers per held-out problem
-    eval_temperature: float = 1.0  # 0: greedy
-    rl: RLConfig = COMPARE_RECIPE  # method and ratio are set per run
-    policy: PolicySettings = field(default_factory=lambda: PolicySettings(kind="full"))
+    methods: tuple[str, ...] = knob(
+        DEFAULT_COMPARE_METHODS, "Selection methods trained side by side."
+    )
+    ratio: float = knob(0.2, "Share of answer tokens each method trains on.", gt=0, le=1)
+    steps: int = knob(20, "GRPO steps per run.", ge=1, le=10_000)
+    seeds: int = knob(2, "Runs per method (seeds 0, 1, ...: same start and batches).", ge=1, le=100)
+    eval_every: int = knob(10, "Evaluate held-out accuracy every this many steps.", ge=1)
+    eval_problems: int = knob(200, "Held-out problems per evaluation.", ge=1, le=100_000)
+    eval_samples: int = knob(1, "Answers per held-out problem.", ge=1, le=64)
+    eval_temperature: float = knob(1.0, "Temperature of the evaluation (0: greedy).", ge=0, le=10)
+    rl: RLConfig = knob(
+        COMPARE_RECIPE, "The GRPO recipe of every run (its method and ratio are set per run)."
+    )
+    policy: PolicySettings = knob_factory(
+        lambda: PolicySettings(kind="full"), "How each run's trainable copy is made."
+    )
 
     def validate(self) -> None:
         if not self.methods:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from gmts_core.errors import InvalidInputError
+from gmts_core.knobs import knob
 from gmts_core.modeling import LoadedModel
 
 logger = logging.getLogger(__name__)
@@ -38,15 +39,23 @@ DEFAULT_LORA_THRESHOLD = 100_000_000  # parameters; larger base models get a LoR
 class PolicySettings:
     """How a session's trainable policy is built."""
 
-    kind: str = "auto"  # auto: full copy up to lora_threshold parameters, LoRA above
-    lora_threshold: int = DEFAULT_LORA_THRESHOLD
-    lora_rank: int = 8
-    lora_alpha: int = 16
-    lora_target_modules: str | tuple[str, ...] = "all-linear"
-    seed: int = 0  # initialises the LoRA A matrices
-    # full copies: keep the token embeddings (and a tied LM head) frozen. A token's embedding
-    # is shared by every context it appears in, so RL updates to it move every sequence.
-    freeze_embeddings: bool = False
+    kind: str = knob(
+        "auto", "full (a copy), lora, or auto: a full copy up to lora_threshold parameters."
+    )
+    lora_threshold: int = knob(
+        DEFAULT_LORA_THRESHOLD, "Parameters above which auto picks LoRA.", ge=0
+    )
+    lora_rank: int = knob(8, "LoRA rank.", ge=1, le=4096)
+    lora_alpha: int = knob(16, "LoRA alpha (the adapter's scale is alpha / rank).", ge=1)
+    lora_target_modules: str | tuple[str, ...] = knob(
+        "all-linear", "Modules LoRA adapts (peft's target_modules)."
+    )
+    seed: int = knob(0, "Seed of the LoRA A matrices.", ge=0)
+    # a token's embedding is shared by every context it appears in, so RL updates to it move
+    # every sequence
+    freeze_embeddings: bool = knob(
+        False, "Full copies: keep the token embeddings (and a tied LM head) frozen."
+    )
 
     def validate(self) -> None:
         if self.kind not in POLICY_KINDS:

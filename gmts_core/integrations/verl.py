@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -85,8 +85,6 @@ class HookState:
     steps: int = 0  # train_mini_batch calls (verl's global step for a run from step 1)
     last: TokenSelection | None = None
     last_local_rows: tuple[int, int] = (0, 0)  # this rank's rows in ``last``: [start, stop)
-    history: list[Any] = field(default_factory=list)  # tests: every (mini-batch, mask)
-    keep_history: bool = False
 
 
 STATE = HookState()
@@ -281,8 +279,6 @@ def apply_selection(worker: Any, data: Any, config: Any) -> TokenSelection:
     _mask_advantages(data, mask)
     STATE.selections += 1
     STATE.last, STATE.last_local_rows = selection, (start, start + n_local)
-    if STATE.keep_history:
-        STATE.history.append((data, mask.clone()))
     if log_dir and rank == 0:
         _log_selection(
             worker,

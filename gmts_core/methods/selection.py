@@ -70,6 +70,9 @@ class SelectionMethod:
     # True: a live RL step re-selects before every inner update after the first, at the
     # current policy (the rule re-selects per PPO mini-batch), whatever RLConfig.reselect says
     reselects: bool = False
+    # the KL weight front ends use when this method is chosen and no beta is given (None: the
+    # config's own); gmts_paper: Framework1's kl_beta 0.001
+    default_beta: float | None = None
 
 
 KeepRule = Callable[[torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]]
@@ -87,6 +90,7 @@ def register_method(
     default_scope: str = "batch",
     keep: KeepRule | None = None,
     reselects: bool = False,
+    default_beta: float | None = None,
 ) -> Callable[
     [Callable[[SelectionInputs], torch.Tensor]], Callable[[SelectionInputs], torch.Tensor]
 ]:
@@ -106,6 +110,7 @@ def register_method(
             default_scope,
             keep,
             reselects,
+            default_beta,
         )
         METHODS.register(name)(spec)
         return fn
@@ -118,8 +123,8 @@ def list_methods() -> list[str]:
 
 
 def default_scope(methods: list[str] | tuple[str, ...]) -> str:
-    """The scope for a choice of methods: a lone method's own default (``gmts_paper``: group,
-    as in the paper), else ``batch``."""
+    """The scope for a choice of methods: a lone method's own default (``gmts_paper`` and
+    ``gmts_paper_verl``: group, as in the paper), else ``batch``."""
     return METHODS.get(methods[0]).default_scope if len(methods) == 1 else "batch"
 
 
@@ -145,6 +150,7 @@ def gmts_entropy_score(x: SelectionInputs) -> torch.Tensor:
     "GMTS paper, Framework1 code: H |r I A + beta rho - beta| / (G |o_i|), floor(0.2 N) per group",
     default_scope="group",
     keep=paper.framework1_keep,
+    default_beta=paper.FRAMEWORK1_KL_BETA,
     citation="arXiv 2608.30632, GMTS (EMNLP 2026 Findings): its released Framework1",
     details=(
         "Reproduces outongyiLv/GMTS GMTS-Framework1/grpo_tools/grpo.py, GMTS() with "
@@ -160,7 +166,8 @@ def gmts_entropy_score(x: SelectionInputs) -> torch.Tensor:
         "floor(0.2 N) kept, 200 of 1001); at a tie on the boundary the later (answer, "
         "position) tokens stay; at least 1 kept (Framework1 keeps none in a group of < 5 "
         "tokens). Selected once per step on the whole batch at the sampling policy (ratio 1), "
-        "as the recipe's single mini-batch per step. Framework1's defaults: kl_beta 0.001, "
+        "as the recipe's single mini-batch per step. Framework1's defaults: kl_beta 0.001 (a "
+        "live RL session with this method and no beta given takes it), "
         "H at temperature 1 (here H at the analysis's temperature; set 1 to match), clip "
         "0.2/0.28. The unselected tokens' advantage is zeroed; the KL term still covers every "
         "token and the loss's denominators are unchanged. Not reproduced: Framework1 also "

@@ -25,7 +25,6 @@ from gmts_core.runs.base import (
     require,
 )
 from gmts_core.runs.limits import RunLimits, bounded_lines
-from gmts_core.runs.registry import register_reader
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +71,7 @@ class JSONLReader:
                 )
             seen.add(step)
             refs.append(StepRef(step, path, offset, line))
+            limits.check("max_run_steps", len(refs), f"{path}:{line}", f"{len(refs):,} steps")
         if refs:
             last = refs[-1]
             refs[-1] = StepRef(last.step, last.path, last.offset, last.line, last=True)
@@ -118,5 +118,3 @@ def group_from_line(obj: dict[str, Any], path: Path, line: int) -> RunGroup:
         group.advantages = [as_float(a, "advantage", path, line) for a in obj["advantages"]]
     return group
 
-
-register_reader(JSONLReader())

@@ -3,11 +3,12 @@
 A run file's size is chosen by whoever wrote it, so every reader works inside a
 :class:`RunLimits` budget: bytes of one file, of one JSONL line and of one step; characters of
 one text field (a prompt or a completion); answers of one group; rows of one step; entries of
-one folder. Each is checked *before* the work it bounds: a JSONL line is read with a bounded
-``readline`` (a 50 MB line is refused after reading the limit, never held whole), a parquet
-file's footer (row counts, column-chunk byte sizes) is checked before any column is read, and
-string cells are measured in Arrow (C) before they become Python strings; a folder listing
-stops after the limit. A budget exceeded raises :class:`RunLimitError` naming the limit, its
+one folder; steps of one run. Each is checked *before* the work it bounds: a JSONL line is read
+with a bounded ``readline`` (a 50 MB line is refused after reading the limit, never held
+whole), a parquet file's footer (row counts, column-chunk byte sizes) is checked before any
+column is read, string cells are measured in Arrow (C, still dictionary-encoded) before they
+become Python strings, a folder listing stops after the limit, and a single JSONL file's index
+stops at its step limit. A budget exceeded raises :class:`RunLimitError` naming the limit, its
 value and the setting that raises it (``GMTS_RUN_*`` for the server, ``--run-*`` options for
 ``gmts analyze-run``, whose defaults are larger: :data:`CLI_LIMITS`).
 
@@ -44,6 +45,7 @@ class RunLimits:
     max_group_answers: int = 512  # answers sampled for one prompt in one step
     max_step_rows: int = 16_384  # lines / parquet rows / samples of one step
     max_folder_entries: int = 10_000  # entries listed in one folder (more: refused)
+    max_run_steps: int = 100_000  # steps one run's index may hold (a single JSONL file's)
     setting_style: str = "env"
 
     def setting(self, name: str) -> str:
@@ -71,6 +73,7 @@ CLI_LIMITS = RunLimits(
     max_group_answers=8_192,
     max_step_rows=1_000_000,
     max_folder_entries=1_000_000,
+    max_run_steps=10_000_000,
     setting_style="cli",
 )
 

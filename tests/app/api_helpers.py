@@ -34,6 +34,7 @@ def make_settings(root: Path, **overrides: Any) -> Settings:
         allow_hub_models=False,
         trust_remote_code=False,
         ui_enabled=False,
+        session_state_dir=None,  # in memory unless a test asks for a state folder
     )
     values.update(overrides)
     return Settings(**values)

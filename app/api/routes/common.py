@@ -12,14 +12,16 @@ _ERRORS = {
     404: "Unknown model (the message lists the available ones) or unknown session.",
     413: "Request over a size limit (body bytes, prompt length, answers, tokens).",
     422: "Invalid request: the message names each offending field.",
-    429: "Too many heavy jobs running or queued; retry after the Retry-After header.",
+    429: "Too many heavy jobs running or queued, or (with GMTS_API_KEY) too many wrong keys "
+    "from this address (GMTS_KEY_FAILURES_PER_MINUTE); retry after the Retry-After header.",
     500: "An unexpected server error; the message and request_id quote the X-Request-ID header.",
     503: "The job was cancelled because the server is shutting down; retry elsewhere or later.",
 }
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses`` for these statuses, always with 400 (an unparseable body) and 500
-    (an unexpected error, answered as JSON with the request id)."""
-    every = sorted({400, 500, *statuses})
+    """OpenAPI ``responses`` for these statuses, always with 400 (an unparseable body), 429 (a
+    client over the wrong-key limit) and 500 (an unexpected error, answered as JSON with the
+    request id)."""
+    every = sorted({400, 429, 500, *statuses})
     return {s: {"model": ErrorBody, "description": _ERRORS[s]} for s in every}

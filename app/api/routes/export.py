@@ -11,7 +11,7 @@ from app.api.deps import ServicesDep
 from app.api.routes.common import error_responses
 from app.api.routes.examples import ANALYZE_EXAMPLES
 from app.schemas.analyze_request import AnalyzeRequest
-from app.services.bodies import analysis_json
+from app.services.bodies import as_json
 from app.services.export import MEDIA_TYPES, export_text
 
 router = APIRouter(tags=["analyze"])
@@ -36,8 +36,7 @@ async def export_analysis(
 ) -> Response:
     """CSV: one row per answer token with every per-token field, group and answer index,
     reward and advantage. JSON: exactly the body of POST /v1/analyze."""
-    body = analysis_json(await services.analysis.analyze(req))
-    text = export_text(body, fmt)
+    text = await services.analysis.analyze(req, lambda body: export_text(as_json(body), fmt))
     return Response(
         text,
         media_type=MEDIA_TYPES[fmt],

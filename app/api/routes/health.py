@@ -43,5 +43,6 @@ async def readyz(services: ServicesDep) -> JSONResponse:
         message=message,
         jobs_running=services.jobs.running,
         jobs_waiting=services.jobs.waiting,
+        estimated_wait_s=services.jobs.estimate_wait_s(services.jobs.next_place),
     )
     return JSONResponse(body.model_dump(), status_code=200 if loadable else 503)

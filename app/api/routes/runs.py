@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
@@ -14,6 +14,7 @@ from app.schemas.runs import (
     RunsResponse,
     RunStepResponse,
 )
+from app.schemas.strict import MIN_RATIO
 from app.services.runs import DEFAULT_METHODS, StepOptions
 
 router = APIRouter(tags=["runs"])
@@ -84,8 +85,8 @@ async def run_step(
     step: int,
     services: ServicesDep,
     model: Annotated[str | None, Query(max_length=256)] = None,
-    ratio: Annotated[float, Query(gt=0, le=1)] = 0.2,
-    scope: Annotated[str, Query(max_length=16)] = "batch",
+    ratio: Annotated[float, Query(ge=MIN_RATIO, le=1)] = 0.2,
+    scope: Annotated[Literal["batch", "group", "answer"], Query()] = "batch",
     methods: Annotated[str, Query(max_length=512, description="Comma-separated.")] = ",".join(
         DEFAULT_METHODS
     ),

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Path, Response
 
 from app.api.deps import ServicesDep
+from app.api.rendering import json_response
 from app.api.routes.common import error_responses
 from app.schemas.sessions import (
     EvaluationOut,
@@ -46,10 +47,12 @@ async def step_session(
     session_id: SessionId,
     services: ServicesDep,
     req: Annotated[SessionStepRequest, Body()] | None = None,
-) -> StepOut:
+) -> Response:
     """Without `prompts`, each step draws a batch from the demo task. Knobs given here apply to
     these steps only. 429 while another step of this session runs."""
-    return await services.sessions.step(session_id, req or SessionStepRequest())
+    return await json_response(
+        await services.sessions.step(session_id, req or SessionStepRequest())
+    )
 
 
 @router.get(

@@ -49,3 +49,20 @@ def test_cli_help_lists_it_and_defaults_its_scope(tiny_llama_dir: Path) -> None:
 def test_ui_offers_it() -> None:
     caps = as_json(capabilities(Settings()))
     assert "gmts_paper" in [value for _, value in method_choices(caps)]
+
+
+def test_a_session_with_the_paper_method_takes_its_defaults() -> None:
+    """Chosen for a session, gmts_paper brings Framework1's defaults (scope group, kl_beta
+    0.001) unless the request says otherwise; gmts_paper_verl its scope; gmts neither."""
+    from app.schemas.sessions import SessionCreateRequest
+    from gmts_core.config import RLConfig
+
+    base = RLConfig()
+    paper = SessionCreateRequest(method="gmts_paper").apply(base)
+    assert (paper.scope, paper.beta) == ("group", 0.001)
+    explicit = SessionCreateRequest(method="gmts_paper", beta=0.0, scope="batch").apply(base)
+    assert (explicit.scope, explicit.beta) == ("batch", 0.0)
+    verl = SessionCreateRequest(method="gmts_paper_verl").apply(base)
+    assert (verl.scope, verl.beta) == ("group", base.beta)
+    plain = SessionCreateRequest(method="gmts").apply(base)
+    assert (plain.scope, plain.beta) == ("batch", base.beta)

@@ -274,3 +274,43 @@ def test_the_cli_has_larger_limits_named_by_its_options(root: Path, tmp_path: Pa
         cli, ["analyze-run", str(root / "big.jsonl"), "-o", str(tmp_path / "o"), *small]
     )
     assert out.exit_code == 2 and "--run-max-line-bytes" in out.output
+
+
+def test_reading_a_step_stops_when_the_client_disconnects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JSONL reader is held at the step's first line until the client has gone; the
+    reader's next line then stops the job (Cancelled at its checkpoint): the other lines are
+    never parsed into groups."""
+    import socket
+
+    import gmts_core.runs.jsonl as jsonl
+    from gmts_core.cancel import current_token
+
+    line = {"prompt": "Q: 1+1=?", "completions": [" 2", " 3"], "rewards": [1, 0], "step": 1}
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "r.jsonl").write_text("\n".join(json.dumps(line) for _ in range(50)))
+    reading, gone = threading.Event(), threading.Event()
+    calls: list[int] = []
+    original = jsonl.group_from_line
+
+    def held(obj: dict[str, Any], path: Path, number: int) -> Any:
+        calls.append(number)
+        token = current_token()
+        if len(calls) == 1 and token is not None:
+            reading.set()
+            if token._event.wait(60):  # until the client has gone
+                gone.set()
+        return original(obj, path, number)
+
+    monkeypatch.setattr(jsonl, "group_from_line", held)
+    app = create_app(make_settings(tmp_path, run_roots=[tmp_path / "runs"]))
+    jobs = app.state.services.jobs
+    with LiveServer(app) as live:
+        with socket.create_connection(("127.0.0.1", live.port), timeout=60) as sock:
+            sock.sendall(b"GET /v1/runs/r.jsonl/steps/1 HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert reading.wait(120)
+        assert gone.wait(60)  # the server noticed the disconnect and cancelled the job
+        with jobs._changed:
+            assert jobs._changed.wait_for(lambda: jobs.stopped >= 1 and jobs.running == 0, 60)
+    assert calls == [1]  # no further line was read into a group

@@ -15,8 +15,9 @@ import app.cli.analyze  # noqa: F401  (registers the command)
 from app.cli._app import cli
 from app.schemas.runs import StepReportOut
 from app.schemas.sessions import AnswerChangeOut, StepMetricsOut, TokenChangeOut
-from gmts_core.config import AnalysisConfig, knob_info
+from gmts_core.config import AnalysisConfig
 from gmts_core.grpo.records import AnswerChange, StepMetrics, TokenChange
+from gmts_core.knobs import knob_info
 from gmts_core.runs.analysis import StepReport
 
 BOUND_KEYS = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum"}

@@ -44,3 +44,17 @@ def test_live_status_says_the_place_then_each_stage() -> None:
     assert [status.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 111)] == [
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "111th",
     ]  # fmt: skip
+
+
+def test_the_place_in_line_comes_with_the_estimated_wait() -> None:
+    lines: list[tuple[str, float | None]] = []
+    live = status.LiveStatus(lambda text, done: lines.append((text, done)))
+    live.position(3, 40.0)
+    live.position(2, 200.0)
+    live.position(1, None)  # no job finished yet: nothing to estimate from
+    assert [t for t, _ in lines] == [
+        "waiting: 3rd in line, about 40 s to go",
+        "waiting: 2nd in line, about 3 min to go",
+        "waiting: 1st in line",
+    ]
+    assert status.wait_text(None) == "" and status.wait_text(0.2) == "1 s"

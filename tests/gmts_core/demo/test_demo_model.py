@@ -13,6 +13,7 @@ import torch
 
 from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
 from gmts_core.demo.tokenizer import build_tokenizer
+from gmts_core.sampling import SamplingConfig
 from gmts_core.tasks.arith import example_prompts, flawed_solution, generate_problems
 
 MAX_WEIGHTS_BYTES = 20 * 1024 * 1024
@@ -98,7 +99,8 @@ def test_training_from_scratch_runs_and_saves_a_loadable_model(tmp_path: Path) -
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    result = evaluate_demo_model(model, tokenizer, DemoEvalConfig(num_prompts=2, group_size=2))
+    sampling = SamplingConfig(num_samples=2, max_new_tokens=48)
+    result = evaluate_demo_model(model, tokenizer, DemoEvalConfig(num_prompts=2, sampling=sampling))
     assert 0.0 <= result.accuracy_t1 <= 1.0
     recipe = json.loads((folder / "training_config.json").read_text())
     assert recipe["steps"] == 30

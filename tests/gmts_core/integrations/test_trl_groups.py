@@ -3,6 +3,7 @@ API does, through real TRL steps on CPU; GMTSGRPOConfig is read by TrlParser fro
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -186,3 +187,61 @@ def test_trainer_takes_the_config_and_keyword_overrides(
     )
     plain = make(model_dir, config(tmp_path, cls=GRPOConfig), token_selection="entropy")
     assert (plain.token_selection, plain.selection_ratio, plain.scope) == ("entropy", 0.2, "batch")
+
+
+# --- several processes: a group split between two processes is one group ---------------------
+
+REPO = Path(__file__).resolve().parents[3]
+SPLIT_SCRIPT = """
+import json, sys
+sys.path.insert(0, {repo!r})
+from pathlib import Path
+from datasets import Dataset
+from tests.gmts_core.integrations.test_trl_groups import Recording, config, scaled_reward
+cfg = config(Path({out!r}), per_device_train_batch_size=6, selection_scope="group",
+             token_selection="gmts", selection_ratio=0.3, scale_rewards="group")
+prompts = ["Q: 47+38=?\\nA:", "Q: 23+14=?\\nA:", "Q: 52+37=?\\nA:"]
+trainer = Recording(model={model!r}, reward_funcs=lambda completions, **_: [
+    float(sum(map(ord, c)) % 5) for c in completions], args=cfg,
+    train_dataset=Dataset.from_list([{{"prompt": p}} for p in prompts]))
+trainer.train()
+a = trainer.last_selection
+seen = trainer.seen
+texts = trainer.processing_class.batch_decode(seen["prompt_ids"], skip_special_tokens=True)
+rows = seen["completion_mask"].bool().nonzero()[:, 0].tolist()
+json.dump({{"groups": a.inputs.group_index.tolist(), "prompts": [texts[r] for r in rows],
+    "selected": a.selection.selected.tolist(),
+    "rank": trainer.accelerator.process_index, "offset": a.offset, "local": a.num_local}},
+    open(Path({out!r}) / f"rank{{trainer.accelerator.process_index}}.json", "w"))
+"""
+
+
+@pytest.mark.slow
+def test_a_group_split_between_processes_is_selected_as_one(
+    model_dir: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """12 completions of 3 prompts (G = 4) on 2 processes of 6 rows: the middle group has two
+    rows on each process. Both processes see the same gathered group ids (global row // G) and
+    keep ceil(0.3 N_g) tokens of each group, the split one included."""
+    from tests.multiprocess import torchrun
+
+    script = tmp_path / "run.py"
+    script.write_text(SPLIT_SCRIPT.format(repo=str(REPO), model=str(model_dir), out=str(tmp_path)))
+    torchrun(script, cwd=REPO)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["groups"] == ranks[1]["groups"]
+    groups = torch.tensor(ranks[0]["groups"])
+    # each process's tokens: (group id, prompt) pairs; one prompt per group id, and back
+    pairs = set()
+    for r in ranks:
+        local = r["groups"][r["offset"] : r["offset"] + r["local"]]
+        pairs |= set(zip(local, r["prompts"], strict=True))
+    assert len(pairs) == len({g for g, _ in pairs}) == len({p for _, p in pairs}) == 3
+    selected = torch.tensor(ranks[0]["selected"])
+    local0 = groups[: ranks[0]["local"]]
+    local1 = groups[ranks[1]["offset"] :]
+    assert set(local0.tolist()) & set(local1.tolist()), "one group should span both processes"
+    for g in torch.unique(groups):
+        n_g = int((groups == g).sum())
+        assert int(selected[groups == g].sum()) == top_k_count(0.3, n_g)

@@ -265,3 +265,36 @@ def test_session_analysis_coefficient_has_the_kl_to_the_start(policy: TrainableP
         rtol=1e-4,
         atol=1e-9,
     )
+
+
+def test_gmts_paper_verl_reselects_on_every_update(policy: TrainablePolicy) -> None:
+    """Framework2 re-selects on every PPO mini-batch: gmts_paper_verl re-selects before every
+    inner update after the first even without ``reselect``, by its own rule at the current
+    policy (kept strictly above the threshold of non-zero scores); gmts_paper keeps the
+    selection of the step, as Framework1 selects once per step."""
+    from gmts_core.grpo.selection import current_selection
+
+    batch = _batch(policy)
+    batch.rewards = torch.tensor(
+        [r for r, (_, a) in zip([1.0, 0.0, 0.5, 0.0], batch.sequences, strict=True) for _ in a],
+        dtype=torch.float64,
+    )
+    for method, reselected in (("gmts_paper_verl", True), ("gmts_paper", False)):
+        config = RLConfig(
+            method=method, ratio=0.3, inner_steps=3, optimizer="sgd", learning_rate=0.5
+        )
+        assert config.reselect is False
+        pol = TrainablePolicy(policy.base)
+        update = policy_update(pol, make_optimizer(pol, config), batch, config)
+        later_differ = any(not torch.equal(m, batch.mask) for m in update.masks[1:])
+        assert later_differ == reselected, method
+    # the mask after the first update is the method's own rule at that policy
+    config = RLConfig(method="gmts_paper_verl", ratio=0.3, inner_steps=1, optimizer="sgd")
+    pol = TrainablePolicy(policy.base)
+    old = policy_update(pol, make_optimizer(pol, config), batch, config).logprob_before
+    x, sel = current_selection(pol, batch, old, None, config)
+    nonzero = sorted(float(s) for s in sel.scores if s != 0)
+    k = int(len(nonzero) * 0.7)
+    threshold = 0.0 if k == 0 else nonzero[k - 1]
+    assert sel.selected.tolist() == [float(s) > threshold for s in sel.scores]
+    assert x.reward is not None

@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
 from gmts_core.cancel import Cancelled, CancelToken, cancellable
 from gmts_core.runs import CLI_LIMITS, RunLimitError, RunLimits, open_run
@@ -30,6 +31,7 @@ SMALL = RunLimits(
     max_group_answers=16,
     max_step_rows=64,
     max_folder_entries=50,
+    max_run_steps=20,
 )
 
 
@@ -208,3 +210,26 @@ def test_trl_dump_copy_is_unchanged_by_the_checks(tmp_path: Path) -> None:
         g.answers for s in open_run(DATA / "trl", limits=CLI_LIMITS).iter_steps() for g in s.groups
     ]
     assert a == b
+
+
+def test_a_jsonl_run_with_too_many_steps_is_refused_while_indexing(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    line = {"prompt": "a", "completions": ["1"], "rewards": [0]}  # no step: one per line
+    path.write_text("\n".join(json.dumps(line) for _ in range(25)) + "\n")
+    with pytest.raises(RunLimitError, match=r"r\.jsonl:21: 21 steps, over .*max_run_steps = 20"):
+        open_run(path, limits=SMALL)
+
+
+def test_every_limit_has_a_server_setting_and_a_cli_option() -> None:
+    import app.cli.analyze_run  # noqa: F401  (registers the command)
+    from app.cli._app import cli
+    from app.core.config import Settings
+    from gmts_core.runs import LIMIT_NAMES
+
+    settings = Settings()
+    assert settings.run_limits == RunLimits()  # the settings' defaults are the library's
+    help_text = CliRunner().invoke(cli, ["analyze-run", "--help"], env={"COLUMNS": "300"}).output
+    for name in LIMIT_NAMES:
+        assert hasattr(settings, f"run_{name}"), name
+        assert CLI_LIMITS.setting(name) in help_text, name
+        assert getattr(CLI_LIMITS, name) >= getattr(RunLimits(), name), name

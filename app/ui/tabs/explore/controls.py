@@ -11,12 +11,20 @@ from typing import Any
 
 import gradio as gr
 
-from app.services.catalog import analysis_knob, analysis_knob_default, demo_examples
+from app.services.catalog import (
+    CONFIGS,
+    analysis_knob,
+    analysis_knob_default,
+    config_default,
+    config_knob,
+    demo_examples,
+)
 from app.ui import choices
 from app.ui.context import UIContext
 from app.ui.tabs.explore import example, view
 
 FORM_FIELDS = [f.name for f in fields(view.ExploreForm)]
+AnalysisConfig, SamplingConfig = CONFIGS["analysis"], CONFIGS["sampling"]
 
 
 @dataclass
@@ -94,7 +102,10 @@ def _settings_column(c: dict[str, Any], ctx: UIContext) -> None:
     methods = choices.method_choices(ctx.capabilities)
     c["model"] = gr.Dropdown(models, value=default_model, label="Model", allow_custom_value=True)
     with gr.Row():
-        c["group_size"] = gr.Slider(1, 32, 8, step=1, label="Group size G", elem_id="group-size")
+        c["group_size"] = config_slider(
+            SamplingConfig, "num_samples", 1, 32, step=1, label="Group size G",
+            elem_id="group-size",
+        )  # fmt: skip
         c["reward_kind"] = gr.Dropdown(
             choices.reward_choices(ctx.capabilities),
             value="numeric",
@@ -112,14 +123,19 @@ def _settings_column(c: dict[str, Any], ctx: UIContext) -> None:
     with gr.Accordion("More settings", open=False, elem_id="more-settings"):
         with gr.Row():
             c["temperature"] = knob_slider("temperature", 0.1, 2.0, step=0.05, label="Temperature")
-            c["max_new_tokens"] = gr.Slider(
-                4, 256, 48, step=4, label="Max new tokens", elem_id="max-new-tokens"
-            )
+            c["max_new_tokens"] = config_slider(
+                SamplingConfig, "max_new_tokens", 4, 256, step=4, label="Max new tokens",
+                elem_id="max-new-tokens",
+            )  # fmt: skip
         with gr.Row():
             c["ratio"] = knob_slider("ratio", 0.05, 1.0, step=0.05, label="Selection ratio")
             _, bounds = analysis_knob("seed")  # also the sampling seed: the label says enough
             c["seed"] = gr.Number(
-                0, precision=0, label="Seed", minimum=bounds["ge"], maximum=bounds["le"]
+                config_default(SamplingConfig, "seed"),
+                precision=0,
+                label="Seed",
+                minimum=bounds["ge"],
+                maximum=bounds["le"],
             )
         c["scope"] = gr.Radio(
             list(choices.SCOPE_INFO), value=analysis_knob_default("scope"), label="Scope",
@@ -130,13 +146,18 @@ def _settings_column(c: dict[str, Any], ctx: UIContext) -> None:
         )
 
 
-def knob_slider(name: str, low: float, high: float, **kwargs: Any) -> gr.Slider:
-    """A slider for the analysis knob ``name``: the UI's range ``[low, high]`` within the knob's
-    documented bounds, its default, and its help as the slider's info (AnalysisConfig)."""
-    help_text, bounds = analysis_knob(name)
+def config_slider(config: type, name: str, low: float, high: float, **kwargs: Any) -> gr.Slider:
+    """A slider for the knob ``name`` of ``config``: the UI's range ``[low, high]`` within the
+    knob's documented bounds, its default, and its help as the slider's info."""
+    help_text, bounds = config_knob(config, name)
     low = max(low, bounds.get("ge", bounds.get("gt", low)))
     high = min(high, bounds.get("le", bounds.get("lt", high)))
-    return gr.Slider(low, high, analysis_knob_default(name), info=help_text, **kwargs)
+    return gr.Slider(low, high, config_default(config, name), info=help_text, **kwargs)
+
+
+def knob_slider(name: str, low: float, high: float, **kwargs: Any) -> gr.Slider:
+    """A slider for the analysis knob ``name`` (AnalysisConfig)."""
+    return config_slider(AnalysisConfig, name, low, high, **kwargs)
 
 
 def explore_controls(ctx: UIContext) -> ExploreControls:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.services.catalog import ANALYSIS_DEFAULTS
+from app.services.catalog import ANALYSIS_DEFAULTS, SAMPLING_DEFAULTS
 from app.services.errors import InvalidInputError
 from app.ui import charts
 from app.ui.choices import EXPLICIT
@@ -26,15 +26,15 @@ ANSWER_SEPARATOR = re.compile(r"^\s*-{3,}\s*$", re.MULTILINE)
 
 @dataclass
 class ExploreForm:
-    """Everything the Explore tab's controls hold (the analysis knobs' defaults as documented on
-    AnalysisConfig)."""
+    """Everything the Explore tab's controls hold (the knobs' defaults as documented on
+    AnalysisConfig and SamplingConfig)."""
 
     prompt: str = ""
     model: str | None = None
-    group_size: int = 8
+    group_size: int = SAMPLING_DEFAULTS.num_samples
     temperature: float = ANALYSIS_DEFAULTS.temperature
-    max_new_tokens: int = 48
-    seed: int = 0
+    max_new_tokens: int = SAMPLING_DEFAULTS.max_new_tokens
+    seed: int = SAMPLING_DEFAULTS.seed
     reward_kind: str = "numeric"  # a reward rule, or EXPLICIT
     reference: str = ""
     explicit_rewards: str = ""

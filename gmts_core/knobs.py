@@ -1,0 +1,46 @@
+"""Documented config fields ("knobs"): each setting of a config dataclass is declared once, with
+its default, one line of help and its bounds, and every front end reads them from here (the
+API's request models, the CLI's options and the UI's controls). No other module imports
+anything but the standard library, so any config dataclass of the library can use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, Field, field, fields
+from typing import Any
+
+
+def knob(default: Any, help: str, **bounds: float) -> Any:
+    """A documented config field: its default, one line of help and its bounds (``ge``, ``gt``,
+    ``le``, ``lt``), read by the app's request models, forms and CLI options (:func:`knob_info`).
+    A mutable default (a dataclass instance that is not frozen, a list) is given as a
+    ``default_factory`` by :func:`knob_factory`."""
+    return field(default=default, metadata={"help": help, "bounds": bounds})
+
+
+def knob_factory(factory: Any, help: str, **bounds: float) -> Any:
+    """A documented config field whose default is built by ``factory`` for every instance."""
+    return field(default_factory=factory, metadata={"help": help, "bounds": bounds})
+
+
+def _field(config: type, name: str) -> Field[Any]:
+    return {f.name: f for f in fields(config)}[name]
+
+
+def knob_info(config: type, name: str) -> tuple[str, dict[str, float]]:
+    """The help text and bounds of field ``name`` of a config dataclass."""
+    meta = _field(config, name).metadata
+    return meta["help"], dict(meta["bounds"])
+
+
+def knob_default(config: type, name: str) -> Any:
+    """The default of field ``name`` of the config dataclass ``config``."""
+    f = _field(config, name)
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def is_knob(config: type, name: str) -> bool:
+    """Whether field ``name`` of ``config`` is documented as a knob."""
+    return "help" in _field(config, name).metadata
