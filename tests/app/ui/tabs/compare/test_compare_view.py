@@ -104,7 +104,7 @@ def test_compare_runs_keep_the_server_limits(model_root: Path) -> None:
         service.check_limits(compare.form_config(methods, **{**form, "max_new_tokens": 20}))
     too_many = compare.form_config(methods, **{**form, "prompts_per_step": 3})
     with pytest.raises(LimitExceededError, match="GMTS_MAX_STEP_ANSWERS"):  # before any model work
-        service.run_blocking("no-such-model", too_many)
+        service.run("no-such-model", too_many)
 
 
 # --- the proxy check ------------------------------------------------------------------------
