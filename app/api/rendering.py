@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import anyio.to_thread
 from fastapi.responses import Response
@@ -72,3 +73,14 @@ async def json_response(
     """``model`` as a JSON response, serialised in a worker thread."""
     content = await anyio.to_thread.run_sync(json_bytes, model, exclude_unset)
     return json_body(content, status_code)
+
+
+def json_dict(model: BaseModel, exclude_unset: bool = True) -> dict[str, Any]:
+    """``model.model_dump(mode="json")`` built element by element (see :func:`_chunks`)."""
+    lists = _model_lists(model, exclude_unset)
+    out: dict[str, Any] = model.model_dump(
+        mode="json", exclude_unset=exclude_unset, exclude=set(lists)
+    )
+    for name in lists:
+        out[name] = [json_dict(item, exclude_unset) for item in getattr(model, name)]
+    return out

@@ -8,10 +8,11 @@ from fastapi import APIRouter, Body, Query
 from fastapi.responses import Response
 
 from app.api.deps import ServicesDep
+from app.api.rendering import json_dict
 from app.api.routes.common import error_responses
 from app.api.routes.examples import ANALYZE_EXAMPLES
 from app.schemas.analyze_request import AnalyzeRequest
-from app.services.bodies import analysis_json
+from app.services.bodies import analysis_response
 from app.services.export import MEDIA_TYPES, export_text
 
 router = APIRouter(tags=["analyze"])
@@ -37,7 +38,7 @@ async def export_analysis(
     """CSV: one row per answer token with every per-token field, group and answer index,
     reward and advantage. JSON: exactly the body of POST /v1/analyze."""
     text = await services.analysis.analyze_rendered(
-        req, lambda result: export_text(analysis_json(result), fmt)
+        req, lambda result: export_text(json_dict(analysis_response(result)), fmt)
     )
     return Response(
         text,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app.api.rendering import json_bytes
+from app.api.rendering import json_bytes, json_dict
 from app.main import create_app
 from app.schemas.analyze_request import AnalyzeRequest
 from app.schemas.gradcheck import GradcheckRequest
@@ -17,6 +17,7 @@ from tests.app.api_helpers import given_body, make_settings
 def _same(model, exclude_unset: bool) -> None:  # noqa: ANN001
     whole = json.loads(model.model_dump_json(exclude_unset=exclude_unset))
     assert json.loads(json_bytes(model, exclude_unset)) == whole
+    assert json_dict(model, exclude_unset) == whole
 
 
 def test_piecewise_json_equals_the_whole_dump(model_root: Path) -> None:
