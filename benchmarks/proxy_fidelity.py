@@ -111,11 +111,12 @@ def per_group(
 
 
 def as_batch(lm: LoadedModel, checked: list[GradcheckResult], config: AnalysisConfig) -> dict:
-    """The same answers (their exact token texts) and rewards, selected as one batch."""
+    """The same answers (their exact token ids) and rewards, selected as one batch."""
     groups = [
         GroupInput(
             g.prompt,
-            answers=[a.decoded for a in g.answers],
+            # the sampled token ids themselves: the decoded text would re-tokenize "<eos>" as text
+            answer_ids=[[t.id for t in a.tokens] for a in g.answers],
             rewards=[a.reward for a in g.answers],
         )
         for r in checked

@@ -4,7 +4,7 @@ An in-limit analysis can hold tens of thousands of tokens (a 16,000-character an
 token with its statistics and alternatives): building its response model and turning it into
 JSON or CSV is seconds of pure Python. On the event loop that would freeze every other request,
 ``/healthz`` included, so routes with large bodies render them in a worker thread (inside the
-job, see :meth:`app.services.analysis.AnalysisService.analyze_rendered`, or with
+job, see :meth:`app.services.analysis.AnalysisService.analyze`, or with
 :func:`json_response`) and return the finished bytes, which FastAPI sends as they are.
 """
 

@@ -10,9 +10,9 @@ from rich.table import Table
 from rich.text import Text
 
 from app.cli._app import cli
-from app.cli.common import echo_body, fail, group_request, load_cli_model, services, with_options
+from app.cli.common import cli_limits, echo_body, fail, group_request, services, with_options
 from app.schemas.analyze_request import AnalyzeRequest
-from app.services.bodies import analysis_json
+from app.services.bodies import as_json as json_body
 from app.services.errors import GMTSError
 from app.services.validation import validated
 
@@ -29,9 +29,7 @@ def analyze_command(
     """Entropy, gradient magnitude and GMTS rank of every answer token of one group."""
     try:
         req = validated(AnalyzeRequest, request)
-        body = analysis_json(
-            services().analysis.analyze_local(req, load_cli_model(request["model"]))
-        )
+        body = json_body(services().analysis.run(req, cli_limits()))
     except GMTSError as exc:
         raise fail(exc) from None
     echo_body(body, as_json, render_terminal)

@@ -24,9 +24,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from tqdm import tqdm
 
 from app.cli._app import cli
-from app.cli.common import ModelOpt, analysis_request, fail, load_cli_model, services, with_options
+from app.cli.common import (
+    ModelOpt,
+    analysis_request,
+    cli_limits,
+    fail,
+    load_cli_model,
+    services,
+    with_options,
+)
 from app.schemas.analyze_request import AnalyzeRequest
-from app.services.bodies import analysis_json
+from app.services.bodies import as_json
 from app.services.errors import GMTSError, InvalidInputError
 from app.services.export import write_csv
 from app.services.validation import validated
@@ -138,7 +146,6 @@ class _Writer:
 
 
 def _analyze_batch(
-    lm: Any,
     batch: list[tuple[int, Group]],
     config: dict[str, Any],
     writer: _Writer,
@@ -148,13 +155,13 @@ def _analyze_batch(
     lines = [n for n, _ in batch]
     try:
         req = validated(AnalyzeRequest, {**config, "groups": [g for _, g in batch]})
-        result = services().analysis.analyze_local(req, lm)
+        body = as_json(services().analysis.run(req, cli_limits()))
     except InvalidInputError as exc:
         if not skip_invalid:
             raise InvalidInputError(f"lines {lines}: {exc}") from None
         logger.warning("skipping lines %s: %s", lines, exc)
         return
-    writer.write(analysis_json(result), lines, index)
+    writer.write(body, lines, index)
 
 
 def _count_lines(path: Path) -> int:
@@ -187,14 +194,14 @@ def analyze_file_command(
         config = analysis or {}
         # the knobs are checked once, up front, as part of a minimal request
         validated(AnalyzeRequest, {**config, "prompt": "-", "rewards": [0.0], "answers": ["-"]})
-        lm = load_cli_model(model)
+        load_cli_model(model)  # an unknown or broken model fails before any line is read
         total = _count_lines(rollouts)
         with output.open("w", encoding="utf-8", newline="") as out:
             writer = _Writer(out, fmt)
             items = read_rollouts(rollouts, reward_kind, skip_invalid)
             with tqdm(total=total, unit="line", desc="analyzing") as bar:
                 for i, batch in enumerate(_batches(items, batch_size)):
-                    _analyze_batch(lm, batch, config, writer, i, skip_invalid)
+                    _analyze_batch(batch, {**config, "model": model}, writer, i, skip_invalid)
                     bar.update(len(batch))
     except GMTSError as exc:
         raise fail(exc) from None

@@ -16,8 +16,9 @@ from app.core.config import Settings
 from app.services.catalog import CONFIGS, SAMPLING_DEFAULTS, analysis_knob, config_knob, rl_knob
 from app.services.container import Services, build_services
 from app.services.errors import GMTSError
-from app.services.local_models import LoadedModel, load_any_model
 from app.services.methods import DEFAULT_METHODS, method_names
+from app.services.model_registry import LoadedModel
+from app.services.policy import LimitsPolicy
 
 Json = dict[str, Any]
 
@@ -28,11 +29,16 @@ def services() -> Services:
     return build_services(Settings())
 
 
-def load_cli_model(
-    name: str, device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False
-) -> LoadedModel:
-    """Load an alias, a local folder or a hub id (the CLI user may name any folder)."""
-    return load_any_model(name, device, dtype, trust_remote_code)
+def cli_limits() -> LimitsPolicy:
+    """The CLI's own limits policy: larger than a server's, any model folder or hub id."""
+    return LimitsPolicy.cli(services().settings)
+
+
+def load_cli_model(name: str) -> LoadedModel:
+    """An alias, a local folder or a hub id (the CLI user may name any folder), through the
+    model registry every front end uses."""
+    models = services().models
+    return models.load(models.resolve(name, any_source=True))
 
 
 def parse_rewards(text: str | None) -> list[float] | None:

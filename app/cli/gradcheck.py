@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from app.cli._app import cli
-from app.cli.common import echo_body, fail, group_request, load_cli_model, services, with_options
+from app.cli.common import cli_limits, echo_body, fail, group_request, services, with_options
 from app.schemas.gradcheck import GradcheckRequest
 from app.services.bodies import as_json as json_body
 from app.services.errors import GMTSError
@@ -33,7 +33,7 @@ def gradcheck_command(
     request = {**request, "max_tokens": max_tokens, "precision": precision}
     try:
         req = validated(GradcheckRequest, request)
-        body = json_body(services().gradcheck.run_local(req, load_cli_model(request["model"])))
+        body = json_body(services().gradcheck.run(req, cli_limits()))
     except GMTSError as exc:
         raise fail(exc) from None
     echo_body(body, as_json, render_fidelity)

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from app.schemas.analyze_response import AnalyzeResponse
+from app.schemas.analyze_response import AnalyzeResponse, DifferencesOut
 from app.schemas.derived import fields_from
 from gmts_core.runs.analysis import StepOverview, StepReport
 
@@ -96,6 +96,11 @@ class RunStepResponse(BaseModel):
     report: StepReportOut
     analysis: AnalyzeResponse | None = Field(None, description="Analysis mode: the groups.")
     logged: list[LoggedGroup] | None = Field(None, description="Logged mode: the groups.")
+    differences: list[DifferencesOut] | None = Field(
+        None,
+        description="Logged mode: why the logged selections (applied, entropy, gmts) differ, "
+        "every pair, from the log's own numbers (analysis mode: in `analysis.differences`).",
+    )
 
 
 class RunMetricsResponse(BaseModel):

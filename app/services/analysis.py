@@ -16,16 +16,20 @@ from typing import Protocol, TypeVar
 
 from app.core.config import Settings
 from app.schemas.analyze_request import DEFAULT_NUM_SAMPLES, AnalyzeRequest, GroupRequest
+from app.schemas.analyze_response import AnalyzeResponse
+from app.services.bodies import analysis_response
+from app.services.catalog import SAMPLING_DEFAULTS
 from app.services.errors import LimitExceededError, SessionNotFoundError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRef, ModelRegistry
+from app.services.policy import LimitsPolicy
 from gmts_core.analysis.analyze import (
     AnalysisConfig,
     GroupInput,
     RewardSpec,
+    TokenLimit,
     analyze,
 )
-from gmts_core.analysis.records import AnalysisResult
 from gmts_core.errors import InvalidInputError
 from gmts_core.methods.rewards import check_reference, reward_budget
 from gmts_core.methods.selection import default_scope
@@ -62,7 +66,13 @@ class PreparedAnalysis:
 
 
 class AnalysisService:
-    """Runs analyses for the API, the UI and the CLI with one set of limits."""
+    """The analysis core: every front end runs an analysis through :meth:`run`.
+
+    The HTTP routes wrap it in the job line (:meth:`analyze`), the UI's local backend calls it
+    inside the same line, and the CLI calls it directly with its own limits
+    (:meth:`LimitsPolicy.cli`). One validation, one limits policy, one tokenization, one
+    response model, whoever asks.
+    """
 
     def __init__(
         self,
@@ -75,99 +85,72 @@ class AnalysisService:
         self.models = models
         self.jobs = jobs
         self.sessions = sessions
+        self.limits = LimitsPolicy.server(settings)
 
-    # --- entry points ---
-
-    async def analyze(
-        self, req: AnalyzeRequest, policy: LoadedModel | None = None
-    ) -> AnalysisResult:
-        """Validate, then run off the event loop under the job limiter."""
-        prepared = self.prepare(req, policy is not None)
-        return await self.jobs.run(lambda: self.execute(prepared, policy))
-
-    async def analyze_rendered(
-        self, req: AnalyzeRequest, render: Callable[[AnalysisResult], T]
-    ) -> T:
-        """The analysis turned into its response by ``render``, both in the worker thread:
-        building and formatting the body of a large analysis is seconds of Python that must
-        not run on the event loop."""
-        prepared = self.prepare(req)
-        return await self.jobs.run(lambda: render(self.execute(prepared)))
-
-    def analyze_blocking(
+    def run(
         self,
         req: AnalyzeRequest,
-        policy: LoadedModel | None = None,
+        limits: LimitsPolicy | None = None,
         on_stage: StageCallback | None = None,
-    ) -> AnalysisResult:
-        """The same, for callers on a worker thread (sync UI handlers, scripts);
-        ``on_stage(name, done, total)`` hears each stage as it begins."""
-        prepared = self.prepare(req, policy is not None)
-        return self.jobs.run_blocking(lambda: self.execute(prepared, policy, on_stage))
+    ) -> AnalyzeResponse:
+        """Validate ``req``, apply ``limits`` (the server's by default), run the analysis on the
+        model it names (or its session's policy) and return the response body. Blocking:
+        callers on an event loop use :meth:`analyze`. ``on_stage(name, done, total)`` hears
+        each stage as it begins."""
+        limits = limits or self.limits
+        prepared = self.prepare(req, limits)
+        with self._model_for(prepared) as lm:
+            token_limit = TokenLimit(limits.max_total_tokens, "GMTS_MAX_TOTAL_TOKENS")
+            with reward_budget(limits.reward_budget_s, "GMTS_REWARD_BUDGET_S"):
+                result = analyze(lm, prepared.groups, prepared.config, on_stage, token_limit)
+        return analysis_response(result)
 
-    def analyze_local(self, req: AnalyzeRequest, lm: LoadedModel) -> AnalysisResult:
-        """A model the caller loaded, on the caller's own machine (the CLI): the same
-        conversion and analysis, without this server's size limits and job queue."""
-        groups = [self.group_input(g, req.temperature) for g in req.group_requests()]
-        return analyze(lm, groups, analysis_config(req))
+    async def analyze(self, req: AnalyzeRequest, render: Callable[[AnalyzeResponse], T]) -> T:
+        """:meth:`run` in the job line, for the HTTP routes, its body turned into the response
+        by ``render`` in the same worker thread (formatting a large body is seconds of Python
+        that must not run on the event loop). A request that fails its checks gets its error
+        at once instead of waiting in line."""
+        self.prepare(req, self.limits)
+        return await self.jobs.run(lambda: render(self.run(req)))
 
-    # --- steps ---
-
-    def prepare(self, req: AnalyzeRequest, has_policy: bool = False) -> PreparedAnalysis:
+    def prepare(self, req: AnalyzeRequest, limits: LimitsPolicy) -> PreparedAnalysis:
         """Cheap checks and conversion; raises before any model work."""
         group_reqs = req.group_requests()
-        check_request_limits(self.settings, req, group_reqs)
+        check_request_limits(limits, req, group_reqs)
         ref = None
-        if req.session_id is not None and not has_policy:
+        if req.session_id is not None:
             if self.sessions is None:
                 raise SessionNotFoundError(
                     f"unknown session {req.session_id!r} (no session service on this server)"
                 )
-        elif not has_policy:
-            ref = self.models.resolve(req.model)
+        else:
+            ref = self.models.resolve(req.model, any_source=limits.any_model_source)
             self.models.ensure_available(ref)
-        groups = [self.group_input(g, req.temperature) for g in group_reqs]
+        max_new = min(DEFAULT_MAX_NEW_TOKENS, limits.max_new_tokens)
+        groups = [group_input(g, req.temperature, max_new) for g in group_reqs]
         return PreparedAnalysis(ref, req.session_id, groups, analysis_config(req))
 
-    def execute(
-        self,
-        prepared: PreparedAnalysis,
-        policy: LoadedModel | None = None,
-        on_stage: StageCallback | None = None,
-    ) -> AnalysisResult:
-        """The heavy part (blocking): get the model, check token limits, analyze."""
-        with self._model_for(prepared, policy) as lm:
-            check_token_limits(self.settings, lm, prepared)
-            with reward_budget(self.settings.reward_budget_s, "GMTS_REWARD_BUDGET_S"):
-                return analyze(lm, prepared.groups, prepared.config, on_stage)
-
-    def _model_for(
-        self, prepared: PreparedAnalysis, policy: LoadedModel | None
-    ) -> AbstractContextManager[LoadedModel]:
-        if policy is not None:
-            return nullcontext(policy)
+    def _model_for(self, prepared: PreparedAnalysis) -> AbstractContextManager[LoadedModel]:
         if prepared.ref is None:
             assert self.sessions is not None and prepared.session_id is not None
             return self.sessions.use_policy(prepared.session_id)
         return nullcontext(self.models.load(prepared.ref))
 
-    def group_input(self, g: GroupRequest, temperature: float) -> GroupInput:
-        sampling = None
-        answer_ids = getattr(g, "answer_ids", None)  # the batch form's groups may carry ids
-        if g.answers is None and answer_ids is None:
-            sampling = SamplingConfig(
-                num_samples=g.num_samples or DEFAULT_NUM_SAMPLES,
-                temperature=temperature,
-                top_p=1.0 if g.top_p is None else g.top_p,
-                max_new_tokens=g.max_new_tokens or self.default_max_new_tokens,
-                seed=g.seed or 0,
-            )
-        reward = RewardSpec(g.reward.kind, g.reward.reference) if g.reward else None
-        return GroupInput(g.prompt, g.answers, sampling, reward, g.rewards, answer_ids)
 
-    @property
-    def default_max_new_tokens(self) -> int:
-        return min(DEFAULT_MAX_NEW_TOKENS, self.settings.max_new_tokens)
+def group_input(g: GroupRequest, temperature: float, max_new_tokens: int) -> GroupInput:
+    """The library's input for one group of a request (``max_new_tokens``: the default)."""
+    sampling = None
+    answer_ids = getattr(g, "answer_ids", None)  # the batch form's groups may carry ids
+    if g.answers is None and answer_ids is None:
+        sampling = SamplingConfig(
+            num_samples=g.num_samples or DEFAULT_NUM_SAMPLES,
+            temperature=temperature,
+            top_p=SAMPLING_DEFAULTS.top_p if g.top_p is None else g.top_p,
+            max_new_tokens=g.max_new_tokens or max_new_tokens,
+            seed=g.seed or SAMPLING_DEFAULTS.seed,
+        )
+    reward = RewardSpec(g.reward.kind, g.reward.reference) if g.reward else None
+    return GroupInput(g.prompt, g.answers, sampling, reward, g.rewards, answer_ids)
 
 
 def analysis_config(req: AnalyzeRequest) -> AnalysisConfig:
@@ -186,11 +169,11 @@ def analysis_config(req: AnalyzeRequest) -> AnalysisConfig:
     )
 
 
-def _limit(what: str, value: int, limit: int, setting: str) -> None:
+def _limit(
+    what: str, value: int, limit: int, setting: str, label: str = "this server's limit"
+) -> None:
     if value > limit:
-        raise LimitExceededError(
-            f"{what} is {value}; this server's limit is {limit} (GMTS_{setting.upper()})"
-        )
+        raise LimitExceededError(f"{what} is {value}; {label} is {limit} (GMTS_{setting.upper()})")
 
 
 def _num_answers(g: GroupRequest) -> int:
@@ -200,15 +183,25 @@ def _num_answers(g: GroupRequest) -> int:
     return len(g.answers) if g.answers is not None else g.num_samples or DEFAULT_NUM_SAMPLES
 
 
-def check_request_limits(s: Settings, req: AnalyzeRequest, groups: list[GroupRequest]) -> None:
+def check_request_limits(s: LimitsPolicy, req: AnalyzeRequest, groups: list[GroupRequest]) -> None:
     """Size limits that need no tokenizer: groups, answers, characters, new tokens."""
-    _limit("the number of groups", len(groups), s.max_groups, "max_groups")
+    _limit("the number of groups", len(groups), s.max_groups, "max_groups", s.label)
     num_answers = sum(_num_answers(g) for g in groups)
-    _limit("the number of answers", num_answers, s.max_answers, "max_answers")
-    _limit("top_alternatives", req.top_alternatives, s.max_top_alternatives, "max_top_alternatives")
+    _limit("the number of answers", num_answers, s.max_answers, "max_answers", s.label)
+    _limit(
+        "top_alternatives",
+        req.top_alternatives,
+        s.max_top_alternatives,
+        "max_top_alternatives",
+        s.label,
+    )
     for i, g in enumerate(groups):
         _limit(
-            f"prompt {i} length (characters)", len(g.prompt), s.max_prompt_chars, "max_prompt_chars"
+            f"prompt {i} length (characters)",
+            len(g.prompt),
+            s.max_prompt_chars,
+            "max_prompt_chars",
+            s.label,
         )
         for a in g.answers or []:
             _limit(
@@ -216,10 +209,11 @@ def check_request_limits(s: Settings, req: AnalyzeRequest, groups: list[GroupReq
                 len(a),
                 s.max_answer_chars,
                 "max_answer_chars",
+                s.label,
             )
         if g.answers is None and getattr(g, "answer_ids", None) is None:
             new = g.max_new_tokens or min(DEFAULT_MAX_NEW_TOKENS, s.max_new_tokens)
-            _limit("max_new_tokens", new, s.max_new_tokens, "max_new_tokens")
+            _limit("max_new_tokens", new, s.max_new_tokens, "max_new_tokens", s.label)
     for i, g in enumerate(groups):
         if g.reward is not None and g.rewards is None:
             try:
@@ -233,11 +227,15 @@ def check_request_limits(s: Settings, req: AnalyzeRequest, groups: list[GroupReq
         for g in groups
         if g.answers is None and getattr(g, "answer_ids", None) is None
     )
-    _limit("the number of tokens to sample", sampled, s.max_total_tokens, "max_total_tokens")
+    _limit(
+        "the number of tokens to sample", sampled, s.max_total_tokens, "max_total_tokens", s.label
+    )
 
 
 def check_token_limits(s: Settings, lm: LoadedModel, prepared: PreparedAnalysis) -> None:
-    """The total tokens of all sequences (prompt + answer, sampled at most max_new_tokens)."""
+    """The total tokens of all sequences (prompt + answer, sampled at most max_new_tokens), for
+    callers that analyse outside :meth:`AnalysisService.run` (a run's step,
+    :mod:`app.services.runs`); the core checks on the analysis's own tokenization instead."""
     chat = prepared.config.chat_template
     total = 0
     for g in prepared.groups:

@@ -11,14 +11,11 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 
 from app.schemas.gradcheck import GradcheckRequest, GradcheckResponse
-from app.services.analysis import (
-    AnalysisService,
-    PreparedAnalysis,
-    analysis_config,
-    check_token_limits,
-)
+from app.services.analysis import AnalysisService, PreparedAnalysis
 from app.services.bodies import gradcheck_response
 from app.services.errors import LimitExceededError
+from app.services.policy import LimitsPolicy
+from gmts_core.analysis.analyze import TokenLimit
 from gmts_core.experiments.gradcheck import DEFAULT_MAX_TOKENS, gradcheck
 from gmts_core.modeling import LoadedModel
 
@@ -26,34 +23,32 @@ __all__ = ["DEFAULT_MAX_TOKENS", "GradcheckService"]
 
 
 class GradcheckService:
-    """Runs gradchecks for the API and the UI with the analysis service's limits."""
+    """The gradcheck core (:meth:`run`) for the API, the UI and the CLI, under a limits policy
+    (the analysis service's checks, then the model size)."""
 
     def __init__(self, analysis: AnalysisService) -> None:
         self.analysis = analysis
-        settings = analysis.settings
-        self.max_parameters = settings.gradcheck_max_parameters
+        self.max_parameters = analysis.settings.gradcheck_max_parameters
 
-    async def run(self, req: GradcheckRequest) -> GradcheckResponse:
-        prepared = self.analysis.prepare(req)
-        return await self.analysis.jobs.run(lambda: self.execute(prepared, req))
-
-    def run_blocking(self, req: GradcheckRequest) -> GradcheckResponse:
-        prepared = self.analysis.prepare(req)
-        return self.analysis.jobs.run_blocking(lambda: self.execute(prepared, req))
-
-    def run_local(self, req: GradcheckRequest, lm: LoadedModel) -> GradcheckResponse:
-        """A model the caller loaded (the CLI): no server limits, no job queue; the same body."""
-        groups = [self.analysis.group_input(g, req.temperature) for g in req.group_requests()]
-        config = analysis_config(req)
-        return gradcheck_response(gradcheck(lm, groups, config, req.max_tokens, req.precision))
-
-    def execute(self, prepared: PreparedAnalysis, req: GradcheckRequest) -> GradcheckResponse:
-        """The heavy part (blocking): the model, its size check, analysis and exact gradients."""
+    def run(self, req: GradcheckRequest, limits: LimitsPolicy | None = None) -> GradcheckResponse:
+        """Validate, apply ``limits`` (the server's by default), run, return the body
+        (blocking: callers on an event loop use :meth:`queued`)."""
+        limits = limits or self.analysis.limits
+        prepared = self.analysis.prepare(req, limits)
         with self._model(prepared) as lm:
-            check_token_limits(self.analysis.settings, lm, prepared)
-            self._check_size(lm)
-            result = gradcheck(lm, prepared.groups, prepared.config, req.max_tokens, req.precision)
+            if not limits.any_model_source:  # the server's size limit; the CLI's user decides
+                self._check_size(lm)
+            token_limit = TokenLimit(limits.max_total_tokens, "GMTS_MAX_TOTAL_TOKENS")
+            result = gradcheck(
+                lm, prepared.groups, prepared.config, req.max_tokens, req.precision,
+                token_limit=token_limit,
+            )  # fmt: skip
         return gradcheck_response(result)
+
+    async def queued(self, req: GradcheckRequest) -> GradcheckResponse:
+        """:meth:`run` in the job line, for the HTTP route (failed checks answer at once)."""
+        self.analysis.prepare(req, self.analysis.limits)
+        return await self.analysis.jobs.run(lambda: self.run(req))
 
     def _model(self, prepared: PreparedAnalysis) -> AbstractContextManager[LoadedModel]:
         if prepared.ref is None:  # a session's policy, held while in use

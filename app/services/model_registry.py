@@ -68,11 +68,18 @@ class ModelRegistry:
 
     # --- resolution (cheap, no loading) ---
 
-    def resolve(self, name: str | None) -> ModelRef:
-        """The model ``name`` (or the default model) names; raises ModelNotFoundError."""
+    def resolve(self, name: str | None, any_source: bool = False) -> ModelRef:
+        """The model ``name`` (or the default model) names; raises ModelNotFoundError.
+        ``any_source`` (the CLI, on the user's own machine): also any local model folder by its
+        path, and any hub id."""
         name = self.settings.default_model if name is None else name
         if name in self.aliases:
             return ModelRef(name, str(self.aliases[name]), "alias")
+        if any_source:
+            if _is_model_folder(Path(name)):
+                return ModelRef(name, str(Path(name).resolve()), "folder")
+            if is_hub_id(name):
+                return ModelRef(name, name, "hub")
         reason = _unsafe_name(name)
         if reason is None:
             folder = resolve_local_model(name, self.roots) if self.roots else None

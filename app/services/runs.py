@@ -29,6 +29,7 @@ from typing import Any
 import anyio.to_thread
 
 from app.core.config import Settings
+from app.schemas.analyze_response import DifferencesOut
 from app.schemas.runs import (
     LoggedAnswer,
     LoggedGroup,
@@ -52,6 +53,7 @@ from gmts_core.runs.analysis import (
     StepReport,
     analyze_step,
     group_input,
+    logged_differences,
     logged_step_report,
     step_overview,
 )
@@ -311,8 +313,16 @@ class RunService:
         )
         if uses_log(run):
             report = logged_step_report(step)
+            differences = [
+                DifferencesOut.model_validate(d, from_attributes=True)
+                for d in logged_differences(step)
+            ]
             return RunStepResponse(
-                **head, mode="logged", report=self._report_out(report), logged=_logged(step, lm)
+                **head,
+                mode="logged",
+                report=self._report_out(report),
+                logged=_logged(step, lm),
+                differences=differences,
             )
         report, result = self.analyse(run, step, options, lm)
         body = analysis_response(result)

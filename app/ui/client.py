@@ -27,7 +27,7 @@ import httpx
 from app.schemas.analyze_request import AnalyzeRequest
 from app.schemas.gradcheck import GradcheckRequest
 from app.schemas.sessions import SessionCreateRequest, SessionEvalRequest, SessionStepRequest
-from app.services.bodies import analysis_json, as_json
+from app.services.bodies import as_json
 from app.services.catalog import capabilities
 from app.services.compare import CompareConfig
 from app.services.container import Services
@@ -156,8 +156,8 @@ class LocalBackend:
         req = validated(AnalyzeRequest, request)
         on_stage = status.stage if status is not None else None
         with self._in_line(status):
-            result = self.services.analysis.analyze_blocking(req, on_stage=on_stage)
-            return analysis_json(result)
+            run = self.services.analysis.run
+            return as_json(self.services.jobs.run_blocking(lambda: run(req, on_stage=on_stage)))
 
     def job_load(self) -> tuple[int, int]:
         """(running, waiting) heavy jobs of this server now (for the UI's progress line)."""
@@ -174,7 +174,9 @@ class LocalBackend:
     def gradcheck(self, request: Json) -> Json:
         req = validated(GradcheckRequest, request)
         with self._in_line():
-            return as_json(self.services.gradcheck.run_blocking(req))
+            return as_json(
+                self.services.jobs.run_blocking(lambda: self.services.gradcheck.run(req))
+            )
 
     def create_session(self, request: Json) -> Json:
         req = validated(SessionCreateRequest, request)

@@ -35,7 +35,7 @@ from gmts_core.analysis.summaries import (
     wasted_share,
 )
 from gmts_core.config import AnalysisConfig
-from gmts_core.errors import InvalidInputError
+from gmts_core.errors import InvalidInputError, LimitExceededError
 from gmts_core.methods.advantages import compute_advantages
 from gmts_core.methods.aggregation import loss_weights
 from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
@@ -147,12 +147,39 @@ def _given_answer_ids(tok: Any, answers: list[str], special_tokens: bool) -> lis
     return ids
 
 
+@dataclass(frozen=True)
+class TokenLimit:
+    """At most ``max_tokens`` tokens in all sequences of a request (prompt + answer; a sampled
+    answer counts ``max_new_tokens``), checked on the tokens the analysis itself uses, before
+    any sampling or forward pass. ``setting`` names the limit in the error message."""
+
+    max_tokens: int
+    setting: str = "max_tokens"
+
+    def check(
+        self, prompts: list[list[int]], given: dict[int, _Group], sampled: dict[int, SamplingConfig]
+    ) -> None:
+        total = sum(len(prompts[i]) + len(a) for i, g in given.items() for a in g.answer_ids)
+        total += sum(
+            c.num_samples * (len(prompts[i]) + c.max_new_tokens) for i, c in sampled.items()
+        )
+        if total > self.max_tokens:
+            raise LimitExceededError(
+                f"the number of tokens (prompts + answers) is {total}; the limit is "
+                f"{self.max_tokens} ({self.setting})"
+            )
+
+
 def _prepare_groups(
-    lm: LoadedModel, groups: Sequence[GroupInput], config: AnalysisConfig, collect_stats: bool
+    lm: LoadedModel,
+    groups: Sequence[GroupInput],
+    config: AnalysisConfig,
+    collect_stats: bool,
+    token_limit: TokenLimit | None = None,
 ) -> list[_Group]:
-    """Tokenize every group (given answers first: bad input fails before any sampling), then
-    sample the groups without answers, compatible groups in one generate call (with
-    ``collect_stats``, collecting their tokens' statistics on the way)."""
+    """Tokenize every group (given answers first: bad input fails before any sampling), check
+    ``token_limit`` on those tokens, then sample the groups without answers, compatible groups
+    in one generate call (with ``collect_stats``, collecting their tokens' statistics)."""
     tok = lm.tokenizer
     prompts = [encode_prompt(tok, g.prompt, config.chat_template) for g in groups]
     work = {
@@ -163,6 +190,8 @@ def _prepare_groups(
     to_sample = [i for i, g in enumerate(groups) if not g.given]
     default = SamplingConfig(temperature=config.temperature)
     configs = [groups[i].sampling or default for i in to_sample]
+    if token_limit is not None:
+        token_limit.check(prompts, work, dict(zip(to_sample, configs, strict=True)))
     spec = StatsSpec(config.temperature, config.top_alternatives, config.chunk_size)
     sampled = sample_groups(
         lm.model, tok, [prompts[i] for i in to_sample], configs, spec if collect_stats else None
@@ -286,6 +315,7 @@ def prepare_groups(
     config: AnalysisConfig,
     stages: Stages | None = None,
     collect_stats: bool = False,
+    token_limit: TokenLimit | None = None,
 ) -> PreparedGroups:
     """Validate, tokenize or sample every group, and reward its answers (the first two stages
     of :func:`analyze`, announced through ``stages``). With ``collect_stats`` sampled answers
@@ -296,7 +326,7 @@ def prepare_groups(
         raise InvalidInputError("at least one group is needed")
     stages = stages or Stages()
     stages.begin(GENERATING if any(not g.given for g in groups) else TOKENIZING)
-    work = _prepare_groups(lm, groups, config, collect_stats)
+    work = _prepare_groups(lm, groups, config, collect_stats, token_limit)
     stages.begin(REWARDS)
     for w, g in zip(work, groups, strict=True):
         _reward_group(lm, w, g, config.advantage, not config.answer_special_tokens)
@@ -330,16 +360,20 @@ def analyze(
     groups: Sequence[GroupInput],
     config: AnalysisConfig = AnalysisConfig(),
     on_stage: StageCallback | None = None,
+    token_limit: TokenLimit | None = None,
 ) -> AnalysisResult:
     """Analyze one or more groups; with scope ``batch`` selection ranks all their tokens.
 
     ``on_stage(name, done, total)`` hears each stage as it begins (see
     :mod:`gmts_core.stages`): "generating answers" (or "tokenizing answers" when all are
-    given), "scoring rewards", "token statistics", "selection".
+    given), "scoring rewards", "token statistics", "selection". ``token_limit`` is checked on
+    the analysis's own tokenization, before any sampling.
     """
     stages = new_stages(on_stage, ANALYZE_STAGES)
     # grad_head needs final hidden states, which sampling records too (their norms)
-    prepared = prepare_groups(lm, groups, config, stages, collect_stats=True)
+    prepared = prepare_groups(
+        lm, groups, config, stages, collect_stats=True, token_limit=token_limit
+    )
     stages.begin(STATISTICS)  # of sampled answers: collected while sampling
     stats = prepared.collected_stats()
     missing = [i for i, s in enumerate(stats) if s is None]  # given answers

@@ -45,7 +45,13 @@ from typing import Any
 import torch
 from torch.func import functional_call
 
-from gmts_core.analysis.analyze import ANALYZE_STAGES, AnalysisConfig, GroupInput, analyze
+from gmts_core.analysis.analyze import (
+    ANALYZE_STAGES,
+    AnalysisConfig,
+    GroupInput,
+    TokenLimit,
+    analyze,
+)
 from gmts_core.analysis.records import AnalysisResult
 from gmts_core.analysis.summaries import gradient_coverage, spearman_by_answer
 from gmts_core.errors import InvalidInputError, LimitExceededError
@@ -399,8 +405,10 @@ def gradcheck(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     precision: str = "float32",
     on_stage: StageCallback | None = None,
+    token_limit: TokenLimit | None = None,
 ) -> GradcheckResult:
-    """Analyze ``groups`` (as :func:`analyze`), then check every score against true gradients.
+    """Analyze ``groups`` (as :func:`analyze`, ``token_limit`` included), then check every
+    score against true gradients.
 
     ``on_stage`` hears the analysis's stages, then "exact per-token gradients"."""
     if max_tokens < 1:
@@ -412,7 +420,11 @@ def gradcheck(
     total = ANALYZE_STAGES + 1
     report = on_stage or no_stage
     analysis = analyze(
-        lm, groups, dataclasses.replace(config, beta=0.0), lambda n, d, _t: report(n, d, total)
+        lm,
+        groups,
+        dataclasses.replace(config, beta=0.0),
+        lambda n, d, _t: report(n, d, total),
+        token_limit,
     )
     report("exact per-token gradients", ANALYZE_STAGES, total)
     return check_analysis(lm, analysis, max_tokens, precision)

@@ -1,6 +1,7 @@
 """Training runs: read what trainers dump (TRL, verl, ROLL, AReaL, our JSONL and trainer log)
 as steps -> groups, lazily, one step at a time. See :func:`open_run`."""
 
+from gmts_core.runs.areal import ArealReader
 from gmts_core.runs.base import (
     NotARunError,
     RunFormatError,
@@ -9,17 +10,29 @@ from gmts_core.runs.base import (
     StepRef,
     UnsafeRunFormatError,
 )
+from gmts_core.runs.jsonl import JSONLReader
 from gmts_core.runs.limits import CLI_LIMITS, LIMIT_NAMES, RunLimitError, RunLimits
-from gmts_core.runs.registry import READERS, Run, detect_format, list_formats, open_run
+from gmts_core.runs.registry import (
+    READERS,
+    Run,
+    detect_format,
+    list_formats,
+    open_run,
+    register_reader,
+)
+from gmts_core.runs.roll import ROLLReader
+from gmts_core.runs.trainer_log import TrainerLogReader
+from gmts_core.runs.trl import TRLReader
+from gmts_core.runs.verl import VerlReader
 
-# Readers register themselves on import; the order is the detection order (most specific
-# first: the trainer log sits next to TRL's completions folder and says more).
-from gmts_core.runs import trainer_log as _trainer_log  # noqa: E402,F401  isort: skip
-from gmts_core.runs import trl as _trl  # noqa: E402,F401  isort: skip
-from gmts_core.runs import roll as _roll  # noqa: E402,F401  isort: skip
-from gmts_core.runs import verl as _verl  # noqa: E402,F401  isort: skip
-from gmts_core.runs import areal as _areal  # noqa: E402,F401  isort: skip
-from gmts_core.runs import jsonl as _jsonl  # noqa: E402,F401  isort: skip
+# Every reader is registered here, in the detection order (most specific first: the trainer
+# log sits next to TRL's completions folder and says more; a JSONL file is the fallback).
+register_reader(TrainerLogReader())
+register_reader(TRLReader())
+register_reader(ROLLReader())
+register_reader(VerlReader())
+register_reader(ArealReader())
+register_reader(JSONLReader())
 
 __all__ = [
     "CLI_LIMITS",

@@ -21,6 +21,12 @@ import pyarrow as pa
 import torch
 
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec, analyze
+from gmts_core.analysis.differences import (
+    ZERO_SIGNAL,
+    DifferenceInputs,
+    Differences,
+    explain,
+)
 from gmts_core.analysis.records import AnalysisResult
 from gmts_core.analysis.summaries import (
     gradient_coverage,
@@ -212,6 +218,54 @@ def logged_step_report(step: RunStep) -> StepReport:
         mode="logged",
         extra={"method": groups[0].extra.get("method", [None])[0]},
     )
+
+
+def logged_differences(step: RunStep) -> list[Differences]:
+    """Why the logged selections differ (``applied``, ``entropy``, ``gmts``: every pair), from
+    the trainer log's own per-token numbers (|omega| where logged, else |A| on-policy)."""
+    groups = step.groups
+    if not groups or not groups[0].token_columns:
+        raise InvalidInputError(f"{step.source}: not a trainer log step (no per-token columns)")
+    cols: dict[str, list[float]] = {c: [] for c in ("entropy", "grad_norm", "grad_proxy")}
+    signal, weight, gi, ai, pos, zero = [], [], [], [], [], []
+    for g_idx, g in enumerate(groups):
+        advantages = g.advantages or [0.0] * g.size
+        zero_group = all(abs(a) <= ZERO_SIGNAL for a in advantages)
+        for a_idx, ids in enumerate(g.token_ids or []):
+            per = {c: v[a_idx] for c, v in g.token_columns.items()}
+            for c in cols:
+                cols[c] += [float(v) for v in per[c]]
+            omega = per.get("omega") or [None] * len(ids)
+            signal += [abs(o) if o is not None else abs(advantages[a_idx]) for o in omega]
+            weight += [
+                float(w) if w is not None else 1.0 for w in per.get("weight", [1.0] * len(ids))
+            ]
+            gi += [g_idx] * len(ids)
+            ai += [a_idx] * len(ids)
+            pos += list(range(len(ids)))
+            zero += [zero_group] * len(ids)
+    f64, i64 = torch.float64, torch.int64
+    x = DifferenceInputs(
+        entropy=torch.tensor(cols["entropy"], dtype=f64),
+        grad_norm=torch.tensor(cols["grad_norm"], dtype=f64),
+        grad_proxy=torch.tensor(cols["grad_proxy"], dtype=f64),
+        signal=torch.tensor(signal, dtype=f64),
+        weight=torch.tensor(weight, dtype=f64),
+        group_index=torch.tensor(gi, dtype=i64),
+        answer_index=torch.tensor(ai, dtype=i64),
+        position=torch.tensor(pos, dtype=i64),
+        zero_signal_group=torch.tensor(zero, dtype=torch.bool),
+    )
+    masks = {
+        m: torch.tensor(
+            [bool(v) for g in groups for ans in g.token_columns[col] for v in ans], dtype=torch.bool
+        )
+        for m, col in LOGGED_METHODS.items()
+    }
+    names = list(masks)
+    return [
+        explain(x, a, masks[a], b, masks[b]) for i, a in enumerate(names) for b in names[i + 1 :]
+    ]
 
 
 def token_table(step: int, result: AnalysisResult) -> pa.Table:

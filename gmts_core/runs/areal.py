@@ -19,7 +19,6 @@ from gmts_core.runs.base import (
     require,
 )
 from gmts_core.runs.limits import RunLimits, file_size, scan_folder
-from gmts_core.runs.registry import register_reader
 
 _KNOWN = {"task_id", "sample_idx", "prompt", "completion", "reward"}
 
@@ -97,5 +96,3 @@ class ArealReader:
             )
         return RunStep(ref.step, groups, str(ref.path))
 
-
-register_reader(ArealReader())

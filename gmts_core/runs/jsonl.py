@@ -25,7 +25,6 @@ from gmts_core.runs.base import (
     require,
 )
 from gmts_core.runs.limits import RunLimits, bounded_lines
-from gmts_core.runs.registry import register_reader
 
 logger = logging.getLogger(__name__)
 
@@ -119,5 +118,3 @@ def group_from_line(obj: dict[str, Any], path: Path, line: int) -> RunGroup:
         group.advantages = [as_float(a, "advantage", path, line) for a in obj["advantages"]]
     return group
 
-
-register_reader(JSONLReader())

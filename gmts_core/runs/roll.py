@@ -20,7 +20,6 @@ from gmts_core.runs.base import (
     require,
 )
 from gmts_core.runs.limits import RunLimits
-from gmts_core.runs.registry import register_reader
 
 FILE_PATTERN = r"rollout_dump_data\.step_(\d+)\.jsonl"
 _KNOWN = {"prompt", "responses", "scores", "ground_truth", "global_step"}
@@ -61,5 +60,3 @@ class ROLLReader(NumberedFilesReader):
             )
         return RunStep(ref.step, groups, str(ref.path))
 
-
-register_reader(ROLLReader())

@@ -28,7 +28,6 @@ from gmts_core.runs.base import (
     read_parquet_step,
 )
 from gmts_core.runs.limits import RunLimits
-from gmts_core.runs.registry import register_reader
 
 FOLDER = "gmts_selection"
 FILE_PATTERN = r"selection_(\d+)\.parquet"
@@ -56,6 +55,7 @@ TOKEN_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
 SCHEMA = pa.schema([pa.field(n, t) for n, t in TOKEN_COLUMNS])
 PER_TOKEN = (
     "entropy",
+    "weight",
     "logprob",
     "grad_norm",
     "grad_proxy",
@@ -113,5 +113,3 @@ def _groups(cols: dict[str, list[Any]], path: Path) -> list[RunGroup]:
         )
     return groups
 
-
-register_reader(TrainerLogReader())

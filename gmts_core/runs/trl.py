@@ -31,7 +31,6 @@ from gmts_core.runs.base import (
     read_parquet_step,
 )
 from gmts_core.runs.limits import RunLimits
-from gmts_core.runs.registry import register_reader
 
 FILE_PATTERN = r"completions_(\d+)\.parquet"
 _SKIP = {"step", "prompt", "completion", "advantage", "image", "images"}
@@ -110,5 +109,3 @@ def _reward_sum(cols: dict[str, list[Any]], names: list[str], row: int, path: Pa
     finite = [v for v in values if not math.isnan(v)]
     return sum(finite) if finite else float("nan")
 
-
-register_reader(TRLReader())

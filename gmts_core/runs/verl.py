@@ -18,7 +18,6 @@ from gmts_core.runs.base import (
     require,
 )
 from gmts_core.runs.limits import RunLimits
-from gmts_core.runs.registry import register_reader
 
 FILE_PATTERN = r"(\d+)\.jsonl"
 _KNOWN = {"input", "output", "gts", "score", "step"}
@@ -60,5 +59,3 @@ def _extra(recs: list[tuple[int, dict]]) -> dict[str, list]:
     names = sorted({k for _, o in recs for k in o} - _KNOWN)
     return {n: [o.get(n) for _, o in recs] for n in names}
 
-
-register_reader(VerlReader())

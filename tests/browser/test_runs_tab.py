@@ -72,6 +72,7 @@ def test_click_a_logged_step_shows_the_applied_mask(chromium: Any, runs_server: 
     assert view.locator(".tok.sel-a").count() == int(df["selected"].sum())  # applied
     assert view.locator(".tok.sel-b").count() == int(df["selected_gmts"].sum())
     assert "Step 1" in page.locator("#run-step-summary").inner_text()
+    page.wait_for_selector("#run-step-differences .diff-view")  # applied vs GMTS, by reason
     page.click("#run-next")
     page.wait_for_function(
         "document.querySelector('#run-step-summary').innerText.includes('Step 2')"

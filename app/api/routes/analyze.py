@@ -13,7 +13,6 @@ from app.api.routes.common import error_responses
 from app.api.routes.examples import ANALYZE_EXAMPLES
 from app.schemas.analyze_request import AnalyzeRequest
 from app.schemas.analyze_response import AnalyzeResponse
-from app.services.bodies import analysis_response
 
 router = APIRouter(tags=["analyze"])
 
@@ -33,7 +32,7 @@ async def analyze(req: AnalyzeBody, services: ServicesDep) -> Response:
     The body is the analysis (`answers[].tokens[]` with entropy, grad_norm, grad_proxy, scores,
     ranks, selected, alternatives; `summary`), plus `notes` such as the zero-signal warning.
     """
-    content = await services.analysis.analyze_rendered(
-        req, lambda result: json_bytes(analysis_response(result), exclude_unset=True)
+    content = await services.analysis.analyze(
+        req, lambda body: json_bytes(body, exclude_unset=True)
     )
     return json_body(content)

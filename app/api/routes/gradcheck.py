@@ -28,4 +28,4 @@ async def gradcheck(req: Annotated[GradcheckRequest, Body()], services: Services
     the Spearman correlation with the true norms, the true gradient mass kept and the cosine
     between the selected tokens' gradient and the full one. Small models only (413 otherwise).
     """
-    return await json_response(await services.gradcheck.run(req), exclude_unset=True)
+    return await json_response(await services.gradcheck.queued(req), exclude_unset=True)

@@ -184,15 +184,6 @@ def test_session_policy_is_used_when_registered(
         assert missing.json()["error"]["code"] == "unknown_session"
 
 
-def test_policy_can_be_passed_to_the_service(client: TestClient, policy_model: LoadedModel) -> None:
-    from app.schemas.analyze_request import AnalyzeRequest
-
-    service = client.app.state.services.analysis
-    result = service.analyze_blocking(AnalyzeRequest(**given_body()), policy=policy_model)
-    assert result.model == "policy-of-s1"
-    assert client.get("/readyz").json()["loaded"] is False  # the base model was not needed
-
-
 def test_openapi_documents_examples_and_errors(client: TestClient) -> None:
     spec = client.get("/openapi.json").json()
     op = spec["paths"]["/v1/analyze"]["post"]

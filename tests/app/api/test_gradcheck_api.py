@@ -115,7 +115,7 @@ def test_models_over_the_parameter_limit_are_refused(app: Any) -> None:
     service = GradcheckService(app.state.services.analysis)
     service.max_parameters = 10
     with pytest.raises(LimitExceededError, match="parameters"):
-        service.run_blocking(GradcheckRequest.model_validate(given_body()))
+        service.run(GradcheckRequest.model_validate(given_body()))
 
 
 def test_documented_in_openapi(client: TestClient) -> None:

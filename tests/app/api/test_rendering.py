@@ -10,7 +10,6 @@ from app.main import create_app
 from app.schemas.analyze_request import AnalyzeRequest
 from app.schemas.gradcheck import GradcheckRequest
 from app.schemas.sessions import SessionCreateRequest, SessionStepRequest
-from app.services.bodies import analysis_response
 from tests.app.api_helpers import given_body, make_settings
 
 
@@ -27,10 +26,10 @@ def test_piecewise_json_equals_the_whole_dump(model_root: Path) -> None:
         {"groups": [{"prompt": "Q:", "answers": [" 85", " 75"], "rewards": [1, 0]}] * 2}
     )
     for req in (single, batch):
-        response = analysis_response(services.analysis.analyze_blocking(req))
+        response = services.analysis.run(req)
         _same(response, exclude_unset=True)
         _same(response, exclude_unset=False)
-    check = services.gradcheck.run_blocking(GradcheckRequest.model_validate(given_body()))
+    check = services.gradcheck.run(GradcheckRequest.model_validate(given_body()))
     _same(check, exclude_unset=True)
     sid = services.sessions.create_blocking(
         SessionCreateRequest(group_size=2, prompts_per_step=1)

@@ -159,3 +159,20 @@ def test_metrics_over_steps_are_computed_in_the_background(client: TestClient, r
     if run_id == "trl":  # the same numbers as the step view's on-demand analysis
         step = client.get(f"/v1/runs/trl/steps/{report['step']}", params=params).json()
         assert step["report"]["gradient_coverage"] == pytest.approx(report["gradient_coverage"])
+
+
+def test_a_trainer_log_step_says_why_its_selections_differ(client: TestClient) -> None:
+    body = client.get("/v1/runs/logged/steps/1").json()
+    pairs = {(d["method_a"], d["method_b"]): d for d in body["differences"]}
+    assert set(pairs) == {("applied", "entropy"), ("applied", "gmts"), ("entropy", "gmts")}
+    tokens = [t for g in body["logged"] for a in g["answers"] for t in a["tokens"]]
+    for (a, b), d in pairs.items():
+        only_a = sum(t["selected"][a] and not t["selected"][b] for t in tokens)
+        only_b = sum(t["selected"][b] and not t["selected"][a] for t in tokens)
+        assert (d["only_a"], d["only_b"]) == (only_a, only_b)
+        assert sum(r["count"] for r in d["reasons"]) == only_a + only_b
+        for r in d["reasons"]:
+            for ref in r["tokens"]:
+                tok = body["logged"][ref["group"]]["answers"][ref["answer"]]["tokens"]
+                flags = tok[ref["position"]]["selected"]
+                assert flags[ref["selected_by"]] and flags[a] != flags[b]

@@ -3,28 +3,12 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-from app.services.bodies import analysis_json
 from app.ui import charts, palette, render
 from app.ui.tabs.explore import batch
 from app.ui.tabs.train import charts as train_charts
-from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec, analyze
-from gmts_core.modeling import load_model
-from tests.app.api_helpers import TINY
-
-
-@pytest.fixture(scope="module")
-def result(model_root: Path) -> dict:
-    lm = load_model(model_root / TINY, name="tiny")
-    groups = [
-        GroupInput("Q: 47+38=?\nA:", answers=[" 85", " 84 no", " 85 ok"],
-                   reward=RewardSpec("numeric", "85")),
-        GroupInput("Q: 2+2=?\nA:", answers=[" 4 is it", " 4"], rewards=[1.0, 1.0]),
-    ]  # fmt: skip
-    return analysis_json(analyze(lm, groups, AnalysisConfig(ratio=0.3)))
 
 
 def test_known_methods_have_distinct_okabe_ito_colours() -> None:

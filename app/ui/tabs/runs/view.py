@@ -152,13 +152,9 @@ def step_differences(view: Json | None) -> str:
     """The "why they differ" view of the step's two marked methods (analysed steps)."""
     if not view:
         return ""
-    if view["mode"] == "logged":
-        return placeholder(
-            "A trainer log holds the applied mask, not the numbers that explain it: the "
-            "why-they-differ view needs an analysis (`gmts analyze-run` or a TRL dump)."
-        )
     a, b = step_methods(view)
-    for diff in view["analysis"].get("differences") or []:
+    found = view.get("differences") if view["mode"] == "logged" else None
+    for diff in found or (view.get("analysis") or {}).get("differences") or []:
         if {diff["method_a"], diff["method_b"]} == {a, b}:
             return differences_html(diff, step_groups(view))
     return ""

@@ -3,32 +3,15 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
-
-import pytest
 
 from app.core.config import Settings
-from app.services.bodies import analysis_json, as_json
+from app.services.bodies import as_json
 from app.services.catalog import capabilities
 from app.ui import choices
 from app.ui.tabs.learn import learn, lesson
-from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec, analyze
 from gmts_core.methods.selection import list_methods
-from gmts_core.modeling import load_model
-from tests.app.api_helpers import TINY
 
 METHODS = ("entropy", "gmts")
-
-
-@pytest.fixture(scope="module")
-def result(model_root: Path) -> dict:
-    lm = load_model(model_root / TINY, name="tiny")
-    groups = [
-        GroupInput("Q: 47+38=?\nA:", answers=[" 85", " 84 no", " 85 ok"],
-                   reward=RewardSpec("numeric", "85")),
-        GroupInput("Q: 2+2=?\nA:", answers=[" 4 is it", " 4"], rewards=[1.0, 1.0]),
-    ]  # fmt: skip
-    return analysis_json(analyze(lm, groups, AnalysisConfig(ratio=0.3)))
 
 
 def test_lesson_walks_through_the_users_group(result: dict) -> None:

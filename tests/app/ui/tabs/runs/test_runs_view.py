@@ -47,6 +47,9 @@ def test_logged_step_html_marks_the_applied_mask(services) -> None:  # type: ign
     assert html.count(" data-pos=") == len(df)
     assert html.count("sel-a") >= int(df["selected"].sum())  # applied marks (+ legend)
     assert "trainer applied" in step_summary(view)
+    from app.ui.tabs.runs.view import step_differences
+
+    assert step_differences(view).startswith('<div class="diff-view" data-methods="applied|gmts">')
     assert "Pick a run" in step_html(None)
 
 
