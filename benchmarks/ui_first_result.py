@@ -6,15 +6,20 @@ Starts the app (API + Gradio UI at /ui, the bundled demo model) on a uvicorn ser
 context (no cache, no cookies):
 
 * **first highlighted token**: from navigation start to the first token selected by method B
-  (``#token-view .tok.sel-b``) being in the page, with no click; the page opens on the shipped
-  example group (``static/example-group.json``). Also reported: when the charts are drawn, the
-  size of the page and of the Gradio config it carries, and the token view's HTML.
+  being in the page and painted (the task after the next animation frame once it appeared),
+  with no click. The page opens on the shipped example group
+  (``static/arrival-result.json``, the arrival batch), which the server renders into the first HTML
+  (``#gmts-first-view``, :mod:`app.ui.first_view`) before Gradio boots; the time at which
+  Gradio's own token view (``#token-view .tok.sel-b``) shows it (**interactive**) is reported
+  too, and the first contentful paint. Also reported: when the charts are drawn, the size of
+  the page and of the Gradio config it carries, and the token view's HTML.
 * **warm Analyze** of the default group (the form as the page opens, G = 8, seed 0), after one
   warm-up Analyze: the server time is Gradio's own per-event process time (the queue's
   ``process_time_per_fn``: pre-processing, the handler, post-processing; read in-process after
   each run), and the browser time is from the click to the new result's tokens on screen.
 
-Targets (issue 19/18): first highlighted token <= 3 s; warm Analyze <= 1 s of server time.
+Targets: first highlighted token <= 1.5 s (issue 30; it was 3 s, issue 19); warm Analyze <= 1 s
+of server time (issue 18).
 
     .venv/bin/python benchmarks/ui_first_result.py [--repeats 5] [--width 1366 --height 768]
         [--threads 2] [--json]
@@ -37,15 +42,25 @@ from app.core.config import Settings
 from app.live_server import CHROMIUM_ARGS, CHROMIUM_PATH, LiveServer
 from app.main import create_app
 
-# in every page, before Gradio's scripts: note when the first token selected by method B shows
+# in every page, before any of its scripts: note when the first token selected by method B is
+# about to be painted (server-rendered first view or Gradio's view), and when Gradio's shows it
 WATCH_JS = """
 new MutationObserver((_, obs) => {
+  if (window.__gmtsSeen === undefined
+      && document.querySelector('#gmts-first-view .tok.sel-b, #token-view .tok.sel-b')) {
+    window.__gmtsSeen = true;
+    // the task after the next frame: that frame, which held the token, has been painted
+    requestAnimationFrame(() => setTimeout(() => {
+      window.__gmtsFirstTokenMs = performance.now();
+    }, 0));
+  }
   if (document.querySelector('#token-view .tok.sel-b')) {
-    window.__gmtsFirstTokenMs = performance.now();
+    window.__gmtsLiveTokenMs = performance.now();
     obs.disconnect();
   }
 }).observe(document, {childList: true, subtree: true});
 """
+TARGET_FIRST_TOKEN_S = 1.5
 TIMEOUT_MS = 120_000
 
 
@@ -105,15 +120,21 @@ def open_page(browser: Any, url: str, args: argparse.Namespace) -> Any:
 def first_result(browser: Any, url: str, args: argparse.Namespace) -> dict[str, float]:
     """One fresh page: navigation start to the first highlighted token, and to the charts."""
     page = open_page(browser, url, args)
-    page.wait_for_function("window.__gmtsFirstTokenMs !== undefined")
+    page.wait_for_function(
+        "window.__gmtsFirstTokenMs !== undefined && window.__gmtsLiveTokenMs !== undefined"
+    )
     page.wait_for_selector("#scatter-plot .js-plotly-plot .point")
     charts_ms = page.evaluate("performance.now()")
     timing = page.evaluate(
         "(() => { const n = performance.getEntriesByType('navigation')[0];"
-        " return {dom: n.domContentLoadedEventEnd, load: n.loadEventEnd}; })()"
+        " const p = performance.getEntriesByName('first-contentful-paint')[0];"
+        " return {dom: n.domContentLoadedEventEnd, load: n.loadEventEnd,"
+        " fcp: p ? p.startTime : null}; })()"
     )
     out = {
         "first_token_s": page.evaluate("window.__gmtsFirstTokenMs") / 1e3,
+        "interactive_token_s": page.evaluate("window.__gmtsLiveTokenMs") / 1e3,
+        "first_contentful_paint_s": (timing["fcp"] or 0.0) / 1e3,
         "charts_by_s": charts_ms / 1e3,  # an upper bound: polled after the tokens
         "dom_content_loaded_s": timing["dom"] / 1e3,
         "load_event_s": timing["load"] / 1e3,
@@ -184,9 +205,9 @@ def main() -> int:
         "first_result": first,
         "warm_analyze": analyze,
         "sizes": sizes,
-        "targets": {"first_token_s": 3.0, "analyze_server_s": 1.0},
+        "targets": {"first_token_s": TARGET_FIRST_TOKEN_S, "analyze_server_s": 1.0},
         "met": {
-            "first_token": first["first_token_s"]["median"] <= 3.0,
+            "first_token": first["first_token_s"]["median"] <= TARGET_FIRST_TOKEN_S,
             "analyze_server": analyze["server_s"]["median"] <= 1.0,
         },
         "runs": {"first_result": firsts, "warm_analyze": analyses},
@@ -202,7 +223,10 @@ def main() -> int:
         "  page {:.0f} kB, Gradio config {:.0f} kB, token view {:.0f} kB".format(
             *(sizes[k] / 1e3 for k in ("page_bytes", "config_bytes", "token_view_bytes"))
         ),
-        f"  navigation -> first highlighted token: {fmt(first['first_token_s'])} (target <= 3 s)",
+        f"  navigation -> first highlighted token: {fmt(first['first_token_s'])} "
+        f"(target <= {TARGET_FIRST_TOKEN_S} s); first contentful paint "
+        f"{fmt(first['first_contentful_paint_s'])}",
+        f"  navigation -> Gradio's interactive token view: {fmt(first['interactive_token_s'])}",
         f"  navigation -> DOMContentLoaded: {fmt(first['dom_content_loaded_s'])}; "
         f"charts drawn by {fmt(first['charts_by_s'])}",
         f"  warm Analyze, server time: {fmt(analyze['server_s'])} (target <= 1 s)",

@@ -48,8 +48,9 @@ from transformers import (
 
 from gmts_core.cancel import checkpoint
 from gmts_core.errors import NonFiniteLogitsError
+from gmts_core.fused_decode import FusedStep
 from gmts_core.head import PROBE_TOLERANCE, PROBE_TOLERANCE_LOW_PRECISION, HeadPath, head_path
-from gmts_core.kv_cache import keep_rows, repeat_rows, sampling_cache
+from gmts_core.kv_cache import PreallocatedLayer, keep_rows, repeat_rows, sampling_cache
 from gmts_core.stats.forward import AnswerStats, check_finite
 from gmts_core.stats.metrics import TokenStats, token_stats_chunked
 
@@ -100,6 +101,7 @@ class DecodeRequest:
     stats_temperature: float | None = None
     stats_top_k: int = 0
     stats_chunk_size: int = 128
+    fused: bool = True  # decode Llama-layout models with the fused step (gmts_core.fused_decode)
 
 
 @dataclass
@@ -156,16 +158,26 @@ def processors(
 
 class _Body:
     """Calls the transformer body with a cache (the keyword is ``cache`` in newer models,
-    ``past_key_values`` in others) and returns the last position's hidden state (B, D)."""
+    ``past_key_values`` in others) and returns the last position's hidden state (B, D); a
+    decoding step of a Llama-layout model runs fused (:mod:`gmts_core.fused_decode`)."""
 
-    def __init__(self, path: HeadPath) -> None:
+    def __init__(self, path: HeadPath, fused: bool = True) -> None:
         self.path = path
         params = inspect.signature(path.body.forward).parameters
         self.keyword = "cache" if "cache" in params else "past_key_values"
+        self.fused = FusedStep.of(path.body) if fused else None
 
     def last_hidden(self, ids: torch.Tensor, cache: Any) -> torch.Tensor:
         out = self.path.body(input_ids=ids, use_cache=True, **{self.keyword: cache})
         return out[0][:, -1]  # (B, D): the position that predicts the next token
+
+    def step(self, tokens: torch.Tensor, cache: Any) -> torch.Tensor:
+        """The last hidden states (n, D) after one more token (n,) per row."""
+        if self.fused is not None and all(
+            isinstance(layer, PreallocatedLayer) for layer in cache.layers
+        ):
+            return self.fused(tokens, cache)
+        return self.last_hidden(tokens[:, None], cache)
 
 
 @dataclass
@@ -269,7 +281,7 @@ def decode(
     """``request.num_samples`` answers to each prompt (all of one length), prompt by prompt,
     drawn from torch's global RNG (the caller seeds it)."""
     path = head_path(model)
-    body = _Body(path)
+    body = _Body(path, request.fused)
     width, steps = len(prompts[0]), request.max_new_tokens
     cache = sampling_cache(model.config, width + steps)
     hidden, batch = _prefill(body, prompts, request.num_samples, cache, steps)
@@ -295,7 +307,7 @@ def decode(
         if t + 1 == steps or bool(batch.finished.all()):
             break
         tokens = batch.shrink(cache, tokens)
-        hidden = body.last_hidden(tokens[:, None], cache)  # (n, D)
+        hidden = body.step(tokens, cache)  # (n, D)
     answers = [DecodedRow(ids[:n]) for ids, n in zip(generated.tolist(), lengths, strict=True)]
     if collected is not None:
         for answer, stats in zip(answers, collected.per_row(total, lengths), strict=True):
@@ -309,10 +321,16 @@ PROBE_PROMPT = 8  # tokens of each probe prompt
 def probe_difference(model: Any) -> tuple[float, float]:
     """(max |sampler logits - teacher-forced logits|, max |logits|) on a probe that goes through
     every path of :func:`decode`: two prompts prefilled together, their rows repeated (x2),
-    one decoding step, a row dropped, one more step; the teacher-forced logits are those of
-    one forward of the body over each full sequence (what the analysis scores)."""
+    one decoding step, a row dropped, one more step, with the model's own body and (for a
+    Llama-layout model) with the fused step; the teacher-forced logits are those of one forward
+    of the body over each full sequence (what the analysis scores)."""
     path = head_path(model)
-    body = _Body(path)
+    ways = [False] + ([True] if FusedStep.of(path.body) is not None else [])
+    results = [_probe(model.config, path, _Body(path, fused)) for fused in ways]
+    return max(d for d, _ in results), results[0][1]
+
+
+def _probe(config: Any, path: HeadPath, body: _Body) -> tuple[float, float]:
     device = next(path.body.parameters()).device
     vocab = int(path.head.weight.shape[0])
     prompts = torch.tensor(
@@ -325,13 +343,13 @@ def probe_difference(model: Any) -> tuple[float, float]:
     first = torch.tensor([(3 + 17 * r) % vocab for r in range(4)], device=device)  # (4,)
     second = torch.tensor([(5 + 29 * r) % vocab for r in range(4)], device=device)
     with torch.no_grad():
-        cache = sampling_cache(model.config, PROBE_PROMPT + 2)
+        cache = sampling_cache(config, PROBE_PROMPT + 2)
         logits = [path.logits(body.last_hidden(prompts, cache)).float().repeat_interleave(2, 0)]
         repeat_rows(cache, 2)  # rows a, a, b, b
-        logits.append(path.logits(body.last_hidden(first[:, None], cache)).float())
+        logits.append(path.logits(body.step(first, cache)).float())
         kept = torch.tensor([1, 2, 3], device=device)
         keep_rows(cache, kept)
-        last = path.logits(body.last_hidden(second[kept, None], cache)).float()  # (3, V)
+        last = path.logits(body.step(second[kept], cache)).float()  # (3, V)
         ours = torch.stack(logits, 1)  # (4, 2, V)
         seqs = torch.cat([prompts.repeat_interleave(2, 0), first[:, None], second[:, None]], 1)
         mask = torch.ones_like(seqs)

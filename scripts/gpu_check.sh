@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The one GPU command: on a CUDA machine, run the `gpu` tests, the token-statistics benchmark
-# (float32 and bfloat16, vocabulary 151,936) and the real-size benchmark (a Qwen2-0.5B-shaped
-# model, 8 answers x 256 tokens, and a Qwen2-7B-shaped one in bfloat16, 16 x 1024), then write
-# one Markdown summary. Under 8 minutes on one H200.
+# The one GPU command: on a CUDA machine, run the `gpu` tests (among them the KV-cached
+# sampler's round trip on CUDA: generate's draws and the analysed log-probs, fused and not), the
+# token-statistics benchmark (float32 and bfloat16, vocabulary 151,936), the sampler benchmark
+# (our sampler vs generate on the demo model and on a Qwen2-0.5B-shaped one in bfloat16) and the
+# real-size benchmark (a Qwen2-0.5B-shaped model, 8 answers x 256 tokens, and a Qwen2-7B-shaped
+# one in bfloat16, 16 x 1024), then write one Markdown summary. Under 9 minutes on one H200.
 #
 #   scripts/gpu_wheels.sh                      # first, on a machine with network (CPU side)
 #   scripts/gpu_check.sh [RESULTS_DIR]         # then, on the GPU machine (default: gpu-check-results)
@@ -14,7 +16,8 @@
 # installed into the machine's Python.
 #
 # Writes into RESULTS_DIR: setup.txt, environment.txt, pytest-gpu.{txt,xml},
-# token_stats_{float32,bfloat16}.{json,txt}, real_size_{0.5b,7b}.{json,txt}, summary.md
+# token_stats_{float32,bfloat16}.{json,txt}, sampler_{demo,0.5b}.{json,txt},
+# real_size_{0.5b,7b}.{json,txt}, summary.md
 # (by scripts/gpu_check_summary.py; the summary is what goes into docs/benchmarks.md).
 # Exit status: 0 when the tests pass and every benchmark runs, 1 otherwise, 2 without CUDA.
 #
@@ -95,6 +98,8 @@ bench() {  # bench NAME TIMEOUT_S ARGS...: run one benchmark with --json into NA
 for dtype in float32 bfloat16; do
     bench "token_stats_$dtype" 70 benchmarks/token_stats.py --device cuda --dtype "$dtype"
 done
+bench sampler_demo 40 benchmarks/sampler.py --device cuda --repeats 5
+bench sampler_0.5b 60 benchmarks/sampler.py --device cuda --shape 0.5b --repeats 3
 bench real_size_0.5b 80 benchmarks/real_size.py --device cuda --repeats 3
 bench real_size_7b 110 benchmarks/real_size.py --device cuda --dtype bfloat16 --shape 7b \
     --answers 16 --tokens 1024 --no-sampled --repeats 3

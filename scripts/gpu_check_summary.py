@@ -2,8 +2,8 @@
 
     python scripts/gpu_check_summary.py RESULTS_DIR TESTS_EXIT_CODE BENCH_EXIT_CODE
 
-Reads environment.txt, pytest-gpu.xml, token_stats_*.json and real_size_*.json from
-RESULTS_DIR and writes RESULTS_DIR/summary.md (also printed), ready to paste into docs/benchmarks.md.
+Reads environment.txt, pytest-gpu.xml, token_stats_*.json, sampler_*.json and real_size_*.json
+from RESULTS_DIR and writes RESULTS_DIR/summary.md (also printed), ready to paste into docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -91,6 +91,25 @@ def real_size_table(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def sampler_table(report: dict[str, Any]) -> list[str]:
+    """The JSON of benchmarks/sampler.py --json as a table: median seconds per way."""
+    med, ratios = report["median_s"], report["ratios"]
+    lines = [
+        f"{report['shape']} on {report['device']}: {report['rows']} rows x "
+        f"{report['max_new_tokens']} tokens, served: {report['served']}",
+        "",
+        "| way | median (s) |",
+        "|---|---|",
+        *(f"| {name} | {fmt(value, digits=4)} |" for name, value in med.items()),
+        "",
+        f"fused / generate {fmt(ratios['fused_vs_generate'], digits=2)}, generic / generate "
+        f"{fmt(ratios['generic_vs_generate'], digits=2)}; max log-prob difference sampler vs "
+        f"forward {report['max_abs_logprob_diff_sampler_vs_forward']:.2e}",
+        "",
+    ]
+    return lines
+
+
 def _section(out: Path, pattern: str, title: str, table: Any) -> list[str]:
     lines = [f"### {title}", ""]
     reports = sorted(out.glob(pattern))
@@ -109,6 +128,7 @@ def main(argv: list[str]) -> None:
     env = (out / "environment.txt").read_text().splitlines()
     lines = ["## GPU check", "", *(f"- {line}" for line in env), tests_line(out, tests_rc), ""]
     lines += _section(out, "token_stats_*.json", "Token statistics", token_stats_table)
+    lines += _section(out, "sampler_*.json", "KV-cached sampler vs generate", sampler_table)
     lines += _section(out, "real_size_*.json", "Real-size models", real_size_table)
     lines.append(f"Benchmarks exit status: {bench_rc}.")
     (out / "summary.md").write_text("\n".join(lines) + "\n")

@@ -16,8 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from app.cli._app import cli
-from app.cli.common import config_option, fail, load_cli_model, rl_option, services
-from app.reports.compare_report import TABLE_HEADER, table_rows
+from app.cli.common import cli_limits, config_option, fail, rl_option, services
+from app.reports.compare_report import table_header, table_rows
 from app.services.catalog import COMPARE_DEFAULTS as COMPARE
 from app.services.compare import (
     CompareResult,
@@ -36,7 +36,7 @@ def _methods(text: str) -> tuple[str, ...]:
 
 def _print_table(result: CompareResult, console: Console) -> None:
     table = Table(title=f"{result.model}: start accuracy {result.start_accuracy:.3f}")
-    for col in TABLE_HEADER:
+    for col in table_header(result):
         table.add_column(col)
     for row in table_rows(result):
         table.add_row(*row)
@@ -69,7 +69,6 @@ def compare_command(
     if threads > 0:
         torch.set_num_threads(threads)
     try:
-        lm = load_cli_model(model)
         config = compare_config(
             _methods(methods),
             ratio,
@@ -89,10 +88,11 @@ def compare_command(
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
         with Progress(*columns, TimeElapsedColumn(), console=console) as bar:
             task = bar.add_task("compare", total=steps * seeds * len(config.methods))
-            result = services().compare.run_local(
-                lm,
+            result = services().compare.run(
+                model,
                 config,
                 lambda done, _total, label: bar.update(task, completed=done, description=label),
+                cli_limits(),
             )
     except GMTSError as exc:
         raise fail(exc) from None

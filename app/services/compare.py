@@ -20,6 +20,7 @@ from app.reports.compare_report import compare_html, table_markdown
 from app.services.errors import InvalidInputError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
+from app.services.policy import LimitsPolicy
 from app.services.sessions import check_step_limits
 from gmts_core.config import RLConfig
 from gmts_core.experiments.compare import (
@@ -32,7 +33,6 @@ from gmts_core.experiments.compare import (
     run_compare,
 )
 from gmts_core.grpo.policy import PolicySettings
-from gmts_core.modeling import LoadedModel
 
 MAX_FILE_BYTES = 50_000_000
 
@@ -86,22 +86,25 @@ class CompareService:
         config.validate()
         check_step_limits(self.settings, config.run_config(config.methods[0]))
 
-    def run_blocking(
-        self, model: str | None, config: CompareConfig, progress: Progress | None = None
+    def run(
+        self,
+        model: str | None,
+        config: CompareConfig,
+        progress: Progress | None = None,
+        limits: LimitsPolicy | None = None,
     ) -> CompareResult:
-        """Check, then run in a job slot on the registry's model (a server's UI)."""
-        self.check_limits(config)
-        ref = self.models.resolve(model)
+        """The compare core: validate ``config``, apply the policy (the server's: the sessions'
+        per-step limits; the CLI's: none, any model source), run on the registry's model.
+        Blocking, and it holds a job slot for its whole run when the caller runs it in the job
+        line (the UI does)."""
+        limits = limits or LimitsPolicy.server(self.settings)
+        if limits.any_model_source:
+            config.validate()
+        else:
+            self.check_limits(config)
+        ref = self.models.resolve(model, any_source=limits.any_model_source)
         self.models.ensure_available(ref)
-        return self.jobs.run_blocking(lambda: run_compare(self.models.load(ref), config, progress))
-
-    @staticmethod
-    def run_local(
-        lm: LoadedModel, config: CompareConfig, progress: Progress | None = None
-    ) -> CompareResult:
-        """A compare on a model the caller loaded (the CLI on its own machine: no server limits)."""
-        config.validate()
-        return run_compare(lm, config, progress)
+        return run_compare(self.models.load(ref), config, progress)
 
 
 # --- a compare JSON back into a CompareResult --------------------------------------------------

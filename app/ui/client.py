@@ -208,7 +208,8 @@ class LocalBackend:
     ) -> Json:
         """Run a compare in a job slot (it holds the slot for its whole run)."""
         with self._in_line():
-            return self.services.compare.run_blocking(model, config, progress).to_dict()
+            run = self.services.compare.run
+            return self.services.jobs.run_blocking(lambda: run(model, config, progress)).to_dict()
 
     def runs(self) -> Json:
         return self.services.runs.list_runs().model_dump()  # type: ignore[no-any-return]

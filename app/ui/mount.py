@@ -2,7 +2,8 @@
 
 ``mount_ui(app, settings, services)`` builds the Blocks against the local service layer, or
 against a remote GMTS server when ``settings.api_url`` is set, and serves the renderer's
-CSS/JS. The assets ship inside the package (``app/ui/static``: in the source tree a link to the
+CSS/JS, and puts the arrival example into the page's first HTML (:mod:`app.ui.first_view`).
+The assets ship inside the package (``app/ui/static``: in the source tree a link to the
 top-level ``static/``, in a wheel the files themselves), found through importlib.resources.
 """
 
@@ -19,8 +20,11 @@ from fastapi.responses import FileResponse
 from app.core.config import Settings
 from app.services.container import Services
 from app.ui.assets import FAVICON, STATIC_DIR
-from app.ui.blocks import build_blocks
+from app.ui.blocks import INTRO, build_blocks
 from app.ui.client import make_backend
+from app.ui.first_view import FirstViewMiddleware, first_view_html
+from app.ui.tabs.explore import example
+from app.ui.tabs.explore.tab import example_note
 
 logger = logging.getLogger(__name__)
 
@@ -28,9 +32,12 @@ UI_PATH = "/ui"
 
 
 def ui_head() -> str:
-    """The ``<head>`` addition: the tooltip script, inlined so it works behind any root path."""
+    """The ``<head>`` addition: the tooltip script and the rules for what it appends to the
+    body (the pinned panel as a bottom sheet on narrow screens), inlined so they work behind
+    any root path and outside the Gradio container's scoped stylesheet."""
     js = (STATIC_DIR / "gmts.js").read_text(encoding="utf-8")
-    return f"<script>{js}</script>"
+    css = (STATIC_DIR / "gmts-page.css").read_text(encoding="utf-8")
+    return f"<style>{css}</style><script>{js}</script>"
 
 
 def api_key_login(api_key: str | None) -> Callable[[str, str], bool] | None:
@@ -53,6 +60,11 @@ def mount_ui(app: FastAPI, settings: Settings, services: Services, path: str = U
     blocks.delete_cache = (max(1, ttl // 4), ttl)
     logger.info("mounting the UI at %s (%s backend)", path, backend.label)
     _add_favicon(app)
+    if not settings.api_key_value:  # behind a login the first HTML is the login page's
+        arrival = example.load_example()
+        note = example_note(arrival).replace("**", "") if arrival else ""  # plain text there
+        view = first_view_html(arrival, INTRO, note)
+        app.add_middleware(FirstViewMiddleware, path=path, fragment=view)
     return gr.mount_gradio_app(
         app,
         blocks,

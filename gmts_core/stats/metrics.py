@@ -6,12 +6,14 @@ For logits z in R^V at temperature tau, pi = softmax(z / tau) and sampled token 
     entropy  = H = -sum_v pi_v log pi_v                      (Shannon entropy, nats)
     grad_norm = g = (1/tau) * sqrt(1 - 2p + sum_v pi_v^2)     (exact L2 norm of d log pi_y / d z)
 
-All three come from one exponentiation pass over shifted logits u = (z - max z) / tau:
-e = exp(u), S = sum e, log p = u_y - log S, H = log S - sum(e u) / S, sum pi^2 = sum(e^2) / S^2.
-The target's term is split off (e_y is zeroed after it is read), so that
-1 - 2p + sum pi^2 = (1 - p)^2 + sum_{v != y} pi_v^2 is computed from the *rest* of the mass
-without cancellation: g stays accurate to float32 precision even for a confident token
-(p = 0.9999), where the naive expression would lose every digit.
+All of them come from one block-maxima pass (the row's most probable token A, the runner-up
+logit r and the top-k alternatives together) and one exponentiation pass over
+u = (z - r) / tau, reduced to three float32 sums over the tokens other than A and y; the target's
+and A's terms are kept apart and everything is combined per row in float64 from the *rest* of
+the mass (:mod:`gmts_core.stats.softmax_terms`). So nothing cancels and nothing underflows
+early: 1 - p is the sum of the others' probabilities, a confident token's log p = -1.4e-8 and
+g = 2.7e-30 are returned as such, and the entropy of a near-certain distribution keeps its
+relative accuracy.
 
 Positions are processed in chunks of ``chunk_size`` rows; the two (C, V) float32 work buffers
 are allocated once per call and reused, so at most one chunk of full-vocabulary float32 values
@@ -24,6 +26,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from gmts_core.stats.softmax_terms import (
+    RowSums,
+    finish_stats,
+    reference_logit,
+    sum_sq,
+    top_k_exact,
+)
 
 DEFAULT_CHUNK_SIZE = 128
 
@@ -84,67 +94,30 @@ def _chunk_stats(
     c, v = logits.shape
     work = work or _Workspace(c, v, logits.device)
     u, e = work.views(c)  # (C, V) float32 each
-    m = logits.amax(dim=-1, keepdim=True).float()  # (C, 1) exact in any dtype
-    if logits.dtype == torch.float32:
-        torch.sub(logits, m, out=u)
-    else:
-        u.copy_(logits).sub_(m)  # subtract in float32, not in the logits' dtype
-    if temperature != 1.0:
-        u.div_(temperature)  # u = (z - max z) / tau = z/tau - max(z/tau)
-    torch.exp(u, out=e)
+    # bf16/fp16 logits: converted first (exact), as a mixed-dtype subtraction is not
+    # vectorized on CPU and costs several passes
+    z = logits if logits.dtype == torch.float32 else u.copy_(logits)
+    # one block-maxima pass: the row's top logits m1 (token A), the runner-up r the sums are
+    # taken relative to, and the top-k alternatives
+    top_vals, top_ids = top_k_exact(z, min(max(top_k, 2), v))  # (C, K') each
+    ref = reference_logit(top_vals).unsqueeze(-1)  # (C, 1)
     col = targets.unsqueeze(-1)  # (C, 1)
-    u_y = u.gather(-1, col).squeeze(-1)  # (C,)
-    e_y = e.gather(-1, col).squeeze(-1)
-    e.scatter_(-1, col, 0.0)  # e now holds the rest of the mass, v != y
-    s_rest = e.sum(dim=-1)  # (C,)
-    e2_rest = torch.linalg.vector_norm(e, dim=-1).square()  # sum_{v != y} e_v^2
-    eu_rest = u.mul_(e).sum(dim=-1)  # sum_{v != y} e_v u_v (u is not needed after this)
-    s = s_rest + e_y
-    log_s = s.log()
-    logprob = u_y - log_s
-    entropy = log_s - (eu_rest + e_y * u_y) / s
-    sum_sq = (e2_rest + e_y * e_y) / (s * s)
-    grad_norm = ((s_rest / s).square() + e2_rest / (s * s)).sqrt() / temperature
-    top_ids, top_lp = _top_alternatives(logits, m, log_s, temperature, top_k)
-    return logprob, entropy.clamp_min(0.0), grad_norm, sum_sq, top_ids, top_lp
-
-
-def _top_alternatives(
-    logits: torch.Tensor, m: torch.Tensor, log_s: torch.Tensor, temperature: float, top_k: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``top_k`` most probable tokens (C, K) and their log-probabilities (C, K)."""
-    c, v = logits.shape
-    if top_k <= 0:
-        empty_ids = torch.empty(c, 0, dtype=torch.long, device=logits.device)
-        return empty_ids, torch.empty(c, 0, dtype=torch.float32, device=logits.device)
-    vals, ids = top_k_exact(logits, min(top_k, v))  # (C, K) each; ordering is exact in any dtype
-    top_lp = (vals.float() - m) / temperature - log_s.unsqueeze(-1)
-    return ids, top_lp
-
-
-_TOPK_BLOCK = 256
-
-
-def top_k_exact(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row-wise top-k of (C, V) logits, most probable first, via block maxima.
-
-    ``torch.topk`` over a 150k vocabulary costs more than all the statistics together on CPU.
-    The k largest values of a row lie in the k blocks with the largest maxima (any other block
-    would have k larger maxima above it), so one max pass over blocks and a top-k over
-    k * block candidates (plus the ragged tail) give the same values.
-    """
-    c, v = logits.shape
-    nb = v // _TOPK_BLOCK
-    if nb <= 4 * k:
-        return logits.topk(k, dim=-1)
-    block_max = logits[:, : nb * _TOPK_BLOCK].view(c, nb, _TOPK_BLOCK).amax(dim=-1)  # (C, nb)
-    blocks = block_max.topk(k, dim=-1).indices  # (C, k)
-    offsets = torch.arange(_TOPK_BLOCK, device=logits.device)
-    cand = (blocks.unsqueeze(-1) * _TOPK_BLOCK + offsets).view(c, k * _TOPK_BLOCK)
-    tail = torch.arange(nb * _TOPK_BLOCK, v, device=logits.device).expand(c, -1)
-    cand = torch.cat([cand, tail], dim=-1)  # (C, k * block + tail) candidate token ids
-    vals, pos = logits.gather(-1, cand).topk(k, dim=-1)
-    return vals, cand.gather(-1, pos)
+    z_y = z.gather(-1, col).squeeze(-1)  # (C,) read before u is overwritten
+    torch.sub(z, ref, out=u)  # u = z - r (in place when z is u)
+    if temperature != 1.0:
+        u.div_(temperature)  # u = (z - r) / tau, <= 0 except at A
+    torch.exp(u, out=e)
+    e.scatter_(-1, top_ids[:, :1], 0.0)  # e now holds the tokens other than A and y
+    e.scatter_(-1, col, 0.0)
+    s = e.sum(dim=-1)  # (C,)
+    q = sum_sq(e)
+    p = u.mul_(e).sum(dim=-1)  # sum e u (u is not needed after this)
+    sums = RowSums(top_vals[:, 0], top_ids[:, 0], ref.squeeze(-1), z_y, s, q, p)
+    k = min(max(top_k, 0), v)
+    logprob, entropy, grad_norm, sum_sq_prob, top_lp = finish_stats(
+        sums, targets, temperature, top_vals[:, :k]
+    )
+    return logprob, entropy, grad_norm, sum_sq_prob, top_ids[:, :k], top_lp
 
 
 def token_stats_chunked(

@@ -29,6 +29,18 @@ def test_analyze_vs_generate_smoke() -> None:
     assert r["ratio"] == pytest.approx(r["analyze_median_s"] / r["generate_median_s"])
 
 
+def test_sampler_smoke() -> None:
+    r = run_benchmark(
+        "sampler", *("--prompts", "2", "--group-size", "2", "--max-new-tokens", "6"),
+        *("--repeats", "1"),
+    )  # fmt: skip
+    assert r["served"] is True and r["rows"] == 4
+    assert set(r["median_s"]) == {
+        "generate", "generic", "fused", "fused+stats", "separate_forward", "forward_stats"
+    }  # fmt: skip
+    assert r["max_abs_logprob_diff_sampler_vs_forward"] < 1e-4  # the same statistics
+
+
 @pytest.mark.slow
 def test_rl_vs_trl_smoke() -> None:
     r = run_benchmark(

@@ -111,3 +111,40 @@ def test_remote_and_local_backends_give_the_same_result(model_root: Path) -> Non
             remote.analyze(given_body(selection={"ratio": 2}))
         with pytest.raises(GMTSError, match="ratio"):
             local.analyze(given_body(selection={"ratio": 2}))
+
+
+def test_first_html_carries_the_example_token_view(root: Path) -> None:
+    """The arrival example is in the page's first HTML, right after <body>, before Gradio's
+    element: the Explore tab's own first render of it (same spans, marks and tooltips)."""
+    from app.ui.first_view import FIRST_VIEW_ID
+    from app.ui.tabs.explore import example
+    from app.ui.tabs.explore.tab import initial_values
+
+    with TestClient(create_app(make_settings(root, ui_enabled=True))) as client:
+        page = client.get("/ui/")
+        other = client.get("/ui/config")
+    assert page.status_code == 200 and int(page.headers["content-length"]) == len(page.content)
+    html = page.text
+    body = html.index("<body")
+    view = html.index(f'<div id="{FIRST_VIEW_ID}"')
+    assert body < view < html.index("<gradio-app")
+    assert initial_values(example.load_example())[1] in html  # the tab's first render itself
+    assert "tok sel-a sel-b mark-both" in html[view:]
+    assert FIRST_VIEW_ID not in other.text  # only the page gets it
+
+
+def test_no_first_view_behind_a_login(root: Path) -> None:
+    from app.ui.first_view import FIRST_VIEW_ID
+
+    settings = make_settings(root, ui_enabled=True, api_key="k" * 32)
+    with TestClient(create_app(settings)) as client:
+        assert FIRST_VIEW_ID not in client.get("/ui/").text
+
+
+def test_inject_after_body() -> None:
+    from app.ui.first_view import inject_after_body
+
+    assert inject_after_body(b'<html><body class="x">a</body>', b"<i>") == (
+        b'<html><body class="x"><i>a</body>'
+    )
+    assert inject_after_body(b"<html>no body</html>", b"<i>") == b"<html>no body</html>"

@@ -1,0 +1,151 @@
+"""The first view: the arrival example in the first HTML the UI sends, before Gradio boots.
+
+Gradio's page is an empty ``<gradio-app>`` element until its scripts have loaded, fetched
+nothing more and drawn the layout (seconds on a slow machine), although the example the page
+opens on was analysed before the user arrived. :class:`FirstViewMiddleware` puts that example,
+rendered by the Explore tab's own first render (:func:`app.ui.tabs.explore.tab.initial_values`:
+the same token spans, marks, shades and ``data-tip`` tooltips, drawn by ``gmts.js``, inlined
+with it: Gradio adds its copy only when it boots, and the script installs itself once), into the
+page's HTML right after ``<body>``: a highlighted token is on screen as soon as the HTML is
+parsed.
+
+The view covers the page (fixed, the page's own background) until Gradio's Explore tab shows
+its token view; then it fades out over it, so the interactive UI takes over without a blank
+frame, and it is removed. Its token view is ``#gmts-first-view``, never ``#token-view``, so
+nothing that reads the live view sees two.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from app.ui.assets import STATIC_DIR
+from app.ui.render import Json
+
+FIRST_VIEW_ID = "gmts-first-view"
+
+_STYLE = """
+#gmts-first-view { position: fixed; inset: 0; z-index: 1000; overflow: auto;
+  background: var(--bg, #fff); color: var(--col, #27272a); padding: 16px 20px;
+  font-family: Arial, Helvetica, sans-serif; transition: opacity 0.2s ease-out; }
+#gmts-first-view.gmts-fv-gone { opacity: 0; pointer-events: none; }
+#gmts-first-view .fv-intro { font-size: 15px; line-height: 1.5; margin: 0 0 10px; }
+#gmts-first-view .fv-note { font-size: 14px; color: #444; margin: 0 0 8px; }
+#gmts-first-view .fv-loading { font-size: 13px; color: #666; margin: 8px 0 0; }
+@media (prefers-color-scheme: dark) {
+  #gmts-first-view { background: var(--bg-dark, #0f0f11); color: var(--col-dark, #f4f4f5); }
+  #gmts-first-view .fv-note, #gmts-first-view .fv-loading { color: #bbb; }
+}
+"""
+
+# hands over to Gradio: once its Explore token view holds the example's marked tokens (or,
+# should another tab open first, 2 s after its tab list is drawn) the view fades out and goes
+_HANDOFF = """
+(function () {
+  var view = document.getElementById("gmts-first-view");
+  if (!view) return;
+  var gone = false, timer = null;
+  function leave() {
+    if (gone) return;
+    gone = true;
+    view.classList.add("gmts-fv-gone");
+    setTimeout(function () { view.remove(); }, 250);
+  }
+  var watch = new MutationObserver(function () {
+    if (document.querySelector("gradio-app #token-view .tok.sel-b")) {
+      watch.disconnect();
+      requestAnimationFrame(leave);
+    } else if (!timer && document.querySelector("gradio-app [role=tablist]")) {
+      timer = setTimeout(leave, 2000);
+    }
+  });
+  watch.observe(document.documentElement, {childList: true, subtree: true});
+})();
+"""
+
+
+def first_view_html(example: Json | None, intro: str, note: str) -> str:
+    """The first view's HTML (empty without an example): ``intro`` and ``note`` as plain text
+    (escaped), then the example's token view as the Explore tab first renders it."""
+    if not example:
+        return ""
+    from app.ui.tabs.explore.tab import initial_values  # the tab's own first render
+
+    tokens = initial_values(example)[1]
+    css = (STATIC_DIR / "gmts.css").read_text(encoding="utf-8")
+    tips = (STATIC_DIR / "gmts.js").read_text(encoding="utf-8")  # installs itself once
+    return (
+        f'<div id="{FIRST_VIEW_ID}" aria-busy="true">'
+        f"<style>{css}{_STYLE}</style>"
+        f'<p class="fv-intro">{escape(_plain(intro))}</p>'
+        f'<p class="fv-note">{escape(_plain(note))}</p>'
+        f"{tokens}"
+        '<p class="fv-loading">Loading the interactive explorer…</p>'
+        f"</div><script>{tips}</script><script>{_HANDOFF}</script>"
+    )
+
+
+def _plain(markdown: str) -> str:
+    """Markdown's emphasis and code marks dropped (the first view shows the text itself)."""
+    return markdown.replace("**", "").replace("`", "")
+
+
+def inject_after_body(page: bytes, fragment: bytes) -> bytes:
+    """``page`` with ``fragment`` right after its ``<body ...>`` tag (unchanged if none)."""
+    start = page.find(b"<body")
+    end = page.find(b">", start) if start >= 0 else -1
+    if end < 0:
+        return page
+    return page[: end + 1] + fragment + page[end + 1 :]
+
+
+class FirstViewMiddleware:
+    """Pure ASGI middleware: the UI page (``GET {path}/``, a 200 ``text/html`` response, not
+    content-encoded) gets :func:`first_view_html` after its ``<body>`` tag."""
+
+    def __init__(self, app: Any, path: str, fragment: str) -> None:
+        self.app = app
+        self.paths = {path.rstrip("/") or "/", path.rstrip("/") + "/"}
+        self.fragment = fragment.encode("utf-8")
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if (
+            not self.fragment
+            or scope["type"] != "http"
+            or scope.get("method") != "GET"
+            or scope.get("path") not in self.paths
+        ):
+            await self.app(scope, receive, send)
+            return
+        start: dict[str, Any] = {}
+        chunks: list[bytes] = []
+
+        async def capture(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+                return
+            if message["type"] != "http.response.body":
+                await send(message)
+                return
+            chunks.append(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            body = b"".join(chunks)
+            if _is_plain_html(start):
+                body = inject_after_body(body, self.fragment)
+            headers = [h for h in start.get("headers", []) if h[0].lower() != b"content-length"]
+            headers.append((b"content-length", str(len(body)).encode()))
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+
+        await self.app(scope, receive, capture)
+
+
+def _is_plain_html(start: dict[str, Any]) -> bool:
+    headers = {k.lower(): v for k, v in start.get("headers", [])}
+    return (
+        start.get("status") == 200
+        and headers.get(b"content-type", b"").startswith(b"text/html")
+        and b"content-encoding" not in headers
+    )

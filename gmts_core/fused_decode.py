@@ -1,0 +1,197 @@
+"""One fused decoding step for Llama-layout models: the sampler's decode step without the
+framework around the model's modules.
+
+A transformers forward of one new token per row runs each layer's modules through keyword
+plumbing, mask construction, output containers and decorators; on a small model that costs more
+than the arithmetic (the bundled demo model: about 60 % of a decoding step). For the layouts
+this module knows (Llama, Qwen2: RMSNorm, rotary attention with grouped key/value heads, a
+gated MLP), :class:`FusedStep` runs the same modules' weights directly, reading and writing the
+sampler's pre-allocated cache (:class:`gmts_core.kv_cache.PreallocatedLayer`, filled by the
+model's own prefill). The model's own RMSNorm, rotary embedding and activation modules are
+called, so their variants (rope scaling, norm epsilon) are the model's; the attention of one
+query is a weighted sum over the cached keys and values.
+
+It serves a model only when every piece is the plain one (``nn.Linear`` without hooks, so a
+PEFT adapter or an offloading wrapper is never bypassed); the sampler's probe then checks its
+logits against the model's teacher-forced forward (:func:`gmts_core.kv_sampler.probe_difference`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from gmts_core.kv_cache import PreallocatedLayer
+
+LAYERS = ("LlamaDecoderLayer", "Qwen2DecoderLayer")
+NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm")
+MAX_PARAMETERS = 200_000_000  # larger bodies keep the generic step (no weight copies)
+
+
+def _plain(module: Any) -> bool:
+    return (
+        type(module) is torch.nn.Linear
+        and not module._forward_hooks
+        and not module._forward_pre_hooks
+        and "forward" not in vars(module)
+    )
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+@dataclass
+class _LayerWeights:
+    """One decoder layer's weights as the fused step uses them: the query/key/value and
+    gate/up projections concatenated into one matrix each (one matmul instead of three and
+    two), taken from the live parameters at the start of each sampling call."""
+
+    norm1: torch.Tensor
+    eps1: float
+    qkv: torch.Tensor  # (H * Dh + 2 * KV * Dh, D)
+    qkv_bias: torch.Tensor | None
+    splits: tuple[int, int, int]  # query, key, value widths
+    out: torch.Tensor
+    out_bias: torch.Tensor | None
+    norm2: torch.Tensor
+    eps2: float
+    gate_up: torch.Tensor  # (2 * I, D)
+    gate_up_bias: torch.Tensor | None
+    down: torch.Tensor
+    down_bias: torch.Tensor | None
+    act: Any
+
+
+def _cat_bias(*linears: Any) -> torch.Tensor | None:
+    if all(m.bias is None for m in linears):
+        return None
+    return torch.cat(
+        [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in linears]
+    )
+
+
+def _weights(layer: Any) -> _LayerWeights:
+    attn, mlp = layer.self_attn, layer.mlp
+    qkv = (attn.q_proj, attn.k_proj, attn.v_proj)
+    return _LayerWeights(
+        layer.input_layernorm.weight,
+        float(layer.input_layernorm.variance_epsilon),
+        torch.cat([m.weight for m in qkv]).detach(),
+        _cat_bias(*qkv),
+        (attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features),
+        attn.o_proj.weight,
+        attn.o_proj.bias,
+        layer.post_attention_layernorm.weight,
+        float(layer.post_attention_layernorm.variance_epsilon),
+        torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(),
+        _cat_bias(mlp.gate_proj, mlp.up_proj),
+        mlp.down_proj.weight,
+        mlp.down_proj.bias,
+        mlp.act_fn,
+    )
+
+
+def _rms(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm as Llama's and Qwen2's modules compute it (in float32, then the input dtype)."""
+    x = h.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(h.dtype)
+
+
+class FusedStep:
+    """``step(tokens, cache)`` -> the last hidden states (n, D) after one new token per row."""
+
+    def __init__(self, body: Any) -> None:
+        self.body = body
+        first = body.layers[0].self_attn
+        self.head_dim = int(first.head_dim)
+        self.scaling = float(first.scaling)
+        self.layers = [_weights(layer) for layer in body.layers]
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @staticmethod
+    def of(body: Any) -> FusedStep | None:
+        """The fused step for this transformer body, or None if it is not a known layout."""
+        layers = getattr(body, "layers", None)
+        config = getattr(body, "config", None)
+        if not layers or config is None or not hasattr(body, "rotary_emb"):
+            return None
+        if getattr(config, "use_sliding_window", False) or getattr(config, "pretraining_tp", 1) > 1:
+            return None
+        if sum(p.numel() for p in body.parameters()) > MAX_PARAMETERS:
+            return None  # the concatenated projections would copy too much
+        if body._forward_hooks or body._forward_pre_hooks:
+            return None
+        for layer in layers:
+            attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+            if type(layer).__name__ not in LAYERS or attn is None or mlp is None:
+                return None
+            if layer._forward_hooks or layer._forward_pre_hooks:
+                return None
+            if getattr(attn, "sliding_window", None) or hasattr(attn, "q_norm"):
+                return None
+            linears = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
+            if not all(_plain(m) for m in (*linears, mlp.gate_proj, mlp.up_proj, mlp.down_proj)):
+                return None
+            norms = (layer.input_layernorm, layer.post_attention_layernorm)
+            if not all(type(n).__name__ in NORMS for n in norms):
+                return None
+        return FusedStep(body)
+
+    def _rotary(self, length: int, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin (length, Dh) for positions 0..length-1, from the model's rotary module."""
+        if self._rope is None or self._rope[0].shape[0] < length:
+            positions = torch.arange(length, device=h.device)[None]  # (1, L)
+            cos, sin = self.body.rotary_emb(h[None, :1], positions)  # (1, L, Dh)
+            self._rope = (cos[0], sin[0])
+        return self._rope
+
+    def __call__(self, tokens: torch.Tensor, cache: Any) -> torch.Tensor:
+        layers = cache.layers
+        if not all(isinstance(layer, PreallocatedLayer) for layer in layers):
+            raise ValueError("the fused step needs the pre-allocated cache")
+        pos = layers[0].length
+        h = self.body.embed_tokens(tokens)  # (n, D)
+        cos, sin = self._rotary(layers[0].max_length, h)
+        cos, sin = cos[pos], sin[pos]  # (Dh,): broadcast over rows and heads
+        for w, kv in zip(self.layers, layers, strict=True):
+            h = h + self._attention(w, _rms(h, w.norm1, w.eps1), kv, pos, cos, sin)
+            gate, up = F.linear(_rms(h, w.norm2, w.eps2), w.gate_up, w.gate_up_bias).chunk(2, -1)
+            h = h + F.linear(w.act(gate) * up, w.down, w.down_bias)
+        for kv in layers:
+            kv.length = pos + 1
+            kv._refresh_views()
+        return self.body.norm(h)  # (n, D)
+
+    def _attention(
+        self,
+        w: _LayerWeights,
+        x: torch.Tensor,
+        kv: PreallocatedLayer,
+        pos: int,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+    ) -> torch.Tensor:
+        """One query per row over the cache's ``pos + 1`` keys; writes this position's k, v."""
+        n, d = x.shape[0], self.head_dim
+        q, k, v = F.linear(x, w.qkv, w.qkv_bias).split(w.splits, dim=-1)
+        q, k, v = q.view(n, -1, d), k.view(n, -1, d), v.view(n, -1, d)  # (n, H | KV, Dh)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        assert kv._key_buffer is not None and kv._value_buffer is not None
+        kv._key_buffer[:, :, pos] = k
+        kv._value_buffer[:, :, pos] = v
+        keys = kv._key_buffer[:, :, : pos + 1]  # (n, KV, T, Dh)
+        values = kv._value_buffer[:, :, : pos + 1]
+        heads, groups = q.shape[1], keys.shape[1]
+        q = q.view(n, groups, heads // groups, 1, d)  # (n, KV, g, 1, Dh)
+        # batched matmuls beat SDPA and an elementwise product for one query on CPU
+        scores = torch.matmul(q, keys[:, :, None].transpose(-1, -2)) * self.scaling
+        probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # (n, KV, g, 1, T)
+        out = torch.matmul(probs, values[:, :, None])[:, :, :, 0]  # (n, KV, g, Dh)
+        return F.linear(out.reshape(n, heads * d), w.out, w.out_bias)

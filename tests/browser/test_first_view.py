@@ -1,0 +1,74 @@
+"""The server-rendered first view in a real Chromium: highlighted tokens before Gradio boots.
+
+The first HTML response already holds the arrival example's marked tokens; with JavaScript off
+(nothing of Gradio runs) they are on the first screen; with Gradio's scripts blocked the
+tooltips still work (``gmts.js`` is inline in the head); with everything on, the first view
+hands over to Gradio's token view and is gone. Times are recorded by
+``benchmarks/ui_first_result.py``, never asserted here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.ui.first_view import FIRST_VIEW_ID
+from tests.app.api_helpers import LiveServer
+
+pytestmark = pytest.mark.browser
+
+TIMEOUT_MS = 180_000
+VIEW = f"#{FIRST_VIEW_ID}"
+
+
+def _page(chromium: Any, **context: Any) -> Any:
+    page = chromium.new_context(viewport={"width": 1366, "height": 768}, **context).new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    return page
+
+
+def test_first_html_response_holds_highlighted_tokens(chromium: Any, ui_server: LiveServer) -> None:
+    page = _page(chromium)
+    response = page.goto(ui_server.url + "/ui/", wait_until="commit")
+    html = response.text()  # the bytes of the first response, before any script ran
+    body = html[html.index("<body") :]
+    view = body[body.index(f'id="{FIRST_VIEW_ID}"') :]
+    assert 'class="tok' in view and "sel-b" in view and "data-tip=" in view
+    assert view.index("sel-b") < view.index("<gradio-app")  # before Gradio's element
+    page.context.close()
+
+
+def test_tokens_are_on_screen_without_javascript(chromium: Any, ui_server: LiveServer) -> None:
+    page = _page(chromium, java_script_enabled=False)
+    page.goto(ui_server.url + "/ui/", wait_until="load")
+    token = page.locator(f"{VIEW} .tok.sel-b").first
+    assert token.is_visible()
+    box = token.bounding_box()
+    assert box is not None and 0 <= box["y"] <= 768 - box["height"]  # on the first screen
+    assert page.locator(f"{VIEW} .tok.mark-a, {VIEW} .tok.mark-both").count() > 0
+    assert page.locator("#token-view").count() == 0  # Gradio has drawn nothing
+    page.context.close()
+
+
+def test_tooltips_work_before_gradio_boots(chromium: Any, ui_server: LiveServer) -> None:
+    page = _page(chromium)
+    page.route("**/assets/index-*.js", lambda route: route.abort())  # Gradio never boots
+    page.goto(ui_server.url + "/ui/", wait_until="load")
+    token = page.locator(f"{VIEW} .tok.sel-b").first
+    token.hover()
+    tip = page.locator("#gmts-tip")
+    tip.wait_for(state="visible")
+    assert tip.inner_text() == token.get_attribute("data-tip")
+    page.context.close()
+
+
+def test_gradio_takes_over_and_the_first_view_goes(chromium: Any, ui_server: LiveServer) -> None:
+    page = _page(chromium)
+    page.goto(ui_server.url + "/ui/", wait_until="commit")
+    page.wait_for_selector("#token-view .tok.sel-b")
+    page.wait_for_selector(VIEW, state="detached")
+    # the same example in both: the interactive view shows the tokens the first view showed
+    assert page.locator("#token-view .tok.sel-b").count() > 0
+    assert "Example" in page.locator("#notes").inner_text()
+    page.context.close()
