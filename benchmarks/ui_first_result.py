@@ -8,7 +8,7 @@ context (no cache, no cookies):
 * **first highlighted token**: from navigation start to the first token selected by method B
   being in the page and painted (the task after the next animation frame once it appeared),
   with no click. The page opens on the shipped example group
-  (``static/example-group.json``), which the server renders into the first HTML
+  (``static/arrival-result.json``, the arrival batch), which the server renders into the first HTML
   (``#gmts-first-view``, :mod:`app.ui.first_view`) before Gradio boots; the time at which
   Gradio's own token view (``#token-view .tok.sel-b``) shows it (**interactive**) is reported
   too, and the first contentful paint. Also reported: when the charts are drawn, the size of

@@ -31,7 +31,13 @@
   // --- the tooltip (hover or keyboard focus) ---
   var current = null;  // the token whose tooltip is showing
 
+  function pinnedNow() {
+    var panel = document.getElementById("gmts-pin");
+    return !!(panel && panel.classList.contains("visible"));
+  }
+
   function show(target) {
+    if (pinnedNow()) return;  // the pinned panel shows the numbers: no tooltip over it
     var el = element("gmts-tip", "tooltip");
     current = target;
     el.textContent = target.getAttribute("data-tip") || "";
@@ -71,8 +77,10 @@
   function fmt(p) { return p === null || p === undefined ? "—" : Number(p).toPrecision(3); }
 
   function bars(parent, detail) {
+    // the sampled token first, then the alternatives other than it (listed once)
     var rows = [[detail.text, detail.prob, true]].concat(
-      (detail.alternatives || []).map(function (a) { return [a[0], a[1], false]; }));
+      (detail.alternatives || []).filter(function (a) { return a[0] !== detail.text; })
+        .map(function (a) { return [a[0], a[1], false]; }));
     var chart = add(parent, "div", "pin-bars");
     rows.forEach(function (row) {
       var line = add(chart, "div", "pin-bar" + (row[2] ? " sampled" : ""));
@@ -84,13 +92,26 @@
     });
   }
 
+  // room for the panel: on the right on wide screens, at the bottom on narrow ones (an inline
+  // style: the app's stylesheet only reaches inside the Gradio container)
+  function makeRoom(on) {
+    var c = document.querySelector(".gradio-container");
+    if (!c) return;
+    var wide = window.innerWidth >= 900;
+    c.style.paddingRight = on && wide ? "404px" : "";
+    c.style.paddingBottom = on && !wide ? "44vh" : "";
+  }
+
   function unpin() {
     var panel = document.getElementById("gmts-pin");
     if (panel) panel.classList.remove("visible");
+    document.body.classList.remove("gmts-pinned");
+    makeRoom(false);
     document.querySelectorAll(".tok.pinned").forEach(function (t) { t.classList.remove("pinned"); });
   }
 
   function pin(token) {
+    hide();
     var detail;
     try { detail = JSON.parse(token.getAttribute("data-detail") || "{}"); } catch (e) { detail = {}; }
     document.querySelectorAll(".tok.pinned").forEach(function (t) { t.classList.remove("pinned"); });
@@ -110,6 +131,16 @@
     // the tooltip's lines: header, 3 lines of numbers, the rank lines, the alternatives
     add(panel, "pre", "pin-ranks", tip.slice(4, -1).join("\n"));
     panel.classList.add("visible");
+    // wide screens: the page makes room on the right (the panel covers no summary); narrow
+    // ones: a bottom sheet, with the pinned token kept above it
+    document.body.classList.add("gmts-pinned");
+    makeRoom(true);
+    if (window.innerWidth < 900) {
+      // the sheet covers the screen's lower part: bring the token near the top, and with it
+      // what follows it (the summary) above the sheet where it fits
+      var r = token.getBoundingClientRect();
+      window.scrollBy(0, r.top - 60);
+    }
   }
 
   // --- chart points linked to their tokens (customdata = [answer, position]) ---
@@ -142,18 +173,69 @@
   });
   document.addEventListener("focusin", function (ev) {
     var t = tokenOf(ev.target);
-    if (t) show(t);
+    if (t) { rove(t); show(t); }
   });
   document.addEventListener("click", function (ev) {
     var t = tokenOf(ev.target);
-    if (t && t.hasAttribute("data-detail")) pin(t);
+    if (t && t.hasAttribute("data-detail")) { rove(t); pin(t); return; }
+    var chip = ev.target && ev.target.closest ? ev.target.closest(".why-tok") : null;
+    if (chip) whyClick(chip);
   });
+
+  // --- "why they differ": a token button shows its token, or says which group holds it ---
+  function whyClick(chip) {
+    var g = chip.getAttribute("data-group");
+    var view = document.querySelector("#token-view .gmts-view");
+    var section = chip.closest(".why-differ");
+    var note = section ? section.querySelector(".why-note") : null;
+    if (view && view.getAttribute("data-group") === g) {
+      if (note) note.textContent = "";
+      showToken(chip.getAttribute("data-answer"), chip.getAttribute("data-pos"));
+    } else if (note) {
+      note.textContent = "That token is in group " + g + ": choose it under \u201cDrill into group\u201d to see it.";
+    }
+  }
+
+  // --- the token area is one Tab stop; arrow keys move the focus (roving tabindex) ---
+  function rove(tok) {
+    var view = tok.closest(".gmts-view");
+    if (!view) return;
+    view.querySelectorAll('.tok[tabindex="0"]').forEach(function (t) { t.setAttribute("tabindex", "-1"); });
+    tok.setAttribute("tabindex", "0");
+  }
+
+  var MOVES = {ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1};
+
+  function move(tok, key) {
+    var all = Array.prototype.slice.call(tok.closest(".gmts-view").querySelectorAll(".tok[data-tip]"));
+    var i = all.indexOf(tok), next = null;
+    if (key === "Home") next = all[0];
+    else if (key === "End") next = all[all.length - 1];
+    else if (key === "ArrowDown" || key === "ArrowUp") {
+      // the same position in the next (previous) answer, else the next (previous) token
+      var ans = tok.closest(".answer"), answers = Array.prototype.slice.call(
+        tok.closest(".gmts-view").querySelectorAll(".answer"));
+      var other = answers[answers.indexOf(ans) + MOVES[key]];
+      if (other) {
+        var toks = other.querySelectorAll(".tok[data-tip]");
+        var pos = Array.prototype.indexOf.call(ans.querySelectorAll(".tok[data-tip]"), tok);
+        next = toks[Math.min(pos, toks.length - 1)] || null;
+      }
+    } else next = all[i + MOVES[key]] || null;
+    if (!next) return;
+    rove(next);
+    next.focus();
+    if (pinnedNow()) pin(next);
+  }
   document.addEventListener("keydown", function (ev) {
     if (ev.key === "Escape") { hide(); unpin(); return; }
     var t = tokenOf(ev.target);
     if (t && t.hasAttribute("data-detail") && (ev.key === "Enter" || ev.key === " ")) {
       ev.preventDefault();
       pin(t);
+    } else if (t && (MOVES[ev.key] || ev.key === "Home" || ev.key === "End")) {
+      ev.preventDefault();
+      move(t, ev.key);
     }
   });
   document.addEventListener("scroll", follow, true);

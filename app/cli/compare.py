@@ -17,7 +17,7 @@ from rich.table import Table
 
 from app.cli._app import cli
 from app.cli.common import cli_limits, config_option, fail, rl_option, services
-from app.reports.compare_report import TABLE_HEADER, table_rows
+from app.reports.compare_report import table_header, table_rows
 from app.services.catalog import COMPARE_DEFAULTS as COMPARE
 from app.services.compare import (
     CompareResult,
@@ -36,7 +36,7 @@ def _methods(text: str) -> tuple[str, ...]:
 
 def _print_table(result: CompareResult, console: Console) -> None:
     table = Table(title=f"{result.model}: start accuracy {result.start_accuracy:.3f}")
-    for col in TABLE_HEADER:
+    for col in table_header(result):
         table.add_column(col)
     for row in table_rows(result):
         table.add_row(*row)

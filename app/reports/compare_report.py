@@ -114,14 +114,35 @@ def fmt(cell: dict[str, float], digits: int = 3, spread: bool = True) -> str:
     return f"{mean} ± {cell['std']:.{digits}f}" if spread else mean
 
 
+def fmt_interval(cell: dict[str, Any] | None, digits: int = 3, signed: bool = False) -> str:
+    """Mean [95% interval] over seeds; the mean alone where the interval is undefined."""
+    if cell is None:
+        return "—"
+    sign = "+" if signed else ""
+    mean = f"{cell['mean']:{sign}.{digits}f}"
+    if cell.get("ci_low") is None or cell.get("ci_high") is None:
+        return mean
+    return f"{mean} [{cell['ci_low']:{sign}.{digits}f}, {cell['ci_high']:{sign}.{digits}f}]"
+
+
+def paired_cell(row: dict[str, Any]) -> str:
+    """The paired difference to the reference method and its verdict."""
+    if row["paired_difference"] is None:
+        return "(reference)"
+    verdict = "within noise" if row["within_noise"] else "differs"
+    return f"{fmt_interval(row['paired_difference'], signed=True)} {verdict}"
+
+
 def table_rows(result: CompareResult) -> list[list[str]]:
-    """The final table as strings: method, final accuracy, gain, reward, wasted share."""
+    """The final table as strings: method, final accuracy and gain with 95% intervals, the
+    paired difference to the reference method (within noise or not), reward, wasted share."""
     sd = result.config.seeds > 1
     return [
         [
             row["method"],
-            fmt(row["final_accuracy"], spread=sd),
-            fmt(row["gain"], spread=sd),
+            fmt_interval(row["final_accuracy"]),
+            fmt_interval(row["gain"], signed=True),
+            paired_cell(row),
             fmt(row["train_reward_last5"], spread=sd),
             f"{fmt(row['wasted_share_first'], 2, sd)} → {fmt(row['wasted_share_last'], 2, sd)}",
         ]
@@ -129,10 +150,16 @@ def table_rows(result: CompareResult) -> list[list[str]]:
     ]
 
 
+def table_header(result: CompareResult) -> list[str]:
+    """The table's column names (the paired column names the reference method)."""
+    return [*TABLE_HEADER[:3], f"vs {result.reference_method()} (paired)", *TABLE_HEADER[4:]]
+
+
 TABLE_HEADER = [
     "method",
-    "final held-out accuracy",
-    "gain over start",
+    "final held-out accuracy [95% CI]",
+    "gain over start [95% CI]",
+    "vs reference (paired, 95% CI)",
     "train reward (last 5 steps)",
     "wasted share (first → last step)",
 ]
@@ -140,13 +167,14 @@ TABLE_HEADER = [
 
 def table_markdown(result: CompareResult) -> str:
     """The final table in Markdown (table.md, as the benchmarks page shows it)."""
-    lines = ["| " + " | ".join(TABLE_HEADER) + " |", "|" + "---|" * len(TABLE_HEADER)]
+    header = table_header(result)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in table_rows(result)]
     return "\n".join(lines)
 
 
 def _table_html(result: CompareResult) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in TABLE_HEADER)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in table_header(result))
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
         for row in table_rows(result)

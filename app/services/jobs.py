@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import math
+import os
 import threading
 import time
 from collections import deque
@@ -116,6 +117,28 @@ def wait_in_line(
 
 def line_policy() -> LinePolicy | None:
     return _LINE.get()
+
+
+JOB_THREAD_NICE = 10  # how much lower a job thread's CPU priority is than the event loop's
+_niced = threading.local()
+
+
+def lower_thread_priority() -> None:
+    """Run this (job) thread at a lower CPU priority than the event loop's, once per thread.
+
+    A job's pure-Python parts (building records, formatting a body) and the event loop share
+    the interpreter: the loop only runs when the job's thread hands it over, and on a loaded
+    machine a handed-over turn waits for a CPU. At a lower priority the job's thread yields
+    the CPU to the loop, so ``/healthz`` answers while it runs. Linux only (a thread is a task
+    there); elsewhere, or where not permitted, it does nothing.
+    """
+    if getattr(_niced, "done", False):
+        return
+    _niced.done = True
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), JOB_THREAD_NICE)
+    except (AttributeError, OSError):  # not Linux, or not allowed: run as is
+        pass
 
 
 class JobLimiter:
@@ -288,6 +311,7 @@ class JobLimiter:
     def _run_in_slot(
         self, fn: Callable[[], T], token: CancelToken, on_position: PositionCallback | None = None
     ) -> T:
+        lower_thread_priority()
         queued_at = self._clock()
         self._acquire(token, on_position)
         started = self._clock()

@@ -210,12 +210,60 @@ def summary_rows(summary: Json, methods: tuple[str, str]) -> list[list[str]]:
     return rows
 
 
+# one-line definitions of the summary's rows, by what the row's label ends with or starts with
+SUMMARY_DEFINITIONS = (
+    ("tokens (N) / k", "N answer tokens in the analysis; k = ⌈ratio·N⌉ of them can be selected."),
+    (
+        "selection scope",
+        "Where the top ratio is taken: the whole batch, each group or each answer.",
+    ),
+    (": selected", "How many tokens the method keeps for the update."),
+    (
+        ": gradient coverage",
+        "Share of the total gradient mass Σ w·|A|·g that the selected tokens carry.",
+    ),
+    (
+        ": wasted share",
+        "Share of the selected tokens whose gradient is exactly 0 (A = 0): budget spent for "
+        "nothing.",
+    ),
+    ("overlap", "Tokens both methods select; Jaccard = both / either."),
+    (
+        "Spearman(H, grad_proxy) whole",
+        "Rank correlation of entropy and the exact gradient norm over all tokens (1: same order).",
+    ),
+    (
+        "Spearman(H, grad_proxy) within",
+        "The same correlation inside each answer (A and w constant there), median over answers.",
+    ),
+)
+
+
+def summary_definition(label: str) -> str:
+    """The one-line definition of a summary row (empty if none is known)."""
+    for key, text in SUMMARY_DEFINITIONS:
+        if label.startswith(key) or key in label:
+            return text
+    return ""
+
+
 def summary_html(rows: list[list[str]]) -> str:
-    """The summary as a two-column list that wraps inside a phone's width (escaped HTML)."""
+    """The summary as a two-column list that wraps inside a phone's width (escaped HTML); each
+    row's label carries an ⓘ whose definition shows on hover, focus or tap."""
     if not rows:
         return ""
+
+    def label(q: str) -> str:
+        d = summary_definition(q)
+        if not d:
+            return escape(q)
+        return (
+            f'{escape(q)} <span class="info" tabindex="0" role="note" aria-label="{escape(d)}" '
+            f'title="{escape(d)}">ⓘ<span class="info-text">{escape(d)}</span></span>'
+        )
+
     items = "".join(
-        f'<div class="summary-row"><dt>{escape(q)}</dt><dd>{escape(v)}</dd></div>' for q, v in rows
+        f'<div class="summary-row"><dt>{label(q)}</dt><dd>{escape(v)}</dd></div>' for q, v in rows
     )
     return f'<div class="summary-box"><h4>Summary</h4><dl class="summary-list">{items}</dl></div>'
 

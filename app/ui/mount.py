@@ -24,7 +24,7 @@ from app.ui.blocks import INTRO, build_blocks
 from app.ui.client import make_backend
 from app.ui.first_view import FirstViewMiddleware, first_view_html
 from app.ui.tabs.explore import example
-from app.ui.tabs.explore.tab import EXAMPLE_NOTE
+from app.ui.tabs.explore.tab import example_note
 
 logger = logging.getLogger(__name__)
 
@@ -32,9 +32,12 @@ UI_PATH = "/ui"
 
 
 def ui_head() -> str:
-    """The ``<head>`` addition: the tooltip script, inlined so it works behind any root path."""
+    """The ``<head>`` addition: the tooltip script and the rules for what it appends to the
+    body (the pinned panel as a bottom sheet on narrow screens), inlined so they work behind
+    any root path and outside the Gradio container's scoped stylesheet."""
     js = (STATIC_DIR / "gmts.js").read_text(encoding="utf-8")
-    return f"<script>{js}</script>"
+    css = (STATIC_DIR / "gmts-page.css").read_text(encoding="utf-8")
+    return f"<style>{css}</style><script>{js}</script>"
 
 
 def api_key_login(api_key: str | None) -> Callable[[str, str], bool] | None:
@@ -58,7 +61,9 @@ def mount_ui(app: FastAPI, settings: Settings, services: Services, path: str = U
     logger.info("mounting the UI at %s (%s backend)", path, backend.label)
     _add_favicon(app)
     if not settings.api_key_value:  # behind a login the first HTML is the login page's
-        view = first_view_html(example.load_example(), INTRO, EXAMPLE_NOTE)
+        arrival = example.load_example()
+        note = example_note(arrival).replace("**", "") if arrival else ""  # plain text there
+        view = first_view_html(arrival, INTRO, note)
         app.add_middleware(FirstViewMiddleware, path=path, fragment=view)
     return gr.mount_gradio_app(
         app,

@@ -195,8 +195,10 @@ def render_token(
 ) -> str:
     """One focusable ``<span class="tok">`` with data attributes, shade and selection classes.
 
-    ``sel-a``/``sel-b`` say what the analysis flagged; the visible marks (``mark-*``) are left
-    out in a zero-signal group, where no selection can move the model.
+    ``sel-a``/``sel-b`` say what the analysis flagged and the marks (``mark-*``) show it; in a
+    zero-signal group a selected token is also ``tok-wasted`` (its budget cannot move the
+    model). Every token has ``tabindex="-1"``: the token area is one Tab stop (its first token,
+    see :func:`render_group`) and the arrow keys move within it (static/gmts.js).
     """
     a, b = methods
     sel = tok.get("selected", {})
@@ -204,7 +206,8 @@ def render_token(
     classes = ["tok"]
     classes += ["sel-a"] if sel_a else []
     classes += ["sel-b"] if sel_b else []
-    classes += [c] if (c := mark_class(sel_a, sel_b)) and not zero else []
+    classes += [c] if (c := mark_class(sel_a, sel_b)) else []
+    classes += ["tok-wasted"] if zero and (sel_a or sel_b) else []
     classes += ["tok-empty"] if tok.get("text", "") == "" else []
     ranks = tok.get("ranks", {})
     # the numbers are in the tooltip (and the exports); the attributes carry what scripts and
@@ -219,7 +222,7 @@ def render_token(
         + _json_attr("detail", token_detail(tok))
     )
     return (
-        f'<span class="{" ".join(classes)}" tabindex="0" style="--lv:{level:.3f}"{attrs}>'
+        f'<span class="{" ".join(classes)}" tabindex="-1" style="--lv:{level:.3f}"{attrs}>'
         f"{visible_text(tok.get('text', ''))}</span>"
     )
 
@@ -239,11 +242,9 @@ def answer_header(ans: Json, methods: tuple[str, str], zero: bool = False) -> st
     counts = ans.get("selected_count") or {}
     adv = ans.get("advantage") or 0.0
     sign = "pos" if adv > 0 else "neg" if adv < 0 else "zero"
-    selects = (
-        ["no gradient here: no selection can move the model"]
-        if zero
-        else [f"{escape(m)} selects <b>{counts.get(m, 0)}</b>" for m in dict.fromkeys(methods)]
-    )
+    selects = [f"{escape(m)} selects <b>{counts.get(m, 0)}</b>" for m in dict.fromkeys(methods)]
+    if zero:  # what is selected here is wasted budget
+        selects.append("no gradient here: a selection spent here is wasted")
     facts = [
         f"reward <b>{fmt(ans.get('reward'))}</b>",
         f'advantage <b class="adv-{sign}">{fmt(adv, 3)}</b>',
@@ -296,7 +297,8 @@ def render_legend(color_by: str, lo: float, hi: float, methods: tuple[str, str])
     """Shade scale and the three selection marks."""
     spec = COLOR_BY[color_by]
     a, b = (escape(m) for m in methods)
-    low, high = (fmt(lo), fmt(hi)) if spec.higher_is_stronger else (fmt(hi), fmt(lo))
+    ends = (fmt(lo, 3), fmt(hi, 3))  # 3 significant digits
+    low, high = ends if spec.higher_is_stronger else ends[::-1]
     return (
         '<div class="legend">'
         f'<span class="legend-scale">shade: {escape(spec.label)} — {escape(spec.help)} '
@@ -343,7 +345,8 @@ def render_group(
         *(render_answer(ans, methods, color_by, lo, hi, pool, bool(zero)) for ans in answers),
         "</div>",
     ]
-    return "".join(parts)
+    # one Tab stop for the whole token area: its first token (roving tabindex, gmts.js)
+    return "".join(parts).replace('tabindex="-1"', 'tabindex="0"', 1)
 
 
 def render_result(

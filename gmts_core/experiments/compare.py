@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -94,11 +95,34 @@ class RunCurve:
     seconds: float = 0.0
 
 
+CONFIDENCE = 0.95  # of the intervals in the final table
+
+
 def _mean_std(values: list[float]) -> dict[str, float]:
     return {
         "mean": statistics.fmean(values),
         "std": statistics.stdev(values) if len(values) > 1 else 0.0,
     }
+
+
+def mean_interval(values: list[float], confidence: float = CONFIDENCE) -> dict[str, float | None]:
+    """Mean, std and the Student-t confidence interval of the mean over seeds
+    (mean -+ t_{(1+c)/2, n-1} std / sqrt(n)); with one seed the interval is undefined (None)."""
+    from scipy.stats import t as student_t
+
+    out: dict[str, float | None] = dict(_mean_std(values))
+    n = len(values)
+    if n < 2:
+        return {**out, "ci_low": None, "ci_high": None}
+    mean, std = statistics.fmean(values), statistics.stdev(values)
+    half = float(student_t.ppf((1 + confidence) / 2, n - 1)) * std / math.sqrt(n)
+    return {**out, "ci_low": mean - half, "ci_high": mean + half}
+
+
+def within_noise(interval: dict[str, float | None]) -> bool:
+    """Whether a paired difference's interval contains 0 (or is undefined: one seed)."""
+    lo, hi = interval["ci_low"], interval["ci_high"]
+    return lo is None or hi is None or lo <= 0.0 <= hi
 
 
 @dataclass
@@ -132,18 +156,39 @@ class CompareResult:
         rows = [[w[of] for w in r.wasted_share] for r in self.runs_of(method)]
         return [_mean_std([row[i] for row in rows]) for i in range(len(rows[0]))]
 
+    def reference_method(self) -> str:
+        """The method the others are compared with seed by seed: ``entropy`` when it ran (the
+        rule GMTS argues against), else the first method."""
+        return "entropy" if "entropy" in self.config.methods else self.config.methods[0]
+
+    def final_by_seed(self, method: str) -> dict[int, float]:
+        return {r.seed: r.accuracy[self.config.steps] for r in self.runs_of(method)}
+
     def table(self) -> list[dict[str, Any]]:
-        """The final table: one row per method, mean and std over seeds."""
+        """The final table: one row per method, mean, std and a 95% interval over seeds.
+
+        ``paired_difference`` is the method's final accuracy minus the reference method's, seed
+        by seed (same start, same batches, same held-out sampling seeds), with its interval;
+        ``within_noise`` says that interval contains 0: the two cannot be told apart.
+        """
         out = []
+        ref = self.reference_method()
+        ref_final = self.final_by_seed(ref)
         for m in self.config.methods:
             runs = self.runs_of(m)
             final = [r.accuracy[self.config.steps] for r in runs]
             tail = max(1, min(5, self.config.steps))
+            mine = self.final_by_seed(m)
+            diffs = [mine[s] - ref_final[s] for s in sorted(mine) if s in ref_final]
+            paired = mean_interval(diffs) if m != ref and diffs else None
             out.append(
                 {
                     "method": m,
-                    "final_accuracy": _mean_std(final),
-                    "gain": _mean_std([f - self.start_accuracy for f in final]),
+                    "final_accuracy": mean_interval(final),
+                    "gain": mean_interval([f - self.start_accuracy for f in final]),
+                    "reference": ref,
+                    "paired_difference": paired,
+                    "within_noise": within_noise(paired) if paired is not None else None,
                     "train_reward_last5": _mean_std(
                         [statistics.fmean(r.reward[-tail:]) for r in runs]
                     ),

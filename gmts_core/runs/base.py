@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from gmts_core.errors import InvalidInputError
 from gmts_core.runs.limits import (
     RunLimits,
     bounded_lines,
+    check_arrow_strings,
+    check_parquet_footer,
     check_text,
     file_size,
     scan_folder,
@@ -224,8 +230,6 @@ def numbered_files(folder: Path, pattern: str, limits: RunLimits) -> list[StepRe
     """One :class:`StepRef` per file of ``folder`` whose name matches ``pattern`` (a regex with
     one group: the step number), sorted by step; the last one is marked ``last``. The folder
     listing stops (refused) past ``max_folder_entries``."""
-    import re
-
     rx = re.compile(pattern)
     found = sorted(
         (int(m.group(1)), Path(e.path))
@@ -239,17 +243,12 @@ def numbered_files(folder: Path, pattern: str, limits: RunLimits) -> list[StepRe
 
 
 def has_match(folder: Path, pattern: str, limits: RunLimits) -> bool:
-    import re
-
     rx = re.compile(pattern)
     return folder.is_dir() and any(rx.fullmatch(e.name) for e in scan_folder(folder, limits))
 
 
 def readable_parquet(path: Path) -> bool:
     """Whether ``path`` has a complete parquet footer (a file still being written has none)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     try:
         pq.read_metadata(path)
         return True
@@ -261,11 +260,6 @@ def read_parquet_step(path: Path, columns: list[str] | None, limits: RunLimits) 
     """A step's parquet file as an Arrow table, sizes checked first: the file's bytes, then
     the footer's rows and column bytes, then (in Arrow, strings still dictionary-encoded) the
     longest string cell and the strings' expanded size."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from gmts_core.runs.limits import check_arrow_strings, check_parquet_footer
-
     file_size(path, limits, "max_step_bytes")
     try:
         parquet = pq.ParquetFile(path)

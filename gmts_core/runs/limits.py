@@ -24,6 +24,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import IO, Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from gmts_core.cancel import checkpoint
 from gmts_core.errors import LimitExceededError
 
@@ -188,8 +191,6 @@ def check_arrow_strings(table: Any, limits: RunLimits, path: Path) -> None:
 def _lengths(chunk: Any) -> tuple[int, int]:
     """(longest cell, sum of all cells) of one string/binary array, in characters for
     strings (bytes for binary); a dictionary array is measured on its dictionary."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     def lengths(values: Any) -> Any:
         if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
@@ -206,8 +207,6 @@ def _lengths(chunk: Any) -> tuple[int, int]:
 
 def _string_leaves(kind: Any, array: Any) -> Iterator[Any]:
     """The string/binary arrays inside ``array`` (lists flattened, struct fields taken)."""
-    import pyarrow as pa
-
     if pa.types.is_dictionary(kind):
         if _is_text(kind.value_type):
             yield array
@@ -224,8 +223,6 @@ def _string_leaves(kind: Any, array: Any) -> Iterator[Any]:
 
 
 def _is_text(kind: Any) -> bool:
-    import pyarrow as pa
-
     return bool(
         pa.types.is_string(kind)
         or pa.types.is_large_string(kind)

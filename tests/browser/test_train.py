@@ -47,7 +47,7 @@ def run_train(page: Any, steps: int, expected_done: int) -> None:
     page.wait_for_function(
         """([sel, n]) => {
             const d = document.querySelector(sel + ' .js-plotly-plot');
-            return d && d.data && d.data[0].x.length === n && d.data[1].x.length >= 2;
+            return d && d.data && d.data[2].x.length === n && d.data[0].x.length >= 2;
         }""",
         arg=["#train-reward-plot", expected_done],
     )
@@ -67,10 +67,11 @@ def test_two_steps_move_the_reward_curve(
     chromium: Any, ui_server: LiveServer, artifacts: Path
 ) -> None:
     page = open_tab(chromium, ui_server.url, "Train")
-    assert page.evaluate(POINTS_JS, "#train-reward-plot") in (None, [0, 0])
+    assert page.evaluate(POINTS_JS, "#train-reward-plot") in (None, [0, 0, 0])
     run_train(page, steps=2, expected_done=2)
-    reward_points, accuracy_points = page.evaluate(POINTS_JS, "#train-reward-plot")
-    assert reward_points == 2 and accuracy_points == 2  # steps 1, 2; accuracy at 0 and 2
+    # held-out accuracy (points at 0 and 2), the reward's moving average, its raw points
+    accuracy_points, smooth, reward_points = page.evaluate(POINTS_JS, "#train-reward-plot")
+    assert reward_points == smooth == 2 and accuracy_points == 2
     assert page.evaluate(POINTS_JS, "#train-loss-plot") == [2, 2]  # β = 0: loss (= policy), KL
     assert page.evaluate(POINTS_JS, "#train-wasted-plot")[:2] == [2, 2]  # entropy, gmts
     assert table_rows(page, "train-history") == 2
@@ -82,7 +83,8 @@ def test_two_steps_move_the_reward_curve(
     page.click("#train-reset-btn")
     page.wait_for_selector("#train-session:has-text('steps done 0')")
     # the current run is empty; the reset run stays on the chart, faded (reward, accuracy)
-    assert page.evaluate(POINTS_JS, "#train-reward-plot") == [0, 0, 2, 2]
+    assert page.evaluate(POINTS_JS, "#train-reward-plot") == [0, 0, 0, 2, 2]
+    assert "Learning rate" not in page.locator("#train-session").inner_text()  # no false warning
     page.context.close()
 
 
@@ -113,7 +115,8 @@ def test_compare_runs_and_loads_back(
     chromium: Any, ui_server: LiveServer, artifacts: Path, tmp_path: Path
 ) -> None:
     page = open_tab(chromium, ui_server.url, "Compare")
-    sizes = {"compare-steps": 2, "compare-g": 4, "compare-prompts": 1, "compare-max-new": 40}
+    sizes = {"compare-steps": 2, "compare-seeds": 1, "compare-g": 4, "compare-prompts": 1}
+    sizes["compare-max-new"] = 40
     for elem_id, value in {**sizes, "compare-ee": 1, "compare-eval": 10}.items():
         set_number(page, elem_id, value)
     page.click("#compare-run-btn")

@@ -8,10 +8,10 @@ from fastapi import APIRouter, Body, Query
 from fastapi.responses import Response
 
 from app.api.deps import ServicesDep
+from app.api.rendering import json_dict
 from app.api.routes.common import error_responses
 from app.api.routes.examples import ANALYZE_EXAMPLES
 from app.schemas.analyze_request import AnalyzeRequest
-from app.services.bodies import as_json
 from app.services.export import MEDIA_TYPES, export_text
 
 router = APIRouter(tags=["analyze"])
@@ -36,7 +36,8 @@ async def export_analysis(
 ) -> Response:
     """CSV: one row per answer token with every per-token field, group and answer index,
     reward and advantage. JSON: exactly the body of POST /v1/analyze."""
-    text = await services.analysis.analyze(req, lambda body: export_text(as_json(body), fmt))
+    # the body as a dict built element by element: one whole-body dump holds the interpreter
+    text = await services.analysis.analyze(req, lambda body: export_text(json_dict(body), fmt))
     return Response(
         text,
         media_type=MEDIA_TYPES[fmt],

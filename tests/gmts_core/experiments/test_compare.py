@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from gmts_core.experiments.compare import CompareConfig, CompareResult, run_compare
+from gmts_core.experiments.compare import (
+    CompareConfig,
+    CompareResult,
+    RunCurve,
+    mean_interval,
+    run_compare,
+    within_noise,
+)
 from gmts_core.grpo.step import RLConfig
 from gmts_core.modeling import LoadedModel, load_model
 from tests.tiny_models import save_tiny_model
@@ -71,3 +78,51 @@ def test_unknown_method_is_refused() -> None:
         CompareConfig(methods=("entropy", "nope")).validate()
     with pytest.raises(ValueError):
         dataclasses.replace(CompareConfig(), steps=0).validate()
+
+
+def test_mean_interval_is_student_t_by_hand() -> None:
+    from scipy.stats import t
+
+    values = [0.50, 0.55, 0.60, 0.52, 0.58]
+    iv = mean_interval(values)
+    half = t.ppf(0.975, 4) * statistics.stdev(values) / len(values) ** 0.5
+    assert iv["mean"] == pytest.approx(0.55)
+    assert iv["ci_low"] == pytest.approx(0.55 - half)
+    assert iv["ci_high"] == pytest.approx(0.55 + half)
+    one = mean_interval([0.3])
+    assert one["ci_low"] is None and one["ci_high"] is None
+    assert within_noise(one)
+    assert within_noise({"ci_low": -0.01, "ci_high": 0.02})
+    assert not within_noise({"ci_low": 0.01, "ci_high": 0.02})
+
+
+def _hand_result(finals: dict[str, list[float]]) -> CompareResult:
+    config = CompareConfig(methods=tuple(finals), steps=1, seeds=len(next(iter(finals.values()))))
+    runs = [
+        RunCurve(m, s, reward=[0.5], wasted_share=[{m: 0.0}], accuracy={0: 0.5, 1: acc})
+        for m, accs in finals.items()
+        for s, acc in enumerate(accs)
+    ]
+    return CompareResult(config, "hand", runs, start_accuracy=0.5, seconds=0.0)
+
+
+def test_paired_differences_against_entropy() -> None:
+    # gmts beats entropy by 0.05 on every seed although both spread widely across seeds: the
+    # paired interval excludes 0; random's differences straddle 0
+    result = _hand_result(
+        {
+            "gmts": [0.55, 0.65, 0.75, 0.60, 0.70],
+            "entropy": [0.50, 0.60, 0.70, 0.55, 0.65],
+            "random": [0.52, 0.58, 0.71, 0.56, 0.64],
+        }
+    )
+    rows = {r["method"]: r for r in result.table()}
+    assert rows["entropy"]["paired_difference"] is None and rows["entropy"]["within_noise"] is None
+    gm = rows["gmts"]
+    assert gm["reference"] == "entropy"
+    assert gm["paired_difference"]["mean"] == pytest.approx(0.05)
+    assert gm["within_noise"] is False
+    ent_iv, gm_iv = rows["entropy"]["final_accuracy"], gm["final_accuracy"]
+    assert ent_iv["ci_high"] > gm_iv["ci_low"]  # unpaired intervals overlap nonetheless
+    assert rows["random"]["within_noise"] is True
+    json.dumps(result.to_dict(), allow_nan=False)

@@ -41,7 +41,7 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
     with gr.Row():
         c["ratio"] = gr.Slider(0.05, 1.0, d("ratio"), step=0.05, label="Ratio")
         c["steps"] = gr.Slider(1, 30, d("steps"), step=1, label="Steps", elem_id="compare-steps")
-        c["seeds"] = gr.Slider(1, 3, d("seeds"), step=1, label="Seeds", elem_id="compare-seeds")
+        c["seeds"] = gr.Slider(1, 8, d("seeds"), step=1, label="Seeds", elem_id="compare-seeds")
         c["group_size"] = gr.Slider(
             2, 16, d("group_size"), step=1, label="Group size G", elem_id="compare-g"
         )
@@ -67,8 +67,9 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
 def _outputs() -> list[Any]:
     summary = gr.Markdown(elem_id="compare-summary")
     table = gr.Dataframe(
-        headers=TABLE_HEADER, label="Final table (± std with several seeds)", interactive=False,
-        elem_id="compare-table",
+        headers=TABLE_HEADER, interactive=False, elem_id="compare-table",
+        label="Final table (mean [95% interval] over seeds; the paired difference to entropy, "
+        "'within noise' when its interval holds 0)",
     )  # fmt: skip
     plots = []
     for i in range(0, len(FIGURES), 2):

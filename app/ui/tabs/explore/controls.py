@@ -60,14 +60,15 @@ def _prompt_column(c: dict[str, Any]) -> None:
         first.reference, label="Reference answer (for the reward rule)", elem_id="reference"
     )
     c["analyze_btn"] = gr.Button("Analyze", variant="primary", elem_id="analyze-btn")
-    gr.Examples(
-        [[e.prompt, e.reference] for e in examples],
-        [c["prompt"], c["reference"]],
-        label="Example prompts (demo task)",
-        example_labels=[f"{e.label}: {_question(e.prompt)}" for e in examples],
-    )
-    with gr.Row(equal_height=False):
-        _paste_and_batch(c)
+    with gr.Column(elem_id="explore-extras"):
+        gr.Examples(
+            [[e.prompt, e.reference] for e in examples],
+            [c["prompt"], c["reference"]],
+            label="Example prompts (demo task)",
+            example_labels=[f"{e.label}: {_question(e.prompt)}" for e in examples],
+        )
+        with gr.Row(equal_height=False):
+            _paste_and_batch(c)
 
 
 def _paste_and_batch(c: dict[str, Any]) -> None:
@@ -162,10 +163,12 @@ def knob_slider(name: str, low: float, high: float, **kwargs: Any) -> gr.Slider:
 def explore_controls(ctx: UIContext) -> ExploreControls:
     """The Explore form's components and buttons."""
     c: dict[str, Any] = {}
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=3, min_width=300):
+    # on a phone the results come right after Analyze, before the examples and the settings
+    # (static/gmts.css reorders these boxes), so tokens are on the first screen
+    with gr.Row(equal_height=False, elem_id="explore-form"):
+        with gr.Column(scale=3, min_width=300, elem_id="explore-prompt-col"):
             _prompt_column(c)
-        with gr.Column(scale=2, min_width=280):
+        with gr.Column(scale=2, min_width=280, elem_id="explore-settings-col"):
             _settings_column(c, ctx)
     buttons = ExploreButtons(
         c["analyze_btn"], c["batch_text"], c["demo_btn"], c["batch_btn"], c["color_by"]

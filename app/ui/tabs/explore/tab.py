@@ -45,6 +45,7 @@ class ExploreOutputs:
     overview: gr.Dataframe
     budget: gr.Plot
     batch_box: gr.Column
+    why: gr.HTML  # why Method A and B differ
     group: gr.Dropdown  # drill-down: which group the views show
     color_by: gr.Dropdown
     csv: gr.DownloadButton
@@ -55,7 +56,7 @@ class ExploreOutputs:
         return [
             self.notes, self.tokens, self.summary, self.scatter, self.distributions,
             self.positions, self.advantages, self.learn, self.overview, self.budget,
-            self.batch_box,
+            self.batch_box, self.why,
         ]  # fmt: skip
 
 
@@ -80,6 +81,7 @@ def views(result: Any, a: str, b: str, color_by: str, group: Any) -> list[Any]:
         ),
         batch.budget_chart(result, (a, b)) if is_batch else None,
         gr.Column(visible=is_batch),
+        v.why_html,
     ]
 
 
@@ -121,16 +123,31 @@ MARK_STALE = (
     " if (box) box.classList.add('stale'); }"
 )
 EXAMPLE_NOTE = (
-    "**Example** (analysed before you arrived: the bundled demo model, the prompt above, "
-    "seed 0). Hover or focus a token for its numbers; press **Analyze** to run your own."
+    "**Example** on the bundled model: {groups} prompts × {g} answers, one group with no "
+    "learning signal. Entropy spends **{wasted:.0%}** of its budget on zero-gradient tokens, "
+    "GMTS **{wasted_b:.0%}**: see **Why they differ**. Press **Analyze** to run your own."
 )
 
 
+def example_note(initial: Any) -> str:
+    """The line that introduces the arrival example."""
+    s = initial.get("summary") or {}
+    wasted = s.get("wasted_share") or {}
+    groups = batch.groups_of(initial)
+    return EXAMPLE_NOTE.format(
+        groups=len(groups),
+        g=len(groups[0].get("answers", [])) if groups else 0,
+        wasted=float(wasted.get("entropy", 0.0)),
+        wasted_b=float(wasted.get("gmts", 0.0)),
+    )
+
+
 def initial_values(initial: Any) -> list[Any]:
-    """Values of ``ExploreOutputs.view_list()`` on the first render: the shipped example."""
+    """Values of ``ExploreOutputs.view_list()`` on the first render: the shipped example, its
+    notes replaced by one line that says what it shows (they would repeat it)."""
     values = views(initial, "entropy", "gmts", "entropy", 0)
     if initial:
-        values[0] = (EXAMPLE_NOTE + "\n\n" + values[0]).strip()
+        values[0] = example_note(initial)
     return values
 
 
@@ -154,18 +171,26 @@ def _outputs_panel(initial: Any, color_by: gr.Dropdown) -> ExploreOutputs:
     """Every output component, filled with the shipped example (``initial``) when there is one."""
     first = initial_values(initial)
     notes = gr.Markdown(first[0], elem_id="notes")
-    with gr.Column(visible=False, elem_id="batch-box") as batch_box:
+    is_batch = bool(initial) and "groups" in initial
+    tokens = gr.HTML(first[1], elem_id="token-view", js_on_load=None)
+    summary = gr.HTML(first[2], elem_id="summary-table")  # wraps on a phone (a table would not)
+    why = gr.HTML(first[11], elem_id="why-differ-view")
+    with gr.Column(visible=is_batch, elem_id="batch-box") as batch_box:
+        group = gr.Dropdown(
+            batch.group_choices(initial),
+            value=0 if is_batch else None,
+            label="Drill into group",
+            elem_id="group-select",
+        )
         overview = gr.Dataframe(
+            first[8] if is_batch else None,
             headers=batch.OVERVIEW_HEADERS,
             label="Groups",
             interactive=False,
             wrap=True,
             elem_id="batch-overview",
         )
-        group = gr.Dropdown([], value=None, label="Drill into group", elem_id="group-select")
-        budget = gr.Plot(label="Selection budget per group", elem_id="budget-plot")
-    tokens = gr.HTML(first[1], elem_id="token-view", js_on_load=None)
-    summary = gr.HTML(first[2], elem_id="summary-table")  # wraps on a phone (a table would not)
+        budget = gr.Plot(first[9], label="Selection budget per group", elem_id="budget-plot")
     with gr.Row():
         downloads = [
             gr.DownloadButton(
@@ -191,7 +216,8 @@ def _outputs_panel(initial: Any, color_by: gr.Dropdown) -> ExploreOutputs:
     learn = gr.HTML(first[7], render=False, elem_id="learn-view", js_on_load=None)
     return ExploreOutputs(
         notes, tokens, summary, plots["scatter"], plots["distributions"], plots["positions"],
-        plots["advantages"], learn, overview, budget, batch_box, group, color_by, *downloads,
+        plots["advantages"], learn, overview, budget, batch_box, why, group, color_by,
+        *downloads,
     )  # fmt: skip
 
 

@@ -17,6 +17,7 @@ from app.services.catalog import ANALYSIS_DEFAULTS, SAMPLING_DEFAULTS
 from app.services.errors import InvalidInputError
 from app.ui import charts
 from app.ui.choices import EXPLICIT
+from app.ui.differences import why_differ_html
 from app.ui.render import Json, placeholder, render_result
 from app.ui.tabs.learn import learn
 
@@ -153,6 +154,7 @@ class ExploreView:
     summary_rows: list[list[str]]
     learn_html: str
     notes: list[str]
+    why_html: str = ""  # why Method A and B differ (app.ui.differences)
 
 
 def explore_view(
@@ -177,4 +179,5 @@ def explore_view(
         summary_rows=charts.summary_rows(result.get("summary") or {}, methods),
         learn_html=learn.learn_html(result, methods, group_index),
         notes=list(result.get("notes") or []),
+        why_html=why_differ_html(result, methods),
     )

@@ -1,9 +1,10 @@
-"""A self-contained HTML page of the current Explore view, for slides and sharing.
+"""A self-contained HTML report of the current Explore view, to send a colleague.
 
-One file, no network: the token view (shades, selection marks, hover/focus tooltips and the
-pinned detail panel), the summary and a line saying where it came from, with the renderer's
-CSS and JS inlined. Everything shown is rendered by the same functions as the live page, so
-the text is escaped the same way.
+One file that opens alone, offline: a line saying where it came from, the token view (shades,
+selection marks, hover/focus tooltips and the pinned detail panel), the summary, "why they
+differ", the batch's budget chart (several groups) and the group's four charts, with the
+renderer's CSS and JS and plotly.js inlined. Everything shown is rendered by the same functions
+as the live page, so the text is escaped the same way.
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+import plotly.io as pio
+
 from app.ui.assets import STATIC_DIR
-from app.ui.charts import summary_html, summary_rows
+from app.ui.charts import group_figures, summary_html, summary_rows
+from app.ui.differences import why_differ_html
 from app.ui.render import groups_of, render_result
+from app.ui.tabs.explore.batch import budget_chart
 from app.ui.tabs.explore.export import export_dir, prune
 
 
@@ -23,14 +28,25 @@ def view_html(
     result: dict[str, Any], methods: tuple[str, str], color_by: str = "entropy", group: int = 0
 ) -> str:
     """The whole page as a string."""
-    css = (STATIC_DIR / "gmts.css").read_text(encoding="utf-8")
+    css = "".join(
+        (STATIC_DIR / name).read_text(encoding="utf-8") for name in ("gmts.css", "gmts-page.css")
+    )
     js = (STATIC_DIR / "gmts.js").read_text(encoding="utf-8")
     groups = groups_of(result)
     gi = min(max(group, 0), len(groups) - 1)
-    summary = groups[gi].get("summary") or result.get("summary") or {}
+    summary = result.get("summary") or groups[gi].get("summary") or {}
     source = (
         f"model {result.get('model', '?')} · methods {methods[0]} vs {methods[1]} · shade "
-        f"{color_by} · group {gi} — exported from GMTS Explorer"
+        f"{color_by} · group {gi} of {len(groups)} — exported from GMTS Explorer"
+    )
+    figures = list(group_figures(result, methods, gi).values())
+    if len(groups) > 1:
+        figures.insert(0, budget_chart(result, methods))
+    charts = "".join(
+        "<div class='chart'>"
+        + pio.to_html(fig, full_html=False, include_plotlyjs="inline" if i == 0 else False)
+        + "</div>"
+        for i, fig in enumerate(figures)
     )
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
@@ -41,6 +57,8 @@ def view_html(
         f"<p class='source'>{escape(source)}</p>"
         f"<div id='token-view'>{render_result(result, methods, color_by, gi)}</div>"
         f"<div id='summary-table'>{summary_html(summary_rows(summary, methods))}</div>"
+        f"{why_differ_html(result, methods)}"
+        f"<div id='charts'>{charts}</div>"
         f"<script>{js}</script></body></html>"
     )
 

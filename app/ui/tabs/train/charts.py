@@ -13,6 +13,7 @@ from app.ui.charts import LAYOUT
 from app.ui.palette import method_color
 from app.ui.render import Json
 from app.ui.tabs.train import earlier_runs as train_runs
+from app.ui.tabs.train.earlier_runs import SMOOTH, moving_average
 
 WASTED_FIRST = ("entropy", "gmts")  # the comparison the wasted-share chart is about
 
@@ -45,33 +46,45 @@ def _line(fig: go.Figure, x: list[Any], y: list[Any], name: str, color: str, **k
 def reward_figure(
     history: list[Json], evaluations: list[Json], earlier: Sequence[Json] = ()
 ) -> go.Figure:
-    """Training reward (batch mean ± std) per step and held-out accuracy at each evaluation;
-    ``earlier`` runs (see :mod:`app.ui.tabs.train.earlier_runs`) faded after the current one's
-    two lines."""
+    """Held-out accuracy at each evaluation (points: measured, not interpolated) and the
+    training reward per step (a moving average over ``SMOOTH`` steps, the raw batch means as
+    faint points); ``earlier`` runs (see :mod:`app.ui.tabs.train.earlier_runs`) faded after the
+    current one's traces."""
     fig = _figure(
-        "Training reward and held-out accuracy",
-        "reward / accuracy",
+        "Held-out accuracy (points) and training reward (moving average)",
+        "accuracy / reward",
         _last_step(history, evaluations),
     )
     steps = [h["step"] for h in history]
     method = history[-1].get("method", "gmts") if history else "gmts"
     color = method_color(method)  # the method's colour, as on every tab
-    _line(
-        fig,
-        steps,
-        [h.get("reward_mean") for h in history],
-        f"training reward, {method} (batch mean)",
-        color,
-        error_y=dict(array=[h.get("reward_std") or 0.0 for h in history], thickness=1),
+    raw = [h.get("reward_mean") for h in history]
+    fig.add_trace(
+        go.Scatter(
+            x=[e["step"] for e in evaluations],
+            y=[e.get("accuracy") for e in evaluations],
+            name=f"held-out accuracy, {method}",
+            mode="markers",
+            marker=dict(color=color, size=11, symbol="diamond", line=dict(width=1, color="#000")),
+        )
     )
-    _line(
-        fig,
-        [e["step"] for e in evaluations],
-        [e.get("accuracy") for e in evaluations],
-        f"held-out accuracy, {method}",
-        color,
-        line_dash="dash",
-        marker_symbol="diamond",
+    fig.add_trace(
+        go.Scatter(
+            x=steps,
+            y=moving_average(raw),
+            name=f"training reward, {method} ({SMOOTH}-step average)",
+            mode="lines",
+            line=dict(color=color, width=2),
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=steps,
+            y=raw,
+            name="training reward per step (batch mean)",
+            mode="markers",
+            marker=dict(color=color, size=5, opacity=0.3),
+        )
     )
     train_runs.add_overlays(fig, list(earlier))
     values = [v for t in fig.data for v in t.y if v is not None]

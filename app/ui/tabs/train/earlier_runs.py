@@ -8,6 +8,7 @@ demo model learns visibly and stably, and a collapse of held-out accuracy. Pure:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -46,21 +47,35 @@ def keep(earlier: list[Json], info: Json | None) -> list[Json]:
     return (earlier + [run])[-MAX_EARLIER:] if run else list(earlier)
 
 
+SMOOTH = 5  # steps in the training reward's moving average
+
+
+def moving_average(values: Sequence[float | None], window: int = SMOOTH) -> list[float | None]:
+    """Trailing mean over the last ``window`` values (fewer at the start; None skipped)."""
+    out: list[float | None] = []
+    for i in range(len(values)):
+        seen = [v for v in values[max(0, i - window + 1) : i + 1] if v is not None]
+        out.append(sum(seen) / len(seen) if seen else None)
+    return out
+
+
 def add_overlays(fig: go.Figure, earlier: list[Json]) -> None:
-    """Earlier runs, faded, in their method's colour: reward dotted, accuracy dashed."""
+    """Earlier runs on the same chart in their method's colour (entropy's run next to gmts's):
+    the reward's moving average dotted, held-out accuracy as hollow points."""
     for run in earlier:
-        color = rgba(method_color(run["method"]), 0.35)
+        color = rgba(method_color(run["method"]), 0.6)
         fig.add_trace(
             go.Scatter(
-                x=run["steps"], y=run["reward"], mode="lines", name=f"{run['label']}: reward",
+                x=run["steps"], y=moving_average(run["reward"]), mode="lines",
+                name=f"{run['label']}: reward ({SMOOTH}-step average)",
                 line=dict(color=color, dash="dot"), legendgroup=run["label"],
             )
         )  # fmt: skip
         fig.add_trace(
             go.Scatter(
-                x=run["eval_steps"], y=run["accuracy"], mode="lines+markers",
-                name=f"{run['label']}: held-out accuracy", marker=dict(color=color, size=6),
-                line=dict(color=color, dash="dash"), legendgroup=run["label"],
+                x=run["eval_steps"], y=run["accuracy"], mode="markers",
+                name=f"{run['label']}: held-out accuracy", legendgroup=run["label"],
+                marker=dict(color=color, size=10, symbol="diamond-open", line=dict(width=2)),
             )
         )  # fmt: skip
 
@@ -95,5 +110,7 @@ def collapse_warning(info: Json | None) -> str | None:
     )
 
 
-def warnings(learning_rate: float, info: Json | None) -> list[str]:
-    return [w for w in (lr_warning(learning_rate), collapse_warning(info)) if w]
+def warnings(learning_rate: float | None, info: Json | None) -> list[str]:
+    """The warnings for the form's learning rate (None: not known, none said) and a run."""
+    lr = lr_warning(learning_rate) if learning_rate is not None else None
+    return [w for w in (lr, collapse_warning(info)) if w]

@@ -15,6 +15,7 @@ from app.ui.choices import method_choices
 from app.ui.context import Tab, UIContext, call
 from app.ui.render import Json, placeholder
 from app.ui.tabs.train.view import (
+    DELTA_LOGP_NOTE,
     HISTORY_HEADERS,
     TrainForm,
     reset_session,
@@ -75,8 +76,12 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
         )  # fmt: skip
     with gr.Row():
         c["eval_problems"] = gr.Slider(
-            0, 400, d.eval_problems, step=10, label="Held-out problems (0: skip)",
+            0, 400, d.eval_problems, step=8, label="Held-out problems (0: skip)",
             elem_id="train-eval",
+        )  # fmt: skip
+        c["eval_every"] = gr.Slider(
+            1, 20, d.eval_every, step=1, label="Held-out accuracy every N steps",
+            elem_id="train-eval-every",
         )  # fmt: skip
         c["inner_steps"] = gr.Slider(
             1, 8, d.inner_steps, step=1, label="Updates per batch", elem_id="train-inner"
@@ -101,6 +106,7 @@ def _outputs() -> list[Any]:
     table = gr.Dataframe(
         headers=HISTORY_HEADERS, label="Step history", interactive=False, elem_id="train-history"
     )
+    gr.Markdown(DELTA_LOGP_NOTE, elem_id="train-delta-note")
     return [status, reward, loss, wasted, table, batch]
 
 
@@ -110,7 +116,9 @@ def build_train_tab(ctx: UIContext) -> None:
         "Live GRPO on **your own copy** of the model (the base model is never changed). Each "
         "step samples G answers for demo-task prompts, rewards them, and trains on the tokens "
         "the method selects. The defaults (16 prompts × G = 8, lr 1.5e-4, 2 updates per batch, "
-        "5 warm-up steps) raise held-out accuracy within one run of 20 steps. Same seed, same "
+        "5 warm-up steps) raise held-out accuracy within one run of 20 steps: the chart's "
+        "points are held-out accuracy on 64 fixed problems every 5 steps; the line is the "
+        "training reward's 5-step moving average over its faint raw points. Same seed, same "
         "batches: switch the method (or press Reset) and the run so far stays on the chart, "
         "faded, for comparison."
     )

@@ -52,7 +52,10 @@ class TrainForm:
     prompts_per_step: int = TRAIN_RECIPE.prompts_per_step
     max_new_tokens: int = 48
     steps: int = 20
-    eval_problems: int = 200  # held-out problems after each run (0: no evaluation)
+    # held-out accuracy on this fixed set of problems (seeded) at the start, every
+    # ``eval_every`` steps and at the end (0: no evaluation): a few points a run, drawn as points
+    eval_problems: int = 64
+    eval_every: int = 5
     seed: int = 0
     inner_steps: int = TRAIN_RECIPE.inner_steps
     warmup_steps: int = TRAIN_RECIPE.warmup_steps
@@ -83,6 +86,13 @@ class TrainForm:
             **self.knobs(),
         }
 
+    def eval_steps(self) -> set[int]:
+        """The steps of a run after which held-out accuracy is measured (its last included)."""
+        if self.eval_problems <= 0:
+            return set()
+        every = max(1, int(self.eval_every))
+        return {*range(every, int(self.steps), every), int(self.steps)}
+
     def eval_request(self) -> Json:
         return {"num_problems": int(self.eval_problems), "seed": int(self.seed)}
 
@@ -95,6 +105,15 @@ HISTORY_HEADERS = [
     "grad coverage", "zero-signal groups", "wasted entropy", "wasted gmts",
     "Δlog p selected", "Δlog p others", "seconds",
 ]  # fmt: skip
+
+DELTA_LOGP_NOTE = (
+    "**Δlog p selected / others**: the mean change of log π over the batch's selected (trained) "
+    "tokens, and over the others, from before the update to after it (same tokens, same "
+    "context). Each trained token moves in the direction of its answer's advantage: up where "
+    "A > 0, down where A < 0, so the mean's sign says which side the batch leans to (it is "
+    "often negative: wrong answers are more numerous and longer), not whether learning works. "
+    "Held-out accuracy, the points on the chart, says that."
+)
 
 
 def history_rows(history: list[Json]) -> list[list[Any]]:
@@ -119,7 +138,8 @@ def history_rows(history: list[Json]) -> list[list[Any]]:
 def session_markdown(info: Json | None, note: str | None = None) -> str:
     """One line about the session (its id, model, policy, steps done, last accuracy)."""
     if not info:
-        return "No session yet: **Run** creates your private copy of the model."
+        text = "No session yet: **Run** creates your private copy of the model."
+        return f"{text}\n\n_{note}_" if note else text
     evals = info.get("evaluations") or []
     acc = f" · held-out accuracy {evals[-1]['accuracy']:.3f}" if evals else ""
     text = (
@@ -143,9 +163,10 @@ class TrainView:
     final: bool = True  # False while a run is going: the tab then updates only the curves
 
     def status(self) -> str:
-        """The session line, the remark, and any warning in plain words."""
+        """The session line, the remark, and any warning in plain words (the learning-rate
+        warning only when the form's rate is known: a Reset does not read the form)."""
         lr = self.learning_rate
-        warns = train_runs.warnings(lr if lr is not None else 0.0, self.info)
+        warns = train_runs.warnings(lr, self.info)
         text = session_markdown(self.info, self.note)
         return text + "".join(f"\n\n**⚠ {w}**" for w in warns)
 
@@ -240,9 +261,12 @@ def run_steps(
     _switch_method(backend, view, form)
     assert view.session_id is not None and view.info is not None
     total = int(form.steps)
+    evals = form.eval_steps()
     if form.eval_problems > 0 and not view.info.get("evaluations") and not view.info["steps_done"]:
+        running = dataclasses.replace(view, final=False, note=_running_note(view, form))
+        yield running  # the status is right from the first second: the session exists
         if progress is not None:
-            progress((0, total), desc="held-out accuracy at the start")
+            progress((0, total), desc="measuring held-out accuracy at the start (step 0)")
         _evaluate(backend, view, form)
     for i in range(total):
         if progress is not None:
@@ -255,12 +279,24 @@ def run_steps(
         body = backend.step_session(view.session_id, form.step_request(include_tokens=last), live)
         view.last_batch = body.get("last_batch") or view.last_batch
         view.info = backend.get_session(view.session_id)
+        if i + 1 in evals and not last:
+            if progress is not None:
+                progress((i + 1, total), desc=f"held-out accuracy after step {i + 1}")
+            _evaluate(backend, view, form)
         yield dataclasses.replace(view, final=False)  # a snapshot; ``view`` keeps changing
-    if form.eval_problems > 0:
+    if total in evals:
         if progress is not None:
-            progress((total, total), desc="held-out accuracy")
+            progress((total, total), desc="held-out accuracy at the end")
         _evaluate(backend, view, form)
     yield dataclasses.replace(view)
+
+
+def _running_note(view: TrainView, form: TrainForm) -> str:
+    return (
+        f"Running {form.steps} steps of {form.method}: held-out accuracy on "
+        f"{form.eval_problems} problems at the start, every {form.eval_every} steps and at "
+        "the end."
+    )
 
 
 def reset_session(

@@ -50,7 +50,7 @@ def test_compare_json_round_trips(compare_json: dict[str, Any]) -> None:
 
 def test_compare_view_has_table_and_bands_per_method(compare_json: dict[str, Any]) -> None:
     result = result_from_dict(compare_json)
-    summary, table, acc, reward, wasted, loss = compare.compare_view(result)
+    summary, table, acc, wasted, reward, loss = compare.compare_view(result)
     assert "2 steps × 2 seed(s)" in summary and TINY in summary
     assert list(table.columns) == TABLE_HEADER and table.values.tolist() == table_rows(result)
     for fig in (acc, reward, wasted, loss):
@@ -86,7 +86,7 @@ def test_compare_form_makes_a_valid_config() -> None:
     config = compare.form_config(["gmts", "random"], steps=3, group_size=4.0)
     assert config.methods == ("gmts", "random") and config.rl.group_size == 4
     assert isinstance(config.rl.group_size, int)  # a slider's float becomes the knob's type
-    assert (config.seeds, config.rl.max_new_tokens) == (1, 48)  # the tab's preset
+    assert (config.seeds, config.rl.max_new_tokens) == (3, 48)  # the tab's preset: paired seeds
     with pytest.raises(InvalidInputError, match="at least one method"):
         compare.form_config([])
 

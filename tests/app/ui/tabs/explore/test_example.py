@@ -1,43 +1,34 @@
-"""The example group the page opens on (static/example-group.json) matches the bundled model.
-
-If this fails after the demo model was retrained, regenerate it:
-``python -m app.ui.tabs.explore.example``.
-"""
+"""The Explore tab opens on the arrival example (app.services.arrival): a batch in which entropy
+and GMTS disagree, shown with its batch view and "why they differ" (the stored body matching a
+fresh analysis is tested in tests/app/services/test_arrival.py)."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-import pytest
-
-from app.core.config import Settings
-from app.services.container import build_services
-from app.ui.client import LocalBackend
 from app.ui.tabs.explore import example
 from app.ui.tabs.explore import tab as explore_tab
-from tests.browser.conftest import demo_model_ready
 
 
-@pytest.mark.skipif(not demo_model_ready(), reason="the bundled demo model is not trained")
-def test_shipped_example_is_what_analyze_gives_on_the_default_form() -> None:
-    shipped = example.load_example()
-    assert shipped is not None
-    fresh = example.compute_example(LocalBackend(build_services(Settings())))
-    assert shipped["prompt"] == fresh["prompt"] == example.example_form().prompt
-    assert [a["text"] for a in shipped["answers"]] == [a["text"] for a in fresh["answers"]]
-    assert [a["reward"] for a in shipped["answers"]] == [a["reward"] for a in fresh["answers"]]
-    for old, new in zip(shipped["answers"], fresh["answers"], strict=True):
-        for t_old, t_new in zip(old["tokens"], new["tokens"], strict=True):
-            assert t_old["entropy"] == pytest.approx(t_new["entropy"], abs=1e-4)
-            for m in ("entropy", "gmts"):
-                assert t_old["selected"][m] == t_new["selected"][m]
-
-
-def test_a_missing_or_broken_example_means_an_empty_first_screen(tmp_path) -> None:
+def test_a_missing_or_broken_example_means_an_empty_first_screen(tmp_path: Path) -> None:
     assert example.load_example(tmp_path / "absent.json") is None
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert example.load_example(bad) is None
+
+
+def test_first_view_shows_the_disagreement() -> None:
+    shipped = example.load_example()
+    assert shipped is not None
+    values = explore_tab.initial_values(shipped)
+    note, tokens, why = values[0], values[1], values[11]
+    assert "Entropy spends" in note and "%" in note and "Why they differ" in note
+    assert "Why they differ: entropy vs gmts" in why and 'data-reason="zero_advantage"' in why
+    only = re.findall(r'class="tok[^"]*\bmark-[ab]\b', tokens)
+    assert only, "the first group shows tokens selected by one method only"
+    assert tokens.count('tabindex="0"') == 1  # the token area is one Tab stop
+    assert values[10].visible  # the batch view (groups, budget chart) is open
 
 
 def test_first_screen_payload_stays_compact() -> None:
@@ -46,10 +37,25 @@ def test_first_screen_payload_stays_compact() -> None:
     check (the full tooltips, detail JSON and 17-digit floats were ~1.2 kB and ~400 B a token)."""
     shipped = example.load_example()
     assert shipped is not None
-    n = sum(len(a["tokens"]) for a in shipped["answers"])
+    n = sum(len(a["tokens"]) for a in shipped["groups"][0]["answers"])
     values = explore_tab.initial_values(shipped)
     assert len(re.findall(r'class="tok[ "]', values[1])) == n
     assert len(values[1].encode()) / n < 800
     figures = values[3:7]  # scatter, distributions, positions, advantages
     assert all(hasattr(f, "to_json") for f in figures)
-    assert sum(len(f.to_json()) for f in figures) / n < 350
+    # a fixed layout per chart plus ~350 B a token (the 214-token example of before had 75 kB)
+    assert sum(len(f.to_json()) for f in figures) < 16_000 + 350 * n
+
+
+def test_exported_report_carries_summary_why_and_charts() -> None:
+    """The HTML export of the arrival view is a report: summary, why they differ, the budget
+    chart and the group's four charts, plotly inlined (no script or style from elsewhere)."""
+    from app.ui.tabs.explore.view_export import view_html
+
+    shipped = example.load_example()
+    assert shipped is not None
+    page = view_html(shipped, ("entropy", "gmts"), "entropy", 0)
+    assert 'class="summary-box"' in page and "wasted share" in page
+    assert 'id="why-differ"' in page and 'data-reason="zero_advantage"' in page
+    assert page.count('class="plotly-graph-div"') == 5
+    assert not re.search(r"<(script|link)[^>]+(src|href)=['\"]?https?:", page)

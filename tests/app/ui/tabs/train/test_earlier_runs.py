@@ -41,8 +41,9 @@ def test_overlays_are_faded_in_the_methods_colour() -> None:
     fig = go.Figure()
     train_runs.add_overlays(fig, [train_runs.snapshot(info("entropy", [0.4, 0.5]), 1)])
     reward, acc = fig.data
-    faded = palette.rgba(palette.method_color("entropy"), 0.35)
-    assert reward.line.color == faded and acc.line.color == faded
+    faded = palette.rgba(palette.method_color("entropy"), 0.6)
+    assert reward.line.color == faded and acc.marker.color == faded
+    assert acc.mode == "markers"  # measured points, not a line between two
     assert list(acc.y) == [0.4, 0.5] and "run 1" in reward.name
 
 

@@ -44,12 +44,13 @@ EVALS = [{"step": 0, "accuracy": 0.3}, {"step": 3, "accuracy": 0.45}]
 
 def test_reward_figure_has_one_point_per_step_and_evaluation() -> None:
     fig = train_charts.reward_figure(HISTORY, EVALS)
-    reward, accuracy = fig.data
+    accuracy, smooth, reward = fig.data
     assert list(reward.x) == [1, 2, 3] and list(reward.y) == [0.25, 0.5, 0.75]
-    assert list(reward.error_y.array) == [0.5, 0.5, 0.5]
+    assert reward.error_y.array is None  # no +-std bars swamping the chart
+    assert list(smooth.y) == pytest.approx([0.25, 0.375, 0.5])
     assert list(accuracy.x) == [0, 3] and list(accuracy.y) == [0.3, 0.45]
     empty = train_charts.reward_figure([], [])
-    assert [len(t.x) for t in empty.data] == [0, 0]
+    assert [len(t.x) for t in empty.data] == [0, 0, 0]
 
 
 def test_loss_figure_plots_loss_policy_loss_and_kl() -> None:
@@ -103,8 +104,8 @@ def test_view_values_order_matches_the_outputs() -> None:
     values = train.TrainView("s", info, earlier=earlier, learning_rate=0.01).values()
     sid, status, reward, loss, wasted, table, batch, runs = values
     assert sid == "s" and "`s`" in status and "above 0.001" in status  # the lr warning
-    assert len(reward.data[0].x) == 3 and len(table) == 3
-    assert len(reward.data) == 4  # the current run's two lines, then the faded one's two
+    assert len(reward.data[2].x) == 3 and len(table) == 3
+    assert len(reward.data) == 5  # the current run's three traces, then the earlier one's two
     assert "Run a step" in batch and runs == earlier
 
 
@@ -168,9 +169,11 @@ def test_run_steps_yields_after_every_step_and_evaluates(backend: LocalBackend) 
     views = list(train.run_steps(backend, None, FORM, progress))
     sid = views[0].session_id
     assert sid and all(v.session_id == sid for v in views)
-    assert [len(v.info["history"]) for v in views] == [1, 2, 2]  # each step, then evaluation
+    # the session at once (its status right from the start), each step, then the evaluation
+    assert [len(v.info["history"]) for v in views] == [0, 1, 2, 2]
+    assert "Running 2 steps" in (views[0].note or "") and not views[0].final
     steps_seen = [v.info["steps_done"] for v in views]
-    assert steps_seen[:2] == [1, 2] and steps_seen[-1] == 2
+    assert steps_seen[:3] == [0, 1, 2] and steps_seen[-1] == 2
     assert [e["step"] for e in views[-1].info["evaluations"]] == [0, 2]  # start and end
     assert views[-1].last_batch and views[-1].last_batch[0]["tokens"]
     assert [p for p, _ in progress.calls][:2] == [(0, 2), (0, 2)]
@@ -226,7 +229,7 @@ def test_remote_backend_drives_sessions_and_gradcheck_over_http(model_root: Path
         remote = RemoteBackend(server.url)
         views = list(train.run_steps(remote, None, FORM))
         sid = views[-1].session_id
-        assert [len(v.info["history"]) for v in views] == [1, 2, 2]
+        assert [len(v.info["history"]) for v in views] == [0, 1, 2, 2]
         assert app.state.services.sessions.info(sid).steps_done == 2  # the server's session
         assert train.reset_session(remote, sid).info["steps_done"] == 0
         app.state.services.sessions.delete(sid)
@@ -237,3 +240,32 @@ def test_remote_backend_drives_sessions_and_gradcheck_over_http(model_root: Path
         assert body["fidelity"]["num_tokens"] == body["summary"]["num_tokens"]
         with pytest.raises(BackendError, match="local backend"):
             remote.compare(None, None)
+
+
+def test_held_out_accuracy_every_few_steps() -> None:
+    form = train.TrainForm(steps=12, eval_every=5, eval_problems=64)
+    assert form.eval_steps() == {5, 10, 12}  # and the start, measured before step 1
+    assert train.TrainForm(steps=12, eval_problems=0).eval_steps() == set()
+
+
+def test_reset_says_no_learning_rate_warning(backend: LocalBackend) -> None:
+    """After Reset the form's rate is not known: no "Learning rate 0 is below ..." warning."""
+    first = list(train.run_steps(backend, None, FORM))[-1]
+    reset = train.reset_session(backend, first.session_id)
+    assert "Learning rate" not in reset.status()
+    assert "Learning rate" in train.TrainView(learning_rate=0.0).status()
+
+
+def test_reward_chart_points_and_moving_average() -> None:
+    from app.ui.tabs.train.charts import reward_figure
+    from app.ui.tabs.train.earlier_runs import moving_average
+
+    assert moving_average([1.0, 0.0, 1.0, None, 0.0], window=2) == [1.0, 0.5, 0.5, 1.0, 0.0]
+    history = [{"step": i, "reward_mean": (i % 2) * 1.0, "method": "gmts"} for i in range(1, 11)]
+    evals = [{"step": s, "accuracy": 0.5 + s / 100} for s in (0, 5, 10)]
+    fig = reward_figure(history, evals)
+    acc, smooth, raw = fig.data[:3]
+    assert acc.mode == "markers" and list(acc.x) == [0, 5, 10]  # measured points, no line
+    assert smooth.mode == "lines" and smooth.y[-1] == pytest.approx(0.4)
+    assert raw.mode == "markers" and raw.marker.opacity < 0.5
+    assert all(getattr(t, "error_y", None) is None or t.error_y.array is None for t in fig.data)

@@ -1,0 +1,177 @@
+"""The page shows the point, in a real Chromium at 1366x900 and 390x844: it opens on a
+disagreement with "why they differ" open, the pinned panel overlaps neither the tooltip nor
+the summary, every text node has a contrast of at least 4.5:1 (computed in the page), and the
+token area is one Tab stop whose tokens the arrow keys walk."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.app.api_helpers import LiveServer
+
+pytestmark = pytest.mark.browser
+
+TIMEOUT_MS = 180_000
+SIZES = [(1366, 900), (390, 844)]
+
+# Every visible HTML text node: its colour against the background it is drawn on (the element's
+# and its ancestors' background colours composited, alpha included); WCAG relative luminance.
+CONTRAST_JS = """
+() => {
+  const parse = (c) => { const m = c.match(/rgba?\\(([^)]+)\\)/); if (!m) return null;
+    const v = m[1].split(/[ ,\\/]+/).filter(Boolean).map(Number);
+    return [v[0], v[1], v[2], v.length > 3 ? v[3] : 1]; };
+  const over = (top, under) => { const a = top[3];
+    return [0, 1, 2].map(i => top[i] * a + under[i] * (1 - a)).concat([1]); };
+  const lum = (c) => { const f = (v) => { v /= 255;
+    return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
+  const background = (el) => { const layers = [];
+    for (let e = el; e && e.nodeType === 1; e = e.parentElement) {
+      const b = parse(getComputedStyle(e).backgroundColor); if (b && b[3] > 0) layers.push(b);
+      if (b && b[3] >= 1) break; }
+    let c = [255, 255, 255, 1]; for (const l of layers.reverse()) c = over(l, c); return c; };
+  const bad = []; let checked = 0;
+  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    const text = n.textContent.trim(); const el = n.parentElement;
+    if (!text || !el || el.closest('svg, script, style, noscript')) continue;
+    const r = el.getBoundingClientRect(); const s = getComputedStyle(el);
+    if (r.width === 0 || r.height === 0 || s.visibility === 'hidden') continue;
+    if (!el.checkVisibility({opacityProperty: true, visibilityProperty: true})) continue;
+    let fg = parse(s.color); if (!fg) continue;
+    const bg = background(el); fg = over(fg, bg);
+    const [l1, l2] = [lum(fg), lum(bg)].sort((a, b) => b - a);
+    const ratio = (l1 + 0.05) / (l2 + 0.05); checked += 1;
+    if (ratio < 4.5) bad.push({text: text.slice(0, 40), ratio: +ratio.toFixed(2),
+      color: s.color, cls: el.className && String(el.className).slice(0, 60)});
+  }
+  return {checked, bad: bad.slice(0, 15), count: bad.length};
+}
+"""
+
+
+def open_page(chromium: Any, url: str, width: int, height: int) -> Any:
+    page = chromium.new_context(viewport={"width": width, "height": height}).new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url + "/ui/", wait_until="load")
+    page.wait_for_selector("#token-view .tok")
+    return page
+
+
+def boxes_overlap(a: dict[str, float] | None, b: dict[str, float] | None) -> bool:
+    if a is None or b is None:
+        return False
+    return not (
+        a["x"] + a["width"] <= b["x"]
+        or b["x"] + b["width"] <= a["x"]
+        or a["y"] + a["height"] <= b["y"]
+        or b["y"] + b["height"] <= a["y"]
+    )
+
+
+@pytest.mark.parametrize(("width", "height"), SIZES)
+def test_opening_view_shows_a_disagreement_and_why(
+    chromium: Any, ui_server: LiveServer, width: int, height: int
+) -> None:
+    page = open_page(chromium, ui_server.url, width, height)
+    only_one = page.locator("#token-view .tok.mark-a, #token-view .tok.mark-b")
+    assert only_one.count() >= 1  # a token selected by only one method
+    why = page.locator("#why-differ")
+    assert why.is_visible() and "Why they differ: entropy vs gmts" in why.inner_text()
+    assert (
+        page.locator('#why-differ tr[data-reason="zero_advantage"] td.num').first.inner_text()
+        != "0"
+    )
+    # the summary's wasted share of entropy is not zero
+    rows = page.locator("#summary-table .summary-row")
+    wasted = [r for r in rows.all_inner_texts() if r.startswith("entropy: wasted share")]
+    assert wasted and not wasted[0].rstrip().endswith(" 0.0%"), wasted
+    # the first phone screen holds tokens
+    first = page.locator("#token-view .tok").first.bounding_box()
+    assert first is not None and first["y"] + first["height"] <= height, first
+    # a token button of the why view pins its token (those in the group on screen)
+    shown = page.locator("#token-view .gmts-view").get_attribute("data-group")
+    chip = page.locator(f'#why-differ .why-tok[data-group="{shown}"]').first
+    chip.evaluate("b => b.closest('details').open = true")
+    chip.click()
+    page.locator("#gmts-pin").wait_for(state="visible")
+    page.context.close()
+
+
+@pytest.mark.parametrize(("width", "height"), SIZES)
+def test_pinned_panel_overlaps_neither_tooltip_nor_summary(
+    chromium: Any, ui_server: LiveServer, width: int, height: int
+) -> None:
+    page = open_page(chromium, ui_server.url, width, height)
+    toks = page.locator("#token-view .tok[data-detail]")
+    for i in (0, toks.count() // 2, toks.count() - 1):
+        tok = toks.nth(i)
+        tok.scroll_into_view_if_needed()
+        tok.click()
+        panel = page.locator("#gmts-pin")
+        panel.wait_for(state="visible")
+        tok.hover()  # hovering the pinned token must not bring the tooltip back over it
+        tip = page.locator("#gmts-tip")
+        tip_box = tip.bounding_box() if tip.is_visible() else None
+        assert not boxes_overlap(panel.bounding_box(), tip_box)
+        summary = page.locator("#summary-table .summary-box")
+        if width >= 900:  # beside the page: it covers no summary
+            assert not boxes_overlap(panel.bounding_box(), summary.bounding_box())
+        else:  # a bottom sheet: the pinned token stays above it (the summary may not)
+            assert not boxes_overlap(panel.bounding_box(), tok.bounding_box())
+        text = panel.inner_text()
+        sampled = [line for line in text.splitlines() if line.endswith("sampled")]
+        assert len(sampled) == 1, text  # the sampled token listed once
+        box = panel.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width
+        page.keyboard.press("Escape")
+        assert not panel.is_visible()
+    page.context.close()
+
+
+@pytest.mark.parametrize(("width", "height"), SIZES)
+def test_text_contrast_everywhere(
+    chromium: Any, ui_server: LiveServer, width: int, height: int
+) -> None:
+    page = open_page(chromium, ui_server.url, width, height)
+    problems = {}
+    # the tabs on the tab bar at this width (a phone's bar shows the first three; the others
+    # sit in its overflow menu)
+    names = page.locator("button[role=tab]:visible").all_inner_texts()
+    for tab in names:
+        page.get_by_role("tab", name=tab).first.click()
+        page.wait_for_timeout(300)  # the tab's panel is shown (no clock in the assertion)
+        result = page.evaluate(CONTRAST_JS)
+        assert result["checked"] > 10
+        if result["count"]:
+            problems[tab] = result
+    assert not problems, problems
+    page.context.close()
+
+
+def test_token_area_is_one_tab_stop_with_arrow_keys(chromium: Any, ui_server: LiveServer) -> None:
+    page = open_page(chromium, ui_server.url, 1366, 900)
+    page.locator("#notes").click()
+    for _ in range(80):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.classList.contains('tok')"):
+            break
+    pos = "[document.activeElement.dataset.answer, document.activeElement.dataset.pos]"
+    assert page.evaluate(pos) == ["0", "0"]  # the first token is the area's one stop
+    page.keyboard.press("ArrowRight")
+    assert page.evaluate(pos) == ["0", "1"]
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("ArrowDown")  # the next answer
+    assert page.evaluate(pos) == ["1", "0"]
+    page.keyboard.press("Enter")
+    page.locator("#gmts-pin").wait_for(state="visible")
+    page.keyboard.press("Escape")
+    assert not page.locator("#gmts-pin").is_visible()
+    # one Tab leaves the token area
+    page.keyboard.press("Tab")
+    assert not page.evaluate("document.activeElement.classList.contains('tok')")
+    assert page.locator('#token-view .tok[tabindex="0"]').count() == 1
+    page.context.close()
