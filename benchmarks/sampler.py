@@ -40,7 +40,6 @@ from _common import emit, machine, median
 
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.experiments.evaluation import demo_batch
-from gmts_core.grpo.loss import answer_targets
 from gmts_core.kv_sampler import DecodeRequest, decode, unserved_reason
 from gmts_core.modeling import load_model
 from gmts_core.sampling import SamplingConfig, _hf_generate
