@@ -29,7 +29,7 @@ from app.services.arrival import (
     arrival_example,
     disagreement_score,
 )
-from app.services.bodies import analysis_json
+from app.services.bodies import as_json
 from app.services.catalog import demo_examples
 from app.services.container import build_services
 from app.services.validation import validated
@@ -51,7 +51,7 @@ def main() -> None:
     if args.regenerate:
         stored = arrival_example()
         req = validated(AnalyzeRequest, stored.request())
-        body = analysis_json(build_services(Settings()).analysis.analyze_blocking(req))
+        body = as_json(build_services(Settings()).analysis.run(req))
         RESULT_PATH.write_text(json.dumps(body, separators=(",", ":")), encoding="utf-8")
         logger.info("wrote %s (score %.3f)", RESULT_PATH, disagreement_score(body))
         return
@@ -62,7 +62,7 @@ def main() -> None:
     for seed in range(args.first, args.seeds):
         candidate = ArrivalExample(prompts=prompts, seed=seed, group_size=GROUP_SIZE)
         req = validated(AnalyzeRequest, candidate.request())
-        body = analysis_json(services.analysis.analyze_blocking(req))
+        body = as_json(services.analysis.run(req))
         score = disagreement_score(body)
         rewards = [[a["reward"] for a in g["answers"]] for g in body["groups"]]
         logger.info("seed %d: score %.3f, rewards %s", seed, score, rewards)

@@ -11,7 +11,7 @@ import pytest
 from app.core.config import Settings
 from app.schemas.analyze_request import AnalyzeRequest
 from app.services import arrival
-from app.services.bodies import analysis_json
+from app.services.bodies import as_json
 from app.services.container import build_services
 from app.services.validation import validated
 from tests.browser.conftest import demo_model_ready
@@ -63,9 +63,7 @@ def test_stored_arrival_is_what_a_fresh_analysis_gives() -> None:
     stored = arrival.load_arrival()
     assert stored is not None
     services = build_services(Settings())
-    fresh = analysis_json(
-        services.analysis.analyze_blocking(validated(AnalyzeRequest, arrival.arrival_request()))
-    )
+    fresh = as_json(services.analysis.run(validated(AnalyzeRequest, arrival.arrival_request())))
     for old, new in zip(stored["groups"], fresh["groups"], strict=True):
         assert [a["text"] for a in old["answers"]] == [a["text"] for a in new["answers"]]
         assert [a["reward"] for a in old["answers"]] == [a["reward"] for a in new["answers"]]
