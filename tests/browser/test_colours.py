@@ -109,7 +109,7 @@ def test_method_colours_are_the_same_on_every_tab(
     wasted = legend(page, "#train-wasted-plot")
     assert wasted["entropy"] == ENTROPY and wasted["gmts"] == GMTS
     reward = legend(page, "#train-reward-plot")
-    assert reward["training reward, gmts (batch mean)"] == GMTS
+    assert reward["training reward, gmts (5-step average)"] == GMTS
     trained = page.evaluate(
         "() => getComputedStyle(document.querySelector('#train-batch .tok.mark-a'))"
         ".borderBottomColor"
