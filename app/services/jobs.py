@@ -185,7 +185,8 @@ class JobLimiter:
         slots (None before any job finished)."""
         if self.mean_job_s is None or place <= 0:
             return 0.0 if place <= 0 else None
-        return round(math.ceil(place / self.max_concurrent) * self.mean_job_s, 1)
+        seconds = math.ceil(place / self.max_concurrent) * self.mean_job_s
+        return max(round(seconds, 1), 0.1)  # a waiting job is never told "0 s to go"
 
     def status(self, label: str) -> JobStatus | None:
         """The labelled job's state, place and estimated wait (None: no such job now)."""

@@ -62,7 +62,9 @@ def test_train_curves_use_the_method_colour_and_whole_steps() -> None:
         for s in (1, 2, 3)
     ]  # fmt: skip
     fig = train_charts.reward_figure(history, [{"step": 0, "accuracy": 0.4}])
-    assert {t.line.color for t in fig.data} == {palette.method_color("entropy")}
+    # accuracy points and raw rewards are markers, the moving average a line: one colour
+    assert {t.line.color or t.marker.color for t in fig.data} == {palette.method_color("entropy")}
+    assert [t.mode for t in fig.data] == ["markers", "lines", "markers"]
     assert fig.layout.xaxis.dtick == 1 and fig.layout.xaxis.tickformat == "d"
     wasted = train_charts.wasted_figure(history)
     assert {t.name: t.line.color for t in wasted.data} == {
@@ -88,7 +90,13 @@ def test_rank_line_reads_as_a_rank_not_a_verdict(result: dict) -> None:
 def test_zero_signal_group_has_no_marks_and_a_hatched_band(result: dict) -> None:
     html = render.render_result(result, ("entropy", "gmts"), group_index=1)
     marked = re.compile(r'class="tok [^"]*mark-')
-    assert "no-gradient" in html and not marked.search(html) and "no gradient here" in html
+    assert "no-gradient" in html and "no gradient here" in html
     assert "ranks: none that matter" in html
+    # entropy spends budget here (batch scope); each such mark is flagged as wasted, and gmts,
+    # whose scores are all 0 here, selects nothing
+    classes = re.findall(r'class="(tok[ "][^"]*)"', html)
+    assert not any("sel-b" in c for c in classes)
+    wasted = [c for c in classes if "mark-" in c]
+    assert wasted and all("tok-wasted" in c for c in wasted)
     live = render.render_result(result, ("entropy", "gmts"), group_index=0)
     assert "no-gradient" not in live and marked.search(live)
