@@ -16,7 +16,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from app.reports.run_charts import run_report_html
 from gmts_core.config import AnalysisConfig
+from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
+from gmts_core.errors import InvalidInputError
 from gmts_core.modeling import LoadedModel, load_model
 from gmts_core.runs import CLI_LIMITS, LIMIT_NAMES, RunLimits, open_run
 from gmts_core.runs.analysis import StepReport, parse_steps
@@ -67,7 +72,6 @@ class Processes:
     def from_env(cls) -> Processes:
         if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
             return cls()
-        import torch
         from accelerate import PartialState  # only needed when launched on several processes
 
         # without a GPU accelerate only joins the processes when told to use the CPU
@@ -96,8 +100,6 @@ def cli_limits(**overrides: int | None) -> RunLimits:
 
 def load_named_model(name: str, device: str = "auto") -> LoadedModel:
     """The bundled demo model by its alias, else a local folder or hub id."""
-    from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
-
     source: str | Path = DEMO_MODEL_DIR if name == DEMO_ALIAS else name
     return load_model(source, name=name, device=device)
 
@@ -129,8 +131,6 @@ def run_analysis(
     lm = None
     if not uses_log(run):
         if req.model is None:
-            from gmts_core.errors import InvalidInputError
-
             raise InvalidInputError(f"{req.path}: a {run.format} run needs --model to analyse")
         lm = load_named_model(req.model, procs.device or req.device)
     if on_total:
@@ -146,8 +146,6 @@ def run_analysis(
 
 
 def write_html(out: Path, report: dict[str, Any]) -> Path:
-    from app.reports.run_charts import run_report_html
-
     path = out / "report.html"
     path.write_text(run_report_html(report), encoding="utf-8")
     return path

@@ -39,9 +39,9 @@ How it hooks into TRL (1.16), with no copy of TRL's loss code:
   (unset: the method's default, ``group`` for ``gmts_paper``/``gmts_paper_verl``, as the API
   does). A group is the answers of one prompt present in the micro-batch (all of them with
   ``steps_per_generation = 1``). Selection runs on every micro-batch at the current policy.
-- ``gmts_paper``/``gmts_paper_verl`` standardise TRL's advantages as given here (TRL does not
-  hand its rewards to the loss); within a group without KL that ranks exactly as the rewards'
-  own standardisation.
+- ``gmts_paper``/``gmts_paper_verl`` take TRL's advantages as given here, not re-standardised
+  by the paper's std (TRL does not hand its rewards to the loss); within a group without KL that
+  ranks exactly as the rewards' own standardisation.
 
 Unlike TRL's ``top_entropy_quantile`` (a ``torch.quantile`` threshold, which keeps every token
 tied at the threshold), selection keeps exactly k = ceil(ratio * N) tokens per scope, ties broken

@@ -49,6 +49,7 @@ from verl.workers import engine_workers
 from verl.workers.config.actor import PolicyLossConfig
 from verl.workers.utils.padding import no_padding_2_padding
 
+from gmts_core.integrations.verl_log import VerlSelectionLog, row_texts
 from gmts_core.integrations.verl_terms import (
     K3_TYPES,
     LOSS_MODES,
@@ -248,8 +249,6 @@ def apply_selection(worker: Any, data: Any, config: Any) -> TokenSelection:
     local["uid"] = list(data["uid"])
     log_dir = config.policy_loss.get("gmts_log_dir", None)
     if log_dir:
-        from gmts_core.integrations.verl_log import row_texts
-
         local["responses"], local["texts"] = row_texts(worker, data, width)
     group = worker.engine.get_data_parallel_group()
     parts = _gather(local, group)
@@ -311,8 +310,6 @@ def _log_selection(
     responses: torch.Tensor,
     texts: list[tuple[str, str]],
 ) -> None:
-    from gmts_core.integrations.verl_log import VerlSelectionLog
-
     log = getattr(worker, "_gmts_log", None)
     if log is None:
         log = worker._gmts_log = VerlSelectionLog(log_dir, settings.ratio, settings.scope)

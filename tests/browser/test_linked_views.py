@@ -1,10 +1,10 @@
 """Linked views in a real Chromium: a chart point shows its token, a token pins its details
-(kept until closed), and the keyboard reaches tokens (Tab) and pins them (Enter)."""
+(kept until closed), and the HTML export works offline. The keyboard walk of the token area
+(one Tab stop, arrow keys, Enter pins) is in tests/browser/test_point.py."""
 
 from __future__ import annotations
 
 import re
-
 from typing import Any
 
 import pytest
@@ -57,7 +57,6 @@ def test_click_on_a_chart_point_shows_its_token(chromium: Any, ui_server: LiveSe
     page.context.close()
 
 
-@pytest.mark.xfail(reason="superseded by the arrival batch and the token area's single Tab stop (#25); to be rewritten to the new behaviour, covered meanwhile by tests/browser/test_point.py", strict=False)
 def test_click_on_a_token_pins_its_details_until_closed(
     chromium: Any, ui_server: LiveServer
 ) -> None:
@@ -80,23 +79,6 @@ def test_click_on_a_token_pins_its_details_until_closed(
     assert panel.is_visible() and tok.get_attribute("class").count("pinned") == 1
     panel.locator(".pin-close").click()
     assert not panel.is_visible()
-    page.context.close()
-
-
-@pytest.mark.xfail(reason="superseded by the arrival batch and the token area's single Tab stop (#25); to be rewritten to the new behaviour, covered meanwhile by tests/browser/test_point.py", strict=False)
-def test_tab_reaches_tokens_and_enter_pins(chromium: Any, ui_server: LiveServer) -> None:
-    page = open_page(chromium, ui_server.url)
-    page.locator("#notes").click()  # start the keyboard walk just above the tokens
-    for _ in range(60):
-        page.keyboard.press("Tab")
-        if page.evaluate("document.activeElement.classList.contains('tok')"):
-            break
-    assert page.evaluate("document.activeElement.classList.contains('tok')")
-    page.locator("#gmts-tip").wait_for(state="visible")  # focus shows the tooltip
-    page.keyboard.press("Enter")
-    page.locator("#gmts-pin").wait_for(state="visible")
-    page.keyboard.press("Escape")
-    assert not page.locator("#gmts-pin").is_visible()
     page.context.close()
 
 

@@ -161,6 +161,7 @@ def test_token_area_is_one_tab_stop_with_arrow_keys(chromium: Any, ui_server: Li
             break
     pos = "[document.activeElement.dataset.answer, document.activeElement.dataset.pos]"
     assert page.evaluate(pos) == ["0", "0"]  # the first token is the area's one stop
+    page.locator("#gmts-tip").wait_for(state="visible")  # keyboard focus shows the tooltip
     page.keyboard.press("ArrowRight")
     assert page.evaluate(pos) == ["0", "1"]
     page.keyboard.press("ArrowLeft")

@@ -305,6 +305,40 @@ def cases(sid: str) -> list[Case]:
         Case("rewards booleans", "POST", "/v1/analyze", _group(rewards=[True, False, True])),
         Case("step lr true", "POST", step, {"learning_rate": True}),
         Case("evaluate problems true", "POST", evaluate, {"num_problems": True}),
+        # strict requests (issue 27): a contradictory pair, a key given twice, k = 0, lax bools
+        Case(
+            "answers with answer_ids",
+            "POST",
+            "/v1/analyze",
+            {
+                "groups": [
+                    {
+                        "prompt": "Q",
+                        "answers": ["a", "b"],
+                        "answer_ids": [[5], [6]],
+                        "rewards": [1, 0],
+                    }
+                ]
+            },
+            check=lambda b: all(n in b["error"]["message"] for n in ("answers", "answer_ids")),
+        ),
+        Case(
+            "duplicate JSON key",
+            "POST",
+            "/v1/analyze",
+            raw=b'{"prompt": "a", "answers": ["x"], "rewards": [1], '
+            b'"selection": {"ratio": 0.2, "ratio": 0.9}}',
+            check=lambda b: "'ratio' appears twice" in b["error"]["message"],
+        ),
+        Case(
+            "ratio selecting no token",
+            "POST",
+            "/v1/analyze",
+            _group(selection={"ratio": 1e-300}),
+            check=lambda b: "selects no token" in b["error"]["message"],
+        ),
+        Case("step measure_logprob_after 0", "POST", step, {"measure_logprob_after": 0}),
+        Case("step include_tokens 1", "POST", step, {"include_tokens": 1}),
         Case(
             "reference bool",
             "POST",

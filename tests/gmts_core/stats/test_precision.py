@@ -9,8 +9,8 @@ identity hidden states and the logits as its head's weight, so its matmul is exa
 
 The bounds are relative, |got - exact| <= RTOL * |exact|, for every value of magnitude at least
 float32's smallest normal number (2^-126, about 1.2e-38); below that a float32 result can only
-be a subnormal or 0, so the allowance there is that absolute 2^-126. They are the claims table's
-bounds (docs: "What it computes").
+be a subnormal or 0, so the allowance there is that absolute 2^-126. They are the bounds of the
+claims table in docs/concepts.md ("Precision of the token statistics").
 """
 
 from __future__ import annotations
