@@ -9,7 +9,14 @@ accuracy gain and where the wall time goes: the steps themselves (the backend's 
 the tab's bookkeeping (session reads), building the figures and tables after every step, and
 the two evaluations, and the size of the last batch's HTML (all prompts vs the few shown).
 
+With ``--browser`` each seed also runs in real Chromium (Debian's ``/usr/bin/chromium``)
+against a live server with the bundled model, as a class would: the Train tab at its defaults,
+one click on "Run steps", timed from the click until the last held-out point is drawn; the
+report gives that browser wall time, the held-out accuracy points the chart shows, and the
+browser path's time over the loop's (same seed, same settings, run just before).
+
     .venv/bin/python benchmarks/train_tab.py [--seeds 0 1] [--steps 20] [--threads 2] [--json]
+    .venv/bin/python benchmarks/train_tab.py --browser --seeds 0 1 2 --json
 """
 
 from __future__ import annotations
@@ -23,9 +30,11 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from _common import emit, machine, median
+from _common import LiveServer, emit, machine, median
 
 from app.core.config import Settings
+from app.live_server import CHROMIUM_ARGS, CHROMIUM_PATH
+from app.main import create_app
 from app.services.container import build_services
 from app.ui.client import LocalBackend
 from app.ui.tabs.train import view as train
@@ -44,6 +53,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=train.TrainForm.max_new_tokens)
     p.add_argument("--eval-problems", type=int, default=train.TrainForm.eval_problems)
     p.add_argument("--min-gain", type=float, default=0.0, help="exit 1 at or below (points)")
+    p.add_argument("--browser", action="store_true", help="also run it in real Chromium")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args()
 
@@ -94,6 +104,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
     before, after = evals[0]["accuracy"], evals[-1]["accuracy"]
     return {
         "seed": seed,
+        "accuracy_points": [[e["step"], round(e["accuracy"], 4)] for e in evals],
         "accuracy_before": round(before, 4),
         "accuracy_after": round(after, 4),
         "gain_points": round(100 * (after - before), 2),
@@ -108,12 +119,78 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+# the held-out accuracy points the Train tab's reward chart draws (its first trace)
+ACCURACY_POINTS_JS = """() => {
+    const d = document.querySelector('#train-reward-plot .js-plotly-plot');
+    if (!d || !d.data || !d.data[0]) return [];
+    return d.data[0].x.map((x, i) => [x, d.data[0].y[i]]);
+}"""
+BROWSER_TIMEOUT_MS = 3_600_000
+
+
+def set_number(page: Any, elem_id: str, value: float) -> None:
+    box = page.locator(f"#{elem_id} input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def browser_run(seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The preset in real Chromium: Train tab, one click on "Run steps", until the last
+    held-out point is on the chart."""
+    from playwright.sync_api import sync_playwright  # the dev extra's; only for --browser
+
+    form = tab_form(args, seed)
+    app = create_app(Settings(ui_enabled=True, torch_threads=args.threads))
+    with LiveServer(app) as server, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM_PATH, args=list(CHROMIUM_ARGS))
+        page = browser.new_context(viewport={"width": 1366, "height": 900}).new_page()
+        page.set_default_timeout(BROWSER_TIMEOUT_MS)
+        page.goto(server.url + "/ui/", wait_until="load")
+        page.wait_for_selector("#analyze-btn")
+        page.get_by_role("tab", name="Train").click()
+        defaults = train.TrainForm()
+        overrides = {
+            "train-steps": (form.steps, defaults.steps),
+            "train-g": (form.group_size, defaults.group_size),
+            "train-prompts": (form.prompts_per_step, defaults.prompts_per_step),
+            "train-max-new": (form.max_new_tokens, defaults.max_new_tokens),
+            "train-eval": (form.eval_problems, defaults.eval_problems),
+            "train-seed": (seed, defaults.seed),
+        }
+        for elem_id, (value, default) in overrides.items():
+            if value != default:
+                set_number(page, elem_id, value)
+        if form.method != defaults.method:
+            raise SystemExit("--browser runs the tab's own method only (leave --method out)")
+        start = time.perf_counter()
+        page.click("#train-run-btn")
+        page.wait_for_function(  # the end-of-run evaluation is drawn
+            "(n) => { const d = document.querySelector('#train-reward-plot .js-plotly-plot');"
+            " return !!(d && d.data && d.data[0] && d.data[0].x.includes(n)); }",
+            arg=form.steps,
+            polling=250,
+        )
+        page.wait_for_selector(f"#train-session:has-text('steps done {form.steps}')")
+        wall = time.perf_counter() - start
+        points = page.evaluate(ACCURACY_POINTS_JS)
+        browser.close()
+    return {
+        "seed": seed,
+        "browser_seconds": round(wall, 1),
+        "accuracy_points": [[int(x), round(float(y), 4)] for x, y in points],
+        "gain_points": round(100 * (points[-1][1] - points[0][1]), 2),
+    }
+
+
 def main() -> int:
     args = parse_args()
     torch.set_num_threads(args.threads)
     form = tab_form(args)
     runs = [run_seed(s, args) for s in args.seeds]
     gains = [r["gain_points"] for r in runs]
+    browser_runs = [browser_run(s, args) for s in args.seeds] if args.browser else []
+    for loop, seen in zip(runs, browser_runs, strict=False):
+        seen["browser_over_loop"] = round(seen["browser_seconds"] / loop["seconds"], 2)
     report = {
         "benchmark": "train_tab",
         "settings": {**form.knobs(), "steps": args.steps, "eval_problems": form.eval_problems},
@@ -121,6 +198,7 @@ def main() -> int:
         "runs": runs,
         "gain_points_median": median(gains),
         "seconds_median": median([r["seconds"] for r in runs]),
+        "browser": browser_runs,
         "machine": machine(),
     }
     lines = [
@@ -137,6 +215,13 @@ def main() -> int:
         ),
         f"  median gain {report['gain_points_median']:+.1f} points, median time "
         f"{report['seconds_median']:.0f} s",
+        *(
+            f"  browser, seed {b['seed']}: held-out accuracy "
+            + " -> ".join(f"{y:.3f}@{x}" for x, y in b["accuracy_points"])
+            + f" ({b['gain_points']:+.1f} points) in {b['browser_seconds']} s from the click "
+            f"({b['browser_over_loop']}x the loop)"
+            for b in browser_runs
+        ),
     ]
     emit(report, args.json, lines)
     return 0 if all(g > args.min_gain for g in gains) else 1

@@ -1,5 +1,5 @@
 """Take the documentation's screenshots on the bundled model: docs/explore.png and every tab at
-1366x768 (a laptop) and 390x844 (a phone) in docs/ui/.
+1366x900 (a laptop) and 390x844 (a phone) in docs/ui/.
 
 Starts the app on a free 127.0.0.1 port, opens /ui in Debian's Chromium (Playwright), analyzes
 the default example prompt, hovers a token selected by GMTS and saves the token view with its
@@ -53,7 +53,7 @@ def shoot(url: str, out: Path) -> None:
 
 RUN_ROOT = ROOT / "tests" / "data" / "runs" / "logged"
 RUN_LABEL = "logged (gmts_trainer_log, 2 steps)"
-SIZES = {"desktop": (1366, 768), "phone": (390, 844)}
+SIZES = {"desktop": (1366, 900), "phone": (390, 844)}
 TRAIN_SMALL = {"train-g": 4, "train-prompts": 2, "train-steps": 2, "train-eval": 20}
 
 

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from app.ui import palette
-from app.ui.palette import answer_color, method_color
+from app.ui.palette import answer_color, answer_dash, answer_symbol, method_color
 from app.ui.render import Json, groups_of
 
 # legend under the plot, anchored to the bottom of the figure so that however many rows it
@@ -60,7 +60,7 @@ def scatter_entropy_proxy(group: Json, methods: tuple[str, str]) -> go.Figure:
                 y=[t.get("grad_proxy") for t in toks],
                 mode="markers",
                 name=f"answer #{ai} (A={ans.get('advantage', 0):+.2f})",
-                marker=dict(color=answer_color(ai), size=8, opacity=0.85),
+                marker=dict(color=answer_color(ai), symbol=answer_symbol(ai), size=8, opacity=0.85),
                 text=[_hover(ai, t) for t in toks],
                 customdata=[[ai, t.get("position")] for t in toks],  # a click finds the token
                 hovertemplate="%{text}<br>entropy %{x:.3f}<br>grad_proxy %{y:.3g}"
@@ -131,8 +131,8 @@ def position_curves(group: Json, key: str = "entropy") -> go.Figure:
                 y=[t.get(key) for t in toks],
                 mode="lines+markers",
                 name=f"answer #{ai}",
-                line=dict(color=answer_color(ai)),
-                marker=dict(size=5),
+                line=dict(color=answer_color(ai), dash=answer_dash(ai)),
+                marker=dict(size=5, symbol=answer_symbol(ai)),
                 text=[repr(t.get("text", "")) for t in toks],
                 customdata=[[ai, t.get("position")] for t in toks],
                 hovertemplate="pos %{x} %{text}<br>" + key + " %{y:.3g}<extra></extra>",

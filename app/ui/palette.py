@@ -44,8 +44,24 @@ def method_color(method: str) -> str:
     return FALLBACK_COLORS[digest[0] % len(FALLBACK_COLORS)]
 
 
+# past the colours, answers differ by marker symbol (scatter) and line dash (position curves):
+# (colour, symbol, dash) is distinct for the first len(ANSWER_COLORS) x 4 = 36 answers
+ANSWER_SYMBOLS = ("circle", "diamond", "triangle-up", "x")
+ANSWER_DASHES = ("solid", "dash", "dot", "dashdot")
+
+
 def answer_color(index: int) -> str:
     return ANSWER_COLORS[index % len(ANSWER_COLORS)]
+
+
+def answer_symbol(index: int) -> str:
+    """The marker symbol of answer ``index``: the same colour comes back with another symbol."""
+    return ANSWER_SYMBOLS[(index // len(ANSWER_COLORS)) % len(ANSWER_SYMBOLS)]
+
+
+def answer_dash(index: int) -> str:
+    """The line dash of answer ``index`` (position curves), like :func:`answer_symbol`."""
+    return ANSWER_DASHES[(index // len(ANSWER_COLORS)) % len(ANSWER_DASHES)]
 
 
 def rgba(hex_color: str, alpha: float) -> str:

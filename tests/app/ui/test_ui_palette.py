@@ -100,3 +100,19 @@ def test_zero_signal_group_has_no_marks_and_a_hatched_band(result: dict) -> None
     assert wasted and all("tok-wasted" in c for c in wasted)
     live = render.render_result(result, ("entropy", "gmts"), group_index=0)
     assert "no-gradient" not in live and marked.search(live)
+
+
+def test_sixteen_answers_are_told_apart_in_the_charts() -> None:
+    """Colours repeat after nine answers; the symbol (scatter) and dash (curves) then differ."""
+    answers = [
+        {"index": i, "advantage": 0.0,
+         "tokens": [{"position": 0, "entropy": 0.1 * i, "grad_proxy": 0.01, "text": "x"}]}
+        for i in range(16)
+    ]  # fmt: skip
+    group = {"answers": answers}
+    scatter = charts.scatter_entropy_proxy(group, ("entropy", "gmts"))
+    looks = [(t.marker.color, t.marker.symbol) for t in scatter.data if t.name.startswith("answer")]
+    assert len(looks) == 16 and len(set(looks)) == 16
+    curves = charts.position_curves(group)
+    lines = [(t.line.color, t.line.dash) for t in curves.data]
+    assert len(lines) == 16 and len(set(lines)) == 16

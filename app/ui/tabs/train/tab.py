@@ -89,7 +89,7 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
         c["warmup_steps"] = gr.Slider(
             0, 20, d.warmup_steps, step=1, label="Warm-up steps", elem_id="train-warmup"
         )
-        c["seed"] = gr.Number(d.seed, precision=0, label="Seed", minimum=0)
+        c["seed"] = gr.Number(d.seed, precision=0, label="Seed", minimum=0, elem_id="train-seed")
     return {name: c[name] for name in FORM_FIELDS}
 
 
