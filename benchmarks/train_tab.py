@@ -186,11 +186,14 @@ def main() -> int:
     args = parse_args()
     torch.set_num_threads(args.threads)
     form = tab_form(args)
-    runs = [run_seed(s, args) for s in args.seeds]
+    runs, browser_runs = [], []
+    for seed in args.seeds:  # the loop, then the browser, seed by seed: both see similar load
+        runs.append(run_seed(seed, args))
+        if args.browser:
+            seen = browser_run(seed, args)
+            seen["browser_over_loop"] = round(seen["browser_seconds"] / runs[-1]["seconds"], 2)
+            browser_runs.append(seen)
     gains = [r["gain_points"] for r in runs]
-    browser_runs = [browser_run(s, args) for s in args.seeds] if args.browser else []
-    for loop, seen in zip(runs, browser_runs, strict=False):
-        seen["browser_over_loop"] = round(seen["browser_seconds"] / loop["seconds"], 2)
     report = {
         "benchmark": "train_tab",
         "settings": {**form.knobs(), "steps": args.steps, "eval_problems": form.eval_problems},

@@ -3,7 +3,8 @@
     python scripts/gpu_check_summary.py RESULTS_DIR TESTS_EXIT_CODE BENCH_EXIT_CODE
 
 Reads environment.txt, pytest-gpu.xml, token_stats_*.json, sampler_*.json and real_size_*.json
-from RESULTS_DIR and writes RESULTS_DIR/summary.md (also printed), ready to paste into docs/benchmarks.md.
+from RESULTS_DIR and writes RESULTS_DIR/summary.md (also printed), ready to paste into
+docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ tokens) and appended to the prompt's ids, which can differ from the ids a model 
 ``--batch-size B`` analyzes B lines as one batch (selection scope ``batch`` ranks all their
 tokens together, as the trainer did). Output: JSONL (one analysis per batch,
 the API's body plus the input line numbers) or CSV (one row per token, with its input line).
+
+Lines are read within a size budget, as the run readers read theirs: each line with a bounded
+``readline``, so a line longer than ``--run-max-line-bytes`` (default: ``gmts analyze-run``'s,
+256 MiB) is refused after reading that many bytes of it, never held whole.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, TextIO
 
@@ -37,6 +42,7 @@ from app.schemas.analyze_request import AnalyzeRequest
 from app.services.bodies import as_json
 from app.services.errors import GMTSError, InvalidInputError
 from app.services.export import write_csv
+from app.services.line_budget import CLI_LIMITS, RunLimits, jsonl_lines
 from app.services.validation import validated
 
 logger = logging.getLogger(__name__)
@@ -95,19 +101,21 @@ class RolloutLine(BaseModel):
         }
 
 
-def read_rollouts(path: Path, default_kind: str, skip_invalid: bool) -> Iterator[tuple[int, Group]]:
-    """(line number, group) for each non-empty line; bad lines raise or are skipped."""
-    with path.open(encoding="utf-8") as f:
-        for number, text in enumerate(f, start=1):
-            if not text.strip():
-                continue
-            try:
-                yield number, RolloutLine.model_validate_json(text).group(default_kind)
-            except ValidationError as exc:
-                message = f"{path}:{number}: {_first_error(exc)}"
-                if not skip_invalid:
-                    raise InvalidInputError(message) from None
-                logger.warning("skipping %s", message)
+def read_rollouts(
+    path: Path, default_kind: str, skip_invalid: bool, limits: RunLimits | None = None
+) -> Iterator[tuple[int, Group]]:
+    """(line number, group) for each non-empty line; bad lines raise or are skipped. Each
+    line is read within ``limits.max_line_bytes`` (a longer one is refused, never skipped)."""
+    for number, raw in jsonl_lines(path, limits or CLI_LIMITS):
+        if not raw.strip():
+            continue
+        try:
+            yield number, RolloutLine.model_validate_json(raw).group(default_kind)
+        except ValidationError as exc:
+            message = f"{path}:{number}: {_first_error(exc)}"
+            if not skip_invalid:
+                raise InvalidInputError(message) from None
+            logger.warning("skipping %s", message)
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -164,9 +172,10 @@ def _analyze_batch(
     writer.write(body, lines, index)
 
 
-def _count_lines(path: Path) -> int:
-    with path.open(encoding="utf-8") as f:
-        return sum(1 for line in f if line.strip())
+def _count_lines(path: Path, limits: RunLimits) -> int:
+    """The non-empty lines, counted within the line budget (an over-long line is refused
+    here, before any analysis)."""
+    return sum(1 for _, raw in jsonl_lines(path, limits) if raw.strip())
 
 
 @cli.command("analyze-file")
@@ -184,6 +193,13 @@ def analyze_file_command(
     reward_kind: Annotated[str, typer.Option(help="Rule for lines with a reference.")] = "numeric",
     analysis: dict[str, Any] | None = None,
     skip_invalid: Annotated[bool, typer.Option(help="Skip bad lines instead of failing.")] = False,
+    run_max_line_bytes: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Refuse a line longer than this many bytes (default: 256 MiB, as analyze-run).",
+        ),
+    ] = None,
 ) -> None:
     """Analyze every group of a rollout dump (one JSON object per line) with a progress bar."""
     output = output or rollouts.with_suffix(".gmts.jsonl")
@@ -195,10 +211,13 @@ def analyze_file_command(
         # the knobs are checked once, up front, as part of a minimal request
         validated(AnalyzeRequest, {**config, "prompt": "-", "rewards": [0.0], "answers": ["-"]})
         load_cli_model(model)  # an unknown or broken model fails before any line is read
-        total = _count_lines(rollouts)
+        limits = CLI_LIMITS
+        if run_max_line_bytes is not None:
+            limits = replace(CLI_LIMITS, max_line_bytes=run_max_line_bytes)
+        total = _count_lines(rollouts, limits)
         with output.open("w", encoding="utf-8", newline="") as out:
             writer = _Writer(out, fmt)
-            items = read_rollouts(rollouts, reward_kind, skip_invalid)
+            items = read_rollouts(rollouts, reward_kind, skip_invalid, limits)
             with tqdm(total=total, unit="line", desc="analyzing") as bar:
                 for i, batch in enumerate(_batches(items, batch_size)):
                     _analyze_batch(batch, {**config, "model": model}, writer, i, skip_invalid)

@@ -22,6 +22,7 @@ from app.cli.common import (
     TemperatureOpt,
     analysis_option,
     fail,
+    services,
 )
 from app.services.errors import GMTSError
 from app.services.methods import DEFAULT_METHODS
@@ -113,6 +114,7 @@ def analyze_run_command(
     try:
         outcome = run_analysis(
             req,
+            services().models,  # the registry every CLI command loads models through
             on_total=lambda n: bar.reset(total=n),
             on_step=lambda _report: bar.update(1),
         )

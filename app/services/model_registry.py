@@ -20,7 +20,13 @@ from safetensors import SafetensorError, safe_open
 from app.core.config import Settings
 from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
 from gmts_core.errors import ModelLoadError, ModelNotFoundError
-from gmts_core.modeling import LoadedModel, ModelCache, is_hub_id, resolve_local_model
+from gmts_core.modeling import (
+    LoadedModel,
+    ModelCache,
+    is_hub_id,
+    load_model,
+    resolve_local_model,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -138,11 +144,22 @@ class ModelRegistry:
         ref = self.resolve(name)
         return self.load(ref)
 
-    def load(self, ref: ModelRef) -> LoadedModel:
-        """Load (or reuse) ``ref``; a ModelLoadError names the model, not the server's path."""
+    def load(self, ref: ModelRef, device: str | None = None) -> LoadedModel:
+        """Load (or reuse) ``ref`` on GMTS_DEVICE; a ModelLoadError names the model, not the
+        server's path. Another ``device`` (``gmts analyze-run``'s ``--device``, or the device
+        of one of its launched processes) loads a copy there, outside the cache: the cache
+        holds each model once, on GMTS_DEVICE."""
         self.ensure_available(ref)
         s = self.settings
         try:
+            if device is not None and device != s.device:
+                return load_model(
+                    ref.source,
+                    name=ref.name,
+                    device=device,
+                    dtype=s.dtype,
+                    trust_remote_code=s.trust_remote_code,
+                )
             return self.cache.get(
                 ref.name,
                 ref.source,

@@ -19,10 +19,9 @@ from typing import Any
 import torch
 
 from app.reports.run_charts import run_report_html
+from app.services.model_registry import ModelRegistry
 from gmts_core.config import AnalysisConfig
-from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
 from gmts_core.errors import InvalidInputError
-from gmts_core.modeling import LoadedModel, load_model
 from gmts_core.runs import CLI_LIMITS, LIMIT_NAMES, RunLimits, open_run
 from gmts_core.runs.analysis import StepReport, parse_steps
 from gmts_core.runs.report import (
@@ -98,19 +97,17 @@ def cli_limits(**overrides: int | None) -> RunLimits:
     return replace(CLI_LIMITS, **given)
 
 
-def load_named_model(name: str, device: str = "auto") -> LoadedModel:
-    """The bundled demo model by its alias, else a local folder or hub id."""
-    source: str | Path = DEMO_MODEL_DIR if name == DEMO_ALIAS else name
-    return load_model(source, name=name, device=device)
-
-
 def run_analysis(
     req: RunAnalysisRequest,
+    models: ModelRegistry,
     on_total: Callable[[int], None] | None = None,
     on_step: Callable[[StepReport | None], None] | None = None,
     processes: Processes | None = None,
 ) -> RunAnalysisOutcome:
-    """Analyse ``req.path`` into ``req.out``; see the module docstring for sharding."""
+    """Analyse ``req.path`` into ``req.out``; see the module docstring for sharding. The model
+    comes from ``models`` (the CLI's registry: an alias, any model folder or hub id, as for
+    every CLI command), resolved before anything is written and loaded on this process's
+    device."""
     procs = processes or Processes.from_env()
     run = open_run(req.path, req.fmt, req.limits)
     steps = parse_steps(req.steps, run.steps)
@@ -125,14 +122,16 @@ def run_analysis(
     config.validate()
     plan = RunAnalysisPlan(tuple(steps), frozenset(token_steps), req.reward_kind)
     settings = settings_of(run, req.model, config, plan)
-    if procs.is_main:
-        prepare_output(req.out, settings, req.resume)
-    procs.wait()
-    lm = None
+    ref = None
     if not uses_log(run):
         if req.model is None:
             raise InvalidInputError(f"{req.path}: a {run.format} run needs --model to analyse")
-        lm = load_named_model(req.model, procs.device or req.device)
+        ref = models.resolve(req.model, any_source=True)
+        models.ensure_available(ref)
+    if procs.is_main:
+        prepare_output(req.out, settings, req.resume)
+    procs.wait()
+    lm = None if ref is None else models.load(ref, procs.device or req.device)
     if on_total:
         on_total(len(plan.shard(procs.rank, procs.world)))
     analysed = analyze_run_shard(run, lm, config, plan, req.out, procs.rank, procs.world, on_step)

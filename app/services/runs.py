@@ -279,23 +279,23 @@ class RunService:
                 run=self._info(run_id, run), steps=steps, overview=overview, reports=reports
             )
 
-    async def step_view(self, run_id: str, step: int, options: StepOptions) -> RunStepResponse:
-        """One step's groups and report; reading and analysing run under the job limiter
-        (a worker thread: the event loop stays free)."""
+    def step_view(self, run_id: str, step: int, options: StepOptions) -> RunStepResponse:
+        """One step's groups and report: the options checked, the run read, the step as logged
+        or analysed on demand. Blocking and heavy: the route runs it in the job line
+        (:meth:`step_view_queued`), the UI's local backend inside ``jobs.run_blocking``."""
         with self._relative_errors():
             options.config().validate()
-            await anyio.to_thread.run_sync(self.resolve, run_id)  # a 404 lists the root's names
-        return await self.jobs.run(lambda: self._step_view_of(run_id, step, options))
+            return self._step_view(run_id, self.open(run_id), step, options)
 
-    def step_view_blocking(self, run_id: str, step: int, options: StepOptions) -> RunStepResponse:
+    async def step_view_queued(
+        self, run_id: str, step: int, options: StepOptions
+    ) -> RunStepResponse:
+        """:meth:`step_view` in the job line, for the route: bad options and an unknown run
+        (a 404 listing the root's names) answer at once, off the event loop."""
         with self._relative_errors():
-            self.resolve(run_id)
             options.config().validate()
-        return self.jobs.run_blocking(lambda: self._step_view_of(run_id, step, options))
-
-    def _step_view_of(self, run_id: str, number: int, options: StepOptions) -> RunStepResponse:
-        with self._relative_errors():
-            return self._step_view(run_id, self.open(run_id), number, options)
+            await anyio.to_thread.run_sync(self.resolve, run_id)
+        return await self.jobs.run(lambda: self.step_view(run_id, step, options))
 
     def _step_view(
         self, run_id: str, run: Run, number: int, options: StepOptions

@@ -1,10 +1,12 @@
 """The session service: live-RL sessions for the API and the UI, within the server's limits.
 
 It wraps :class:`app.services.session_store.SessionStore` (TTL ``GMTS_SESSION_TTL_S``, at most
-``GMTS_MAX_SESSIONS``), runs the heavy work (copying the model, GRPO steps, evaluation) in
-worker threads under the shared job limiter, and is the analysis service's
-:class:`~app.services.analysis.PolicyProvider`, so ``POST /v1/analyze`` with ``session_id``
-analyzes with that session's policy.
+``GMTS_MAX_SESSIONS``). Each operation has one synchronous core (:meth:`SessionService.create`,
+``step``, ``reset``, ``evaluate``: the checks, then the heavy work of copying the model, GRPO
+steps or evaluation) that the routes run in worker threads under the shared job limiter (the
+``*_queued`` methods) and the UI's local backend runs inside the same job line. It is the
+analysis service's :class:`~app.services.analysis.PolicyProvider`, so ``POST /v1/analyze``
+with ``session_id`` analyzes with that session's policy.
 
 Sessions survive a restart when ``GMTS_SESSION_STATE_DIR`` is set (the default): each one is
 saved after it is created and after every step, reset and evaluation; a restarted server
@@ -172,14 +174,19 @@ class SessionService:
     def _save(self, session: Session) -> None:
         self.store.save(session, {"model": session.policy.base.name})
 
-    # --- blocking operations (worker threads; the UI may call them directly) ---
+    # --- the cores: checks, then the work, in the caller's thread ---
+    # Blocking and heavy: the routes run them in the job line (the async entry points below),
+    # the UI's local backend inside ``jobs.run_blocking``. A saved session is restored first
+    # (:meth:`get`), in the caller's job slot.
 
     def _check_create(self, req: SessionCreateRequest) -> None:
         self._check_config(self._initial_config(req), None)
         self.models.ensure_available(self.models.resolve(req.model))
 
-    def _create(self, req: SessionCreateRequest) -> Session:
-        """Load the model and copy it into a new session (heavy: inside a job slot)."""
+    def create(self, req: SessionCreateRequest) -> SessionOut:
+        """Check ``req`` against the limits, load the model and copy it into a new session
+        (saved at once); the body of a create request."""
+        self._check_create(req)
         policy = PolicySettings(
             kind=req.policy or self.settings.session_policy,
             lora_threshold=self.settings.session_lora_threshold,
@@ -189,13 +196,10 @@ class SessionService:
         lm = self.models.load(self.models.resolve(req.model))
         session = self.store.create(lm, self._initial_config(req), policy, req.seed)
         self._save(session)
-        return session
-
-    def create_blocking(self, req: SessionCreateRequest) -> SessionOut:
-        self._check_create(req)
-        return session_out(self.jobs.run_blocking(lambda: self._create(req)))
+        return session_out(session)
 
     def _prepare_step(self, session_id: str, req: SessionStepRequest) -> RLConfig:
+        """The step's config, after the checks that need no tokenizer (restores the session)."""
         if req.steps > self.settings.max_session_steps:
             raise LimitExceededError(
                 f"steps is {req.steps}; this server's limit is {self.settings.max_session_steps} "
@@ -206,22 +210,22 @@ class SessionService:
         self._check_config(config, len(req.prompts) if req.prompts else None)
         return config
 
-    def _run_steps(
+    def step(
         self,
         session_id: str,
         req: SessionStepRequest,
-        config: RLConfig,
-        progress: Callable[[int, StepResult], None] | None = None,
         on_stage: StageCallback | None = None,
     ) -> StepOut:
+        """Check ``req`` (limits, references, then tokens), run the steps and return the body of
+        a step request; ``on_stage(name, done, total)`` hears each stage of a step. The session
+        is saved after every step (a restart continues from there)."""
+        config = self._prepare_step(session_id, req)
         prompts = [p.to_core() for p in req.prompts] if req.prompts else None
         with self.store.use(session_id) as session:
             self._check_step_tokens(session, req, config)
 
             def saved(done: int, result: StepResult) -> None:
-                self._save(session)  # after every step: a restart continues from here
-                if progress is not None:
-                    progress(done, result)
+                self._save(session)
 
             token = current_token()
             if token is not None:
@@ -242,20 +246,6 @@ class SessionService:
                 self._running.pop(session_id, None)
             return step_out(session, results, req.include_tokens)
 
-    def step_blocking(
-        self,
-        session_id: str,
-        req: SessionStepRequest,
-        progress: Callable[[int, StepResult], None] | None = None,
-        on_stage: StageCallback | None = None,
-    ) -> StepOut:
-        """Run the steps (``progress(done, result)`` after each, ``on_stage(name, done, total)``
-        at each stage of a step); the body of a step request."""
-        config = self._prepare_step(session_id, req)
-        return self.jobs.run_blocking(
-            lambda: self._run_steps(session_id, req, config, progress, on_stage)
-        )
-
     def _locked(self, session_id: str, fn: Callable[[Session], T]) -> T:
         """``fn(session)`` holding the session; its state is saved afterwards."""
         with self.store.use(session_id) as session:
@@ -263,9 +253,10 @@ class SessionService:
             self._save(session)
             return value
 
-    def reset_blocking(self, session_id: str) -> SessionOut:
+    def reset(self, session_id: str) -> SessionOut:
+        """Back to the starting weights, a fresh optimizer and an empty history (saved)."""
         self.get(session_id)
-        return self.jobs.run_blocking(lambda: self._locked(session_id, _reset))
+        return self._locked(session_id, _reset)
 
     def _check_evaluate(self, session_id: str, req: SessionEvalRequest) -> None:
         self.get(session_id)
@@ -277,34 +268,34 @@ class SessionService:
                 f"answers; this server's limit is {limit} (GMTS_MAX_EVAL_ANSWERS)"
             )
 
-    def _evaluate(self, session_id: str, req: SessionEvalRequest) -> EvaluationOut:
+    def evaluate(self, session_id: str, req: SessionEvalRequest) -> EvaluationOut:
+        """Check ``req`` against the limits, evaluate the session's policy on held-out demo
+        problems (recorded in its history, saved) and return the evaluation."""
+        self._check_evaluate(session_id, req)
         with reward_budget(self.settings.reward_budget_s, "GMTS_REWARD_BUDGET_S"):
             return self._locked(session_id, _evaluator(req))
 
-    def evaluate_blocking(self, session_id: str, req: SessionEvalRequest) -> EvaluationOut:
-        self._check_evaluate(session_id, req)
-        return self.jobs.run_blocking(lambda: self._evaluate(session_id, req))
+    # --- async entry points for the routes: a saved session is restored in a job slot of its
+    # own, the cheap checks answer at once, then the core runs in the job line ---
 
-    # --- async entry points for the routes ---
-
-    async def create(self, req: SessionCreateRequest) -> SessionOut:
+    async def create_queued(self, req: SessionCreateRequest) -> SessionOut:
         self._check_create(req)
-        return session_out(await self.jobs.run(lambda: self._create(req)))
+        return await self.jobs.run(lambda: self.create(req))
 
-    async def step(self, session_id: str, req: SessionStepRequest) -> StepOut:
+    async def step_queued(self, session_id: str, req: SessionStepRequest) -> StepOut:
         await self._restored(session_id)
-        config = self._prepare_step(session_id, req)
-        return await self.jobs.run(lambda: self._run_steps(session_id, req, config))
+        self._prepare_step(session_id, req)
+        return await self.jobs.run(lambda: self.step(session_id, req))
 
-    async def reset(self, session_id: str) -> SessionOut:
+    async def reset_queued(self, session_id: str) -> SessionOut:
         await self._restored(session_id)
         self.get(session_id)
-        return await self.jobs.run(lambda: self._locked(session_id, _reset))
+        return await self.jobs.run(lambda: self.reset(session_id))
 
-    async def evaluate(self, session_id: str, req: SessionEvalRequest) -> EvaluationOut:
+    async def evaluate_queued(self, session_id: str, req: SessionEvalRequest) -> EvaluationOut:
         await self._restored(session_id)
         self._check_evaluate(session_id, req)
-        return await self.jobs.run(lambda: self._evaluate(session_id, req))
+        return await self.jobs.run(lambda: self.evaluate(session_id, req))
 
     def info(self, session_id: str) -> SessionOut:
         """Settings and history; answers even while a step runs (history is append-only)."""

@@ -64,4 +64,5 @@ def build_blocks(backend: Backend, settings: Settings, tabs: tuple[Tab, ...] = T
             for tab in tabs:
                 with gr.Tab(tab.title, id=tab.id, elem_id=f"tab-{tab.id}"):
                     tab.build(ctx)
+        demo.unload(ctx.uploads.release)  # a closed tab's uploads go now, not at the TTL
     return demo

@@ -9,14 +9,20 @@ mode (``gmts serve --api-url URL`` or ``GMTS_API_URL``) lets a GPU server hold t
 the UI runs elsewhere.
 
 A busy server never shows a person a 429: both backends wait in line (up to
-``GMTS_UI_QUEUE_WAIT_S``) and say so once with a notice, instead of failing.
+``GMTS_UI_QUEUE_WAIT_S``) and say so once with a notice, instead of failing. Both also tell a
+waiting Analyze or training step its place in line and estimated wait as it changes: the local
+backend from the job line itself, the remote one by sending its own ``X-Request-ID`` and
+polling ``GET /v1/queue/{request_id}`` while the request is outstanding.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import threading
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -41,6 +47,7 @@ logger = logging.getLogger(__name__)
 
 Json = dict[str, Any]
 REMOTE_TIMEOUT_S = 600.0
+QUEUE_POLL_S = 0.5  # how often the remote backend asks the server for its place in line
 CompareProgress = Callable[[int, int, str], None]  # (done, total, label)
 
 
@@ -181,7 +188,8 @@ class LocalBackend:
     def create_session(self, request: Json) -> Json:
         req = validated(SessionCreateRequest, request)
         with self._in_line():
-            return as_json(self.services.sessions.create_blocking(req))
+            create = self.services.sessions.create
+            return as_json(self.services.jobs.run_blocking(lambda: create(req)))
 
     def step_session(
         self, session_id: str, request: Json, status: LiveStatus | None = None
@@ -189,7 +197,10 @@ class LocalBackend:
         req = validated(SessionStepRequest, request)
         on_stage = status.stage if status is not None else None
         with self._in_line(status):
-            return as_json(self.services.sessions.step_blocking(session_id, req, None, on_stage))
+            step = self.services.sessions.step
+            return as_json(
+                self.services.jobs.run_blocking(lambda: step(session_id, req, on_stage=on_stage))
+            )
 
     def get_session(self, session_id: str) -> Json:
         return as_json(self.services.sessions.info(session_id))
@@ -197,11 +208,13 @@ class LocalBackend:
     def evaluate_session(self, session_id: str, request: Json) -> Json:
         req = validated(SessionEvalRequest, request)
         with self._in_line():
-            return as_json(self.services.sessions.evaluate_blocking(session_id, req))
+            evaluate = self.services.sessions.evaluate
+            return as_json(self.services.jobs.run_blocking(lambda: evaluate(session_id, req)))
 
     def reset_session(self, session_id: str) -> Json:
         with self._in_line():
-            return as_json(self.services.sessions.reset_blocking(session_id))
+            reset = self.services.sessions.reset
+            return as_json(self.services.jobs.run_blocking(lambda: reset(session_id)))
 
     def compare(
         self, model: str | None, config: CompareConfig, progress: CompareProgress | None = None
@@ -218,7 +231,10 @@ class LocalBackend:
         return self.services.runs.overview(run_id).model_dump()  # type: ignore[no-any-return]
 
     def run_step(self, run_id: str, step: int, params: Json) -> Json:
-        view = self.services.runs.step_view_blocking(run_id, int(step), _step_options(params))
+        options = _step_options(params)
+        step_view = self.services.runs.step_view
+        with self._in_line():
+            view = self.services.jobs.run_blocking(lambda: step_view(run_id, int(step), options))
         return view.model_dump()  # type: ignore[no-any-return]
 
     def run_metrics(self, run_id: str, params: Json) -> Json:
@@ -246,20 +262,26 @@ class RemoteBackend:
         wait_s: float = DEFAULT_QUEUE_WAIT_S,
         on_wait: Callable[[str], None] = tell_person,
         sleep: Callable[[float], None] = time.sleep,
+        poll_s: float = QUEUE_POLL_S,
     ) -> None:
         self.wait_s, self.on_wait, self._sleep = wait_s, on_wait, sleep
+        self.poll_s = min(max(float(poll_s), 0.05), 5.0)
         self.base_url = base_url.rstrip("/")
         self.label = f"remote {self.base_url}"
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
 
-    def _request(self, method: str, path: str, body: Json | None) -> httpx.Response:
+    def _request(
+        self, method: str, path: str, body: Json | None, request_id: str | None = None
+    ) -> httpx.Response:
         """One call; a 429 (server busy) waits ``Retry-After`` and tries again, in line,
-        up to ``wait_s`` in all (telling the person once), instead of failing."""
+        up to ``wait_s`` in all (telling the person once), instead of failing.
+        ``request_id`` is sent as ``X-Request-ID`` (the label of the server's job)."""
         waited, told = 0.0, False
+        headers = {"X-Request-ID": request_id} if request_id else None
         while True:
             try:
-                resp = self._client.request(method, path, json=body)
+                resp = self._client.request(method, path, json=body, headers=headers)
             except httpx.HTTPError as exc:
                 raise BackendError(
                     f"cannot reach the GMTS backend at {self.base_url}: {exc}"
@@ -280,8 +302,17 @@ class RemoteBackend:
             self._sleep(pause)
             waited += pause
 
-    def _call(self, method: str, path: str, body: Json | None = None) -> Json:
-        resp = self._request(method, path, body)
+    def _call(
+        self, method: str, path: str, body: Json | None = None, status: LiveStatus | None = None
+    ) -> Json:
+        """The call's JSON body; with ``status``, its place in line is told while it waits
+        (the request carries its own id, polled at ``GET /v1/queue/{id}``)."""
+        if status is None:
+            resp = self._request(method, path, body)
+        else:
+            request_id = f"ui-{uuid.uuid4().hex}"
+            with _QueueWatch(self._client, request_id, status, self.poll_s):
+                resp = self._request(method, path, body, request_id)
         if resp.status_code >= 400:
             if resp.status_code == 404 and error_code(resp) == SessionNotFoundError.code:
                 raise SessionNotFoundError(error_message(resp))
@@ -293,8 +324,8 @@ class RemoteBackend:
         return data if isinstance(data, dict) else {"data": data}
 
     def analyze(self, request: Json, status: LiveStatus | None = None) -> Json:
-        # the HTTP API answers once: no place in line or stages to pass on
-        return self._call("POST", "/v1/analyze", request)
+        # the place in line is polled while it waits; the HTTP API has no stages to pass on
+        return self._call("POST", "/v1/analyze", request, status)
 
     def models(self) -> tuple[list[str], str | None]:
         try:
@@ -316,7 +347,7 @@ class RemoteBackend:
     def step_session(
         self, session_id: str, request: Json, status: LiveStatus | None = None
     ) -> Json:
-        return self._call("POST", f"/v1/sessions/{_quoted(session_id)}/step", request)
+        return self._call("POST", f"/v1/sessions/{_quoted(session_id)}/step", request, status)
 
     def get_session(self, session_id: str) -> Json:
         return self._call("GET", f"/v1/sessions/{_quoted(session_id)}")
@@ -348,6 +379,54 @@ class RemoteBackend:
     def run_metrics(self, run_id: str, params: Json) -> Json:
         query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
         return self._call("GET", f"/v1/runs/{_quoted(run_id)}/metrics?{query}")
+
+
+class _QueueWatch:
+    """While a remote request is outstanding, asks ``GET /v1/queue/{request_id}`` every
+    ``poll_s`` seconds (a thread of its own) and tells ``status`` the place and estimated wait
+    each time they change, as the local backend's job line does. The thread runs in a copy of
+    the caller's context: Gradio's progress finds its event there. A 404 (the job not in line
+    yet, or finished) and a failed poll are skipped: the request itself reports errors. Leaving
+    the ``with`` stops the polling and waits for the thread (a poll waits at most
+    ``POLL_TIMEOUT_S``), so nothing is told after the request has finished."""
+
+    POLL_TIMEOUT_S = 5.0
+
+    def __init__(
+        self, client: httpx.Client, request_id: str, status: LiveStatus, poll_s: float
+    ) -> None:
+        self.client, self.status, self.poll_s = client, status, poll_s
+        self.path = f"/v1/queue/{_quoted(request_id)}"
+        self.done = threading.Event()
+        context = contextvars.copy_context()
+        self.thread = threading.Thread(
+            target=context.run, args=(self._watch,), name="gmts-queue-watch", daemon=True
+        )
+
+    def __enter__(self) -> _QueueWatch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def _watch(self) -> None:
+        told: tuple[int, float | None] | None = None
+        while not self.done.wait(self.poll_s):
+            try:
+                resp = self.client.get(self.path, timeout=self.POLL_TIMEOUT_S)
+                data = resp.json() if resp.status_code == 200 else None
+                place = int(data["place"]) if isinstance(data, dict) else None
+                wait = data.get("estimated_wait_s") if isinstance(data, dict) else None
+            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                continue
+            if place is None or self.done.is_set():
+                continue
+            estimate = float(wait) if isinstance(wait, int | float) else None
+            if (place, estimate) != told:
+                told = (place, estimate)
+                self.status.position(place, estimate)
 
 
 def _quoted(session_id: str) -> str:

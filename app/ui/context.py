@@ -9,7 +9,7 @@ its own ``gr.Tab`` with one ``UIContext`` shared by all.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import gradio as gr
@@ -18,6 +18,7 @@ from app.core.config import Settings
 from app.services.errors import GMTSError
 from app.ui.client import Backend
 from app.ui.render import Json
+from app.ui.uploads import SessionUploads
 
 T = TypeVar("T")
 
@@ -38,6 +39,8 @@ class UIContext:
     capabilities: Json  # the backend's GET /v1/capabilities
     group: gr.Dropdown | None = None
     learn_view: gr.HTML | None = None
+    # the files each browser session uploaded, deleted when it ends (the Blocks' unload)
+    uploads: SessionUploads = field(default_factory=SessionUploads)
 
 
 TabBuilder = Callable[[UIContext], None]

@@ -2,8 +2,9 @@
 
 The server runs heavy jobs one (or a few) at a time (``GMTS_MAX_CONCURRENT_JOBS``); a person's
 Analyze or training step may wait behind another tab's job. These messages say so instead of a
-bare timer: the line as it stood when the job was sent, then (:class:`LiveStatus`, local
-backend) the job's place in line as it changes, with the estimated wait ("waiting: 2nd in line,
+bare timer: the line as it stood when the job was sent, then (:class:`LiveStatus`, either
+backend: the remote one polls the server's ``GET /v1/queue/{request_id}``) the job's place in
+line as it changes, with the estimated wait ("waiting: 2nd in line,
 about 40 s to go", "1st in line") and the
 stage being run as the library announces it ("generating answers (1 of 4)"). Pure: no Gradio.
 """

@@ -95,4 +95,4 @@ async def run_step(
     ] = None,
 ) -> RunStepResponse:
     options = _options(model, ratio, scope, methods, reward)
-    return await services.runs.step_view(run_id, step, options)
+    return await services.runs.step_view_queued(run_id, step, options)

@@ -34,7 +34,7 @@ async def create_session(
     services: ServicesDep, req: Annotated[SessionCreateRequest, Body()] | None = None
 ) -> SessionOut:
     """Returns `session_id`, the settings and an empty history. The base model is never changed."""
-    return await services.sessions.create(req or SessionCreateRequest())
+    return await services.sessions.create_queued(req or SessionCreateRequest())
 
 
 @router.post(
@@ -51,7 +51,7 @@ async def step_session(
     """Without `prompts`, each step draws a batch from the demo task. Knobs given here apply to
     these steps only. 429 while another step of this session runs."""
     return await json_response(
-        await services.sessions.step(session_id, req or SessionStepRequest())
+        await services.sessions.step_queued(session_id, req or SessionStepRequest())
     )
 
 
@@ -76,7 +76,7 @@ async def evaluate_session(
     services: ServicesDep,
     req: Annotated[SessionEvalRequest, Body()] | None = None,
 ) -> EvaluationOut:
-    return await services.sessions.evaluate(session_id, req or SessionEvalRequest())
+    return await services.sessions.evaluate_queued(session_id, req or SessionEvalRequest())
 
 
 @router.post(
@@ -86,7 +86,7 @@ async def evaluate_session(
     responses=error_responses(401, 404, 429, 503),
 )
 async def reset_session(session_id: SessionId, services: ServicesDep) -> SessionOut:
-    return await services.sessions.reset(session_id)
+    return await services.sessions.reset_queued(session_id)
 
 
 @router.delete(

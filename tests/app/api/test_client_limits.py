@@ -7,22 +7,31 @@
 - The UI login lock is per client: the locked one is refused, the right password from any other
   client logs in.
 - UI uploads: at most ``GMTS_UI_UPLOAD_MAX_BYTES`` each (413) and
-  ``GMTS_UI_UPLOADS_PER_CLIENT`` per ``GMTS_UI_UPLOAD_TTL_S`` per client (429); uploaded files
-  are deleted after the TTL (Gradio's cache clean-up is configured with it).
+  ``GMTS_UI_UPLOADS_PER_CLIENT`` per ``GMTS_UI_UPLOAD_TTL_S`` per client (429); an upload
+  is deleted when the browser session that used it ends (its tab closed), and any upload
+  after the TTL (Gradio's cache clean-up is configured with it): both seen to go.
 - Other ``/ui`` bodies are capped by ``GMTS_UI_MAX_BODY_BYTES``.
 """
 
 from __future__ import annotations
 
+import json
+import queue
+import uuid
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
+import gradio as gr
 import httpx
 import pytest
 
 from app.api.client_limits import FailureWindow
 from app.main import create_app
+from app.ui.uploads import SessionUploads
 from tests.app.api_helpers import LiveServer, make_settings
 
+COMPARE_JSON = Path(__file__).resolve().parents[3] / "docs" / "compare" / "compare.json"
 KEY = "right-key"
 RIGHT = {"Authorization": f"Bearer {KEY}"}
 WRONG = {"Authorization": "Bearer nope"}
@@ -150,15 +159,125 @@ def test_other_ui_bodies_are_capped(ui_server: LiveServer) -> None:
     assert r.status_code == 413 and "GMTS_UI_MAX_BODY_BYTES" in r.text
 
 
-def test_uploaded_files_are_deleted_after_the_ttl(model_root: Path) -> None:
-    from app.ui.mount import mount_ui
+def _blocks(app: Any) -> Any:
+    return next(r.app.get_blocks() for r in app.routes if getattr(r, "path", "") == "/ui")
 
-    settings = make_settings(model_root, ui_upload_ttl_s=120)
-    from fastapi import FastAPI
 
-    app = FastAPI()
-    app.state.settings = settings
-    mount_ui(app, settings, create_app(settings).state.services)
-    blocks = next(r.app.get_blocks() for r in app.routes if getattr(r, "path", "") == "/ui")
-    assert blocks.delete_cache == (30, 120)  # Gradio deletes files older than the TTL
-    assert blocks.max_file_size == 10**6
+def test_uploaded_files_are_deleted_after_the_ttl(
+    model_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upload no event ever used (no session owns it) is deleted by Gradio's clean-up once
+    older than GMTS_UI_UPLOAD_TTL_S: each clean-up run is waited for, until the file is gone."""
+    import gradio.route_utils as route_utils
+
+    runs: queue.Queue[int | None] = queue.Queue()
+    clean_up = route_utils.delete_files_created_by_app
+
+    def counted(blocks: Any, age: int | None) -> None:
+        clean_up(blocks, age)
+        runs.put(age)
+
+    monkeypatch.setattr(route_utils, "delete_files_created_by_app", counted)
+    settings = make_settings(model_root, ui_enabled=True, ui_upload_ttl_s=1)
+    with LiveServer(create_app(settings)) as live:
+        blocks = _blocks(live.app)
+        assert blocks.delete_cache == (1, 1) and blocks.max_file_size == 10**6
+        r = _upload(live.url, 1_000, "192.0.2.40")
+        assert r.status_code == 200, r.text
+        (stored,) = (Path(p) for p in r.json())
+        assert stored.is_file()
+        for _ in range(20):  # a run per second; the first one past the TTL deletes it
+            assert runs.get(timeout=30) == 1, "Gradio's clean-up did not run"
+            if not stored.exists():
+                break
+        assert not stored.exists(), "the upload outlived its TTL"
+
+
+class _Session:
+    """A browser session of the UI, as Gradio's page holds one: a heartbeat connection (open
+    while the tab is), and events sent with its ``session_hash``."""
+
+    def __init__(self, url: str, config: dict[str, Any]) -> None:
+        self.base = f"{url}/ui/gradio_api"
+        self.hash = uuid.uuid4().hex
+        (self.upload_id,) = [
+            c["id"]
+            for c in config["components"]
+            if c.get("props", {}).get("elem_id") == "compare-upload"
+        ]
+        (self.fn,) = [
+            d["id"] for d in config["dependencies"] if [self.upload_id, "upload"] in d["targets"]
+        ]
+        self._stack = ExitStack()
+        self.http = self._stack.enter_context(httpx.Client(base_url=self.base, timeout=60))
+        beat = self._stack.enter_context(httpx.Client(timeout=60))
+        heartbeat = self._stack.enter_context(
+            beat.stream("GET", f"{self.base}/heartbeat/{self.hash}")
+        )
+        assert heartbeat.status_code == 200
+        self._beats = heartbeat.iter_lines()  # kept: a dropped iterator closes the connection
+        assert next(self._beats) == "data: ALIVE"
+
+    def load_compare(self, content: bytes) -> Path:
+        """Upload ``content`` as compare.json in the Compare tab (its upload event)."""
+        up = self.http.post("/upload", files={"files": ("compare.json", content, "text/json")})
+        assert up.status_code == 200, up.text
+        (path,) = up.json()
+        data = {"path": path, "orig_name": "compare.json", "meta": {"_type": "gradio.FileData"}}
+        body = {
+            "data": [data],
+            "fn_index": self.fn,
+            "trigger_id": self.upload_id,
+            "session_hash": self.hash,
+            "event_data": None,
+        }
+        assert self.http.post("/queue/join", json=body).status_code == 200
+        with self.http.stream("GET", "/queue/data", params={"session_hash": self.hash}) as events:
+            for line in events.iter_lines():
+                message = json.loads(line[5:]) if line.startswith("data:") else {}
+                if message.get("msg") == "process_completed":
+                    assert message["success"], message
+                    return Path(path)
+        raise AssertionError("the upload event never completed")
+
+    def close(self) -> None:
+        """The tab closes: its heartbeat connection goes."""
+        self._stack.close()
+
+
+def test_a_sessions_uploads_are_removed_when_the_session_ends(
+    model_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a real server, two browser sessions each load compare.json files; when one tab
+    closes (its heartbeat connection goes), its uploads are deleted at once (the Blocks' unload
+    event), long before the TTL, except one the other session uploaded too; the other
+    session's files stay until that one closes."""
+    released: queue.Queue[str] = queue.Queue()
+    release = SessionUploads.release
+
+    def told(self: SessionUploads, request: gr.Request) -> None:
+        release(self, request)
+        released.put(str(request.session_hash))
+
+    monkeypatch.setattr(SessionUploads, "release", told)
+    content = COMPARE_JSON.read_bytes()
+    settings = make_settings(model_root, ui_enabled=True, ui_upload_ttl_s=3600)
+    with LiveServer(create_app(settings)) as live:
+        config = httpx.get(f"{live.url}/ui/config", timeout=60).json()
+        first, second = _Session(live.url, config), _Session(live.url, config)
+        try:
+            mine = first.load_compare(content)
+            theirs = second.load_compare(content + b"\n")  # other content: another file
+            shared = first.load_compare(content + b" ")
+            assert second.load_compare(content + b" ") == shared  # the same content: one file
+            assert len({mine, theirs, shared}) == 3
+            assert all(p.is_file() for p in (mine, theirs, shared))
+            first.close()
+            assert released.get(timeout=60) == first.hash
+            assert not mine.exists() and theirs.is_file() and shared.is_file()
+            second.close()
+            assert released.get(timeout=60) == second.hash
+            assert not theirs.exists() and not shared.exists()
+        finally:
+            first.close()
+            second.close()

@@ -31,8 +31,8 @@ def test_piecewise_json_equals_the_whole_dump(model_root: Path) -> None:
         _same(response, exclude_unset=False)
     check = services.gradcheck.run(GradcheckRequest.model_validate(given_body()))
     _same(check, exclude_unset=True)
-    sid = services.sessions.create_blocking(
+    sid = services.sessions.create(
         SessionCreateRequest(group_size=2, prompts_per_step=1)
     ).session_id
-    step = services.sessions.step_blocking(sid, SessionStepRequest(steps=1, include_tokens=True))
+    step = services.sessions.step(sid, SessionStepRequest(steps=1, include_tokens=True))
     _same(step, exclude_unset=False)

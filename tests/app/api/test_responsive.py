@@ -2,8 +2,10 @@
 
 Through a real uvicorn server, each case sends the worst request its limits allow (answers of
 the full ``max_answer_chars``, every token with alternatives; the CSV and JSON exports of it;
-a session step of the most answers with every token's log-prob change) and probes health and
-readiness over and over while it runs; the slowest probe must answer within 1 s. Building and
+a session step of the most answers with every token's log-prob change; a run step whose file
+sits at the run limits: every completion of ``GMTS_RUN_MAX_FIELD_CHARS`` characters, the most
+answers per group and rows per step) and probes health and readiness over and over while it
+runs; the slowest probe of either must answer within 1 s. Building and
 formatting such bodies is seconds of Python: on the event loop (the defect) health waited for
 all of it (11 s for a 2 x 16,000-character CSV export). A case whose slowest probe was slow is
 tried again (at most 3 times), so one scheduler hiccup on a loaded 2-core machine does not
@@ -12,6 +14,7 @@ fail it, while a blocked loop fails every try.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -27,12 +30,32 @@ from tests.app.api_helpers import LiveServer, make_settings
 HEALTH_BUDGET_S = 1.0
 TRIES = 3
 ANSWER_CHARS = 4_000  # the server's limit in this test (the default is 16,000)
+RUN_ANSWERS = 4  # answers per group = rows per step of a run in this test
 
 
 @pytest.fixture(scope="module")
-def server(model_root: Path) -> Any:
+def run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``worst.jsonl``: one step at every run limit of the server below (each completion of
+    ``run_max_field_chars`` characters, ``run_max_group_answers`` answers, ``run_max_step_rows``
+    rows); ``over.jsonl``: the same with one character more in one completion."""
+    root = tmp_path_factory.mktemp("runs")
+    answers = [_answer(i) for i in range(RUN_ANSWERS)]
+    line = {"prompt": "Q: 47+38=?\nA:", "completions": answers, "step": 1}
+    line["rewards"] = [i % 2 for i in range(RUN_ANSWERS)]
+    (root / "worst.jsonl").write_text(json.dumps(line) + "\n")
+    over = {**line, "completions": [answers[0] + "5", *answers[1:]]}
+    (root / "over.jsonl").write_text(json.dumps(over) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(model_root: Path, run_root: Path) -> Any:
     settings = make_settings(
         model_root,
+        run_roots=[run_root],
+        run_max_field_chars=ANSWER_CHARS,
+        run_max_group_answers=RUN_ANSWERS,
+        run_max_step_rows=RUN_ANSWERS,
         max_answer_chars=ANSWER_CHARS,
         max_total_tokens=20_000,
         max_body_bytes=200_000,
@@ -99,6 +122,7 @@ CASES: dict[str, Callable[[str], httpx.Response]] = {
     "export json": lambda url: httpx.post(
         f"{url}/v1/analyze/export?format=json", json=_analyze_body(), timeout=600
     ),
+    "run step": lambda url: httpx.get(f"{url}/v1/runs/worst.jsonl/steps/1", timeout=600),
 }
 
 
@@ -116,6 +140,18 @@ def test_health_answers_within_a_second_during_the_largest_requests(
     assert min(slowest) < HEALTH_BUDGET_S, f"{name}: slowest health probe per try {slowest}"
     if name == "export csv":
         assert response.text.count("\n") > 2 * 1000  # one row per token: a large body indeed
+    if name == "run step":  # every answer analysed, each of thousands of tokens
+        analysis = response.json()["analysis"]
+        answers = analysis["answers"] or analysis["groups"][0]["answers"]
+        assert len(answers) == RUN_ANSWERS
+        assert all(len(a["tokens"]) > 1000 for a in answers)
+
+
+def test_the_run_step_sits_at_the_run_limits(server: LiveServer) -> None:
+    """One character more than the worst in-limit run step is refused: it is the worst."""
+    r = httpx.get(f"{server.url}/v1/runs/over.jsonl/steps/1", timeout=60)
+    assert r.status_code == 413, r.text[:300]
+    assert "max_field_chars = 4,000" in r.json()["error"]["message"]
 
 
 def test_health_answers_within_a_second_during_the_largest_session_step(

@@ -124,3 +124,25 @@ def test_completion_ids_outside_the_vocabulary_are_refused(
     r = _run(str(path), "--model", str(model_root / TINY), "-o", str(tmp_path / "o.jsonl"))
     assert r.exit_code != 0
     assert "outside the vocabulary" in r.output
+
+
+def test_a_line_over_the_line_limit_is_refused_naming_the_limit_and_its_option(
+    tmp_path: Path, model_root: Path
+) -> None:
+    """A line longer than --run-max-line-bytes is refused (read with the run readers' bounded
+    readline) before anything is analysed or written; a larger limit reads it."""
+    path = tmp_path / "long.jsonl"
+    long_line = {"prompt": "Q: 47+38=?\nA:", "completions": [" 85" * 900, " 75"], "rewards": [1, 0]}
+    path.write_text(json.dumps(LINES[0]) + "\n" + json.dumps(long_line) + "\n")
+    out = tmp_path / "out.jsonl"
+    args = [str(path), "--model", str(model_root / TINY), "-o", str(out)]
+    r = _run(*args, "--run-max-line-bytes", "2000")
+    assert r.exit_code == 2, r.output
+    assert "long.jsonl:2: the line is longer than 2,000 bytes" in r.output
+    assert "max_line_bytes = 2,000 (raise it with --run-max-line-bytes)" in r.output
+    assert not out.exists()  # refused while counting the lines, before any analysis
+    r = _run(*args, "--run-max-line-bytes", "2000", "--skip-invalid")
+    assert r.exit_code == 2 and "--run-max-line-bytes" in r.output  # a limit, never skipped
+    r = _run(*args, "--run-max-line-bytes", "4000")
+    assert r.exit_code == 0, r.output
+    assert [json.loads(x)["lines"] for x in out.read_text().splitlines()] == [[1], [2]]

@@ -1,5 +1,6 @@
 """`gmts analyze-run`: a real TRL dump analysed step by step into JSON, parquet and HTML;
---steps, --tokens, --resume, --reward; and 2 accelerate processes give the 1-process report."""
+--steps, --tokens, --resume, --reward; the model through the CLI's one registry; and 2
+accelerate processes give the 1-process report."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from typer.testing import CliRunner
 
 import app.cli.analyze_run  # noqa: F401  (registers the command)
 from app.cli._app import cli
+from app.cli.common import services
+from app.services.model_registry import LoadedModel, ModelRef, ModelRegistry
 from app.services.run_analysis import RunAnalysisRequest, run_analysis
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
 from gmts_core.demo import DEMO_MODEL_DIR
@@ -26,6 +29,12 @@ from tests.multiprocess import free_port, run
 REPO = Path(__file__).resolve().parents[3]
 RUNS = REPO / "tests" / "data" / "runs"
 METHODS = "entropy,gmts,random,all"
+
+
+@pytest.fixture
+def models() -> ModelRegistry:
+    """The registry every CLI command (analyze-run too) loads its models through."""
+    return services().models
 
 
 def invoke(*args: str) -> None:
@@ -82,10 +91,10 @@ def test_html_is_self_contained_with_charts(trl_report: Path) -> None:
     assert html.count("Plotly.newPlot") == 5
 
 
-def test_steps_spec_and_resume_skip_finished_steps(tmp_path: Path) -> None:
+def test_steps_spec_and_resume_skip_finished_steps(tmp_path: Path, models: ModelRegistry) -> None:
     req = RunAnalysisRequest(RUNS / "run.jsonl", tmp_path, "tiny-arith", steps="1:3:2")
     seen: list[int] = []
-    run_analysis(req, on_step=lambda r: seen.append(r.step if r else -1))
+    run_analysis(req, models, on_step=lambda r: seen.append(r.step if r else -1))
     assert seen == [1, 3]
     part = tmp_path / "parts" / "steps-0.jsonl"
     first, second = part.read_text().splitlines()
@@ -93,6 +102,7 @@ def test_steps_spec_and_resume_skip_finished_steps(tmp_path: Path) -> None:
     seen.clear()
     outcome = run_analysis(
         RunAnalysisRequest(RUNS / "run.jsonl", tmp_path, "tiny-arith", steps="1:3:2", resume=True),
+        models,
         on_step=lambda r: seen.append(r.step if r else -1),
     )
     assert seen == [-1, 3] and outcome.analysed == 1
@@ -106,11 +116,14 @@ def test_steps_spec_and_resume_skip_finished_steps(tmp_path: Path) -> None:
                 steps="1:3:2",
                 analysis=AnalysisConfig(ratio=0.5),
                 resume=True,
-            )
+            ),
+            models,
         )
 
 
-def test_rewards_are_recomputed_only_with_a_reward_rule(tmp_path: Path) -> None:
+def test_rewards_are_recomputed_only_with_a_reward_rule(
+    tmp_path: Path, models: ModelRegistry
+) -> None:
     run = tmp_path / "refs.jsonl"
     run.write_text(
         json.dumps(
@@ -119,11 +132,47 @@ def test_rewards_are_recomputed_only_with_a_reward_rule(tmp_path: Path) -> None:
         + "\n"
     )
     with pytest.raises(InvalidInputError, match=r"refs\.jsonl:1: .*--reward"):
-        run_analysis(RunAnalysisRequest(run, tmp_path / "a", "tiny-arith"))
+        run_analysis(RunAnalysisRequest(run, tmp_path / "a", "tiny-arith"), models)
     report = run_analysis(
-        RunAnalysisRequest(run, tmp_path / "b", "tiny-arith", reward_kind="numeric")
+        RunAnalysisRequest(run, tmp_path / "b", "tiny-arith", reward_kind="numeric"), models
     )
     assert report.report is not None and report.report["rows"][0]["reward_mean"] == 0.5
+
+
+def test_the_model_comes_from_the_cli_registry(
+    tmp_path: Path, models: ModelRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded: list[str] = []
+    load = models.load
+
+    def counted(ref: ModelRef, device: str | None = None) -> LoadedModel:
+        loaded.append(ref.name)
+        return load(ref, device)
+
+    monkeypatch.setattr(models, "load", counted)
+    invoke(str(RUNS / "run.jsonl"), "-o", str(tmp_path), "--steps", "1")
+    assert loaded == ["tiny-arith"]
+
+
+def test_an_unknown_model_fails_before_anything_is_written(tmp_path: Path) -> None:
+    out, missing = tmp_path / "out", str(tmp_path / "no-such-model")  # no folder, no hub id
+    result = CliRunner().invoke(
+        cli, ["analyze-run", str(RUNS / "trl"), "-o", str(out), "--model", missing]
+    )
+    assert result.exit_code == 2
+    assert "unknown model" in result.output and "available: tiny-arith" in result.output
+    assert not out.exists()
+
+
+def test_another_device_loads_a_copy_outside_the_cache(models: ModelRegistry) -> None:
+    """A launched process's own device (or --device): a copy there, the cache left as it is."""
+    if models.settings.device == "cpu":
+        pytest.skip("GMTS_DEVICE=cpu: the CPU is the cache's own device")
+    ref = models.resolve("tiny-arith")
+    cached = models.load(ref)
+    copy = models.load(ref, device="cpu")
+    assert copy is not cached and copy.device.type == "cpu" and copy.name == "tiny-arith"
+    assert models.load(ref) is cached
 
 
 def test_bad_steps_spec_fails_clearly() -> None:

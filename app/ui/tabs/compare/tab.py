@@ -122,9 +122,10 @@ def build_compare_tab(ctx: UIContext) -> None:
         data = call(lambda: ctx.backend.compare(model, config, tick))
         return show(call(lambda: result_from_dict(data)))
 
-    def load(path: str | None) -> list[Any]:
+    def load(path: str | None, request: gr.Request) -> list[Any]:
         if not path:
             raise gr.Error("Choose a compare.json file (written by `gmts compare --out DIR`).")
+        ctx.uploads.track(request, path)  # deleted when this browser session ends
         return show(call(lambda: load_compare_file(path)))
 
     run_btn.click(run, list(form.values()), outputs)

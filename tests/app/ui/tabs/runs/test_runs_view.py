@@ -41,7 +41,7 @@ def test_run_choices_and_steps_table(services) -> None:  # type: ignore[no-untyp
 
 
 def test_logged_step_html_marks_the_applied_mask(services) -> None:  # type: ignore[no-untyped-def]
-    view = services.runs.step_view_blocking("logged", 2, StepOptions()).model_dump()
+    view = services.runs.step_view("logged", 2, StepOptions()).model_dump()
     html = step_html(view)
     df = pd.read_parquet(DATA / "logged" / "gmts_selection" / "selection_00002.parquet")
     assert html.count(" data-pos=") == len(df)
@@ -68,7 +68,7 @@ def test_a_one_prompt_step_renders_its_tokens_and_why_they_differ(
     one.to_parquet(folder / "completions_00001.parquet")
     settings = make_settings(tmp_path, run_roots=[tmp_path], default_model="tiny-arith")
     own = build_services(settings)
-    view = own.runs.step_view_blocking(
+    view = own.runs.step_view(
         "one", 1, StepOptions(model="tiny-arith", methods=("entropy", "gmts"))
     ).model_dump()
     assert view["analysis"]["groups"] is None  # the single form
