@@ -17,6 +17,7 @@ from app.ui.render import Json, placeholder
 from app.ui.tabs.train.view import (
     DELTA_LOGP_NOTE,
     HISTORY_HEADERS,
+    SKIP,
     TrainForm,
     reset_session,
     run_steps,
@@ -136,10 +137,8 @@ def build_train_tab(ctx: UIContext) -> None:
         f = TrainForm(**dict(zip(FORM_FIELDS, values, strict=True)))
         steps = run_steps(ctx.backend, session_id, f, progress, runs or [])
         while (view := call(lambda: next(steps, None))) is not None:
-            shown = list(view.values())
-            if not view.final:  # mid-run: the curves and status move; table and batch at the end
-                shown[5:7] = [gr.skip(), gr.skip()]
-            yield shown
+            # mid-run only what moves is sent (TrainView.values); the rest stays as shown
+            yield [gr.skip() if v is SKIP else v for v in view.values()]
 
     run_btn.click(run, [session, earlier, *form.values()], outputs)
     reset_btn.click(

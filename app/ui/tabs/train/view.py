@@ -39,6 +39,10 @@ TRAIN_RECIPE = dataclasses.replace(
 )
 
 
+SKIP = object()  # an output left as it is shown (the tab sends ``gr.skip()``)
+LIVE_CHARTS_EVERY = 5  # mid-run, the loss and wasted-share charts move every this many steps
+
+
 @dataclass
 class TrainForm:
     """The Train tab's controls. Knobs apply to every step request; model and seed to the
@@ -172,9 +176,24 @@ class TrainView:
 
     def values(self) -> list[Any]:
         """Values for the tab's outputs: state, status, three figures, table, batch HTML, and
-        the earlier runs' state."""
+        the earlier runs' state. Mid-run (``final`` false) only what moves is built: the
+        status and the reward chart after every step, the loss and wasted-share charts every
+        ``LIVE_CHARTS_EVERY`` steps; the rest is :data:`SKIP` (left as shown) until the end.
+        Each update costs the browser a redraw on the machine's same cores as the training."""
         history = (self.info or {}).get("history") or []
         evals = (self.info or {}).get("evaluations") or []
+        if not self.final:
+            charts = len(history) % LIVE_CHARTS_EVERY == 0
+            return [
+                self.session_id,
+                self.status(),
+                reward_figure(history, evals, self.earlier),
+                loss_figure(history) if charts else SKIP,
+                wasted_figure(history) if charts else SKIP,
+                SKIP,
+                SKIP,
+                self.earlier,
+            ]
         batch = (
             render_batch_changes(
                 self.last_batch, method=history[-1].get("method") if history else None

@@ -109,6 +109,20 @@ def test_view_values_order_matches_the_outputs() -> None:
     assert "Run a step" in batch and runs == earlier
 
 
+def test_mid_run_values_send_only_what_moves() -> None:
+    """Mid-run: status and reward chart every step, loss and wasted share every 5 steps, the
+    table and batch left as shown until the run's last view."""
+    five = [metrics(s, 0.5, 0.2) for s in range(1, 6)]
+    for history, charts in ((HISTORY, False), (five, True)):
+        info = {"session_id": "s", "steps_done": len(history), "history": history,
+                "evaluations": EVALS}  # fmt: skip
+        live = train.TrainView("s", info, final=False).values()
+        assert live[2] is not train.SKIP and len(live[2].data[2].x) == len(history)
+        assert (live[3] is train.SKIP, live[4] is train.SKIP) == (not charts, not charts)
+        assert live[5] is train.SKIP and live[6] is train.SKIP
+    assert all(v is not train.SKIP for v in train.TrainView("s", info).values())  # all at the end
+
+
 # --- the last batch -------------------------------------------------------------------------
 
 
