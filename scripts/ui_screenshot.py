@@ -120,6 +120,9 @@ def shoot_tabs(url: str, folder: Path) -> list[Path]:
             steps = page.locator("#run-steps .virtual-row > [role=gridcell]:first-child")
             steps.filter(has_text=re.compile(r"^\s*1\s*$")).first.click()
             page.wait_for_selector("#run-step-view .gmts-view .tok.sel-a")
+            # the metrics over steps, computed in the background, are charted
+            page.wait_for_selector("#run-metrics-status:has-text('steps analysed')")
+            page.wait_for_selector("#run-coverage-plot .js-plotly-plot .point")
             save("runs")
             page.close()
         browser.close()
