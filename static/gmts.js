@@ -240,6 +240,20 @@
   });
   document.addEventListener("scroll", follow, true);
 
+  // --- method pickers: the list reads "name: description", the closed box the name alone ---
+  // (a box a third of a column wide cut "gmts: GMTS: exact l..." mid-word); the whole label
+  // stays in the box's title. While the box has the focus (typing filters the list) it is left.
+  var PICKERS = ["method-a", "method-b", "train-method"];
+  function shortPickers() {
+    PICKERS.forEach(function (id) {
+      var input = document.querySelector("#" + id + " input");
+      if (!input || input === document.activeElement) return;
+      var cut = input.value.indexOf(": ");
+      if (cut > 0) { input.title = input.value; input.value = input.value.slice(0, cut); }
+    });
+  }
+  setInterval(shortPickers, 250);
+
   // --- a number typed outside a control's range is clamped: say so, in words ---
   function labelOf(input) {
     var block = input.closest(".block, label") || input.parentElement;

@@ -176,3 +176,19 @@ def test_token_area_is_one_tab_stop_with_arrow_keys(chromium: Any, ui_server: Li
     assert not page.evaluate("document.activeElement.classList.contains('tok')")
     assert page.locator('#token-view .tok[tabindex="0"]').count() == 1
     page.context.close()
+
+
+@pytest.mark.parametrize(("width", "height"), SIZES)
+def test_method_pickers_show_names_and_list_descriptions(
+    chromium: Any, ui_server: LiveServer, width: int, height: int
+) -> None:
+    page = open_page(chromium, ui_server.url, width, height)
+    box = page.locator("#method-b input")
+    page.wait_for_function("() => document.querySelector('#method-b input').value === 'gmts'")
+    assert page.locator("#method-a input").input_value() == "entropy"
+    assert box.get_attribute("title").startswith("gmts: GMTS")  # the whole label on hover
+    box.click()  # the open list keeps the descriptions
+    option = page.get_by_role("option", name="gmts_paper: GMTS paper, Framework1 code", exact=False)
+    option.first.click()
+    page.wait_for_function("() => document.querySelector('#method-b input').value === 'gmts_paper'")
+    page.context.close()
