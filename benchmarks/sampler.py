@@ -5,7 +5,7 @@ Rollout of one RL step's batch (``--prompts`` prompts x ``--group-size`` answers
 ``--max-new-tokens`` tokens, temperature 1) on the bundled ``tiny-arith`` model (or a random
 Qwen2-0.5B-shaped one with ``--shape 0.5b``), four ways, interleaved ``--repeats`` times:
 
-    generate   transformers' ``generate`` (``gmts_core.sampling._hf_generate``)
+    generate   transformers' ``generate`` (``gmts_core.sampling.hf_generate_answers``)
     generic    ``gmts_core.kv_sampler.decode`` with the model's own body at every step
     fused      ``decode`` with the fused step (``gmts_core.fused_decode``; Llama layouts)
     fused+stats  the same, computing every token's statistics from the logits it was drawn from
@@ -42,7 +42,7 @@ from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.experiments.evaluation import demo_batch
 from gmts_core.kv_sampler import DecodeRequest, decode, unserved_reason
 from gmts_core.modeling import load_model
-from gmts_core.sampling import SamplingConfig, _hf_generate
+from gmts_core.sampling import SamplingConfig, hf_generate_answers
 from gmts_core.stats.forward import answer_logits, answer_token_stats, stats_from_logits
 from gmts_core.stats.tokenization import encode_prompt
 
@@ -112,7 +112,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         return time.perf_counter() - start
 
     contenders: dict[str, Callable[[], Any]] = {
-        "generate": lambda: _hf_generate(model, tok, prompts, config),
+        "generate": lambda: hf_generate_answers(model, tok, prompts, config),
         "generic": ours(False, False),
         "fused": ours(True, False),
         "fused+stats": ours(True, True),

@@ -113,7 +113,7 @@ def _check(prompt_ids: list[int], config: SamplingConfig) -> None:
         )
 
 
-def _generate(
+def generate_answers(
     model: Any,
     tokenizer: Any,
     prompts: list[list[int]],
@@ -125,7 +125,7 @@ def _generate(
     by prompt; with ``stats``, each with its tokens' statistics. Our sampler serves the model
     unless ``use_generate`` or :func:`gmts_core.kv_sampler.unserved_reason` says otherwise."""
     if use_generate or unserved_reason(model) is not None:
-        return _hf_generate(model, tokenizer, prompts, config, stats)
+        return hf_generate_answers(model, tokenizer, prompts, config, stats)
     request = DecodeRequest(
         num_samples=config.num_samples,
         max_new_tokens=config.max_new_tokens,
@@ -150,14 +150,14 @@ def _generate(
 
 
 @torch.no_grad()
-def _hf_generate(
+def hf_generate_answers(
     model: Any,
     tokenizer: Any,
     prompts: list[list[int]],
     config: SamplingConfig,
     stats: StatsSpec | None = None,
 ) -> list[SampledAnswer]:
-    """As :func:`_generate`, with transformers' ``generate`` (statistics by forward hooks,
+    """As :func:`generate_answers`, with transformers' ``generate`` (statistics by forward hooks,
     :class:`gmts_core.stats.sampling_stats.StatsWhileSampling`)."""
     device = next(model.parameters()).device
     input_ids = torch.tensor(prompts, device=device)  # (B, P)
@@ -197,7 +197,7 @@ def sample_answers(
 ) -> list[SampledAnswer]:
     """Sample ``config.num_samples`` answers to ``prompt_ids`` in one batched generate call."""
     _check(prompt_ids, config)
-    return _generate(model, tokenizer, [prompt_ids], config)
+    return generate_answers(model, tokenizer, [prompt_ids], config)
 
 
 def batch_seed(seeds: Sequence[int]) -> int:
@@ -232,7 +232,7 @@ def sample_groups(
         for start in range(0, len(members), per_call):
             chunk = members[start : start + per_call]
             call = dataclasses.replace(shared, seed=batch_seed([configs[i].seed for i in chunk]))
-            rows = _generate(model, tokenizer, [prompts[i] for i in chunk], call, stats)
+            rows = generate_answers(model, tokenizer, [prompts[i] for i in chunk], call, stats)
             for j, i in enumerate(chunk):
                 out[i] = rows[j * shared.num_samples : (j + 1) * shared.num_samples]
     return out

@@ -17,7 +17,7 @@ from gmts_core import kv_sampler
 from gmts_core.kv_cache import PreallocatedLayer, keep_rows, repeat_rows, sampling_cache
 from gmts_core.kv_sampler import DecodeRequest, decode, processors, unserved_reason
 from gmts_core.modeling import LoadedModel, load_model
-from gmts_core.sampling import SamplingConfig, StatsSpec, _generate, _hf_generate
+from gmts_core.sampling import SamplingConfig, StatsSpec, generate_answers, hf_generate_answers
 from gmts_core.stats.forward import answer_token_stats
 
 
@@ -82,8 +82,8 @@ def test_greedy_answers_equal_generates_while_rows_finish(eos_prone: LoadedModel
     lm = eos_prone
     cfg = SamplingConfig(num_samples=1, temperature=0, max_new_tokens=12)
     prompts = _prompts(lm)
-    ours = _generate(lm.model, lm.tokenizer, prompts, cfg)
-    theirs = _hf_generate(lm.model, lm.tokenizer, prompts, cfg)
+    ours = generate_answers(lm.model, lm.tokenizer, prompts, cfg)
+    theirs = hf_generate_answers(lm.model, lm.tokenizer, prompts, cfg)
     assert [a.token_ids for a in ours] == [a.token_ids for a in theirs]
 
 
@@ -98,8 +98,8 @@ def test_a_row_is_generates_draw_for_draw(tiny_llama: LoadedModel) -> None:
             SamplingConfig(num_samples=1, temperature=1.3, top_k=7, max_new_tokens=10, seed=6),
         ):
             prompt = _prompts(lm)[:1]
-            ours = _generate(lm.model, lm.tokenizer, prompt, cfg)
-            theirs = _hf_generate(lm.model, lm.tokenizer, prompt, cfg)
+            ours = generate_answers(lm.model, lm.tokenizer, prompt, cfg)
+            theirs = hf_generate_answers(lm.model, lm.tokenizer, prompt, cfg)
             assert [a.token_ids for a in ours] == [a.token_ids for a in theirs]
             assert len(ours[0].token_ids) == 10
     finally:
@@ -111,7 +111,7 @@ def test_statistics_are_those_of_the_forward_while_the_batch_shrinks(
 ) -> None:
     lm = eos_prone
     cfg = SamplingConfig(num_samples=6, temperature=1.0, max_new_tokens=10, seed=2)
-    answers = _generate(lm.model, lm.tokenizer, _prompts(lm), cfg, StatsSpec(0.8, top_k=3))
+    answers = generate_answers(lm.model, lm.tokenizer, _prompts(lm), cfg, StatsSpec(0.8, top_k=3))
     lengths = {len(a.token_ids) for a in answers}
     assert len(lengths) >= 3 and any(a.finished for a in answers)  # rows ended at many steps
     seqs = [(_prompts(lm)[i // 6], a.token_ids) for i, a in enumerate(answers)]
@@ -146,8 +146,8 @@ def test_unsupported_generation_settings_fall_back_to_generate(
     try:
         assert "repetition_penalty" in str(unserved_reason(lm.model))
         with caplog.at_level(logging.WARNING, logger="gmts_core.kv_sampler"):
-            ours = _generate(lm.model, lm.tokenizer, _prompts(lm)[:1], cfg)
-        theirs = _hf_generate(lm.model, lm.tokenizer, _prompts(lm)[:1], cfg)
+            ours = generate_answers(lm.model, lm.tokenizer, _prompts(lm)[:1], cfg)
+        theirs = hf_generate_answers(lm.model, lm.tokenizer, _prompts(lm)[:1], cfg)
         assert [a.token_ids for a in ours] == [a.token_ids for a in theirs]
         assert "sampled with generate()" in caplog.text
     finally:
@@ -161,7 +161,9 @@ def test_a_model_whose_probe_fails_falls_back(
     lm = load_model(tiny_lm("gpt2").source, device="cpu", dtype="float32")  # a private copy
     monkeypatch.setattr(kv_sampler, "probe_difference", lambda model: (1.0, 1.0))
     assert "differ" in str(unserved_reason(lm.model))
-    answers = _generate(lm.model, lm.tokenizer, [[5, 6, 7]], SamplingConfig(2, max_new_tokens=3))
+    answers = generate_answers(
+        lm.model, lm.tokenizer, [[5, 6, 7]], SamplingConfig(2, max_new_tokens=3)
+    )
     assert len(answers) == 2
 
 
