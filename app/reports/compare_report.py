@@ -2,10 +2,9 @@
 :class:`~gmts_core.experiments.compare.CompareResult`.
 
 Each curve is the mean over seeds, with a shaded band of +-1 std only when there are several
-seeds (one seed has no spread to show). Step axes tick at whole steps. Colours: pass
-``color(method) -> "#RRGGBB"`` (the app passes its palette, so a method has one colour on every
-chart); without it, plotly's qualitative palette in method order. The page embeds plotly.js, so
-it opens offline.
+seeds (one seed has no spread to show). Step axes tick at whole steps. Colours come from
+:mod:`app.palette` (one colour per method on every chart, the UI's and the CLI's pages alike);
+``color(method) -> "#RRGGBB"`` overrides it. The page embeds plotly.js, so it opens offline.
 """
 
 from __future__ import annotations
@@ -16,19 +15,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
-from plotly.colors import qualitative
 
+from app.palette import method_color, rgba
 from gmts_core.experiments.compare import CompareResult
-
-
-def _color(i: int) -> str:
-    return qualitative.Plotly[i % len(qualitative.Plotly)]
-
-
-def _rgba(hex_color: str, alpha: float) -> str:
-    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
-    return f"rgba({r},{g},{b},{alpha})"
-
 
 ColorFn = Callable[[str], str]
 
@@ -49,7 +38,7 @@ def _band(
             x=x + x[::-1] if band else [],
             y=upper + lower[::-1] if band else [],
             fill="toself",
-            fillcolor=_rgba(color, 0.15),
+            fillcolor=rgba(color, 0.15),
             line={"width": 0},
             hoverinfo="skip",
             showlegend=False,
@@ -98,8 +87,8 @@ def compare_figures(result: CompareResult, color: ColorFn | None = None) -> dict
         "loss": _figure("Loss", "loss", n),
     }
     band = result.config.seeds > 1
-    for i, m in enumerate(result.config.methods):
-        c = color(m) if color is not None else _color(i)
+    for m in result.config.methods:
+        c = (color or method_color)(m)
         acc = result.accuracy_curve(m)
         _band(figs["accuracy"], [int(r["step"]) for r in acc], acc, m, c, band)
         _band(figs["reward"], steps, result.curve(m, "reward"), m, c, band)

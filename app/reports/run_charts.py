@@ -2,7 +2,8 @@
 and the self-contained HTML summary ``gmts analyze-run`` writes next to ``report.json``.
 
 Every number comes from the report rows (``StepReport.to_dict()``); the figures only arrange
-them. Methods are coloured with the Okabe-Ito palette, one colour per method everywhere.
+them. Methods take their colours from :mod:`app.palette` (one colour per method everywhere:
+the Runs tab, the Explore tab and this page); other series take Okabe-Ito colours from it too.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from app.palette import OKABE_ITO, method_color
+
 Row = dict[str, Any]
-# the Okabe-Ito palette (colour-blind safe), as the UI's charts use it
-OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000")
 LAYOUT = dict(
     template="plotly_white",
     margin=dict(l=55, r=20, t=50, b=60),
@@ -27,10 +28,6 @@ LAYOUT = dict(
 
 def _methods(rows: list[Row]) -> list[str]:
     return list(rows[0]["gradient_coverage"]) if rows else []
-
-
-def _color(methods: list[str], m: str) -> str:
-    return OKABE_ITO[methods.index(m) % len(OKABE_ITO)]
 
 
 def reward_figure(rows: list[Row]) -> go.Figure:
@@ -72,7 +69,7 @@ def per_method_figure(rows: list[Row], key: str, title: str) -> go.Figure:
                 y=[r[key].get(m) for r in rows],
                 name=m,
                 mode="lines+markers",
-                line=dict(color=_color(methods, m)),
+                line=dict(color=method_color(m)),
             )
         )
     fig.update_layout(title=title, yaxis_range=[-0.02, 1.02], **LAYOUT)

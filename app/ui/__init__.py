@@ -6,6 +6,6 @@ Layout: :mod:`app.ui.blocks` builds the tabs listed in ``TABS``, one package per
 :mod:`app.ui.context` holds the :class:`~app.ui.context.UIContext` every tab is built from and
 :func:`~app.ui.context.call`, the one way a handler calls the backend; :mod:`app.ui.client` is
 the backend (the local service layer or a remote server); :mod:`app.ui.render`,
-:mod:`app.ui.charts`, :mod:`app.ui.palette`, :mod:`app.ui.choices` and :mod:`app.ui.status` are
+:mod:`app.ui.charts`, :mod:`app.palette`, :mod:`app.ui.choices` and :mod:`app.ui.status` are
 shared by the tabs. Importing this package imports nothing (Gradio loads with the tabs).
 """

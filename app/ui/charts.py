@@ -2,7 +2,7 @@
 
 Nothing here computes a statistic of its own: every number comes from the analysis result
 (``app.services.bodies.analysis_json``), the figures only arrange it. Colours come from
-:mod:`app.ui.palette` (one colour per method on every tab), and selections are marked by
+:mod:`app.palette` (one colour per method on every tab), and selections are marked by
 marker shape as well as colour.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from app.ui import palette
-from app.ui.palette import answer_color, answer_dash, answer_symbol, method_color
+from app import palette
+from app.palette import answer_color, answer_dash, answer_symbol, method_color
 from app.ui.render import Json, groups_of
 
 # legend under the plot, anchored to the bottom of the figure so that however many rows it

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from app.ui.palette import css_vars
+from app.palette import css_vars
 
 Json = dict[str, Any]
 

@@ -2,7 +2,7 @@
 
 The token marks' CSS colours and the legend symbols of the plotly charts (their SVG paths'
 stroke or fill) on Explore, Train and Compare must give each method one colour, the one in
-``app.ui.palette``.
+``app.palette``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from app.ui.palette import method_color
+from app.palette import method_color
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.experiments.compare import CompareConfig, run_compare
 from gmts_core.grpo.step import RLConfig

@@ -1,4 +1,4 @@
-"""One colour per method on every chart and in the token marks (app.ui.palette)."""
+"""One colour per method on every chart and in the token marks (app.palette)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import re
 
 import pytest
 
-from app.ui import charts, palette, render
+from app import palette
+from app.reports.run_charts import per_method_figure
+from app.ui import charts, render
 from app.ui.tabs.explore import batch
 from app.ui.tabs.train import charts as train_charts
 
@@ -116,3 +118,13 @@ def test_sixteen_answers_are_told_apart_in_the_charts() -> None:
     curves = charts.position_curves(group)
     lines = [(t.line.color, t.line.dash) for t in curves.data]
     assert len(lines) == 16 and len(set(lines)) == 16
+
+
+def test_run_reports_use_the_method_colours() -> None:
+    """The Runs tab's and `gmts analyze-run`'s charts colour a method as every tab does."""
+    rows = [{"step": s, "gradient_coverage": {"applied": 0.9, "entropy": 0.8, "gmts": 0.95}}
+            for s in (1, 2)]  # fmt: skip
+    fig = per_method_figure(rows, "gradient_coverage", "coverage")
+    assert {t.name: t.line.color for t in fig.data} == {
+        m: palette.method_color(m) for m in ("applied", "entropy", "gmts")
+    }

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from app.palette import method_color
 from app.reports.compare_report import TABLE_HEADER, compare_figures, table_rows
 from app.services.catalog import RL_DEFAULTS
 from app.services.compare import (
@@ -27,7 +28,6 @@ from app.services.compare import (
     compare_config,
     write_outputs,
 )
-from app.ui.palette import method_color
 
 Json = dict[str, Any]
 FIGURES = ("accuracy", "wasted_share", "reward", "loss")  # two per row: accuracy beside waste

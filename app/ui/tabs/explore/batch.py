@@ -15,11 +15,11 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from app.palette import method_color
 from app.services.catalog import demo_problems
 from app.services.errors import InvalidInputError
 from app.ui.charts import LAYOUT
 from app.ui.choices import EXPLICIT
-from app.ui.palette import method_color
 from app.ui.render import Json, fmt, groups_of
 from app.ui.tabs.explore.view import ExploreForm, common_fields, sampling_fields
 

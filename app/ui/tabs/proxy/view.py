@@ -16,8 +16,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from app.palette import NEUTRAL, method_color
 from app.services.errors import InvalidInputError
-from app.ui.palette import NEUTRAL, method_color
 from app.ui.render import Json, fmt, groups_of
 
 SCATTER_COLUMNS = 3

@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from app.reports.run_charts import LAYOUT, OKABE_ITO, per_method_figure, reward_figure
+from app.palette import OKABE_ITO
+from app.reports.run_charts import LAYOUT, per_method_figure, reward_figure
 from app.ui.render import placeholder, render_group
 from app.ui.tabs.runs.differences import differences_html
 

@@ -4,7 +4,7 @@ escaped like :mod:`app.ui.render`)."""
 
 from __future__ import annotations
 
-from app.ui.palette import css_vars
+from app.palette import css_vars
 from app.ui.render import Json, data_attr, fmt, placeholder, visible_text
 
 CHANGE_UP, CHANGE_DOWN = "0, 158, 115", "213, 94, 0"  # Okabe-Ito bluish green / vermillion

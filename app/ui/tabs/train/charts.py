@@ -1,6 +1,6 @@
 """The Train tab's charts from a session's history: reward and held-out accuracy (with earlier
 runs faded behind), the losses, and each method's wasted share, on whole-number step axes in
-the one palette of :mod:`app.ui.palette`."""
+the one palette of :mod:`app.palette`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from app.palette import method_color
 from app.ui.charts import LAYOUT
-from app.ui.palette import method_color
 from app.ui.render import Json
 from app.ui.tabs.train import earlier_runs as train_runs
 from app.ui.tabs.train.earlier_runs import SMOOTH, moving_average

@@ -13,7 +13,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from app.ui.palette import method_color, rgba
+from app.palette import method_color, rgba
 
 Json = dict[str, Any]
 MAX_EARLIER = 6  # the oldest faded runs drop off beyond this

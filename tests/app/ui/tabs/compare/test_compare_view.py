@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from app.palette import method_color
 from app.reports.compare_report import TABLE_HEADER, table_rows
 from app.schemas.gradcheck import GradcheckRequest
 from app.services.bodies import analysis_json, as_json, gradcheck_response
 from app.services.compare import load_compare_file, result_from_dict
 from app.services.container import build_services
-from app.ui.palette import method_color
 from app.ui.tabs.compare import view as compare
 from app.ui.tabs.proxy import view as proxy
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from app.ui import palette
+from app import palette
 from app.ui.tabs.train import earlier_runs as train_runs
 from app.ui.tabs.train import view as train
 
