@@ -17,15 +17,13 @@ polling ``GET /v1/queue/{request_id}`` while the request is outstanding.
 
 from __future__ import annotations
 
-import contextvars
 import logging
-import threading
 import time
 import urllib.parse
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import gradio as gr
 import httpx
@@ -41,11 +39,13 @@ from app.services.errors import GMTSError, SessionNotFoundError
 from app.services.jobs import wait_in_line
 from app.services.runs import StepOptions
 from app.services.validation import validated, validation_message
+from app.ui.queue_watch import QueueWatch
 from app.ui.status import LiveStatus
 
 logger = logging.getLogger(__name__)
 
 Json = dict[str, Any]
+T = TypeVar("T")
 REMOTE_TIMEOUT_S = 600.0
 QUEUE_POLL_S = 0.5  # how often the remote backend asks the server for its place in line
 CompareProgress = Callable[[int, int, str], None]  # (done, total, label)
@@ -159,12 +159,16 @@ class LocalBackend:
 
         return wait_in_line(self.wait_s, self.on_wait, on_position)
 
+    def _job(self, work: Callable[[], T], status: LiveStatus | None = None) -> T:
+        """``work()`` (a service core) in the job line, waiting in line as a person does."""
+        with self._in_line(status):
+            return self.services.jobs.run_blocking(work)
+
     def analyze(self, request: Json, status: LiveStatus | None = None) -> Json:
         req = validated(AnalyzeRequest, request)
         on_stage = status.stage if status is not None else None
-        with self._in_line(status):
-            run = self.services.analysis.run
-            return as_json(self.services.jobs.run_blocking(lambda: run(req, on_stage=on_stage)))
+        run = self.services.analysis.run
+        return as_json(self._job(lambda: run(req, on_stage=on_stage), status))
 
     def job_load(self) -> tuple[int, int]:
         """(running, waiting) heavy jobs of this server now (for the UI's progress line)."""
@@ -180,49 +184,36 @@ class LocalBackend:
 
     def gradcheck(self, request: Json) -> Json:
         req = validated(GradcheckRequest, request)
-        with self._in_line():
-            return as_json(
-                self.services.jobs.run_blocking(lambda: self.services.gradcheck.run(req))
-            )
+        return as_json(self._job(lambda: self.services.gradcheck.run(req)))
 
     def create_session(self, request: Json) -> Json:
         req = validated(SessionCreateRequest, request)
-        with self._in_line():
-            create = self.services.sessions.create
-            return as_json(self.services.jobs.run_blocking(lambda: create(req)))
+        return as_json(self._job(lambda: self.services.sessions.create(req)))
 
     def step_session(
         self, session_id: str, request: Json, status: LiveStatus | None = None
     ) -> Json:
         req = validated(SessionStepRequest, request)
         on_stage = status.stage if status is not None else None
-        with self._in_line(status):
-            step = self.services.sessions.step
-            return as_json(
-                self.services.jobs.run_blocking(lambda: step(session_id, req, on_stage=on_stage))
-            )
+        step = self.services.sessions.step
+        return as_json(self._job(lambda: step(session_id, req, on_stage=on_stage), status))
 
     def get_session(self, session_id: str) -> Json:
         return as_json(self.services.sessions.info(session_id))
 
     def evaluate_session(self, session_id: str, request: Json) -> Json:
         req = validated(SessionEvalRequest, request)
-        with self._in_line():
-            evaluate = self.services.sessions.evaluate
-            return as_json(self.services.jobs.run_blocking(lambda: evaluate(session_id, req)))
+        return as_json(self._job(lambda: self.services.sessions.evaluate(session_id, req)))
 
     def reset_session(self, session_id: str) -> Json:
-        with self._in_line():
-            reset = self.services.sessions.reset
-            return as_json(self.services.jobs.run_blocking(lambda: reset(session_id)))
+        return as_json(self._job(lambda: self.services.sessions.reset(session_id)))
 
     def compare(
         self, model: str | None, config: CompareConfig, progress: CompareProgress | None = None
     ) -> Json:
         """Run a compare in a job slot (it holds the slot for its whole run)."""
-        with self._in_line():
-            run = self.services.compare.run
-            return self.services.jobs.run_blocking(lambda: run(model, config, progress)).to_dict()
+        run = self.services.compare.run
+        return self._job(lambda: run(model, config, progress)).to_dict()
 
     def runs(self) -> Json:
         return self.services.runs.list_runs().model_dump()  # type: ignore[no-any-return]
@@ -232,9 +223,7 @@ class LocalBackend:
 
     def run_step(self, run_id: str, step: int, params: Json) -> Json:
         options = _step_options(params)
-        step_view = self.services.runs.step_view
-        with self._in_line():
-            view = self.services.jobs.run_blocking(lambda: step_view(run_id, int(step), options))
+        view = self._job(lambda: self.services.runs.step_view(run_id, int(step), options))
         return view.model_dump()  # type: ignore[no-any-return]
 
     def run_metrics(self, run_id: str, params: Json) -> Json:
@@ -311,7 +300,8 @@ class RemoteBackend:
             resp = self._request(method, path, body)
         else:
             request_id = f"ui-{uuid.uuid4().hex}"
-            with _QueueWatch(self._client, request_id, status, self.poll_s):
+            watch = f"/v1/queue/{_quoted(request_id)}"
+            with QueueWatch(self._client, watch, status, self.poll_s):
                 resp = self._request(method, path, body, request_id)
         if resp.status_code >= 400:
             if resp.status_code == 404 and error_code(resp) == SessionNotFoundError.code:
@@ -379,54 +369,6 @@ class RemoteBackend:
     def run_metrics(self, run_id: str, params: Json) -> Json:
         query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
         return self._call("GET", f"/v1/runs/{_quoted(run_id)}/metrics?{query}")
-
-
-class _QueueWatch:
-    """While a remote request is outstanding, asks ``GET /v1/queue/{request_id}`` every
-    ``poll_s`` seconds (a thread of its own) and tells ``status`` the place and estimated wait
-    each time they change, as the local backend's job line does. The thread runs in a copy of
-    the caller's context: Gradio's progress finds its event there. A 404 (the job not in line
-    yet, or finished) and a failed poll are skipped: the request itself reports errors. Leaving
-    the ``with`` stops the polling and waits for the thread (a poll waits at most
-    ``POLL_TIMEOUT_S``), so nothing is told after the request has finished."""
-
-    POLL_TIMEOUT_S = 5.0
-
-    def __init__(
-        self, client: httpx.Client, request_id: str, status: LiveStatus, poll_s: float
-    ) -> None:
-        self.client, self.status, self.poll_s = client, status, poll_s
-        self.path = f"/v1/queue/{_quoted(request_id)}"
-        self.done = threading.Event()
-        context = contextvars.copy_context()
-        self.thread = threading.Thread(
-            target=context.run, args=(self._watch,), name="gmts-queue-watch", daemon=True
-        )
-
-    def __enter__(self) -> _QueueWatch:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.done.set()
-        self.thread.join()
-
-    def _watch(self) -> None:
-        told: tuple[int, float | None] | None = None
-        while not self.done.wait(self.poll_s):
-            try:
-                resp = self.client.get(self.path, timeout=self.POLL_TIMEOUT_S)
-                data = resp.json() if resp.status_code == 200 else None
-                place = int(data["place"]) if isinstance(data, dict) else None
-                wait = data.get("estimated_wait_s") if isinstance(data, dict) else None
-            except (httpx.HTTPError, ValueError, KeyError, TypeError):
-                continue
-            if place is None or self.done.is_set():
-                continue
-            estimate = float(wait) if isinstance(wait, int | float) else None
-            if (place, estimate) != told:
-                told = (place, estimate)
-                self.status.position(place, estimate)
 
 
 def _quoted(session_id: str) -> str:
