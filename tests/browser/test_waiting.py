@@ -32,7 +32,9 @@ RECORD = """(source) => {
   const pattern = new RegExp(source, "g");
   const look = () => {
     for (const m of document.body.innerText.matchAll(pattern)) {
-      if (window.__said[window.__said.length - 1] !== m[0]) window.__said.push(m[0]);
+      // each line once, when it first shows: several outputs' overlays may show the same
+      // stages a moment apart, which would otherwise read as a stage coming back
+      if (!window.__said.includes(m[0])) window.__said.push(m[0]);
     }
   };
   new MutationObserver(look).observe(
