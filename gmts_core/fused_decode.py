@@ -40,9 +40,17 @@ def _plain(module: Any) -> bool:
     )
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def rotation_matrices(cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """(L, Dh, Dh) matrices M with x @ M[t] = x * cos[t] + rotate_half(x) * sin[t], the rotary
+    embedding at position t as one matmul (rotate_half(x) = cat(-x[h:], x[:h]), h = Dh / 2)."""
+    length, dim = cos.shape
+    half = dim // 2
+    eye = torch.arange(dim, device=cos.device)
+    m = cos.new_zeros(length, dim, dim)
+    m[:, eye, eye] = cos  # x_i cos_i
+    m[:, eye[:half] + half, eye[:half]] = -sin[:, :half]  # - x_{i+h} sin_i for i < h
+    m[:, eye[half:] - half, eye[half:]] = sin[:, half:]  # + x_{i-h} sin_i for i >= h
+    return m
 
 
 @dataclass
@@ -97,10 +105,18 @@ def _weights(layer: Any) -> _LayerWeights:
 
 
 def _rms(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm as Llama's and Qwen2's modules compute it (in float32, then the input dtype)."""
-    x = h.float()
-    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x.to(h.dtype)
+    """RMSNorm as Llama's and Qwen2's modules compute it (in float32, then the input dtype), as
+    one fused kernel."""
+    if h.dtype == torch.float32:
+        return F.rms_norm(h, (h.shape[-1],), weight, eps)
+    return weight * F.rms_norm(h.float(), (h.shape[-1],), None, eps).to(h.dtype)
+
+
+def _add_linear(h: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: Any) -> torch.Tensor:
+    """h + linear(x): the residual add fused into the matmul where there is no bias."""
+    if bias is None:
+        return torch.addmm(h, x, weight.t())
+    return h + F.linear(x, weight, bias)
 
 
 class FusedStep:
@@ -112,7 +128,8 @@ class FusedStep:
         self.head_dim = int(first.head_dim)
         self.scaling = float(first.scaling)
         self.layers = [_weights(layer) for layer in body.layers]
-        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._rope: tuple[torch.Tensor, ...] | None = None
+        self._swap: torch.Tensor | None = None
 
     @staticmethod
     def of(body: Any) -> FusedStep | None:
@@ -143,13 +160,33 @@ class FusedStep:
                 return None
         return FusedStep(body)
 
-    def _rotary(self, length: int, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin (length, Dh) for positions 0..length-1, from the model's rotary module."""
+    def _rotary(self, length: int, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """cos, sin (length, Dh) for positions 0..length-1 from the model's rotary module, and
+        the same scaled by the attention's 1 / sqrt(Dh) (folded into the query's rotation)."""
         if self._rope is None or self._rope[0].shape[0] < length:
             positions = torch.arange(length, device=h.device)[None]  # (1, L)
             cos, sin = self.body.rotary_emb(h[None, :1], positions)  # (1, L, Dh)
-            self._rope = (cos[0], sin[0])
+            cos, sin = cos[0].to(h.dtype), sin[0].to(h.dtype)
+            self._rope = (cos, sin, cos * self.scaling, sin * self.scaling)
         return self._rope
+
+    def _rotations(
+        self, pos: int, length: int, h: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Dh, Dh) matrices R with x @ R = x cos + rotate_half(x) sin at position ``pos``
+        (rotate_half(x) = cat(-x[h:], x[:h])): the query's (times the attention's scaling)
+        and the key's. The rotary embedding is then one matmul per projection."""
+        cos, sin, cos_q, sin_q = (x[pos] for x in self._rotary(length, h))
+        if self._swap is None or self._swap.dtype != h.dtype:
+            d = self.head_dim
+            half, idx = d // 2, torch.arange(d // 2, device=h.device)
+            swap = torch.zeros(d, d, dtype=h.dtype, device=h.device)  # the rotate_half map
+            swap[idx + half, idx] = -1.0
+            swap[idx, idx + half] = 1.0
+            self._swap = swap
+        rot_q = torch.addcmul(torch.diag_embed(cos_q), self._swap, sin_q)
+        rot_k = torch.addcmul(torch.diag_embed(cos), self._swap, sin)
+        return rot_q, rot_k
 
     def __call__(self, tokens: torch.Tensor, cache: Any) -> torch.Tensor:
         layers = cache.layers
@@ -157,12 +194,12 @@ class FusedStep:
             raise ValueError("the fused step needs the pre-allocated cache")
         pos = layers[0].length
         h = self.body.embed_tokens(tokens)  # (n, D)
-        cos, sin = self._rotary(layers[0].max_length, h)
-        cos, sin = cos[pos], sin[pos]  # (Dh,): broadcast over rows and heads
+        rot_q, rot_k = self._rotations(pos, layers[0].max_length, h)
         for w, kv in zip(self.layers, layers, strict=True):
-            h = h + self._attention(w, _rms(h, w.norm1, w.eps1), kv, pos, cos, sin)
+            heads = self._attention(w, _rms(h, w.norm1, w.eps1), kv, pos, rot_q, rot_k)
+            h = _add_linear(h, heads, w.out, w.out_bias)
             gate, up = F.linear(_rms(h, w.norm2, w.eps2), w.gate_up, w.gate_up_bias).chunk(2, -1)
-            h = h + F.linear(w.act(gate) * up, w.down, w.down_bias)
+            h = _add_linear(h, w.act(gate) * up, w.down, w.down_bias)
         for kv in layers:
             kv.length = pos + 1
             kv._refresh_views()
@@ -174,24 +211,27 @@ class FusedStep:
         x: torch.Tensor,
         kv: PreallocatedLayer,
         pos: int,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        rot_q: torch.Tensor,
+        rot_k: torch.Tensor,
     ) -> torch.Tensor:
-        """One query per row over the cache's ``pos + 1`` keys; writes this position's k, v."""
+        """One query per row over the cache's ``pos + 1`` keys; writes this position's k, v.
+        Returns the heads' outputs (n, H * Dh), before the output projection."""
         n, d = x.shape[0], self.head_dim
         q, k, v = F.linear(x, w.qkv, w.qkv_bias).split(w.splits, dim=-1)
-        q, k, v = q.view(n, -1, d), k.view(n, -1, d), v.view(n, -1, d)  # (n, H | KV, Dh)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q = torch.matmul(q.view(n, -1, d), rot_q)  # (n, H, Dh) rotated, times the scaling
         assert kv._key_buffer is not None and kv._value_buffer is not None
-        kv._key_buffer[:, :, pos] = k
-        kv._value_buffer[:, :, pos] = v
-        keys = kv._key_buffer[:, :, : pos + 1]  # (n, KV, T, Dh)
-        values = kv._value_buffer[:, :, : pos + 1]
-        heads, groups = q.shape[1], keys.shape[1]
-        q = q.view(n, groups, heads // groups, 1, d)  # (n, KV, g, 1, Dh)
-        # batched matmuls beat SDPA and an elementwise product for one query on CPU
-        scores = torch.matmul(q, keys[:, :, None].transpose(-1, -2)) * self.scaling
-        probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # (n, KV, g, 1, T)
-        out = torch.matmul(probs, values[:, :, None])[:, :, :, 0]  # (n, KV, g, Dh)
-        return F.linear(out.reshape(n, heads * d), w.out, w.out_bias)
+        groups, length = kv._key_buffer.shape[1], pos + 1
+        kv._key_buffer[:, :, pos] = torch.matmul(k.view(n, groups, d), rot_k)
+        kv._value_buffer[:, :, pos] = v.view(n, groups, d)
+        # (n * KV, T, Dh) views of the cache: one batched matmul per product, every query head
+        # of a key/value group in one batch entry (batched matmuls beat SDPA for one query on
+        # CPU)
+        keys = kv._key_buffer[:, :, :length].view(n * groups, length, d)
+        values = kv._value_buffer[:, :, :length].view(n * groups, length, d)
+        q = q.view(n * groups, -1, d)  # (n * KV, g, Dh)
+        scores = torch.bmm(q, keys.transpose(1, 2))  # (n * KV, g, T)
+        if scores.dtype == torch.float32:
+            probs = torch.softmax(scores, dim=-1)
+        else:
+            probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        return torch.bmm(probs, values).view(n, -1)  # (n, H * Dh)

@@ -44,8 +44,9 @@ def token_budget_batches(lengths: list[int], max_tokens: int) -> list[list[int]]
 
 def _answer_hidden(
     body: Any, seqs: list[tuple[list[int], list[int]]], pad_id: int, device: torch.device
-) -> list[torch.Tensor]:
-    """Final hidden states at the positions that predict each answer token: [(L_i, D)]."""
+) -> torch.Tensor:
+    """Final hidden states at the positions that predict each answer token, flat in (answer,
+    position) order: (N, D)."""
     width = max(len(p) + len(a) for p, a in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)  # (B, T) right-padded
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -54,8 +55,11 @@ def _answer_hidden(
         mask[row, : len(p) + len(a)] = 1
     hidden = body(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)[0]
     # hidden: (B, T, D)
-    # position t predicts token t + 1, so answer token j is predicted at len(p) - 1 + j
-    return [hidden[row, len(p) - 1 : len(p) - 1 + len(a)] for row, (p, a) in enumerate(seqs)]
+    # position t predicts token t + 1, so answer token j is predicted at len(p) - 1 + j; one
+    # gather for all rows (its backward is one scatter, where a slice per row would allocate
+    # and zero a (B, T, D) gradient for each row)
+    flat = [row * width + len(p) - 1 + j for row, (p, a) in enumerate(seqs) for j in range(len(a))]
+    return hidden.reshape(-1, hidden.shape[-1]).index_select(0, torch.tensor(flat, device=device))
 
 
 def answer_logits(
@@ -71,7 +75,7 @@ def answer_logits(
     """
     path = head_path(model)  # the model's own logits, post-head transforms included
     device = next(model.parameters()).device
-    hidden = torch.cat(_answer_hidden(path.body, sequences, pad_id, device))  # (N, D)
+    hidden = _answer_hidden(path.body, sequences, pad_id, device)  # (N, D)
     logits = path.logits(hidden).float()  # (N, V)
     return hidden, logits
 
@@ -141,7 +145,7 @@ def answer_token_stats(
         lengths = [len(p) + len(a) for p, a in sequences]
         for batch in token_budget_batches(lengths, max_batch_tokens):
             seqs = [sequences[i] for i in batch]
-            hidden = torch.cat(_answer_hidden(path.body, seqs, pad_id, device))  # (N, D)
+            hidden = _answer_hidden(path.body, seqs, pad_id, device)  # (N, D)
             stats = _head_stats(hidden, path, seqs, temperature, top_k, chunk_size)
             for i, s in zip(batch, _per_answer(stats, hidden, seqs), strict=True):
                 results[i] = s
