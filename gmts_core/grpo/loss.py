@@ -29,13 +29,15 @@ def answer_logprobs(
     sequences: list[tuple[list[int], list[int]]],
     pad_id: int,
     temperature: float = 1.0,
+    share_prompts: bool = False,
 ) -> torch.Tensor:
     """log pi(y_t) of every answer token, flat (N,) in (answer, position) order, float32.
 
     Differentiable when grad is enabled. The LM head runs only on the positions that predict
-    answer tokens (:func:`gmts_core.stats.forward.answer_logits`).
+    answer tokens (:func:`gmts_core.stats.forward.answer_logits`, which also says what
+    ``share_prompts`` does).
     """
-    _, logits = answer_logits(model, sequences, pad_id)  # (N, V)
+    _, logits = answer_logits(model, sequences, pad_id, share_prompts)  # (N, V)
     return logprobs_from_logits(logits, answer_targets(sequences, logits.device), temperature)
 
 

@@ -170,7 +170,7 @@ def statistics_forward(
     with torch.enable_grad():
         for idx, _ in parts:
             seqs = [sequences[i] for i in idx]
-            hidden, logits = answer_logits(policy.model, seqs, pad_id)  # (n, D), (n, V)
+            hidden, logits = answer_logits(policy.model, seqs, pad_id, share_prompts=True)
             stats += stats_from_logits(logits, hidden, seqs, config.temperature, 0, chunk)
             targets = answer_targets(seqs, logits.device)
             logprobs.append(logprobs_from_logits(logits, targets, config.temperature))
@@ -251,7 +251,13 @@ def _logprobs(
     with torch.no_grad():
         return torch.cat(
             [
-                answer_logprobs(model, [batch.sequences[i] for i in idx], pad_id, temperature)
+                answer_logprobs(
+                    model,
+                    [batch.sequences[i] for i in idx],
+                    pad_id,
+                    temperature,
+                    share_prompts=True,
+                )
                 for idx, _ in parts
             ]
         )
@@ -298,7 +304,9 @@ def _one_update(
             logp, held[j] = held[j], torch.empty(0)  # the graph is freed by its backward
         else:
             seqs = [batch.sequences[i] for i in idx]
-            logp = answer_logprobs(policy.model, seqs, pad_id, config.temperature)  # (n,)
+            logp = answer_logprobs(
+                policy.model, seqs, pad_id, config.temperature, share_prompts=True
+            )
         old = logp.detach() if old_logp is None else old_logp[sl]
         olds.append(old)
         logps.append(logp.detach())

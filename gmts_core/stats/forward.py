@@ -17,6 +17,7 @@ from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
 from gmts_core.head import HeadPath, head_path
 from gmts_core.stats.contexts import share_identical_contexts
 from gmts_core.stats.metrics import DEFAULT_CHUNK_SIZE, TokenStats, token_stats_chunked
+from gmts_core.stats.shared_prompts import serves, shareable, shared_prompt_hidden
 from gmts_core.stats.vocab_tiled import token_stats_from_hidden
 
 
@@ -63,7 +64,10 @@ def _answer_hidden(
 
 
 def answer_logits(
-    model: Any, sequences: list[tuple[list[int], list[int]]], pad_id: int
+    model: Any,
+    sequences: list[tuple[list[int], list[int]]],
+    pad_id: int,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Final hidden states (N, D) and float32 logits (N, V), after any post-head transform, at the
     positions that predict answer tokens, flat in (answer, position) order (the model's own
@@ -71,11 +75,18 @@ def answer_logits(
 
     One padded forward of the body over all ``sequences``; differentiable when grad is enabled
     (the training forward of :mod:`gmts_core.grpo.loss` and the RL step use it). The LM head
-    runs only on the answer positions, so prompt positions never get logits.
+    runs only on the answer positions, so prompt positions never get logits. With
+    ``share_prompts`` (the RL step's training forwards), a batch of several answers to each
+    prompt runs each distinct prompt once (:mod:`gmts_core.stats.shared_prompts`), where the
+    model passes that path's probe.
     """
     path = head_path(model)  # the model's own logits, post-head transforms included
     device = next(model.parameters()).device
-    hidden = _answer_hidden(path.body, sequences, pad_id, device)  # (N, D)
+    body = path.body
+    if share_prompts and shareable(sequences) and serves(body, _answer_hidden, pad_id):
+        hidden = shared_prompt_hidden(body, sequences, pad_id, device)  # (N, D)
+    else:
+        hidden = _answer_hidden(body, sequences, pad_id, device)  # (N, D)
     logits = path.logits(hidden).float()  # (N, V)
     return hidden, logits
 
