@@ -14,6 +14,7 @@ are compacted once, not re-run).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -129,3 +130,9 @@ def repeat_rows(cache: Cache, repeats: int) -> None:
     """Repeat every row ``repeats`` times, in place (a prompt's prefill shared by its G answers)."""
     for layer in cache.layers:
         layer.batch_repeat_interleave(repeats)  # type: ignore[union-attr]
+
+
+def cache_keyword(body: Any) -> str:
+    """The keyword a transformer body takes its cache by: ``cache`` in newer models,
+    ``past_key_values`` in others."""
+    return "cache" if "cache" in inspect.signature(body.forward).parameters else "past_key_values"

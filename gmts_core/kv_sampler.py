@@ -28,7 +28,6 @@ model.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import threading
@@ -50,7 +49,13 @@ from gmts_core.cancel import checkpoint
 from gmts_core.errors import NonFiniteLogitsError
 from gmts_core.fused_decode import FusedStep
 from gmts_core.head import PROBE_TOLERANCE, PROBE_TOLERANCE_LOW_PRECISION, HeadPath, head_path
-from gmts_core.kv_cache import PreallocatedLayer, keep_rows, repeat_rows, sampling_cache
+from gmts_core.kv_cache import (
+    PreallocatedLayer,
+    cache_keyword,
+    keep_rows,
+    repeat_rows,
+    sampling_cache,
+)
 from gmts_core.stats.forward import AnswerStats, check_finite
 from gmts_core.stats.metrics import TokenStats, token_stats_chunked
 
@@ -163,8 +168,7 @@ class _Body:
 
     def __init__(self, path: HeadPath, fused: bool = True) -> None:
         self.path = path
-        params = inspect.signature(path.body.forward).parameters
-        self.keyword = "cache" if "cache" in params else "past_key_values"
+        self.keyword = cache_keyword(path.body)
         self.fused = FusedStep.of(path.body) if fused else None
 
     def last_hidden(self, ids: torch.Tensor, cache: Any) -> torch.Tensor:

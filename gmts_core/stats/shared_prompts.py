@@ -17,7 +17,6 @@ not reproduce) keep the padded forward.
 
 from __future__ import annotations
 
-import inspect
 import threading
 import weakref
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 import torch
 
 from gmts_core.head import PROBE_TOLERANCE, PROBE_TOLERANCE_LOW_PRECISION
-from gmts_core.kv_cache import keep_rows, sampling_cache
+from gmts_core.kv_cache import cache_keyword, keep_rows, sampling_cache
 
 Sequences = list[tuple[list[int], list[int]]]
 
@@ -54,9 +53,7 @@ def shared_prompt_hidden(
     width = len(seqs[0][0])
     steps = max(len(a) for _, a in seqs) - 1  # the last answer token predicts nothing
     cache = sampling_cache(body.config, width + steps)
-    keyword = (
-        "cache" if "cache" in inspect.signature(body.forward).parameters else "past_key_values"
-    )
+    keyword = cache_keyword(body)
     prompts = torch.tensor(list(distinct), device=device)  # (U, P)
     prompt_hidden = body(input_ids=prompts, use_cache=True, **{keyword: cache})[0]  # (U, P, D)
     keep_rows(cache, torch.tensor(index, device=device))  # the prompt's cache, once per answer
