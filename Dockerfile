@@ -27,6 +27,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # The CPU build of torch first, so the project's torch>=2.4 requirement installs nothing more.
 RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 
+# A C compiler for gmts_core's CPU kernels, compiled on first use for the machine that runs the
+# image (gmts_core/native); without it the library uses PyTorch's ops, slower.
+RUN apt-get update -q && apt-get install -y -q --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+
 COPY --from=wheel /dist /tmp/dist
 RUN pip install /tmp/dist/*.whl && rm -rf /tmp/dist
 

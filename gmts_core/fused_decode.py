@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from gmts_core import native
 from gmts_core.kv_cache import PreallocatedLayer
 
 LAYERS = ("LlamaDecoderLayer", "Qwen2DecoderLayer")
@@ -223,12 +224,15 @@ class FusedStep:
         groups, length = kv._key_buffer.shape[1], pos + 1
         kv._key_buffer[:, :, pos] = torch.matmul(k.view(n, groups, d), rot_k)
         kv._value_buffer[:, :, pos] = v.view(n, groups, d)
-        # (n * KV, T, Dh) views of the cache: one batched matmul per product, every query head
-        # of a key/value group in one batch entry (batched matmuls beat SDPA for one query on
-        # CPU)
+        # (n * KV, T, Dh) views of the cache, every query head of a key/value group in one
+        # entry: the native kernel's loop (gmts_core.native), else one batched matmul per
+        # product (batched matmuls beat SDPA for one query on CPU)
         keys = kv._key_buffer[:, :, :length].view(n * groups, length, d)
         values = kv._value_buffer[:, :, :length].view(n * groups, length, d)
         q = q.view(n * groups, -1, d)  # (n * KV, g, Dh)
+        heads = native.attend_one(q, keys, values)  # the C loop, where it takes the layout
+        if heads is not None:
+            return heads.view(n, -1)
         scores = torch.bmm(q, keys.transpose(1, 2))  # (n * KV, g, T)
         if scores.dtype == torch.float32:
             probs = torch.softmax(scores, dim=-1)

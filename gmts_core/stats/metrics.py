@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from gmts_core import native
 from gmts_core.stats.softmax_terms import (
     RowSums,
     finish_stats,
@@ -68,38 +69,36 @@ def grad_norm_from_probs(
 
 
 class _Workspace:
-    """Two reusable (C, V) float32 buffers: shifted logits u and e = exp(u).
+    """Two reusable (C, V) float32 buffers: shifted logits u and e = exp(u), allocated on first
+    use (the native path needs neither).
 
     Reusing them matters on CPU, where every fresh 10-100 MB allocation is page-faulted in
     again; it costs more than the arithmetic.
     """
 
     def __init__(self, rows: int, vocab: int, device: torch.device) -> None:
-        self.u = torch.empty(rows, vocab, dtype=torch.float32, device=device)
-        self.e = torch.empty(rows, vocab, dtype=torch.float32, device=device)
+        self.shape, self.device = (rows, vocab), device
+        self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def views(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.u[:rows], self.e[:rows]
+        if self._buffers is None:
+            u, e = (torch.empty(self.shape, device=self.device) for _ in range(2))
+            self._buffers = (u.float(), e.float())  # float32 whatever the default dtype
+        return self._buffers[0][:rows], self._buffers[1][:rows]
 
 
-def _chunk_stats(
-    logits: torch.Tensor,
-    targets: torch.Tensor,
-    temperature: float,
-    top_k: int,
-    work: _Workspace | None = None,
-) -> tuple[torch.Tensor, ...]:
-    """Statistics of one chunk of logits (C, V): logprob, entropy, grad_norm, sum pi^2, top-k."""
-    logits = logits.detach()  # statistics, not a loss: the work buffers are written in place
+def _eager_sums(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, k: int, work: _Workspace
+) -> tuple[torch.Tensor, torch.Tensor, RowSums]:
+    """The top-k logits and ids (C, k) and the rows' sums, in PyTorch ops (any device/dtype)."""
     c, v = logits.shape
-    work = work or _Workspace(c, v, logits.device)
     u, e = work.views(c)  # (C, V) float32 each
     # bf16/fp16 logits: converted first (exact), as a mixed-dtype subtraction is not
     # vectorized on CPU and costs several passes
     z = logits if logits.dtype == torch.float32 else u.copy_(logits)
     # one block-maxima pass: the row's top logits m1 (token A), the runner-up r the sums are
     # taken relative to, and the top-k alternatives
-    top_vals, top_ids = top_k_exact(z, min(max(top_k, 2), v))  # (C, K') each
+    top_vals, top_ids = top_k_exact(z, k)  # (C, k) each
     ref = reference_logit(top_vals).unsqueeze(-1)  # (C, 1)
     col = targets.unsqueeze(-1)  # (C, 1)
     z_y = z.gather(-1, col).squeeze(-1)  # (C,) read before u is overwritten
@@ -111,8 +110,30 @@ def _chunk_stats(
     e.scatter_(-1, col, 0.0)
     s = e.sum(dim=-1)  # (C,)
     q = sum_sq(e)
-    p = u.mul_(e).sum(dim=-1)  # sum e u (u is not needed after this)
-    sums = RowSums(top_vals[:, 0], top_ids[:, 0], ref.squeeze(-1), z_y, s, q, p)
+    # sum e u (u is not needed after this); a -inf logit has e = 0 and adds 0, not 0 * -inf
+    p = u.clamp_min_(torch.finfo(torch.float32).min).mul_(e).sum(dim=-1)
+    return top_vals, top_ids, RowSums(top_vals[:, 0], top_ids[:, 0], ref.squeeze(-1), z_y, s, q, p)
+
+
+def _chunk_stats(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    top_k: int,
+    work: _Workspace | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """Statistics of one chunk of logits (C, V): logprob, entropy, grad_norm, sum pi^2, top-k.
+    The sums come from the native kernel where it takes the logits (CPU, float32 or bfloat16:
+    two reads of each logit, no writes), else from PyTorch ops."""
+    logits = logits.detach()  # statistics, not a loss: the work buffers are written in place
+    c, v = logits.shape
+    k_search = min(max(top_k, 2), v)  # the runner-up is needed even without alternatives
+    if native.row_sums_supported(logits, k_search):
+        top_vals, top_ids, z_y, s, q, p = native.row_sums(logits, targets, temperature, k_search)
+        sums = RowSums(top_vals[:, 0], top_ids[:, 0], reference_logit(top_vals), z_y, s, q, p)
+    else:
+        work = work or _Workspace(c, v, logits.device)
+        top_vals, top_ids, sums = _eager_sums(logits, targets, temperature, k_search, work)
     k = min(max(top_k, 0), v)
     logprob, entropy, grad_norm, sum_sq_prob, top_lp = finish_stats(
         sums, targets, temperature, top_vals[:, :k]

@@ -35,6 +35,7 @@ def test_rotation_is_the_rotary_embedding(arch: str, tiny_lm: Callable[[str], Lo
         torch.testing.assert_close(x.float() @ rot_q, naive * step.scaling, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.usefixtures("native_path")  # the attention by the C loop and by batched matmuls
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 def test_fused_steps_equal_the_models_own_cached_steps(
     arch: str, tiny_lm: Callable[[str], LoadedModel]

@@ -24,6 +24,8 @@ import torch
 from gmts_core.stats.metrics import TokenStats, token_stats
 from gmts_core.stats.vocab_tiled import tile_columns, token_stats_from_hidden
 
+pytestmark = pytest.mark.usefixtures("native_path")  # native kernel and PyTorch ops
+
 VOCAB = 151_936  # Qwen2's vocabulary
 GAPS = (20.0, 30.0, 40.0, 60.0, 80.0)  # logit gap of the most probable token over the rest
 TOP_K = 5

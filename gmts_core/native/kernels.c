@@ -1,0 +1,252 @@
+/* GMTS Explorer's CPU kernels, compiled on first use by gmts_core/native/__init__.py.
+ *
+ * gmts_row_sums   the sums the token statistics are made of (gmts_core/stats/softmax_terms.py),
+ *                 from two reads of each float32 or bfloat16 logit and no writes: a top-k pass
+ *                 (block maxima, then the few blocks that can hold a top-k value), then one
+ *                 exponentiation pass over u = (z - r) / tau accumulated in double.
+ * gmts_attend_one one query per (row, key/value head) over that entry's cached keys and values
+ *                 (the sampler's decoding step): scores, softmax, weighted sum, in float32.
+ *
+ * Plain C99, no Python or torch headers: the caller passes data pointers and strides.
+ * Not built with -ffast-math: NaN and infinities propagate as in torch, so the callers'
+ * finiteness checks still see them.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define BLOCK 128
+#define MAX_K 128
+#define MAX_D 512 /* head width gmts_attend_one takes */
+
+/* exp(x) in float32 for the vectorizer: Cody-Waite range reduction and the Cephes polynomial
+ * (about 1 ulp); x < -104 gives 0, as expf does in float32 (the result would be below the
+ * smallest subnormal), and NaN stays NaN. The power of two is applied in two halves, so a
+ * subnormal result is formed without an overflowing exponent field. */
+static inline float exp_f(float x) {
+    const float lo = -104.0f;
+    float xc = x < lo ? lo : x;
+    xc = xc > 88.0f ? 88.0f : xc;
+    float n = __builtin_rintf(xc * 1.44269504088896341f);
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float r2 = r * r;
+    float poly = 1.9875691500e-4f;
+    poly = poly * r + 1.3981999507e-3f;
+    poly = poly * r + 8.3334519073e-3f;
+    poly = poly * r + 4.1665795894e-2f;
+    poly = poly * r + 1.6666665459e-1f;
+    poly = poly * r + 5.0000001201e-1f;
+    poly = poly * r2 + r + 1.0f;
+    int32_t ni = (int32_t)n;
+    int32_t half = ni / 2;
+    union { int32_t i; float f; } s1, s2;
+    s1.i = (half + 127) << 23;
+    s2.i = (ni - half + 127) << 23;
+    float out = poly * s1.f * s2.f;
+    out = x < lo ? 0.0f : out;
+    out = x > 88.7228f ? INFINITY : out;
+    return x != x ? x : out;
+}
+
+static inline float bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v;
+    v.u = ((uint32_t)h) << 16;
+    return v.f;
+}
+
+/* one row's values [lo, hi) as float32 into buf (bfloat16 converted; float32 copied) */
+static inline const float *row_block(const void *row, int dtype, int64_t lo, int64_t n,
+                                     float *buf) {
+    if (dtype == 0) return (const float *)row + lo;
+    const uint16_t *h = (const uint16_t *)row + lo;
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) buf[i] = bf16_to_f32(h[i]);
+    return buf;
+}
+
+/* insert (value, id) into the descending list of count entries (capacity k); ties keep the
+ * earlier (lower) id first */
+static inline void insert_top(float *vals, int64_t *ids, int *count, int k, float x, int64_t id) {
+    int pos = *count < k ? *count : k - 1;
+    if (*count == k && !(x > vals[k - 1])) return;
+    while (pos > 0 && x > vals[pos - 1]) {
+        vals[pos] = vals[pos - 1];
+        ids[pos] = ids[pos - 1];
+        pos--;
+    }
+    vals[pos] = x;
+    ids[pos] = id;
+    if (*count < k) (*count)++;
+}
+
+static void top_k_row(const void *row, int dtype, int64_t vocab, int k, float *vals,
+                      int64_t *ids) {
+    float buf[BLOCK];
+    int count = 0;
+    for (int i = 0; i < k; i++) {
+        vals[i] = -INFINITY;
+        ids[i] = 0;
+    }
+    for (int64_t lo = 0; lo < vocab; lo += BLOCK) {
+        int64_t n = vocab - lo < BLOCK ? vocab - lo : BLOCK;
+        const float *z = row_block(row, dtype, lo, n, buf);
+        float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+        for (int64_t i = 0; i < n; i++) m = z[i] > m ? z[i] : m;
+        if (count == k && !(m > vals[k - 1])) continue;
+        for (int64_t i = 0; i < n; i++) {
+            if (count < k || z[i] > vals[k - 1]) insert_top(vals, ids, &count, k, z[i], lo + i);
+        }
+    }
+    /* rows with NaN or fewer finite values than k: fill the list with the first ids not in
+     * it (their values as they are), so every id is valid */
+    for (int64_t id = 0; count < k && id < vocab; id++) {
+        int seen = 0;
+        for (int i = 0; i < count; i++) seen |= ids[i] == id;
+        if (seen) continue;
+        float b;
+        vals[count] = *row_block(row, dtype, id, 1, &b);
+        ids[count++] = id;
+    }
+}
+
+/* sums over [lo, hi) of e = exp(u), e^2 and e u with u = (z - ref) / tau (no division at
+ * tau = 1) */
+static void sum_range(const void *row, int dtype, int64_t lo, int64_t hi, float ref, float tau,
+                      double *s, double *q, double *p) {
+    float buf[BLOCK];
+    double ss = 0.0, qq = 0.0, pp = 0.0;
+    for (int64_t b = lo; b < hi; b += BLOCK) {
+        int64_t n = hi - b < BLOCK ? hi - b : BLOCK;
+        const float *z = row_block(row, dtype, b, n, buf);
+        if (tau == 1.0f) {
+#pragma omp simd reduction(+ : ss, qq, pp)
+            for (int64_t i = 0; i < n; i++) {
+                float u = z[i] - ref;
+                float e = exp_f(u);
+                double ed = (double)e;
+                ss += ed;
+                qq += ed * ed;
+                pp += e > 0.0f ? ed * (double)u : 0.0; /* a -inf logit: e u = 0, not NaN */
+            }
+        } else {
+#pragma omp simd reduction(+ : ss, qq, pp)
+            for (int64_t i = 0; i < n; i++) {
+                float u = (z[i] - ref) / tau;
+                float e = exp_f(u);
+                double ed = (double)e;
+                ss += ed;
+                qq += ed * ed;
+                pp += e > 0.0f ? ed * (double)u : 0.0; /* a -inf logit: e u = 0, not NaN */
+            }
+        }
+    }
+    *s += ss;
+    *q += qq;
+    *p += pp;
+}
+
+/* Rows [row0, row1) of logits (row r at base + r * row_stride elements, each vocab long and
+ * contiguous; dtype 0 = float32, 1 = bfloat16). Per row: the top k logits and their ids (most
+ * probable first, ties by lower id), the target's logit, and over the tokens other than the
+ * top one and the target the sums s = sum e, q = sum e^2, p = sum e u, where
+ * u = (z - r) / tau and r is the runner-up's logit (the second entry of the top list; k >= 2).
+ * Returns 0, or 1 when an argument is out of range (nothing written then). */
+int gmts_row_sums(const void *base, int dtype, int64_t row0, int64_t row1, int64_t vocab,
+                  int64_t row_stride, const int64_t *targets, float tau, int k, float *top_vals,
+                  int64_t *top_ids, float *target_logit, double *s, double *q, double *p) {
+    if (k < 2 || k > MAX_K || k > vocab || (dtype != 0 && dtype != 1)) return 1;
+    for (int64_t r = row0; r < row1; r++)
+        if (targets[r] < 0 || targets[r] >= vocab) return 1;
+    size_t width = dtype == 0 ? 4 : 2;
+    for (int64_t r = row0; r < row1; r++) {
+        const char *row = (const char *)base + (size_t)r * (size_t)row_stride * width;
+        float *vals = top_vals + r * k;
+        int64_t *ids = top_ids + r * k;
+        top_k_row(row, dtype, vocab, k, vals, ids);
+        float b;
+        target_logit[r] = *row_block(row, dtype, targets[r], 1, &b);
+        int64_t a = ids[0], y = targets[r];
+        int64_t first = a < y ? a : y, second = a < y ? y : a;
+        double ss = 0.0, qq = 0.0, pp = 0.0;
+        sum_range(row, dtype, 0, first, vals[1], tau, &ss, &qq, &pp);
+        if (second != first) sum_range(row, dtype, first + 1, second, vals[1], tau, &ss, &qq, &pp);
+        sum_range(row, dtype, second + 1, vocab, vals[1], tau, &ss, &qq, &pp);
+        s[r] = ss;
+        q[r] = qq;
+        p[r] = pp;
+    }
+    return 0;
+}
+
+/* one (entry, head): scores over t keys, softmax, weighted sum of the values into o (accumulated
+ * in a local array). Each dot product is summed as a tree, each level one vector add: the
+ * compiler may not reorder a float sum itself (no -ffast-math), and a serial sum of d products
+ * costs d dependent additions. */
+static inline void attend_entry(const float *restrict qv, const float *restrict k,
+                                const float *restrict v, int64_t d, int64_t t,
+                                float *restrict scores, float *restrict o) {
+    int64_t j;
+    for (j = 0; j < t; j++) {
+        float prod[MAX_D];
+        const float *kj = k + j * d;
+#pragma omp simd
+        for (int64_t c = 0; c < d; c++) prod[c] = qv[c] * kj[c];
+        int64_t width = d;
+        while (width > 1 && width % 2 == 0) {
+            width /= 2;
+#pragma omp simd
+            for (int64_t c = 0; c < width; c++) prod[c] += prod[c + width];
+        }
+        float acc = prod[0];
+        for (int64_t c = 1; c < width; c++) acc += prod[c];
+        scores[j] = acc;
+    }
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (j = 0; j < t; j++) m = scores[j] > m ? scores[j] : m;
+    float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+    for (j = 0; j < t; j++) {
+        float e = exp_f(scores[j] - m);
+        scores[j] = e;
+        total += e;
+    }
+    float acc[MAX_D];
+    for (int64_t c = 0; c < d; c++) acc[c] = 0.0f;
+    for (j = 0; j < t; j++) {
+        float w = scores[j];
+#pragma omp simd
+        for (int64_t c = 0; c < d; c++) acc[c] += w * v[j * d + c];
+    }
+    float inv = 1.0f / total;
+    for (int64_t c = 0; c < d; c++) o[c] = acc[c] * inv;
+}
+
+/* One query per entry: entries [0, n) of q (n, g, d) each attend over t cached keys and values
+ * of their own (entry i's key j at keys + i * stride + j * d; the same for values), the
+ * attention scaling already in q; out (n, g, d). The common head widths get loops of a fixed
+ * length (unrolled and vectorized by the compiler). Returns 0, or 1 when t or d exceeds the
+ * buffers (the caller then uses its own path). */
+int gmts_attend_one(const float *q, const float *keys, const float *values, int64_t n, int64_t g,
+                    int64_t d, int64_t t, int64_t stride, float *out) {
+    enum { MAX_T = 8192 };
+    float scores[MAX_T];
+    if (t > MAX_T || t < 1 || d > MAX_D || d < 1) return 1;
+    for (int64_t i = 0; i < n; i++) {
+        const float *k = keys + i * stride, *v = values + i * stride;
+        for (int64_t h = 0; h < g; h++) {
+            const float *qv = q + (i * g + h) * d;
+            float *o = out + (i * g + h) * d;
+            switch (d) {
+            case 16: attend_entry(qv, k, v, 16, t, scores, o); break;
+            case 32: attend_entry(qv, k, v, 32, t, scores, o); break;
+            case 64: attend_entry(qv, k, v, 64, t, scores, o); break;
+            case 128: attend_entry(qv, k, v, 128, t, scores, o); break;
+            default: attend_entry(qv, k, v, d, t, scores, o);
+            }
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,160 @@
+"""The native CPU kernels (gmts_core.native): built once and cached, equal to float64
+references and to the PyTorch path, and out of the way when they cannot be built."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from gmts_core import native
+from gmts_core.stats import metrics
+
+needs_compiler = pytest.mark.skipif(
+    native._compiler() is None, reason="no C compiler here: the native kernels are not built"
+)
+
+
+@pytest.fixture
+def lib(monkeypatch: pytest.MonkeyPatch) -> object:
+    monkeypatch.setenv("GMTS_NATIVE", "1")
+    built = native.library()
+    assert built is not None, "a C compiler is present, so the kernels must build"
+    return built
+
+
+def _reference_sums(z: torch.Tensor, target: int, tau: float) -> tuple[float, float, float]:
+    """s, q, p in float64 from the float32 u = (z - r) / tau the kernel rounds to."""
+    order = torch.argsort(z.double(), descending=True, stable=True)
+    top, runner_up = int(order[0]), float(z[order[1]])
+    u = (z.float() - runner_up) / tau if tau != 1.0 else z.float() - runner_up
+    keep = torch.ones_like(z, dtype=torch.bool)
+    keep[[top, target]] = False
+    u = u.double()[keep]
+    e = u.exp()
+    return float(e.sum()), float((e * e).sum()), float((e * u)[e > 0].sum())
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tau", [1.0, 0.6])
+def test_row_sums_equal_float64_sums(lib: object, dtype: torch.dtype, tau: float) -> None:
+    g = torch.Generator().manual_seed(3)
+    logits = (torch.randn(7, 3001, generator=g) * 4).to(dtype)
+    logits[1, 17] = 60.0  # a near-certain row
+    logits[2, :100] = float("-inf")  # masked tokens
+    targets = torch.randint(0, 3001, (7,), generator=g)
+    targets[1] = 17  # the target is the top token
+    vals, ids, z_y, s, q, p = native.row_sums(logits, targets, tau, 5)
+    want_vals, _ = logits.float().topk(5, dim=-1)
+    assert torch.equal(vals, want_vals)
+    assert torch.equal(logits.float().gather(-1, ids), want_vals)  # the ids hold those values
+    assert torch.equal(z_y, logits.float().gather(-1, targets[:, None])[:, 0])
+    for row in range(7):
+        ws, wq, wp = _reference_sums(logits[row].float(), int(targets[row]), tau)
+        # the kernel's exp is within about one ulp of float64's: relative 2e-7 per term
+        assert s[row].item() == pytest.approx(ws, rel=3e-7)
+        assert q[row].item() == pytest.approx(wq, rel=3e-7)
+        assert p[row].item() == pytest.approx(wp, rel=3e-7, abs=1e-30)
+
+
+@needs_compiler
+def test_row_sums_ties_lower_id_first_and_strided_rows(lib: object) -> None:
+    base = torch.zeros(4, 40, dtype=torch.bfloat16)
+    base[:, [30, 5, 12]] = 2.0  # a three-way tie at the top
+    rows = base[::2]  # every other row: a row stride of 80 elements
+    vals, ids, *_ = native.row_sums(rows, torch.tensor([0, 39]), 1.0, 4)
+    assert ids[:, :3].tolist() == [[5, 12, 30]] * 2
+    assert vals[:, 3].tolist() == [0.0, 0.0] and ids[:, 3].tolist() == [0, 0]
+
+
+@needs_compiler
+def test_row_sums_propagate_nan_and_reject_bad_targets(lib: object) -> None:
+    logits = torch.randn(2, 50)
+    logits[0, 7] = float("nan")
+    _, _, _, s, q, p = native.row_sums(logits, torch.tensor([1, 2]), 1.0, 2)
+    assert s[0].isnan() and not s[1].isnan()
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        native.row_sums(logits, torch.tensor([1, 50]), 1.0, 2)
+    assert not native.row_sums_supported(logits.double(), 2)  # float64: PyTorch's ops
+    assert not native.row_sums_supported(logits, native.MAX_TOP_K + 1)
+
+
+@needs_compiler
+def test_statistics_equal_on_both_paths(lib: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same statistics from the kernel and from PyTorch's ops, on every thread count."""
+    logits = (torch.randn(3, 9, 2000, generator=torch.Generator().manual_seed(5)) * 3).bfloat16()
+    targets = torch.randint(0, 2000, (3, 9), generator=torch.Generator().manual_seed(6))
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            ours = metrics.token_stats(logits, targets, 0.8, top_k=5, chunk_size=10)
+            monkeypatch.setenv("GMTS_NATIVE", "0")
+            eager = metrics.token_stats(logits, targets, 0.8, top_k=5, chunk_size=10)
+            monkeypatch.setenv("GMTS_NATIVE", "1")
+            for name in ("logprob", "entropy", "grad_norm", "sum_sq_prob", "top_logprobs"):
+                assert_close(getattr(ours, name), getattr(eager, name), rtol=2e-6, atol=1e-7)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    scores = q.double() @ keys.double().transpose(1, 2)  # (N, g, T)
+    return (scores.softmax(-1) @ values.double()).float()
+
+
+@needs_compiler
+@pytest.mark.parametrize("d", [16, 64, 24])  # two unrolled widths and the general loop
+@pytest.mark.parametrize("g", [1, 3])  # query heads per key/value head
+@pytest.mark.parametrize("t", [1, 7, 40])
+def test_attend_one_equals_softmax_attention(lib: object, d: int, g: int, t: int) -> None:
+    gen = torch.Generator().manual_seed(d * 100 + g * 10 + t)
+    cache_k, cache_v = (torch.randn(5, 2, 48, d, generator=gen) for _ in range(2))  # (n, KV, L, d)
+    keys = cache_k[:, :, :t].view(10, t, d)  # views of the first t positions, as the sampler's
+    values = cache_v[:, :, :t].view(10, t, d)
+    q = torch.randn(10, g, d, generator=gen)
+    out = native.attend_one(q, keys, values)
+    assert out is not None
+    assert_close(out, _attention(q, keys, values), rtol=2e-6, atol=2e-6)
+
+
+@needs_compiler
+def test_attend_one_declines_what_it_does_not_take(lib: object) -> None:
+    q, kv = torch.randn(4, 1, 16), torch.randn(4, 8, 16)
+    assert native.attend_one(q.double(), kv.double(), kv.double()) is None
+    assert native.attend_one(q, kv.transpose(1, 2).contiguous().transpose(1, 2), kv) is None
+    assert native.attend_one(q, kv[:, :0], kv[:, :0]) is None
+
+
+@needs_compiler
+def test_built_once_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GMTS_NATIVE_CACHE", str(tmp_path))
+    compiler = native._compiler()
+    assert compiler is not None
+    first = native._build(compiler)
+    stamp = first.stat().st_mtime_ns
+    assert native._build(compiler) == first and first.stat().st_mtime_ns == stamp
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporary files left
+
+
+def test_off_or_unbuildable_falls_back(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    logits = torch.randn(2, 30)
+    targets = torch.tensor([0, 1])
+    monkeypatch.setenv("GMTS_NATIVE", "0")
+    assert native.library() is None and not native.row_sums_supported(logits, 2)
+    want = metrics.token_stats(logits, targets, top_k=3)
+    monkeypatch.setenv("GMTS_NATIVE", "1")
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setattr(native.shutil, "which", lambda name: None)
+    monkeypatch.setattr(native, "_STATE", {})  # as in a fresh process
+    with caplog.at_level(logging.WARNING, logger="gmts_core.native"):
+        assert native.library() is None
+    assert "no C compiler" in caplog.text
+    got = metrics.token_stats(logits, targets, top_k=3)
+    assert_close(got.entropy, want.entropy) and assert_close(got.top_logprobs, want.top_logprobs)
