@@ -29,7 +29,14 @@ from gmts_core.kv_cache import PreallocatedLayer
 
 LAYERS = ("LlamaDecoderLayer", "Qwen2DecoderLayer")
 NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm")
+SILU = ("SiLUActivation", "SiLU")  # gates the native step computes itself
 MAX_PARAMETERS = 200_000_000  # larger bodies keep the generic step (no weight copies)
+
+
+def _native_out(out: torch.Tensor | None) -> torch.Tensor:
+    if out is None:  # FusedStep._native checked what the kernels take
+        raise RuntimeError("a native kernel declined a step it was checked to take")
+    return out
 
 
 def _plain(module: Any) -> bool:
@@ -195,16 +202,62 @@ class FusedStep:
             raise ValueError("the fused step needs the pre-allocated cache")
         pos = layers[0].length
         h = self.body.embed_tokens(tokens)  # (n, D)
-        rot_q, rot_k = self._rotations(pos, layers[0].max_length, h)
-        for w, kv in zip(self.layers, layers, strict=True):
-            heads = self._attention(w, _rms(h, w.norm1, w.eps1), kv, pos, rot_q, rot_k)
-            h = _add_linear(h, heads, w.out, w.out_bias)
-            gate, up = F.linear(_rms(h, w.norm2, w.eps2), w.gate_up, w.gate_up_bias).chunk(2, -1)
-            h = _add_linear(h, w.act(gate) * up, w.down, w.down_bias)
+        final: torch.Tensor | None = None
+        if self._native(h, layers, pos):
+            h = self._native_layers(h, layers, pos)
+            if type(self.body.norm).__name__ in NORMS:
+                norm = self.body.norm
+                final = native.rms_norm(h, norm.weight, float(norm.variance_epsilon))
+        else:
+            rot_q, rot_k = self._rotations(pos, layers[0].max_length, h)
+            for w, kv in zip(self.layers, layers, strict=True):
+                heads = self._attention(w, _rms(h, w.norm1, w.eps1), kv, pos, rot_q, rot_k)
+                h = _add_linear(h, heads, w.out, w.out_bias)
+                x = _rms(h, w.norm2, w.eps2)
+                gate, up = F.linear(x, w.gate_up, w.gate_up_bias).chunk(2, -1)
+                h = _add_linear(h, w.act(gate) * up, w.down, w.down_bias)
         for kv in layers:
             kv.length = pos + 1
             kv._refresh_views()
-        return self.body.norm(h)  # (n, D)
+        return self.body.norm(h) if final is None else final  # (n, D)
+
+    def _native(self, h: torch.Tensor, layers: list[Any], pos: int) -> bool:
+        """Whether the native kernels take this step: float32 on CPU, SiLU gates, contiguous
+        cache buffers and the position within the kernels' score buffer."""
+        return (
+            h.dtype == torch.float32
+            and h.device.type == "cpu"
+            and pos < native.MAX_KEYS
+            and all(type(w.act).__name__ in SILU for w in self.layers)
+            and all(
+                kv._key_buffer is not None
+                and kv._value_buffer is not None
+                and kv._key_buffer.is_contiguous()
+                and kv._value_buffer.is_contiguous()
+                for kv in layers
+            )
+            and native.library() is not None
+        )
+
+    def _native_layers(self, h: torch.Tensor, layers: list[Any], pos: int) -> torch.Tensor:
+        """The layers with the C kernels for the norms, the rotary attention with its cache
+        writes, and the gate (:mod:`gmts_core.native`); the projections stay torch matmuls."""
+        cos, sin, _, _ = (x[pos] for x in self._rotary(layers[0].max_length, h))
+        d = self.head_dim
+        for w, kv in zip(self.layers, layers, strict=True):
+            qkv = F.linear(_native_out(native.rms_norm(h, w.norm1, w.eps1)), w.qkv, w.qkv_bias)
+            heads = native.rotary_attend(
+                qkv,
+                (w.splits[0] // d, w.splits[1] // d, d),
+                (cos, sin, self.scaling),
+                (kv._key_buffer, kv._value_buffer),
+                pos,
+            )
+            h = _add_linear(h, _native_out(heads), w.out, w.out_bias)
+            x = _native_out(native.rms_norm(h, w.norm2, w.eps2))
+            gated = native.silu_mul(F.linear(x, w.gate_up, w.gate_up_bias))
+            h = _add_linear(h, _native_out(gated), w.down, w.down_bias)
+        return h
 
     def _attention(
         self,

@@ -108,6 +108,26 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.gmts_row_sums.restype = i32
     lib.gmts_attend_one.argtypes = [ptr, ptr, ptr, i64, i64, i64, i64, i64, ptr]
     lib.gmts_attend_one.restype = i32
+    lib.gmts_rms_norm.argtypes = [ptr, ptr, i64, i64, f32, ptr]
+    lib.gmts_rms_norm.restype = None
+    lib.gmts_silu_mul.argtypes = [ptr, i64, i64, ptr]
+    lib.gmts_silu_mul.restype = None
+    lib.gmts_rotary_attend.argtypes = [
+        ptr,
+        i64,
+        i64,
+        i64,
+        i64,
+        ptr,
+        ptr,
+        f32,
+        ptr,
+        ptr,
+        i64,
+        i64,
+        ptr,
+    ]
+    lib.gmts_rotary_attend.restype = i32
     return lib
 
 
@@ -215,3 +235,69 @@ def attend_one(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> tor
     if lib.gmts_attend_one(*ptrs, n, g, d, t, keys.stride(0), out.data_ptr()) != 0:
         return None
     return out
+
+
+def _cpu_f32(*tensors: torch.Tensor) -> bool:
+    return all(
+        t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors
+    )
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
+    """weight * x / sqrt(mean(x^2) + eps) over the last dimension of (n, d) float32 rows; None
+    when the kernels are off or the tensors are not contiguous float32 on CPU."""
+    lib = library()
+    if lib is None or x.dim() != 2 or not _cpu_f32(x, weight) or weight.shape != x.shape[1:]:
+        return None
+    out = torch.empty_like(x)
+    lib.gmts_rms_norm(x.data_ptr(), weight.data_ptr(), *x.shape, float(eps), out.data_ptr())
+    return out
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor | None:
+    """silu(gate) * up for (n, 2 m) rows holding the gate then the up projection: (n, m); None
+    when the kernels are off or the rows are not contiguous float32 on CPU."""
+    lib = library()
+    if lib is None or gate_up.dim() != 2 or gate_up.shape[1] % 2 or not _cpu_f32(gate_up):
+        return None
+    n, width = gate_up.shape
+    out = gate_up.new_empty(n, width // 2)
+    lib.gmts_silu_mul(gate_up.data_ptr(), n, width // 2, out.data_ptr())
+    return out
+
+
+def rotary_attend(
+    qkv: torch.Tensor,
+    heads: tuple[int, int, int],
+    rotary: tuple[torch.Tensor, torch.Tensor, float],
+    buffers: tuple[torch.Tensor, torch.Tensor],
+    pos: int,
+) -> torch.Tensor | None:
+    """One decoding step's attention from the projections ``qkv`` (n, (H + 2 KV) Dh), with
+    ``heads`` = (H, KV, Dh): the keys rotated (``rotary`` = the position's cos and sin rows
+    (Dh,) and the attention's scaling, applied to the queries) and written with the values at
+    ``pos`` of the cache ``buffers`` (n, KV, L, Dh) each, then each query head over positions
+    0..pos of its group. Returns (n, H Dh), or None when the kernels are off or the layout is
+    not theirs (nothing is written then)."""
+    lib = library()
+    (hq, kv, d), (cos, sin, scaling), (keys, values) = heads, rotary, buffers
+    n = qkv.shape[0]
+    if (
+        lib is None
+        or not _cpu_f32(qkv, cos, sin, keys, values)
+        or qkv.shape != (n, (hq + 2 * kv) * d)
+        or keys.shape != values.shape
+        or keys.shape[:2] != (n, kv)
+        or keys.shape[3] != d
+        or cos.shape != (d,)
+        or sin.shape != (d,)
+        or not pos < min(keys.shape[2], MAX_KEYS)
+    ):
+        return None
+    out = qkv.new_empty(n, hq * d)
+    ptrs = [t.data_ptr() for t in (cos, sin)]
+    status = lib.gmts_rotary_attend(
+        qkv.data_ptr(), n, hq, kv, d, *ptrs, float(scaling),
+        keys.data_ptr(), values.data_ptr(), keys.shape[2], pos, out.data_ptr(),
+    )  # fmt: skip
+    return None if status else out

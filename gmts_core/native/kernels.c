@@ -250,3 +250,85 @@ int gmts_attend_one(const float *q, const float *keys, const float *values, int6
     }
     return 0;
 }
+
+/* RMSNorm of n rows of d values: out = w * x / sqrt(mean(x^2) + eps), in float32 (the norm of
+ * Llama and Qwen2 for float32 models); w may be NULL (no weight). */
+void gmts_rms_norm(const float *x, const float *w, int64_t n, int64_t d, float eps, float *out) {
+    for (int64_t i = 0; i < n; i++) {
+        const float *xi = x + i * d;
+        float *oi = out + i * d;
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int64_t c = 0; c < d; c++) ss += xi[c] * xi[c];
+        float scale = 1.0f / sqrtf(ss / (float)d + eps);
+        if (w == 0) {
+#pragma omp simd
+            for (int64_t c = 0; c < d; c++) oi[c] = xi[c] * scale;
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < d; c++) oi[c] = w[c] * (xi[c] * scale);
+        }
+    }
+}
+
+/* The gated MLP's activation: gate_up (n, 2 * m) holds the gate then the up projection of each
+ * row; out (n, m) = silu(gate) * up with silu(x) = x / (1 + exp(-x)). */
+void gmts_silu_mul(const float *gate_up, int64_t n, int64_t m, float *out) {
+    for (int64_t i = 0; i < n; i++) {
+        const float *g = gate_up + i * 2 * m, *u = g + m;
+        float *o = out + i * m;
+#pragma omp simd
+        for (int64_t c = 0; c < m; c++) {
+            float x = g[c];
+            o[c] = x / (1.0f + exp_f(-x)) * u[c];
+        }
+    }
+}
+
+/* x rotated by the rotary embedding at one position: x cos + rotate_half(x) sin, with
+ * rotate_half(x) = (-x[h:], x[:h]) and h = d / 2, times scale */
+static inline void rotate(const float *restrict x, const float *restrict cos_t,
+                          const float *restrict sin_t, int64_t d, float scale,
+                          float *restrict out) {
+    int64_t h = d / 2;
+#pragma omp simd
+    for (int64_t c = 0; c < h; c++) out[c] = (x[c] * cos_t[c] - x[c + h] * sin_t[c]) * scale;
+#pragma omp simd
+    for (int64_t c = h; c < d; c++) out[c] = (x[c] * cos_t[c] + x[c - h] * sin_t[c]) * scale;
+}
+
+/* One decoding step's attention for n rows from their projections qkv (n, (hq + 2 kv) d):
+ * each key/value head's key rotated and written with the value at position pos of the cache
+ * buffers (n, kv, length, d), then each query head (rotated, times scaling) attends over
+ * positions 0..pos of its group's head (hq / kv query heads per group); out (n, hq * d).
+ * Returns 0, or 1 when a size is out of the buffers' range. */
+int gmts_rotary_attend(const float *qkv, int64_t n, int64_t hq, int64_t kv, int64_t d,
+                       const float *cos_t, const float *sin_t, float scaling, float *key_buf,
+                       float *value_buf, int64_t length, int64_t pos, float *out) {
+    enum { MAX_T = 8192 };
+    float scores[MAX_T], qrot[MAX_D];
+    if (pos + 1 > MAX_T || pos >= length || d > MAX_D || d % 2 || kv < 1 || hq % kv) return 1;
+    int64_t g = hq / kv, width = (hq + 2 * kv) * d, t = pos + 1;
+    for (int64_t i = 0; i < n; i++) {
+        const float *row = qkv + i * width;
+        for (int64_t j = 0; j < kv; j++) {
+            float *k = key_buf + (i * kv + j) * length * d;
+            float *v = value_buf + (i * kv + j) * length * d;
+            rotate(row + (hq + j) * d, cos_t, sin_t, d, 1.0f, k + pos * d);
+            memcpy(v + pos * d, row + (hq + kv + j) * d, (size_t)d * sizeof(float));
+            for (int64_t h = 0; h < g; h++) {
+                int64_t head = j * g + h;
+                rotate(row + head * d, cos_t, sin_t, d, scaling, qrot);
+                float *o = out + i * hq * d + head * d;
+                switch (d) {
+                case 16: attend_entry(qrot, k, v, 16, t, scores, o); break;
+                case 32: attend_entry(qrot, k, v, 32, t, scores, o); break;
+                case 64: attend_entry(qrot, k, v, 64, t, scores, o); break;
+                case 128: attend_entry(qrot, k, v, 128, t, scores, o); break;
+                default: attend_entry(qrot, k, v, d, t, scores, o);
+                }
+            }
+        }
+    }
+    return 0;
+}

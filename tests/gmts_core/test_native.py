@@ -158,3 +158,54 @@ def test_off_or_unbuildable_falls_back(
     assert "no C compiler" in caplog.text
     got = metrics.token_stats(logits, targets, top_k=3)
     assert_close(got.entropy, want.entropy) and assert_close(got.top_logprobs, want.top_logprobs)
+
+
+@needs_compiler
+def test_rms_norm_and_gate_equal_torch(lib: object) -> None:
+    gen = torch.Generator().manual_seed(8)
+    x, weight = torch.randn(9, 40, generator=gen) * 3, torch.randn(40, generator=gen)
+    out = native.rms_norm(x, weight, 1e-5)
+    assert out is not None
+    assert_close(out, torch.nn.functional.rms_norm(x, (40,), weight, 1e-5), rtol=1e-6, atol=1e-6)
+    gate_up = torch.randn(9, 2 * 33, generator=gen) * 20  # large |x|: exp(-x) overflows to inf
+    gated = native.silu_mul(gate_up)
+    gate, up = gate_up.chunk(2, -1)
+    assert gated is not None
+    assert_close(gated, torch.nn.functional.silu(gate) * up, rtol=2e-6, atol=1e-6)
+    assert native.rms_norm(x.t(), weight, 1e-5) is None  # not contiguous
+    assert native.silu_mul(gate_up[:, :-1].contiguous()) is None  # an odd width
+
+
+@needs_compiler
+@pytest.mark.parametrize(("hq", "kv", "d"), [(4, 4, 16), (6, 2, 24)])
+def test_rotary_attend_equals_the_rotary_attention(lib: object, hq: int, kv: int, d: int) -> None:
+    """Keys rotated into the cache at pos, queries rotated and scaled, each over its group's
+    positions 0..pos: equal to the same steps in torch ops, float64."""
+    gen = torch.Generator().manual_seed(hq * d)
+    n, length, pos, scaling = 3, 12, 7, d**-0.5
+    keys, values = (torch.randn(n, kv, length, d, generator=gen) for _ in range(2))
+    before_k, before_v = keys.clone(), values.clone()
+    qkv = torch.randn(n, (hq + 2 * kv) * d, generator=gen)
+    angles = torch.rand(d // 2, generator=gen) * 6
+    cos, sin = torch.cat([angles.cos()] * 2), torch.cat([angles.sin()] * 2)
+    out = native.rotary_attend(qkv, (hq, kv, d), (cos, sin, scaling), (keys, values), pos)
+    assert out is not None
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:  # (..., d) as transformers' apply_rotary_pos_emb
+        half = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], -1)
+        return x * cos.double() + half * sin.double()
+
+    q, k, v = qkv.double().split([hq * d, kv * d, kv * d], -1)
+    k_rot = rotate(k.view(n, kv, d))
+    assert_close(keys[:, :, pos].double(), k_rot, rtol=1e-6, atol=1e-6)
+    assert torch.equal(values[:, :, pos], v.view(n, kv, d).float())
+    keep = torch.ones(length, dtype=torch.bool)
+    keep[pos] = False  # nothing else in the cache is touched
+    assert torch.equal(keys[:, :, keep], before_k[:, :, keep])
+    assert torch.equal(values[:, :, keep], before_v[:, :, keep])
+    group_k = keys[:, :, : pos + 1].double().repeat_interleave(hq // kv, 1)  # (n, hq, T, d)
+    group_v = values[:, :, : pos + 1].double().repeat_interleave(hq // kv, 1)
+    scores = (rotate(q.view(n, hq, 1, d)) * scaling) @ group_k.transpose(-1, -2)
+    want = (scores.softmax(-1) @ group_v).reshape(n, hq * d)
+    assert_close(out.double(), want, rtol=2e-6, atol=2e-6)
+    assert native.rotary_attend(qkv, (hq, kv, d), (cos, sin, scaling), (keys, values), 12) is None
