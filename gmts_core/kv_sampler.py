@@ -7,7 +7,8 @@ prefill  -> one forward of the transformer body over the B distinct prompts (not
 decode   -> per step, the LM head on the last hidden state (:func:`gmts_core.head.head_path`:
             the logits the analysis reports, post-head transforms included), the model's
             generation processors (min length, temperature, top-k, top-p: transformers' own
-            classes, in ``generate``'s order), then ``multinomial`` (or ``argmax`` when greedy)
+            classes, in ``generate``'s order), then ``multinomial``'s draw (the same draws, faster
+            on CPU: :func:`gmts_core.draw.categorical`; ``argmax`` when greedy)
             and one body forward of the new tokens into a pre-allocated cache
             (:mod:`gmts_core.kv_cache`)
 stopping -> a row that produced EOS is finished; once a quarter of the batch has finished the
@@ -46,6 +47,7 @@ from transformers import (
 )
 
 from gmts_core.cancel import checkpoint
+from gmts_core.draw import categorical
 from gmts_core.errors import NonFiniteLogitsError
 from gmts_core.fused_decode import FusedStep
 from gmts_core.head import PROBE_TOLERANCE, PROBE_TOLERANCE_LOW_PRECISION, HeadPath, head_path
@@ -240,7 +242,7 @@ def _draw(scores: torch.Tensor, greedy: bool) -> torch.Tensor:
     if not bool(torch.isfinite(scores.amax(dim=-1)).all()):  # scores: (B, V)
         raise NonFiniteLogitsError("the model produced NaN or infinite logits while sampling")
     probs = torch.softmax(scores, dim=-1)
-    return torch.multinomial(probs, num_samples=1).squeeze(1)
+    return categorical(probs)  # multinomial's draw, bit for bit
 
 
 @dataclass
