@@ -138,6 +138,9 @@ class FusedStep:
         self.layers = [_weights(layer) for layer in body.layers]
         self._rope: tuple[torch.Tensor, ...] | None = None
         self._swap: torch.Tensor | None = None
+        # what the native kernels compute themselves: SiLU gates, and the final RMSNorm
+        self.native_gates = all(type(w.act).__name__ in SILU for w in self.layers)
+        self.native_norm = type(getattr(body, "norm", None)).__name__ in NORMS
 
     @staticmethod
     def of(body: Any) -> FusedStep | None:
@@ -205,7 +208,7 @@ class FusedStep:
         final: torch.Tensor | None = None
         if self._native(h, layers, pos):
             h = self._native_layers(h, layers, pos)
-            if type(self.body.norm).__name__ in NORMS:
+            if self.native_norm:
                 norm = self.body.norm
                 final = native.rms_norm(h, norm.weight, float(norm.variance_epsilon))
         else:
@@ -228,7 +231,7 @@ class FusedStep:
             h.dtype == torch.float32
             and h.device.type == "cpu"
             and pos < native.MAX_KEYS
-            and all(type(w.act).__name__ in SILU for w in self.layers)
+            and self.native_gates
             and all(
                 kv._key_buffer is not None
                 and kv._value_buffer is not None

@@ -248,21 +248,30 @@ def _draw(scores: torch.Tensor, greedy: bool) -> torch.Tensor:
 @dataclass
 class _Batch:
     """The rows being decoded: their original indices, prompts and tokens so far, and which of
-    them have finished (kept in the batch until enough have, then dropped together)."""
+    them have finished (kept in the batch until enough have, then dropped together). The
+    drawn tokens reach ``generated`` (by original row) when rows are dropped, and at the end."""
 
     rows: torch.Tensor  # (n,) original row indices
     seq: torch.Tensor  # (n, P + T) prompt ids, then the tokens drawn so far
     finished: torch.Tensor  # (n,) bool
+    generated: torch.Tensor  # (B * G, T) the drawn tokens by original row
 
     def shrink(self, cache: Any, tokens: torch.Tensor) -> torch.Tensor:
         """Drop the finished rows once they are ``SHRINK_FRACTION`` of the batch; the tokens
         of the rows kept."""
         if int(self.finished.sum()) < max(1, math.ceil(SHRINK_FRACTION * len(self.rows))):
             return tokens
+        self.flush(self.finished)
         keep = (~self.finished).nonzero().squeeze(1)
         keep_rows(cache, keep)
         self.rows, self.seq, self.finished = self.rows[keep], self.seq[keep], self.finished[keep]
         return tokens[keep]
+
+    def flush(self, which: torch.Tensor | None = None) -> None:
+        """Copy the drawn tokens of these rows (a bool mask; all if None) to ``generated``."""
+        steps = self.generated.shape[1]
+        rows, seq = (self.rows, self.seq) if which is None else (self.rows[which], self.seq[which])
+        self.generated[rows] = seq[:, -steps:]
 
 
 def _prefill(
@@ -277,7 +286,8 @@ def _prefill(
     seq = ids.repeat_interleave(repeats, 0)  # (B * G, P)
     seq = torch.cat([seq, seq.new_zeros(len(seq), steps)], dim=1)  # (B * G, P + T)
     rows = torch.arange(len(seq), device=device)
-    return hidden, _Batch(rows, seq, torch.zeros_like(rows, dtype=torch.bool))
+    finished = torch.zeros_like(rows, dtype=torch.bool)
+    return hidden, _Batch(rows, seq, finished, seq.new_zeros(len(seq), steps))
 
 
 @torch.no_grad()
@@ -294,27 +304,30 @@ def decode(
     total, device = len(batch.rows), batch.seq.device
     warp = processors(model.generation_config, request, width, device)
     eos = torch.tensor(sorted(eos_ids) or [-1], device=device)
-    generated = batch.seq.new_zeros(total, steps)  # (B * G, T) by original row
     lengths = [steps] * total
     collected = _StepStats(request) if request.stats_temperature is not None else None
     for t in range(steps):
         checkpoint()  # a cancelled job (client gone, shutdown) stops between decoding steps
         logits = path.logits(hidden).float()  # (n, V): what the token is drawn from
-        scores = warp(batch.seq[:, : width + t], logits)  # type: ignore[arg-type]
+        scores = warp(batch.seq[:, : width + t], logits) if warp else logits  # type: ignore[arg-type]
         tokens = _draw(scores, request.temperature == 0)  # (n,)
         if collected is not None:
             collected.add(batch.rows, logits, tokens, hidden)
         batch.seq[:, width + t] = tokens
-        generated[batch.rows, t] = tokens
         ended = torch.isin(tokens, eos) & ~batch.finished
-        for row in batch.rows[ended].tolist():
-            lengths[row] = t + 1
-        batch.finished |= ended
-        if t + 1 == steps or bool(batch.finished.all()):
+        if bool(ended.any()):  # most steps end no row: nothing more to do for them
+            for row in batch.rows[ended].tolist():
+                lengths[row] = t + 1
+            batch.finished |= ended
+            if bool(batch.finished.all()):
+                break
+            tokens = batch.shrink(cache, tokens)
+        if t + 1 == steps:
             break
-        tokens = batch.shrink(cache, tokens)
         hidden = body.step(tokens, cache)  # (n, D)
-    answers = [DecodedRow(ids[:n]) for ids, n in zip(generated.tolist(), lengths, strict=True)]
+    batch.flush()
+    generated = batch.generated.tolist()
+    answers = [DecodedRow(ids[:n]) for ids, n in zip(generated, lengths, strict=True)]
     if collected is not None:
         for answer, stats in zip(answers, collected.per_row(total, lengths), strict=True):
             answer.stats = stats
