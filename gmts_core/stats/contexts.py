@@ -14,6 +14,7 @@ by flat order.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -110,6 +111,10 @@ def _scatter(
     then each touched answer's tensor overwritten with its slice."""
     if dst.numel() == 0:
         return
+    base = _consecutive_views(parts)
+    if base is not None:  # the answers' tensors are slices of one tensor: copy within it
+        base[dst.to(base.device)] = base[src.to(base.device)]
+        return
     flat = torch.cat([p.to(device) for p in parts])  # (N, ...)
     flat[dst] = flat[src]
     offsets = [0]
@@ -117,3 +122,26 @@ def _scatter(
         offsets.append(offsets[-1] + n)
     for a in touched:
         parts[a].copy_(flat[offsets[a] : offsets[a + 1]])
+
+
+def _consecutive_views(parts: list[torch.Tensor]) -> torch.Tensor | None:
+    """The one tensor (N, ...) whose consecutive row slices ``parts`` are (as the statistics of
+    one forward are split per answer), or None. Writing into it writes into the parts."""
+    first = parts[0]
+    rest = tuple(first.shape[1:])
+    row = math.prod(rest)
+    storage = first.untyped_storage().data_ptr()
+    offset = first.storage_offset()
+    for p in parts:
+        if (
+            p.untyped_storage().data_ptr() != storage
+            or p.dtype != first.dtype
+            or tuple(p.shape[1:]) != rest
+            or p.storage_offset() != offset
+            or not p.is_contiguous()
+        ):
+            return None
+        offset += p.shape[0] * row
+    total = sum(p.shape[0] for p in parts)
+    strides = (row, *torch.empty(rest).stride()) if rest else (1,)
+    return first.as_strided((total, *rest), strides, first.storage_offset())

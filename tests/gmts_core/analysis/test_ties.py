@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
@@ -85,13 +86,29 @@ def _random_stats(seqs: list[tuple[list[int], list[int]]]) -> list[AnswerStats]:
     return out
 
 
-def test_shared_contexts_match_the_token_by_token_copy() -> None:
+def _as_views(answers: list[AnswerStats]) -> list[AnswerStats]:
+    """The same statistics as slices of one flat tensor per field, as a forward splits them."""
+    names = [f for f in TokenStats.__dataclass_fields__]
+    flat = {n: torch.cat([getattr(a.stats, n) for a in answers]) for n in names}
+    norms = torch.cat([a.hidden_norm for a in answers])
+    out, start = [], 0
+    for a in answers:
+        sl = slice(start, start + len(a.hidden_norm))
+        out.append(AnswerStats(TokenStats(*(flat[n][sl] for n in names)), norms[sl]))
+        start = sl.stop
+    return out
+
+
+@pytest.mark.parametrize("layout", ["separate", "views"])
+def test_shared_contexts_match_the_token_by_token_copy(layout: str) -> None:
     rng = random.Random(0)
     seqs = []
     for _ in range(5):  # groups with short prompts (two share one) and many shared prefixes
         prompt = [rng.randint(0, 1) for _ in range(rng.randint(1, 2))]
         seqs += [(prompt, [rng.randint(0, 2) for _ in range(rng.randint(1, 8))]) for _ in range(6)]
     fast, naive = _random_stats(seqs), _random_stats(seqs)
+    if layout == "views":  # the copies are made within the flat tensors
+        fast = _as_views(fast)
     share_identical_contexts(seqs, fast)
     _naive_share(seqs, naive)
     changed = 0
