@@ -293,7 +293,10 @@ def test_fused_step_keeps_the_exact_records_with_kl_and_reselect(lm: LoadedModel
         dtype=torch.float64,
     )
     assert (coef[1] - adv).abs().max() > 1e-6  # r = 1: omega = A + beta (pi_ref / pi - 1)
-    torch.testing.assert_close(coef[0], coef[1], rtol=1e-5, atol=1e-7)
+    # the separate pass takes its statistics through the vocabulary-tiled head path, the fused
+    # one from the training forward's logits: equal to float32 rounding (one ulp of log pi),
+    # which the KL term's pi_ref / pi and one update amplify to a few 1e-7
+    torch.testing.assert_close(coef[0], coef[1], rtol=1e-5, atol=1e-6)
     assert [t.ratio for t in tokens[0]] == [t.ratio for t in tokens[1]] == [1.0] * len(tokens[0])
     assert [t.clipped for t in tokens[0]] == [t.clipped for t in tokens[1]]
     assert torch.equal(fused.batch.mask, separate.batch.mask)
