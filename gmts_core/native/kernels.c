@@ -112,39 +112,57 @@ static void top_k_row(const void *row, int dtype, int64_t vocab, int k, float *v
 }
 
 /* sums over [lo, hi) of e = exp(u), e^2 and e u with u = (z - ref) / tau (no division at
- * tau = 1) */
+ * tau = 1). With guard, a -inf logit (e = 0) adds 0 to the sum of e u instead of
+ * 0 * -inf = NaN; the guard costs the loop its speed, so rows are summed without it first and
+ * again with it only where that gave NaN from -inf logits alone. */
 static void sum_range(const void *row, int dtype, int64_t lo, int64_t hi, float ref, float tau,
-                      double *s, double *q, double *p) {
+                      int guard, double *s, double *q, double *p) {
     float buf[BLOCK];
     double ss = 0.0, qq = 0.0, pp = 0.0;
     for (int64_t b = lo; b < hi; b += BLOCK) {
         int64_t n = hi - b < BLOCK ? hi - b : BLOCK;
         const float *z = row_block(row, dtype, b, n, buf);
-        if (tau == 1.0f) {
+        if (guard) {
+            for (int64_t i = 0; i < n; i++) {
+                float u = tau == 1.0f ? z[i] - ref : (z[i] - ref) / tau;
+                double ed = (double)exp_f(u);
+                ss += ed;
+                qq += ed * ed;
+                pp += ed > 0.0 ? ed * (double)u : 0.0;
+            }
+        } else if (tau == 1.0f) {
 #pragma omp simd reduction(+ : ss, qq, pp)
             for (int64_t i = 0; i < n; i++) {
                 float u = z[i] - ref;
-                float e = exp_f(u);
-                double ed = (double)e;
+                double ed = (double)exp_f(u);
                 ss += ed;
                 qq += ed * ed;
-                pp += e > 0.0f ? ed * (double)u : 0.0; /* a -inf logit: e u = 0, not NaN */
+                pp += ed * (double)u;
             }
         } else {
 #pragma omp simd reduction(+ : ss, qq, pp)
             for (int64_t i = 0; i < n; i++) {
                 float u = (z[i] - ref) / tau;
-                float e = exp_f(u);
-                double ed = (double)e;
+                double ed = (double)exp_f(u);
                 ss += ed;
                 qq += ed * ed;
-                pp += e > 0.0f ? ed * (double)u : 0.0; /* a -inf logit: e u = 0, not NaN */
+                pp += ed * (double)u;
             }
         }
     }
     *s += ss;
     *q += qq;
     *p += pp;
+}
+
+/* the three sums of one row over the tokens other than a and y (first = min, second = max) */
+static void row_rest(const void *row, int dtype, int64_t vocab, int64_t a, int64_t y, float ref,
+                     float tau, int guard, double *s, double *q, double *p) {
+    int64_t first = a < y ? a : y, second = a < y ? y : a;
+    *s = *q = *p = 0.0;
+    sum_range(row, dtype, 0, first, ref, tau, guard, s, q, p);
+    if (second != first) sum_range(row, dtype, first + 1, second, ref, tau, guard, s, q, p);
+    sum_range(row, dtype, second + 1, vocab, ref, tau, guard, s, q, p);
 }
 
 /* Rows [row0, row1) of logits (row r at base + r * row_stride elements, each vocab long and
@@ -167,12 +185,10 @@ int gmts_row_sums(const void *base, int dtype, int64_t row0, int64_t row1, int64
         top_k_row(row, dtype, vocab, k, vals, ids);
         float b;
         target_logit[r] = *row_block(row, dtype, targets[r], 1, &b);
-        int64_t a = ids[0], y = targets[r];
-        int64_t first = a < y ? a : y, second = a < y ? y : a;
-        double ss = 0.0, qq = 0.0, pp = 0.0;
-        sum_range(row, dtype, 0, first, vals[1], tau, &ss, &qq, &pp);
-        if (second != first) sum_range(row, dtype, first + 1, second, vals[1], tau, &ss, &qq, &pp);
-        sum_range(row, dtype, second + 1, vocab, vals[1], tau, &ss, &qq, &pp);
+        double ss, qq, pp;
+        row_rest(row, dtype, vocab, ids[0], targets[r], vals[1], tau, 0, &ss, &qq, &pp);
+        if (isnan(pp) && !isnan(ss)) /* -inf logits, no NaN ones: the guarded sum */
+            row_rest(row, dtype, vocab, ids[0], targets[r], vals[1], tau, 1, &ss, &qq, &pp);
         s[r] = ss;
         q[r] = qq;
         p[r] = pp;
