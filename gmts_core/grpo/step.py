@@ -231,17 +231,21 @@ def training_batch(result: AnalysisResult, sequences: Sequences, config: RLConfi
 
 
 def make_optimizer(policy: TrainablePolicy, config: RLConfig) -> torch.optim.Optimizer:
-    """AdamW (default) or plain SGD over the policy's trainable parameters."""
+    """AdamW (default; its fused implementation where the parameters' device and dtype allow)
+    or plain SGD over the policy's trainable parameters."""
     params = policy.trainable_parameters()
     if config.optimizer == "sgd":
         return torch.optim.SGD(params, lr=config.learning_rate, weight_decay=config.weight_decay)
-    return torch.optim.AdamW(
-        params,
-        lr=config.learning_rate,
-        betas=config.adam_betas,
-        eps=config.adam_epsilon,
-        weight_decay=config.weight_decay,
-    )
+    settings = {
+        "lr": config.learning_rate,
+        "betas": config.adam_betas,
+        "eps": config.adam_epsilon,
+        "weight_decay": config.weight_decay,
+    }
+    try:  # the fused kernel (CPU and CUDA): one call per step, not ~10 ops per parameter
+        return torch.optim.AdamW(params, **settings, fused=True)  # type: ignore[arg-type]
+    except (RuntimeError, ValueError):  # a device or dtype it does not take
+        return torch.optim.AdamW(params, **settings)  # type: ignore[arg-type]
 
 
 def _logprobs(
