@@ -110,8 +110,13 @@ def _eager_sums(
     e.scatter_(-1, col, 0.0)
     s = e.sum(dim=-1)  # (C,)
     q = sum_sq(e)
-    # sum e u (u is not needed after this); a -inf logit has e = 0 and adds 0, not 0 * -inf
-    p = u.clamp_min_(torch.finfo(torch.float32).min).mul_(e).sum(dim=-1)
+    p = u.mul_(e).sum(dim=-1)  # sum e u (u is not needed after this)
+    masked = p.isnan() & ~s.isnan()
+    if bool(masked.any()):  # -inf logits (e = 0) made 0 * -inf: those rows again, u floored
+        again = logits[masked].float() - ref[masked]
+        if temperature != 1.0:
+            again.div_(temperature)
+        p[masked] = again.clamp_min_(torch.finfo(torch.float32).min).mul_(e[masked]).sum(-1)
     return top_vals, top_ids, RowSums(top_vals[:, 0], top_ids[:, 0], ref.squeeze(-1), z_y, s, q, p)
 
 
