@@ -214,7 +214,9 @@ def evaluation_out(e: SessionEvaluation) -> EvaluationOut:
 
 
 def session_out(session: Session) -> SessionOut:
-    """A session's settings and history (``GET /v1/sessions/{id}``)."""
+    """A session's settings and history (``GET /v1/sessions/{id}``): while a step runs, the
+    steps already saved (:attr:`gmts_core.experiments.sessions.Session.shown_history`)."""
+    shown = session.shown_history
     return SessionOut(
         session_id=session.id,
         model=session.policy.base.name,
@@ -222,8 +224,8 @@ def session_out(session: Session) -> SessionOut:
         trainable_parameters=session.policy.num_trainable,
         seed=session.seed,
         settings=dataclasses.asdict(session.config),
-        steps_done=session.steps_done,
-        history=[step_metrics_out(m) for m in session.history],
+        steps_done=len(shown),
+        history=[step_metrics_out(m) for m in shown],
         evaluations=[evaluation_out(e) for e in session.evaluations],
     )
 

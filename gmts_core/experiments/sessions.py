@@ -57,6 +57,9 @@ class Session:
     evaluations: list[SessionEvaluation] = field(default_factory=list)
     last_result: StepResult | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # while a step with a ``progress`` callback (the server's save) runs: the history entries
+    # that callback has heard, the only ones :attr:`shown_history` gives; None: all of them
+    heard_steps: int | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.config.validate()
@@ -65,6 +68,14 @@ class Session:
     @property
     def steps_done(self) -> int:
         return len(self.history)
+
+    @property
+    def shown_history(self) -> list[StepMetrics]:
+        """The history a reader may see while a step runs: a step is shown once ``progress``
+        (a server saves the session there) has heard it, so no client sees a step that a crash
+        before its save would lose."""
+        heard = self.heard_steps
+        return self.history[: len(self.history) if heard is None else heard]
 
     def memory_bytes(self) -> int:
         """What this session holds: its trainable weights, their start copy (for reset), their
@@ -91,20 +102,26 @@ class Session:
         """
         cfg = config or self.config
         cfg.validate()
-        results = []
-        for _ in range(num_steps):
-            checkpoint()  # a cancelled job stops between steps
-            n = self.steps_done
-            seed = step_seed(self.seed, n)
-            batch = list(prompts) if prompts else demo_batch(cfg.prompts_per_step, seed)
-            result = grpo_step(
-                self.policy, self.optimizer, batch, cfg, seed, step=n + 1, on_stage=on_stage
-            )
-            self.history.append(result.metrics)
-            self.last_result = result
-            results.append(result)
-            if progress is not None:
-                progress(len(results), result)
+        results: list[StepResult] = []
+        if progress is not None:
+            self.heard_steps = len(self.history)
+        try:
+            for _ in range(num_steps):
+                checkpoint()  # a cancelled job stops between steps
+                n = self.steps_done
+                seed = step_seed(self.seed, n)
+                batch = list(prompts) if prompts else demo_batch(cfg.prompts_per_step, seed)
+                result = grpo_step(
+                    self.policy, self.optimizer, batch, cfg, seed, step=n + 1, on_stage=on_stage
+                )
+                self.history.append(result.metrics)
+                self.last_result = result
+                results.append(result)
+                if progress is not None:
+                    progress(len(results), result)
+                    self.heard_steps = len(self.history)
+        finally:
+            self.heard_steps = None
         return results
 
     def evaluate(self, num_problems: int = 200, **kwargs: Any) -> EvalResult:

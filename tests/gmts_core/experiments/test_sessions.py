@@ -92,3 +92,16 @@ def test_lora_policy_on_a_tiny_llama(lm: LoadedModel) -> None:
 def test_auto_kind_uses_the_size_threshold(lm: LoadedModel) -> None:
     assert TrainablePolicy(lm, PolicySettings(lora_threshold=10**9)).kind == "full"
     assert TrainablePolicy(lm, PolicySettings(lora_threshold=10)).kind == "lora"
+
+
+def test_a_step_is_shown_once_its_progress_callback_has_heard_it(lm: LoadedModel) -> None:
+    """A server saves the session in ``progress``; a reader (GET) sees a step only after that,
+    so a crash before the save never loses a step a client has seen."""
+    s = new_session(lm, seed=2)
+    s.step(PROMPTS)  # one step already done and heard
+    seen: list[tuple[int, int]] = []  # (steps done, steps shown) inside each callback
+    s.step(PROMPTS, 2, progress=lambda *_: seen.append((s.steps_done, len(s.shown_history))))
+    assert seen == [(2, 1), (3, 2)]  # the step being saved is not shown yet
+    assert len(s.shown_history) == s.steps_done == 3  # all shown once the steps are over
+    s.step(PROMPTS)  # no callback: nothing is held back
+    assert s.shown_history == s.history
