@@ -240,10 +240,22 @@ static inline void attend_entry(const float *restrict qv, const float *restrict 
     for (int64_t c = 0; c < d; c++) o[c] = acc[c] * inv;
 }
 
+/* attend_entry with the common head widths as constants (loops of a fixed length, unrolled and
+ * vectorized by the compiler) */
+static void attend(const float *qv, const float *k, const float *v, int64_t d, int64_t t,
+                   float *scores, float *o) {
+    switch (d) {
+    case 16: attend_entry(qv, k, v, 16, t, scores, o); break;
+    case 32: attend_entry(qv, k, v, 32, t, scores, o); break;
+    case 64: attend_entry(qv, k, v, 64, t, scores, o); break;
+    case 128: attend_entry(qv, k, v, 128, t, scores, o); break;
+    default: attend_entry(qv, k, v, d, t, scores, o);
+    }
+}
+
 /* One query per entry: entries [0, n) of q (n, g, d) each attend over t cached keys and values
  * of their own (entry i's key j at keys + i * stride + j * d; the same for values), the
- * attention scaling already in q; out (n, g, d). The common head widths get loops of a fixed
- * length (unrolled and vectorized by the compiler). Returns 0, or 1 when t or d exceeds the
+ * attention scaling already in q; out (n, g, d). Returns 0, or 1 when t or d exceeds the
  * buffers (the caller then uses its own path). */
 int gmts_attend_one(const float *q, const float *keys, const float *values, int64_t n, int64_t g,
                     int64_t d, int64_t t, int64_t stride, float *out) {
@@ -255,13 +267,7 @@ int gmts_attend_one(const float *q, const float *keys, const float *values, int6
         for (int64_t h = 0; h < g; h++) {
             const float *qv = q + (i * g + h) * d;
             float *o = out + (i * g + h) * d;
-            switch (d) {
-            case 16: attend_entry(qv, k, v, 16, t, scores, o); break;
-            case 32: attend_entry(qv, k, v, 32, t, scores, o); break;
-            case 64: attend_entry(qv, k, v, 64, t, scores, o); break;
-            case 128: attend_entry(qv, k, v, 128, t, scores, o); break;
-            default: attend_entry(qv, k, v, d, t, scores, o);
-            }
+            attend(qv, k, v, d, t, scores, o);
         }
     }
     return 0;
@@ -336,13 +342,7 @@ int gmts_rotary_attend(const float *qkv, int64_t n, int64_t hq, int64_t kv, int6
                 int64_t head = j * g + h;
                 rotate(row + head * d, cos_t, sin_t, d, scaling, qrot);
                 float *o = out + i * hq * d + head * d;
-                switch (d) {
-                case 16: attend_entry(qrot, k, v, 16, t, scores, o); break;
-                case 32: attend_entry(qrot, k, v, 32, t, scores, o); break;
-                case 64: attend_entry(qrot, k, v, 64, t, scores, o); break;
-                case 128: attend_entry(qrot, k, v, 128, t, scores, o); break;
-                default: attend_entry(qrot, k, v, d, t, scores, o);
-                }
+                attend(qrot, k, v, d, t, scores, o);
             }
         }
     }
