@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,16 @@ def click_step(page: Any, step: int) -> None:
     step_cells(page).filter(has_text=re.compile(rf"^\s*{step}\s*$")).first.click()
 
 
+def wait_for_step(page: Any, step: int) -> None:
+    """Wait until the step summary shows `step` with no event of the step view still pending
+    (its progress overlay says "processing" or the place in the queue while one is)."""
+    page.wait_for_function(
+        "(step) => { const t = document.querySelector('#run-step-summary').innerText;"
+        " return t.includes('Step ' + step + ' ') && !/processing|queue|waiting/.test(t); }",
+        arg=step,
+    )
+
+
 def test_click_a_logged_step_shows_the_applied_mask(chromium: Any, runs_server: LiveServer) -> None:
     page = open_runs_tab(chromium, runs_server.url)
     pick_run(page, "logged (gmts_trainer_log, 2 steps)", 2)
@@ -89,6 +100,7 @@ def test_a_trl_dump_step_is_analysed_and_highlighted(
     page = open_runs_tab(chromium, runs_server.url)
     pick_run(page, "trl (trl, 3 steps)", 3)
     click_step(page, 2)
+    wait_for_step(page, 2)
     page.wait_for_selector("#run-step-view .gmts-view .tok.sel-b")
     df = pd.read_parquet(DATA / "trl" / "completions" / "completions_00002.parquet")
     view = page.locator("#run-step-view")
@@ -96,6 +108,54 @@ def test_a_trl_dump_step_is_analysed_and_highlighted(
     assert view.locator(".ans-head").count() == len(df)
     assert view.locator(".tok.sel-a").count() > 0  # entropy's selection
     assert "Step 2" in page.locator("#run-step-summary").inner_text()
+
+
+SUMMARY_STEPS = """() => {
+  window.__steps = [];
+  const look = () => {
+    const m = document.querySelector('#run-step-summary').innerText.match(/Step (\\d+) of/);
+    if (m && window.__steps[window.__steps.length - 1] !== Number(m[1]))
+      window.__steps.push(Number(m[1]));
+  };
+  new MutationObserver(look).observe(document.querySelector('#run-step-summary'),
+    {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def test_a_step_clicked_while_the_first_loads_is_the_one_shown(
+    chromium: Any, runs_server: LiveServer
+) -> None:
+    """Opening a run shows its first step; a step clicked before that answer arrives is shown
+    last, not overwritten by the first step's later answer. The first step is held in the
+    server (its run overview waits) until the click has joined the queue, so the order is
+    driven by events, not timing."""
+    runs = runs_server.app.state.services.runs
+    overview, calls = runs.overview, []
+    holding, release = threading.Event(), threading.Event()
+
+    def held_overview(run_id: str) -> Any:
+        calls.append(run_id)
+        if len(calls) == 2:  # the first step's (the run's own table was the first call)
+            holding.set()
+            release.wait(TIMEOUT_MS / 1000)
+        return overview(run_id)
+
+    page = open_runs_tab(chromium, runs_server.url)
+    page.evaluate(SUMMARY_STEPS)
+    runs.overview = held_overview
+    try:
+        pick_run(page, "trl (trl, 3 steps)", 3)
+        assert holding.wait(TIMEOUT_MS / 1000)
+        with page.expect_response(lambda r: "/queue/join" in r.url):
+            click_step(page, 3)  # its event is in the server's queue once join answers
+    finally:
+        release.set()
+        runs.overview = overview
+    page.wait_for_function("window.__steps.includes(1) && window.__steps.includes(3)")
+    wait_for_step(page, page.evaluate("window.__steps[window.__steps.length - 1]"))
+    assert page.evaluate("window.__steps") == [1, 3]  # the clicked step is the one left shown
+    df = pd.read_parquet(DATA / "trl" / "completions" / "completions_00003.parquet")
+    assert page.locator("#run-step-view .ans-head").count() == len(df)
 
 
 # --- every reader's dumps: a run written by TRL's own GRPOTrainer, and verl/ROLL/AReaL/JSONL --

@@ -24,6 +24,7 @@ from app.ui.tabs.runs.view import (
 
 logger = logging.getLogger(__name__)
 METRICS_POLL_S = 2.0  # how often an open run's background metrics are asked for
+STEP_VIEW_QUEUE = "runs-step-view"  # the one queue of the events that show a step
 
 
 def build_runs_tab(ctx: UIContext) -> None:
@@ -111,14 +112,23 @@ def build_runs_tab(ctx: UIContext) -> None:
 
     charts = [cover_plot, waste_plot, overlap_plot, status, timer]
     outputs = [current, summary, differ, view_html]
+    # Every event that fills the step view joins one queue, run one at a time in the order it
+    # was asked for: a step clicked while the run's first step is still being analysed is shown
+    # last, instead of being overwritten by the first step's later answer. (Analysing a step
+    # takes the server's job line anyway, one job at a time by default.)
+    in_order: dict[str, Any] = {"concurrency_id": STEP_VIEW_QUEUE, "concurrency_limit": 1}
     refresh.click(list_runs, None, [run, bad_runs])
     run.change(load_run, [run, model, ratio], [reward_plot, table, *charts]).then(
-        show_first, [run, model, ratio], outputs
+        show_first, [run, model, ratio], outputs, **in_order
     )
     timer.tick(poll, [run, model, ratio], charts, show_progress="hidden")
-    table.select(pick, [run, model, ratio], outputs)
-    prev_btn.click(lambda v, *a: move(v, "previous", *a), [current, run, model, ratio], outputs)
-    next_btn.click(lambda v, *a: move(v, "next", *a), [current, run, model, ratio], outputs)
+    table.select(pick, [run, model, ratio], outputs, **in_order)
+    prev_btn.click(
+        lambda v, *a: move(v, "previous", *a), [current, run, model, ratio], outputs, **in_order
+    )
+    next_btn.click(
+        lambda v, *a: move(v, "next", *a), [current, run, model, ratio], outputs, **in_order
+    )
 
 
 TAB = Tab("Runs", "runs", build_runs_tab)
