@@ -30,8 +30,8 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     # analyse a group (or a batch) of answers: every statistic, every method's selection
     "analyze": "gmts_core.analysis.analyze",
-    "GroupInput": "gmts_core.analysis.analyze",
-    "RewardSpec": "gmts_core.analysis.analyze",
+    "GroupInput": "gmts_core.analysis.inputs",
+    "RewardSpec": "gmts_core.analysis.inputs",
     "AnalysisConfig": "gmts_core.config",
     "AnalysisResult": "gmts_core.analysis.records",
     "SamplingConfig": "gmts_core.sampling",
@@ -99,7 +99,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and the API reference; nothing is imported at run time
-    from gmts_core.analysis.analyze import GroupInput, RewardSpec, analyze
+    from gmts_core.analysis.analyze import analyze
+    from gmts_core.analysis.inputs import GroupInput, RewardSpec
     from gmts_core.analysis.records import AnalysisResult
     from gmts_core.config import AnalysisConfig, RLConfig
     from gmts_core.demo import DEMO_MODEL_DIR

@@ -11,14 +11,19 @@ overlaps, Spearman correlations, wasted share). Its knobs are
 from __future__ import annotations
 
 import logging
-import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import torch
 
+from gmts_core.analysis.inputs import (
+    GroupInput,
+    GroupWork,
+    RewardSpec,
+    TokenLimit,
+    tokenize_and_sample,
+)
 from gmts_core.analysis.records import (
     AnalysisResult,
     AnswerRecord,
@@ -26,28 +31,15 @@ from gmts_core.analysis.records import (
     LazyTokens,
     build_tokens,
 )
-from gmts_core.analysis.summaries import (
-    budget_share,
-    gradient_coverage,
-    pairwise_overlap,
-    spearman_by_answer,
-    spearman_within,
-    wasted_share,
-)
+from gmts_core.analysis.summaries import group_summaries, summarize
 from gmts_core.config import AnalysisConfig
-from gmts_core.errors import InvalidInputError, LimitExceededError
+from gmts_core.errors import InvalidInputError
 from gmts_core.methods.advantages import compute_advantages
 from gmts_core.methods.aggregation import loss_weights
 from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
-from gmts_core.methods.rewards import RewardVerdict, compute_reward, explicit_reward
-from gmts_core.methods.selection import (
-    Selection,
-    SelectionInputs,
-    select,
-    selection_budget,
-)
+from gmts_core.methods.rewards import compute_reward, explicit_reward
+from gmts_core.methods.selection import Selection, SelectionInputs, select
 from gmts_core.modeling import LoadedModel
-from gmts_core.sampling import SamplingConfig, StatsSpec, sample_groups
 from gmts_core.stages import (
     GENERATING,
     REWARDS,
@@ -61,151 +53,26 @@ from gmts_core.stages import stages as new_stages
 from gmts_core.stats.contexts import share_identical_contexts
 from gmts_core.stats.decoding import batch_token_texts
 from gmts_core.stats.forward import AnswerStats, answer_token_stats
-from gmts_core.stats.tokenization import encode_answer, encode_prompt
 
 logger = logging.getLogger(__name__)
 
+__all__ = [  # the inputs are defined in gmts_core.analysis.inputs and re-exported here
+    "ANALYZE_STAGES",
+    "AnalysisConfig",
+    "GroupInput",
+    "PreparedGroups",
+    "RewardSpec",
+    "TokenLimit",
+    "analyze",
+    "finish_analysis",
+    "prepare_groups",
+]
+
 ANALYZE_STAGES = 4  # generating/tokenizing, rewards, token statistics, selection
-
-# How an answer's tokens were obtained (AnswerRecord.tokenization)
-TOKENIZED_SAMPLED = "sampled"  # the ids the model generated
-TOKENIZED_IDS = "ids"  # given token ids (e.g. a trainer's completion_ids): the trained tokens
-# given text, tokenized on its own (no special tokens added) and appended to the prompt's ids,
-# as trainers (TRL, verl) append generated ids; a text that re-tokenizes differently from the
-# ids a model generated is analysed as these tokens, not those
-TOKENIZED_TEXT = "text"
-
-
-@dataclass(frozen=True)
-class RewardSpec:
-    """A verifiable reward rule and its reference (e.g. numeric, "85")."""
-
-    kind: str
-    reference: Any
-
-
-@dataclass
-class GroupInput:
-    """One prompt with its answers (given, or sampled with ``sampling``) and how to reward them."""
-
-    prompt: str
-    answers: list[str] | None = None
-    sampling: SamplingConfig | None = None
-    reward: RewardSpec | None = None
-    rewards: list[float] | None = None
-    # the answers' token ids (e.g. a trainer's completion_ids): analysed as given, so the
-    # tokens are exactly the trained ones; without them given text answers are tokenized
-    answer_ids: list[list[int]] | None = None
-
-    @property
-    def given(self) -> bool:
-        return self.answers is not None or self.answer_ids is not None
-
-
-@dataclass
-class _Group:
-    """Working state of one group while it is analyzed."""
-
-    prompt: str
-    prompt_ids: list[int]
-    answer_ids: list[list[int]]
-    finished: list[bool]
-    tokenization: str = TOKENIZED_SAMPLED
-    texts: list[str] = field(default_factory=list)
-    verdicts: list[RewardVerdict] = field(default_factory=list)
-    advantages: torch.Tensor | None = None  # (G,) float64
-    stats: list[AnswerStats] | None = None  # collected while sampling, if asked
-
-
-def _checked_ids(ids: list[list[int]], vocab_size: int) -> list[list[int]]:
-    for a in ids:
-        if not a:
-            raise InvalidInputError("every answer needs at least one token")
-        bad = [t for t in a if not 0 <= t < vocab_size]
-        if bad:
-            raise InvalidInputError(
-                f"answer token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})"
-            )
-    return [list(map(int, a)) for a in ids]
-
-
-def _given_group(
-    lm: LoadedModel, g: GroupInput, prompt_ids: list[int], special_tokens: bool
-) -> _Group:
-    if g.answer_ids is not None:
-        ids = _checked_ids(g.answer_ids, lm.vocab_size)
-        return _Group(g.prompt, prompt_ids, ids, [True] * len(ids), TOKENIZED_IDS)
-    assert g.answers is not None
-    ids = _given_answer_ids(lm.tokenizer, g.answers, special_tokens)
-    return _Group(g.prompt, prompt_ids, ids, [True] * len(ids), TOKENIZED_TEXT)
-
-
-def _given_answer_ids(tok: Any, answers: list[str], special_tokens: bool) -> list[list[int]]:
-    ids = [encode_answer(tok, a, special_tokens) for a in answers]
-    if any(not a for a in ids):
-        raise InvalidInputError("every answer needs at least one token")
-    return ids
-
-
-@dataclass(frozen=True)
-class TokenLimit:
-    """At most ``max_tokens`` tokens in all sequences of a request (prompt + answer; a sampled
-    answer counts ``max_new_tokens``), checked on the tokens the analysis itself uses, before
-    any sampling or forward pass. ``setting`` names the limit in the error message."""
-
-    max_tokens: int
-    setting: str = "max_tokens"
-
-    def check(
-        self, prompts: list[list[int]], given: dict[int, _Group], sampled: dict[int, SamplingConfig]
-    ) -> None:
-        total = sum(len(prompts[i]) + len(a) for i, g in given.items() for a in g.answer_ids)
-        total += sum(
-            c.num_samples * (len(prompts[i]) + c.max_new_tokens) for i, c in sampled.items()
-        )
-        if total > self.max_tokens:
-            raise LimitExceededError(
-                f"the number of tokens (prompts + answers) is {total}; the limit is "
-                f"{self.max_tokens} ({self.setting})"
-            )
-
-
-def _prepare_groups(
-    lm: LoadedModel,
-    groups: Sequence[GroupInput],
-    config: AnalysisConfig,
-    collect_stats: bool,
-    token_limit: TokenLimit | None = None,
-) -> list[_Group]:
-    """Tokenize every group (given answers first: bad input fails before any sampling), check
-    ``token_limit`` on those tokens, then sample the groups without answers, compatible groups
-    in one generate call (with ``collect_stats``, collecting their tokens' statistics)."""
-    tok = lm.tokenizer
-    prompts = [encode_prompt(tok, g.prompt, config.chat_template) for g in groups]
-    work = {
-        i: _given_group(lm, g, prompts[i], config.answer_special_tokens)
-        for i, g in enumerate(groups)
-        if g.given
-    }
-    to_sample = [i for i, g in enumerate(groups) if not g.given]
-    default = SamplingConfig(temperature=config.temperature)
-    configs = [groups[i].sampling or default for i in to_sample]
-    if token_limit is not None:
-        token_limit.check(prompts, work, dict(zip(to_sample, configs, strict=True)))
-    spec = StatsSpec(config.temperature, config.top_alternatives, config.chunk_size)
-    sampled = sample_groups(
-        lm.model, tok, [prompts[i] for i in to_sample], configs, spec if collect_stats else None
-    )
-    for i, answers in zip(to_sample, sampled, strict=True):
-        ids, finished = [a.token_ids for a in answers], [a.finished for a in answers]
-        work[i] = _Group(groups[i].prompt, prompts[i], ids, finished)
-        if collect_stats:
-            work[i].stats = [a.stats for a in answers if a.stats is not None]
-    return [work[i] for i in range(len(groups))]
 
 
 def _reward_group(
-    lm: LoadedModel, group: _Group, spec: GroupInput, advantage: str, as_text: bool = True
+    lm: LoadedModel, group: GroupWork, spec: GroupInput, advantage: str, as_text: bool = True
 ) -> None:
     tok = lm.tokenizer
     if spec.answers is not None and spec.answer_ids is None and as_text:
@@ -229,7 +96,7 @@ def _reward_group(
 
 
 def _selection_inputs(
-    groups: list[_Group],
+    groups: list[GroupWork],
     stats: list[AnswerStats],
     weights: torch.Tensor,
     config: AnalysisConfig,
@@ -297,7 +164,7 @@ class PreparedGroups:
     statistics. ``sequences`` lists (prompt_ids, answer_ids) per answer in (group, answer)
     order, the order statistics must come in."""
 
-    groups: list[_Group]
+    groups: list[GroupWork]
     sequences: list[tuple[list[int], list[int]]]
 
     def collected_stats(self) -> list[AnswerStats | None]:
@@ -326,7 +193,7 @@ def prepare_groups(
         raise InvalidInputError("at least one group is needed")
     stages = stages or Stages()
     stages.begin(GENERATING if any(not g.given for g in groups) else TOKENIZING)
-    work = _prepare_groups(lm, groups, config, collect_stats, token_limit)
+    work = tokenize_and_sample(lm, groups, config, collect_stats, token_limit)
     stages.begin(REWARDS)
     for w, g in zip(work, groups, strict=True):
         _reward_group(lm, w, g, config.advantage, not config.answer_special_tokens)
@@ -397,7 +264,7 @@ def analyze(
 
 def _assemble(
     lm: LoadedModel,
-    work: list[_Group],
+    work: list[GroupWork],
     stats: list[AnswerStats],
     weights: torch.Tensor,
     x: SelectionInputs,
@@ -445,81 +312,9 @@ def _assemble(
         group_records.append(GroupRecord(index=gi, prompt=g.prompt, answers=answers))
     summary = summarize(x, selections, len(work), config)
     for rec, group_summary in zip(
-        group_records, _group_summaries(x, selections, group_records), strict=True
+        group_records, group_summaries(x, selections, group_records), strict=True
     ):
         rec.summary = group_summary
     return AnalysisResult(
         model=lm.name, groups=group_records, summary=summary, config=config, selections=selections
     )
-
-
-def _group_summaries(
-    x: SelectionInputs, selections: dict[str, Selection], records: list[GroupRecord]
-) -> list[dict[str, Any]]:
-    """Every group's summary (the batch summary's figures within the group), for all groups at
-    once: one bincount per figure and one rank correlation per answer and per group, instead
-    of a pass over the batch per group."""
-    n, gi = len(records), x.group_index
-    proxy = x.grad_proxy.double()
-    tokens = torch.bincount(gi, minlength=n).tolist()
-    total = torch.bincount(gi, weights=proxy, minlength=n).tolist()
-    count, kept = {}, {}
-    for m, sel in selections.items():
-        count[m] = torch.bincount(gi[sel.selected], minlength=n).tolist()
-        kept[m] = torch.bincount(gi[sel.selected], weights=proxy[sel.selected], minlength=n)
-    within = spearman_within(x.entropy, x.grad_proxy, x.answer_index)  # per answer
-    per_group = spearman_within(x.entropy, x.grad_proxy, gi)
-    out, first = [], 0
-    for k, rec in enumerate(records):
-        rhos = [within.get(a) for a in range(first, first + len(rec.answers))]
-        first += len(rec.answers)
-        defined = [r for r in rhos if r is not None]
-        out.append(
-            {
-                "num_tokens": tokens[k],
-                "zero_signal": all(ans.advantage == 0 for ans in rec.answers),
-                "reward_mean": sum(ans.reward for ans in rec.answers) / max(len(rec.answers), 1),
-                "selected_count": {m: count[m][k] for m in selections},
-                "gradient_coverage": {  # as summaries.gradient_coverage, per group
-                    m: float(kept[m][k]) / total[k]
-                    if total[k] > 0
-                    else (1.0 if count[m][k] == tokens[k] else 0.0)
-                    for m in selections
-                },
-                "spearman_entropy_grad": {
-                    "batch": per_group.get(k),
-                    "within_answer_median": statistics.median(defined) if defined else None,
-                },
-            }
-        )
-    return out
-
-
-def summarize(
-    x: SelectionInputs, selections: dict[str, Selection], num_groups: int, config: AnalysisConfig
-) -> dict[str, Any]:
-    """The batch summary: coverage, overlaps, Spearman correlations and wasted shares."""
-    k = selection_budget(x, config.ratio, config.scope)
-    group_zero = [
-        bool((x.signal_scale[x.group_index == gi] == 0).all()) for gi in range(num_groups)
-    ]
-    return {
-        "num_tokens": x.num_tokens,
-        "num_answers": int(x.answer_index.max()) + 1 if x.num_tokens else 0,
-        "num_groups": num_groups,
-        "ratio": config.ratio,
-        "scope": config.scope,
-        "k": k,
-        "zero_signal": all(group_zero),
-        "num_zero_signal_groups": sum(group_zero),
-        "selected_count": {m: int(s.selected.sum()) for m, s in selections.items()},
-        "gradient_coverage": {
-            m: gradient_coverage(x.grad_proxy, s.selected) for m, s in selections.items()
-        },
-        "wasted_share": {m: wasted_share(x.grad_proxy, s.selected) for m, s in selections.items()},
-        "budget_share": {
-            m: budget_share(s.selected, x.group_index, num_groups) for m, s in selections.items()
-        },
-        "overlap": pairwise_overlap(selections),
-        "spearman_entropy_grad": spearman_by_answer(x.entropy, x.grad_proxy, x.answer_index),
-    }

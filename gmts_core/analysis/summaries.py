@@ -1,5 +1,6 @@
 """Summaries that teach: gradient coverage, overlaps, entropy/gradient rank correlation,
-wasted selection budget, and each group's share of the budget.
+wasted selection budget, and each group's share of the budget; the batch's summary
+(:func:`summarize`) and every group's (:func:`group_summaries`) built from them.
 """
 
 from __future__ import annotations
@@ -7,11 +8,16 @@ from __future__ import annotations
 import math
 from itertools import combinations
 from statistics import median
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from gmts_core.methods.selection import Selection
+from gmts_core.methods.selection import Selection, SelectionInputs, selection_budget
+
+if TYPE_CHECKING:
+    from gmts_core.analysis.records import GroupRecord
+    from gmts_core.config import AnalysisConfig
 
 
 def gradient_coverage(grad_proxy: torch.Tensor, selected: torch.Tensor) -> float:
@@ -148,3 +154,75 @@ def budget_share(selected: torch.Tensor, group_index: torch.Tensor, num_groups: 
     n = int(selected.sum())
     counts = torch.bincount(group_index[selected], minlength=num_groups)
     return [int(c) / n if n else 0.0 for c in counts]
+
+
+def group_summaries(
+    x: SelectionInputs, selections: dict[str, Selection], records: list[GroupRecord]
+) -> list[dict[str, Any]]:
+    """Every group's summary (the batch summary's figures within the group), for all groups at
+    once: one bincount per figure and one rank correlation per answer and per group, instead
+    of a pass over the batch per group."""
+    n, gi = len(records), x.group_index
+    proxy = x.grad_proxy.double()
+    tokens = torch.bincount(gi, minlength=n).tolist()
+    total = torch.bincount(gi, weights=proxy, minlength=n).tolist()
+    count, kept = {}, {}
+    for m, sel in selections.items():
+        count[m] = torch.bincount(gi[sel.selected], minlength=n).tolist()
+        kept[m] = torch.bincount(gi[sel.selected], weights=proxy[sel.selected], minlength=n)
+    within = spearman_within(x.entropy, x.grad_proxy, x.answer_index)  # per answer
+    per_group = spearman_within(x.entropy, x.grad_proxy, gi)
+    out, first = [], 0
+    for k, rec in enumerate(records):
+        rhos = [within.get(a) for a in range(first, first + len(rec.answers))]
+        first += len(rec.answers)
+        defined = [r for r in rhos if r is not None]
+        out.append(
+            {
+                "num_tokens": tokens[k],
+                "zero_signal": all(ans.advantage == 0 for ans in rec.answers),
+                "reward_mean": sum(ans.reward for ans in rec.answers) / max(len(rec.answers), 1),
+                "selected_count": {m: count[m][k] for m in selections},
+                "gradient_coverage": {  # as summaries.gradient_coverage, per group
+                    m: float(kept[m][k]) / total[k]
+                    if total[k] > 0
+                    else (1.0 if count[m][k] == tokens[k] else 0.0)
+                    for m in selections
+                },
+                "spearman_entropy_grad": {
+                    "batch": per_group.get(k),
+                    "within_answer_median": median(defined) if defined else None,
+                },
+            }
+        )
+    return out
+
+
+def summarize(
+    x: SelectionInputs, selections: dict[str, Selection], num_groups: int, config: AnalysisConfig
+) -> dict[str, Any]:
+    """The batch summary: coverage, overlaps, Spearman correlations and wasted shares."""
+    k = selection_budget(x, config.ratio, config.scope)
+    group_zero = [
+        bool((x.signal_scale[x.group_index == gi] == 0).all()) for gi in range(num_groups)
+    ]
+    return {
+        "num_tokens": x.num_tokens,
+        "num_answers": int(x.answer_index.max()) + 1 if x.num_tokens else 0,
+        "num_groups": num_groups,
+        "ratio": config.ratio,
+        "scope": config.scope,
+        "k": k,
+        "zero_signal": all(group_zero),
+        "num_zero_signal_groups": sum(group_zero),
+        "selected_count": {m: int(s.selected.sum()) for m, s in selections.items()},
+        "gradient_coverage": {
+            m: gradient_coverage(x.grad_proxy, s.selected) for m, s in selections.items()
+        },
+        "wasted_share": {m: wasted_share(x.grad_proxy, s.selected) for m, s in selections.items()},
+        "budget_share": {
+            m: budget_share(s.selected, x.group_index, num_groups) for m, s in selections.items()
+        },
+        "overlap": pairwise_overlap(selections),
+        "spearman_entropy_grad": spearman_by_answer(x.entropy, x.grad_proxy, x.answer_index),
+    }

@@ -95,4 +95,3 @@ class ArealReader:
                 )
             )
         return RunStep(ref.step, groups, str(ref.path))
-

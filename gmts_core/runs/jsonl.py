@@ -117,4 +117,3 @@ def group_from_line(obj: dict[str, Any], path: Path, line: int) -> RunGroup:
     if "advantages" in obj and isinstance(obj["advantages"], list):
         group.advantages = [as_float(a, "advantage", path, line) for a in obj["advantages"]]
     return group
-

@@ -59,4 +59,3 @@ class ROLLReader(NumberedFilesReader):
                 )
             )
         return RunStep(ref.step, groups, str(ref.path))
-

@@ -112,4 +112,3 @@ def _groups(cols: dict[str, list[Any]], path: Path) -> list[RunGroup]:
             )
         )
     return groups
-

@@ -108,4 +108,3 @@ def _reward_sum(cols: dict[str, list[Any]], names: list[str], row: int, path: Pa
     values = [as_float(cols[n][row], n, path, row + 1) for n in names]
     finite = [v for v in values if not math.isnan(v)]
     return sum(finite) if finite else float("nan")
-

@@ -58,4 +58,3 @@ class VerlReader(NumberedFilesReader):
 def _extra(recs: list[tuple[int, dict]]) -> dict[str, list]:
     names = sorted({k for _, o in recs for k in o} - _KNOWN)
     return {n: [o.get(n) for _, o in recs] for n in names}
-

@@ -39,7 +39,9 @@ def test_failed_run_marks_results_stale_and_clamps_are_said(
     box = page.locator("#group-size input[type=number]")
     box.fill("100")
     box.press("Enter")
-    note = page.locator("#gmts-clamp")
-    note.wait_for(state="visible")
-    assert "above the maximum 32" in note.inner_text()
+    # one check: the note removes itself after a few seconds, so it is read as it shows
+    page.wait_for_function(
+        "() => (document.getElementById('gmts-clamp')?.innerText || '')"
+        ".includes('above the maximum 32')"
+    )
     page.context.close()

@@ -52,6 +52,13 @@ def run_train(page: Any, steps: int, expected_done: int) -> None:
         arg=["#train-reward-plot", expected_done],
     )
     page.wait_for_selector(f"#train-session:has-text('steps done {expected_done}')")
+    # the history table is written only by the run's last update (after its evaluation): the
+    # curves and the status above also move mid-run
+    page.wait_for_function(
+        "([sel, n]) => Number(document.querySelector(sel + ' [role=grid]')"
+        "?.getAttribute('aria-rowcount')) === n + 1",
+        arg=["#train-history", expected_done],
+    )
 
 
 def table_rows(page: Any, elem_id: str) -> int:

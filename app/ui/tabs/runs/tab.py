@@ -25,6 +25,7 @@ from app.ui.tabs.runs.view import (
 logger = logging.getLogger(__name__)
 METRICS_POLL_S = 2.0  # how often an open run's background metrics are asked for
 STEP_VIEW_QUEUE = "runs-step-view"  # the one queue of the events that show a step
+CHARTS_QUEUE = "runs-charts"  # the one queue of the events that draw a run's metrics charts
 
 
 def build_runs_tab(ctx: UIContext) -> None:
@@ -68,67 +69,88 @@ def build_runs_tab(ctx: UIContext) -> None:
     current = gr.State(None)  # the step view shown (the API's JSON body)
     timer = gr.Timer(METRICS_POLL_S, active=False)
 
-    def params(model_name: str, r: float) -> Json:
-        return {"model": model_name, "ratio": r, "methods": "entropy,gmts"}
-
-    def list_runs() -> tuple[Any, str]:
-        runs = call(ctx.backend.runs)
-        return gr.update(choices=run_choices(runs), value=None), unreadable_note(runs)
-
-    def poll(run_id: str | None, model_name: str, r: float) -> tuple:
-        if not run_id:
-            return gr.update(), gr.update(), gr.update(), "", gr.update(active=False)
-        metrics = call(lambda: ctx.backend.run_metrics(run_id, params(model_name, r)))
-        cover, waste, overlap = metrics_figures(metrics)
-        return cover, waste, overlap, metrics_status(metrics), gr.update(active=metrics["running"])
-
-    def load_run(run_id: str | None, model_name: str, r: float) -> tuple:
-        if not run_id:
-            return (None, None, *poll(None, model_name, r))
-        overview = call(lambda: ctx.backend.run_overview(run_id))
-        return (overview_figures(overview)[0], steps_table(overview), *poll(run_id, model_name, r))
-
-    def show(run_id: str | None, step: int | None, model_name: str, r: float) -> tuple:
-        if not run_id or step is None:
-            return None, step_summary(None), "", step_html(None)
-        view = call(lambda: ctx.backend.run_step(run_id, int(step), params(model_name, r)))
-        return view, step_summary(view), step_differences(view), step_html(view)
-
-    def show_first(run_id: str | None, model_name: str, r: float) -> tuple:
-        if not run_id:
-            return show(None, None, model_name, r)
-        first = call(lambda: ctx.backend.run_overview(run_id))["steps"][0]
-        return show(run_id, first, model_name, r)
-
-    def pick(run_id: str | None, model_name: str, r: float, evt: gr.SelectData) -> tuple:
-        row = evt.row_value or []
-        return show(run_id, int(row[0]) if row else None, model_name, r)
-
-    def move(view: Json | None, key: str, run_id: str | None, model_name: str, r: float) -> tuple:
-        target = view.get(key) if view else None
-        if target is None:
-            return view, step_summary(view), step_differences(view), step_html(view)
-        return show(run_id, target, model_name, r)
-
+    h = _Handlers(ctx)
     charts = [cover_plot, waste_plot, overlap_plot, status, timer]
     outputs = [current, summary, differ, view_html]
     # Every event that fills the step view joins one queue, run one at a time in the order it
     # was asked for: a step clicked while the run's first step is still being analysed is shown
     # last, instead of being overwritten by the first step's later answer. (Analysing a step
     # takes the server's job line anyway, one job at a time by default.)
+    # The run's charts likewise: a metrics poll for the run shown before is answered first.
     in_order: dict[str, Any] = {"concurrency_id": STEP_VIEW_QUEUE, "concurrency_limit": 1}
-    refresh.click(list_runs, None, [run, bad_runs])
-    run.change(load_run, [run, model, ratio], [reward_plot, table, *charts]).then(
-        show_first, [run, model, ratio], outputs, **in_order
-    )
-    timer.tick(poll, [run, model, ratio], charts, show_progress="hidden")
-    table.select(pick, [run, model, ratio], outputs, **in_order)
+    charts_in_order: dict[str, Any] = {"concurrency_id": CHARTS_QUEUE, "concurrency_limit": 1}
+    refresh.click(h.list_runs, None, [run, bad_runs])
+    run.change(
+        h.load_run, [run, model, ratio], [reward_plot, table, *charts], **charts_in_order
+    ).then(h.show_first, [current, run, model, ratio], outputs, **in_order)
+    timer.tick(h.poll, [run, model, ratio], charts, show_progress="hidden", **charts_in_order)
+    table.select(h.pick, [run, model, ratio], outputs, **in_order)
     prev_btn.click(
-        lambda v, *a: move(v, "previous", *a), [current, run, model, ratio], outputs, **in_order
+        lambda v, *a: h.move(v, "previous", *a), [current, run, model, ratio], outputs, **in_order
     )
     next_btn.click(
-        lambda v, *a: move(v, "next", *a), [current, run, model, ratio], outputs, **in_order
+        lambda v, *a: h.move(v, "next", *a), [current, run, model, ratio], outputs, **in_order
     )
+
+
+class _Handlers:
+    """What the tab's events call: each goes to the UI's backend (local or remote)."""
+
+    def __init__(self, ctx: UIContext) -> None:
+        self.backend = ctx.backend
+
+    @staticmethod
+    def params(model_name: str, r: float) -> Json:
+        return {"model": model_name, "ratio": r, "methods": "entropy,gmts"}
+
+    def list_runs(self) -> tuple[Any, str]:
+        runs = call(self.backend.runs)
+        return gr.update(choices=run_choices(runs), value=None), unreadable_note(runs)
+
+    def poll(self, run_id: str | None, model_name: str, r: float) -> tuple:
+        if not run_id:
+            return gr.update(), gr.update(), gr.update(), "", gr.update(active=False)
+        metrics = call(lambda: self.backend.run_metrics(run_id, self.params(model_name, r)))
+        cover, waste, overlap = metrics_figures(metrics)
+        return cover, waste, overlap, metrics_status(metrics), gr.update(active=metrics["running"])
+
+    def load_run(self, run_id: str | None, model_name: str, r: float) -> tuple:
+        if not run_id:
+            return (None, None, *self.poll(None, model_name, r))
+        overview = call(lambda: self.backend.run_overview(run_id))
+        return (
+            overview_figures(overview)[0],
+            steps_table(overview),
+            *self.poll(run_id, model_name, r),
+        )
+
+    def show(self, run_id: str | None, step: int | None, model_name: str, r: float) -> tuple:
+        if not run_id or step is None:
+            return None, step_summary(None), "", step_html(None)
+        view = call(lambda: self.backend.run_step(run_id, int(step), self.params(model_name, r)))
+        return view, step_summary(view), step_differences(view), step_html(view)
+
+    def show_first(self, view: Json | None, run_id: str | None, model_name: str, r: float) -> tuple:
+        """The run's first step, unless a step of this run is already shown (one the user
+        clicked got there first: the state is read when this event runs, not when it fired)."""
+        if not run_id:
+            return self.show(None, None, model_name, r)
+        if view and view.get("run") == run_id:
+            return (gr.skip(),) * 4
+        first = call(lambda: self.backend.run_overview(run_id))["steps"][0]
+        return self.show(run_id, first, model_name, r)
+
+    def pick(self, run_id: str | None, model_name: str, r: float, evt: gr.SelectData) -> tuple:
+        row = evt.row_value or []
+        return self.show(run_id, int(row[0]) if row else None, model_name, r)
+
+    def move(
+        self, view: Json | None, key: str, run_id: str | None, model_name: str, r: float
+    ) -> tuple:
+        target = view.get(key) if view else None
+        if target is None:
+            return view, step_summary(view), step_differences(view), step_html(view)
+        return self.show(run_id, target, model_name, r)
 
 
 TAB = Tab("Runs", "runs", build_runs_tab)
