@@ -4,6 +4,7 @@ browser context has its own session, a compare runs and loads back, screenshots 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +40,21 @@ def set_number(page: Any, elem_id: str, value: int) -> None:
     box.press("Enter")
 
 
+def fill_train_form(page: Any, steps: int, **sizes: int) -> None:
+    """The small form with ``steps`` steps (``sizes``: other fields by element id)."""
+    for elem_id, value in {**SMALL, **sizes, "train-steps": steps}.items():
+        set_number(page, elem_id, value)
+
+
 def run_train(page: Any, steps: int, expected_done: int) -> None:
     """Run ``steps`` steps and wait until the run (steps + evaluation) has finished."""
-    for elem_id, value in {**SMALL, "train-steps": steps}.items():
-        set_number(page, elem_id, value)
+    fill_train_form(page, steps)
     page.click("#train-run-btn")
+    wait_for_run(page, expected_done)
+
+
+def wait_for_run(page: Any, expected_done: int) -> None:
+    """Wait until the run going has finished with ``expected_done`` steps in the session."""
     page.wait_for_function(
         """([sel, n]) => {
             const d = document.querySelector(sel + ' .js-plotly-plot');
@@ -114,6 +125,39 @@ def test_two_browser_contexts_keep_separate_sessions(chromium: Any, ui_server: L
     run_train(a, steps=1, expected_done=3)  # a continues its own session
     assert session_id(a) == sid_a
     assert len(httpx.get(f"{ui_server.url}/v1/sessions/{sid_b}").json()["history"]) == 1
+    a.context.close()
+    b.context.close()
+
+
+def test_two_students_runs_take_turns_step_by_step(chromium: Any, ui_server: LiveServer) -> None:
+    """A second student's run does not wait for the whole of the first one's: each step is a
+    job in the server's line, so their steps take turns (the UI's events are not limited to
+    one at a time for everyone). The server records the order in which steps ran."""
+    long_run = 20  # the most steps a run may ask for (the default GMTS_MAX_SESSION_STEPS)
+    sessions = ui_server.app.state.services.sessions
+    step, order, a_stepped = sessions.step, [], threading.Event()
+
+    def recorded_step(session_id: str, *args: Any, **kwargs: Any) -> Any:
+        order.append(session_id)
+        a_stepped.set()  # the first step to run is a's
+        return step(session_id, *args, **kwargs)
+
+    a = open_tab(chromium, ui_server.url, "Train")
+    b = open_tab(chromium, ui_server.url, "Train")
+    fill_train_form(a, long_run, **{"train-prompts": 4, "train-g": 8})  # steps that take a while
+    fill_train_form(b, 1)
+    sessions.step = recorded_step
+    try:
+        a.click("#train-run-btn")
+        assert a_stepped.wait(TIMEOUT_MS / 1000)
+        b.click("#train-run-btn")  # while a's run is going
+        wait_for_run(b, 1)
+        wait_for_run(a, long_run)  # a's run goes on to its end
+    finally:
+        sessions.step = step
+    sid_a, sid_b = session_id(a), session_id(b)
+    assert order.count(sid_a) == long_run and order.count(sid_b) == 1
+    assert order.index(sid_b) < len(order) - 1, "b's step waited for the whole of a's run"
     a.context.close()
     b.context.close()
 
