@@ -56,7 +56,8 @@ from gmts_core.stats.forward import AnswerStats, answer_token_stats
 
 logger = logging.getLogger(__name__)
 
-__all__ = [  # the inputs are defined in gmts_core.analysis.inputs and re-exported here
+__all__ = [  # the entry points; the inputs (GroupInput, RewardSpec, TokenLimit) and the config
+    # are defined in gmts_core.analysis.inputs and gmts_core.config, importable from here too
     "ANALYZE_STAGES",
     "AnalysisConfig",
     "GroupInput",
