@@ -45,7 +45,13 @@ def demo_path_command() -> None:
 
 @cli.command("train-demo")
 def train_demo_command(
-    out: Annotated[Path, typer.Option(help="Folder to write the model to.")] = DEMO_MODEL_DIR,
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Folder to write the model to (a new folder in the current directory by "
+            "default; the bundled model is replaced only when its folder is named here)."
+        ),
+    ] = Path("tiny-arith-retrained"),
     seed: Annotated[int, config_option("demo_train", "seed")] = TRAIN.seed,
     steps: Annotated[int, config_option("demo_train", "steps")] = TRAIN.steps,
     batch_size: Annotated[int, config_option("demo_train", "batch_size")] = TRAIN.batch_size,
