@@ -167,6 +167,23 @@ class Settings(BaseSettings):
     run_metrics_idle_s: float = Field(
         120.0, gt=0, description="Background metrics stop when nobody asked for them this long."
     )
+    run_list_wait_s: float = Field(
+        2.0, ge=0, le=600, description="A run listing waits this long for runs being indexed."
+    )
+    # run files are parsed in worker processes under these hard limits (gmts_core.runs.worker)
+    run_workers: int = Field(2, ge=1, le=64, description="Run-file reading processes.")
+    run_worker_memory_mb: int = Field(
+        4096, ge=256, le=1 << 20, description="Address space of one run-file reading process."
+    )
+    run_worker_cpu_s: int = Field(
+        60, ge=1, le=86_400, description="CPU seconds one run-file reading may take."
+    )
+    run_worker_wall_s: float = Field(
+        60.0, gt=0, le=86_400, description="Seconds one run-file reading may take."
+    )
+    run_worker_open_files: int = Field(
+        64, ge=16, le=65_536, description="Open files of one run-file reading process."
+    )
 
     @property
     def run_limits(self) -> RunLimits:
