@@ -20,6 +20,11 @@ class RunInfo(BaseModel):
         "UTF-8 is shown with \\x escapes, and cannot be opened until renamed)."
     )
     readable: bool = Field(True, description="False: the run is listed but cannot be opened.")
+    state: Literal["ready", "indexing", "unreadable"] = Field(
+        "ready",
+        description="ready: indexed; indexing: being indexed in the background (list again); "
+        "unreadable: cannot be opened (reason says why).",
+    )
     reason: str | None = Field(None, description="Why the run cannot be opened (readable false).")
     format: str | None = Field(description="The detected dump format (trl, verl, roll, ...).")
     logged: bool = Field(description="A GMTSGRPOTrainer token log: shows the applied mask.")

@@ -46,6 +46,7 @@ from app.services.bodies import analysis_response
 from app.services.errors import Cancelled, RunNotFoundError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
+from app.services.run_index import RunIndex
 from gmts_core.config import DEFAULT_METHODS, AnalysisConfig
 from gmts_core.errors import GMTSError, LimitExceededError
 from gmts_core.runs import NotARunError, Run, list_formats, open_run
@@ -109,6 +110,9 @@ class RunService:
         self._lock = threading.Lock()
         self._runs: OrderedDict[Path, tuple[tuple[float, int], Run | GMTSError]] = OrderedDict()
         self._reports: OrderedDict[tuple[Any, ...], StepReport] = OrderedDict()
+        self._index = RunIndex(
+            self._index_entry, self._index_failed, max_entries=4 * settings.run_max_folder_entries
+        )
         prefixes = {str(p) for r in self.roots for p in (r, r.absolute(), r.resolve())}
         self._prefixes = sorted(prefixes, key=len, reverse=True)  # the longest match first
 
@@ -134,12 +138,14 @@ class RunService:
     # --- finding runs ---
 
     def list_runs(self) -> RunsResponse:
-        """Every entry of the run roots that is (or looks like) a run; one that cannot be
-        opened is listed with ``readable: false`` and the reason."""
+        """Every entry of the run roots that is (or looks like) a run, from the background
+        index (:class:`~app.services.run_index.RunIndex`): never reads a run itself. One
+        that cannot be opened is listed with ``readable: false`` and the reason; one not
+        indexed yet (after waiting ``run_list_wait_s``) with ``state: indexing``."""
         with self._relative_errors():
-            runs: list[RunInfo] = []
             ignored, truncated = 0, False
             seen: set[str] = set()
+            rows: list[tuple[str, Path, tuple[int, int] | None, RunInfo | None]] = []
             for root in self.roots:
                 entries, cut = self._root_entries(root)
                 truncated |= cut
@@ -147,14 +153,42 @@ class RunService:
                     if name in seen:
                         continue
                     seen.add(name)
-                    info = self._entry_info(name, path)
-                    if info is None:
-                        ignored += 1
-                    else:
-                        runs.append(info)
+                    rows.append(self._listed(name, path))
+            pending = [path for _, path, key, row in rows if key is not None and row is None]
+            if pending:
+                self._index.wait(pending, self.settings.run_list_wait_s)
+            runs: list[RunInfo] = []
+            for name, path, key, row in rows:
+                if key is not None and row is None:
+                    known, row = self._index.lookup(path, key)
+                    if not known:
+                        row = _indexing(safe_text(name))
+                if row is None:
+                    ignored += 1
+                else:
+                    runs.append(row)
             return RunsResponse(
                 runs=runs, formats=list_formats(), ignored=ignored, truncated=truncated
             )
+
+    def _listed(
+        self, name: str, path: Path
+    ) -> tuple[str, Path, tuple[int, int] | None, RunInfo | None]:
+        """(name, path, key, row) of one root entry: a row at once when the name alone says
+        it cannot be opened or the index knows it; else its key, and the row None (queued)."""
+        shown = safe_text(name)
+        if shown != name:
+            reason = "the name is not valid UTF-8 (shown with \\x escapes); rename it to open it"
+            return name, path, None, _unreadable(shown, reason)
+        if any(c in name for c in _FORBIDDEN):
+            return name, path, None, _unreadable(shown, "the name holds a character run ids may not contain")
+        try:
+            stat = path.stat()
+        except OSError as exc:  # a broken link, a file removed meanwhile, a link loop
+            return name, path, None, _unreadable(shown, f"cannot be read ({exc.strerror or exc})")
+        key = (stat.st_size, stat.st_mtime_ns)
+        known, row = self._index.lookup(path, key)
+        return name, path, None if known else key, row
 
     def _root_entries(self, root: Path) -> tuple[list[tuple[str, Path]], bool]:
         """The first ``max_folder_entries`` entries of ``root`` inside it, by name; and
@@ -174,24 +208,23 @@ class RunService:
             logger.warning("%s holds more than %d entries; listing %d", root, cap, cap)
         return [(n, p) for n, p in found if self._inside(root, p)], truncated
 
-    def _entry_info(self, name: str, path: Path) -> RunInfo | None:
-        shown = safe_text(name)
-        if shown != name:
-            return _unreadable(
-                shown, "the name is not valid UTF-8 (shown with \\x escapes); rename it to open it"
-            )
-        if any(c in name for c in _FORBIDDEN):
-            return _unreadable(shown, "the name holds a character run ids may not contain")
+    def _index_entry(self, path: Path) -> RunInfo | None:
+        """The listing row of the run at ``path`` (on the index's thread): None when it is
+        no run; a row saying why when it cannot be opened."""
+        name = path.name
         try:
             return self._info(name, self._open(path))
         except Cancelled:
             raise
         except NotARunError as exc:
             if path.suffix.lower() == ".jsonl":  # meant as a run: say why it is not one
-                return _unreadable(shown, self.relative(str(exc)))
+                return _unreadable(name, self.relative(str(exc)))
             return None
         except (GMTSError, OSError) as exc:
-            return _unreadable(shown, self.relative(str(exc)))
+            return _unreadable(name, self.relative(str(exc)))
+
+    def _index_failed(self, path: Path, exc: Exception) -> RunInfo:
+        return _unreadable(path.name, f"cannot be read (an internal error: {type(exc).__name__})")
 
     @staticmethod
     def _inside(root: Path, child: Path) -> bool:
@@ -225,8 +258,10 @@ class RunService:
         with self._lock:
             hit = self._runs.get(path)
         if hit is None or hit[0] != key:
+            # every file of the run is opened inside the run root (no link leads out of it)
+            limits = replace(self.limits, root=os.path.realpath(path.parent))
             try:  # outside the lock: a big JSONL's index is one streaming pass
-                value: Run | GMTSError = open_run(path, limits=self.limits)
+                value: Run | GMTSError = open_run(path, limits=limits)
             except Cancelled:
                 raise
             except GMTSError as exc:
@@ -386,10 +421,16 @@ class RunService:
         return self._report_out(report)
 
 
-def _unreadable(name: str, reason: str) -> RunInfo:
+def _indexing(name: str) -> RunInfo:
+    reason = "being indexed in the background; list the runs again in a moment"
+    return _unreadable(name, reason, state="indexing")
+
+
+def _unreadable(name: str, reason: str, state: str = "unreadable") -> RunInfo:
     return RunInfo(
         id=name,
         readable=False,
+        state=state,
         reason=reason,
         format=None,
         logged=False,

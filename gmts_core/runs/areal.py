@@ -7,6 +7,7 @@ one line per sampled answer with ``task_id``, ``sample_idx``, ``prompt``, ``comp
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from gmts_core.runs.base import (
@@ -15,11 +16,13 @@ from gmts_core.runs.base import (
     RunStep,
     StepRef,
     as_float,
+    check_step_number,
     jsonl_records,
     require,
 )
 from gmts_core.runs.limits import RunLimits, file_size, scan_folder
 
+_VERSION = re.compile(r"\d+", re.ASCII)
 _KNOWN = {"task_id", "sample_idx", "prompt", "completion", "reward"}
 
 
@@ -41,13 +44,20 @@ def _version_dirs(
     """The version folders holding task files, by version (``first_only``: stop at one)."""
     if not root.is_dir():
         return []
-    found = []
+    found: list[tuple[int, Path]] = []
     for e in sorted(scan_folder(root, limits), key=lambda e: e.name):
-        if e.name.isdigit() and e.is_dir() and _task_files(Path(e.path), limits):
-            found.append((int(e.name), Path(e.path)))
+        # ASCII digits only: str.isdigit() also takes "²", which int() refuses
+        if _VERSION.fullmatch(e.name) and e.is_dir() and _task_files(Path(e.path), limits):
+            found.append((check_step_number(int(e.name), Path(e.path)), Path(e.path)))
             if first_only:
                 break
-    return sorted(found)
+    found.sort()
+    for (v, a), (again, b) in zip(found, found[1:]):
+        if v == again:
+            raise RunFormatError(
+                root, None, f"version {v} is in two folders, {a.name} and {b.name}: keep one"
+            )
+    return found
 
 
 class ArealReader:

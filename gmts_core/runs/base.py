@@ -19,41 +19,25 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gmts_core.errors import InvalidInputError
+# the errors live in gmts_core.runs.errors; imported from here too (explicit re-exports)
+from gmts_core.runs.errors import NotARunError as NotARunError
+from gmts_core.runs.errors import RunFormatError as RunFormatError
+from gmts_core.runs.errors import UnsafeRunFileError as UnsafeRunFileError
+from gmts_core.runs.errors import UnsafeRunFormatError as UnsafeRunFormatError
+from gmts_core.runs.files import open_run_file
 from gmts_core.runs.limits import (
     RunLimits,
+    StringBudget,
     bounded_lines,
-    check_arrow_strings,
     check_parquet_footer,
     check_text,
-    file_size,
     scan_folder,
+    text_encoding,
 )
+from gmts_core.runs.values import MAX_STEP, as_int, check_json
+from gmts_core.runs.values import as_float as as_float
 
 logger = logging.getLogger(__name__)
-
-
-class RunFormatError(InvalidInputError):
-    """A run file does not fit its format; the message starts with ``file:line:``."""
-
-    code = "run_format"
-
-    def __init__(self, path: Path | str, line: int | None, message: str) -> None:
-        self.path, self.line = str(path), line
-        where = f"{path}:{line}" if line is not None else str(path)
-        super().__init__(f"{where}: {message}")
-
-
-class NotARunError(RunFormatError):
-    """The path is in no format any reader knows (a listing skips it)."""
-
-    code = "not_a_run"
-
-
-class UnsafeRunFormatError(RunFormatError):
-    """A dump that only pickle can read (``.pt``, ``.pkl``...): refused, never loaded."""
-
-    code = "unsafe_run_format"
 
 
 @dataclass
@@ -115,36 +99,45 @@ def jsonl_records(
 ) -> Iterator[tuple[int, int, dict[str, Any]]]:
     """(line number, byte offset, object) of each non-empty line of a JSONL file.
 
-    Sizes are checked before parsing (:mod:`gmts_core.runs.limits`): the file's bytes
-    (``max_step_bytes`` for a ``step_file``, a file that is one step, else ``max_file_bytes``),
-    each line's bytes (bounded ``readline``) and, for a ``step_file``, its number of lines.
-    A line that is not a JSON object raises :class:`RunFormatError` naming the file and line;
-    with ``tolerate_tail`` a last line that has no newline and does not parse (a writer
-    still busy, or killed mid-line) is dropped with a warning instead.
+    The file is opened by :func:`~gmts_core.runs.files.open_run_file` (a regular file inside
+    the run root) and sizes are checked before parsing (:mod:`gmts_core.runs.limits`): the
+    file's bytes (``max_step_bytes`` for a ``step_file``, a file that is one step, else
+    ``max_file_bytes``), each line's bytes (bounded ``readline``) and, for a ``step_file``,
+    its number of lines. UTF-8 (with or without a BOM) and UTF-16 (LE or BE) are read. Each
+    object is validated (:func:`~gmts_core.runs.values.check_json`). A line that is not a JSON
+    object raises :class:`RunFormatError` naming the file and line; with ``tolerate_tail`` a
+    last line that has no newline and does not parse (a writer still busy, or killed
+    mid-line) is dropped with a warning instead.
     """
     limits = limits or RunLimits()
-    file_size(path, limits, "max_step_bytes" if step_file else "max_file_bytes")
-    with path.open("rb") as f:
+    with open_run_file(path, limits, "max_step_bytes" if step_file else "max_file_bytes") as f:
+        encoding = text_encoding(f.read(4))
         f.seek(offset)
         pos, rows = offset, 0
-        for number, raw in bounded_lines(f, limits, path, first_line):
+        newline = "\n".encode(encoding)
+        for number, raw in bounded_lines(f, limits, path, first_line, encoding):
             start, pos = pos, pos + len(raw)
-            if not raw.strip():
+            try:
+                text: bytes | str = raw if encoding == "utf-8" else raw.decode(encoding)
+            except UnicodeDecodeError as exc:
+                raise RunFormatError(path, number, f"not valid {encoding} ({exc.reason})") from None
+            if not text.strip() or text.strip() == "\ufeff":
                 continue
             rows += 1
             if step_file:
                 limits.check("max_step_rows", rows, f"{path}:{number}", f"{rows:,} lines or more")
             try:
-                obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-                if tolerate_tail and not raw.endswith(b"\n"):
+                obj = json.loads(text.lstrip("\ufeff") if isinstance(text, str) else text)
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+                if tolerate_tail and not raw.endswith(newline):
                     logger.warning("%s:%d: dropping a half-written last line", path, number)
                     return
-                raise RunFormatError(path, number, f"not valid JSON ({exc})") from None
+                reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+                raise RunFormatError(path, number, f"not valid JSON ({reason})") from None
             if not isinstance(obj, dict):
                 kind = type(obj).__name__
                 raise RunFormatError(path, number, f"expected a JSON object, got {kind}")
-            yield number, start, obj
+            yield number, start, check_json(obj, path, number)
 
 
 def check_step(step: RunStep, limits: RunLimits) -> RunStep:
@@ -168,22 +161,6 @@ def require(obj: dict[str, Any], key: str, path: Path, line: int | None) -> Any:
     return obj[key]
 
 
-def as_float(value: Any, what: str, path: Path, line: int | None) -> float:
-    """A reward or advantage as float (None -> NaN: a reward function that abstained)."""
-    if value is None:
-        return float("nan")
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    raise RunFormatError(path, line, f"{what} must be a number, got {value!r}")
-
-
 def prompt_text(value: Any, path: Path, line: int | None) -> tuple[str, bool]:
     """A prompt as text, and whether it was a chat message list.
 
@@ -194,8 +171,8 @@ def prompt_text(value: Any, path: Path, line: int | None) -> tuple[str, bool]:
         return value, False
     if isinstance(value, list) and all(isinstance(m, dict) and "content" in m for m in value):
         if len(value) == 1:
-            return _content(value[0]["content"]), True
-        return "\n".join(f"{m.get('role', '?')}: {_content(m['content'])}" for m in value), True
+            return _content(value[0]["content"], path, line), True
+        return "\n".join(f"{m.get('role', '?')}: {_content(m['content'], path, line)}" for m in value), True
     raise RunFormatError(path, line, f"a prompt must be text or chat messages, got {value!r:.80}")
 
 
@@ -204,18 +181,23 @@ def completion_text(value: Any, path: Path, line: int | None) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, list) and value and isinstance(value[-1], dict) and "content" in value[-1]:
-        return _content(value[-1]["content"])
+        return _content(value[-1]["content"], path, line)
     raise RunFormatError(
         path, line, f"a completion must be text or chat messages, got {value!r:.80}"
     )
 
 
-def _content(content: Any) -> str:
+def _content(content: Any, path: Path, line: int | None) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # multimodal parts: keep the text ones
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return str(content)
+        texts = [p.get("text", "") for p in content if isinstance(p, dict)]
+        if not all(isinstance(t, str) for t in texts):
+            raise RunFormatError(path, line, "a chat content part's 'text' must be a string")
+        return "".join(texts)
+    if content is None or isinstance(content, (bool, int, float)):
+        return "" if content is None else str(content)
+    raise RunFormatError(path, line, f"a chat message's content must be text, got {content!r:.80}")
 
 
 def group_by_key(keys: list[str]) -> list[list[int]]:
@@ -228,57 +210,81 @@ def group_by_key(keys: list[str]) -> list[list[int]]:
 
 def numbered_files(folder: Path, pattern: str, limits: RunLimits) -> list[StepRef]:
     """One :class:`StepRef` per file of ``folder`` whose name matches ``pattern`` (a regex with
-    one group: the step number), sorted by step; the last one is marked ``last``. The folder
-    listing stops (refused) past ``max_folder_entries``."""
-    rx = re.compile(pattern)
+    one group: the step number, ASCII digits), sorted by step; the last one is marked
+    ``last``. Two files of one step (``1.jsonl``, ``01.jsonl``) are an error naming both. The
+    folder listing stops (refused) past ``max_folder_entries``."""
+    rx = re.compile(pattern, re.ASCII)
     found = sorted(
         (int(m.group(1)), Path(e.path))
         for e in scan_folder(folder, limits)
         if (m := rx.fullmatch(e.name)) and e.is_file()
     )
+    for (step, a), (again, b) in zip(found, found[1:]):
+        if step == again:
+            raise RunFormatError(
+                folder, None, f"step {step} is in two files, {a.name} and {b.name}: keep one"
+            )
+        check_step_number(step, a)
+    if found:
+        check_step_number(found[-1][0], found[-1][1])
     refs = [StepRef(step, p) for step, p in found]
     if refs:
         refs[-1] = StepRef(refs[-1].step, refs[-1].path, last=True)
     return refs
 
 
+def check_step_number(step: int, path: Path) -> int:
+    return as_int(step, "the step number", path, None, -MAX_STEP, MAX_STEP)
+
+
 def has_match(folder: Path, pattern: str, limits: RunLimits) -> bool:
-    rx = re.compile(pattern)
+    rx = re.compile(pattern, re.ASCII)
     return folder.is_dir() and any(rx.fullmatch(e.name) for e in scan_folder(folder, limits))
 
 
-def readable_parquet(path: Path) -> bool:
-    """Whether ``path`` has a complete parquet footer (a file still being written has none)."""
-    try:
-        pq.read_metadata(path)
-        return True
-    except (OSError, pa.ArrowException):
-        return False
+def readable_parquet(path: Path, limits: RunLimits) -> bool:
+    """Whether ``path`` has a complete parquet footer (a file still being written has none).
+    A file that is not a regular file inside the run root raises UnsafeRunFileError."""
+    with open_run_file(path, limits, "max_step_bytes") as f:
+        try:
+            pq.read_metadata(f)
+            return True
+        except (OSError, pa.ArrowException):
+            return False
 
 
 def read_parquet_step(path: Path, columns: list[str] | None, limits: RunLimits) -> Any:
-    """A step's parquet file as an Arrow table, sizes checked first: the file's bytes, then
-    the footer's rows and column bytes, then (in Arrow, strings still dictionary-encoded) the
-    longest string cell and the strings' expanded size."""
-    file_size(path, limits, "max_step_bytes")
-    try:
-        parquet = pq.ParquetFile(path)
-        names = parquet.schema_arrow.names
-        wanted = [c for c in (columns or names) if c in names]
-        check_parquet_footer(parquet.metadata, wanted, limits, path)
-        # strings stay dictionary-encoded in Arrow: a repeated value is held once until its
-        # expanded size has been checked (dictionary pages make the footer's sizes small)
-        leaves = [parquet.schema.column(i) for i in range(len(parquet.schema))]
-        byte_leaves = [
-            c.path
-            for c in leaves
-            if c.physical_type == "BYTE_ARRAY" and c.path.split(".")[0] in wanted
-        ]
-        table = pq.ParquetFile(path, read_dictionary=byte_leaves).read(columns=wanted)
-    except (OSError, pa.ArrowException) as exc:
-        raise RunFormatError(path, None, f"not a readable parquet file ({exc})") from None
-    check_arrow_strings(table, limits, path)
-    return table
+    """A step's parquet file as an Arrow table, read from the file object
+    :func:`~gmts_core.runs.files.open_run_file` opened, sizes checked first: the file's bytes,
+    then the footer's rows, column bytes and values (:func:`check_parquet_footer`), then row
+    group by row group (strings still dictionary-encoded, at any nesting depth) the longest
+    string cell, the strings' expanded size and their UTF-8, before the next one is read."""
+    with open_run_file(path, limits, "max_step_bytes") as f:
+        try:
+            parquet = pq.ParquetFile(f)
+            names = parquet.schema_arrow.names
+            wanted = [c for c in (columns or names) if c in names]
+            check_parquet_footer(parquet.metadata, wanted, limits, path)
+            # strings stay dictionary-encoded in Arrow: a repeated value is held once until its
+            # expanded size has been checked (dictionary pages make the footer's sizes small)
+            leaves = [parquet.schema.column(i) for i in range(len(parquet.schema))]
+            byte_leaves = [
+                c.path
+                for c in leaves
+                if c.physical_type == "BYTE_ARRAY" and c.path.split(".")[0] in wanted
+            ]
+            f.seek(0)
+            parquet = pq.ParquetFile(f, read_dictionary=byte_leaves)
+            budget = StringBudget(limits, path)
+            groups = []
+            for i in range(parquet.metadata.num_row_groups):
+                group = parquet.read_row_group(i, columns=wanted)
+                budget.add(group)
+                groups.append(group)
+            table = pa.concat_tables(groups) if groups else parquet.schema_arrow.empty_table()
+        except (OSError, pa.ArrowException) as exc:
+            raise RunFormatError(path, None, f"not a readable parquet file ({exc})") from None
+    return table.select(wanted)
 
 
 class NumberedFilesReader:
@@ -298,7 +304,7 @@ class NumberedFilesReader:
 
     def index(self, path: Path, limits: RunLimits) -> list[StepRef]:
         refs = numbered_files(self.folder(path, limits), self.file_pattern, limits)
-        if self.parquet and refs and not readable_parquet(refs[-1].path):
+        if self.parquet and refs and not readable_parquet(refs[-1].path, limits):
             logger.warning("%s: dropping a half-written last file", refs[-1].path)
             refs = refs[:-1]
         return refs

@@ -9,7 +9,6 @@ that keeps only each step's byte offset, so a file of any size opens in constant
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -24,28 +23,25 @@ from gmts_core.runs.base import (
     prompt_text,
     require,
 )
-from gmts_core.runs.limits import RunLimits, bounded_lines
+from gmts_core.runs.limits import RunLimits
+from gmts_core.runs.values import MAX_STEP, as_int
 
 logger = logging.getLogger(__name__)
 
 
 def _first_object(path: Path, limits: RunLimits) -> dict[str, Any] | None:
-    with path.open("rb") as f:
-        for _, raw in bounded_lines(f, limits, path):
-            if raw.strip():
-                try:
-                    obj = json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    return None
-                return obj if isinstance(obj, dict) else None
+    """The first line's object, or None when it is not one (not JSON, nested too deeply:
+    then the file is not in this format, and the listing says why it cannot be read)."""
+    try:
+        for _, _, obj in jsonl_records(path, False, limits=limits):
+            return obj
+    except RunFormatError:
+        return None
     return None
 
 
 def _step_of(obj: dict[str, Any], line: int, path: Path) -> int:
-    step = obj.get("step", line)
-    if isinstance(step, bool) or not isinstance(step, int):
-        raise RunFormatError(path, line, f"step must be an integer, got {step!r}")
-    return step
+    return as_int(obj.get("step", line), "step", path, line, -MAX_STEP, MAX_STEP)
 
 
 class JSONLReader:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gmts_core.runs.base import (
     NumberedFilesReader,
@@ -28,6 +29,7 @@ from gmts_core.runs.base import (
     read_parquet_step,
 )
 from gmts_core.runs.limits import RunLimits
+from gmts_core.runs.values import MAX_ABS_NUMBER
 
 FOLDER = "gmts_selection"
 FILE_PATTERN = r"selection_(\d+)\.parquet"
@@ -84,8 +86,42 @@ class TrainerLogReader(NumberedFilesReader):
         missing = [n for n, _ in TOKEN_COLUMNS if n not in table.column_names]
         if missing:
             raise RunFormatError(ref.path, None, f"missing column {missing[0]!r}")
+        check_token_table(table, ref.path)
         cols = {n: table.column(n).to_pylist() for n, _ in TOKEN_COLUMNS}
         return RunStep(ref.step, _groups(cols, ref.path), str(ref.path))
+
+
+# columns that may be null (the trainer did not compute them); every other one is required
+NULLABLE = {"logprob", "omega", "weight", "method"}
+MAX_TOKEN_ID = 2**31 - 1  # a vocabulary is smaller; the model's tokenizer checks its own size
+
+
+def check_token_table(table: pa.Table, path: Path) -> None:
+    """Refuse a token log whose values the format does not allow, naming the row and column:
+    a null where a value is required, a number that is not finite or past
+    :data:`~gmts_core.runs.values.MAX_ABS_NUMBER`, a token id or index out of range.
+    Checked in Arrow, before any value becomes Python."""
+    for name, kind in TOKEN_COLUMNS:
+        column = table.column(name)
+        if name not in NULLABLE and column.null_count:
+            _refuse(path, column, pc.is_null(column), f"column {name!r} is null")
+        if pa.types.is_floating(kind):
+            values = pc.cast(column, pa.float64())
+            bad = pc.or_kleene(pc.invert(pc.is_finite(values)), pc.greater(pc.abs(values), MAX_ABS_NUMBER))
+            if pc.any(bad).as_py():
+                _refuse(path, column, bad, f"column {name!r} is not finite or out of range")
+        elif pa.types.is_integer(kind) and name != "step":
+            top = MAX_TOKEN_ID if name == "token_id" else 2**31 - 1
+            values = pc.cast(column, pa.int64())
+            bad = pc.or_kleene(pc.less(values, 0), pc.greater(values, top))
+            if pc.any(bad).as_py():
+                _refuse(path, column, bad, f"column {name!r} is out of range [0, {top}]")
+
+
+def _refuse(path: Path, column: Any, bad: Any, what: str) -> None:
+    row = int(pc.index(pc.fill_null(bad, False), True).as_py())
+    value = column[row].as_py()
+    raise RunFormatError(path, None, f"row {row + 1}: {what} ({value!r:.40})")
 
 
 def _groups(cols: dict[str, list[Any]], path: Path) -> list[RunGroup]:

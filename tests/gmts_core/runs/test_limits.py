@@ -147,7 +147,7 @@ def test_a_parquet_file_is_refused_by_its_footer_or_its_expanded_strings(tmp_pat
     with pytest.raises(RunLimitError, match=r"100 rows, over the limit max_step_rows = 64"):
         open_run(tmp_path, limits=SMALL).step(1)
     bytes_only = replace(SMALL, max_step_rows=1_000, max_step_bytes=50_000, max_group_answers=999)
-    with pytest.raises(RunLimitError, match=r"bytes uncompressed, over the limit max_step_bytes"):
+    with pytest.raises(RunLimitError, match=r"bytes once decoded, over the limit max_step_bytes"):
         open_run(tmp_path, limits=bytes_only).step(1)
     # one value repeated: a dictionary page keeps the footer small; the expanded size says no
     table = pa.table({"step": [1] * n, "prompt": ["Q"] * n, "completion": ["y" * 900] * n})

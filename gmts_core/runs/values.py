@@ -1,0 +1,106 @@
+"""Values read from run files, validated at the boundary, before any reader uses them.
+
+A run file is written by someone else, so every value is checked where it enters: a JSON
+line as a whole by :func:`check_json` (nesting depth, strings that are valid Unicode, no lone
+surrogate, integers inside 64 bits), then each field a reader needs by its own rule:
+:func:`as_float` (a reward or advantage: finite, at most :data:`MAX_ABS_NUMBER` in magnitude,
+NaN/None meaning "abstained"), :func:`as_int` (a step number, a token id: an integer in a
+range). A bad value raises :class:`~gmts_core.runs.errors.RunFormatError` naming the file,
+the line and the field (``rewards[1]``), which the server answers with a 422.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from gmts_core.runs.errors import RunFormatError
+
+MAX_ABS_NUMBER = 1e15  # rewards, advantages: sums and squares of such values stay finite
+MAX_INT = 2**63 - 1  # integers of a JSON line: inside 64 bits
+MAX_STEP = 2**53 - 1  # step numbers: exact as a JSON (double) number
+MAX_JSON_DEPTH = 64  # nesting of one JSON line (chat content parts are 5 deep)
+
+
+def bad_string(value: str) -> bool:
+    """Whether ``value`` cannot be written as UTF-8 (a lone surrogate)."""
+    try:
+        value.encode("utf-8")
+        return False
+    except UnicodeEncodeError:
+        return True
+
+
+def check_json(obj: Any, path: Path | str, line: int | None) -> Any:
+    """``obj`` itself, refused if it nests deeper than :data:`MAX_JSON_DEPTH`, holds a string
+    (key or value) that is not valid Unicode, or an integer outside 64 bits. Iterative: a
+    deep value cannot exhaust the stack."""
+    stack: list[tuple[Any, str, int]] = [(obj, "", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if isinstance(value, str):
+            if bad_string(value):
+                raise _bad(path, line, where, "holds a lone surrogate (not valid Unicode)")
+        elif isinstance(value, bool) or value is None or isinstance(value, float):
+            continue
+        elif isinstance(value, int):
+            if abs(value) > MAX_INT:
+                raise _bad(path, line, where, "is an integer outside 64 bits")
+        elif isinstance(value, (dict, list)):
+            if depth >= MAX_JSON_DEPTH:
+                raise _bad(path, line, where, f"nests deeper than {MAX_JSON_DEPTH} levels")
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    if bad_string(key):
+                        raise _bad(path, line, where, "has a key that is not valid Unicode")
+                    stack.append((item, f"{where}.{key}" if where else key, depth + 1))
+            else:
+                stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
+    return obj
+
+
+def _bad(path: Path | str, line: int | None, where: str, what: str) -> RunFormatError:
+    return RunFormatError(path, line, f"field {where or '(the line)'!r} {what}")
+
+
+def as_float(value: Any, what: str, path: Path | str, line: int | None) -> float:
+    """A reward or advantage as a float: None -> NaN (a reward function that abstained);
+    refused unless finite (or NaN) and at most :data:`MAX_ABS_NUMBER` in magnitude."""
+    if value is None:
+        return float("nan")
+    number: float | None = None
+    if isinstance(value, (bool, int, float)):
+        try:
+            number = float(value)
+        except OverflowError:  # an integer literal such as 10**400
+            raise RunFormatError(path, line, f"{what} {_short(value)} is out of range") from None
+    elif isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            pass
+    if number is None:
+        raise RunFormatError(path, line, f"{what} must be a number, got {_short(value)}")
+    if math.isinf(number) or abs(number) > MAX_ABS_NUMBER:
+        raise RunFormatError(
+            path, line, f"{what} {_short(value)} is out of range (at most {MAX_ABS_NUMBER:g})"
+        )
+    return number
+
+
+def as_int(value: Any, what: str, path: Path | str, line: int | None, lo: int, hi: int) -> int:
+    """An integer field in ``[lo, hi]``; anything else is refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RunFormatError(path, line, f"{what} must be an integer, got {_short(value)}")
+    if not lo <= value <= hi:
+        raise RunFormatError(path, line, f"{what} {_short(value)} is out of range [{lo}, {hi}]")
+    return value
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 96:
+        return f"(an integer of {value.bit_length():,} bits)"  # str() refuses 4,300+ digits
+    text = repr(value)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
