@@ -2,8 +2,8 @@
 
 RUN is a trainer's dump folder or file (TRL ``completions/``, verl, ROLL, AReaL, a GMTS JSONL
 or a GMTSGRPOTrainer token log; the format is detected). Writes ``OUT/report.json`` (one row
-per step), ``OUT/report.html`` (charts over steps) and, with ``--tokens``, per-token parquet
-records. Many processes: ``accelerate launch --cpu --num_processes 2 -m app.cli analyze-run ...``.
+per step), ``OUT/report.html`` (charts over steps) and the analysed steps as a dataset
+(``tokens/``, ``answers/``, ``steps/``, ``top/``: Parquet by step, see gmts_core.run_dataset). Many processes: ``accelerate launch --cpu --num_processes 2 -m app.cli analyze-run ...``.
 """
 
 from __future__ import annotations
@@ -56,8 +56,12 @@ def analyze_run_command(
         str | None, typer.Option(help="START:STOP[:STRIDE] (inclusive) or 3,7,9; default all.")
     ] = None,
     tokens: Annotated[
-        str | None, typer.Option(help="Steps whose per-token records to write: 'all' or a spec.")
-    ] = None,
+        str,
+        typer.Option(
+            help="Steps written to the dataset with their per-token records: 'all', 'none' "
+            "or a spec (the Runs tab opens OUT as an analysed run)."
+        ),
+    ] = "all",
     methods: Annotated[str, analysis_option("methods", note="Comma-separated.")] = ",".join(
         DEFAULT_METHODS
     ),

@@ -43,7 +43,8 @@ class RunAnalysisRequest:
     model: str | None = None
     fmt: str | None = None
     steps: str | None = None  # "10:200:10", "3,7" or None (all)
-    tokens: str | None = None  # the steps whose per-token records are written ("all" or a spec)
+    # the steps written to the dataset with their per-token records: "all", "none" or a spec
+    tokens: str | None = "all"
     analysis: AnalysisConfig = AnalysisConfig()  # the knobs each step is analysed with
     reward_kind: str | None = None
     resume: bool = False
@@ -115,7 +116,7 @@ def run_analysis(
         set(steps)
         if req.tokens == "all"
         else set(parse_steps(req.tokens, steps))
-        if req.tokens
+        if req.tokens and req.tokens != "none"
         else set()
     )
     config = req.analysis

@@ -317,5 +317,12 @@ def _assemble(
     ):
         rec.summary = group_summary
     return AnalysisResult(
-        model=lm.name, groups=group_records, summary=summary, config=config, selections=selections
+        model=lm.name,
+        groups=group_records,
+        summary=summary,
+        config=config,
+        selections=selections,
+        inputs=x,
+        token_ids=[list(ids) for g in work for ids in g.answer_ids],
+        token_texts=texts,
     )

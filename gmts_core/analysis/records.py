@@ -144,6 +144,11 @@ class AnalysisResult:
     # every method's flat selection, (N,) tensors in (group, answer, position) order: what the
     # token records' scores, ranks and flags are read from (the RL step's mask comes from here)
     selections: dict[str, Selection] = field(default_factory=dict, repr=False, compare=False)
+    # the flat per-token inputs of the selection (same order) and each answer's token ids and
+    # texts: what a columnar writer (gmts_core.run_dataset) reads without building records
+    inputs: SelectionInputs | None = field(default=None, repr=False, compare=False)
+    token_ids: list[list[int]] = field(default_factory=list, repr=False, compare=False)
+    token_texts: list[list[str]] = field(default_factory=list, repr=False, compare=False)
 
     def iter_answers(self) -> list[tuple[GroupRecord, AnswerRecord]]:
         return [(g, a) for g in self.groups for a in g.answers]

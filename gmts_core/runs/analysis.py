@@ -5,8 +5,8 @@
 them) and condenses the result into a :class:`StepReport`: reward mean/std, share of
 zero-signal groups, each method's gradient coverage and wasted share, overlaps, Spearman of
 entropy and gradient proxy, mean answer length. :func:`logged_step_report` does the same from
-a trainer log's own numbers (no model: what was actually applied). :func:`token_table` is the
-per-token record of a step (a pyarrow table, written as parquet).
+a trainer log's own numbers (no model: what was actually applied). Per-token records are
+written by :mod:`gmts_core.run_dataset`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-import pyarrow as pa
 import torch
 
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec, analyze
@@ -266,53 +265,6 @@ def logged_differences(step: RunStep) -> list[Differences]:
     return [
         explain(x, a, masks[a], b, masks[b]) for i, a in enumerate(names) for b in names[i + 1 :]
     ]
-
-
-def token_table(step: int, result: AnalysisResult) -> pa.Table:
-    """One row per answer token of an analysed step: ids, statistics, selected per method."""
-    methods = list(result.config.methods)
-    cols: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "step",
-            "group",
-            "answer",
-            "position",
-            "token_id",
-            "text",
-            "reward",
-            "advantage",
-            "weight",
-            "logprob",
-            "entropy",
-            "grad_norm",
-            "grad_proxy",
-        )
-    }
-    for m in methods:
-        cols[f"selected_{m}"] = []
-    for group, answer in result.iter_answers():
-        for t in answer.tokens:
-            row = (
-                step,
-                group.index,
-                answer.index,
-                t.position,
-                t.id,
-                t.text,
-                answer.reward,
-                answer.advantage,
-                answer.weight,
-                t.logprob,
-                t.entropy,
-                t.grad_norm,
-                t.grad_proxy,
-            )
-            for key, value in zip(list(cols)[:13], row, strict=True):
-                cols[key].append(value)
-            for m in methods:
-                cols[f"selected_{m}"].append(bool(t.selected[m]))
-    return pa.table(cols)
 
 
 @dataclass

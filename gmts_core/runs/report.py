@@ -4,8 +4,10 @@ Layout of ``OUT/``::
 
     settings.json            what was asked (a resumed analysis must ask the same)
     parts/steps-{rank}.jsonl one StepReport per line, appended as each step finishes
-    tokens/step_{n:05d}.parquet  per-token records of the steps asked for (--tokens)
     report.json              the merged report: settings + every step's row, sorted by step
+    dataset.json, tokens/, answers/, steps/   the analysed steps as a dataset: per-token,
+                             per-answer and per-step Parquet files, one per step
+                             (:mod:`gmts_core.run_dataset`; the steps asked for by --tokens)
 
 Each process of a sharded analysis takes every ``world``-th step (``rank``, ``rank + world``
 ...), writes its own ``parts`` file, and one process merges them (:func:`merge_report`); the
@@ -23,16 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from gmts_core.analysis.analyze import AnalysisConfig
 from gmts_core.errors import InvalidInputError
 from gmts_core.modeling import LoadedModel
+from gmts_core.run_dataset.schema import write_manifest
+from gmts_core.run_dataset.writer import StepColumns, write_step
 from gmts_core.runs.analysis import (
     StepReport,
     analyze_step,
     logged_step_report,
-    token_table,
 )
 from gmts_core.runs.base import jsonl_records
 from gmts_core.runs.registry import Run
@@ -91,12 +92,13 @@ def prepare_output(out: Path, settings: dict, resume: bool) -> None:
                 "use a new output folder or drop --resume"
             )
     elif not resume:
-        for sub in ("parts", "tokens"):
+        for sub in ("parts", "tokens", "answers", "steps"):
             shutil.rmtree(out / sub, ignore_errors=True)
         (out / "report.json").unlink(missing_ok=True)
     (out / "parts").mkdir(exist_ok=True)
-    (out / "tokens").mkdir(exist_ok=True)
     saved.write_text(json.dumps(settings, indent=1))
+    if settings.get("mode") == "analysis":
+        write_manifest(out, tuple(settings["methods"]), settings)
     for part in (out / "parts").glob("steps-*.jsonl"):
         _cut_half_written_tail(part)
 
@@ -149,8 +151,7 @@ def analyze_run_shard(
                 assert lm is not None
                 report, result = analyze_step(lm, step, config, plan.reward_kind)
                 if step.step in plan.token_steps:
-                    path = out / "tokens" / f"step_{step.step:05d}.parquet"
-                    pq.write_table(token_table(step.step, result), path)
+                    write_step(out, StepColumns.from_result(step.step, result))
             part.write(json.dumps(report.to_dict(), ensure_ascii=False) + "\n")
             part.flush()
             count += 1

@@ -24,6 +24,7 @@ from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.errors import InvalidInputError
 from gmts_core.modeling import load_model
+from gmts_core.run_dataset import AnalysedRun
 from tests.multiprocess import free_port, run
 
 REPO = Path(__file__).resolve().parents[3]
@@ -81,7 +82,7 @@ def test_tokens_only_for_the_steps_asked_and_flags_match_the_counts(trl_report: 
     assert len(tokens) == row["num_tokens"] and set(tokens["step"]) == {2}
     for m in METHODS.split(","):
         assert int(tokens[f"selected_{m}"].sum()) == row["selected_count"][m]
-    assert (tokens["grad_proxy"] >= 0).all() and tokens["token_id"].dtype.kind == "i"
+    assert (tokens["gamma"] >= 0).all() and tokens["token_id"].dtype.kind == "i"
 
 
 def test_html_is_self_contained_with_charts(trl_report: Path) -> None:
@@ -119,6 +120,30 @@ def test_steps_spec_and_resume_skip_finished_steps(tmp_path: Path, models: Model
             ),
             models,
         )
+
+
+def test_resume_completes_the_dataset_without_rewriting_finished_steps(
+    tmp_path: Path, models: ModelRegistry
+) -> None:
+    req = RunAnalysisRequest(RUNS / "run.jsonl", tmp_path, "tiny-arith", steps="1:3:2")
+    run_analysis(req, models)
+    first = (tmp_path / "tokens" / "step_00001.parquet").stat().st_mtime_ns
+    part = tmp_path / "parts" / "steps-0.jsonl"
+    part.write_text(part.read_text().splitlines()[0] + "\n")  # killed before step 3 finished
+    for table in ("tokens", "answers", "steps", "top"):
+        (tmp_path / table / "step_00003.parquet").unlink()
+    resumed = run_analysis(
+        RunAnalysisRequest(RUNS / "run.jsonl", tmp_path, "tiny-arith", steps="1:3:2", resume=True),
+        models,
+    )
+    assert resumed.analysed == 1
+    assert (tmp_path / "tokens" / "step_00001.parquet").stat().st_mtime_ns == first
+    dataset = AnalysedRun(tmp_path)
+    assert dataset.step_numbers() == [1, 3]
+    for row, summary in zip(resumed.report["rows"], dataset.steps(), strict=True):
+        assert summary["num_tokens"] == row["num_tokens"]
+        for m in dataset.methods:
+            assert summary[f"coverage_{m}"] == pytest.approx(row["gradient_coverage"][m], rel=1e-6)
 
 
 def test_rewards_are_recomputed_only_with_a_reward_rule(

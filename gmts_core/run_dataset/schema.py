@@ -1,0 +1,194 @@
+"""The analysed-run dataset: its folder layout, its Parquet schemas and their version.
+
+An analysed run (``gmts analyze-run -o OUT``) is a dataset of three tables, one Parquet file
+per step each, so a reader opens only the steps it needs and a growing run adds files without
+touching the old ones::
+
+    OUT/dataset.json                 {"format": "gmts-analysed-run", "version": 1, "methods": ...}
+    OUT/tokens/step_NNNNN.parquet    one row per answer token, sorted by (group, answer, position)
+    OUT/answers/step_NNNNN.parquet   one row per answer, sorted by (group, answer)
+    OUT/steps/step_NNNNN.parquet     one row: the step's summary numbers (the charts' source)
+    OUT/top/step_NNNNN.parquet       the step's TOP_K tokens by each of TOP_ORDERS
+
+Precision: every statistic is float32. float16 keeps 3 significant digits, too few to rank
+tokens whose γ differ in the fourth digit (a selection's cut is often there), while float32 is
+what the analysis computes in; ranks are stored exactly as int32. Token texts are dictionary
+encoded (a vocabulary repeats), and every file is zstd-compressed. Rows are sorted, with row
+groups of :data:`ROW_GROUP_ROWS` rows, so a filter on (group, answer) reads only the row
+groups whose min/max statistics admit it.
+
+Columns per method ``m`` (one of the analysis's methods): ``selected_m`` (bool) in the tokens
+table, ``selected_count_m`` in the answers table, ``coverage_m`` / ``wasted_m`` in the steps
+table. The ``top`` table makes a ranking of the whole run's tokens exact and cheap: the run's
+k highest (k <= TOP_K) are among the union of every step's k highest, so a ranking reads
+TOP_K rows a step instead of every token. :func:`check_manifest` refuses a dataset of another
+format or a newer version.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from gmts_core.errors import InvalidInputError
+
+FORMAT = "gmts-analysed-run"
+VERSION = 1
+MANIFEST = "dataset.json"
+TABLES = ("tokens", "answers", "steps", "top")
+TOP_K = 1000
+# order key -> what it ranks by (highest first); rank_gap: how far apart the entropy and the
+# gamma rankings put a token (the tokens the two criteria disagree on most)
+TOP_ORDERS: dict[str, str] = {
+    "gamma": "gamma",
+    "entropy": "entropy",
+    "grad_norm": "grad_norm",
+    "rank_gap": "abs(entropy_rank - gamma_rank)",
+}
+ROW_GROUP_ROWS = 131_072
+COMPRESSION = "zstd"
+
+# name -> (arrow type, meaning); the method columns are added per dataset
+TOKEN_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
+    "step": (pa.int32(), "the run's step number"),
+    "group": (pa.int32(), "the group's index within the step"),
+    "answer": (pa.int32(), "the answer's index within its group"),
+    "position": (pa.int32(), "the token's position within the answer (0 = first)"),
+    "token_id": (pa.int64(), "the token's id in the model's vocabulary"),
+    "text": (pa.dictionary(pa.int32(), pa.string()), "the token's text"),
+    "reward": (pa.float32(), "the answer's reward r_i"),
+    "advantage": (pa.float32(), "the answer's advantage A_i"),
+    "weight": (pa.float32(), "the answer's loss-aggregation weight w_i"),
+    "logprob": (pa.float32(), "log pi(y_t), nats"),
+    "entropy": (pa.float32(), "Shannon entropy of the next-token distribution, nats"),
+    "grad_norm": (pa.float32(), "g = ||d log pi(y_t) / d z_t||, exact"),
+    "gamma": (pa.float32(), "gamma = w_i |omega_t| g, the exact norm of the loss gradient"),
+    "entropy_rank": (pa.int32(), "rank by entropy within the step (1 = highest)"),
+    "gamma_rank": (pa.int32(), "rank by gamma within the step (1 = highest)"),
+}
+ANSWER_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
+    "step": (pa.int32(), "the run's step number"),
+    "group": (pa.int32(), "the group's index within the step"),
+    "answer": (pa.int32(), "the answer's index within its group"),
+    "prompt_key": (pa.uint64(), "a hash of the prompt's text: the same prompt across steps"),
+    "prompt": (pa.dictionary(pa.int32(), pa.string()), "the prompt's text"),
+    "text": (pa.string(), "the answer's text"),
+    "reward": (pa.float32(), "r_i"),
+    "advantage": (pa.float32(), "A_i"),
+    "length": (pa.int32(), "answer tokens"),
+    "zero_signal": (pa.bool_(), "every answer of the group has the same reward (A = 0)"),
+    "entropy_mean": (pa.float32(), "mean entropy over the answer's tokens, nats"),
+    "gamma_sum": (pa.float32(), "sum of gamma over the answer's tokens"),
+    "disagreement": (pa.int32(), "tokens selected by at least one method but not by all"),
+    "first_row": (pa.int64(), "row of the answer's first token in the step's tokens file"),
+}
+STEP_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
+    "step": (pa.int32(), "the run's step number"),
+    "num_groups": (pa.int32(), "groups"),
+    "num_answers": (pa.int32(), "answers"),
+    "num_tokens": (pa.int64(), "answer tokens"),
+    "reward_mean": (pa.float32(), "mean reward over the step's answers"),
+    "entropy_mean": (pa.float32(), "mean entropy over the step's tokens, nats"),
+    "zero_signal_share": (pa.float32(), "share of groups whose rewards are all equal"),
+    "overlap": (pa.float32(), "Jaccard index of the first two methods' selections"),
+}
+
+
+TOP_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
+    "order_key": (pa.dictionary(pa.int8(), pa.string()), "which ranking the row belongs to"),
+    "score": (pa.float64(), "the value it is ranked by"),
+    **{k: v for k, v in TOKEN_COLUMNS.items()},
+}
+
+
+def method_columns(methods: tuple[str, ...]) -> dict[str, dict[str, tuple[pa.DataType, str]]]:
+    """The per-method columns of each table."""
+    return {
+        "tokens": {f"selected_{m}": (pa.bool_(), f"{m} selects the token") for m in methods},
+        "top": {f"selected_{m}": (pa.bool_(), f"{m} selects the token") for m in methods},
+        "answers": {f"selected_count_{m}": (pa.int32(), f"tokens {m} selects") for m in methods},
+        "steps": {
+            **{f"coverage_{m}": (pa.float32(), f"share of sum gamma {m} keeps") for m in methods},
+            **{
+                f"wasted_{m}": (pa.float32(), f"share of {m}'s picks with gamma = 0")
+                for m in methods
+            },
+        },
+    }
+
+
+def schema(table: str, methods: tuple[str, ...]) -> pa.Schema:
+    """The Arrow schema of ``table`` ("tokens", "answers" or "steps") for these methods."""
+    base = {
+        "tokens": TOKEN_COLUMNS,
+        "answers": ANSWER_COLUMNS,
+        "steps": STEP_COLUMNS,
+        "top": TOP_COLUMNS,
+    }[table]
+    cols = {**base, **method_columns(methods)[table]}
+    return pa.schema(
+        [pa.field(name, typ, metadata={"doc": doc}) for name, (typ, doc) in cols.items()],
+        metadata={"format": FORMAT, "version": str(VERSION)},
+    )
+
+
+def step_file(root: Path, table: str, step: int) -> Path:
+    return root / table / f"step_{step:05d}.parquet"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What ``dataset.json`` says: the format's version and how the run was analysed."""
+
+    version: int
+    methods: tuple[str, ...]
+    settings: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": self.version,
+            "methods": list(self.methods),
+            "settings": self.settings,
+            "tables": {t: schema_doc(t, self.methods) for t in TABLES},
+        }
+
+
+def schema_doc(table: str, methods: tuple[str, ...]) -> dict[str, str]:
+    return {f.name: f"{f.type}: {f.metadata[b'doc'].decode()}" for f in schema(table, methods)}
+
+
+def write_manifest(root: Path, methods: tuple[str, ...], settings: dict[str, Any]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(Manifest(VERSION, methods, settings).to_dict(), indent=1)
+    tmp = root / (MANIFEST + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(root / MANIFEST)
+
+
+def is_dataset(root: Path) -> bool:
+    return (root / MANIFEST).is_file() and (root / "steps").is_dir()
+
+
+def check_manifest(root: Path) -> Manifest:
+    """The dataset's manifest; InvalidInputError for another format or a newer version."""
+    try:
+        raw = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InvalidInputError(f"{root}: no readable {MANIFEST} ({e})") from None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise InvalidInputError(f"{root}/{MANIFEST}: not a {FORMAT} dataset")
+    version = raw.get("version")
+    if not isinstance(version, int) or not 1 <= version <= VERSION:
+        raise InvalidInputError(
+            f"{root}/{MANIFEST}: version {version!r}; this release reads versions 1-{VERSION}"
+        )
+    methods = raw.get("methods")
+    if not isinstance(methods, list) or not all(isinstance(m, str) for m in methods):
+        raise InvalidInputError(f"{root}/{MANIFEST}: 'methods' must be a list of names")
+    settings = raw.get("settings") if isinstance(raw.get("settings"), dict) else {}
+    return Manifest(version, tuple(methods), settings)
