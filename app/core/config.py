@@ -185,6 +185,17 @@ class Settings(BaseSettings):
         64, ge=16, le=65_536, description="Open files of one run-file reading process."
     )
 
+    # analysed runs (`gmts analyze-run -o` folders under a run root) are queried with DuckDB
+    analysed_query_threads: int = Field(
+        2, ge=1, le=256, description="Threads one analysed-run query may use."
+    )
+    analysed_query_memory_mb: int = Field(
+        1024, ge=64, le=1 << 20, description="Memory one analysed run's queries may hold."
+    )
+    analysed_max_concurrent: int = Field(
+        2, ge=1, le=64, description="Analysed-run queries running at once (others wait)."
+    )
+
     @property
     def run_limits(self) -> RunLimits:
         """The run readers' budget from the ``run_max_*`` settings."""
