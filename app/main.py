@@ -29,6 +29,7 @@ from app.api.middleware import (
     install_request_id_logging,
 )
 from app.api.routes import (
+    analysed_runs,
     analyze,
     capabilities,
     export,
@@ -76,7 +77,18 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     # the bearer check (and its OpenAPI security scheme) only exists when a key is configured
     auth = [Depends(require_api_key)] if settings.api_key is not None else []
     v1 = APIRouter(prefix="/v1", dependencies=[*auth, Depends(reject_unknown_query)])
-    modules = (models, capabilities, methods, queue, analyze, export, gradcheck, sessions, runs)
+    modules = (
+        models,
+        capabilities,
+        methods,
+        queue,
+        analyze,
+        export,
+        gradcheck,
+        sessions,
+        runs,
+        analysed_runs,
+    )
     for module in modules:
         v1.include_router(module.router)
     app.include_router(v1)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.core.config import Settings
+from app.services.analysed_runs import AnalysedRunService
 from app.services.analysis import AnalysisService
 from app.services.compare import CompareService
 from app.services.gradcheck import GradcheckService
@@ -33,6 +34,7 @@ class Services:
     compare: CompareService
     runs: RunService
     run_metrics: RunMetrics
+    analysed_runs: AnalysedRunService
 
 
 def build_services(settings: Settings, clock: Callable[[], float] = time.monotonic) -> Services:
@@ -54,4 +56,5 @@ def build_services(settings: Settings, clock: Callable[[], float] = time.monoton
         CompareService(settings, models, jobs),
         runs,
         RunMetrics(runs),
+        AnalysedRunService(settings, runs),
     )

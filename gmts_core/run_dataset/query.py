@@ -15,11 +15,14 @@ ranking the run's files of one table. Order and filter columns come from fixed t
 from __future__ import annotations
 
 import json
+import logging
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow.parquet as pq
 
 from gmts_core.errors import InvalidInputError
@@ -43,6 +46,8 @@ _TOKEN_COLS = (
     "entropy_rank, gamma_rank"
 )
 MAX_PAGE = 1000
+_MAX_STEP_FILE_BYTES = 1 << 20  # a step's summary file is one row
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -88,8 +93,6 @@ class AnalysedRun:
     def __init__(
         self, root: Path, limits: QueryLimits = QueryLimits(), profile_dir: Path | None = None
     ) -> None:
-        import duckdb  # a heavy import, needed only where a dataset is opened
-
         self.root = root
         self.manifest: Manifest = check_manifest(root)
         self._con = duckdb.connect(
@@ -116,13 +119,20 @@ class AnalysedRun:
         folder = self.root / "steps"
         seen: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
         for path in sorted(folder.glob("step_*.parquet")):
-            st = path.stat()
+            st = path.lstat()
+            if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_STEP_FILE_BYTES:
+                logger.warning("%s: not a regular step file of its size; skipped", path)
+                continue
             key = (st.st_size, st.st_mtime_ns)
             cached = self._steps.get(path.name)
             if cached is not None and cached[0] == key:
                 seen[path.name] = cached
                 continue
-            row = pq.read_table(path).to_pylist()[0]
+            try:
+                row = pq.read_table(path).to_pylist()[0]
+            except (OSError, ValueError, IndexError) as exc:  # pyarrow's errors are both
+                logger.warning("%s: unreadable step summary (%s); skipped", path, exc)
+                continue
             seen[path.name] = (key, row)
         with self._lock:
             self._steps = seen
@@ -133,7 +143,7 @@ class AnalysedRun:
 
     def _file(self, table: str, step: int) -> str:
         path = step_file(self.root, table, step)
-        if not (self.root / "steps" / path.name).is_file() or not path.is_file():
+        if not _regular(self.root / "steps" / path.name) or not _regular(path):
             raise InvalidInputError(f"{self.root.name}: no analysed step {step}")
         return str(path)
 
@@ -169,7 +179,8 @@ class AnalysedRun:
         numbers = self.step_numbers()
         if steps is not None:
             numbers = [s for s in numbers if steps[0] <= s <= steps[1]]
-        return [str(step_file(self.root, table, s)) for s in numbers]
+        files = [step_file(self.root, table, s) for s in numbers]
+        return [str(f) for f in files if _regular(f)]
 
     def _answer_filter(
         self, contains: str | None, zero_signal: bool | None, steps: tuple[int, int] | None
@@ -269,6 +280,10 @@ class AnalysedRun:
             cur.execute(sql, params)
             names = [d[0] for d in cur.description]
             rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+        except duckdb.Error as exc:  # a damaged or foreign file in the dataset
+            raise InvalidInputError(
+                f"{self.root.name}: the dataset cannot be read ({exc})"
+            ) from None
         finally:
             cur.close()
         if self._profile_dir is not None:
@@ -277,6 +292,14 @@ class AnalysedRun:
 
     def close(self) -> None:
         self._con.close()
+
+
+def _regular(path: Path) -> bool:
+    """A regular file, not a link, FIFO or device (DuckDB would follow or block on those)."""
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
 
 
 def _page(limit: int) -> int:

@@ -251,3 +251,32 @@ def test_synthetic_lengths_have_a_long_tail_and_rows_fill_row_groups() -> None:
     assert np.median(lengths) == pytest.approx(70, rel=0.15)
     assert lengths.max() > 8 * np.median(lengths)
     assert ROW_GROUP_ROWS > 0 and len(cols.gamma) == int(lengths.sum())
+
+
+def test_links_fifos_and_damaged_files_in_a_dataset_are_refused_not_followed(
+    tmp_path: Path,
+) -> None:
+    import os
+
+    root = tmp_path / "run"
+    write_manifest(root, ("entropy", "gmts"), {})
+    rng = np.random.default_rng(2)
+    for step in (1, 2, 3):
+        write_step(root, synthetic_step(step, 4, 4, rng))
+    outside = tmp_path / "secret.parquet"
+    step_file(root, "answers", 2).replace(outside)
+    step_file(root, "answers", 2).symlink_to(outside)  # a link out of the dataset
+    step_file(root, "tokens", 3).unlink()
+    os.mkfifo(step_file(root, "tokens", 3))  # opening it would block
+    step_file(root, "answers", 1).write_bytes(b"PAR1 not really")
+    run = AnalysedRun(root)
+    with pytest.raises(InvalidInputError, match="no analysed step 2"):
+        run.step_groups(2)
+    with pytest.raises(InvalidInputError, match="no analysed step 3"):
+        run.answer_tokens(3, 0, 0)
+    with pytest.raises(InvalidInputError, match="cannot be read"):
+        run.step_groups(1)
+    ranked = run.rank_answers("reward", limit=100, steps=(2, 3))
+    assert ranked and all(r["step"] == 3 for r in ranked)  # the link is skipped
+    (root / "steps" / "step_00004.parquet").write_bytes(b"junk")  # a damaged summary
+    assert run.step_numbers() == [1, 2, 3]

@@ -1,0 +1,120 @@
+"""Response models of the analysed-run routes (``GET /v1/analysed-runs...``), the one
+definition of their bodies: rows of a ``gmts analyze-run`` dataset (gmts_core.run_dataset),
+with each method's columns gathered into one mapping per row."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+Num = float | None
+
+
+class AnalysedRunInfo(BaseModel):
+    id: str = Field(description="The analysed run's folder name inside its run root.")
+    version: int = Field(description="The dataset schema's version.")
+    methods: list[str]
+    num_steps: int
+    first_step: int | None
+    last_step: int | None
+    num_tokens: int = Field(description="Answer tokens over every written step.")
+
+
+class AnalysedRunsResponse(BaseModel):
+    runs: list[AnalysedRunInfo]
+
+
+class StepSummaryOut(BaseModel):
+    step: int
+    num_groups: int
+    num_answers: int
+    num_tokens: int
+    reward_mean: Num
+    entropy_mean: Num
+    zero_signal_share: Num
+    overlap: Num = Field(description="Jaccard index of the first two methods' selections.")
+    coverage: dict[str, Num] = Field(description="Per method: share of sum(gamma) it keeps.")
+    wasted: dict[str, Num] = Field(description="Per method: share of its picks with gamma 0.")
+
+
+class AnalysedStepsResponse(BaseModel):
+    run: AnalysedRunInfo
+    steps: list[StepSummaryOut]
+
+
+class GroupRowOut(BaseModel):
+    group: int
+    prompt: str
+    answers: int
+    reward_mean: Num
+    zero_signal: bool
+    disagreement: int = Field(description="Tokens selected by some of the methods, not all.")
+    mean_length: Num
+
+
+class AnswerRowOut(BaseModel):
+    step: int
+    group: int
+    answer: int
+    prompt: str
+    text: str
+    reward: Num
+    advantage: Num
+    length: int
+    zero_signal: bool
+    entropy_mean: Num
+    gamma_sum: Num
+    disagreement: int
+    selected_count: dict[str, int] | None = Field(
+        None, description="Per method: tokens it selects (in a group's answers)."
+    )
+
+
+class TokenRowOut(BaseModel):
+    step: int
+    group: int
+    answer: int
+    position: int
+    token_id: int
+    text: str
+    logprob: Num
+    entropy: Num
+    grad_norm: Num
+    gamma: Num
+    entropy_rank: int = Field(description="Rank by entropy within the step (1 = highest).")
+    gamma_rank: int = Field(description="Rank by gamma within the step (1 = highest).")
+    score: Num = Field(None, description="What a ranking ordered by (rankings only).")
+    selected: dict[str, bool]
+
+
+class PageOut(BaseModel):
+    offset: int
+    limit: int
+    total: int | None = Field(None, description="Rows matching, where it is counted.")
+
+
+class GroupsResponse(BaseModel):
+    page: PageOut
+    groups: list[GroupRowOut]
+
+
+class AnswersResponse(BaseModel):
+    page: PageOut
+    answers: list[AnswerRowOut]
+
+
+class TokensResponse(BaseModel):
+    page: PageOut
+    tokens: list[TokenRowOut]
+
+
+class ZeroSignalGroupOut(BaseModel):
+    step: int
+    group: int
+    prompt: str
+    answers: int
+    reward: Num
+
+
+class ZeroSignalResponse(BaseModel):
+    page: PageOut
+    groups: list[ZeroSignalGroupOut]
