@@ -3,7 +3,8 @@
 RUN is a trainer's dump folder or file (TRL ``completions/``, verl, ROLL, AReaL, a GMTS JSONL
 or a GMTSGRPOTrainer token log; the format is detected). Writes ``OUT/report.json`` (one row
 per step), ``OUT/report.html`` (charts over steps) and the analysed steps as a dataset
-(``tokens/``, ``answers/``, ``steps/``, ``top/``: Parquet by step, see gmts_core.run_dataset). Many processes: ``accelerate launch --cpu --num_processes 2 -m app.cli analyze-run ...``.
+(``tokens/``, ``answers/``, ``steps/``, ``top/``: Parquet by step, see gmts_core.run_dataset).
+Many processes: ``accelerate launch --cpu --num_processes 2 -m app.cli analyze-run ...``.
 """
 
 from __future__ import annotations
