@@ -181,7 +181,12 @@ class RunService:
             reason = "the name is not valid UTF-8 (shown with \\x escapes); rename it to open it"
             return name, path, None, _unreadable(shown, reason)
         if any(c in name for c in _FORBIDDEN):
-            return name, path, None, _unreadable(shown, "the name holds a character run ids may not contain")
+            return (
+                name,
+                path,
+                None,
+                _unreadable(shown, "the name holds a character run ids may not contain"),
+            )
         try:
             stat = path.stat()
         except OSError as exc:  # a broken link, a file removed meanwhile, a link loop
@@ -313,6 +318,14 @@ class RunService:
             return RunOverviewResponse(
                 run=self._info(run_id, run), steps=steps, overview=overview, reports=reports
             )
+
+    async def overview_queued(self, run_id: str) -> RunOverviewResponse:
+        """:meth:`overview` in the job line, for the route: overviews read up to
+        ``run_overview_steps`` steps, so they wait their turn instead of stacking up (an
+        unknown run answers at once)."""
+        with self._relative_errors():
+            await anyio.to_thread.run_sync(self.resolve, run_id)
+        return await self.jobs.run(lambda: self.overview(run_id))
 
     def step_view(self, run_id: str, step: int, options: StepOptions) -> RunStepResponse:
         """One step's groups and report: the options checked, the run read, the step as logged
@@ -452,10 +465,19 @@ _LOGGED_FLAGS = {"applied": "selected", "entropy": "selected_entropy", "gmts": "
 def _logged(step: RunStep, lm: Any) -> list[LoggedGroup]:
     """The trainer log's groups with token texts from ``lm``'s tokenizer."""
     groups = []
+    vocabulary = len(lm.tokenizer)
     for gi, g in enumerate(step.groups):
         answers = []
         for ai, ids in enumerate(g.token_ids or []):
             col = {c: v[ai] for c, v in g.token_columns.items()}
+            outside = next((t for t in ids if not 0 <= t < vocabulary), None)
+            if outside is not None:
+                raise RunFormatError(
+                    g.source,
+                    None,
+                    f"answer {ai}: token id {outside} is not in the vocabulary of the model's "
+                    f"tokenizer ({vocabulary} tokens): a log of another model?",
+                )
             texts = token_texts(lm.tokenizer, ids)
             tokens = [
                 LoggedToken(

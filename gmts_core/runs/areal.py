@@ -52,7 +52,7 @@ def _version_dirs(
             if first_only:
                 break
     found.sort()
-    for (v, a), (again, b) in zip(found, found[1:]):
+    for (v, a), (again, b) in zip(found, found[1:], strict=False):
         if v == again:
             raise RunFormatError(
                 root, None, f"version {v} is in two folders, {a.name} and {b.name}: keep one"

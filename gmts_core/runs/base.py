@@ -172,7 +172,9 @@ def prompt_text(value: Any, path: Path, line: int | None) -> tuple[str, bool]:
     if isinstance(value, list) and all(isinstance(m, dict) and "content" in m for m in value):
         if len(value) == 1:
             return _content(value[0]["content"], path, line), True
-        return "\n".join(f"{m.get('role', '?')}: {_content(m['content'], path, line)}" for m in value), True
+        return "\n".join(
+            f"{m.get('role', '?')}: {_content(m['content'], path, line)}" for m in value
+        ), True
     raise RunFormatError(path, line, f"a prompt must be text or chat messages, got {value!r:.80}")
 
 
@@ -219,7 +221,7 @@ def numbered_files(folder: Path, pattern: str, limits: RunLimits) -> list[StepRe
         for e in scan_folder(folder, limits)
         if (m := rx.fullmatch(e.name)) and e.is_file()
     )
-    for (step, a), (again, b) in zip(found, found[1:]):
+    for (step, a), (again, b) in zip(found, found[1:], strict=False):
         if step == again:
             raise RunFormatError(
                 folder, None, f"step {step} is in two files, {a.name} and {b.name}: keep one"

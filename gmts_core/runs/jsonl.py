@@ -30,13 +30,11 @@ logger = logging.getLogger(__name__)
 
 
 def _first_object(path: Path, limits: RunLimits) -> dict[str, Any] | None:
-    """The first line's object, or None when it is not one (not JSON, nested too deeply:
-    then the file is not in this format, and the listing says why it cannot be read)."""
-    try:
-        for _, _, obj in jsonl_records(path, False, limits=limits):
-            return obj
-    except RunFormatError:
-        return None
+    """The first line's object (None: an empty file). A first line that is no JSON object
+    (not JSON, nested too deeply, a bad value) raises RunFormatError saying why: this is
+    the last format tried, so the reason is the run's."""
+    for _, _, obj in jsonl_records(path, False, limits=limits):
+        return obj
     return None
 
 

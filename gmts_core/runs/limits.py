@@ -137,7 +137,11 @@ def bounded_lines(
         while len(raw) <= cap:
             piece = f.readline(cap + 1 - len(raw))
             raw += piece
-            if not piece or (len(raw) % len(newline) == 0 and raw.endswith(newline)):
+            if not piece:
+                break
+            if newline == b"\n\x00" and len(raw) % 2 == 1 and raw.endswith(b"\n"):
+                raw += f.read(1)  # UTF-16 LE: the newline's second byte
+            if len(raw) % len(newline) == 0 and raw.endswith(newline):
                 break
         if not raw:
             return
@@ -153,7 +157,8 @@ def bounded_lines(
 def scan_folder(folder: Path, limits: RunLimits) -> list[os.DirEntry[str]]:
     """The entries of ``folder`` (unsorted), refused once there are more than
     ``max_folder_entries``: the listing stops there instead of reading them all. A folder
-    that resolves outside ``limits.root`` is refused (:func:`~gmts_core.runs.files.confined_folder`)."""
+    that resolves outside ``limits.root`` is refused
+    (:func:`~gmts_core.runs.files.confined_folder`)."""
     cap = limits.max_folder_entries
     out: list[os.DirEntry[str]] = []
     confined_folder(folder, limits)  # not a link out of the run root, not a FIFO

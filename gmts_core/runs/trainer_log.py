@@ -107,7 +107,9 @@ def check_token_table(table: pa.Table, path: Path) -> None:
             _refuse(path, column, pc.is_null(column), f"column {name!r} is null")
         if pa.types.is_floating(kind):
             values = pc.cast(column, pa.float64())
-            bad = pc.or_kleene(pc.invert(pc.is_finite(values)), pc.greater(pc.abs(values), MAX_ABS_NUMBER))
+            bad = pc.or_kleene(
+                pc.invert(pc.is_finite(values)), pc.greater(pc.abs(values), MAX_ABS_NUMBER)
+            )
             if pc.any(bad).as_py():
                 _refuse(path, column, bad, f"column {name!r} is not finite or out of range")
         elif pa.types.is_integer(kind) and name != "step":

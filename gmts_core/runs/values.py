@@ -46,7 +46,7 @@ def check_json(obj: Any, path: Path | str, line: int | None) -> Any:
             continue
         elif isinstance(value, int):
             if abs(value) > MAX_INT:
-                raise _bad(path, line, where, "is an integer outside 64 bits")
+                raise _bad(path, line, where, "is an integer out of range (outside 64 bits)")
         elif isinstance(value, (dict, list)):
             if depth >= MAX_JSON_DEPTH:
                 raise _bad(path, line, where, f"nests deeper than {MAX_JSON_DEPTH} levels")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
@@ -16,8 +17,21 @@ from app.schemas.runs import (
 )
 from app.schemas.strict import MIN_RATIO
 from app.services.runs import DEFAULT_METHODS, StepOptions
+from gmts_core.methods.selection import METHODS
 
 router = APIRouter(tags=["runs"])
+
+# the `methods` parameter: a comma-separated list of registered selection methods
+_NAME = "(" + "|".join(re.escape(n) for n in METHODS.names()) + ")"
+METHODS_PATTERN = rf"^\s*{_NAME}\s*(,\s*{_NAME}\s*)*$"
+MethodsQuery = Annotated[
+    str,
+    Query(
+        max_length=512,
+        pattern=METHODS_PATTERN,
+        description="Comma-separated, each one of: " + ", ".join(METHODS.names()) + ".",
+    ),
+]
 
 
 @router.get(
@@ -34,10 +48,10 @@ def list_runs(services: ServicesDep) -> RunsResponse:
     "/runs/{run_id}",
     response_model=RunOverviewResponse,
     summary="A run's steps: model-free numbers per step, and the analysis rows known so far.",
-    responses=error_responses(401, 404, 422),
+    responses=error_responses(401, 404, 413, 422, 429),
 )
-def run_overview(run_id: str, services: ServicesDep) -> RunOverviewResponse:
-    return services.runs.overview(run_id)
+async def run_overview(run_id: str, services: ServicesDep) -> RunOverviewResponse:
+    return await services.runs.overview_queued(run_id)
 
 
 @router.get(
@@ -51,9 +65,7 @@ def run_metrics(
     services: ServicesDep,
     model: Annotated[str | None, Query(max_length=256)] = None,
     ratio: Annotated[float, Query(gt=0, le=1)] = 0.2,
-    methods: Annotated[str, Query(max_length=512, description="Comma-separated.")] = ",".join(
-        DEFAULT_METHODS
-    ),
+    methods: MethodsQuery = ",".join(DEFAULT_METHODS),
     reward: Annotated[
         str | None, Query(max_length=64, description="Rule for groups without rewards.")
     ] = None,
@@ -87,9 +99,7 @@ async def run_step(
     model: Annotated[str | None, Query(max_length=256)] = None,
     ratio: Annotated[float, Query(ge=MIN_RATIO, le=1)] = 0.2,
     scope: Annotated[Literal["batch", "group", "answer"], Query()] = "batch",
-    methods: Annotated[str, Query(max_length=512, description="Comma-separated.")] = ",".join(
-        DEFAULT_METHODS
-    ),
+    methods: MethodsQuery = ",".join(DEFAULT_METHODS),
     reward: Annotated[
         str | None, Query(max_length=64, description="Rule for groups without rewards.")
     ] = None,

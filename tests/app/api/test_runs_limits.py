@@ -136,6 +136,7 @@ def server(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Liv
         max_total_tokens=4096,
         max_answer_chars=16_000,
         max_prompt_chars=8_000,
+        run_list_wait_s=300,  # the listing answers once every entry is indexed
     )
     with LiveServer(create_app(settings)) as live:
         yield live
