@@ -157,3 +157,14 @@ def test_ui_first_result_smoke() -> None:
     assert analyze["server_s"]["median"] > 0 and analyze["click_to_highlight_s"]["median"] > 0
     sizes = r["sizes"]
     assert 0 < sizes["token_view_bytes"] < sizes["config_bytes"] < sizes["page_bytes"]
+
+
+def test_run_dataset_scale_smoke(tmp_path) -> None:
+    r = run_benchmark(
+        "run_dataset_scale", *("--steps", "2", "--answers", "256", "--rounds", "2"),
+        *("--out", str(tmp_path)),
+    )  # fmt: skip
+    assert r["rollouts"] == 512 and r["tokens"] > 512
+    assert r["step_view_count"] == 2 and r["run_filter_count"] == 2 * 10
+    assert r["token_ranking_count"] == 2 * 4 and r["healthz_max_s"] is not None
+    assert r["server_rss_peak_mb"] >= r["server_rss_start_mb"] > 0
