@@ -28,7 +28,8 @@ MethodsQuery = Annotated[
     str,
     Query(
         max_length=512,
-        pattern=METHODS_PATTERN,
+        # in the schema only: the service refuses the same names with a message listing them
+        json_schema_extra={"pattern": METHODS_PATTERN},
         description="Comma-separated, each one of: " + ", ".join(METHODS.names()) + ".",
     ),
 ]
