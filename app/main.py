@@ -14,6 +14,7 @@ import torch
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from app.api.api_docs import install_api_docs
 from app.api.client_limits import (
     KeyFailureLimitMiddleware,
     LoginRateLimitMiddleware,
@@ -68,10 +69,13 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         title="GMTS Explorer API",
         version="1.0.0",
         description=API_DESCRIPTION,
+        docs_url=None,  # served from local assets by install_api_docs (no CDN)
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.services = services or build_services(settings)
     install_error_handlers(app)
+    install_api_docs(app)
     _add_middleware(app, settings)
     app.include_router(health.router)
     # the bearer check (and its OpenAPI security scheme) only exists when a key is configured
