@@ -49,7 +49,7 @@ from app.services.model_registry import ModelRegistry
 from app.services.run_index import RunIndex
 from gmts_core.config import DEFAULT_METHODS, AnalysisConfig
 from gmts_core.errors import GMTSError, LimitExceededError
-from gmts_core.runs import NotARunError, Run, list_formats, open_run
+from gmts_core.runs import NotARunError, Run, list_formats
 from gmts_core.runs.analysis import (
     StepReport,
     analyze_step,
@@ -60,6 +60,7 @@ from gmts_core.runs.analysis import (
 )
 from gmts_core.runs.base import RunFormatError, RunStep
 from gmts_core.runs.report import uses_log
+from gmts_core.runs.worker import ReaderPool, WorkerLimits
 from gmts_core.stats.decoding import token_texts
 
 logger = logging.getLogger(__name__)
@@ -110,6 +111,16 @@ class RunService:
         self._lock = threading.Lock()
         self._runs: OrderedDict[Path, tuple[tuple[float, int], Run | GMTSError]] = OrderedDict()
         self._reports: OrderedDict[tuple[Any, ...], StepReport] = OrderedDict()
+        # run files are parsed in processes under hard limits, never in the server's
+        self.readers = ReaderPool(
+            settings.run_workers,
+            WorkerLimits(
+                memory_mb=settings.run_worker_memory_mb,
+                cpu_s=settings.run_worker_cpu_s,
+                wall_s=settings.run_worker_wall_s,
+                open_files=settings.run_worker_open_files,
+            ),
+        )
         self._index = RunIndex(
             self._index_entry, self._index_failed, max_entries=4 * settings.run_max_folder_entries
         )
@@ -265,8 +276,8 @@ class RunService:
         if hit is None or hit[0] != key:
             # every file of the run is opened inside the run root (no link leads out of it)
             limits = replace(self.limits, root=os.path.realpath(path.parent))
-            try:  # outside the lock: a big JSONL's index is one streaming pass
-                value: Run | GMTSError = open_run(path, limits=limits)
+            try:  # outside the lock, in a reading process: a big JSONL's index is one pass
+                value: Run | GMTSError = self.readers.open_run(path, limits)
             except Cancelled:
                 raise
             except GMTSError as exc:

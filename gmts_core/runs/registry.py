@@ -9,7 +9,7 @@ the reader from the path (or by name) and refuses pickle dumps.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -65,6 +65,8 @@ class Run:
     reader: RunReader
     refs: list[StepRef]
     limits: RunLimits = field(default_factory=RunLimits)
+    # loads one step (a reading process: gmts_core.runs.worker); None: the reader, here
+    loader: Callable[[Run, StepRef], RunStep] | None = field(default=None, repr=False)
 
     @property
     def format(self) -> str:
@@ -89,7 +91,8 @@ class Run:
 
     def _load(self, ref: StepRef) -> RunStep:
         checkpoint()
-        return check_step(self.reader.load(ref, self.limits), self.limits)
+        step = self.reader.load(ref, self.limits) if self.loader is None else self.loader(self, ref)
+        return check_step(step, self.limits)
 
 
 def _span(steps: list[int]) -> str:

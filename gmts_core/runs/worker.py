@@ -1,0 +1,359 @@
+"""Run files read in worker processes under hard limits, so a hostile file cannot hurt the
+caller (the server).
+
+Each worker is a child process (``python -m gmts_core.runs.worker``) that reads one JSON
+request per stdin line and writes one JSON reply per stdout line, like the math-verify helper
+(:mod:`gmts_core.methods.math_worker`). Before it imports a reader it limits itself: address
+space (``RLIMIT_AS``), open files (``RLIMIT_NOFILE``); before each request, CPU seconds
+(``RLIMIT_CPU``, counted from what it used so far). The caller waits at most the wall-time
+limit for the reply (checking its cancel token meanwhile); a worker past any limit, or that
+the caller stops, is killed and replaced, and the caller gets :class:`RunWorkerLimitError`
+naming the limit and its setting (or :class:`~gmts_core.cancel.Cancelled`). Only JSON crosses
+the pipe, and a reply is read only up to the step's byte budget: the caller never holds more
+of a file's decoded content than one step.
+
+:class:`ReaderPool` holds at most ``size`` workers; :meth:`ReaderPool.open_run` returns a
+:class:`~gmts_core.runs.registry.Run` whose index was built in a worker and whose steps are
+loaded by one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import resource
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from gmts_core.cancel import Cancelled, current_token
+from gmts_core.errors import GMTSError, InvalidInputError, LimitExceededError
+from gmts_core.runs import errors as run_errors
+from gmts_core.runs.base import RunGroup, RunStep, StepRef
+from gmts_core.runs.limits import RunLimitError, RunLimits
+
+logger = logging.getLogger(__name__)
+
+STARTUP_TIMEOUT_S = 60.0  # importing pyarrow on a busy 2-core machine
+POLL_S = 0.1  # how often a waiting caller looks at its cancel token
+REPLY_SLACK_BYTES = 1 << 20  # a reply's framing beyond the step's own bytes
+
+
+class RunWorkerLimitError(LimitExceededError):
+    """A run-file reading passed a worker limit (memory, CPU, wall time); the worker was
+    killed and replaced. The message names the limit and the setting that raises it."""
+
+    code = "run_worker_limit"
+
+    def __init__(self, what: str, setting: str, where: str) -> None:
+        self.setting = setting
+        super().__init__(f"{where}: reading it {what} (raise it with {setting})")
+
+
+@dataclass(frozen=True)
+class WorkerLimits:
+    """The hard limits of one reading process (the server's ``GMTS_RUN_WORKER_*``)."""
+
+    memory_mb: int = 4096
+    cpu_s: int = 60
+    wall_s: float = 60.0
+    open_files: int = 64
+
+
+# --- what crosses the pipe (JSON) ---
+
+
+def _ref_out(ref: StepRef) -> list[Any]:
+    return [ref.step, str(ref.path), ref.offset, ref.line, ref.last]
+
+
+def _ref_in(data: list[Any]) -> StepRef:
+    step, path, offset, line, last = data
+    return StepRef(int(step), Path(path), int(offset), int(line), bool(last))
+
+
+def _step_out(step: RunStep) -> dict[str, Any]:
+    return {"step": step.step, "source": step.source, "groups": [asdict(g) for g in step.groups]}
+
+
+def _step_in(data: dict[str, Any]) -> RunStep:
+    names = {f.name for f in fields(RunGroup)}
+    groups = [RunGroup(**{k: v for k, v in g.items() if k in names}) for g in data["groups"]]
+    return RunStep(int(data["step"]), groups, str(data["source"]))
+
+
+_ERRORS: dict[str, type[GMTSError]] = {
+    "run_format": run_errors.RunFormatError,
+    "not_a_run": run_errors.NotARunError,
+    "unsafe_run_format": run_errors.UnsafeRunFormatError,
+    "unsafe_run_file": run_errors.UnsafeRunFileError,
+    "run_limit_exceeded": RunLimitError,
+    "limit_exceeded": LimitExceededError,
+}
+
+
+def _error_out(exc: GMTSError) -> dict[str, Any]:
+    out: dict[str, Any] = {"code": exc.code, "message": str(exc)}
+    for attr in ("path", "line", "limit", "value", "setting"):
+        if hasattr(exc, attr):
+            out[attr] = getattr(exc, attr)
+    return out
+
+
+def _error_in(data: dict[str, Any]) -> GMTSError:
+    """The child's error as the same class (its message as it was), else InvalidInputError."""
+    cls = _ERRORS.get(str(data.get("code")), InvalidInputError)
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, str(data.get("message", "")))
+    for attr in ("path", "line", "limit", "value", "setting"):
+        if attr in data:
+            setattr(exc, attr, data[attr])
+    return exc
+
+
+# --- the parent's side ---
+
+
+class _Worker:
+    def __init__(self, limits: WorkerLimits) -> None:
+        self.limits = limits
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gmts_core.runs.worker",
+                str(limits.memory_mb),
+                str(limits.open_files),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _import_path()},
+        )
+        self._buffer = b""
+        ready = self._read_line(STARTUP_TIMEOUT_S, 4096, "the run-file reader")
+        if json.loads(ready).get("ready") is not True:
+            self.kill()
+            raise InvalidInputError("the run-file reading process could not start")
+
+    def _read_line(self, timeout_s: float, cap: int, where: str) -> bytes:
+        """One reply line, waiting at most ``timeout_s``; stopped (the worker killed) when
+        the caller's token is cancelled, the reply passes ``cap`` bytes or the worker dies."""
+        assert self.proc.stdout is not None
+        token = current_token()
+        deadline = time.monotonic() + timeout_s
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            if token is not None and token.cancelled:
+                self.kill()
+                token.raise_if_cancelled()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise RunWorkerLimitError(
+                    f"took longer than {timeout_s:g} s", "GMTS_RUN_WORKER_WALL_S", where
+                )
+            readable, _, _ = select.select([fd], [], [], min(left, POLL_S))
+            if readable:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    raise self._died(where)
+                self._buffer += chunk
+                if len(self._buffer) > cap:
+                    self.kill()
+                    raise RunWorkerLimitError(
+                        f"gave a reply over {cap:,} bytes", "GMTS_RUN_MAX_STEP_BYTES", where
+                    )
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def _died(self, where: str) -> RunWorkerLimitError:
+        code = self.proc.wait()
+        if code in (-signal.SIGXCPU, -signal.SIGKILL):
+            what = f"used more than {self.limits.cpu_s} CPU seconds"
+            return RunWorkerLimitError(what, "GMTS_RUN_WORKER_CPU_S", where)
+        what = f"ended the reading process (exit status {code})"
+        return RunWorkerLimitError(what, "GMTS_RUN_WORKER_MEMORY_MB", where)
+
+    def call(self, request: dict[str, Any], cap: int, where: str) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+        self.proc.stdin.flush()
+        reply: dict[str, Any] = json.loads(self._read_line(self.limits.wall_s, cap, where))
+        if "memory" in reply:  # MemoryError in the child: it exits, a new one is started
+            self.kill()
+            what = f"needed more than {self.limits.memory_mb} MB"
+            raise RunWorkerLimitError(what, "GMTS_RUN_WORKER_MEMORY_MB", where)
+        return reply
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+def _import_path() -> str:
+    # the folder that holds the gmts_core package (gmts_core/runs/worker.py: three up)
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.pathsep.join(dict.fromkeys([package_root, *(p for p in sys.path if p)]))
+
+
+class ReaderPool:
+    """At most ``size`` reading processes; a caller waits for a free one (the job line
+    bounds how many wait). ``killed`` counts the workers stopped at a limit or a cancel."""
+
+    def __init__(self, size: int, limits: WorkerLimits) -> None:
+        self.limits = limits
+        self._slots = threading.BoundedSemaphore(size)
+        self._idle: list[_Worker] = []
+        self._lock = threading.Lock()
+        self.changed = threading.Condition(self._lock)  # notified when these counts change
+        self.killed = 0
+        self.started = 0
+        self.reading: dict[str, int] = {}  # requests a worker is answering now, by op
+
+    def call(self, request: dict[str, Any], cap: int, where: str) -> dict[str, Any]:
+        """One request answered by a worker: its reply, or the child's error raised here."""
+        self._slots.acquire()
+        try:
+            with self._lock:
+                worker = self._idle.pop() if self._idle else None
+            if worker is None or not worker.alive:
+                worker = _Worker(self.limits)
+                self.started += 1
+            self._count(request["op"], 1)
+            try:
+                reply = worker.call({**request, "cpu_s": self.limits.cpu_s}, cap, where)
+            except (GMTSError, Cancelled, OSError, ValueError) as exc:
+                worker.kill()
+                with self._lock:
+                    self.killed += 1
+                if isinstance(exc, (OSError, ValueError)) and not isinstance(exc, GMTSError):
+                    raise worker._died(where) from None
+                raise
+            finally:
+                self._count(request["op"], -1)
+            with self._lock:
+                self._idle.append(worker)
+        finally:
+            self._slots.release()
+        if "error" in reply:
+            raise _error_in(reply["error"])
+        return reply
+
+    def _count(self, op: str, change: int) -> None:
+        with self.changed:
+            self.reading[op] = self.reading.get(op, 0) + change
+            self.changed.notify_all()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.kill()
+
+    def open_run(self, path: Path, limits: RunLimits, fmt: str | None = None) -> Any:
+        """:func:`~gmts_core.runs.registry.open_run` in a worker: the run's format and index
+        from the child, its steps loaded by a child when asked for."""
+        from gmts_core.runs.registry import READERS, Run
+
+        request = {"op": "open", "path": str(path), "format": fmt, "limits": _limits_out(limits)}
+        cap = REPLY_SLACK_BYTES + 64 * limits.max_run_steps
+        reply = self.call(request, cap, str(path))
+        refs = [_ref_in(r) for r in reply["refs"]]
+        return Run(path, READERS.get(reply["format"]), refs, limits, loader=self._loader)
+
+    def _loader(self, run: Any, ref: StepRef) -> RunStep:
+        request = {
+            "op": "load",
+            "format": run.format,
+            "ref": _ref_out(ref),
+            "limits": _limits_out(run.limits),
+        }
+        # a step's reply: its texts (at most max_step_bytes of file) and their JSON framing
+        cap = REPLY_SLACK_BYTES + 2 * run.limits.max_step_bytes
+        return _step_in(self.call(request, cap, str(ref.path))["step"])
+
+
+def _limits_out(limits: RunLimits) -> dict[str, Any]:
+    return asdict(limits)
+
+
+# --- the child's side ---
+
+
+def _limit_self(memory_mb: int, open_files: int) -> None:
+    memory = memory_mb << 20
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+
+
+def _cpu_budget(cpu_s: int) -> None:
+    """This request may use ``cpu_s`` CPU seconds more than the process used so far."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    so_far = math.ceil(used.ru_utime + used.ru_stime)
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = so_far + cpu_s
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _handle(request: dict[str, Any]) -> dict[str, Any]:
+    from gmts_core.runs.base import check_step
+    from gmts_core.runs.registry import READERS, open_run
+
+    limits = replace(RunLimits(), **request["limits"])
+    if request["op"] == "open":
+        run = open_run(request["path"], request.get("format"), limits)
+        return {"format": run.format, "refs": [_ref_out(r) for r in run.refs]}
+    if request["op"] == "load":
+        reader = READERS.get(request["format"])
+        step = check_step(reader.load(_ref_in(request["ref"]), limits), limits)
+        return {"step": _step_out(step)}
+    raise InvalidInputError(f"unknown request {request['op']!r}")
+
+
+def main() -> None:
+    """The child's loop: limit itself, then one JSON request per line, one reply per line."""
+    memory_mb, open_files = int(sys.argv[1]), int(sys.argv[2])
+    _limit_self(memory_mb, open_files)
+    logging.disable(logging.WARNING)
+    import gmts_core.runs  # noqa: F401  registers the readers (under the limits already)
+
+    print(json.dumps({"ready": True}), flush=True)
+    out = sys.stdout.buffer
+    for line in sys.stdin:
+        try:
+            request = json.loads(line)
+            _cpu_budget(int(request.get("cpu_s", 60)))
+            reply = _handle(request)
+            data = json.dumps(reply, ensure_ascii=False, default=str).encode("utf-8")
+        except MemoryError:
+            out.write(b'{"memory": true}\n')
+            out.flush()
+            return  # the parent replaces this process
+        except GMTSError as exc:
+            data = json.dumps({"error": _error_out(exc)}, default=str).encode()
+        except Exception as exc:  # a reader's bug is one refused file, never a dead loop
+            where = request.get("path") or request.get("ref", [None, "a run file"])[1]
+            message = f"{where}: cannot be read ({type(exc).__name__})"
+            data = json.dumps({"error": {"code": "run_format", "message": message}}).encode()
+        out.write(data + b"\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()
