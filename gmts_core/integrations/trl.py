@@ -41,7 +41,13 @@ How it hooks into TRL (1.16), with no copy of TRL's loss code:
   ``steps_per_generation = 1``). Selection runs on every micro-batch at the current policy.
 - ``gmts_paper``/``gmts_paper_verl`` take TRL's advantages as given here, not re-standardised
   by the paper's std (TRL does not hand its rewards to the loss); within a group without KL that
-  ranks exactly as the rewards' own standardisation.
+  ranks exactly as the rewards' own standardisation. With ``beta`` > 0 they score with the
+  paper's KL part beta (pi_ref / pi_theta - 1) (Framework1's, k3's derivative), also where TRL's
+  loss is the bias-corrected KL (``use_bias_correction_kl``, TRL's default), whose derivative
+  beta r log(pi_ref / pi_theta) ``gmts`` and the other methods rank by: ``gmts_paper`` is the
+  paper's formula, ``gmts`` the coefficient of the loss TRL optimises. Completions with no loss
+  token (``mask_truncated_completions``) still count in their group's G, as Framework1 counts
+  zero-length answers.
 
 Unlike TRL's ``top_entropy_quantile`` (a ``torch.quantile`` threshold, which keeps every token
 tied at the threshold), selection keeps exactly k = ceil(ratio * N) tokens per scope, ties broken
@@ -51,6 +57,7 @@ rules of its released code, :mod:`gmts_core.methods.paper`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -348,6 +355,10 @@ class GMTSGRPOTrainer(GRPOTrainer):
             rows.cpu(), all_lengths[:, 0].cpu(), answer_ids[:, 0], groups[:, 0].cpu()
         )
         x.micro_batch = ranks[:, 0].cpu()  # Clip-Cov / KL-Cov means per process, as verl
+        # every completion's group, those without a loss token too (G counts them, as
+        # Framework1 counts zero-length answers); rows are answer ids (answer_offset is a row one)
+        every_group, _ = self._gather_rows(group_ids.to(valid.device).unsqueeze(1))
+        x.answer_group = every_group[:, 0].cpu().long()
         sel = select(x, self.token_selection, self.selection_ratio, self.scope)
         local_mask = torch.zeros_like(valid)
         local_mask[valid] = sel.selected[offset : offset + int(valid.sum())].to(valid.device)
@@ -376,7 +387,13 @@ class GMTSGRPOTrainer(GRPOTrainer):
             bool(getattr(args, "use_bias_correction_kl", False)),
         )
         coefficient = effective_coefficient(advantage, w, settings, logprob, old, ref)
-        return selection_inputs(
+        # the paper's KL part beta (rho - 1) for gmts_paper(_verl), where TRL's loss has the
+        # bias-corrected one (its derivative beta r log rho is in coefficient.kl)
+        paper_kl = None
+        if settings.bias_corrected_kl and settings.beta != 0.0:
+            plain = dataclasses.replace(settings, bias_corrected_kl=False)
+            paper_kl = effective_coefficient(advantage, w, plain, logprob, old, ref).kl
+        x = selection_inputs(
             entropy=entropy,
             logprob=logprob,
             grad_norm=grad_norm,
@@ -387,6 +404,8 @@ class GMTSGRPOTrainer(GRPOTrainer):
             seed=self.args.seed * 1_000_003 + self._selection_calls,
             advantage=advantage,
         )
+        x.paper_kl_coef = paper_kl
+        return x
 
     def _gather_rows(self, local: torch.Tensor) -> tuple[torch.Tensor, int]:
         """Rows (n_p, F) of every process, concatenated in process order, and this one's offset.

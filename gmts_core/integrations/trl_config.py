@@ -44,8 +44,9 @@ class GMTSGRPOConfig(GRPOConfig):
         default=0.2,
         metadata={
             "help": "Share of completion tokens kept, in (0, 1]: k = ceil(ratio * N) per "
-            "selection scope (gmts_paper keeps N - max(1, ceil((1 - ratio) N)) per group, "
-            "gmts_paper_verl the scores above its threshold)."
+            "selection scope (gmts_paper keeps N - max(1, ceil(N p)) per group and "
+            "gmts_paper_verl the scores above the int(n p)-th smallest, p = the decimal "
+            "complement of ratio, the share the paper's code removes)."
         },
     )
     selection_scope: str | None = field(

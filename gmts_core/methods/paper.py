@@ -30,12 +30,21 @@ The public repository ``outongyiLv/GMTS`` holds two implementations, and they di
 
 This module holds those rules as pure tensor functions; :mod:`gmts_core.methods.selection`
 registers them as the methods ``gmts_paper`` (Framework1) and ``gmts_paper_verl``
-(Framework2). Our ``ratio`` is the share *kept*: ``selected_percent = 1 - ratio``.
+(Framework2). Our ``ratio`` is the share *kept*; the share the released code removes is its
+config's literal number, the decimal complement of ``ratio`` (:func:`removed_share`: ratio 0.7 is
+``selected_percent: 0.3``, the float 0.3, not 1.0 - 0.7 = 0.30000000000000004), and the counts
+use that code's own float arithmetic: ``ceil(N * p)`` in Framework1, ``int(n * p)`` in
+Framework2.
+
+A zero-length answer counts in its group as in Framework1 (its G and its reward mean and std)
+when the caller lists every answer (``answer_group`` / ``answer_reward``, per answer); the
+tokens alone cannot show an answer that has none.
 """
 
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 import torch
 
@@ -44,7 +53,9 @@ VERL_STD_EPS = 1e-6  # verl compute_grpo_outcome_advantage: epsilon=1e-6, torch.
 FRAMEWORK1_KL_BETA = 0.001  # update_policy(kl_beta=0.001), the recipe's kl_beta
 
 
-def _per_answer(values: torch.Tensor, answer_index: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def _per_answer(
+    values: torch.Tensor, answer_index: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(each answer's value, read at its first token; each token's answer slot)."""
     _, slot = torch.unique(answer_index, return_inverse=True)
     n_answers = int(slot.max()) + 1 if slot.numel() else 0
@@ -54,23 +65,42 @@ def _per_answer(values: torch.Tensor, answer_index: torch.Tensor) -> tuple[torch
     return values[first], slot
 
 
+def _answer_table(
+    values: torch.Tensor,
+    answer_index: torch.Tensor,
+    table: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a value per answer, each token's row in it): ``table`` (A,) indexed by answer_index when
+    the caller lists every answer (zero-length ones included), else read from the tokens."""
+    if table is None:
+        return _per_answer(values.cpu(), answer_index.cpu())
+    return table.cpu(), answer_index.cpu().long()
+
+
 def group_standardised_advantages(
     reward: torch.Tensor,
     answer_index: torch.Tensor,
     group_index: torch.Tensor,
     unbiased: bool,
     eps: float,
+    answer_reward: torch.Tensor | None = None,
+    answer_group: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """A_i = (r_i - mean r) / (std r + eps) over each group's answers, one value per token (N,).
 
     ``reward``: each token's answer reward (N,). ``unbiased`` picks the sample std (verl,
-    ``torch.std``) or the population std (Framework1, ``np.std``). A group whose rewards are
-    all equal gets exact zeros (as :func:`gmts_core.methods.advantages.compute_advantages`:
-    rounding noise in r - mean r is not a signal); a group of one answer gets 0.
+    ``torch.std``) or the population std (Framework1, ``np.std``). ``answer_reward`` and
+    ``answer_group`` (A,), indexed by ``answer_index``: every answer of the batch, zero-length
+    ones included, which then count in their group's mean and std as in Framework1 (None: the
+    answers with tokens). A group whose rewards are all equal gets exact zeros (as
+    :func:`gmts_core.methods.advantages.compute_advantages`: rounding noise in r - mean r is not
+    a signal); a group of one answer gets 0.
     """
-    r = reward.double().cpu()
-    r_answer, slot = _per_answer(r, answer_index.cpu())
-    g_answer, _ = _per_answer(group_index.cpu(), answer_index.cpu())
+    if (answer_reward is None) != (answer_group is None):
+        raise ValueError("answer_reward and answer_group come together")
+    r_answer, slot = _answer_table(reward.double(), answer_index, answer_reward)
+    r_answer = r_answer.double()
+    g_answer, _ = _answer_table(group_index, answer_index, answer_group)
     adv = torch.zeros_like(r_answer)
     for g in torch.unique(g_answer):
         idx = (g_answer == g).nonzero().squeeze(-1)
@@ -81,13 +111,19 @@ def group_standardised_advantages(
     return adv[slot]
 
 
-def answers_per_group(answer_index: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
-    """G of each token's group (number of distinct answers in it), (N,) float64."""
-    g_answer, _ = _per_answer(group_index.cpu(), answer_index.cpu())
+def answers_per_group(
+    answer_index: torch.Tensor,
+    group_index: torch.Tensor,
+    answer_group: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """G of each token's group, (N,) float64: the answers in it, zero-length ones included when
+    ``answer_group`` (A,) lists every answer's group (else the answers with tokens)."""
+    g_answer, _ = _answer_table(group_index, answer_index, answer_group)
     groups, g_slot = torch.unique(group_index.cpu(), return_inverse=True)
+    present = torch.isin(g_answer, groups)  # answers of groups with tokens in this batch
     counts = torch.zeros(groups.numel(), dtype=torch.float64)
-    ones = torch.ones(g_answer.numel(), dtype=torch.float64)
-    counts.index_add_(0, torch.searchsorted(groups, g_answer), ones)
+    ones = torch.ones(int(present.sum()), dtype=torch.float64)
+    counts.index_add_(0, torch.searchsorted(groups, g_answer[present]), ones)
     return counts[g_slot]
 
 
@@ -120,17 +156,31 @@ def paper_score(
     return score if length_scale is None else score / length_scale.double()
 
 
+def removed_share(ratio: float) -> float:
+    """The share of a group the released code removes for our kept share ``ratio``, as its
+    config writes it: the decimal complement of ratio's shortest decimal form (0.7 -> 0.3,
+    0.2 -> 0.8), so ``selected_percent: 0.3`` is the float 0.3 and not 1.0 - 0.7 =
+    0.30000000000000004 (which removes one token more of 10)."""
+    return float(Decimal(1) - Decimal(repr(float(ratio))))
+
+
 def framework1_removed(n: int, ratio: float) -> int:
-    """How many of a group's n tokens Framework1 removes: max(1, ceil(n * selected_percent))
-    with selected_percent = 1 - ratio, computed as the released code does (a plain float
-    product, no rounding guard)."""
-    return max(1, math.ceil(n * (1.0 - ratio)))
+    """How many of a group's n tokens Framework1 removes: ``max(1, math.ceil(len(entries) *
+    frac))`` with frac = :func:`removed_share` (ratio), a plain float product as GMTS() has it."""
+    return max(1, math.ceil(n * removed_share(ratio)))
 
 
 def framework1_kept(n: int, ratio: float) -> int:
-    """Tokens kept of n: n - removed, and at least 1 (Framework1 itself keeps none in a group
-    of fewer than 5 tokens at ratio 0.2; a group of 16 answers always has more)."""
+    """Tokens kept of n: n - removed, and at least 1 (Framework1 keeps none where it removes
+    them all, e.g. a group of fewer than 5 tokens at ratio 0.2; a group of 16 answers has
+    more)."""
     return max(1, n - framework1_removed(n, ratio)) if n > 0 else 0
+
+
+def framework2_removed(n_nonzero: int, ratio: float) -> int:
+    """Framework2's ``num_to_remove = int(len(non_zero) * doing_entropy_clipping_percent)`` with
+    the percent = :func:`removed_share` (ratio), a plain float product truncated by ``int``."""
+    return int(n_nonzero * removed_share(ratio))
 
 
 def _clean(scores: torch.Tensor) -> torch.Tensor:
@@ -160,21 +210,20 @@ def framework2_keep(
     scores: torch.Tensor, scope_ids: torch.Tensor, ratio: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Ranks (1 = highest, ties by flat order) and kept flags, Framework2's rule in each scope:
-    with p = 1 - ratio and the n non-zero scores sorted ascending, the threshold is the
-    int(p n)-th smallest (0 when int(p n) = 0) and a token is kept when its score is strictly
-    above it (score 0 never; ties at the threshold dropped)."""
+    with p = :func:`removed_share` (ratio) and the n non-zero scores sorted ascending, the
+    threshold is the int(n p)-th smallest (0 when int(n p) = 0) and a token is kept when its
+    score is strictly above it (score 0 never; ties at the threshold dropped)."""
     n = scores.numel()
     ranks = torch.zeros(n, dtype=torch.long)
     selected = torch.zeros(n, dtype=torch.bool)
     clean, scope_cpu = _clean(scores), scope_ids.cpu()
-    removed_share = 1.0 - ratio
     for scope in torch.unique(scope_cpu):
         idx = (scope_cpu == scope).nonzero().squeeze(-1)
         s = clean[idx]
         order = torch.sort(s, descending=True, stable=True).indices
         ranks[idx[order]] = torch.arange(1, idx.numel() + 1)
         nonzero = torch.sort(s[(s != 0) & torch.isfinite(s)]).values
-        num_to_remove = int(nonzero.numel() * removed_share)
+        num_to_remove = framework2_removed(nonzero.numel(), ratio)
         threshold = 0.0 if num_to_remove == 0 else float(nonzero[num_to_remove - 1])
         selected[idx] = s > threshold
     return ranks, selected

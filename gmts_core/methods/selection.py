@@ -49,6 +49,15 @@ class SelectionInputs:
     # the micro-batch (on its process) each token was scored in, int64: Clip-Cov / KL-Cov take
     # their covariance means per micro-batch, as verl's loss does; None: over the whole batch
     micro_batch: torch.Tensor | None = None
+    # every answer of the batch, (A,) indexed by answer_index, zero-length answers included:
+    # its group (int64) and its reward. The paper's methods count them in G and in the reward
+    # mean and std, as Framework1 does; None: only the answers that have tokens are seen
+    answer_group: torch.Tensor | None = None
+    answer_reward: torch.Tensor | None = None
+    # the paper's KL part beta (pi_ref / pi_theta - 1) where the loss's own KL part (kl_coef)
+    # is another (TRL's use_bias_correction_kl): gmts_paper scores with the paper's formula,
+    # gmts with the loss's coefficient; None: kl_coef is the paper's
+    paper_kl_coef: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -147,7 +156,7 @@ def gmts_entropy_score(x: SelectionInputs) -> torch.Tensor:
 
 @register_method(
     "gmts_paper",
-    "GMTS paper, Framework1 code: H |r I A + beta rho - beta| / (G |o_i|), floor(0.2 N) per group",
+    "GMTS paper, Framework1 code: H |r I A + beta rho - beta| / (G |o_i|), its cut per group",
     default_scope="group",
     keep=paper.framework1_keep,
     default_beta=paper.FRAMEWORK1_KL_BETA,
@@ -159,13 +168,16 @@ def gmts_entropy_score(x: SelectionInputs) -> torch.Tensor:
         "KL part is divided by G |o_i| like the advantage; A_i = (r_i - mean r) / (std r + "
         "1e-6) with the population std (normalize_rewards_per_group, np.std), computed here "
         "from each answer's reward whatever the analysis's advantage estimator; G = answers "
-        "in the token's group, |o_i| = its answer's length. Keep rule, per scope (default "
-        "group, as GMTS() groups by prompt): a stable ascending sort, the lowest "
-        "max(1, ceil((1 - ratio) N)) removed, so ratio is the share kept and Framework1's "
-        "selected_percent = 1 - ratio is the share removed (ratio 0.2 = selected_percent 0.8: "
-        "floor(0.2 N) kept, 200 of 1001); at a tie on the boundary the later (answer, "
-        "position) tokens stay; at least 1 kept (Framework1 keeps none in a group of < 5 "
-        "tokens). Selected once per step on the whole batch at the sampling policy (ratio 1), "
+        "in the token's group (zero-length answers included when the caller lists every "
+        "answer, SelectionInputs.answer_group/answer_reward, as Framework1 counts them in G "
+        "and in the reward mean and std), |o_i| = its answer's length. Keep rule, per scope "
+        "(default group, as GMTS() groups by prompt): a stable ascending sort, the lowest "
+        "max(1, ceil(N p)) removed, p the share removed as Framework1's config writes it, "
+        "the decimal complement of ratio (ratio 0.7 = selected_percent 0.3, the float 0.3, "
+        "not 1.0 - 0.7; ratio 0.2 = 0.8: 200 of 1001 kept), N p a plain float product as in "
+        "GMTS(); at a tie on the boundary the later (answer, position) tokens stay; at least "
+        "1 kept (Framework1 keeps none where it removes all, e.g. a group of < 5 tokens at "
+        "0.2). Selected once per step on the whole batch at the sampling policy (ratio 1), "
         "as the recipe's single mini-batch per step. Framework1's defaults: kl_beta 0.001 (a "
         "live RL session with this method and no beta given takes it), "
         "H at temperature 1 (here H at the analysis's temperature; set 1 to match), clip "
@@ -178,9 +190,8 @@ def gmts_entropy_score(x: SelectionInputs) -> torch.Tensor:
 def gmts_paper_score(x: SelectionInputs) -> torch.Tensor:
     """delta_t = H_t |r_t I_t A_i + beta (pi_ref / pi_theta - 1)| / (G |o_i|), A_i with the
     population std (eps 1e-6) of the group's rewards (:mod:`gmts_core.methods.paper`)."""
-    scale = paper.answers_per_group(x.answer_index, x.group_index) * paper.answer_lengths(
-        x.answer_index
-    )
+    g = paper.answers_per_group(x.answer_index, x.group_index, x.answer_group)
+    scale = g * paper.answer_lengths(x.answer_index)
     return _paper_score(x, unbiased=False, eps=paper.FRAMEWORK1_STD_EPS, scale=scale)
 
 
@@ -199,9 +210,10 @@ def gmts_paper_score(x: SelectionInputs) -> torch.Tensor:
         "advantage, no length normalisation whatever the loss aggregation; A_i with the "
         "unbiased std, eps 1e-6 (verl's GRPO advantage), from each answer's reward; H at the "
         "rollout temperature (as _forward_micro_batch divides the logits by it). Keep rule, "
-        "per scope (default group): with p = 1 - ratio (the script's percent, the share "
-        "removed) and the n non-zero scores sorted ascending, a token is kept when its score "
-        "is strictly above the int(p n)-th smallest (0-based index int(p n) - 1; all non-zero "
+        "per scope (default group): with p the script's percent (the share removed, the "
+        "decimal complement of ratio: ratio 0.8 = percent 0.2, the float 0.2, not 1.0 - 0.8) "
+        "and the n non-zero scores sorted ascending, a token is kept when its score "
+        "is strictly above the int(n p)-th smallest (0-based index int(p n) - 1; all non-zero "
         "ones when int(p n) = 0): score-0 tokens are never kept and every token tied at the "
         "threshold is dropped, so the count varies. Re-selected at the current policy before "
         "every update after the first (live RL, ratio != 1 there) and on every micro-batch in "
@@ -223,9 +235,17 @@ def _paper_score(
 ) -> torch.Tensor:
     """The paper's score with the advantage standardised from ``reward`` (else the caller's
     ``advantage``; with neither, the caller's omega_t, which holds r I A + KL already)."""
-    if x.reward is not None:
+    kl = x.paper_kl_coef if x.paper_kl_coef is not None else x.kl_coef
+    if x.reward is not None or x.answer_reward is not None:
+        reward = x.reward if x.reward is not None else torch.zeros_like(x.entropy)
         adv = paper.group_standardised_advantages(
-            x.reward, x.answer_index, x.group_index, unbiased, eps
+            reward,
+            x.answer_index,
+            x.group_index,
+            unbiased,
+            eps,
+            x.answer_reward,
+            None if x.answer_reward is None else x.answer_group,
         )
     elif x.advantage is not None:
         adv = x.advantage
@@ -236,7 +256,7 @@ def _paper_score(
             "the paper's methods need each token's reward, advantage or coefficient "
             "(SelectionInputs.reward / advantage / coef); analyses and trainers supply them"
         )
-    return paper.paper_score(x.entropy, adv, x.ratio, x.clipped, x.kl_coef, scale)
+    return paper.paper_score(x.entropy, adv, x.ratio, x.clipped, kl, scale)
 
 
 @register_method("surprisal", "surprisal -log p: low-probability tokens carry large gradients")
@@ -306,11 +326,13 @@ def selection_budget(x: SelectionInputs, ratio: float, scope: str) -> int:
     return sum(top_k_count(ratio, int(n)) for n in counts if n > 0)
 
 
-def select(x: SelectionInputs, method: str, ratio: float, scope: str = "batch") -> Selection:
+def select(x: SelectionInputs, method: str, ratio: float, scope: str | None = None) -> Selection:
     """Score every token with ``method`` and keep the top ceil(ratio * N) of each scope (or
-    what the method's own keep rule keeps)."""
+    what the method's own keep rule keeps). ``scope`` None: the method's own default scope
+    (``group`` for ``gmts_paper`` and ``gmts_paper_verl``, ``batch`` for the others)."""
     spec = METHODS.get(method)
     scores = spec.score(x)
     keep = spec.keep or rank_and_select
-    ranks, selected = keep(scores, scope_ids_for(x, scope), ratio if spec.uses_ratio else 1.0)
+    scope_ids = scope_ids_for(x, spec.default_scope if scope is None else scope)
+    ranks, selected = keep(scores, scope_ids, ratio if spec.uses_ratio else 1.0)
     return Selection(method, scores, ranks, selected)
