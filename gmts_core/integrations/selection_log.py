@@ -64,7 +64,7 @@ class SelectionLogger:
         x, sel = applied.inputs, applied.selection
         ratio, method = trainer.selection_ratio, trainer.token_selection
         by = {
-            m: sel.selected if method == m else select(x, m, ratio).selected
+            m: sel.selected if method == m else select(x, m, ratio, trainer.scope).selected
             for m in ("entropy", "gmts")
         }
         answer = x.answer_index.long()
