@@ -126,3 +126,59 @@ def test_a_reading_in_a_worker_gives_the_same_step_as_the_reader(root: Path) -> 
                 ), name
     finally:
         pool.close()
+
+
+def rss_mb() -> float:
+    """This process's resident memory now (the server runs in it), in MB."""
+    with open("/proc/self/status") as f:
+        line = next(x for x in f if x.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+
+def map_bomb(path: Path, rows: int = 16_000, per_row: int = 1_000) -> None:
+    """A TRL step whose ``meta`` map column holds one 10,000-character key and value,
+    dictionary-encoded, ``per_row`` times per row: a few KB of file, 320 GB decoded."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = rows * per_row
+    text = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), ["x" * 10_000])
+    offsets = pa.array(np.arange(0, n + 1, per_row, dtype=np.int32))
+    table = pa.table(
+        {
+            "prompt": ["Q"] * rows,
+            "completion": [" 2"] * rows,
+            "r": [1.0] * rows,
+            "meta": pa.MapArray.from_arrays(offsets, text, text),
+        }
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, compression="zstd")
+
+
+@pytest.mark.slow
+def test_a_tiny_parquet_bomb_leaves_the_servers_memory_as_it_was(tmp_path: Path) -> None:
+    """Three concurrent requests for a few-KB step that decodes to 320 GB: each a 413, and
+    the server process's resident memory within 200 MB of what it was before."""
+    import concurrent.futures
+
+    root = tmp_path / "runs"
+    map_bomb(root / "bomb" / "completions" / "completions_00001.parquet")
+    size = (root / "bomb" / "completions" / "completions_00001.parquet").stat().st_size
+    assert size < 10_000
+    with serve(tmp_path, root) as live:
+        assert httpx.get(live.url + "/healthz", timeout=30).status_code == 200
+        before = rss_mb()
+
+        def fetch(_: int) -> httpx.Response:
+            return httpx.get(live.url + "/v1/runs/bomb/steps/1", timeout=600)
+
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            answers = list(pool.map(fetch, range(3)))
+        after = rss_mb()
+        print(f"file {size} bytes; server RSS {before:.0f} -> {after:.0f} MB")  # noqa: T201
+        for resp in answers:
+            assert resp.status_code == 413, resp.text
+            assert "max_step_bytes" in resp.json()["error"]["message"]
+        assert after - before < 200
