@@ -268,6 +268,9 @@ class EvaluationOut(BaseModel):
     num_problems: int
     num_answers: int
     temperature: float
+    # each problem's mean reward, in the held-out set's fixed order: two evaluations of one
+    # session pair up problem by problem (the Train tab's gain interval)
+    per_problem: list[float] = Field(default_factory=list)
 
 
 class SessionOut(BaseModel):
