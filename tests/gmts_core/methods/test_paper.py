@@ -63,12 +63,13 @@ def _rows(groups: list[list[Answer]], beta: float, unbiased: bool, length_norm: 
 
 def framework1_expected(rows: list, ratio: float) -> set[tuple[int, int]]:
     """GMTS(): per group, entries sorted ascending (stable), the first
-    max(1, ceil(N * selected_percent)) removed, selected_percent = 1 - ratio."""
+    max(1, ceil(N * selected_percent)) removed, selected_percent = 1 - ratio as a config
+    writes it (two decimals: the float 0.3 for ratio 0.7, not 1.0 - 0.7)."""
     kept = set()
     for g in {r[0] for r in rows}:
         entries = [(s, a, t) for gg, a, t, s in rows if gg == g]
         entries.sort(key=lambda e: e[0])
-        k = max(1, math.ceil(len(entries) * (1 - ratio)))
+        k = max(1, math.ceil(len(entries) * round(1 - ratio, 2)))
         kept |= {(a, t) for _, a, t in entries[k:]}
     return kept
 
@@ -80,7 +81,7 @@ def framework2_expected(rows: list, ratio: float) -> set[tuple[int, int]]:
     for g in {r[0] for r in rows}:
         scores = [s for gg, _, _, s in rows if gg == g]
         nonzero = sorted(s for s in scores if s != 0)
-        k = int(len(nonzero) * (1 - ratio))
+        k = int(len(nonzero) * round(1 - ratio, 2))
         threshold = 0.0 if k == 0 else nonzero[k - 1]
         kept |= {(a, t) for gg, a, t, s in rows if gg == g and s > threshold}
     return kept
@@ -166,7 +167,7 @@ def _kept(sel_mask: torch.Tensor, x: SelectionInputs) -> set[tuple[int, int]]:
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.001, 0.5])
-@pytest.mark.parametrize("ratio", [0.2, 0.5, 0.9])
+@pytest.mark.parametrize("ratio", [0.2, 0.5, 0.7, 0.9])
 def test_gmts_paper_is_framework1(beta: float, ratio: float) -> None:
     groups = batch()
     x = inputs(groups, beta)
@@ -177,7 +178,7 @@ def test_gmts_paper_is_framework1(beta: float, ratio: float) -> None:
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.001, 0.5])
-@pytest.mark.parametrize("ratio", [0.2, 0.5, 0.9])
+@pytest.mark.parametrize("ratio", [0.2, 0.5, 0.8, 0.9])
 def test_gmts_paper_verl_is_framework2(beta: float, ratio: float) -> None:
     groups = batch()
     x = inputs(groups, beta)
