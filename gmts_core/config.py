@@ -40,7 +40,7 @@ class AnalysisConfig:
         "seq_mean_token_sum_norm.",
     )
     ratio: float = knob(
-        0.2, "Share of tokens each method selects (k = ceil(ratio * N)).", gt=0, le=1
+        0.2, "Share of tokens each method selects (k = ceil(ratio * N)).", ge=MIN_RATIO, le=1
     )
     scope: str = knob(
         "batch",
@@ -101,7 +101,9 @@ class RLConfig:
     """Every knob of a GRPO step (defaults tuned on the demo model; see benchmarks/rl_gain.py)."""
 
     method: str = knob("gmts", "Selection method whose mask the loss uses.")
-    ratio: float = knob(0.2, "Share of answer tokens selected (k = ceil(ratio * N)).", gt=0, le=1)
+    ratio: float = knob(
+        0.2, "Share of answer tokens selected (k = ceil(ratio * N)).", ge=MIN_RATIO, le=1
+    )
     scope: str = knob(
         "batch",
         "Selection scope: batch | group | answer (left out with a method given: the method's "

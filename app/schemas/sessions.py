@@ -219,7 +219,14 @@ class SessionEvalRequest(StrictRequest):
 
     num_problems: int = Field(100, ge=1, le=2000)
     temperature: float = Field(
-        1.0, ge=0, le=10, description="0: greedy decoding; otherwise at least 0.001."
+        1.0,
+        ge=0,
+        le=10,
+        description=f"0: greedy decoding; otherwise at least {MIN_TEMPERATURE:g}.",
+        # the gap (0, MIN_TEMPERATURE) the validator below refuses, in the schema as well
+        json_schema_extra={
+            "not": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": MIN_TEMPERATURE}
+        },
     )
     samples_per_problem: int = Field(1, ge=1, le=16)
     seed: int = Field(0, ge=0, le=MAX_SEED)
