@@ -233,3 +233,50 @@ def _token(row: dict[str, Any], methods: tuple[str, ...]) -> TokenRowOut:
     row = _finite(row)
     selected = _per_method(row, "selected_", methods)
     return TokenRowOut(**row, selected=selected)
+
+
+def _span(params: dict[str, Any]) -> tuple[int, int] | None:
+    first, last = params.get("step_from"), params.get("step_to")
+    if first is None and last is None:
+        return None
+    return (int(first or 0), int(last) if last is not None else 2**31 - 1)
+
+
+def _rank_answers(service: AnalysedRunService, run_id: str, p: dict[str, Any]) -> Any:
+    zero = p.get("zero_signal")
+    return service.rank_answers(
+        run_id,
+        str(p.get("by", "reward")),
+        bool(p.get("descending", True)),
+        int(p.get("offset", 0)),
+        int(p.get("limit", 50)),
+        p.get("contains") or None,
+        None if zero is None else bool(zero),
+        _span(p),
+    )
+
+
+Query = Callable[[AnalysedRunService, str, dict[str, Any]], Any]
+# the UI's backend asks by name; each entry calls the method its route calls
+QUERIES: dict[str, Query] = {
+    "list": lambda s, _run, _p: s.list_runs(),
+    "steps": lambda s, run, _p: s.steps(run),
+    "groups": lambda s, run, p: s.groups(
+        run, int(p["step"]), int(p.get("offset", 0)), int(p.get("limit", 50))
+    ),
+    "answers": lambda s, run, p: s.group_answers(run, int(p["step"]), int(p["group"])),
+    "tokens": lambda s, run, p: s.answer_tokens(
+        run, int(p["step"]), int(p["group"]), int(p["answer"]), 0, MAX_PAGE
+    ),
+    "rank_answers": _rank_answers,
+    "rank_tokens": lambda s, run, p: s.rank_tokens(
+        run, str(p.get("by", "gamma")), int(p.get("offset", 0)), int(p.get("limit", 50)), _span(p)
+    ),
+}
+
+
+def query(service: AnalysedRunService, kind: str, run_id: str, params: dict[str, Any]) -> Any:
+    """One query by name (:data:`QUERIES`), as a response model."""
+    if kind not in QUERIES:
+        raise ValueError(f"unknown analysed-run query {kind!r}; one of {', '.join(QUERIES)}")
+    return QUERIES[kind](service, run_id, params)

@@ -31,6 +31,7 @@ import httpx
 from app.schemas.analyze_request import AnalyzeRequest
 from app.schemas.gradcheck import GradcheckRequest
 from app.schemas.sessions import SessionCreateRequest, SessionEvalRequest, SessionStepRequest
+from app.services.analysed_runs import query as analysed_query
 from app.services.bodies import as_json
 from app.services.catalog import capabilities
 from app.services.compare import CompareConfig
@@ -120,6 +121,12 @@ class Backend(Protocol):
 
     def run_metrics(self, run_id: str, params: Json) -> Json:
         """``GET /v1/runs/{id}/metrics``: the rows over steps computed so far (and progress)."""
+        ...
+
+    def analysed(self, kind: str, run_id: str = "", params: Json | None = None) -> Json:
+        """``GET /v1/analysed-runs...``: one query of an analysed run by name (``kind`` as in
+        ``app.services.analysed_runs.QUERIES``: list, steps, groups, answers, tokens,
+        rank_answers, rank_tokens)."""
         ...
 
 
@@ -229,6 +236,10 @@ class LocalBackend:
     def run_metrics(self, run_id: str, params: Json) -> Json:
         metrics = self.services.run_metrics.get(run_id, _step_options(params))
         return metrics.model_dump()  # type: ignore[no-any-return]
+
+    def analysed(self, kind: str, run_id: str = "", params: Json | None = None) -> Json:
+        body = analysed_query(self.services.analysed_runs, kind, run_id, params or {})
+        return body.model_dump()  # type: ignore[no-any-return]
 
 
 def _step_options(params: Json) -> StepOptions:
@@ -369,6 +380,29 @@ class RemoteBackend:
     def run_metrics(self, run_id: str, params: Json) -> Json:
         query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
         return self._call("GET", f"/v1/runs/{_quoted(run_id)}/metrics?{query}")
+
+    def analysed(self, kind: str, run_id: str = "", params: Json | None = None) -> Json:
+        p = dict(params or {})
+        base = f"/v1/analysed-runs/{_quoted(run_id)}"
+        paths = {
+            "list": lambda: "/v1/analysed-runs",
+            "steps": lambda: f"{base}/steps",
+            "groups": lambda: f"{base}/steps/{int(p.pop('step'))}/groups",
+            "answers": lambda: (
+                f"{base}/steps/{int(p.pop('step'))}/groups/{int(p.pop('group'))}/answers"
+            ),
+            "tokens": lambda: (
+                f"{base}/steps/{int(p.pop('step'))}/groups/{int(p.pop('group'))}"
+                f"/answers/{int(p.pop('answer'))}/tokens"
+            ),
+            "rank_answers": lambda: f"{base}/answers",
+            "rank_tokens": lambda: f"{base}/tokens",
+        }
+        path = paths[kind]()
+        query = urllib.parse.urlencode(
+            {k: str(v).lower() if isinstance(v, bool) else v for k, v in p.items() if v is not None}
+        )
+        return self._call("GET", f"{path}?{query}" if query else path)
 
 
 def _quoted(session_id: str) -> str:

@@ -10,6 +10,7 @@ import gradio as gr
 from app.services.errors import GMTSError
 from app.ui.context import Tab, UIContext, call
 from app.ui.render import Json
+from app.ui.tabs.runs.analysed import build_analysed_section
 from app.ui.tabs.runs.view import (
     metrics_figures,
     metrics_status,
@@ -91,6 +92,8 @@ def build_runs_tab(ctx: UIContext) -> None:
     next_btn.click(
         lambda v, *a: h.move(v, "next", *a), [current, run, model, ratio], outputs, **in_order
     )
+    with gr.Accordion("Analysed runs (gmts analyze-run)", open=True, elem_id="analysed-runs"):
+        build_analysed_section(ctx)
 
 
 class _Handlers:

@@ -1,0 +1,200 @@
+"""The Runs tab's analysed runs: `gmts analyze-run -o` folders, browsed without a model.
+
+Pick an analysed run: its charts over steps and a summary in words; rank or filter every
+answer (or the top tokens) across the run; open a step's groups, a group's answers and an
+answer's tokens; download the whole view as one HTML file. A run still being written shows
+its new steps within :data:`POLL_S` seconds (only the new steps' files are read).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from app.reports.analysed_report import (
+    report_html,
+    reward_entropy_figure,
+    selection_figure,
+    summary_text,
+    tokens_html,
+)
+from app.services.analysed_runs import ANSWER_ORDER_NAMES, TOKEN_ORDER_NAMES
+from app.services.errors import GMTSError
+from app.ui.context import UIContext, call
+from app.ui.render import Json
+
+POLL_S = 5.0
+ZERO_CHOICES = ("any group", "zero-signal groups only", "groups with signal only")
+ORDER_CHOICES = [f"answers by {o}" for o in ANSWER_ORDER_NAMES] + [
+    f"tokens by {o}" for o in TOKEN_ORDER_NAMES
+]
+ANSWER_COLS = ["step", "group", "answer", "reward", "advantage", "length", "disagreement", "text"]
+TOKEN_COLS = ["step", "group", "answer", "position", "text", "entropy", "gamma", "score"]
+GROUP_COLS = ["group", "answers", "reward_mean", "zero_signal", "disagreement", "prompt"]
+
+
+def _rows(items: list[Json], cols: list[str]) -> list[list[Any]]:
+    def cell(v: Any) -> Any:
+        return round(v, 4) if isinstance(v, float) else v
+
+    return [[cell(item.get(c)) for c in cols] for item in items]
+
+
+def _table(items: list[Json], cols: list[str]) -> Any:
+    return gr.update(value={"headers": cols, "data": _rows(items, cols) or [[None] * len(cols)]})
+
+
+class _Handlers:
+    def __init__(self, ctx: UIContext) -> None:
+        self.backend = ctx.backend
+        self.folder = Path(tempfile.mkdtemp(prefix="gmts-analysed-"))
+
+    def q(self, kind: str, run_id: str = "", **params: Any) -> Json:
+        return call(lambda: self.backend.analysed(kind, run_id, params))
+
+    def choices(self) -> list[str]:
+        try:
+            return [r["id"] for r in self.backend.analysed("list")["runs"]]
+        except GMTSError:
+            return []
+
+    def refresh(self) -> Any:
+        return gr.update(choices=self.choices())
+
+    def open(self, run_id: str | None) -> tuple:
+        if not run_id:
+            return (None, "", None, None, gr.update(choices=[], value=None), None, None)
+        body = self.q("steps", run_id)
+        steps = [r["step"] for r in body["steps"]]
+        return (
+            body,
+            summary_text(body),
+            reward_entropy_figure(body),
+            selection_figure(body),
+            gr.update(choices=steps, value=steps[0] if steps else None),
+            self.report(body, None, []),
+            None,
+        )
+
+    def poll(self, run_id: str | None, body: Json | None) -> tuple:
+        """A growing run: redraw only when the number of steps changed."""
+        if not run_id or body is None:
+            return (gr.skip(),) * 5
+        new = self.q("steps", run_id)
+        if len(new["steps"]) == len(body["steps"]):
+            return (gr.skip(),) * 5
+        steps = [r["step"] for r in new["steps"]]
+        return (
+            new,
+            summary_text(new),
+            reward_entropy_figure(new),
+            selection_figure(new),
+            gr.update(choices=steps),
+        )
+
+    def find(self, run_id: str | None, order: str, contains: str, zero: str) -> tuple:
+        if not run_id:
+            return _table([], ANSWER_COLS), ""
+        kind, _, by = order.partition(" by ")
+        if kind == "tokens":
+            body = self.q("rank_tokens", run_id, by=by, limit=100)
+            return _table(
+                body["tokens"], TOKEN_COLS
+            ), f"the run's {len(body['tokens'])} tokens with the highest {by}"
+        zero_signal = {ZERO_CHOICES[1]: True, ZERO_CHOICES[2]: False}.get(zero)
+        body = self.q(
+            "rank_answers",
+            run_id,
+            by=by,
+            limit=100,
+            contains=contains or None,
+            zero_signal=zero_signal,
+        )
+        total = body["page"]["total"]
+        note = f"{total:,} answers match; the first {len(body['answers'])} by {by} are shown"
+        return _table(body["answers"], ANSWER_COLS), note
+
+    def groups(self, run_id: str | None, step: int | None) -> Any:
+        if not run_id or step is None:
+            return _table([], GROUP_COLS)
+        return _table(self.q("groups", run_id, step=int(step), limit=200)["groups"], GROUP_COLS)
+
+    def pick_group(self, run_id: str | None, step: int | None, evt: gr.SelectData) -> Any:
+        row = evt.row_value or []
+        if not run_id or step is None or not row or row[0] is None:
+            return _table([], ANSWER_COLS)
+        body = self.q("answers", run_id, step=int(step), group=int(row[0]))
+        return _table(body["answers"], ANSWER_COLS)
+
+    def pick_answer(self, run_id: str | None, body: Json | None, evt: gr.SelectData) -> tuple:
+        """A row of the answers or results table (step, group, answer first) -> its tokens."""
+        row = evt.row_value or []
+        if not run_id or body is None or len(row) < 3 or row[0] is None:
+            return gr.skip(), gr.skip(), gr.skip()
+        step, group, answer = (int(v) for v in row[:3])
+        answers = self.q("answers", run_id, step=step, group=group)["answers"]
+        shown = next(a for a in answers if a["answer"] == answer)
+        tokens = self.q("tokens", run_id, step=step, group=group, answer=answer)["tokens"]
+        num = next((r["num_tokens"] for r in body["steps"] if r["step"] == step), None)
+        view = (
+            f"<p><b>Step {step}, group {group}, answer {answer}</b>: reward {shown['reward']}, "
+            f"advantage {shown['advantage']:.3f}</p>"
+            + tokens_html(tokens, body["run"]["methods"], num)
+        )
+        return view, self.report(body, shown, tokens), {"answer": shown, "tokens": tokens}
+
+    def report(self, body: Json, answer: Json | None, tokens: list[Json]) -> str:
+        path = self.folder / f"{body['run']['id']}-report.html"
+        path.write_text(report_html(body, answer, tokens), encoding="utf-8")
+        return str(path)
+
+
+def build_analysed_section(ctx: UIContext) -> None:
+    """The analysed-runs section of the Runs tab (its own components and events)."""
+    h = _Handlers(ctx)
+    gr.Markdown(
+        "Runs analysed ahead with `gmts analyze-run RUN -o FOLDER` (any size, on as many GPUs "
+        "as you have), with the folder under `GMTS_RUN_ROOTS`: browsed from the stored "
+        "numbers, no model needed."
+    )
+    with gr.Row():
+        run = gr.Dropdown(h.choices(), value=None, label="Analysed run", elem_id="analysed-pick")
+        refresh = gr.Button("Refresh", elem_id="analysed-refresh", scale=0)
+        download = gr.DownloadButton("Download report (HTML)", elem_id="analysed-download")
+    status = gr.Markdown(elem_id="analysed-status")
+    with gr.Row():
+        plot_reward = gr.Plot(label="Reward and entropy", elem_id="analysed-reward-plot")
+        plot_select = gr.Plot(label="Selections", elem_id="analysed-selection-plot")
+    with gr.Row():
+        order = gr.Dropdown(ORDER_CHOICES, value=ORDER_CHOICES[0], label="Rank across the run")
+        contains = gr.Textbox(label="Answer text contains", elem_id="analysed-contains")
+        zero = gr.Radio(list(ZERO_CHOICES), value=ZERO_CHOICES[0], label="Groups")
+        find = gr.Button("Find", elem_id="analysed-find", variant="primary", scale=0)
+    note = gr.Markdown(elem_id="analysed-note")
+    results = gr.Dataframe(
+        interactive=False, elem_id="analysed-results", label="Across the run (click a row)"
+    )
+    step = gr.Dropdown([], label="Step", elem_id="analysed-step")
+    groups = gr.Dataframe(interactive=False, elem_id="analysed-groups", label="Groups (click one)")
+    answers = gr.Dataframe(
+        interactive=False, elem_id="analysed-answers", label="Answers (click one)"
+    )
+    tokens = gr.HTML(tokens_html([], []), elem_id="analysed-tokens")
+    body = gr.State(None)
+    shown = gr.State(None)
+    timer = gr.Timer(POLL_S)
+
+    refresh.click(h.refresh, None, run)
+    run.change(h.open, run, [body, status, plot_reward, plot_select, step, download, shown])
+    timer.tick(
+        h.poll, [run, body], [body, status, plot_reward, plot_select, step], show_progress="hidden"
+    )
+    find.click(h.find, [run, order, contains, zero], [results, note])
+    contains.submit(h.find, [run, order, contains, zero], [results, note])
+    step.change(h.groups, [run, step], groups)
+    groups.select(h.pick_group, [run, step], answers)
+    answers.select(h.pick_answer, [run, body], [tokens, download, shown])
+    results.select(h.pick_answer, [run, body], [tokens, download, shown])

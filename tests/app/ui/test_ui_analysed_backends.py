@@ -1,0 +1,51 @@
+"""The UI's two backends answer every analysed-run query alike: the local one calls the
+service, the remote one the HTTP routes of a live server (same bodies, same errors)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.live_server import LiveServer
+from app.main import create_app
+from app.services.analysed_runs import QUERIES
+from app.services.errors import GMTSError
+from app.ui.client import LocalBackend, RemoteBackend
+from gmts_core.run_dataset.schema import write_manifest
+from gmts_core.run_dataset.synthetic import synthetic_step
+from gmts_core.run_dataset.writer import write_step
+from tests.app.api_helpers import make_settings
+
+QUERY_PARAMS = {
+    "list": {},
+    "steps": {},
+    "groups": {"step": 2, "offset": 3, "limit": 5},
+    "answers": {"step": 1, "group": 4},
+    "tokens": {"step": 1, "group": 4, "answer": 2},
+    "rank_answers": {"by": "length", "contains": "wrong", "zero_signal": False, "step_from": 2},
+    "rank_tokens": {"by": "rank_gap", "limit": 7, "step_to": 1},
+}
+
+
+def test_local_and_remote_backends_give_the_same_bodies(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "a-run"
+    write_manifest(run, ("entropy", "gmts"), {})
+    rng = np.random.default_rng(4)
+    for step in (1, 2):
+        write_step(run, synthetic_step(step, 10, 4, rng))
+    settings = make_settings(tmp_path / "models", run_roots=[tmp_path / "runs"], ui_enabled=False)
+    app = create_app(settings)
+    local = LocalBackend(app.state.services)
+    assert set(QUERY_PARAMS) == set(QUERIES)
+    with LiveServer(app) as server:
+        remote = RemoteBackend(server.url)
+        for kind, params in QUERY_PARAMS.items():
+            got = remote.analysed(kind, "a-run", dict(params))
+            assert got == local.analysed(kind, "a-run", dict(params)), kind
+            assert got, kind
+        with pytest.raises(GMTSError, match="no analysed step 9"):
+            remote.analysed("groups", "a-run", {"step": 9})
+        with pytest.raises(GMTSError, match="no analysed step 9"):
+            local.analysed("groups", "a-run", {"step": 9})
