@@ -3,15 +3,22 @@ their bodies. Each maps once from a typed library result (``gmts_core.runs``).""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from app.schemas.analyze_response import AnalyzeResponse, DifferencesOut
 from app.schemas.derived import fields_from
+from gmts_core.methods.selection import METHODS
 from gmts_core.runs.analysis import StepOverview, StepReport
 
 Num = float | None
+
+# the runs routes' `methods` parameter: a comma-separated list of registered selection methods
+METHOD_NAMES = METHODS.names()
+_NAME = "(" + "|".join(re.escape(n) for n in METHOD_NAMES) + ")"
+METHODS_PATTERN = rf"^\s*{_NAME}\s*(,\s*{_NAME}\s*)*$"
 
 
 class RunInfo(BaseModel):

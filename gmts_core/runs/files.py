@@ -17,12 +17,20 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO, Protocol
 
 from gmts_core.runs.errors import UnsafeRunFileError
 
-if TYPE_CHECKING:  # limits.py lists folders through this module
-    from gmts_core.runs.limits import RunLimits
+
+class RunLimits(Protocol):
+    """What this module needs of :class:`gmts_core.runs.limits.RunLimits` (which lists
+    folders through this module, so it is not imported here)."""
+
+    @property
+    def root(self) -> str | None: ...
+
+    def check(self, name: str, amount: int, where: str, what: str) -> None: ...
+
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

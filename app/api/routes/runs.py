@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
@@ -10,6 +9,8 @@ from fastapi import APIRouter, Query
 from app.api.deps import ServicesDep
 from app.api.routes.common import error_responses
 from app.schemas.runs import (
+    METHOD_NAMES,
+    METHODS_PATTERN,
     RunMetricsResponse,
     RunOverviewResponse,
     RunsResponse,
@@ -17,20 +18,16 @@ from app.schemas.runs import (
 )
 from app.schemas.strict import MIN_RATIO
 from app.services.runs import DEFAULT_METHODS, StepOptions
-from gmts_core.methods.selection import METHODS
 
 router = APIRouter(tags=["runs"])
 
-# the `methods` parameter: a comma-separated list of registered selection methods
-_NAME = "(" + "|".join(re.escape(n) for n in METHODS.names()) + ")"
-METHODS_PATTERN = rf"^\s*{_NAME}\s*(,\s*{_NAME}\s*)*$"
 MethodsQuery = Annotated[
     str,
     Query(
         max_length=512,
         # in the schema only: the service refuses the same names with a message listing them
         json_schema_extra={"pattern": METHODS_PATTERN},
-        description="Comma-separated, each one of: " + ", ".join(METHODS.names()) + ".",
+        description="Comma-separated, each one of: " + ", ".join(METHOD_NAMES) + ".",
     ),
 ]
 
