@@ -13,6 +13,11 @@ removed from disk when it expires, is evicted or deleted. On start the store lis
 sessions as *dormant* (their ``meta.json`` only); the session service restores a dormant
 session (loads its model, rebuilds its policy) on its first use. Dormant sessions count
 towards ``max_sessions`` and expire like the others (by the wall-clock age of their last save).
+
+A saved session whose files fail their checks (on start, or when it is restored) is
+*quarantined*: its folder is moved to ``<state folder>/.quarantine/`` (kept for a look, never
+read again), the reason is logged, and the session's id answers "not found" with that reason.
+Entries of the state folder that are no session folder (no ``meta.json``) are left alone.
 """
 
 from __future__ import annotations
@@ -30,12 +35,20 @@ from typing import Any
 
 from app.services.errors import LimitExceededError, SessionBusyError, SessionNotFoundError
 from gmts_core.config import RLConfig
-from gmts_core.experiments.session_state import SavedSession, read_saved, save_session
+from gmts_core.experiments.session_state import (
+    META,
+    CorruptSessionError,
+    SavedSession,
+    check_saved,
+    save_session,
+)
 from gmts_core.experiments.sessions import Session
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
 from gmts_core.modeling import LoadedModel
 
 logger = logging.getLogger(__name__)
+
+QUARANTINE = ".quarantine"  # inside the state folder: damaged sessions moved aside
 
 
 class SessionStore:
@@ -67,14 +80,13 @@ class SessionStore:
     # --- the state folder ---
 
     def _scan(self, state_dir: Path, wall_now: float) -> None:
-        """List the saved sessions (most recently saved last), at most ``max_sessions``."""
+        """List the saved sessions (most recently saved last), at most ``max_sessions``;
+        quarantine the damaged ones."""
         state_dir.mkdir(parents=True, exist_ok=True)
-        found = [s for s in map(read_saved, sorted(state_dir.iterdir())) if s is not None]
+        found = [s for s in map(self._check_entry, sorted(state_dir.iterdir())) if s is not None]
         found.sort(key=lambda s: s.saved_at)
         now = self._clock()
         for saved in found:
-            if saved.folder.name != saved.session_id:
-                continue
             self._dormant[saved.session_id] = saved
             self._last_used[saved.session_id] = now - max(wall_now - saved.saved_at, 0.0)
         while len(self._dormant) > self.max_sessions:
@@ -83,6 +95,45 @@ class SessionStore:
         if self._dormant:
             logger.info("%d saved sessions in %s", len(self._dormant), state_dir)
         self._purge_locked()
+
+    def _check_entry(self, entry: Path) -> SavedSession | None:
+        """The saved session in ``entry``, or None (quarantined when it is a damaged one)."""
+        if entry.name == QUARANTINE or entry.is_symlink() or not entry.is_dir():
+            return None
+        if not (entry / META).exists() and not (entry / META).is_symlink():
+            return None  # no session folder (a save never got as far as its meta.json)
+        try:
+            saved = check_saved(entry)
+        except CorruptSessionError as exc:
+            self._quarantine_locked(entry.name, str(exc))
+            return None
+        if saved.session_id != entry.name:
+            self._quarantine_locked(entry.name, "meta.json names another session")
+            return None
+        return saved
+
+    def quarantine(self, session_id: str, reason: str) -> SessionNotFoundError:
+        """Move a damaged session's folder aside and forget the session; the error to raise."""
+        with self._lock:
+            self._sessions.pop(session_id, None)
+            self._dormant.pop(session_id, None)
+            self._last_used.pop(session_id, None)
+            self._quarantine_locked(session_id, reason)
+            return self._not_found_locked(session_id)
+
+    def _quarantine_locked(self, name: str, reason: str) -> None:
+        assert self.state_dir is not None
+        target = self.state_dir / QUARANTINE / f"{name}-{time.time_ns()}"
+        try:
+            target.parent.mkdir(exist_ok=True)
+            (self.state_dir / name).rename(target)
+            where = f"moved to {target}"
+        except OSError as exc:  # still never read again: it is forgotten below
+            where = f"could not be moved aside ({exc})"
+        logger.error("session state %s is damaged (%s); %s", name, reason, where)
+        self._gone[name] = f"was quarantined: its saved state is damaged ({reason})"
+        while len(self._gone) > 1024:
+            self._gone.popitem(last=False)
 
     def save(self, session: Session, extra: dict[str, Any] | None = None) -> None:
         """Write the session's state to the state folder (nothing without one), unless it is

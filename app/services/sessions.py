@@ -42,7 +42,7 @@ from app.services.session_store import SessionStore
 from gmts_core.cancel import Cancelled, CancelToken, current_token
 from gmts_core.config import RLConfig
 from gmts_core.errors import InvalidInputError
-from gmts_core.experiments.session_state import load_session
+from gmts_core.experiments.session_state import CorruptSessionError, load_session
 from gmts_core.experiments.sessions import Session
 from gmts_core.grpo.policy import PolicySettings
 from gmts_core.grpo.records import StepResult
@@ -164,7 +164,11 @@ class SessionService:
             if saved is None:  # restored by another caller meanwhile
                 return
             lm = self.models.load(self.models.resolve(str(saved.extra.get("model"))))
-            self.store.restored(load_session(saved, lm))
+            try:
+                session = load_session(saved, lm)
+            except CorruptSessionError as exc:
+                raise self.store.quarantine(session_id, str(exc)) from None
+            self.store.restored(session)
 
     async def _restored(self, session_id: str) -> None:
         """Restore a saved session in a job slot, off the event loop."""

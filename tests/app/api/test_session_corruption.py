@@ -1,0 +1,127 @@
+"""Damaged saved sessions are refused and moved aside, never a 500 (issue 36, item 6).
+
+``gmts serve`` saves sessions; the test kills it, damages each saved session in another way
+(a truncated weights file, a zeroed optimizer state, ``meta.json`` truncated, edited without
+its checksum, or with wrong types and a matching checksum) and puts junk in the state folder (a
+FIFO, a FIFO as ``meta.json``, a link to a device, a plain file, an empty folder). The restarted
+server starts, answers every damaged session (GET and step) with a 404 naming the damage,
+moves its folder to ``.quarantine/``, and still restores the intact session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gmts_core.experiments.session_state import _meta_digest
+from tests.app.api.test_session_restart import KNOBS, serve
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="FIFOs and POSIX signals")
+
+
+def _meta(folder: Path) -> dict:
+    return dict(json.loads((folder / "meta.json").read_text()))
+
+
+def _file(folder: Path, part: str) -> Path:
+    return folder / _meta(folder)["files"][part]
+
+
+def _truncate_weights(folder: Path) -> None:
+    path = _file(folder, "weights")
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _zero_optimizer(folder: Path) -> None:
+    path = _file(folder, "optimizer")
+    path.write_bytes(bytes(path.stat().st_size))
+
+
+def _truncate_meta(folder: Path) -> None:
+    text = (folder / "meta.json").read_text()
+    (folder / "meta.json").write_text(text[: len(text) // 2])
+
+
+def _edit_meta(folder: Path) -> None:
+    meta = _meta(folder)
+    meta["steps_done"] = "many"  # wrong type, checksum left as it was
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
+def _wrong_types_with_checksum(folder: Path) -> None:
+    meta = _meta(folder)
+    meta["seed"] = "seven"
+    meta["history"] = [{"step": "x"}]
+    meta["sha256"] = _meta_digest(meta)  # the damage is consistent: only loading finds it
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
+DAMAGE = {
+    "truncated weights": _truncate_weights,
+    "zeroed optimizer": _zero_optimizer,
+    "truncated meta.json": _truncate_meta,
+    "edited meta.json": _edit_meta,
+    "wrong types, matching checksum": _wrong_types_with_checksum,
+}
+
+
+def _junk(state: Path) -> None:
+    os.mkfifo(state / "a-fifo")
+    (state / "fifo-meta").mkdir()
+    os.mkfifo(state / "fifo-meta" / "meta.json")
+    (state / "device-meta").mkdir()
+    (state / "device-meta" / "meta.json").symlink_to("/dev/zero")
+    (state / "plain-file").write_text("not a session")
+    (state / "empty-folder").mkdir()
+
+
+def test_damaged_sessions_are_quarantined_after_a_restart(
+    model_root: Path, tmp_path: Path
+) -> None:
+    state, log = tmp_path / "state", tmp_path / "serve.log"
+    with serve(model_root, state, log) as (url, proc):
+        with httpx.Client(base_url=url, timeout=300) as http:
+            ids = {}
+            for what in [*DAMAGE, "intact"]:
+                r = http.post("/v1/sessions", json=KNOBS)
+                assert r.status_code == 201, r.text
+                ids[what] = r.json()["session_id"]
+            step = http.post(f"/v1/sessions/{ids['intact']}/step", json={"steps": 1})
+            assert step.status_code == 200, step.text
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    for what, damage in DAMAGE.items():
+        damage(state / ids[what])
+    _junk(state)
+
+    with serve(model_root, state, log) as (url, _proc):
+        with httpx.Client(base_url=url, timeout=300) as http:
+            assert http.get("/healthz").status_code == 200
+            for what in DAMAGE:
+                sid = ids[what]
+                for r in (
+                    http.get(f"/v1/sessions/{sid}"),
+                    http.post(f"/v1/sessions/{sid}/step", json={"steps": 1}),
+                    http.get(f"/v1/sessions/{sid}"),
+                ):
+                    assert r.status_code == 404, (what, r.status_code, r.text)
+                    assert "quarantined" in r.json()["error"]["message"], (what, r.text)
+                assert not (state / sid).exists(), what
+                assert list((state / ".quarantine").glob(f"{sid}-*")), what
+            intact = http.get(f"/v1/sessions/{ids['intact']}")
+            assert intact.status_code == 200, intact.text
+            assert intact.json()["steps_done"] == 1
+            again = http.post(f"/v1/sessions/{ids['intact']}/step", json={"steps": 1})
+            assert again.status_code == 200, again.text
+            # folders with a meta.json that is no regular file were moved aside; other junk
+            # (no meta.json at all) is left where it was
+            assert not (state / "fifo-meta").exists()
+            assert not (state / "device-meta").exists()
+            assert (state / "a-fifo").exists() and (state / "plain-file").exists()
+    assert "is damaged" in log.read_text()
