@@ -1,11 +1,14 @@
 """`gmts compare`: train with each selection method from the same start and seeds, and compare.
 
 Writes ``compare.json`` (every curve and run), ``compare.html`` (self-contained, plotly inline)
-and ``table.md`` (the final table) into ``--out``, and prints the table.
+and ``table.md`` (the final table) into ``--out``, and prints the table and one sentence per
+method against the reference. Progress is a bar on a terminal, and one line per training step
+otherwise (a log or a pipe sees each step as it ends, not only the final table).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -17,7 +20,7 @@ from rich.table import Table
 
 from app.cli._app import cli
 from app.cli.common import cli_limits, config_option, fail, rl_option, services
-from app.reports.compare_report import table_header, table_rows
+from app.reports.compare_report import intervals_note, table_header, table_rows
 from app.services.catalog import COMPARE_DEFAULTS as COMPARE
 from app.services.compare import (
     CompareResult,
@@ -41,6 +44,19 @@ def _print_table(result: CompareResult, console: Console) -> None:
     for row in table_rows(result):
         table.add_row(*row)
     console.print(table)
+    console.print(intervals_note(result) + ".", highlight=False, soft_wrap=True)
+    for sentence in result.conclusions():
+        console.print(sentence, highlight=False, soft_wrap=True)
+
+
+def progress_lines(console: Console) -> Callable[[int, int, str], None]:
+    """A progress callback that prints ``[done/total] label`` and flushes, once per step."""
+
+    def tick(done: int, total: int, label: str) -> None:
+        console.print(f"[{done}/{total}] {label}", markup=False, highlight=False, soft_wrap=True)
+        console.file.flush()
+
+    return tick
 
 
 @cli.command("compare")
@@ -85,15 +101,19 @@ def compare_command(
             max_new_tokens=max_new_tokens,
         )
         console = Console()
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-        with Progress(*columns, TimeElapsedColumn(), console=console) as bar:
-            task = bar.add_task("compare", total=steps * seeds * len(config.methods))
-            result = services().compare.run(
-                model,
-                config,
-                lambda done, _total, label: bar.update(task, completed=done, description=label),
-                cli_limits(),
-            )
+        total = steps * seeds * len(config.methods)
+        if console.is_terminal:
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+            with Progress(*columns, TimeElapsedColumn(), console=console) as bar:
+                task = bar.add_task("compare", total=total)
+                result = services().compare.run(
+                    model,
+                    config,
+                    lambda done, _total, label: bar.update(task, completed=done, description=label),
+                    cli_limits(),
+                )
+        else:
+            result = services().compare.run(model, config, progress_lines(console), cli_limits())
     except GMTSError as exc:
         raise fail(exc) from None
     _print_table(result, console)

@@ -104,7 +104,7 @@ def fmt(cell: dict[str, float], digits: int = 3, spread: bool = True) -> str:
 
 
 def fmt_interval(cell: dict[str, Any] | None, digits: int = 3, signed: bool = False) -> str:
-    """Mean [95% interval] over seeds; the mean alone where the interval is undefined."""
+    """Mean [95% interval]; the mean alone where the interval is undefined."""
     if cell is None:
         return "—"
     sign = "+" if signed else ""
@@ -122,6 +122,12 @@ def paired_cell(row: dict[str, Any]) -> str:
     return f"{fmt_interval(row['paired_difference'], signed=True)} {verdict}"
 
 
+def wasted_cell(row: dict[str, Any]) -> str:
+    """The wasted-share chart's line of the method: its mean over steps and its peak."""
+    w = row["wasted_share"]
+    return f"{w['mean']:.2f} (peak {w['peak']:.2f} at step {w['peak_step']})"
+
+
 def table_rows(result: CompareResult) -> list[list[str]]:
     """The final table as strings: method, final accuracy and gain with 95% intervals, the
     paired difference to the reference method (within noise or not), reward, wasted share."""
@@ -133,7 +139,7 @@ def table_rows(result: CompareResult) -> list[list[str]]:
             fmt_interval(row["gain"], signed=True),
             paired_cell(row),
             fmt(row["train_reward_last5"], spread=sd),
-            f"{fmt(row['wasted_share_first'], 2, sd)} → {fmt(row['wasted_share_last'], 2, sd)}",
+            wasted_cell(row),
         ]
         for row in result.table()
     ]
@@ -150,8 +156,18 @@ TABLE_HEADER = [
     "gain over start [95% CI]",
     "vs reference (paired, 95% CI)",
     "train reward (last 5 steps)",
-    "wasted share (first → last step)",
+    "wasted share (mean over steps; peak)",
 ]
+INTERVALS_NOTE = {
+    True: "95% intervals: paired percentile bootstrap over seeds and held-out problems",
+    False: "95% intervals: percentile bootstrap over seeds only (this file has no "
+    "per-problem results)",
+}
+
+
+def intervals_note(result: CompareResult) -> str:
+    """What the table's intervals are computed over."""
+    return INTERVALS_NOTE[result.has_per_problem()]
 
 
 def table_markdown(result: CompareResult) -> str:
@@ -159,6 +175,7 @@ def table_markdown(result: CompareResult) -> str:
     header = table_header(result)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in table_rows(result)]
+    lines += ["", intervals_note(result) + ".", ""] + [f"- {c}" for c in result.conclusions()]
     return "\n".join(lines)
 
 
@@ -193,6 +210,11 @@ def _settings_html(result: CompareResult) -> str:
     )
 
 
+def _conclusions_html(result: CompareResult) -> str:
+    items = "".join(f"<li>{html.escape(c)}</li>" for c in result.conclusions())
+    return f"<ul class='conclusions'>{items}</ul>" if items else ""
+
+
 def compare_html(result: CompareResult, color: ColorFn | None = None) -> str:
     """A self-contained HTML page: settings, the final table and every curve (plotly inline)."""
     figs = compare_figures(result, color)
@@ -209,5 +231,6 @@ def compare_html(result: CompareResult, color: ColorFn | None = None) -> str:
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>gmts compare</title><style>{style}</style></head><body>"
         "<h1>Selection methods compared by training</h1>"
-        f"{_settings_html(result)}{_table_html(result)}{''.join(charts)}</body></html>"
+        f"{_settings_html(result)}{_conclusions_html(result)}{_table_html(result)}"
+        f"<p class='note'>{html.escape(intervals_note(result))}.</p>{''.join(charts)}</body></html>"
     )

@@ -127,6 +127,15 @@ def _build(cls: type, data: Any, **nested: Any) -> Any:
         raise InvalidInputError(f"{cls.__name__}: {exc}") from None
 
 
+def _scores(values: Any, what: str) -> list[float]:
+    """Per-problem scores from JSON: a list of numbers in [0, 1]."""
+    if not isinstance(values, list) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and 0.0 <= v <= 1.0 for v in values
+    ):
+        raise InvalidInputError(f"{what} must be a list of per-problem scores in [0, 1]")
+    return [float(v) for v in values]
+
+
 def result_from_dict(data: dict[str, Any]) -> CompareResult:
     """The :class:`CompareResult` of ``CompareResult.to_dict()`` (e.g. a loaded compare.json)."""
     missing = [k for k in ("model", "config", "runs", "start_accuracy") if k not in data]
@@ -143,13 +152,27 @@ def result_from_dict(data: dict[str, Any]) -> CompareResult:
     )
     runs = []
     for r in data["runs"]:
+        if not isinstance(r, dict):
+            raise InvalidInputError("every run of a compare JSON must be an object")
         acc = {int(k): float(v) for k, v in (r.get("accuracy") or {}).items()}
-        runs.append(_build(RunCurve, r, accuracy=acc))
+        scores = _scores(r.get("final_per_problem", []), "a run's final_per_problem")
+        runs.append(_build(RunCurve, r, accuracy=acc, final_per_problem=scores))
+    seeds = sorted(run.seed for run in runs if run.method == config.methods[0])
     for m in config.methods:
         if not any(run.method == m for run in runs):
             raise InvalidInputError(f"the compare JSON has no runs of method {m!r}")
+        if sorted(run.seed for run in runs if run.method == m) != seeds:
+            raise InvalidInputError(f"the compare JSON's runs of {m!r} have other seeds")
+    if any(config.steps not in run.accuracy or not run.wasted_share for run in runs):
+        raise InvalidInputError("every run of a compare JSON needs its final accuracy")
+    start = _scores(data.get("start_per_problem", []), "start_per_problem")
     return CompareResult(
-        config, str(data["model"]), runs, float(data["start_accuracy"]), data.get("seconds", 0.0)
+        config,
+        str(data["model"]),
+        runs,
+        float(data["start_accuracy"]),
+        data.get("seconds", 0.0),
+        start,
     )
 
 

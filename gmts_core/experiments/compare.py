@@ -3,8 +3,10 @@
 For each seed and each method a fresh policy copy of the base model runs ``steps`` GRPO steps
 on batches drawn from the demo task (step n of seed s draws the same prompts for every
 method), and its held-out accuracy is measured every ``eval_every`` steps on one fixed set of
-held-out problems with common sampling seeds. Curves (mean and std over seeds) and a final
-table per method come out as a :class:`CompareResult`; :mod:`gmts_core.compare_report` turns
+held-out problems with common sampling seeds; every run keeps its final score on each
+problem, so the final table's intervals come from a paired bootstrap over seeds and problems
+(:mod:`gmts_core.experiments.compare_stats`). Curves (mean and std over seeds) and the final
+table per method come out as a :class:`CompareResult`; :mod:`app.reports.compare_report` turns
 it into plotly figures and a self-contained HTML page.
 """
 
@@ -12,16 +14,28 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from gmts_core.config import RLConfig
 from gmts_core.errors import InvalidInputError
-from gmts_core.experiments.evaluation import demo_batch, evaluate_accuracy, heldout_problems
+from gmts_core.experiments.compare_stats import (
+    CompareStatistics,
+    compare_statistics,
+    conclusion,
+    conclusions,
+)
+from gmts_core.experiments.evaluation import (
+    EvalResult,
+    demo_batch,
+    evaluate_accuracy,
+    heldout_problems,
+)
 from gmts_core.experiments.sessions import step_seed
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
 from gmts_core.grpo.step import DEMO_RECIPE, RLPrompt, grpo_step, make_optimizer
@@ -62,6 +76,8 @@ class CompareConfig:
     def validate(self) -> None:
         if not self.methods:
             raise InvalidInputError("give at least one method to compare")
+        if len(set(self.methods)) != len(self.methods):
+            raise InvalidInputError(f"a method is listed twice: {', '.join(self.methods)}")
         for m in self.methods:
             if m not in list_methods():
                 raise InvalidInputError(
@@ -93,9 +109,9 @@ class RunCurve:
     wasted_share: list[dict[str, float]] = field(default_factory=list)  # per step, per method
     accuracy: dict[int, float] = field(default_factory=dict)  # step -> held-out accuracy
     seconds: float = 0.0
-
-
-CONFIDENCE = 0.95  # of the intervals in the final table
+    # the final evaluation's score of each held-out problem (mean reward of its answers), in
+    # the held-out set's order; empty in files written before it was kept
+    final_per_problem: list[float] = field(default_factory=list)
 
 
 def _mean_std(values: list[float]) -> dict[str, float]:
@@ -103,26 +119,6 @@ def _mean_std(values: list[float]) -> dict[str, float]:
         "mean": statistics.fmean(values),
         "std": statistics.stdev(values) if len(values) > 1 else 0.0,
     }
-
-
-def mean_interval(values: list[float], confidence: float = CONFIDENCE) -> dict[str, float | None]:
-    """Mean, std and the Student-t confidence interval of the mean over seeds
-    (mean -+ t_{(1+c)/2, n-1} std / sqrt(n)); with one seed the interval is undefined (None)."""
-    from scipy.stats import t as student_t  # scipy.stats: ~1 s to import, only for intervals
-
-    out: dict[str, float | None] = dict(_mean_std(values))
-    n = len(values)
-    if n < 2:
-        return {**out, "ci_low": None, "ci_high": None}
-    mean, std = statistics.fmean(values), statistics.stdev(values)
-    half = float(student_t.ppf((1 + confidence) / 2, n - 1)) * std / math.sqrt(n)
-    return {**out, "ci_low": mean - half, "ci_high": mean + half}
-
-
-def within_noise(interval: dict[str, float | None]) -> bool:
-    """Whether a paired difference's interval contains 0 (or is undefined: one seed)."""
-    lo, hi = interval["ci_low"], interval["ci_high"]
-    return lo is None or hi is None or lo <= 0.0 <= hi
 
 
 @dataclass
@@ -134,6 +130,7 @@ class CompareResult:
     runs: list[RunCurve]
     start_accuracy: float
     seconds: float
+    start_per_problem: list[float] = field(default_factory=list)  # the start model's scores
 
     def runs_of(self, method: str) -> list[RunCurve]:
         return [r for r in self.runs if r.method == method]
@@ -164,36 +161,71 @@ class CompareResult:
     def final_by_seed(self, method: str) -> dict[int, float]:
         return {r.seed: r.accuracy[self.config.steps] for r in self.runs_of(method)}
 
-    def table(self) -> list[dict[str, Any]]:
-        """The final table: one row per method, mean, std and a 95% interval over seeds.
+    def has_per_problem(self) -> bool:
+        """Whether every run (and the start) kept its final score on each held-out problem."""
+        n = len(self.start_per_problem)
+        return n > 0 and all(len(r.final_per_problem) == n for r in self.runs)
 
-        ``paired_difference`` is the method's final accuracy minus the reference method's, seed
-        by seed (same start, same batches, same held-out sampling seeds), with its interval;
-        ``within_noise`` says that interval contains 0: the two cannot be told apart.
+    def statistics(self) -> CompareStatistics:
+        """The paired bootstrap over seeds and problems of the final table (seeds only for a
+        file without per-problem results: each seed's accuracy is then its one "problem")."""
+        methods = self.config.methods
+        seeds = sorted({r.seed for r in self.runs_of(methods[0])})
+        by_key = {(r.method, r.seed): r for r in self.runs}
+        if self.has_per_problem():
+            finals = [[by_key[m, s].final_per_problem for s in seeds] for m in methods]
+            start = np.asarray(self.start_per_problem, dtype=np.float64)
+        else:
+            steps = self.config.steps
+            finals = [[[by_key[m, s].accuracy[steps]] for s in seeds] for m in methods]
+            start = np.asarray([self.start_accuracy])
+        values = np.asarray(finals, dtype=np.float64)  # (M, S, P)
+        return compare_statistics(
+            methods, values, start, self.reference_method(), self.has_per_problem()
+        )
+
+    def conclusions(self) -> list[str]:
+        """One sentence per method against the reference (gmts first): see compare_stats."""
+        return conclusions(self.statistics())
+
+    def wasted_summary(self, method: str) -> dict[str, float]:
+        """The wasted-share chart's line of ``method`` (its own selection, mean over seeds per
+        step) summarised: its mean over steps and its highest point."""
+        line = [row["mean"] for row in self.wasted_curve(method)]
+        peak = max(range(len(line)), key=line.__getitem__)
+        return {"mean": statistics.fmean(line), "peak": line[peak], "peak_step": peak + 1}
+
+    def table(self) -> list[dict[str, Any]]:
+        """The final table: one row per method.
+
+        ``final_accuracy`` and ``gain`` (over the start accuracy) are means with 95% percentile
+        intervals of the paired bootstrap over seeds and held-out problems;
+        ``paired_difference`` is the method's final accuracy minus the reference method's on
+        the same seeds and problems, with its interval; ``within_noise`` says that interval
+        contains 0 (the two cannot be told apart), ``conclusion`` says it in one sentence.
         """
+        stats = self.statistics()
         out = []
-        ref = self.reference_method()
-        ref_final = self.final_by_seed(ref)
-        for m in self.config.methods:
+        for m, row in zip(self.config.methods, stats.methods, strict=True):
             runs = self.runs_of(m)
-            final = [r.accuracy[self.config.steps] for r in runs]
             tail = max(1, min(5, self.config.steps))
-            mine = self.final_by_seed(m)
-            diffs = [mine[s] - ref_final[s] for s in sorted(mine) if s in ref_final]
-            paired = mean_interval(diffs) if m != ref and diffs else None
+            final = [r.accuracy[self.config.steps] for r in runs]
+            paired = row.paired_difference
             out.append(
                 {
                     "method": m,
-                    "final_accuracy": mean_interval(final),
-                    "gain": mean_interval([f - self.start_accuracy for f in final]),
-                    "reference": ref,
-                    "paired_difference": paired,
-                    "within_noise": within_noise(paired) if paired is not None else None,
+                    "final_accuracy": {**_mean_std(final), **row.final_accuracy.as_dict()},
+                    "gain": row.gain.as_dict(),
+                    "reference": stats.reference,
+                    "paired_difference": None if paired is None else paired.as_dict(),
+                    "within_noise": None if paired is None else not paired.excludes_zero(),
+                    "seeds_to_separate": row.seeds_to_separate,
+                    "conclusion": None if paired is None else conclusion(stats, m),
+                    "interval_over": "seeds and problems" if stats.per_problem else "seeds",
                     "train_reward_last5": _mean_std(
                         [statistics.fmean(r.reward[-tail:]) for r in runs]
                     ),
-                    "wasted_share_first": _mean_std([r.wasted_share[0][m] for r in runs]),
-                    "wasted_share_last": _mean_std([r.wasted_share[-1][m] for r in runs]),
+                    "wasted_share": self.wasted_summary(m),
                     "seconds": _mean_std([r.seconds for r in runs]),
                 }
             )
@@ -207,6 +239,7 @@ class CompareResult:
             "start_accuracy": self.start_accuracy,
             "seconds": self.seconds,
             "table": self.table(),
+            "conclusions": self.conclusions(),
             "curves": {
                 m: {
                     "reward": self.curve(m, "reward"),
@@ -220,12 +253,13 @@ class CompareResult:
                 for m in methods
             },
             "runs": [dataclasses.asdict(r) for r in self.runs],
+            "start_per_problem": self.start_per_problem,
         }
 
 
 def _evaluate(
     policy_model: Any, base: LoadedModel, problems: list[RLPrompt], step: int, c: CompareConfig
-) -> float:
+) -> EvalResult:
     """Held-out accuracy with a sampling seed that depends only on the step (common numbers)."""
     return evaluate_accuracy(
         policy_model,
@@ -235,7 +269,7 @@ def _evaluate(
         samples_per_problem=c.eval_samples,
         max_new_tokens=c.rl.max_new_tokens,
         seed=10_000 + step,
-    ).accuracy
+    )
 
 
 def train_run(
@@ -264,7 +298,10 @@ def train_run(
         run.zero_signal_groups.append(m.num_zero_signal_groups)
         run.wasted_share.append(dict(m.wasted_share))
         if step in evals:
-            run.accuracy[step] = _evaluate(policy.model, base, problems, step, config)
+            evaluation = _evaluate(policy.model, base, problems, step, config)
+            run.accuracy[step] = evaluation.accuracy
+            if step == config.steps:
+                run.final_per_problem = evaluation.per_problem
         tick(f"{method} seed {seed} step {step}: reward {m.reward_mean:.2f}")
     run.seconds = time.perf_counter() - start
     return run
@@ -276,9 +313,10 @@ def run_compare(
     """Train every method from every seed (same start, same batches) and aggregate."""
     config = config or CompareConfig()
     config.validate()
-    start = time.perf_counter()
+    began = time.perf_counter()
     problems = heldout_problems(config.eval_problems)
-    start_accuracy = _evaluate(base.model, base, problems, 0, config)
+    start = _evaluate(base.model, base, problems, 0, config)
+    start_accuracy = start.accuracy
     total = config.steps * config.seeds * len(config.methods)
     done = 0
 
@@ -294,4 +332,5 @@ def run_compare(
         for method in config.methods
     ]
     logger.info("compared %d methods x %d seeds", len(config.methods), config.seeds)
-    return CompareResult(config, base.name, runs, start_accuracy, time.perf_counter() - start)
+    seconds = time.perf_counter() - began
+    return CompareResult(config, base.name, runs, start_accuracy, seconds, start.per_problem)

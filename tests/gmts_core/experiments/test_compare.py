@@ -13,9 +13,7 @@ from gmts_core.experiments.compare import (
     CompareConfig,
     CompareResult,
     RunCurve,
-    mean_interval,
     run_compare,
-    within_noise,
 )
 from gmts_core.grpo.step import RLConfig
 from gmts_core.modeling import LoadedModel, load_model
@@ -80,35 +78,52 @@ def test_unknown_method_is_refused() -> None:
         dataclasses.replace(CompareConfig(), steps=0).validate()
 
 
-def test_mean_interval_is_student_t_by_hand() -> None:
-    from scipy.stats import t
-
-    values = [0.50, 0.55, 0.60, 0.52, 0.58]
-    iv = mean_interval(values)
-    half = t.ppf(0.975, 4) * statistics.stdev(values) / len(values) ** 0.5
-    assert iv["mean"] == pytest.approx(0.55)
-    assert iv["ci_low"] == pytest.approx(0.55 - half)
-    assert iv["ci_high"] == pytest.approx(0.55 + half)
-    one = mean_interval([0.3])
-    assert one["ci_low"] is None and one["ci_high"] is None
-    assert within_noise(one)
-    assert within_noise({"ci_low": -0.01, "ci_high": 0.02})
-    assert not within_noise({"ci_low": 0.01, "ci_high": 0.02})
+def test_final_table_is_a_bootstrap_over_kept_per_problem_scores(result: CompareResult) -> None:
+    n = result.config.eval_problems
+    assert len(result.start_per_problem) == n
+    assert statistics.fmean(result.start_per_problem) == pytest.approx(result.start_accuracy)
+    for run in result.runs:  # each run keeps its final score on every held-out problem
+        assert len(run.final_per_problem) == n
+        assert statistics.fmean(run.final_per_problem) == pytest.approx(run.accuracy[3])
+    for row in result.table():
+        acc = row["final_accuracy"]
+        assert 0.0 <= acc["ci_low"] <= acc["mean"] <= acc["ci_high"] <= 1.0
+        assert row["interval_over"] == "seeds and problems"
+    assert result.table() == result.table()  # the bootstrap is seeded: the same table again
 
 
-def _hand_result(finals: dict[str, list[float]]) -> CompareResult:
+def test_wasted_share_column_is_the_charts_line(result: CompareResult) -> None:
+    for row in result.table():
+        line = [p["mean"] for p in result.wasted_curve(row["method"])]
+        w = row["wasted_share"]
+        assert w["mean"] == pytest.approx(statistics.fmean(line))
+        assert w["peak"] == max(line) == line[w["peak_step"] - 1]
+
+
+def _hand_result(
+    finals: dict[str, list[float]], per_problem: dict[str, list[list[float]]] | None = None
+) -> CompareResult:
     config = CompareConfig(methods=tuple(finals), steps=1, seeds=len(next(iter(finals.values()))))
     runs = [
-        RunCurve(m, s, reward=[0.5], wasted_share=[{m: 0.0}], accuracy={0: 0.5, 1: acc})
+        RunCurve(
+            m,
+            s,
+            reward=[0.5],
+            wasted_share=[{m: 0.0}],
+            accuracy={0: 0.5, 1: acc},
+            final_per_problem=per_problem[m][s] if per_problem else [],
+        )
         for m, accs in finals.items()
         for s, acc in enumerate(accs)
     ]
-    return CompareResult(config, "hand", runs, start_accuracy=0.5, seconds=0.0)
+    start = [0.5] * len(per_problem[next(iter(finals))][0]) if per_problem else []
+    return CompareResult(config, "hand", runs, 0.5, 0.0, start)
 
 
-def test_paired_differences_against_entropy() -> None:
-    # gmts beats entropy by 0.05 on every seed although both spread widely across seeds: the
-    # paired interval excludes 0; random's differences straddle 0
+def test_paired_differences_against_entropy_seeds_only() -> None:
+    # A file without per-problem scores: the bootstrap is over seeds only. gmts beats entropy
+    # by 0.05 on every seed although both spread widely across seeds: the paired interval
+    # excludes 0; random's differences straddle 0
     result = _hand_result(
         {
             "gmts": [0.55, 0.65, 0.75, 0.60, 0.70],
@@ -119,10 +134,25 @@ def test_paired_differences_against_entropy() -> None:
     rows = {r["method"]: r for r in result.table()}
     assert rows["entropy"]["paired_difference"] is None and rows["entropy"]["within_noise"] is None
     gm = rows["gmts"]
-    assert gm["reference"] == "entropy"
+    assert gm["reference"] == "entropy" and gm["interval_over"] == "seeds"
     assert gm["paired_difference"]["mean"] == pytest.approx(0.05)
+    assert gm["paired_difference"]["ci_low"] == pytest.approx(0.05)  # the same on every seed
     assert gm["within_noise"] is False
     ent_iv, gm_iv = rows["entropy"]["final_accuracy"], gm["final_accuracy"]
     assert ent_iv["ci_high"] > gm_iv["ci_low"]  # unpaired intervals overlap nonetheless
     assert rows["random"]["within_noise"] is True
+    assert "seeds only" in gm["conclusion"] and "separable with 5 seeds" in gm["conclusion"]
     json.dumps(result.to_dict(), allow_nan=False)
+
+
+def test_two_seeds_keep_every_accuracy_interval_in_unit_range() -> None:
+    # two seeds far apart, near the edges: a t-interval over seeds leaves [0, 1] here
+    per_problem = {
+        "entropy": [[1.0] * 9 + [0.0], [0.0] * 9 + [1.0]],
+        "gmts": [[1.0] * 10, [0.0] * 8 + [1.0, 1.0]],
+    }
+    finals = {m: [statistics.fmean(p) for p in v] for m, v in per_problem.items()}
+    for row in _hand_result(finals, per_problem).table():
+        for key in ("final_accuracy",):
+            assert 0.0 <= row[key]["ci_low"] <= row[key]["ci_high"] <= 1.0
+        assert -1.0 <= row["gain"]["ci_low"] <= row["gain"]["ci_high"] <= 1.0

@@ -68,8 +68,8 @@ def _outputs() -> list[Any]:
     summary = gr.Markdown(elem_id="compare-summary")
     table = gr.Dataframe(
         headers=TABLE_HEADER, interactive=False, elem_id="compare-table",
-        label="Final table (mean [95% interval] over seeds; the paired difference to entropy, "
-        "'within noise' when its interval holds 0)",
+        label="Final table (mean [95% paired bootstrap interval over seeds and held-out "
+        "problems]; the paired difference to entropy, 'within noise' when its interval holds 0)",
     )  # fmt: skip
     plots = []
     for i in range(0, len(FIGURES), 2):

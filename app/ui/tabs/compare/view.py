@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from app.palette import method_color
-from app.reports.compare_report import TABLE_HEADER, compare_figures, table_rows
+from app.reports.compare_report import TABLE_HEADER, compare_figures, intervals_note, table_rows
 from app.services.catalog import RL_DEFAULTS
 from app.services.compare import (
     CompareConfig,
@@ -73,12 +73,18 @@ def form_config(methods: Sequence[str], **knobs: Any) -> CompareConfig:
 
 
 def summary_markdown(result: CompareResult) -> str:
+    """The conclusion sentences (one per method against the reference), then the settings."""
     c = result.config
+    sentences = "".join(f"- **{s}**\n" for s in result.conclusions())
     return (
-        f"**{result.model}** · methods {', '.join(c.methods)} · ratio {c.ratio:g} · "
-        f"{c.steps} steps × {c.seeds} seed(s) · G = {c.rl.group_size}, "
-        f"{c.rl.prompts_per_step} prompts per step · held-out problems {c.eval_problems} · "
-        f"start accuracy **{result.start_accuracy:.3f}** · wall time {result.seconds:.0f} s"
+        sentences
+        + f"\n{intervals_note(result)}.\n\n"
+        + (
+            f"**{result.model}** · methods {', '.join(c.methods)} · ratio {c.ratio:g} · "
+            f"{c.steps} steps × {c.seeds} seed(s) · G = {c.rl.group_size}, "
+            f"{c.rl.prompts_per_step} prompts per step · held-out problems {c.eval_problems} · "
+            f"start accuracy **{result.start_accuracy:.3f}** · wall time {result.seconds:.0f} s"
+        )
     )
 
 
