@@ -13,6 +13,7 @@ import gradio as gr
 from app.services.catalog import rl_knob
 from app.ui.choices import method_choices
 from app.ui.context import Tab, UIContext, call
+from app.ui.limited import limit_slider
 from app.ui.render import Json, placeholder
 from app.ui.tabs.train.view import (
     DELTA_LOGP_NOTE,
@@ -61,18 +62,18 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
     with gr.Row():
         c["group_size"] = gr.Slider(2, 16, d.group_size, step=1, label="Group size G",
                                     info=help_of("group_size"), elem_id="train-g")  # fmt: skip
-        c["prompts_per_step"] = gr.Slider(
-            1, max_prompts, min(d.prompts_per_step, max_prompts), step=1,
+        c["prompts_per_step"] = limit_slider(
+            1, max_prompts, d.prompts_per_step, step=1,
             label="Prompts per step", elem_id="train-prompts",
         )  # fmt: skip
         # at most the backend's limit (a slider needs two distinct ends)
-        max_new = max(9, min(128, int(limits["max_new_tokens"])))
-        c["max_new_tokens"] = gr.Slider(
-            8, max_new, min(d.max_new_tokens, max_new), step=4, label="Max new tokens",
+        max_new = min(128, int(limits["max_new_tokens"]))
+        c["max_new_tokens"] = limit_slider(
+            8, max_new, d.max_new_tokens, step=4, label="Max new tokens",
             info=help_of("max_new_tokens"), elem_id="train-max-new",
         )  # fmt: skip
-        c["steps"] = gr.Slider(
-            1, max_steps, min(d.steps, max_steps), step=1, label="Steps per run",
+        c["steps"] = limit_slider(
+            1, max_steps, d.steps, step=1, label="Steps per run",
             elem_id="train-steps",
         )  # fmt: skip
     with gr.Row():
