@@ -284,6 +284,8 @@ def read_parquet_step(path: Path, columns: list[str] | None, limits: RunLimits) 
                 budget.add(group)
                 groups.append(group)
             table = pa.concat_tables(groups) if groups else parquet.schema_arrow.empty_table()
+        except MemoryError:  # Arrow's too: the address-space limit of a reading process
+            raise
         except (OSError, pa.ArrowException) as exc:
             raise RunFormatError(path, None, f"not a readable parquet file ({exc})") from None
     return table.select(wanted)

@@ -163,7 +163,8 @@ class _Worker:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _import_path()},
+            env=_child_env(),
+            cwd="/",
         )
         self._buffer = b""
         ready = self._read_line(STARTUP_TIMEOUT_S, 4096, "the run-file reader")
@@ -229,6 +230,15 @@ class _Worker:
     @property
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+
+# the only variables a reading process gets: never the server's keys or settings
+_CHILD_VARS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "HOME", "VIRTUAL_ENV")
+
+
+def _child_env() -> dict[str, str]:
+    env = {k: os.environ[k] for k in _CHILD_VARS if k in os.environ}
+    return {**env, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _import_path()}
 
 
 def _import_path() -> str:

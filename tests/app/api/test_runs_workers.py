@@ -182,3 +182,13 @@ def test_a_tiny_parquet_bomb_leaves_the_servers_memory_as_it_was(tmp_path: Path)
             assert resp.status_code == 413, resp.text
             assert "max_step_bytes" in resp.json()["error"]["message"]
         assert after - before < 200
+
+
+def test_a_reading_process_gets_none_of_the_servers_secrets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gmts_core.runs.worker import _child_env
+
+    monkeypatch.setenv("GMTS_API_KEY", "s3cret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cret")
+    assert "s3cret" not in _child_env().values()

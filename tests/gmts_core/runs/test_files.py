@@ -1,0 +1,104 @@
+"""Opening run files (gmts_core.runs.files) and validating their values (values.py): only a
+regular file inside the root is opened, and bad values are refused naming the field."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gmts_core.runs import RunLimitError, RunLimits
+from gmts_core.runs.errors import RunFormatError, UnsafeRunFileError
+from gmts_core.runs.files import _open_folder_chain, open_run_file
+from gmts_core.runs.values import as_float, check_json
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "root" / "run").mkdir(parents=True)
+    (tmp_path / "root" / "run" / "1.jsonl").write_text("{}\n")
+    (tmp_path / "outside.jsonl").write_text("secret\n")
+    return tmp_path / "root"
+
+
+def limits(root: Path) -> RunLimits:
+    return RunLimits(root=os.path.realpath(root))
+
+
+def test_a_regular_file_inside_the_root_is_opened(root: Path) -> None:
+    with open_run_file(root / "run" / "1.jsonl", limits(root)) as f:
+        assert f.read() == b"{}\n"
+
+
+def test_a_fifo_is_refused_without_blocking(root: Path) -> None:
+    os.mkfifo(root / "run" / "2.jsonl")
+    os.symlink(root / "run" / "2.jsonl", root / "run" / "3.jsonl")
+    for name in ("2.jsonl", "3.jsonl"):  # directly and through a link
+        with pytest.raises(UnsafeRunFileError, match="a FIFO, not a file"):
+            open_run_file(root / "run" / name, limits(root))
+
+
+def test_links_out_of_the_root_are_refused(root: Path) -> None:
+    os.symlink(root.parent / "outside.jsonl", root / "run" / "4.jsonl")
+    os.symlink("/dev/null", root / "run" / "5.jsonl")
+    os.symlink(root.parent, root / "run" / "up")
+    for path in (root / "run" / "4.jsonl", root / "run" / "5.jsonl", root / "run" / "up" / "x"):
+        with pytest.raises(UnsafeRunFileError):
+            open_run_file(path, limits(root))
+    # without a root (the CLI: a person's own files) a link is followed, a device refused
+    with open_run_file(root / "run" / "4.jsonl", RunLimits()) as f:
+        assert f.read() == b"secret\n"
+    with pytest.raises(UnsafeRunFileError, match="character device"):
+        open_run_file(root / "run" / "5.jsonl", RunLimits())
+
+
+def test_a_folder_swapped_for_a_link_after_resolving_is_not_followed(root: Path) -> None:
+    # what open_run_file does after resolving, with "run" turned into a link meanwhile
+    os.rename(root / "run", root / "real")
+    os.symlink(root / "real", root / "run")
+    with pytest.raises(UnsafeRunFileError, match="changed into a link"):
+        _open_folder_chain(os.path.realpath(root), ["run"], root / "run")
+
+
+def test_the_size_budget_is_checked_on_the_open_file(root: Path) -> None:
+    small = replace(limits(root), max_file_bytes=2)
+    with pytest.raises(RunLimitError, match="max_file_bytes"):
+        open_run_file(root / "run" / "1.jsonl", small)
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ({"a": "\ud800"}, "'a' holds a lone surrogate"),
+        ({"\udc80": 1}, "key that is not valid Unicode"),
+        ({"rewards": [0, 10**400]}, r"'rewards\[1\]' is an integer out of range"),
+        ({"a": [[[[[]]]]] * 1}, None),
+    ],
+)
+def test_check_json_refuses_bad_strings_and_integers(value: object, says: str | None) -> None:
+    if says is None:
+        assert check_json(value, "f", 1) is value
+    else:
+        with pytest.raises(RunFormatError, match=says):
+            check_json(value, "f", 1)
+
+
+def test_check_json_refuses_deep_nesting_without_recursion() -> None:
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(RunFormatError, match="nests deeper than 64"):
+        check_json({"x": deep}, "f", 1)
+
+
+@pytest.mark.parametrize("value", [1e300, -1e300, 10**400, "1e400", float("inf"), "Infinity"])
+def test_rewards_out_of_range_are_refused(value: object) -> None:
+    with pytest.raises(RunFormatError, match="reward .* out of range"):
+        as_float(value, "reward", "f", 3)
+
+
+def test_rewards_in_range_and_abstentions_are_kept() -> None:
+    assert as_float(None, "reward", "f", 1) != as_float(None, "reward", "f", 1)  # NaN
+    assert as_float("0.5", "reward", "f", 1) == 0.5 and as_float(True, "reward", "f", 1) == 1.0
