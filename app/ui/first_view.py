@@ -72,7 +72,8 @@ def first_view_html(example: Json | None, intro: str, note: str) -> str:
         return ""
     from app.ui.tabs.explore.tab import initial_values  # the tab's own first render
 
-    tokens = initial_values(example)[1]
+    values = initial_values(example)
+    spotlight, tokens = values[12], values[1]  # the disagreement first, as in the tab
     css = (STATIC_DIR / "gmts.css").read_text(encoding="utf-8")
     tips = (STATIC_DIR / "gmts.js").read_text(encoding="utf-8")  # installs itself once
     return (
@@ -80,7 +81,7 @@ def first_view_html(example: Json | None, intro: str, note: str) -> str:
         f"<style>{css}{_STYLE}</style>"
         f'<p class="fv-intro">{escape(_plain(intro))}</p>'
         f'<p class="fv-note">{escape(_plain(note))}</p>'
-        f"{tokens}"
+        f"{spotlight}{tokens}"
         '<p class="fv-loading">Loading the interactive explorer…</p>'
         f"</div><script>{tips}</script><script>{_HANDOFF}</script>"
     )

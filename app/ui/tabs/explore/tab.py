@@ -21,6 +21,7 @@ from app.ui import choices, status
 from app.ui.charts import summary_html
 from app.ui.context import Tab, UIContext, call
 from app.ui.tabs.explore import batch, view
+from app.ui.tabs.explore.spotlight import spotlight_html
 from app.ui.tabs.explore.controls import FORM_FIELDS, explore_controls
 from app.ui.tabs.explore.export import write_exports
 from app.ui.tabs.explore.view_export import write_view_html
@@ -46,6 +47,7 @@ class ExploreOutputs:
     budget: gr.Plot
     batch_box: gr.Column
     why: gr.HTML  # why Method A and B differ
+    spotlight: gr.HTML  # the two answers that show the disagreement (.spotlight)
     group: gr.Dropdown  # drill-down: which group the views show
     color_by: gr.Dropdown
     csv: gr.DownloadButton
@@ -56,7 +58,7 @@ class ExploreOutputs:
         return [
             self.notes, self.tokens, self.summary, self.scatter, self.distributions,
             self.positions, self.advantages, self.learn, self.overview, self.budget,
-            self.batch_box, self.why,
+            self.batch_box, self.why, self.spotlight,
         ]  # fmt: skip
 
 
@@ -82,6 +84,7 @@ def views(result: Any, a: str, b: str, color_by: str, group: Any) -> list[Any]:
         batch.budget_chart(result, (a, b)) if is_batch else None,
         gr.Column(visible=is_batch),
         v.why_html,
+        spotlight_html(result, (a, b)) if is_batch else "",
     ]
 
 
@@ -123,22 +126,18 @@ MARK_STALE = (
     " if (box) box.classList.add('stale'); }"
 )
 EXAMPLE_NOTE = (
-    "**Example** on the bundled model: {groups} prompts × {g} answers, one group with no "
-    "learning signal. Entropy spends **{wasted:.0%}** of its budget on zero-gradient tokens, "
-    "GMTS **{wasted_b:.0%}**: see **Why they differ**. Press **Analyze** to run your own."
+    "**Example** on the bundled model: {groups} prompts, {g} answers each. The two answers at "
+    "the top show where entropy and GMTS part ways; **Why they differ** counts every such "
+    "token. Below: one group at a time (**Drill into group**). Press **Analyze** to run your own."
 )
 
 
 def example_note(initial: Any) -> str:
-    """The line that introduces the arrival example."""
-    s = initial.get("summary") or {}
-    wasted = s.get("wasted_share") or {}
+    """The line that introduces the arrival example (the numbers are in the spotlight's
+    sentences, which are computed from the result)."""
     groups = batch.groups_of(initial)
     return EXAMPLE_NOTE.format(
-        groups=len(groups),
-        g=len(groups[0].get("answers", [])) if groups else 0,
-        wasted=float(wasted.get("entropy", 0.0)),
-        wasted_b=float(wasted.get("gmts", 0.0)),
+        groups=len(groups), g=len(groups[0].get("answers", [])) if groups else 0
     )
 
 
@@ -167,14 +166,26 @@ def _plots(initial: list[Any]) -> dict[str, gr.Plot]:
     return plots
 
 
-def _outputs_panel(initial: Any, color_by: gr.Dropdown) -> ExploreOutputs:
+def disagreement_row(first: list[Any]) -> tuple[gr.HTML, gr.HTML]:
+    """The spotlight and "Why they differ" side by side, above the form (after Analyze on a
+    phone, static/gmts.css), so the first screen shows the disagreement without a click."""
+    with gr.Row(equal_height=False, elem_id="disagreement-row"):
+        with gr.Column(scale=3, min_width=300):
+            spotlight = gr.HTML(first[12], elem_id="spotlight-view", js_on_load=None)
+        with gr.Column(scale=2, min_width=300):
+            why = gr.HTML(first[11], elem_id="why-differ-view")
+    return spotlight, why
+
+
+def _outputs_panel(
+    initial: Any, color_by: gr.Dropdown, first: list[Any], row: tuple[gr.HTML, gr.HTML]
+) -> ExploreOutputs:
     """Every output component, filled with the shipped example (``initial``) when there is one."""
-    first = initial_values(initial)
+    spotlight, why = row
     notes = gr.Markdown(first[0], elem_id="notes")
     is_batch = bool(initial) and "groups" in initial
     tokens = gr.HTML(first[1], elem_id="token-view", js_on_load=None)
     summary = gr.HTML(first[2], elem_id="summary-table")  # wraps on a phone (a table would not)
-    why = gr.HTML(first[11], elem_id="why-differ-view")
     with gr.Column(visible=is_batch, elem_id="batch-box") as batch_box:
         group = gr.Dropdown(
             batch.group_choices(initial),
@@ -216,17 +227,19 @@ def _outputs_panel(initial: Any, color_by: gr.Dropdown) -> ExploreOutputs:
     learn = gr.HTML(first[7], render=False, elem_id="learn-view", js_on_load=None)
     return ExploreOutputs(
         notes, tokens, summary, plots["scatter"], plots["distributions"], plots["positions"],
-        plots["advantages"], learn, overview, budget, batch_box, why, group, color_by,
+        plots["advantages"], learn, overview, budget, batch_box, why, spotlight, group, color_by,
         *downloads,
     )  # fmt: skip
 
 
 def build_explore_tab(ctx: UIContext) -> None:
     """Explore: the form, Analyze, the batch view and every output."""
+    first = initial_values(ctx.result.value)  # the shipped example
+    row = disagreement_row(first)
     controls = explore_controls(ctx)
     form, buttons = controls.form, controls.buttons
     with gr.Column(elem_id="explore-results"):  # marked out of date when a run fails
-        out = _outputs_panel(ctx.result.value, buttons.color_by)  # starts as the shipped example
+        out = _outputs_panel(ctx.result.value, buttons.color_by, first, row)
     ctx.group, ctx.learn_view = out.group, out.learn
     a, b, color_by = form["method_a"], form["method_b"], out.color_by
     new_outputs = [ctx.result, out.group, *out.view_list()]

@@ -22,8 +22,9 @@ def test_first_view_shows_the_disagreement() -> None:
     shipped = example.load_example()
     assert shipped is not None
     values = explore_tab.initial_values(shipped)
-    note, tokens, why = values[0], values[1], values[11]
-    assert "Entropy spends" in note and "%" in note and "Why they differ" in note
+    note, tokens, why, spot = values[0], values[1], values[11], values[12]
+    assert "Why they differ" in note
+    assert "entropy spends" in spot and "% of its picks here" in spot
     assert "Why they differ: entropy vs gmts" in why and 'data-reason="zero_advantage"' in why
     only = re.findall(r'class="tok[^"]*\bmark-[ab]\b', tokens)
     assert only, "the first group shows tokens selected by one method only"
