@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from html import escape
+
 from app.palette import css_vars
 from app.ui.render import Json, groups_of, render_answer, score_range
 
@@ -213,4 +214,3 @@ def spotlight_html(result: Json | None, methods: tuple[str, str]) -> str:
     if not cards:
         return ""
     return f'<section class="spotlight" id="spotlight">{"".join(cards)}</section>'
-

@@ -21,9 +21,9 @@ from app.ui import choices, status
 from app.ui.charts import summary_html
 from app.ui.context import Tab, UIContext, call
 from app.ui.tabs.explore import batch, view
-from app.ui.tabs.explore.spotlight import spotlight_html
 from app.ui.tabs.explore.controls import FORM_FIELDS, explore_controls
 from app.ui.tabs.explore.export import write_exports
+from app.ui.tabs.explore.spotlight import spotlight_html
 from app.ui.tabs.explore.view_export import write_view_html
 
 
