@@ -118,6 +118,8 @@ def paired_cell(row: dict[str, Any]) -> str:
     """The paired difference to the reference method and its verdict."""
     if row["paired_difference"] is None:
         return "(reference)"
+    if row["within_noise"] is None:  # seeds only: no verdict
+        return f"{fmt_interval(row['paired_difference'], signed=True)} (seeds only)"
     verdict = "within noise" if row["within_noise"] else "differs"
     return f"{fmt_interval(row['paired_difference'], signed=True)} {verdict}"
 

@@ -202,7 +202,8 @@ class CompareResult:
         intervals of the paired bootstrap over seeds and held-out problems;
         ``paired_difference`` is the method's final accuracy minus the reference method's on
         the same seeds and problems, with its interval; ``within_noise`` says that interval
-        contains 0 (the two cannot be told apart), ``conclusion`` says it in one sentence.
+        contains 0 (the two cannot be told apart; None without per-problem scores, where the
+        seeds' spread alone is too narrow to judge), ``conclusion`` says it in one sentence.
         """
         stats = self.statistics()
         out = []
@@ -218,7 +219,10 @@ class CompareResult:
                     "gain": row.gain.as_dict(),
                     "reference": stats.reference,
                     "paired_difference": None if paired is None else paired.as_dict(),
-                    "within_noise": None if paired is None else not paired.excludes_zero(),
+                    # no verdict from seeds alone (a file without per-problem scores)
+                    "within_noise": None
+                    if paired is None or not stats.per_problem
+                    else not paired.excludes_zero(),
                     "seeds_to_separate": row.seeds_to_separate,
                     "conclusion": None if paired is None else conclusion(stats, m),
                     "interval_over": "seeds and problems" if stats.per_problem else "seeds",

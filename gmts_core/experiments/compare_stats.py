@@ -120,15 +120,19 @@ def conclusion(stats: CompareStatistics, method: str) -> str:
     head = f"{method} \u2212 {stats.reference}: {_points(d.mean)} points"
     head += f" [{_points(d.ci_low)}, {_points(d.ci_high)}]"
     seeds = f"{stats.num_seeds} seed{'s' if stats.num_seeds != 1 else ''}"
-    size = f"{seeds} \u00d7 {stats.num_problems} problems" if stats.per_problem else seeds
-    basis = "" if stats.per_problem else " (no per-problem results in this file: seeds only)"
+    size = f"{seeds} \u00d7 {stats.num_problems} problems"
+    if not stats.per_problem:  # a few seeds' spread alone is far too narrow to call
+        return (
+            f"{head} over {seeds} only: this file has no per-problem scores, so the problems' "
+            "noise is not counted and no verdict is given (a new `gmts compare` keeps them)."
+        )
     if row.identical:
-        return f"{head}: the same score on every seed and problem, nothing to separate{basis}."
+        return f"{head}: the same score on every seed and problem, nothing to separate."
     if d.excludes_zero():
         better = method if d.mean > 0 else stats.reference
         return (
             f"{head}, separable with {size} (the {CONFIDENCE:.0%} interval excludes 0): "
-            f"{better} is better{basis}."
+            f"{better} is better."
         )
     effect = f"{abs(100 * d.mean):.1f} points"
     if stats.num_seeds < 2:
@@ -140,7 +144,7 @@ def conclusion(stats: CompareStatistics, method: str) -> str:
             f"; about {row.seeds_to_separate} seeds would separate {effect} "
             "(from this run's seed and problem variance)"
         )
-    return f"{head}, not separable with {size}{more}{basis}."
+    return f"{head}, not separable with {size}{more}."
 
 
 def conclusions(stats: CompareStatistics) -> list[str]:

@@ -120,15 +120,13 @@ def _hand_result(
     return CompareResult(config, "hand", runs, 0.5, 0.0, start)
 
 
-def test_paired_differences_against_entropy_seeds_only() -> None:
-    # A file without per-problem scores: the bootstrap is over seeds only. gmts beats entropy
-    # by 0.05 on every seed although both spread widely across seeds: the paired interval
-    # excludes 0; random's differences straddle 0
+def test_a_file_without_per_problem_scores_gets_seed_intervals_and_no_verdict() -> None:
+    # gmts beats entropy by 0.05 on every seed: the seeds-only interval is narrow, but seeds
+    # alone do not count the problems' noise, so no verdict is given
     result = _hand_result(
         {
             "gmts": [0.55, 0.65, 0.75, 0.60, 0.70],
             "entropy": [0.50, 0.60, 0.70, 0.55, 0.65],
-            "random": [0.52, 0.58, 0.71, 0.56, 0.64],
         }
     )
     rows = {r["method"]: r for r in result.table()}
@@ -137,12 +135,27 @@ def test_paired_differences_against_entropy_seeds_only() -> None:
     assert gm["reference"] == "entropy" and gm["interval_over"] == "seeds"
     assert gm["paired_difference"]["mean"] == pytest.approx(0.05)
     assert gm["paired_difference"]["ci_low"] == pytest.approx(0.05)  # the same on every seed
-    assert gm["within_noise"] is False
+    assert gm["within_noise"] is None and "no verdict" in gm["conclusion"]
+    json.dumps(result.to_dict(), allow_nan=False)
+
+
+def test_paired_differences_against_entropy() -> None:
+    # entropy's seeds spread widely (0.2 .. 0.8); gmts gets right 2 of the 10 problems entropy
+    # gets wrong on every seed: the paired interval excludes 0 although the unpaired overlap.
+    # random differs from entropy on a problem or two either way: within noise
+    entropy = [[1.0] * k + [0.0] * (10 - k) for k in (2, 5, 8)]
+    gmts = [row[:k] + [1.0, 1.0] + row[k + 2 :] for row, k in zip(entropy, (2, 5, 8), strict=True)]
+    random = [[0.0] + entropy[0][1:], entropy[1][:5] + [1.0] + entropy[1][6:], entropy[2]]
+    per_problem = {"gmts": gmts, "entropy": entropy, "random": random}
+    finals = {m: [statistics.fmean(p) for p in v] for m, v in per_problem.items()}
+    rows = {r["method"]: r for r in _hand_result(finals, per_problem).table()}
+    gm = rows["gmts"]
+    assert gm["paired_difference"]["mean"] == pytest.approx(0.2)
+    assert gm["within_noise"] is False and "separable with 3 seeds" in gm["conclusion"]
     ent_iv, gm_iv = rows["entropy"]["final_accuracy"], gm["final_accuracy"]
     assert ent_iv["ci_high"] > gm_iv["ci_low"]  # unpaired intervals overlap nonetheless
     assert rows["random"]["within_noise"] is True
-    assert "seeds only" in gm["conclusion"] and "separable with 5 seeds" in gm["conclusion"]
-    json.dumps(result.to_dict(), allow_nan=False)
+    assert "not separable with 3 seeds" in rows["random"]["conclusion"]
 
 
 def test_two_seeds_keep_every_accuracy_interval_in_unit_range() -> None:

@@ -62,6 +62,18 @@ def test_compare_view_has_table_and_bands_per_method(compare_json: dict[str, Any
     assert list(acc.data[1].x) == [0, 1, 2]  # evaluated every step
 
 
+def test_table_wasted_share_is_what_the_chart_draws(compare_json: dict[str, Any]) -> None:
+    result = result_from_dict(compare_json)
+    summary, table, _acc, wasted, *_ = compare.compare_view(result)
+    for method, cell in zip(table["method"], table[TABLE_HEADER[-1]], strict=True):
+        line = [t for t in wasted.data if t.name == method][0]
+        ys = list(line.y)
+        peak = max(range(len(ys)), key=ys.__getitem__)
+        assert cell == f"{sum(ys) / len(ys):.2f} (peak {ys[peak]:.2f} at step {line.x[peak]})"
+    assert all(sentence in summary for sentence in result.conclusions())
+    assert "bootstrap over seeds and held-out problems" in summary
+
+
 def test_downloads_are_the_json_and_a_self_contained_page(compare_json: dict[str, Any]) -> None:
     json_path, html_path = compare.write_downloads(result_from_dict(compare_json))
     assert json.loads(json_path.read_text()) == compare_json

@@ -1,0 +1,79 @@
+"""The paired bootstrap over seeds and problems against a plain loop, its intervals, and the
+variance components behind the seeds estimate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gmts_core.experiments.bootstrap import (
+    Z_95,
+    bootstrap_means,
+    draw_resamples,
+    percentile_interval,
+    seeds_to_separate,
+    variance_components,
+)
+
+
+def naive_bootstrap_means(values: np.ndarray, seeds: np.ndarray, problems: np.ndarray) -> list:
+    """Replicate by replicate: copy the drawn seeds, then the drawn problems, and average."""
+    out = []
+    for m in range(values.shape[0]):
+        row = []
+        for b in range(seeds.shape[0]):
+            cells = [values[m, s, p] for s in seeds[b] for p in problems[b]]
+            row.append(sum(cells) / len(cells))
+        out.append(row)
+    return out
+
+
+@pytest.mark.parametrize(("methods", "seeds", "problems"), [(1, 1, 1), (2, 3, 5), (3, 2, 7)])
+def test_bootstrap_means_match_the_naive_loop(methods: int, seeds: int, problems: int) -> None:
+    rng = np.random.default_rng(methods * 100 + seeds * 10 + problems)
+    values = rng.integers(0, 2, size=(methods, seeds, problems)).astype(np.float64)
+    draws = draw_resamples(seeds, problems, replicates=50, seed=3)
+    assert draws.seeds.shape == (50, seeds) and draws.problems.shape == (50, problems)
+    fast = bootstrap_means(values, draws)
+    np.testing.assert_allclose(fast, naive_bootstrap_means(values, draws.seeds, draws.problems))
+
+
+def test_draws_are_seeded_and_intervals_are_percentiles() -> None:
+    a, b = draw_resamples(3, 8, 20, seed=5), draw_resamples(3, 8, 20, seed=5)
+    assert np.array_equal(a.seeds, b.seeds) and np.array_equal(a.problems, b.problems)
+    reps = np.arange(101, dtype=np.float64)  # 0 .. 100
+    assert percentile_interval(reps, 0.95) == pytest.approx((2.5, 97.5))
+
+
+def test_means_of_proportions_stay_in_unit_range() -> None:
+    rng = np.random.default_rng(0)
+    values = rng.integers(0, 2, size=(2, 2, 10)).astype(np.float64)
+    means = bootstrap_means(values, draw_resamples(2, 10, 500))
+    assert means.min() >= 0.0 and means.max() <= 1.0 + 1e-12
+
+
+def test_variance_components_recover_a_two_way_layout() -> None:
+    # d_sp = seed effect + problem effect exactly (no residual): ANOVA splits it back
+    seed = np.array([0.0, 0.2, -0.2, 0.1])
+    problem = np.array([0.3, -0.1, 0.0, 0.2, -0.4])
+    table = seed[:, None] + problem[None, :]
+    c = variance_components(table)
+    assert c.residual == pytest.approx(0.0, abs=1e-15)
+    assert c.seed == pytest.approx(seed.var(ddof=1))
+    assert c.problem == pytest.approx(problem.var(ddof=1))
+    assert variance_components(table[:1]).seed is None  # one seed: unknown
+    single = variance_components(table[:, :1])  # one value per seed (no per-problem scores)
+    assert single.seed == pytest.approx(seed.var(ddof=1)) and single.problem == 0.0
+
+
+def test_seeds_to_separate_is_the_smallest_count_whose_half_width_fits() -> None:
+    rng = np.random.default_rng(1)
+    table = rng.normal(0.02, 0.1, size=(3, 40)) + rng.normal(0, 0.05, size=(3, 1))
+    c = variance_components(table)
+    n = seeds_to_separate(0.02, c)
+    assert n is not None
+    half = lambda s: Z_95 * c.variance_of_mean(s) ** 0.5  # noqa: E731
+    assert half(n) < 0.02 and (n == 1 or half(n - 1) >= 0.02)
+    assert seeds_to_separate(0.0, c) is None  # nothing to separate
+    # the problems' own noise alone is wider than the difference: no number of seeds helps
+    assert seeds_to_separate(Z_95 * (c.problem / c.num_problems) ** 0.5 * 0.9, c) is None
