@@ -254,6 +254,7 @@ def test_a_fifo_swapped_in_after_indexing_is_refused_at_once(
     shutil.copytree(DATA / "trl", root / run)
     runs = listing(server)
     assert runs[run]["readable"]
+    assert get(server, f"/v1/runs/{run}").status_code == 200  # its index: the latest opened
     step = root / run / "completions" / "completions_00001.parquet"
     step.unlink()
     if target == "direct":
@@ -387,3 +388,28 @@ def test_the_server_starts_with_the_ui_on_over_a_hostile_root(
         body = httpx.get(live.url + "/v1/runs", timeout=60).json()
         states = {r["state"] for r in body["runs"]}
         assert states <= {"ready", "indexing", "unreadable"}
+
+
+def test_a_listing_answers_at_once_while_big_runs_are_indexed(tmp_path: Path) -> None:
+    """Four 20 MB JSONL runs (their index is a pass over every line): the first listing,
+    told not to wait, answers with them ``indexing``; one that waits for the index lists them
+    ready; the index is cached, so a third listing has nothing to wait for."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    line = (json.dumps({**LINE, "completions": [" 2" * 2_000, " 3"]}) + "\n").encode()
+    for i in range(4):
+        with (root / f"big{i}.jsonl").open("wb") as f:
+            for step in range(20_000_000 // len(line)):
+                f.write(line.replace(b'"step": 1', f'"step": {step}'.encode()))
+    settings = hostile_settings(tmp_path / "models", root, run_list_wait_s=0)
+    with LiveServer(create_app(settings)) as live:
+        first = get(live, "/v1/runs").json()["runs"]
+        assert {r["state"] for r in first} <= {"indexing", "ready"}
+        assert any(r["state"] == "indexing" for r in first)
+        runs = live.app.state.services.runs
+        runs.settings = runs.settings.model_copy(update={"run_list_wait_s": 300})
+        ready = get(live, "/v1/runs").json()["runs"]
+        assert [r["state"] for r in ready] == ["ready"] * 4, ready
+        runs.settings = runs.settings.model_copy(update={"run_list_wait_s": 0})
+        again = get(live, "/v1/runs").json()["runs"]
+        assert again == ready
