@@ -181,10 +181,12 @@ def gmts_entropy_score(x: SelectionInputs) -> torch.Tensor:
         "as the recipe's single mini-batch per step. Framework1's defaults: kl_beta 0.001 (a "
         "live RL session with this method and no beta given takes it), "
         "H at temperature 1 (here H at the analysis's temperature; set 1 to match), clip "
-        "0.2/0.28. The unselected tokens' advantage is zeroed; the KL term still covers every "
-        "token and the loss's denominators are unchanged. Not reproduced: Framework1 also "
-        "drops a kept token whose entropy is exactly 0 (its gradient is 0 to float32 "
-        "precision there)."
+        "0.2/0.28. The KL part is the paper's beta (pi_ref/pi_theta - 1) also where the "
+        "trainer's loss has another (TRL's use_bias_correction_kl: SelectionInputs."
+        "paper_kl_coef); gmts ranks by the loss's own. The unselected tokens' advantage is "
+        "zeroed; the KL term still covers every token and the loss's denominators are "
+        "unchanged. Not reproduced: Framework1 also drops a kept token whose entropy is "
+        "exactly 0 (its gradient is 0 to float32 precision there)."
     ),
 )
 def gmts_paper_score(x: SelectionInputs) -> torch.Tensor:
