@@ -74,6 +74,25 @@ def bootstrap_means(values: NDArray[np.float64], draws: Resamples) -> NDArray[np
     return np.einsum("mbs,bs->mb", by_seed, cs) / (s * p)
 
 
+def bootstrap_replicates(
+    values: NDArray[np.float64],
+    replicates: int = REPLICATES,
+    seed: int = BOOTSTRAP_SEED,
+    max_cells: int = 4_000_000,
+) -> NDArray[np.float64]:
+    """(M, B) replicate means of ``values`` (M, S, P), drawn in chunks of replicates so the draw
+    counts never hold more than about ``max_cells`` numbers (held-out sets can be large)."""
+    _, s, p = values.shape
+    rng = np.random.default_rng(seed)
+    chunk = max(1, min(replicates, max_cells // max(s, p)))
+    out = []
+    for first in range(0, replicates, chunk):
+        n = min(chunk, replicates - first)
+        draws = Resamples(rng.integers(0, s, size=(n, s)), rng.integers(0, p, size=(n, p)))
+        out.append(bootstrap_means(values, draws))
+    return np.concatenate(out, axis=1)
+
+
 def percentile_interval(
     replicates: NDArray[np.float64], confidence: float = 0.95
 ) -> tuple[float, float]:

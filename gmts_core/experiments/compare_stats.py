@@ -15,8 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gmts_core.experiments.bootstrap import (
-    bootstrap_means,
-    draw_resamples,
+    bootstrap_replicates,
     percentile_interval,
     seeds_to_separate,
     variance_components,
@@ -85,7 +84,7 @@ def compare_statistics(
     ref = finals[list(methods).index(reference)]  # (S, P)
     gains = finals - start[None, None, :]  # (M, S, P)
     diffs = finals - ref[None]  # (M, S, P)
-    means = bootstrap_means(np.concatenate([finals, gains, diffs]), draw_resamples(s, p))
+    means = bootstrap_replicates(np.concatenate([finals, gains, diffs]))  # (3M, B)
     rows = []
     for i, name in enumerate(methods):
         is_ref = name == reference

@@ -9,6 +9,7 @@ import pytest
 from gmts_core.experiments.bootstrap import (
     Z_95,
     bootstrap_means,
+    bootstrap_replicates,
     draw_resamples,
     percentile_interval,
     seeds_to_separate,
@@ -36,6 +37,18 @@ def test_bootstrap_means_match_the_naive_loop(methods: int, seeds: int, problems
     assert draws.seeds.shape == (50, seeds) and draws.problems.shape == (50, problems)
     fast = bootstrap_means(values, draws)
     np.testing.assert_allclose(fast, naive_bootstrap_means(values, draws.seeds, draws.problems))
+
+
+def test_chunked_replicates_are_the_draws_of_one_generator() -> None:
+    rng = np.random.default_rng(7)
+    values = rng.integers(0, 2, size=(2, 3, 6)).astype(np.float64)
+    whole = bootstrap_replicates(values, replicates=40, seed=2)
+    assert np.array_equal(whole, bootstrap_means(values, draw_resamples(3, 6, 40, seed=2)))
+    chunked = bootstrap_replicates(values, replicates=40, seed=2, max_cells=6 * 7)  # 7 a chunk
+    assert chunked.shape == (2, 40) and np.array_equal(
+        chunked, bootstrap_replicates(values, replicates=40, seed=2, max_cells=6 * 7)
+    )
+    assert abs(chunked.mean() - values.mean()) < 0.1  # centred on the data's mean
 
 
 def test_draws_are_seeded_and_intervals_are_percentiles() -> None:
