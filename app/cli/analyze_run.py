@@ -26,7 +26,7 @@ from app.cli.common import (
     services,
 )
 from app.services.errors import GMTSError
-from app.services.methods import DEFAULT_METHODS
+from app.services.methods import DEFAULT_METHODS, scope_for
 from app.services.run_analysis import (
     AnalysisConfig,
     RunAnalysisRequest,
@@ -67,7 +67,10 @@ def analyze_run_command(
         DEFAULT_METHODS
     ),
     ratio: RatioOpt = 0.2,
-    scope: Annotated[str, analysis_option("scope")] = "batch",
+    scope: Annotated[
+        str | None,
+        analysis_option("scope", note="Left out: a lone method's own (group for gmts_paper)."),
+    ] = None,
     advantage: AdvantageOpt = "grpo",
     aggregation: AggregationOpt = "token_mean",
     temperature: TemperatureOpt = 1.0,
@@ -86,6 +89,7 @@ def analyze_run_command(
     run_max_run_steps: LimitOpt = None,
 ) -> None:
     """Per-step report of a training run: rewards, zero-signal groups, coverage, waste."""
+    chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     req = RunAnalysisRequest(
         path=run,
         out=output,
@@ -94,9 +98,9 @@ def analyze_run_command(
         steps=steps,
         tokens=tokens,
         analysis=AnalysisConfig(
-            methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
+            methods=chosen,
             ratio=ratio,
-            scope=scope,
+            scope=scope_for(chosen, scope),
             advantage=advantage,
             loss_aggregation=aggregation,
             temperature=temperature,
