@@ -92,6 +92,18 @@ def test_bad_files_say_what_is_wrong(tmp_path: Path, compare_json: dict[str, Any
     bad.write_text(json.dumps(no_gmts))
     with pytest.raises(InvalidInputError, match="no runs of method 'gmts'"):
         load_compare_file(bad)
+    scores = json.loads(json.dumps(compare_json))
+    scores["runs"][0]["final_per_problem"] = [2.0] * 3  # not a score in [0, 1]
+    bad.write_text(json.dumps(scores))
+    with pytest.raises(InvalidInputError, match="per-problem scores in \\[0, 1\\]"):
+        load_compare_file(bad)
+    seeds = {
+        **compare_json,
+        "runs": [r for r in compare_json["runs"] if r != compare_json["runs"][-1]],
+    }
+    bad.write_text(json.dumps(seeds))
+    with pytest.raises(InvalidInputError, match="other seeds"):
+        load_compare_file(bad)
 
 
 def test_compare_form_makes_a_valid_config() -> None:
