@@ -78,6 +78,23 @@ class Settings(BaseSettings):
         "address is the client (for the per-client limits).",
     )
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Host names the server answers to (Host, and X-Forwarded-Host from a "
+        "trusted proxy); others get 400. Empty: the loopback names (127.0.0.1, localhost, ::1) "
+        "and GMTS_HOST when it names one interface; `*`: any.",
+    )
+    max_header_bytes: int = Field(
+        16_384, ge=1024, le=1_048_576, description="Request line and headers of one request."
+    )
+    max_headers: int = Field(100, ge=8, le=10_000, description="Headers of one request.")
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="A connection that has not sent a whole request head this long after it "
+        "opened (or after its last response) is closed.",
+    )
 
     # --- limits (per request) ---
     max_body_bytes: int = Field(1_000_000, ge=1)
@@ -204,7 +221,9 @@ class Settings(BaseSettings):
     # --- exact per-token gradients (POST /v1/gradcheck) ---
     gradcheck_max_parameters: int = Field(20_000_000, ge=1)  # larger models are refused (413)
 
-    @field_validator("model_roots", "run_roots", "cors_origins", "trusted_proxies", mode="before")
+    @field_validator(
+        "model_roots", "run_roots", "cors_origins", "trusted_proxies", "allowed_hosts", mode="before"
+    )
     @classmethod
     def _parse_list(cls, value: Any) -> Any:
         return _split_csv(value)
@@ -226,6 +245,16 @@ class Settings(BaseSettings):
                 raise ValueError("model_aliases: use JSON or name=path,name2=path2")
             return {k.strip(): v.strip() for k, v in pairs}
         return value
+
+    @property
+    def allowed_host_names(self) -> list[str]:
+        """GMTS_ALLOWED_HOSTS, or the loopback names plus GMTS_HOST (unless a wildcard bind)."""
+        if self.allowed_hosts:
+            return list(self.allowed_hosts)
+        names = ["127.0.0.1", "localhost", "::1"]
+        if self.host not in ("0.0.0.0", "::", "", *names):
+            names.append(self.host)
+        return names
 
     @property
     def api_key_value(self) -> str | None:
