@@ -13,6 +13,9 @@ from typing import Any
 
 import uvicorn
 
+from app.core.config import Settings
+from app.server_options import http_options
+
 CHROMIUM_PATH = "/usr/bin/chromium"  # Debian's chromium package; never a downloaded browser
 CHROMIUM_ARGS = (
     "--headless",
@@ -40,16 +43,14 @@ class LiveServer:
         self.port = port or free_port()
         self.start_timeout_s = start_timeout_s
         settings = getattr(getattr(app, "state", None), "settings", None)
-        trusted = list(getattr(settings, "trusted_proxies", None) or [])
         config = uvicorn.Config(
             app,
             host="127.0.0.1",
             port=self.port,
             log_level="warning",
             access_log=False,
-            # X-Forwarded-For only from the app's trusted proxies, as `gmts serve` does
-            proxy_headers=bool(trusted),
-            forwarded_allow_ips=trusted or None,
+            # bounded request heads, proxies left to the app: as `gmts serve` does
+            **http_options(settings if settings is not None else Settings()),
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

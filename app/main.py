@@ -22,6 +22,7 @@ from app.api.client_limits import (
 )
 from app.api.deps import reject_unknown_query, require_api_key
 from app.api.errors import install_error_handlers
+from app.api.hosts import RequestHeadMiddleware
 from app.api.limits import BodySizeLimitMiddleware
 from app.api.middleware import (
     ApiKeyMiddleware,
@@ -104,7 +105,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 
 
 def _add_middleware(app: FastAPI, settings: Settings) -> None:
-    """Outermost first: request id -> CORS -> OPTIONS -> wrong-key limit -> API key -> login
+    """Outermost first: request head (hosts, proxies, header count) -> request id -> CORS -> OPTIONS -> wrong-key limit -> API key -> login
     limit -> UI upload limits -> body size (+ duplicate keys, disconnect) -> app."""
     app.add_middleware(
         BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes, exempt_prefixes=(UI_PATH,)
@@ -128,7 +129,9 @@ def _add_middleware(app: FastAPI, settings: Settings) -> None:
             LoginRateLimitMiddleware, per_minute=settings.login_attempts_per_minute, prefix=UI_PATH
         )
         app.add_middleware(ApiKeyMiddleware, api_key=key)
-        app.add_middleware(KeyFailureLimitMiddleware, per_minute=settings.key_failures_per_minute)
+        app.add_middleware(
+            KeyFailureLimitMiddleware, per_minute=settings.key_failures_per_minute, api_key=key
+        )
     app.add_middleware(OptionsMiddleware, skip_prefixes=(UI_PATH,))
     if settings.cors_origins:  # closed unless configured
         app.add_middleware(
@@ -139,6 +142,12 @@ def _add_middleware(app: FastAPI, settings: Settings) -> None:
             expose_headers=["X-Request-ID"],
         )
     app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(  # outermost: before anything reads a header or the client address
+        RequestHeadMiddleware,
+        allowed_hosts=settings.allowed_host_names,
+        trusted_proxies=settings.trusted_proxies,
+        max_headers=settings.max_headers,
+    )
     install_request_id_logging()
     if settings.api_key is None and settings.host not in ("127.0.0.1", "localhost", "::1"):
         logger.warning("serving on %s without GMTS_API_KEY: /v1 is open", settings.host)

@@ -7,7 +7,7 @@ uvicorn; with none, the header is ignored), so rotating the header gives no fres
 - :class:`FailureWindow`: failures per client in a sliding minute; a client at the limit is
   locked until its oldest failure is a minute old. Other clients are never affected.
 - :class:`KeyFailureLimitMiddleware`: a ``/v1`` client that sent ``per_minute`` wrong keys gets
-  429 + ``Retry-After`` (before its key is checked, so guessing is bounded).
+  429 + ``Retry-After`` for any other wrong key; a request with the right key always passes.
 - :class:`LoginRateLimitMiddleware`: the same for the UI's login form.
 - :class:`UploadLimitMiddleware`: the UI's file uploads (``{prefix}/gradio_api/upload``): at
   most ``per_window`` per client in ``window_s`` (429 beyond) and ``max_bytes`` each (413).
@@ -15,6 +15,7 @@ uvicorn; with none, the header is ignored), so rotating the header gives no fres
 
 from __future__ import annotations
 
+import hmac
 import time
 from collections.abc import Callable
 from typing import Any
@@ -94,13 +95,17 @@ class _FailureLimit:
     def failed(self, status: int) -> bool:
         raise NotImplementedError
 
+    def exempt(self, scope: Scope) -> bool:
+        """Whether a locked client's request passes anyway."""
+        return False
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.watches(scope):
             await self.app(scope, receive, send)
             return
         client = client_address(scope)
         wait = self.window.retry_after(client)
-        if wait is not None:
+        if wait is not None and not self.exempt(scope):
             message = f"too many {self.what} from this address ({self.setting})"
             await _too_many(send, wait, message)
             return
@@ -121,10 +126,25 @@ class KeyFailureLimitMiddleware(_FailureLimit):
     setting = "GMTS_KEY_FAILURES_PER_MINUTE"
 
     def __init__(
-        self, app: ASGIApp, per_minute: int, prefix: str = "/v1", clock: Any = None
+        self,
+        app: ASGIApp,
+        per_minute: int,
+        prefix: str = "/v1",
+        clock: Any = None,
+        api_key: str | None = None,
     ) -> None:
         super().__init__(app, per_minute, clock)
         self.prefix = prefix
+        self.expected = api_key.encode() if api_key is not None else None
+
+    def exempt(self, scope: Scope) -> bool:
+        # the lock is for wrong keys: whoever shares a locked address with a guesser (a NAT, a
+        # proxy) and holds the right key still gets in (compared in constant time)
+        if self.expected is None:
+            return False
+        auth = next((v for k, v in scope.get("headers", []) if k == b"authorization"), b"")
+        scheme, _, given = auth.partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.expected)
 
     def watches(self, scope: Scope) -> bool:
         path = scope.get("path", "")

@@ -11,6 +11,7 @@ import typer
 
 from app.cli._app import cli
 from app.core.config import Settings
+from app.server_options import http_options
 
 logger = logging.getLogger(__name__)
 
@@ -58,13 +59,6 @@ def log_config(level: str) -> dict[str, Any]:
     }
 
 
-def proxy_options(settings: Settings) -> dict[str, Any]:
-    """uvicorn's X-Forwarded-For handling: only from GMTS_TRUSTED_PROXIES (uvicorn's own
-    default trusts 127.0.0.1, which would let any local client pose as any address)."""
-    trusted = settings.trusted_proxies
-    return {"proxy_headers": bool(trusted), "forwarded_allow_ips": trusted or None}
-
-
 def make_server(app: Any, settings: Settings) -> Any:
     """A uvicorn server with bounded, graceful shutdown (``GMTS_SHUTDOWN_GRACE_S``).
 
@@ -85,7 +79,7 @@ def make_server(app: Any, settings: Settings) -> Any:
         log_config=log_config(settings.log_level),
         # a float works (asyncio.wait_for)
         timeout_graceful_shutdown=grace + WATCHDOG_MARGIN_S / 2,  # type: ignore[arg-type]
-        **proxy_options(settings),
+        **http_options(settings),
     )
     services = getattr(getattr(app, "state", None), "services", None)
 

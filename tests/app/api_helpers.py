@@ -35,6 +35,8 @@ def make_settings(root: Path, **overrides: Any) -> Settings:
         trust_remote_code=False,
         ui_enabled=False,
         session_state_dir=None,  # in memory unless a test asks for a state folder
+        # TestClient's host, besides the loopback names a live server is reached by
+        allowed_hosts=["127.0.0.1", "localhost", "::1", "testserver"],
     )
     values.update(overrides)
     return Settings(**values)
