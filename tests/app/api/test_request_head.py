@@ -60,7 +60,7 @@ def test_too_many_headers_and_too_large_a_head_are_refused(ui_server: LiveServer
 
 
 def test_an_unfinished_head_is_closed(model_root: Path) -> None:
-    app = create_app(make_settings(model_root, header_timeout_s=0.5))
+    app = create_app(make_settings(model_root, header_timeout_s=1))
     with LiveServer(app) as live, socket.create_connection(("127.0.0.1", live.port)) as s:
         s.settimeout(60)  # far above the limit: only a server that never closes fails
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
