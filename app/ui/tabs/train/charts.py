@@ -10,6 +10,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from app.palette import method_color
+from app.services.train_gain import evaluation_gain
 from app.ui.charts import LAYOUT
 from app.ui.render import Json
 from app.ui.tabs.train import earlier_runs as train_runs
@@ -86,11 +87,50 @@ def reward_figure(
             marker=dict(color=color, size=5, opacity=0.3),
         )
     )
+    add_baseline_and_gain(fig, evaluations, color, _last_step(history, evaluations))
     train_runs.add_overlays(fig, list(earlier))
     values = [v for t in fig.data for v in t.y if v is not None]
     if all(0.0 <= v <= 1.0 for v in values):  # 0/1 rewards and accuracies: a fixed scale
         fig.update_yaxes(range=[-0.03, 1.03])
     return fig
+
+
+def gain_label(evaluations: Sequence[Json]) -> str | None:
+    """ "gain +12.5 points [+6.0, +19.0]" from the first to the last evaluation, paired over
+    their problems (``app.services.train_gain``); None without two
+    evaluations of the same problems."""
+    g = evaluation_gain(evaluations)
+    if g is None:
+        return None
+    return (
+        f"gain {100 * g.gain:+.1f} points [{100 * g.low:+.1f}, {100 * g.high:+.1f}] "
+        f"(95%, paired over {g.num_problems} problems)"
+    )
+
+
+def add_baseline_and_gain(
+    fig: go.Figure, evaluations: Sequence[Json], color: str, last_step: int
+) -> None:
+    """The starting held-out accuracy as a dashed line across the run, and the gain since the
+    start with its paired interval as a label by the last point."""
+    if not evaluations or evaluations[0].get("accuracy") is None:
+        return
+    start = evaluations[0]["accuracy"]
+    fig.add_trace(
+        go.Scatter(
+            x=[0, last_step], y=[start, start], mode="lines",
+            name=f"start: held-out accuracy {start:.3f}",
+            line=dict(color="#555555", dash="dash", width=1.5), hoverinfo="name",
+        )
+    )  # fmt: skip
+    label = gain_label(evaluations)
+    if label is not None:
+        last = evaluations[-1]
+        fig.add_annotation(
+            x=last["step"], y=last["accuracy"], text=label, showarrow=True, arrowhead=2,
+            ax=0, ay=-36, xanchor="right", bgcolor="rgba(255,255,255,0.85)",
+            bordercolor=color, font=dict(size=12), name="gain",
+        )  # fmt: skip
 
 
 def loss_figure(history: list[Json]) -> go.Figure:

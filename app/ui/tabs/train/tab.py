@@ -15,6 +15,7 @@ from app.ui.choices import method_choices
 from app.ui.context import Tab, UIContext, call
 from app.ui.limited import limit_slider
 from app.ui.render import Json, placeholder
+from app.ui.tabs.train import earlier_runs as train_runs
 from app.ui.tabs.train.view import (
     DELTA_LOGP_NOTE,
     HISTORY_HEADERS,
@@ -26,6 +27,11 @@ from app.ui.tabs.train.view import (
 )
 
 FORM_FIELDS = [name for name in asdict(TrainForm())]
+LR_CONTROL_MAX = train_runs.LR_CONTROL_MAX
+LR_INFO = (
+    f"{TrainForm.learning_rate:g} learns on the demo model; above {train_runs.SANE_LR[1]:g} "
+    f"the status warns (held-out accuracy falls); at most {LR_CONTROL_MAX:g}"
+)
 
 
 def help_of(knob: str) -> str:
@@ -55,9 +61,11 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
             0.05, 1.0, d.ratio, step=0.05, label="Ratio", info=help_of("ratio"),
             elem_id="train-ratio",
         )  # fmt: skip
+        # the control's range stops where the demo model's held-out accuracy still holds
+        # (docs/live-rl.md); above train_runs.SANE_LR's top the status warns before the run
         c["learning_rate"] = gr.Number(
-            d.learning_rate, label="Learning rate", minimum=0, maximum=1, step=1e-5,
-            elem_id="train-lr", info="1.5e-4 learns on the demo model; above 1e-3 it collapses",
+            d.learning_rate, label="Learning rate", minimum=0, maximum=LR_CONTROL_MAX,
+            step=1e-5, elem_id="train-lr", info=LR_INFO,
         )  # fmt: skip
     with gr.Row():
         c["group_size"] = gr.Slider(2, 16, d.group_size, step=1, label="Group size G",
@@ -117,9 +125,11 @@ def build_train_tab(ctx: UIContext) -> None:
     gr.Markdown(
         "Live GRPO on **your own copy** of the model (the base model is never changed). Each "
         "step samples G answers for demo-task prompts, rewards them, and trains on the tokens "
-        "the method selects. The defaults (16 prompts × G = 8, lr 1.5e-4, 2 updates per batch, "
+        "the method selects. The defaults (32 prompts × G = 8, lr 1.5e-4, 1 update per batch, "
         "5 warm-up steps) raise held-out accuracy within one run of 20 steps: the chart's "
-        "points are held-out accuracy on 64 fixed problems every 5 steps; the line is the "
+        "points are held-out accuracy on 200 fixed problems every 5 steps, the dashed line "
+        "the accuracy at the start, and the label the gain with its 95% interval (paired over "
+        "the same problems); the line is the "
         "training reward's 5-step moving average over its faint raw points. Same seed, same "
         "batches: switch the method (or press Reset) and the run so far stays on the chart, "
         "faded, for comparison."
@@ -141,7 +151,8 @@ def build_train_tab(ctx: UIContext) -> None:
             # mid-run only what moves is sent (TrainView.values); the rest stays as shown
             yield [gr.skip() if v is SKIP else v for v in view.values()]
 
-    run_btn.click(run, [session, earlier, *form.values()], outputs)
+    # the progress overlay sits on the status line only: the charts stay visible and move
+    run_btn.click(run, [session, earlier, *form.values()], outputs, show_progress_on=[outputs[1]])
     reset_btn.click(
         lambda sid, runs: call(lambda: reset_session(ctx.backend, sid, runs or [])).values(),
         [session, earlier],

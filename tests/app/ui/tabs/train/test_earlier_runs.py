@@ -50,7 +50,7 @@ def test_overlays_are_faded_in_the_methods_colour() -> None:
 def test_warnings_in_plain_words() -> None:
     assert train_runs.warnings(1.5e-4, info("gmts", [0.45, 0.52])) == []
     high = train_runs.warnings(1.0, None)
-    assert len(high) == 1 and "above 0.001" in high[0]
+    assert len(high) == 1 and "above 0.0002" in high[0]
     assert "below" in train_runs.warnings(1e-8, None)[0]
     collapsed = train_runs.warnings(1.5e-4, info("gmts", [0.45, 0.0]))
     assert len(collapsed) == 1 and "collapsed: 0.45 → 0.00" in collapsed[0]
@@ -60,8 +60,11 @@ def test_warnings_in_plain_words() -> None:
 def test_tab_defaults_are_the_small_batch_recipe() -> None:
     form = train.TrainForm()
     knobs = form.knobs()
-    assert (form.prompts_per_step, form.group_size, form.steps) == (16, 8, 20)
-    assert knobs["learning_rate"] == 1.5e-4 and knobs["inner_steps"] == 2
+    assert (form.prompts_per_step, form.group_size, form.steps) == (32, 8, 20)
+    assert knobs["learning_rate"] == 1.5e-4 and knobs["inner_steps"] == 1
+    assert form.eval_problems == 200  # the gain's paired interval needs enough problems
+    lo, hi = train_runs.SANE_LR
+    assert lo <= form.learning_rate <= hi <= train_runs.LR_CONTROL_MAX
     assert knobs["warmup_steps"] == 5
 
 

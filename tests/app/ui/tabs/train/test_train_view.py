@@ -15,6 +15,7 @@ from app.main import create_app
 from app.schemas.sessions import SessionCreateRequest, SessionStepRequest
 from app.services.bodies import as_json, step_metrics_out
 from app.services.errors import SessionNotFoundError
+from app.services.train_gain import evaluation_gain
 from app.ui.client import BackendError, LocalBackend, RemoteBackend
 from app.ui.tabs.train import changes as render_changes
 from app.ui.tabs.train import charts as train_charts
@@ -44,7 +45,8 @@ EVALS = [{"step": 0, "accuracy": 0.3}, {"step": 3, "accuracy": 0.45}]
 
 def test_reward_figure_has_one_point_per_step_and_evaluation() -> None:
     fig = train_charts.reward_figure(HISTORY, EVALS)
-    accuracy, smooth, reward = fig.data
+    accuracy, smooth, reward, start = fig.data
+    assert list(start.y) == [0.3, 0.3]  # the starting accuracy as a line
     assert list(reward.x) == [1, 2, 3] and list(reward.y) == [0.25, 0.5, 0.75]
     assert reward.error_y.array is None  # no +-std bars swamping the chart
     assert list(smooth.y) == pytest.approx([0.25, 0.375, 0.5])
@@ -103,9 +105,9 @@ def test_view_values_order_matches_the_outputs() -> None:
     earlier = [train_runs.snapshot(info, 1)]
     values = train.TrainView("s", info, earlier=earlier, learning_rate=0.01).values()
     sid, status, reward, loss, wasted, table, batch, runs = values
-    assert sid == "s" and "`s`" in status and "above 0.001" in status  # the lr warning
+    assert sid == "s" and "`s`" in status and "above 0.0002" in status  # the lr warning
     assert len(reward.data[2].x) == 3 and len(table) == 3
-    assert len(reward.data) == 5  # the current run's three traces, then the earlier one's two
+    assert len(reward.data) == 6  # the current run's three traces and start line, the earlier two
     assert "Run a step" in batch and runs == earlier
 
 
@@ -166,8 +168,9 @@ def backend(model_root: Path) -> Iterator[LocalBackend]:
 
 
 FORM = train.TrainForm(
-    model=TINY, group_size=4, prompts_per_step=1, max_new_tokens=6, steps=2, eval_problems=3
-)
+    model=TINY, group_size=4, prompts_per_step=1, max_new_tokens=6, steps=2, eval_problems=3,
+    inner_steps=2,  # two updates a step: the stage lines below count both
+)  # fmt: skip
 
 
 class Recorder:
@@ -283,3 +286,29 @@ def test_reward_chart_points_and_moving_average() -> None:
     assert smooth.mode == "lines" and smooth.y[-1] == pytest.approx(0.4)
     assert raw.mode == "markers" and raw.marker.opacity < 0.5
     assert all(getattr(t, "error_y", None) is None or t.error_y.array is None for t in fig.data)
+
+
+def test_reward_figure_draws_the_start_line_and_the_paired_gain() -> None:
+    before = [1.0] * 90 + [0.0] * 110
+    after = [1.0] * 115 + [0.0] * 85
+    evals = [
+        {"step": 0, "accuracy": 0.45, "per_problem": before},
+        {"step": 3, "accuracy": 0.575, "per_problem": after},
+    ]
+    fig = train_charts.reward_figure(HISTORY, evals)
+    start = [t for t in fig.data if t.name.startswith("start: held-out accuracy")]
+    assert len(start) == 1 and set(start[0].y) == {0.45}
+    assert min(start[0].x) == 0 and max(start[0].x) == 3  # across the whole run
+    (label,) = [a.text for a in fig.layout.annotations]
+    gain = evaluation_gain(evals)
+    assert gain is not None and gain.low > 0
+    assert label.startswith("gain +12.5 points")
+    assert f"[{100 * gain.low:+.1f}, {100 * gain.high:+.1f}]" in label and "200 problems" in label
+
+
+def test_no_gain_label_without_paired_problems() -> None:
+    fig = train_charts.reward_figure(HISTORY, EVALS)  # bodies without per_problem
+    assert not fig.layout.annotations
+    assert any(t.name.startswith("start: held-out accuracy 0.300") for t in fig.data)
+    one = train_charts.reward_figure(HISTORY, EVALS[:1])
+    assert not one.layout.annotations
