@@ -34,34 +34,48 @@ def bad_string(value: str) -> bool:
 
 def check_json(obj: Any, path: Path | str, line: int | None) -> Any:
     """``obj`` itself, refused if it nests deeper than :data:`MAX_JSON_DEPTH`, holds a string
-    (key or value) that is not valid Unicode, or an integer outside 64 bits. Iterative: a
-    deep value cannot exhaust the stack."""
-    stack: list[tuple[Any, str, int]] = [(obj, "", 0)]
+    (key or value) that is not valid Unicode, or an integer outside 64 bits. Iterative (a
+    deep value cannot exhaust the stack), and only containers are queued: a list of millions
+    of numbers costs one pass, no memory. A field's name is worked out only to report it."""
+    stack: list[tuple[Any, tuple[Any, ...], int]] = [(obj, (), 0)]
     while stack:
-        value, where, depth = stack.pop()
-        if isinstance(value, str):
-            if bad_string(value):
-                raise _bad(path, line, where, "holds a lone surrogate (not valid Unicode)")
-        elif isinstance(value, bool) or value is None or isinstance(value, float):
-            continue
-        elif isinstance(value, int):
-            if abs(value) > MAX_INT:
-                raise _bad(path, line, where, "is an integer out of range (outside 64 bits)")
-        elif isinstance(value, (dict, list)):
-            if depth >= MAX_JSON_DEPTH:
-                raise _bad(path, line, where, f"nests deeper than {MAX_JSON_DEPTH} levels")
-            if isinstance(value, dict):
-                for key, item in value.items():
-                    if bad_string(key):
-                        raise _bad(path, line, where, "has a key that is not valid Unicode")
-                    stack.append((item, f"{where}.{key}" if where else key, depth + 1))
-            else:
-                stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
+        container, where, depth = stack.pop()
+        if depth >= MAX_JSON_DEPTH:
+            raise _bad(path, line, where, f"nests deeper than {MAX_JSON_DEPTH} levels")
+        items = container.items() if isinstance(container, dict) else enumerate(container)
+        for key, value in items:
+            if isinstance(key, str) and bad_string(key):
+                raise _bad(path, line, where, "has a key that is not valid Unicode")
+            if isinstance(value, (dict, list)):
+                if value:
+                    stack.append((value, (*where, key), depth + 1))
+            elif isinstance(value, str):
+                if bad_string(value):
+                    raise _bad(
+                        path, line, (*where, key), "holds a lone surrogate (not valid Unicode)"
+                    )
+            elif (
+                isinstance(value, int)
+                and not isinstance(value, bool)
+                and not (-MAX_INT <= value <= MAX_INT)
+            ):
+                raise _bad(
+                    path, line, (*where, key), "is an integer out of range (outside 64 bits)"
+                )
     return obj
 
 
-def _bad(path: Path | str, line: int | None, where: str, what: str) -> RunFormatError:
-    return RunFormatError(path, line, f"field {where or '(the line)'!r} {what}")
+def _field(where: tuple[Any, ...]) -> str:
+    out = ""
+    for key in where:
+        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else str(key))
+    return out
+
+
+def _bad(path: Path | str, line: int | None, where: tuple[Any, ...], what: str) -> RunFormatError:
+    name = _field(where) or "(the line)"
+    name = name.encode("utf-8", "backslashreplace").decode("utf-8")  # a bad key, shown
+    return RunFormatError(path, line, f"field {name!r} {what}")
 
 
 def as_float(value: Any, what: str, path: Path | str, line: int | None) -> float:

@@ -50,6 +50,7 @@ logger = logging.getLogger(__name__)
 STARTUP_TIMEOUT_S = 60.0  # importing pyarrow on a busy 2-core machine
 POLL_S = 0.1  # how often a waiting caller looks at its cancel token
 REPLY_SLACK_BYTES = 1 << 20  # a reply's framing beyond the step's own bytes
+RETIRE_RSS_MB = 512  # a worker resident past this after a reading exits (memory given back)
 
 
 class RunWorkerLimitError(LimitExceededError):
@@ -283,7 +284,10 @@ class ReaderPool:
             finally:
                 self._count(request["op"], -1)
             with self._lock:
-                self._idle.append(worker)
+                if reply.pop("retire", False):  # it grew past RETIRE_RSS_MB: a fresh one next
+                    worker.kill()
+                else:
+                    self._idle.append(worker)
         finally:
             self._slots.release()
         if "error" in reply:
@@ -388,8 +392,21 @@ def main() -> None:
             where = request.get("path") or request.get("ref", [None, "a run file"])[1]
             message = f"{where}: cannot be read ({type(exc).__name__})"
             data = json.dumps({"error": {"code": "run_format", "message": message}}).encode()
+        retire = _rss_mb() > RETIRE_RSS_MB
+        if retire:  # a large file's heap is not given back: hand over to a fresh process
+            data = data[:-1] + b',"retire":true}' if data.endswith(b"}") else data
         out.write(data + b"\n")
         out.flush()
+        if retire:
+            return
+
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 if __name__ == "__main__":

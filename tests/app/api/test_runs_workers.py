@@ -93,7 +93,7 @@ def test_a_reading_whose_client_went_away_is_killed(tmp_path: Path, root: Path) 
         services = live.app.state.services
         jobs = services.jobs
         with socket.create_connection(("127.0.0.1", live.port), timeout=60) as sock:
-            sock.sendall(b"GET /v1/runs/slow/steps/1 HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /v1/runs/slow/steps/1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             readers = services.runs.readers
             with readers.changed:  # a worker is reading the step
                 assert readers.changed.wait_for(lambda: readers.reading.get("load") == 1, 60)
