@@ -36,6 +36,7 @@ from app.core.config import Settings
 from app.live_server import CHROMIUM_ARGS, CHROMIUM_PATH
 from app.main import create_app
 from app.services.container import build_services
+from app.services.train_gain import evaluation_gain
 from app.ui.client import LocalBackend
 from app.ui.tabs.train import view as train
 from app.ui.tabs.train.changes import render_batch_changes
@@ -108,6 +109,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
         "accuracy_before": round(before, 4),
         "accuracy_after": round(after, 4),
         "gain_points": round(100 * (after - before), 2),
+        "gain_interval_points": _interval(evals),
         "train_rewards": [round(h["reward_mean"], 3) for h in view.info["history"]],
         "seconds": round(wall, 1),
         "seconds_by_part": {k: round(v, 2) for k, v in timed.seconds.items()},
@@ -119,11 +121,23 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _interval(evals: list[Any]) -> list[float] | None:
+    """The gain's 95% paired interval in points, as the tab's label gives it."""
+    g = evaluation_gain(evals)
+    return None if g is None else [round(100 * g.low, 2), round(100 * g.high, 2)]
+
+
 # the held-out accuracy points the Train tab's reward chart draws (its first trace)
 ACCURACY_POINTS_JS = """() => {
     const d = document.querySelector('#train-reward-plot .js-plotly-plot');
     if (!d || !d.data || !d.data[0]) return [];
     return d.data[0].x.map((x, i) => [x, d.data[0].y[i]]);
+}"""
+# the chart's gain label (its one annotation)
+GAIN_LABEL_JS = """() => {
+    const d = document.querySelector('#train-reward-plot .js-plotly-plot');
+    const a = d && d.layout && d.layout.annotations;
+    return a && a.length ? a[0].text : null;
 }"""
 BROWSER_TIMEOUT_MS = 3_600_000
 
@@ -173,12 +187,14 @@ def browser_run(seed: int, args: argparse.Namespace) -> dict[str, Any]:
         page.wait_for_selector(f"#train-session:has-text('steps done {form.steps}')")
         wall = time.perf_counter() - start
         points = page.evaluate(ACCURACY_POINTS_JS)
+        label = page.evaluate(GAIN_LABEL_JS)
         browser.close()
     return {
         "seed": seed,
         "browser_seconds": round(wall, 1),
         "accuracy_points": [[int(x), round(float(y), 4)] for x, y in points],
         "gain_points": round(100 * (points[-1][1] - points[0][1]), 2),
+        "gain_label": label,
     }
 
 
@@ -210,7 +226,8 @@ def main() -> int:
         f"per batch, {form.warmup_steps} warm-up steps; {args.threads} threads",
         *(
             f"  seed {r['seed']}: held-out accuracy {r['accuracy_before']:.3f} -> "
-            f"{r['accuracy_after']:.3f} ({r['gain_points']:+.1f} points) in {r['seconds']} s "
+            f"{r['accuracy_after']:.3f} ({r['gain_points']:+.1f} points, 95% paired "
+            f"{r['gain_interval_points']}) in {r['seconds']} s "
             f"[{', '.join(f'{k} {v:.1f} s' for k, v in r['seconds_by_part'].items())}; "
             f"last batch HTML {r['batch_html_bytes_all'] / 1e3:.0f} kB all, "
             f"{r['batch_html_bytes_shown'] / 1e3:.0f} kB shown]"
