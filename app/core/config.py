@@ -142,6 +142,13 @@ class Settings(BaseSettings):
     session_ttl_s: float = Field(1800.0, gt=0, description="A session unused this long expires.")
     # beyond either cap, the least recently used idle session is evicted
     max_sessions: int = Field(64, ge=1)
+    max_sessions_per_client: int = Field(
+        8,
+        ge=1,
+        description="Sessions one client (its address, see GMTS_TRUSTED_PROXIES) may hold; "
+        "beyond, 429. Making room evicts the client's own idle sessions first, another "
+        "client's only when that one holds more.",
+    )
     session_memory_mb: float = Field(
         2048.0,
         gt=0,
