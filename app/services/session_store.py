@@ -18,6 +18,12 @@ A saved session whose files fail their checks (on start, or when it is restored)
 *quarantined*: its folder is moved to ``<state folder>/.quarantine/`` (kept for a look, never
 read again), the reason is logged, and the session's id answers "not found" with that reason.
 Entries of the state folder that are no session folder (no ``meta.json``) are left alone.
+
+Fair sharing: each session belongs to the client that created it (its ``owner``, saved with
+it). A client holds at most ``per_client`` sessions (``GMTS_MAX_SESSIONS_PER_CLIENT``; 429
+beyond), and making room for it evicts its own least recently used idle session first, another
+client's only when that client holds more sessions than this one will; so no client can push
+out the sessions of a client holding fewer.
 """
 
 from __future__ import annotations
@@ -33,7 +39,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from app.services.errors import LimitExceededError, SessionBusyError, SessionNotFoundError
+from app.services.errors import (
+    QueueFullError,
+    SessionBusyError,
+    SessionNotFoundError,
+)
 from gmts_core.config import RLConfig
 from gmts_core.experiments.session_state import (
     META,
@@ -51,6 +61,12 @@ logger = logging.getLogger(__name__)
 QUARANTINE = ".quarantine"  # inside the state folder: damaged sessions moved aside
 
 
+class SessionCapError(QueueFullError):
+    """A client holds its share of sessions, or the others' sessions fill the server (429)."""
+
+    code = "too_many_sessions"
+
+
 class SessionStore:
     """Thread-safe sessions with a time-to-live and a least-recently-used cap."""
 
@@ -62,8 +78,13 @@ class SessionStore:
         max_bytes: float | None = None,
         state_dir: Path | None = None,
         wall_clock: Callable[[], float] = time.time,
+        per_client: int | None = None,
+        retry_after_s: int = 5,
     ) -> None:
         self.ttl_s = ttl_s
+        self.per_client = per_client
+        self.retry_after_s = retry_after_s
+        self._owner: dict[str, str] = {}  # session id -> the client that created it
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
         self.state_dir = state_dir
@@ -88,6 +109,7 @@ class SessionStore:
         now = self._clock()
         for saved in found:
             self._dormant[saved.session_id] = saved
+            self._owner[saved.session_id] = str(saved.extra.get("owner", ""))
             self._last_used[saved.session_id] = now - max(wall_now - saved.saved_at, 0.0)
         while len(self._dormant) > self.max_sessions:
             oldest = next(iter(self._dormant))
@@ -157,7 +179,8 @@ class SessionStore:
             if session.id not in self._dormant:  # deleted or expired meanwhile
                 raise self._not_found_locked(session.id)
             session.last_used = self._last_used.get(session.id, self._clock())
-            self._make_room_locked(session.memory_bytes(), keep=session.id)
+            owner = self._owner.get(session.id, "")
+            self._make_room_locked(session.memory_bytes(), keep=session.id, owner=owner)
             self._dormant.pop(session.id, None)
             self._last_used.pop(session.id, None)
             self._sessions[session.id] = session
@@ -171,22 +194,58 @@ class SessionStore:
         config: RLConfig | None = None,
         policy: PolicySettings | None = None,
         seed: int = 0,
+        owner: str = "",
     ) -> Session:
-        """A new session with its own policy copy of ``base`` (made outside the store lock)."""
+        """A new session of client ``owner`` with its own policy copy of ``base`` (made outside
+        the store lock)."""
         config = config or RLConfig()
         config.validate()
         with self._lock:
             self._purge_locked()
-            self._make_room_locked()
+            self._check_share_locked(owner)
+            self._make_room_locked(owner=owner)
         now = self._clock()
         session = Session(
             secrets.token_urlsafe(12), TrainablePolicy(base, policy), config, seed, now, now
         )
         with self._lock:
-            self._make_room_locked(session.memory_bytes())
+            self._check_share_locked(owner)
+            self._make_room_locked(session.memory_bytes(), owner=owner)
             self._sessions[session.id] = session
+            self._owner[session.id] = owner
         logger.info("created session %s on %s (%s)", session.id, base.name, session.policy.kind)
         return session
+
+    def owner(self, session_id: str) -> str:
+        return self._owner.get(session_id, "")
+
+    def _held_locked(self, owner: str) -> int:
+        return sum(1 for sid in [*self._sessions, *self._dormant] if self._owner.get(sid) == owner)
+
+    def _check_share_locked(self, owner: str) -> None:
+        if self.per_client is not None and self._held_locked(owner) >= self.per_client:
+            raise SessionCapError(
+                f"this client holds {self.per_client} sessions, its limit "
+                "(GMTS_MAX_SESSIONS_PER_CLIENT); delete one (DELETE /v1/sessions/{id}) first",
+                self.retry_after_s,
+            )
+
+    def _evictable_locked(self, owner: str, keep: str | None) -> list[str]:
+        """The idle sessions a request of ``owner`` may evict, least recently used first: its
+        own if it has any, else those of clients holding more sessions than ``owner`` will."""
+        # (last use, loaded before dormant on a tie, LRU order of the loaded ones, id)
+        idle = [
+            (s.last_used, 0, i, sid)
+            for i, (sid, s) in enumerate(self._sessions.items())
+            if not s.lock.locked() and sid != keep
+        ]
+        idle += [(t, 1, 0, sid) for sid, t in self._last_used.items() if sid != keep]
+        idle.sort()
+        own = [sid for *_, sid in idle if self._owner.get(sid, "") == owner]
+        if own:
+            return own
+        mine = self._held_locked(owner) + 1
+        return [sid for *_, sid in idle if self._held_locked(self._owner.get(sid, "")) > mine]
 
     def _used_bytes_locked(self) -> int:
         return sum(s.memory_bytes() for s in self._sessions.values())
@@ -199,22 +258,24 @@ class SessionStore:
             return False
         return self._used_bytes_locked() + incoming > self.max_bytes
 
-    def _make_room_locked(self, incoming: int = 0, keep: str | None = None) -> None:
+    def _make_room_locked(
+        self, incoming: int = 0, keep: str | None = None, owner: str = ""
+    ) -> None:
         while self._full_locked(incoming, keep):
-            idle = [sid for sid, s in self._sessions.items() if not s.lock.locked()]
-            # the least recently used of the loaded idle sessions and the dormant ones
-            dormant = sorted((t, sid) for sid, t in self._last_used.items() if sid != keep)
-            if dormant and (not idle or dormant[0][0] < self._sessions[idle[0]].last_used):
-                idle = [dormant[0][1]]
-            if not idle:
-                raise LimitExceededError(
-                    f"all {len(self._sessions)} sessions are busy; try again shortly"
+            candidates = self._evictable_locked(owner, keep)
+            if not candidates:
+                raise SessionCapError(
+                    f"the server holds its {self.max_sessions} sessions (GMTS_MAX_SESSIONS), "
+                    "none of them this client's to replace; try again later",
+                    self.retry_after_s,
                 )
             mb = "" if self.max_bytes is None else f", {self.max_bytes / 2**20:g} MB"
-            self._forget_locked(idle[0], f"was evicted (at most {self.max_sessions} sessions{mb})")
+            victim = candidates[0]
+            self._forget_locked(victim, f"was evicted (at most {self.max_sessions} sessions{mb})")
             self.evicted += 1
 
     def _forget_locked(self, session_id: str, why: str) -> None:
+        self._owner.pop(session_id, None)
         self._sessions.pop(session_id, None)
         self._dormant.pop(session_id, None)
         self._last_used.pop(session_id, None)

@@ -100,6 +100,8 @@ class SessionService:
             clock=clock,
             max_bytes=settings.session_memory_mb * 2**20,
             state_dir=settings.session_state_dir,
+            per_client=settings.max_sessions_per_client,
+            retry_after_s=settings.retry_after_s,
         )
         self._running: dict[str, CancelToken] = {}  # session id -> its running step's token
         self._restore_lock = threading.Lock()
@@ -176,7 +178,8 @@ class SessionService:
             await self.jobs.run(lambda: self._restore(session_id))
 
     def _save(self, session: Session) -> None:
-        self.store.save(session, {"model": session.policy.base.name})
+        extra = {"model": session.policy.base.name, "owner": self.store.owner(session.id)}
+        self.store.save(session, extra)
 
     # --- the cores: checks, then the work, in the caller's thread ---
     # Blocking and heavy: the routes run them in the job line (the async entry points below),
@@ -187,9 +190,9 @@ class SessionService:
         self._check_config(self._initial_config(req), None)
         self.models.ensure_available(self.models.resolve(req.model))
 
-    def create(self, req: SessionCreateRequest) -> SessionOut:
-        """Check ``req`` against the limits, load the model and copy it into a new session
-        (saved at once); the body of a create request."""
+    def create(self, req: SessionCreateRequest, client: str = "") -> SessionOut:
+        """Check ``req`` against the limits, load the model and copy it into a new session of
+        ``client`` (saved at once); the body of a create request."""
         self._check_create(req)
         policy = PolicySettings(
             kind=req.policy or self.settings.session_policy,
@@ -198,7 +201,7 @@ class SessionService:
             seed=req.seed,
         )
         lm = self.models.load(self.models.resolve(req.model))
-        session = self.store.create(lm, self._initial_config(req), policy, req.seed)
+        session = self.store.create(lm, self._initial_config(req), policy, req.seed, client)
         self._save(session)
         return session_out(session)
 
@@ -282,9 +285,9 @@ class SessionService:
     # --- async entry points for the routes: a saved session is restored in a job slot of its
     # own, the cheap checks answer at once, then the core runs in the job line ---
 
-    async def create_queued(self, req: SessionCreateRequest) -> SessionOut:
+    async def create_queued(self, req: SessionCreateRequest, client: str = "") -> SessionOut:
         self._check_create(req)
-        return await self.jobs.run(lambda: self.create(req))
+        return await self.jobs.run(lambda: self.create(req, client))
 
     async def step_queued(self, session_id: str, req: SessionStepRequest) -> StepOut:
         await self._restored(session_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Path, Response
+from fastapi import APIRouter, Body, Path, Request, Response
 
 from app.api.deps import ServicesDep
 from app.api.rendering import json_response
@@ -31,10 +31,16 @@ SessionId = Annotated[str, Path(min_length=1, max_length=128, description="From 
     responses=error_responses(401, 404, 413, 422, 429, 503),
 )
 async def create_session(
-    services: ServicesDep, req: Annotated[SessionCreateRequest, Body()] | None = None
+    request: Request,
+    services: ServicesDep,
+    req: Annotated[SessionCreateRequest, Body()] | None = None,
 ) -> SessionOut:
-    """Returns `session_id`, the settings and an empty history. The base model is never changed."""
-    return await services.sessions.create_queued(req or SessionCreateRequest())
+    """Returns `session_id`, the settings and an empty history. The base model is never changed.
+    A client (its address) holds at most `GMTS_MAX_SESSIONS_PER_CLIENT` sessions (429 beyond)."""
+    # the client is the connection's address (a trusted proxy's X-Forwarded-For): one server
+    # key is shared by all its users, so the key names no one
+    client = request.client.host if request.client else ""
+    return await services.sessions.create_queued(req or SessionCreateRequest(), client)
 
 
 @router.post(

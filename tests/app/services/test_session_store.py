@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from app.services.errors import LimitExceededError, SessionBusyError, SessionNotFoundError
-from app.services.session_store import SessionStore
+from app.services.session_store import SessionCapError, SessionStore
 from gmts_core.config import RLConfig
 from gmts_core.grpo.step import RLPrompt
 from gmts_core.modeling import LoadedModel, load_model
@@ -59,7 +59,7 @@ def test_lru_cap_evicts_the_least_recently_used_idle_session(lm: LoadedModel) ->
     with pytest.raises(SessionNotFoundError, match="evicted"):
         store.get(second.id)
     with store.use(first.id), store.use(third.id):  # both busy: nothing can be evicted
-        with pytest.raises(LimitExceededError):
+        with pytest.raises(SessionCapError, match="GMTS_MAX_SESSIONS"):
             store.create(lm, CONFIG)
 
 
