@@ -229,7 +229,12 @@ class Settings(BaseSettings):
     gradcheck_max_parameters: int = Field(20_000_000, ge=1)  # larger models are refused (413)
 
     @field_validator(
-        "model_roots", "run_roots", "cors_origins", "trusted_proxies", "allowed_hosts", mode="before"
+        "model_roots",
+        "run_roots",
+        "cors_origins",
+        "trusted_proxies",
+        "allowed_hosts",
+        mode="before",
     )
     @classmethod
     def _parse_list(cls, value: Any) -> Any:
