@@ -105,8 +105,9 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 
 
 def _add_middleware(app: FastAPI, settings: Settings) -> None:
-    """Outermost first: request head (hosts, proxies, header count) -> request id -> CORS -> OPTIONS -> wrong-key limit -> API key -> login
-    limit -> UI upload limits -> body size (+ duplicate keys, disconnect) -> app."""
+    """Outermost first: request head (hosts, proxies, header count) -> request id -> CORS ->
+    OPTIONS -> wrong-key limit -> API key -> login limit -> UI upload limits -> body size
+    (+ duplicate keys, disconnect) -> app."""
     app.add_middleware(
         BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes, exempt_prefixes=(UI_PATH,)
     )

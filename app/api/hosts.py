@@ -62,8 +62,8 @@ class RequestHeadMiddleware:
             return
         headers = list(scope.get("headers", []))
         if len(headers) > self.max_headers:
-            await self._refuse(send, 431, "request_header_fields_too_large",
-                               f"more than {self.max_headers} headers (GMTS_MAX_HEADERS)")  # fmt: skip
+            message = f"more than {self.max_headers} headers (GMTS_MAX_HEADERS)"
+            await self._refuse(send, 431, "request_header_fields_too_large", message)
             return
         peer = str((scope.get("client") or ("", 0))[0])
         trusted = bool(self.trusted) and is_trusted(peer, self.trusted)
@@ -86,4 +86,6 @@ class RequestHeadMiddleware:
         return all(host_name(n) in self.allowed for n in names)
 
     async def _refuse(self, send: Send, status: int, code: str, message: str) -> None:
-        await send_json(send, status, json_error(status, code, message), [(b"connection", b"close")])
+        await send_json(
+            send, status, json_error(status, code, message), [(b"connection", b"close")]
+        )

@@ -15,10 +15,11 @@ written last (to a temporary file, then renamed) and names the tensor files it b
 their sha256, and carries the sha256 of its own content, so a process killed mid-save leaves the
 previous complete state and any later damage (a truncated or zeroed file, a hand-edited field) is
 found before anything is parsed: :func:`check_saved` and :func:`load_session` raise
-:class:`CorruptSessionError` naming what is wrong, and the caller moves the folder aside. The weights restore bit-for-bit:
-the policy is rebuilt from the base model exactly as it was made (same LoRA seed), then its
-trainable tensors are overwritten with the saved ones; step ``n`` draws its seed from
-``(seed, n)``, so the next step after a restore is the step the session would have run.
+:class:`CorruptSessionError` naming what is wrong, and the caller moves the folder aside.
+The weights restore bit-for-bit: the policy is rebuilt from the base model exactly as it was
+made (same LoRA seed), then its trainable tensors are overwritten with the saved ones; step
+``n`` draws its seed from ``(seed, n)``, so the next step after a restore is the step the
+session would have run.
 """
 
 from __future__ import annotations
@@ -160,9 +161,7 @@ def save_session(session: Session, folder: Path, extra: dict[str, Any] | None = 
         ],
         "optimizer": opt_meta,
         "files": {"weights": weights_file, "optimizer": optimizer_file},
-        "checksums": {
-            name: _sha256_file(folder / name) for name in (weights_file, optimizer_file)
-        },
+        "checksums": {name: _sha256_file(folder / name) for name in (weights_file, optimizer_file)},
         "extra": extra or {},
     }
     meta["sha256"] = _meta_digest(meta)

@@ -81,9 +81,7 @@ def _junk(state: Path) -> None:
     (state / "empty-folder").mkdir()
 
 
-def test_damaged_sessions_are_quarantined_after_a_restart(
-    model_root: Path, tmp_path: Path
-) -> None:
+def test_damaged_sessions_are_quarantined_after_a_restart(model_root: Path, tmp_path: Path) -> None:
     state, log = tmp_path / "state", tmp_path / "serve.log"
     with serve(model_root, state, log) as (url, proc):
         with httpx.Client(base_url=url, timeout=300) as http:

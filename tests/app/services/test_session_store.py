@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from app.services.errors import LimitExceededError, SessionBusyError, SessionNotFoundError
+from app.services.errors import SessionBusyError, SessionNotFoundError
 from app.services.session_store import SessionCapError, SessionStore
 from gmts_core.config import RLConfig
 from gmts_core.grpo.step import RLPrompt
