@@ -515,7 +515,7 @@ def _raw_requests(port: int, requests: list[bytes]) -> list[tuple[int, dict[str,
 def _post(path: str, body: dict[str, Any]) -> bytes:
     data = json.dumps(body).encode()
     return (
-        f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(data)}\r\n\r\n"
     ).encode() + data
 
@@ -534,7 +534,7 @@ def test_an_unexpected_error_is_a_json_500_on_a_connection_that_stays_open(
             live.port,
             [
                 _post("/v1/analyze", given_body()),
-                b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Request-ID: next-1\r\n\r\n",
+                b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-ID: next-1\r\n\r\n",
             ],
         )
     status, headers, body = first
