@@ -188,7 +188,7 @@ def test_cancelled_requests_through_the_asgi_app_leak_no_job_slot(
 
     async def cancel_both(entered: threading.Event, release: threading.Event) -> None:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
 
             async def post() -> None:
                 await client.post("/v1/analyze", json=given_body())
@@ -231,8 +231,9 @@ def test_session_gone_while_its_step_is_queued_is_a_clear_404(model_root: Path, 
             assert entered.wait(30)
             step = pool.submit(http.post, f"/v1/sessions/{sid}/step", json=STEP)
             _wait_for(lambda: app.state.services.jobs.waiting == 1)
-            if how == "evicted":  # a new session takes the only place
-                sessions.store.create(base, RLConfig(group_size=2, max_new_tokens=4))
+            if how == "evicted":  # a new session of the same client takes the only place
+                owner = sessions.store.owner(sid)
+                sessions.store.create(base, RLConfig(group_size=2, max_new_tokens=4), owner=owner)
             else:
                 assert http.delete(f"/v1/sessions/{sid}").status_code == 204
             release.set()

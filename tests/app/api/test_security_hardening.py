@@ -262,6 +262,8 @@ def _v1_calls(app: FastAPI) -> list[tuple[str, str]]:
             .replace("{run_id}", "no-such-run")
             .replace("{step}", "1")
             .replace("{n}", "1")
+            .replace("{group}", "0")
+            .replace("{answer}", "0")
             .replace("{request_id}", "no-such-request")
         )
         assert "{" not in concrete, f"fill in the path parameter of {path}"

@@ -15,6 +15,7 @@ import app.cli.analyze  # noqa: F401  (registers the command)
 from app.cli._app import cli
 from app.schemas.runs import StepReportOut
 from app.schemas.sessions import AnswerChangeOut, StepMetricsOut, TokenChangeOut
+from gmts_core.bounds import MIN_RATIO
 from gmts_core.config import AnalysisConfig
 from gmts_core.grpo.records import AnswerChange, StepMetrics, TokenChange
 from gmts_core.knobs import knob_info
@@ -40,7 +41,7 @@ def test_analyze_request_schema_takes_help_and_bounds_from_the_knobs(client: Tes
         assert prop["description"] == help_text, name
         assert _schema_bounds(prop) == bounds, name
         assert prop["default"] == getattr(AnalysisConfig(), name), name
-    assert knob_info(AnalysisConfig, "ratio")[1] == {"gt": 0, "le": 1}
+    assert knob_info(AnalysisConfig, "ratio")[1] == {"ge": MIN_RATIO, "le": 1}
     scope_help = knob_info(AnalysisConfig, "scope")[0]
     assert selection["properties"]["scope"]["description"].startswith(scope_help + " Default:")
 
