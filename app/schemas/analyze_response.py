@@ -176,6 +176,6 @@ class AnalyzeResponse(BaseModel):
     differences: list[DifferencesOut] = Field(
         default_factory=list,
         description="Why they differ: for every pair of methods (the summary's overlap order), "
-        "the tokens only one selects, grouped by reason (zero advantage, low gradient despite "
-        "high entropy, high gradient despite low entropy, aggregation weight).",
+        "the tokens only one selects, grouped by the factor of w·|A|·g that sets each apart "
+        "from its reference token (the one the other method selects instead).",
     )

@@ -28,23 +28,33 @@ def pair_differences(result: Json | None, methods: tuple[str, str]) -> tuple[Jso
     return None
 
 
-def _token_text(result: Json, ref: Json) -> str:
+def _token_text(result: Json, ref: Json, prefix: str = "") -> str:
     try:
-        group = groups_of(result)[int(ref["group"])]
-        return str(group["answers"][int(ref["answer"])]["tokens"][int(ref["position"])]["text"])
+        group = groups_of(result)[int(ref[prefix + "group"])]
+        answer = group["answers"][int(ref[prefix + "answer"])]
+        return str(answer["tokens"][int(ref[prefix + "position"])]["text"])
     except (KeyError, IndexError, TypeError, ValueError):
         return "?"
 
 
-def _token_buttons(result: Json, refs: list[Json], method: str) -> str:
-    mine = [r for r in refs if r.get("selected_by") == method]
-    buttons = [
+def _token_button(result: Json, r: Json) -> str:
+    """A token's button; its title names the token it is compared with (its reference)."""
+    versus = escape(repr(_token_text(result, r, "reference_")))
+    title = (
+        f"group {int(r['group'])}, answer #{int(r['answer'])}, position {int(r['position'])}; "
+        f"compared with {versus} (group {int(r['reference_group'])}, answer "
+        f"#{int(r['reference_answer'])}), the token the other method picks instead"
+    )
+    return (
         f'<button type="button" class="why-tok" data-group="{int(r["group"])}" '
         f'data-answer="{int(r["answer"])}" data-pos="{int(r["position"])}" '
-        f'title="group {int(r["group"])}, answer #{int(r["answer"])}, position '
-        f'{int(r["position"])}">{visible_text(_token_text(result, r))}</button>'
-        for r in mine[:MAX_LISTED]
-    ]
+        f'title="{title}">{visible_text(_token_text(result, r))}</button>'
+    )
+
+
+def _token_buttons(result: Json, refs: list[Json], method: str) -> str:
+    mine = [r for r in refs if r.get("selected_by") == method]
+    buttons = [_token_button(result, r) for r in mine[:MAX_LISTED]]
     more = (
         f'<span class="why-more">+{len(mine) - MAX_LISTED} more</span>'
         if len(mine) > MAX_LISTED
@@ -74,8 +84,9 @@ def why_differ_html(result: Json | None, methods: tuple[str, str], title: bool =
     lead = (
         f'<p class="why-lead">{ea} selects <b>{sel[0]}</b> tokens, {eb} <b>{sel[1]}</b>; both '
         f"<b>{d['both']}</b>. Only {ea}: <b>{only[0]}</b> · only {eb}: <b>{only[1]}</b>. "
-        "Each row: why, by the numbers of w·|A|·g, and how much of each method's budget it "
-        "takes (open a row for its tokens; click one to see it).</p>"
+        "Each row: why, by the factor of w·|A|·g that sets the token apart from the one the "
+        "other method picks instead (a factor equal for both is never the reason), and how much "
+        "of each method's budget it takes (open a row for its tokens; click one to see it).</p>"
     )
     rows = []
     for r in d.get("reasons") or []:

@@ -225,7 +225,7 @@ def logged_differences(step: RunStep) -> list[Differences]:
     groups = step.groups
     if not groups or not groups[0].token_columns:
         raise InvalidInputError(f"{step.source}: not a trainer log step (no per-token columns)")
-    cols: dict[str, list[float]] = {c: [] for c in ("entropy", "grad_norm", "grad_proxy")}
+    cols: dict[str, list[float]] = {c: [] for c in ("entropy", "grad_norm")}
     signal, weight, gi, ai, pos, zero = [], [], [], [], [], []
     for g_idx, g in enumerate(groups):
         advantages = g.advantages or [0.0] * g.size
@@ -247,7 +247,6 @@ def logged_differences(step: RunStep) -> list[Differences]:
     x = DifferenceInputs(
         entropy=torch.tensor(cols["entropy"], dtype=f64),
         grad_norm=torch.tensor(cols["grad_norm"], dtype=f64),
-        grad_proxy=torch.tensor(cols["grad_proxy"], dtype=f64),
         signal=torch.tensor(signal, dtype=f64),
         weight=torch.tensor(weight, dtype=f64),
         group_index=torch.tensor(gi, dtype=i64),

@@ -1,29 +1,49 @@
-"""Why two methods differ: hand-built batches in which each reason occurs, and an analysis."""
+"""Why two methods differ: each reason on a hand-built batch, the properties the rule must keep
+(a factor equal across the batch is never a reason; every reason's factor differs from the
+reference token's in the stated direction) on random batches and on real analyses for every
+pair of registered methods."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 
-from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
+from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec, analyze
 from gmts_core.analysis.differences import (
+    EQUAL_LOG,
     REASON_KEYS,
+    ZERO_SIGNAL,
     DifferenceInputs,
+    Differences,
     all_differences,
+    difference_inputs,
     explain,
     token_reasons,
     why_they_differ,
 )
+from gmts_core.methods.selection import METHODS
 from gmts_core.modeling import LoadedModel
+from gmts_core.sampling import SamplingConfig
 
 F = torch.float64
+ADVANTAGE_KEYS = {"zero_advantage", "smaller_advantage", "larger_advantage"}
+# the factor (and its direction: -1 the token's is smaller, +1 larger) each reason states
+STATED = {
+    "zero_advantage": ("signal", -1),
+    "smaller_advantage": ("signal", -1),
+    "larger_advantage": ("signal", +1),
+    "low_gradient": ("grad_norm", -1),
+    "high_gradient": ("grad_norm", +1),
+}
 
 
 def _inputs(rows: list[tuple[float, float, float, float, int, int]]) -> DifferenceInputs:
-    """rows: (entropy, g, |A|, w, group, answer) per token; grad_proxy = w |A| g."""
+    """rows: (entropy, g, |A|, w, group, answer) per token."""
     h, g, s, w, gi, ai = (list(c) for c in zip(*rows, strict=True))
-    gt, st, wt = (torch.tensor(v, dtype=F) for v in (g, s, w))
     groups = torch.tensor(gi)
+    st = torch.tensor(s, dtype=F)
     zero = torch.tensor([bool((st[groups == k] == 0).all()) for k in gi])
     pos, seen = [], {}
     for key in zip(gi, ai, strict=True):
@@ -31,10 +51,9 @@ def _inputs(rows: list[tuple[float, float, float, float, int, int]]) -> Differen
         seen[key] = pos[-1] + 1
     return DifferenceInputs(
         entropy=torch.tensor(h, dtype=F),
-        grad_norm=gt,
-        grad_proxy=wt * st * gt,
+        grad_norm=torch.tensor(g, dtype=F),
         signal=st,
-        weight=wt,
+        weight=torch.tensor(w, dtype=F),
         group_index=groups,
         answer_index=torch.tensor(ai),
         position=torch.tensor(pos),
@@ -42,77 +61,230 @@ def _inputs(rows: list[tuple[float, float, float, float, int, int]]) -> Differen
     )
 
 
-# A typical batch (|A| = 1, w = 0.1, g = 0.5, H = 1) plus one token per reason.
-TYPICAL = [(1.0, 0.5, 1.0, 0.1, 1, a % 2) for a in range(8)]
-ZERO = (3.0, 0.9, 0.0, 0.1, 0, 0)  # high entropy, zero-signal group
-LOW_G = (2.5, 0.05, 1.0, 0.1, 1, 0)  # high entropy, the sampled token holds the mass
-HIGH_G = (0.05, 0.9, 3.0, 0.1, 1, 1)  # confident token, large |A|
-DILUTED = (2.0, 0.5, 1.0, 0.002, 2, 0)  # high entropy in a very long answer
+def _mask(n: int, on: list[int]) -> torch.Tensor:
+    m = torch.zeros(n, dtype=torch.bool)
+    m[on] = True
+    return m
 
 
-def test_each_reason_occurs_once() -> None:
-    x = _inputs([*TYPICAL, ZERO, LOW_G, HIGH_G, DILUTED])
+def _reasons(rows: list, a: list[int], b: list[int]) -> list[str]:
+    x = _inputs(rows)
     n = x.entropy.numel()
-    which = torch.zeros(n, dtype=torch.bool)
-    which[8:] = True
-    assert token_reasons(x, which) == [
-        "zero_advantage",
-        "low_gradient",
-        "high_gradient",
-        "aggregation_weight",
+    return token_reasons(x, _mask(n, a), _mask(n, b))[0]
+
+
+# --- each reason on a hand-built pair (token 0 selected by A only, token 1 by B only) ----------
+
+
+def test_the_issue_case_all_weights_equal_advantage_differs() -> None:
+    """token_mean (every w 0.00476): entropy's pick sits in an answer with |A| = 0.724, GMTS's
+    in one with |A| = 1.21. The reason is the advantage, never the (equal) weight."""
+    w = 0.00476
+    rows = [(2.0, 0.5, 0.724, w, 0, 0), (0.3, 0.5, 1.21, w, 0, 1)]
+    assert _reasons(rows, [0], [1]) == ["smaller_advantage", "larger_advantage"]
+
+
+@pytest.mark.parametrize(
+    ("mine", "instead", "reasons"),
+    [
+        ((3.0, 0.9, 0.0, 0.1), (0.5, 0.5, 1.0, 0.1), ["zero_advantage", "larger_advantage"]),
+        ((2.5, 0.05, 1.0, 0.1), (0.5, 0.5, 1.0, 0.1), ["low_gradient", "high_gradient"]),
+        ((2.0, 0.5, 1.0, 0.002), (0.5, 0.5, 1.0, 0.1), ["aggregation_weight"] * 2),
+        ((2.0, 0.25, 0.5, 0.1), (0.5, 0.5, 1.0, 0.1), ["mixed", "mixed"]),  # |A| and g halved
+        ((2.0, 0.5, 1.0, 0.1), (0.5, 0.5, 1.0, 0.1), ["same_gradient"] * 2),
+        # opposite factors: |A| 4x smaller, g 2x larger; |A| is the reason for both
+        ((2.0, 1.0, 0.25, 0.1), (0.5, 0.5, 1.0, 0.1), ["smaller_advantage", "larger_advantage"]),
+    ],
+)
+def test_each_reason(
+    mine: tuple[float, ...], instead: tuple[float, ...], reasons: list[str]
+) -> None:
+    rows = [(*mine, 0, 0), (*instead, 0, 1)]
+    assert _reasons(rows, [0], [1]) == reasons
+
+
+def test_the_reference_is_in_the_tokens_group_when_there_is_one() -> None:
+    """Group 1's entropy-only token is compared with group 1's gmts-only token (same |A|, so
+    not the advantage), not with group 0's zero-signal token."""
+    rows = [
+        (3.0, 0.9, 0.0, 0.1, 0, 0),  # entropy only, zero-signal group
+        (2.5, 0.05, 1.0, 0.1, 1, 0),  # entropy only
+        (0.2, 0.6, 1.0, 0.1, 1, 1),  # gmts only
     ]
+    x = _inputs(rows)
+    keys, refs = token_reasons(x, _mask(3, [0, 1]), _mask(3, [2]))
+    assert keys == ["zero_advantage", "low_gradient", "high_gradient"]
+    assert refs == [2, 2, 1]
 
 
-def test_short_answer_weighted_up_is_aggregation_weight() -> None:
-    short = (0.05, 0.5, 1.0, 1.0, 1, 1)  # low entropy, gradient high only through w
-    x = _inputs([*TYPICAL, short])
-    which = torch.zeros(9, dtype=torch.bool)
-    which[8] = True
-    assert token_reasons(x, which) == ["aggregation_weight"]
-
-
-def test_small_but_nonzero_advantage_is_zero_advantage() -> None:
-    small = (2.5, 0.5, 0.01, 0.1, 1, 0)
-    x = _inputs([*TYPICAL, small])
-    which = torch.zeros(9, dtype=torch.bool)
-    which[8] = True
-    assert token_reasons(x, which) == ["zero_advantage"]
-
-
-def test_counts_and_shares_entropy_vs_gradient() -> None:
-    x = _inputs([*TYPICAL, ZERO, LOW_G, HIGH_G, DILUTED])
-    n = x.entropy.numel()
-    # entropy keeps the 4 highest-entropy tokens; the gradient keeps the 4 highest w|A|g
-    top = lambda v: torch.zeros(n, dtype=torch.bool).index_fill(  # noqa: E731
-        0, torch.topk(v, 4).indices, True
-    )
-    by_h, by_grad = top(x.entropy), top(x.grad_proxy)
-    d = explain(x, "entropy", by_h, "gmts", by_grad)
-    assert (d.selected_a, d.selected_b) == (4, 4)
-    assert d.only_a + d.both == 4 and d.only_b + d.both == 4
+def test_counts_shares_and_references() -> None:
+    rows = [
+        (3.0, 0.9, 0.0, 0.1, 0, 0),  # 0: entropy only (zero-signal group)
+        (0.2, 0.9, 3.0, 0.1, 1, 1),  # 1: gmts only
+        (1.0, 0.5, 1.0, 0.1, 1, 0),  # 2: both
+        (2.5, 0.05, 3.0, 0.1, 1, 1),  # 3: entropy only, same |A| as token 1
+    ]
+    x = _inputs(rows)
+    d = explain(x, "entropy", _mask(4, [0, 2, 3]), "gmts", _mask(4, [1, 2]))
+    assert (d.selected_a, d.selected_b, d.both, d.only_a, d.only_b) == (3, 2, 1, 2, 1)
     reasons = {r.key: r for r in d.reasons}
     assert list(reasons) == list(REASON_KEYS)
     assert reasons["zero_advantage"].count_a == 1 and reasons["zero_advantage"].count_b == 0
-    assert reasons["zero_advantage"].share_a == pytest.approx(1 / 4)
+    assert reasons["zero_advantage"].share_a == pytest.approx(1 / 3)
     assert reasons["zero_advantage"].zero_signal_group == 1
     assert reasons["low_gradient"].count_a == 1
-    assert reasons["aggregation_weight"].count_a == 1
-    # gmts keeps HIGH_G and, by flat order among equal scores, two typical tokens that entropy
-    # ranks lower than their gradient
-    assert reasons["high_gradient"].count_b == d.only_b == 3
-    assert (1, 1, 4) in [(t.group, t.answer, t.position) for t in reasons["high_gradient"].tokens]
-    assert sum(r.count for r in d.reasons) == d.only_a + d.only_b
     ref = reasons["zero_advantage"].tokens[0]
     assert (ref.group, ref.answer, ref.position, ref.selected_by) == (0, 0, 0, "entropy")
-    assert reasons["high_gradient"].tokens[0].selected_by == "gmts"
+    assert (ref.reference_group, ref.reference_answer, ref.reference_position) == (1, 1, 0)
+    # gmts's token 1 is compared with the entropy-only token of its own group (token 3)
+    (high,) = reasons["high_gradient"].tokens
+    assert high.selected_by == "gmts" and (high.reference_answer, high.reference_position) == (1, 1)
+    assert sum(r.count for r in d.reasons) == d.only_a + d.only_b
 
 
 def test_identical_selections_have_no_differences() -> None:
-    x = _inputs([*TYPICAL, ZERO])
-    sel = torch.tensor([True] * 4 + [False] * 5)
+    x = _inputs([(1.0, 0.5, 1.0, 0.1, 0, a % 2) for a in range(6)])
+    sel = _mask(6, [0, 1, 2])
     d = explain(x, "a", sel, "b", sel.clone())
-    assert d.only_a == d.only_b == 0 and d.both == 4
+    assert d.only_a == d.only_b == 0 and d.both == 3
     assert all(r.count == 0 and r.tokens == [] for r in d.reasons)
+
+
+# --- the properties, on random batches ----------------------------------------------------------
+
+
+def _factor_table(x: DifferenceInputs) -> dict[str, list[float]]:
+    s = x.signal.double()
+    return {
+        "signal": torch.where(s > ZERO_SIGNAL, s, torch.zeros_like(s)).tolist(),
+        "weight": x.weight.double().tolist(),
+        "grad_norm": x.grad_norm.double().tolist(),
+    }
+
+
+def _flat_index(x: DifferenceInputs) -> dict[tuple[int, int, int], int]:
+    keys = zip(x.group_index.tolist(), x.answer_index.tolist(), x.position.tolist(), strict=True)
+    return {k: i for i, k in enumerate(keys)}
+
+
+def assert_reasons_are_true(x: DifferenceInputs, d: Differences) -> None:
+    """Every token's stated factor differs from its reference token's in the stated direction,
+    and a factor equal between the two is never the reason."""
+    f = _factor_table(x)
+    where = _flat_index(x)
+
+    def log_ratio(name: str, i: int, r: int) -> float:
+        a, b = f[name][i], f[name][r]
+        if a == b:
+            return 0.0
+        return (math.log(a) if a > 0 else -math.inf) - (math.log(b) if b > 0 else -math.inf)
+
+    for reason in d.reasons:
+        for t in reason.tokens:
+            i = where[(t.group, t.answer, t.position)]
+            r = where[(t.reference_group, t.reference_answer, t.reference_position)]
+            assert i != r
+            product = [f["signal"][k] * f["weight"][k] * f["grad_norm"][k] for k in (i, r)]
+            if reason.key in STATED:
+                name, sign = STATED[reason.key]
+                assert sign * log_ratio(name, i, r) > EQUAL_LOG, (reason.key, i, r)
+                assert sign * (product[0] - product[1]) > 0, (reason.key, i, r)
+            elif reason.key == "aggregation_weight":
+                assert abs(log_ratio("weight", i, r)) > EQUAL_LOG, (i, r)
+                sign = 1 if product[0] > product[1] else -1
+                assert sign * log_ratio("weight", i, r) > EQUAL_LOG
+            elif reason.key == "mixed":
+                moved = [n for n in f if abs(log_ratio(n, i, r)) > EQUAL_LOG]
+                assert len(moved) >= 2, (i, r)
+            else:
+                assert reason.key == "same_gradient"
+                assert product[0] == pytest.approx(product[1], rel=1e-4, abs=0)
+
+
+def _random_batch(
+    gen: torch.Generator, equal_weight: bool, equal_signal: bool
+) -> tuple[DifferenceInputs, torch.Tensor, torch.Tensor]:
+    rows = []
+    groups = int(torch.randint(1, 5, (1,), generator=gen))
+    for g in range(groups):
+        zero = bool(torch.rand(1, generator=gen) < 0.25) and not equal_signal
+        for a in range(int(torch.randint(1, 5, (1,), generator=gen))):
+            length = int(torch.randint(1, 12, (1,), generator=gen))
+            adv = 0.0 if zero else (1.0 if equal_signal else float(torch.rand(1, generator=gen)))
+            w = 0.01 if equal_weight else 1.0 / length
+            for _ in range(length):
+                h, gn = (float(v) for v in torch.rand(2, generator=gen) * torch.tensor([3, 1.4]))
+                rows.append((h, gn, adv, w, g, a))
+    x = _inputs(rows)
+    n = len(rows)
+    k = max(1, math.ceil(0.3 * n))
+    proxy = x.signal * x.weight * x.grad_norm
+    by_h = _mask(n, torch.topk(x.entropy, k).indices.tolist())
+    by_grad = _mask(n, torch.topk(proxy, k).indices.tolist())
+    return x, by_h, by_grad
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_batches_keep_the_properties(seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    for equal_weight, equal_signal in [(True, False), (False, True), (False, False)]:
+        x, by_h, by_grad = _random_batch(gen, equal_weight, equal_signal)
+        rand = torch.rand(x.entropy.numel(), generator=gen) < 0.3
+        for a, b in [(by_h, by_grad), (rand, by_grad), (by_h, rand)]:
+            d = explain(x, "a", a, "b", b)
+            assert_reasons_are_true(x, d)
+            found = {r.key for r in d.reasons if r.count}
+            if equal_weight:
+                assert "aggregation_weight" not in found
+            if equal_signal:  # every |A| is 1
+                assert found.isdisjoint(ADVANTAGE_KEYS)
+
+
+# --- the properties on real analyses, every pair of registered methods -------------------------
+
+
+def _check_every_pair(result: object, equal_weight: bool, equal_signal: bool) -> None:
+    x = difference_inputs(result)  # type: ignore[arg-type]
+    for d in all_differences(result):  # type: ignore[arg-type]
+        assert_reasons_are_true(x, d)
+        found = {r.key for r in d.reasons if r.count}
+        if equal_weight:
+            assert "aggregation_weight" not in found, (d.method_a, d.method_b)
+        if equal_signal:
+            assert found.isdisjoint(ADVANTAGE_KEYS), (d.method_a, d.method_b)
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean"])
+def test_sampled_groups_every_pair_of_methods(tiny_llama: LoadedModel, aggregation: str) -> None:
+    groups = [
+        GroupInput(
+            f"Q: {a}+{b}=?",
+            sampling=SamplingConfig(num_samples=4, max_new_tokens=8, seed=a),
+            reward=RewardSpec("numeric", str(a + b)),
+        )
+        for a, b in [(47, 38), (12, 5), (3, 9)]
+    ]
+    config = AnalysisConfig(
+        methods=tuple(METHODS.names()), ratio=0.3, scope="batch", loss_aggregation=aggregation
+    )
+    result = analyze(tiny_llama, groups, config)
+    _check_every_pair(result, equal_weight=aggregation == "token_mean", equal_signal=False)
+
+
+def test_pasted_balanced_groups_every_pair_of_methods(tiny_llama: LoadedModel) -> None:
+    """Every group half right, half wrong: every |A| is equal (grpo), and token_mean makes every
+    w equal: no token is explained by the advantage or the weight."""
+    groups = [
+        GroupInput("Q: 2+2=?", answers=["4", "5 is it", "four", "22"], rewards=[1, 0, 1, 0]),
+        GroupInput("Q: 3+5=?", answers=["8 ok", "9", "35", "eight"], rewards=[1, 0, 0, 1]),
+    ]
+    config = AnalysisConfig(
+        methods=tuple(METHODS.names()), ratio=0.4, scope="batch", loss_aggregation="token_mean"
+    )
+    result = analyze(tiny_llama, groups, config)
+    advantages = {abs(a.advantage) for g in result.groups for a in g.answers}
+    assert max(advantages) - min(advantages) < 1e-6  # the premise: every |A| equal
+    _check_every_pair(result, equal_weight=True, equal_signal=True)
 
 
 def test_analysis_result_pairs(tiny_llama: LoadedModel) -> None:

@@ -2,10 +2,10 @@
 
 It shows the analysis' ``differences`` entry for the two marked methods
 (``gmts_core.analysis.differences``): how many tokens each method selects alone, and, for each
-reason the numbers give (zero advantage, low gradient despite high entropy, high gradient
-despite low entropy, aggregation weight), the count, each method's share of its own selection
-budget, and the tokens themselves (click the reason to list them: group, answer, position and
-the token's text).
+reason the numbers give (the factor of w·|A|·g that sets the token apart from the one the other
+method picks instead), the count, each method's share of its own selection
+budget, and the tokens themselves (click the reason to list them: group, answer, position, the
+token's text and the token the other method picks instead, which the reason compares it with).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ Json = dict[str, Any]
 MAX_LISTED = 60  # tokens listed per reason; the count says how many there are
 
 
-def _token_text(groups: list[Json], ref: Json) -> str:
+def _token_text(groups: list[Json], ref: Json, prefix: str = "") -> str:
     try:
-        group = next(g for g in groups if int(g.get("index", 0)) == ref["group"])
-        answer = group["answers"][ref["answer"]]
-        return str(answer["tokens"][ref["position"]]["text"])
+        group = next(g for g in groups if int(g.get("index", 0)) == ref[prefix + "group"])
+        answer = group["answers"][ref[prefix + "answer"]]
+        return str(answer["tokens"][ref[prefix + "position"]]["text"])
     except (StopIteration, IndexError, KeyError, TypeError):
         return ""
 
@@ -46,10 +46,13 @@ def differences_html(diff: Json, groups: list[Json]) -> str:
         listed = []
         for ref in r["tokens"][:MAX_LISTED]:
             text = escape(repr(_token_text(groups, ref)))
+            versus = escape(repr(_token_text(groups, ref, "reference_")))
             listed.append(
                 f'<li data-ref="{ref["group"]}-{ref["answer"]}-{ref["position"]}">group '
                 f"{ref['group']}, answer #{ref['answer']}, position {ref['position']}: "
-                f"<code>{text}</code> (only {escape(ref['selected_by'])})</li>"
+                f"<code>{text}</code> (only {escape(ref['selected_by'])}; compared with "
+                f"<code>{versus}</code> in group {ref['reference_group']}, answer "
+                f"#{ref['reference_answer']})</li>"
             )
         more = r["count"] - len(listed)
         tail = f"<li>... and {more} more</li>" if more > 0 else ""
