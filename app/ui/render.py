@@ -50,6 +50,8 @@ COLOR_BY: dict[str, ScoreSpec] = {
     ),
 }
 
+# what a rank counts over where the result does not say
+UNKNOWN_POOL = "(1 = highest score)"
 ZERO_SIGNAL_TEXT = (
     "No learning signal: every answer got the same reward, so every advantage is 0 and no "
     "token of this group has a gradient. Any selection here spends budget on tokens that "
@@ -165,7 +167,7 @@ def tooltip_text(
             f"prob {fmt(tok.get('prob'), 3)} · logprob {fmt(tok.get('logprob'), 3)}",
             f"entropy {fmt(tok.get('entropy'), 3)} nats",
             f"grad_norm {fmt(tok.get('grad_norm'), 3)} · grad_proxy {fmt(tok.get('grad_proxy'))}",
-            *rank_lines(tok, methods, pool or "(1 = highest score)", zero),
+            *rank_lines(tok, methods, pool or UNKNOWN_POOL, zero),
             f"top alternatives: {alts or '—'}",
         ]
     )
@@ -267,10 +269,11 @@ def render_answer(
     color_by: str,
     lo: float,
     hi: float,
-    pool: str = "",
+    pool: str,
     zero: bool = False,
 ) -> str:
-    """One answer: its header and its tokens (on a hatched band in a zero-signal group)."""
+    """One answer: its header and its tokens (on a hatched band in a zero-signal group).
+    ``pool`` is what the ranks count over (:func:`rank_pool`; empty for answer scope)."""
     spec = COLOR_BY[color_by]
     idx = int(ans.get("index", 0))
     toks = ans.get("tokens", [])
@@ -320,7 +323,7 @@ def zero_signal_banner() -> str:
 
 
 def render_group(
-    group: Json, methods: tuple[str, str], color_by: str = "entropy", pool: str = ""
+    group: Json, methods: tuple[str, str], color_by: str = "entropy", *, pool: str
 ) -> str:
     """A whole group: prompt, legend, zero-signal banner if any, and every answer.
 
@@ -357,23 +360,29 @@ def render_result(
     if not groups:
         return placeholder("The analysis has no groups.")
     gi = min(max(group_index, 0), len(groups) - 1)
-    return render_group(groups[gi], methods, color_by, rank_pool(result, groups[gi]))
+    return render_group(groups[gi], methods, color_by, pool=rank_pool(result, groups[gi]))
 
 
 def rank_pool(result: Json, group: Json) -> str:
-    """What the ranks of ``group``'s tokens count over, from the result's selection scope."""
+    """What the ranks of ``group``'s tokens count over, from the result's selection scope: ""
+    for answer scope (each answer its own pool, which :func:`render_answer` names), the
+    group's or the batch's token count otherwise, and no count where the result does not say
+    (never "within answer" for ranks counted over more)."""
     scope = (result.get("settings") or {}).get("scope") or (result.get("summary") or {}).get(
         "scope"
     )
     if scope == "answer":
         return ""
-    # batch scope over several groups ranks across all of them; otherwise within the group
+    # batch scope over several groups ranks across all of them; group scope within the group
     summary = (result if scope == "batch" else group).get("summary") or {}
     n, k = summary.get("num_tokens"), summary.get("k")
-    if n is None or k is None:
-        return ""
-    where = " in the batch" if "groups" in result and scope == "batch" else ""
-    return f"of {n} tokens{where}, top k = {k} selected"
+    if scope not in ("batch", "group") or n is None:
+        return UNKNOWN_POOL
+    if scope == "group":
+        where = " in its group" if "groups" in result else ""
+    else:
+        where = " in the batch" if "groups" in result else ""
+    return f"of {n} tokens{where}" + (f", top k = {k} selected" if k is not None else "")
 
 
 def placeholder(message: str) -> str:

@@ -64,9 +64,14 @@ def test_train_curves_use_the_method_colour_and_whole_steps() -> None:
         for s in (1, 2, 3)
     ]  # fmt: skip
     fig = train_charts.reward_figure(history, [{"step": 0, "accuracy": 0.4}])
-    # accuracy points and raw rewards are markers, the moving average a line: one colour
-    assert {t.line.color or t.marker.color for t in fig.data} == {palette.method_color("entropy")}
-    assert [t.mode for t in fig.data] == ["markers", "lines", "markers"]
+    # accuracy points and raw rewards are markers, the moving average a line: one colour; the
+    # starting accuracy is a grey dashed line, no method's
+    start = [t for t in fig.data if (t.name or "").startswith("start: held-out accuracy")]
+    assert len(start) == 1 and start[0].line.dash == "dash"
+    curves = [t for t in fig.data if t not in start]
+    assert {t.line.color or t.marker.color for t in curves} == {palette.method_color("entropy")}
+    assert start[0].line.color not in palette.OKABE_ITO
+    assert [t.mode for t in curves] == ["markers", "lines", "markers"]
     assert fig.layout.xaxis.dtick == 1 and fig.layout.xaxis.tickformat == "d"
     wasted = train_charts.wasted_figure(history)
     assert {t.name: t.line.color for t in wasted.data} == {

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from html import escape
 
 from app.palette import css_vars
-from app.ui.render import Json, groups_of, render_answer, score_range
+from app.ui.render import Json, groups_of, rank_pool, render_answer, score_range
 
 QUESTION_CHARS = 40  # a prompt is quoted by its first line, cut to this length
 
@@ -176,12 +176,14 @@ def signal_pick(result: Json | None, methods: tuple[str, str]) -> SignalPick | N
     return SignalPick(gi, ai, m, other, adv, n, low, sentence)
 
 
-def _answer_view(group: Json, ai: int, methods: tuple[str, str], zero: bool) -> str:
-    """One answer drawn as the token view draws it (marks, shade by entropy, tooltips)."""
+def _answer_view(result: Json, group: Json, ai: int, methods: tuple[str, str], zero: bool) -> str:
+    """One answer drawn as the token view draws it (marks, shade by entropy, tooltips whose
+    ranks name the pool the result's scope ranks over)."""
     answers = group.get("answers") or []
     tokens = [t for a in answers for t in a.get("tokens", [])]
     lo, hi = score_range(tokens, "entropy")
-    body = render_answer(answers[ai], methods, "entropy", lo, hi, "", zero)
+    pool = rank_pool(result, group)
+    body = render_answer(answers[ai], methods, "entropy", lo, hi, pool, zero)
     return (
         f'<div class="gmts-view spot-tokens" data-group="{int(group.get("index", 0))}" '
         f'style="{css_vars(*methods)}">{body}</div>'
@@ -204,12 +206,12 @@ def spotlight_html(result: Json | None, methods: tuple[str, str]) -> str:
     w = wasted_pick(result, methods)
     if w is not None:
         title = f"Group {w.group}: nothing to learn, yet {w.method} picks here"
-        view = _answer_view(groups[w.group], w.answer, methods, True)
+        view = _answer_view(result, groups[w.group], w.answer, methods, True)
         cards.append(_card("wasted", title, w.sentence, view))
     s = signal_pick(result, methods)
     if s is not None:
         title = f"Group {s.group}: a strong signal, picked by {s.method}"
-        view = _answer_view(groups[s.group], s.answer, methods, False)
+        view = _answer_view(result, groups[s.group], s.answer, methods, False)
         cards.append(_card("signal", title, s.sentence, view))
     if not cards:
         return ""

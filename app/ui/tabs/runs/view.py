@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 
 from app.palette import OKABE_ITO
 from app.reports.run_charts import LAYOUT, per_method_figure, reward_figure
-from app.ui.render import placeholder, render_group
+from app.ui.render import placeholder, rank_pool, render_group
 from app.ui.tabs.runs.differences import differences_html
 
 logger = logging.getLogger(__name__)
@@ -146,7 +146,9 @@ def step_html(view: Json | None) -> str:
     groups = step_groups(view)
     if not groups:
         return placeholder("This step has no groups.")
-    return "".join(render_group(g, methods) for g in groups)
+    # the ranks count over the pool the analysis' scope ranks in (logged steps carry no ranks)
+    analysis = view.get("analysis") or {}
+    return "".join(render_group(g, methods, pool=rank_pool(analysis, g)) for g in groups)
 
 
 def step_differences(view: Json | None) -> str:

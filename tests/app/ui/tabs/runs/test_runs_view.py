@@ -103,3 +103,55 @@ def test_metrics_figures_and_unreadable_runs(services, tmp_path: Path) -> None: 
     }
     assert run_choices(runs) == [("ok (verl, 2 steps)", "ok")]
     assert "`bad\\xff.jsonl`: not valid UTF-8" in unreadable_note(runs)
+
+
+def _rank_labels(html: str) -> list[tuple[str, list[int]]]:
+    """Every token tooltip's rank label and its ranks."""
+    import html as html_lib
+    import re
+
+    found = []
+    for tip in re.findall(r' data-tip="([^"]*)"', html):
+        lines = html_lib.unescape(tip).split("\n")
+        label = next((line for line in lines if line.startswith("rank ")), None)
+        if label is None:
+            continue
+        ranks = [int(r) for r in re.findall(r"^  \S+: #(\d+)", "\n".join(lines), re.M)]
+        found.append((label, ranks))
+    return found
+
+
+def assert_ranks_fit_their_labels(html: str, scope: str) -> None:
+    """A rank never exceeds the token count its label names, and only answer scope says
+    "within answer" (the TRL run's tooltip said "within answer #1 of 19 tokens: entropy #22")."""
+    import re
+
+    labels = _rank_labels(html)
+    assert labels
+    for label, ranks in labels:
+        if scope != "answer":
+            assert "within answer" not in label, label
+        m = re.search(r"of (\d+) tokens", label)
+        assert m is not None, label
+        assert all(1 <= r <= int(m.group(1)) for r in ranks), (label, ranks)
+
+
+@pytest.mark.parametrize("scope", ["batch", "group", "answer"])
+def test_step_view_tooltip_ranks_fit_their_labels(services, scope: str) -> None:  # type: ignore[no-untyped-def]
+    view = services.runs.step_view(
+        "trl", 2, StepOptions(model="tiny-arith", methods=("entropy", "gmts"), scope=scope)
+    ).model_dump()
+    assert view["analysis"]["settings"]["scope"] == scope
+    assert_ranks_fit_their_labels(step_html(view), scope)
+
+
+def test_spotlight_tooltip_ranks_fit_their_labels() -> None:
+    from app.services.arrival import load_arrival
+    from app.ui.tabs.explore.spotlight import spotlight_html
+
+    result = load_arrival()
+    assert result is not None
+    html = spotlight_html(result, ("entropy", "gmts"))
+    assert 'class="spot-' in html
+    # the arrival is analysed with batch scope: ranks count over the whole batch
+    assert_ranks_fit_their_labels(html, "batch")
