@@ -52,7 +52,7 @@ def backend_capabilities(backend: Backend) -> Json:
 def build_blocks(backend: Backend, settings: Settings, tabs: tuple[Tab, ...] = TABS) -> gr.Blocks:
     """The whole UI: the intro line, then ``tabs`` in order, sharing one context."""
     with gr.Blocks(title="GMTS Explorer", fill_width=True) as demo:
-        gr.Markdown(INTRO + f" Backend: `{backend.label}`.")
+        gr.Markdown(INTRO + f" Backend: `{backend.label}`.", elem_id="intro")
         # the page opens on the shipped example group, already analysed (see tabs.explore.example)
         ctx = UIContext(
             backend,

@@ -84,12 +84,14 @@ def why_differ_html(result: Json | None, methods: tuple[str, str], title: bool =
     lead = (
         f'<p class="why-lead">{ea} selects <b>{sel[0]}</b> tokens, {eb} <b>{sel[1]}</b>; both '
         f"<b>{d['both']}</b>. Only {ea}: <b>{only[0]}</b> · only {eb}: <b>{only[1]}</b>. "
-        "Each row: why, by the factor of w·|A|·g that sets the token apart from the one the "
-        "other method picks instead (a factor equal for both is never the reason), and how much "
-        "of each method's budget it takes (open a row for its tokens; click one to see it).</p>"
+        "Each token is compared with the one the other method picks instead: the factor of "
+        "w·|A|·g that sets them apart is its reason. Open a row for its tokens.</p>"
     )
-    rows = []
+    rows, absent = [], []
     for r in d.get("reasons") or []:
+        if not r["count"]:  # a reason no token has: named in one line under the table
+            absent.append(escape(r["label"]))
+            continue
         n_a, n_b = (r["count_b"], r["count_a"]) if swapped else (r["count_a"], r["count_b"])
         s_a, s_b = (r["share_b"], r["share_a"]) if swapped else (r["share_a"], r["share_b"])
         zero = (
@@ -97,14 +99,12 @@ def why_differ_html(result: Json | None, methods: tuple[str, str], title: bool =
             if r.get("zero_signal_group")
             else ""
         )
-        tokens = ""
-        if r["count"]:
-            tokens = (
-                f'<div class="why-tokens"><span class="why-side">only {ea}:</span> '
-                f"{_token_buttons(result, r['tokens'], a) or '—'}</div>"
-                f'<div class="why-tokens"><span class="why-side">only {eb}:</span> '
-                f"{_token_buttons(result, r['tokens'], b) or '—'}</div>"
-            )
+        tokens = (
+            f'<div class="why-tokens"><span class="why-side">only {ea}:</span> '
+            f"{_token_buttons(result, r['tokens'], a) or '—'}</div>"
+            f'<div class="why-tokens"><span class="why-side">only {eb}:</span> '
+            f"{_token_buttons(result, r['tokens'], b) or '—'}</div>"
+        )
         rows.append(
             f'<tr class="why-row" data-reason="{escape(r["key"])}"><td><details>'
             f"<summary><b>{escape(r['label'])}</b>{escape(zero)}</summary>"
@@ -112,6 +112,10 @@ def why_differ_html(result: Json | None, methods: tuple[str, str], title: bool =
             f'<td class="num">{n_a}</td><td class="num">{_share(s_a)}</td>'
             f'<td class="num">{n_b}</td><td class="num">{_share(s_b)}</td></tr>'
         )
+    if not rows:
+        none = '<p class="why-none">Both methods select the same tokens.</p>'
+    else:
+        none = f'<p class="why-none">No token for: {", ".join(absent)}.</p>' if absent else ""
     head = (
         f"<thead><tr><th>reason</th><th>only {ea}</th><th>of {ea}'s budget</th>"
         f"<th>only {eb}</th><th>of {eb}'s budget</th></tr></thead>"
@@ -120,5 +124,6 @@ def why_differ_html(result: Json | None, methods: tuple[str, str], title: bool =
     return (
         f'<section class="why-differ" id="why-differ" aria-label="why the methods differ">'
         f'{heading}{lead}<div class="why-scroll"><table class="why-table">{head}<tbody>'
-        f'{"".join(rows)}</tbody></table></div><div class="why-note" role="status"></div></section>'
+        f"{''.join(rows)}</tbody></table></div>{none}"
+        '<div class="why-note" role="status"></div></section>'
     )

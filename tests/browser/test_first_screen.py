@@ -3,7 +3,8 @@
 "Highlighted tokens within 3 s of load without a click" is checked as the structural property
 that makes it hold on any machine: the tokens are part of the page's first render (no request
 to the queue, i.e. no model run, happens before they show), they sit on the first screen at
-1366x900, and Analyze is on the first screen at both sizes. The time from navigation to the
+1366x900, and Analyze is on the first screen at both sizes. So is the disagreement: the
+spotlight's two answers with their sentences, and the start of "Why they differ". The time from navigation to the
 first highlighted token is recorded in test-artifacts/first-screen.json, never asserted (tests
 assert no wall-clock times).
 """
@@ -71,10 +72,22 @@ def test_page_opens_on_a_highlighted_example(
     assert "Example" in page.locator("#notes").inner_text()
     page.wait_for_selector("#scatter-plot .js-plotly-plot .point")  # charts drawn as well
     assert in_first_screen(page, "#analyze-btn"), "Analyze must be on the first screen"
-    if width >= 1000:  # a selected token on the first screen (the arrival example opens on a
-        # zero-signal group, where only entropy selects: that disagreement is the point)
-        box = page.locator("#token-view .answer .tok.sel-a").first.bounding_box()
-        assert in_first_screen(page, "#token-view .answer .tok.sel-a"), box
+    # the disagreement, without a click: entropy's picks in a zero-signal group and tokens
+    # only GMTS picks, each under its sentence, and "Why they differ" beside them
+    for card in ("#spotlight .spot-wasted", "#spotlight .spot-signal"):
+        assert in_first_screen(page, f"{card} .spot-sentence"), card
+    assert in_first_screen(page, "#spotlight .spot-wasted .tok.tok-wasted.sel-a")
+    assert in_first_screen(page, "#spotlight .spot-signal .tok.sel-b:not(.sel-a)")
+    wasted = page.locator("#spotlight .spot-wasted .spot-sentence").inner_text()
+    assert "nothing can be learned" in wasted and "% of its picks here" in wasted
+    assert "gmts picks" in page.locator("#spotlight .spot-signal .spot-sentence").inner_text()
+    why = page.locator("#why-differ-view .why-differ h4").bounding_box()
+    spot = page.locator("#spotlight").bounding_box()
+    assert why is not None and spot is not None
+    if width >= 1000:  # beside the spotlight, on the first screen
+        assert why["y"] < height and why["x"] > spot["x"] + spot["width"] - 1, (why, spot)
+    else:  # right under it (a phone's first screen holds Analyze and the two answers)
+        assert 0 <= why["y"] - (spot["y"] + spot["height"]) < 60, (why, spot)
     record = artifacts / "first-screen.json"
     data = json.loads(record.read_text()) if record.exists() else {}
     data[f"{width}x{height}"] = {

@@ -89,8 +89,8 @@ def test_opening_view_shows_a_disagreement_and_why(
     rows = page.locator("#summary-table .summary-row")
     wasted = [r for r in rows.all_inner_texts() if r.startswith("entropy: wasted share")]
     assert wasted and not wasted[0].rstrip().endswith(" 0.0%"), wasted
-    # the first phone screen holds tokens
-    first = page.locator("#token-view .tok").first.bounding_box()
+    # the first screen holds tokens (the spotlight's two answers, above the token view)
+    first = page.locator("#spotlight .tok").first.bounding_box()
     assert first is not None and first["y"] + first["height"] <= height, first
     # a token button of the why view pins its token (those in the group on screen)
     shown = page.locator("#token-view .gmts-view").get_attribute("data-group")

@@ -115,8 +115,8 @@ def wasted_pick(result: Json | None, methods: tuple[str, str]) -> WastedPick | N
     lead = _reward_words(reward, len(answers)).format(q=q)
     sentence = (
         f"{lead[0].upper()}{lead[1:]}, so nothing can be learned from them (every advantage "
-        f"is 0, so no token here has a gradient), yet {m} spends {share:.0%} of its picks "
-        f"here; {other} spends {other_share:.0%}."
+        f"is 0), yet {m} spends {share:.0%} of its picks here; {other} spends "
+        f"{other_share:.0%}."
     )
     return WastedPick(
         gi, ai, m, other, _picks(answers, m), share, other_share, len(answers), reward, sentence
@@ -169,9 +169,9 @@ def signal_pick(result: Json | None, methods: tuple[str, str]) -> SignalPick | N
     sure = "the model was sure of them" if low >= 0.5 else "the model gave them"
     sentence = (
         f"Answer #{int(answer.get('index', ai))} to {question(groups[gi].get('prompt', ''))} "
-        f"{_standing(answer, answers)}, so its tokens carry a strong learning signal (advantage "
-        f"{adv:+.2f}, the largest |advantage| with such picks). {m} picks {n} of its tokens "
-        f"that {other} skips: {sure} (probability {low:.2f} or more), so their entropy is low."
+        f"{_standing(answer, answers)}: a strong learning signal (advantage {adv:+.2f}). "
+        f"{m} picks {n} of its tokens that {other} skips: {sure} (probability {low:.2f} or "
+        "more), so their entropy is low."
     )
     return SignalPick(gi, ai, m, other, adv, n, low, sentence)
 

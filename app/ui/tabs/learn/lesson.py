@@ -10,6 +10,7 @@ from __future__ import annotations
 from html import escape
 
 from app.ui.render import Json, fmt
+from app.ui.tabs.learn.picture import rlvr_picture
 
 LOW_ENTROPY = 0.1  # nats: a token the model was all but sure of
 
@@ -83,7 +84,7 @@ def lesson_html(group: Json, summary: Json, methods: tuple[str, str]) -> str:
               "several times, a rule checks each answer (no human, no reward model), and one "
               "update makes the rewarded answers more likely and the others less.",
               f"prompt {escape(repr(group.get('prompt', '')))} → {len(answers)} sampled "
-              f"answers → the {rule} rule → one update."),
+              f"answers → the {rule} rule → one update.{rlvr_picture(group)}"),
         _step(2, "The group and its rewards",
               "The answers to one prompt form a group (G answers). Each gets a reward; here 1 "
               "for the right final answer and 0 otherwise.",
