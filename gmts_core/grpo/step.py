@@ -97,6 +97,13 @@ which one AdamW step at lr 3e-4 on 8 prompts halves the accuracy. 64 prompts a s
 average that noise out; 4 updates per batch (clipped, PPO-style) make the most of each batch.
 """
 
+CLASS_RECIPE = RLConfig(
+    prompts_per_step=32, learning_rate=1.5e-4, inner_steps=1, warmup_steps=5, max_new_tokens=48
+)
+"""The demo recipe at a classroom's pace (the UI's Train and Compare tabs): 32 prompts x G = 8
+a step, one update per batch, the same learning rate and warm-up; it gains about 10-16 points of
+held-out accuracy in 10-20 steps (docs/benchmarks.md, "The Train tab's defaults")."""
+
 
 def rollout_groups(prompts: Sequence[RLPrompt], config: RLConfig, seed: int) -> list[GroupInput]:
     """One group of ``group_size`` answers to sample per prompt, each group with its own seed."""

@@ -12,6 +12,7 @@ from app.reports.compare_report import TABLE_HEADER
 from app.services.compare import CompareResult, load_compare_file, result_from_dict
 from app.ui.choices import method_choices
 from app.ui.context import Tab, UIContext, call
+from app.ui.limited import LR_CONTROL_MAX, SANE_LR, lr_warning
 from app.ui.tabs.compare.view import (
     FIGURE_LABELS,
     FIGURES,
@@ -52,9 +53,13 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
         c["max_new_tokens"] = gr.Slider(
             8, 128, d("max_new_tokens"), step=4, label="Max new tokens", elem_id="compare-max-new"
         )
+        # the range stops where the demo model still learns (as the Train tab's control)
         c["learning_rate"] = gr.Number(
-            d("learning_rate"), label="Learning rate", minimum=0, maximum=1, step=1e-5
-        )
+            d("learning_rate"), label="Learning rate", minimum=0, maximum=LR_CONTROL_MAX,
+            step=1e-5, elem_id="compare-lr",
+            info=f"{d('learning_rate'):g} learns on the demo model; above {SANE_LR[1]:g} a "
+            f"warning (held-out accuracy falls); at most {LR_CONTROL_MAX:g}",
+        )  # fmt: skip
         c["eval_every"] = gr.Slider(
             1, 30, d("eval_every"), step=1, label="Evaluate every", elem_id="compare-ee"
         )
@@ -115,6 +120,8 @@ def build_compare_tab(ctx: UIContext) -> None:
         form = dict(zip(FORM_FIELDS, values, strict=True))
         model = form.pop("model")
         config = call(lambda: form_config(**form))
+        if (warning := lr_warning(config.rl.learning_rate)) is not None:
+            gr.Warning(warning)
 
         def tick(done: int, total: int, label: str) -> None:
             progress((done, total), desc=label)

@@ -14,15 +14,10 @@ from typing import Any
 import plotly.graph_objects as go
 
 from app.palette import method_color, rgba
+from app.ui.limited import lr_warning
 
 Json = dict[str, Any]
 MAX_EARLIER = 6  # the oldest faded runs drop off beyond this
-# below: too slow to see in a run; above: held-out accuracy falls in a run of the defaults
-# (lr 3e-4: 0.475 -> 0.405 in 25 steps of 16 prompts x 2 updates; 5e-4: -> 0.225, a collapse;
-# 1e-3 -> ~0). The tab's control stops at LR_CONTROL_MAX, the highest rate measured not to
-# collapse a run (docs/live-rl.md has the measurements).
-SANE_LR = (1e-6, 2e-4)
-LR_CONTROL_MAX = 3e-4
 COLLAPSE = 0.5  # held-out accuracy below this share of its start value is called a collapse
 
 
@@ -83,22 +78,6 @@ def add_overlays(fig: go.Figure, earlier: list[Json]) -> None:
                 marker=dict(color=color, size=10, symbol="diamond-open", line=dict(width=2)),
             )
         )  # fmt: skip
-
-
-def lr_warning(learning_rate: float) -> str | None:
-    """A plain sentence when the learning rate is outside the range that works on this demo."""
-    lo, hi = SANE_LR
-    if learning_rate > hi:
-        return (
-            f"Learning rate {learning_rate:g} is above {hi:g}: on the demo model held-out "
-            "accuracy falls at such rates (1e-3 wrecks it within a few steps). Try 1.5e-4."
-        )
-    if 0 <= learning_rate < lo:
-        return (
-            f"Learning rate {learning_rate:g} is below {lo:g}: the model will barely move in a "
-            "run. Try 1.5e-4."
-        )
-    return None
 
 
 def collapse_warning(info: Json | None) -> str | None:

@@ -13,9 +13,8 @@ import gradio as gr
 from app.services.catalog import rl_knob
 from app.ui.choices import method_choices
 from app.ui.context import Tab, UIContext, call
-from app.ui.limited import limit_slider
+from app.ui.limited import LR_CONTROL_MAX, SANE_LR, limit_slider
 from app.ui.render import Json, placeholder
-from app.ui.tabs.train import earlier_runs as train_runs
 from app.ui.tabs.train.view import (
     DELTA_LOGP_NOTE,
     HISTORY_HEADERS,
@@ -27,9 +26,8 @@ from app.ui.tabs.train.view import (
 )
 
 FORM_FIELDS = [name for name in asdict(TrainForm())]
-LR_CONTROL_MAX = train_runs.LR_CONTROL_MAX
 LR_INFO = (
-    f"{TrainForm.learning_rate:g} learns on the demo model; above {train_runs.SANE_LR[1]:g} "
+    f"{TrainForm.learning_rate:g} learns on the demo model; above {SANE_LR[1]:g} "
     f"the status warns (held-out accuracy falls); at most {LR_CONTROL_MAX:g}"
 )
 
@@ -62,7 +60,7 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
             elem_id="train-ratio",
         )  # fmt: skip
         # the control's range stops where the demo model's held-out accuracy still holds
-        # (docs/live-rl.md); above train_runs.SANE_LR's top the status warns before the run
+        # (docs/live-rl.md); above SANE_LR's top the status warns before the run
         c["learning_rate"] = gr.Number(
             d.learning_rate, label="Learning rate", minimum=0, maximum=LR_CONTROL_MAX,
             step=1e-5, elem_id="train-lr", info=LR_INFO,

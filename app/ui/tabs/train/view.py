@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from app.services.catalog import RL_DEFAULTS
+from app.services.catalog import CLASS_RECIPE
 from app.services.errors import SessionNotFoundError
 from app.ui import status
 from app.ui.client import Backend
@@ -37,9 +37,7 @@ Progress = Callable[..., Any]  # gr.Progress-like: progress((done, total), desc=
 # 32 prompts x 1 update costs about what 16 x 2 did and averages the ±1-slip noise over twice
 # the prompts (docs/live-rl.md): seed 0 went 0.475 -> 0.590 instead of 0.580 with greedy
 # accuracy holding (0.925 -> 0.945, against 0.925 -> 0.89).
-TRAIN_RECIPE = dataclasses.replace(
-    RL_DEFAULTS, prompts_per_step=32, learning_rate=1.5e-4, inner_steps=1, warmup_steps=5
-)
+TRAIN_RECIPE = CLASS_RECIPE
 
 
 SKIP = object()  # an output left as it is shown (the tab sends ``gr.skip()``)

@@ -110,7 +110,9 @@ def test_compare_form_makes_a_valid_config() -> None:
     config = compare.form_config(["gmts", "random"], steps=3, group_size=4.0)
     assert config.methods == ("gmts", "random") and config.rl.group_size == 4
     assert isinstance(config.rl.group_size, int)  # a slider's float becomes the knob's type
-    assert (config.seeds, config.rl.max_new_tokens) == (3, 48)  # the tab's preset: paired seeds
+    # the tab's preset: paired seeds, the Train tab's classroom recipe
+    assert (config.seeds, config.rl.max_new_tokens) == (2, 48)
+    assert config.rl.learning_rate == 1.5e-4 and config.rl.prompts_per_step == 32
     with pytest.raises(InvalidInputError, match="at least one method"):
         compare.form_config([])
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from app import palette
+from app.ui.limited import LR_CONTROL_MAX, SANE_LR
 from app.ui.tabs.train import earlier_runs as train_runs
 from app.ui.tabs.train import view as train
 
@@ -63,8 +64,8 @@ def test_tab_defaults_are_the_small_batch_recipe() -> None:
     assert (form.prompts_per_step, form.group_size, form.steps) == (32, 8, 20)
     assert knobs["learning_rate"] == 1.5e-4 and knobs["inner_steps"] == 1
     assert form.eval_problems == 200  # the gain's paired interval needs enough problems
-    lo, hi = train_runs.SANE_LR
-    assert lo <= form.learning_rate <= hi <= train_runs.LR_CONTROL_MAX
+    lo, hi = SANE_LR
+    assert lo <= form.learning_rate <= hi <= LR_CONTROL_MAX
     assert knobs["warmup_steps"] == 5
 
 
