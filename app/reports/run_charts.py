@@ -19,11 +19,24 @@ from app.palette import OKABE_ITO, method_color
 Row = dict[str, Any]
 LAYOUT = dict(
     template="plotly_white",
-    margin=dict(l=55, r=20, t=50, b=60),
-    legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
-    height=360,
+    margin=dict(l=55, r=20, t=50, b=100),
+    # under the axis title, so a long legend never prints over the chart's title
+    legend=dict(orientation="h", yanchor="top", y=-0.22, x=0),
+    height=380,
     xaxis_title="training step",
 )
+
+
+def integer_steps(fig: go.Figure, last_step: int) -> None:
+    """Step axes with whole-number ticks only (no 1.5 between two steps)."""
+    dtick = max(1, -(-last_step // 10))  # about ten ticks at most
+    fig.update_xaxes(tickformat="d", tick0=0, dtick=dtick)
+
+
+def _layout(fig: go.Figure, rows: list[Row], **kw: Any) -> go.Figure:
+    fig.update_layout(**{**LAYOUT, **kw})
+    integer_steps(fig, max([1, *(int(r["step"]) for r in rows)]))
+    return fig
 
 
 def _methods(rows: list[Row]) -> list[str]:
@@ -54,8 +67,7 @@ def reward_figure(rows: list[Row]) -> go.Figure:
             opacity=0.45,
         )
     )
-    fig.update_layout(title="Reward and zero-signal groups", **LAYOUT)
-    return fig
+    return _layout(fig, rows, title="Reward and zero-signal groups")
 
 
 def per_method_figure(rows: list[Row], key: str, title: str) -> go.Figure:
@@ -72,8 +84,7 @@ def per_method_figure(rows: list[Row], key: str, title: str) -> go.Figure:
                 line=dict(color=method_color(m)),
             )
         )
-    fig.update_layout(title=title, yaxis_range=[-0.02, 1.02], **LAYOUT)
-    return fig
+    return _layout(fig, rows, title=title, yaxis_range=[-0.02, 1.02])
 
 
 def agreement_figure(rows: list[Row]) -> go.Figure:
@@ -98,8 +109,7 @@ def agreement_figure(rows: list[Row]) -> go.Figure:
                 line=dict(color=OKABE_ITO[6], dash="dot"),
             )
         )
-    fig.update_layout(title="Entropy vs gradient: agreement", yaxis_range=[-1.02, 1.02], **LAYOUT)
-    return fig
+    return _layout(fig, rows, title="Entropy vs gradient: agreement", yaxis_range=[-1.02, 1.02])
 
 
 def length_figure(rows: list[Row]) -> go.Figure:
@@ -112,8 +122,7 @@ def length_figure(rows: list[Row]) -> go.Figure:
             name="mean answer length (tokens)",
         )
     )
-    fig.update_layout(title="Mean answer length (tokens)", **LAYOUT)
-    return fig
+    return _layout(fig, rows, title="Mean answer length (tokens)")
 
 
 def run_figures(rows: list[Row]) -> list[go.Figure]:

@@ -249,7 +249,8 @@ def summary_definition(label: str) -> str:
 
 def summary_html(rows: list[list[str]]) -> str:
     """The summary as a two-column list that wraps inside a phone's width (escaped HTML); each
-    row's label carries an ⓘ whose definition shows on hover, focus or tap."""
+    row's label carries an "i" in a circle (drawn by CSS: the ⓘ glyph is missing from some
+    system fonts) whose definition shows on hover, focus or tap."""
     if not rows:
         return ""
 
@@ -259,7 +260,8 @@ def summary_html(rows: list[list[str]]) -> str:
             return escape(q)
         return (
             f'{escape(q)} <span class="info" tabindex="0" role="note" aria-label="{escape(d)}" '
-            f'title="{escape(d)}">ⓘ<span class="info-text">{escape(d)}</span></span>'
+            f'title="{escape(d)}"><span class="info-i" aria-hidden="true">i</span>'
+            f'<span class="info-text">{escape(d)}</span></span>'
         )
 
     items = "".join(

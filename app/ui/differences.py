@@ -109,16 +109,16 @@ def why_differ_html(result: Json | None, methods: tuple[str, str], title: bool =
             f'<tr class="why-row" data-reason="{escape(r["key"])}"><td><details>'
             f"<summary><b>{escape(r['label'])}</b>{escape(zero)}</summary>"
             f'<p class="why-explain">{escape(r["explanation"])}</p>{tokens}</details></td>'
-            f'<td class="num">{n_a}</td><td class="num">{_share(s_a)}</td>'
-            f'<td class="num">{n_b}</td><td class="num">{_share(s_b)}</td></tr>'
+            f'<td class="num">{n_a}<span class="why-share">{_share(s_a)}</span></td>'
+            f'<td class="num">{n_b}<span class="why-share">{_share(s_b)}</span></td></tr>'
         )
     if not rows:
         none = '<p class="why-none">Both methods select the same tokens.</p>'
     else:
         none = f'<p class="why-none">No token for: {", ".join(absent)}.</p>' if absent else ""
     head = (
-        f"<thead><tr><th>reason</th><th>only {ea}</th><th>of {ea}'s budget</th>"
-        f"<th>only {eb}</th><th>of {eb}'s budget</th></tr></thead>"
+        f"<thead><tr><th>reason</th><th>only {ea}<span class='why-share'>of its picks</span>"
+        f"</th><th>only {eb}<span class='why-share'>of its picks</span></th></tr></thead>"
     )
     heading = f"<h4>Why they differ: {ea} vs {eb}</h4>" if title else ""
     return (

@@ -81,10 +81,8 @@ def test_opening_view_shows_a_disagreement_and_why(
     assert only_one.count() >= 1  # a token selected by only one method
     why = page.locator("#why-differ")
     assert why.is_visible() and "Why they differ: entropy vs gmts" in why.inner_text()
-    assert (
-        page.locator('#why-differ tr[data-reason="zero_advantage"] td.num').first.inner_text()
-        != "0"
-    )
+    cell = page.locator('#why-differ tr[data-reason="zero_advantage"] td.num').first.inner_text()
+    assert int(cell.split()[0]) > 0, cell  # the count (its share of the budget under it)
     # the summary's wasted share of entropy is not zero
     rows = page.locator("#summary-table .summary-row")
     wasted = [r for r in rows.all_inner_texts() if r.startswith("entropy: wasted share")]

@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app.palette import OKABE_ITO
-from app.reports.run_charts import LAYOUT, per_method_figure, reward_figure
+from app.reports.run_charts import LAYOUT, integer_steps, per_method_figure, reward_figure
 from app.ui.render import placeholder, rank_pool, render_group
 from app.ui.tabs.runs.differences import differences_html
 
@@ -107,6 +107,7 @@ def metrics_figures(metrics: Json | None) -> tuple[go.Figure, go.Figure, go.Figu
             )
         )
     overlap.update_layout(title="Overlap (Jaccard)" + suffix, yaxis_range=[-0.02, 1.02], **LAYOUT)
+    integer_steps(overlap, max([1, *(int(r["step"]) for r in reports)]))
     return cover, waste, overlap
 
 

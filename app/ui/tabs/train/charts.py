@@ -10,6 +10,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from app.palette import method_color
+from app.reports.run_charts import integer_steps
 from app.services.train_gain import evaluation_gain
 from app.ui.charts import LAYOUT
 from app.ui.render import Json
@@ -19,12 +20,6 @@ from app.ui.tabs.train.earlier_runs import SMOOTH, moving_average
 WASTED_FIRST = ("entropy", "gmts")  # the comparison the wasted-share chart is about
 
 LOSS_COLOR, PART_COLOR = "#333333", "#777777"  # losses are not methods: greys, told by dash
-
-
-def integer_steps(fig: go.Figure, last_step: int) -> None:
-    """Step axes with whole-number ticks only (no 0.5 between two steps)."""
-    dtick = max(1, -(-last_step // 10))  # about ten ticks at most
-    fig.update_xaxes(tickformat="d", tick0=0, dtick=dtick, rangemode="tozero")
 
 
 def _figure(title: str, y_title: str, last_step: int = 1) -> go.Figure:
