@@ -8,6 +8,7 @@ its own ``gr.Tab`` with one ``UIContext`` shared by all.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -19,6 +20,8 @@ from app.services.errors import GMTSError
 from app.ui.client import Backend
 from app.ui.render import Json
 from app.ui.uploads import SessionUploads
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -57,8 +60,10 @@ class Tab:
 
 def call(fn: Callable[[], T]) -> T:
     """Run a backend (or library) call for a handler, turning library errors into ``gr.Error``
-    with the library's message (what the person sees in the UI's toast)."""
+    with the library's message (what the person sees in the UI's toast). An ordinary input
+    error is logged as one line, not a traceback (Gradio prints one for every other error)."""
     try:
         return fn()
     except GMTSError as exc:
-        raise gr.Error(str(exc)) from None
+        logger.info("UI request refused: %s: %s", type(exc).__name__, exc)
+        raise gr.Error(str(exc), print_exception=False) from None

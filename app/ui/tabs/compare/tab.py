@@ -131,7 +131,10 @@ def build_compare_tab(ctx: UIContext) -> None:
 
     def load(path: str | None, request: gr.Request) -> list[Any]:
         if not path:
-            raise gr.Error("Choose a compare.json file (written by `gmts compare --out DIR`).")
+            raise gr.Error(
+                "Choose a compare.json file (written by `gmts compare --out DIR`).",
+                print_exception=False,
+            )
         ctx.uploads.track(request, path)  # deleted when this browser session ends
         return show(call(lambda: load_compare_file(path)))
 
