@@ -41,11 +41,23 @@ def token_statistics(
     logp_all = torch.log_softmax(z, dim=-1)  # (N, V)
     p = logp_all.exp()
     logprob = logp_all.gather(-1, targets[:, None]).squeeze(-1)  # (N,)
-    # 0 log 0 = 0: a logit of -inf adds nothing to the entropy
+    # 0 log 0 = 0: a logit of -inf adds nothing to the entropy (and log p = -inf at a target
+    # there, g = || e_y - p || / tau); one finite logit gives log p = H = g = 0 at its token
     entropy = -torch.where(p > 0, p * logp_all, torch.zeros_like(p)).sum(-1)  # (N,)
     onehot = torch.nn.functional.one_hot(targets, z.shape[-1]).double()  # (N, V)
     g = torch.linalg.vector_norm(onehot - p, dim=-1) / temperature  # (N,)
     return logprob, entropy, g
+
+
+def top_alternatives(
+    logits: torch.Tensor, k: int, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k most probable tokens of each row (N, k), by logit, equal logits by lower token id,
+    and their log pi (N, k), from logits (N, V) (sorted in plain Python)."""
+    logp_all = torch.log_softmax(logits.double() / temperature, dim=-1)  # (N, V)
+    rows = logits.double().tolist()
+    ids = torch.tensor([sorted(range(len(z)), key=lambda v: (-z[v], v))[:k] for z in rows])
+    return ids, logp_all.gather(-1, ids)
 
 
 def grpo_advantages(rewards: torch.Tensor) -> torch.Tensor:

@@ -169,7 +169,8 @@ static void row_rest(const void *row, int dtype, int64_t vocab, int64_t a, int64
  * contiguous; dtype 0 = float32, 1 = bfloat16). Per row: the top k logits and their ids (most
  * probable first, ties by lower id), the target's logit, and over the tokens other than the
  * top one and the target the sums s = sum e, q = sum e^2, p = sum e u, where
- * u = (z - r) / tau and r is the runner-up's logit (the second entry of the top list; k >= 2).
+ * u = (z - r) / tau and r is the runner-up's logit (the second entry of the top list; k >= 2),
+ * or the top logit where the runner-up's is -inf.
  * Returns 0, or 1 when an argument is out of range (nothing written then). */
 int gmts_row_sums(const void *base, int dtype, int64_t row0, int64_t row1, int64_t vocab,
                   int64_t row_stride, const int64_t *targets, float tau, int k, float *top_vals,
@@ -185,10 +186,13 @@ int gmts_row_sums(const void *base, int dtype, int64_t row0, int64_t row1, int64
         top_k_row(row, dtype, vocab, k, vals, ids);
         float b;
         target_logit[r] = *row_block(row, dtype, targets[r], 1, &b);
+        /* the runner-up, or the top logit where it is the only finite one (then every other
+         * e is 0 and the row's sums are 0: exact statistics, not (-inf) - (-inf) = NaN) */
+        float ref = vals[1] > -INFINITY ? vals[1] : vals[0];
         double ss, qq, pp;
-        row_rest(row, dtype, vocab, ids[0], targets[r], vals[1], tau, 0, &ss, &qq, &pp);
+        row_rest(row, dtype, vocab, ids[0], targets[r], ref, tau, 0, &ss, &qq, &pp);
         if (isnan(pp) && !isnan(ss)) /* -inf logits, no NaN ones: the guarded sum */
-            row_rest(row, dtype, vocab, ids[0], targets[r], vals[1], tau, 1, &ss, &qq, &pp);
+            row_rest(row, dtype, vocab, ids[0], targets[r], ref, tau, 1, &ss, &qq, &pp);
         s[r] = ss;
         q[r] = qq;
         p[r] = pp;

@@ -3,8 +3,9 @@
 Both head paths reduce each row of logits z (V,) at temperature tau to float32 sums and hand them
 to :func:`finish_stats`: :mod:`gmts_core.stats.metrics` (logits chunk by chunk of positions) and
 :mod:`gmts_core.stats.vocab_tiled` (hidden states against the head, tile by tile of the
-vocabulary, the sums rescaled online). Let A be the most probable token (logit m1), r the
-runner-up's logit (the largest logit of the others, m1 itself where there is none) and
+vocabulary, the sums rescaled online). Let A be the most probable token (logit m1; equal logits:
+the lower token id, as in the top-k list), r the runner-up's logit (the largest logit of the
+others; m1 itself where there is none or it is -inf) and
 u_v = (z_v - r) / tau, so u_v <= 0 for every v != A and e_v = exp(u_v) <= 1 with one term
 equal to 1. The passes over the vocabulary compute, over the tokens other than A and y,
 
@@ -24,6 +25,10 @@ added back when it is not A):
     g tau  = (S/Z) sqrt(1 + Q/S^2)                  if y = A  (1 - p = S/Z, the rest's mass)
            = sqrt((pi_A + s/Z)^2 + pi_A^2 + q/Z^2)   otherwise (1 - p >= pi_A >= 1/V)
 
+A target at a -inf logit adds e_y u_y = 0 to p (not 0 * -inf), so H stays exact and
+log p = -inf; a row with one finite logit has r = m1 and s = q = p = 0: log p = H = 0 and
+g = 0 at A, g = sqrt(2) / tau elsewhere. These are the exact values, with no pass of their own.
+
 So a near-certain token keeps its relative accuracy: log p = -1.4e-8 at a logit gap of 30
 (1 - p is the sum of the others, not 1 - p in float32), g = 2.7e-30 at gap 80 (e^(2u) of the rest
 would underflow relative to the maximum, not relative to the runner-up), and the entropy of a
@@ -42,6 +47,7 @@ import torch
 
 _TOPK_BLOCK = 256  # about: the block-maxima pass's block width (see :func:`block_width`)
 _SUM_SQ_BLOCK = 4096  # about: squares summed per block, then the blocks (see :func:`sum_sq`)
+_SPARE = 3  # places past k that the top-k asks for, to order ties (see :func:`_top_k_low_id`)
 
 
 @dataclass
@@ -58,8 +64,13 @@ class RowSums:
 
 
 def reference_logit(top_vals: torch.Tensor) -> torch.Tensor:
-    """r for (C, K) top logits, most probable first: the runner-up, or m1 where K = 1."""
-    return top_vals[:, 1] if top_vals.shape[1] > 1 else top_vals[:, 0]
+    """r for (C, K) top logits, most probable first: the runner-up, or m1 where K = 1 or the
+    runner-up is -inf (a row with one finite logit: every other e is then exp(-inf) = 0, so
+    s = q = p = 0 and the row's statistics come out exact, log p = H = g = 0 for y = A)."""
+    if top_vals.shape[1] < 2:
+        return top_vals[:, 0]
+    runner_up = top_vals[:, 1]
+    return torch.where(runner_up > -torch.inf, runner_up, top_vals[:, 0])
 
 
 def _softplus(x: torch.Tensor) -> torch.Tensor:
@@ -90,14 +101,14 @@ def finish_stats(
     e_y = torch.where(is_top, 0.0, torch.exp(u_y.clamp_max(0.0)))
     s = s_rest + e_y  # every v != A
     q = q_rest + e_y * e_y
-    p = p_rest + e_y * u_y.clamp_max(0.0)
+    p = p_rest + torch.where(e_y > 0, e_y * u_y.clamp_max(0.0), 0.0)  # 0, not 0 * -inf
     sp = _softplus(s.log() - a)  # -log pi_A
     log_z = a + sp
     pi_top = torch.exp(-sp)
     rest = _exp_log(s, log_z)  # 1 - pi_A
     entropy = pi_top * sp + rest * log_z + _exp_log(-p, log_z)
     sum_sq = pi_top * pi_top + _exp_log(q, 2 * log_z)
-    logprob = torch.where(is_top, -sp, (z_y - m1) / tau - sp)
+    logprob = torch.where(is_top, -sp, (z_y - m1) / tau - sp) + 0.0  # + 0.0: -0 is 0
     spread = torch.where(s > 0, q / (s * s), 0.0)  # Q / S^2 <= 1
     g_top = rest * torch.sqrt(1.0 + spread)
     miss = pi_top + _exp_log(s_rest, log_z)  # 1 - p when y != A
@@ -137,26 +148,70 @@ def sum_sq(e: torch.Tensor) -> torch.Tensor:
     return total
 
 
+def _order_key(values: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """An int64 key per float32 value: larger for a larger value, and for equal values (-0 and
+    +0 included) larger for the lower id, so that a top-k of the keys is the top-k of the
+    values with ties to the lower id."""
+    bits = (values + 0.0).view(torch.int32)  # + 0.0: -0 becomes +0
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)  # the float order as a signed integer order
+    return (ordered.to(torch.int64) << 32) | (0xFFFFFFFF - ids)
+
+
+def _top_k_low_id(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row-wise top-k of (C, n) values, largest first, equal values by lower position.
+
+    ``torch.topk`` gives the right values, largest first, but no rule for ties. It is asked for
+    ``_SPARE`` more places (about the same cost); rows with no two equal values among the first
+    k + 1 are done. The others are ordered by :func:`_order_key` within their longer list, which
+    holds every element equal to the k-th value unless its last value equals the k-th too; only
+    such rows (many equal values, e.g. an all-zero row) are chosen again from the whole row.
+    """
+    if x.dtype != torch.float32:  # not reached by the callers (float32 work buffers)
+        vals, pos = x.sort(dim=-1, descending=True, stable=True)
+        return vals[:, :k], pos[:, :k]
+    n = x.shape[1]
+    kk = min(k + _SPARE, n)
+    vals, pos = x.topk(kk, dim=-1)  # (C, kk)
+    m = min(k + 1, kk)
+    tied = (vals[:, 1:m] == vals[:, : m - 1]).any(dim=-1)  # (C,)
+    if bool(tied.any()):
+        rows = tied.nonzero().squeeze(-1)
+        sub_v, sub_p = vals[rows], pos[rows]  # (R, kk)
+        missed = sub_v[:, -1] == sub_v[:, k - 1] if kk < n else torch.zeros_like(rows, dtype=bool)
+        if bool(missed.any()):  # equal values may lie beyond the list: the whole rows
+            whole = x[rows[missed]]
+            ids = torch.arange(n, device=x.device).expand_as(whole)
+            sub_p[missed] = _order_key(whole, ids).topk(kk, dim=-1).indices
+            sub_v[missed] = whole.gather(-1, sub_p[missed])
+        order = _order_key(sub_v, sub_p).topk(k, dim=-1).indices  # (R, k)
+        vals[rows, :k] = sub_v.gather(-1, order)
+        pos[rows, :k] = sub_p.gather(-1, order)
+    return vals[:, :k], pos[:, :k]
+
+
 def top_k_exact(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row-wise top-k of (C, V) logits, most probable first, via block maxima.
+    """Row-wise top-k of (C, V) float32 logits, most probable first, equal logits by lower
+    token id (the native kernel's rule), via block maxima.
 
     ``torch.topk`` over a 150k vocabulary costs more than all the statistics together on CPU.
-    The k largest values of a row lie in the k blocks with the largest maxima (any other block
-    would have k larger maxima above it), so one max pass over blocks and a top-k over
-    k * block candidates (plus the ragged tail) give the same values. The same pass gives the
-    row maximum and the runner-up the statistics are taken relative to (no pass of its own).
+    The k largest values of a row lie in the k blocks with the largest maxima, equal maxima to
+    the lower block (any other block would have k maxima above it, or equal at lower ids), so one
+    max pass over blocks and a top-k over k * block candidates in token order (plus the ragged
+    tail) give the same values and ids. The same pass gives the row maximum and the runner-up
+    the statistics are taken relative to (no pass of its own).
     """
     c, v = logits.shape
     b = block_width(v, _TOPK_BLOCK)
     nb = v // b
     if nb <= 4 * k:
-        return logits.topk(k, dim=-1)
+        return _top_k_low_id(logits, k)
     main = logits[:, : nb * b].view(c, nb, b)  # (C, nb, b) a view
-    blocks = main.amax(dim=-1).topk(k, dim=-1).indices  # (C, k) the blocks with the top maxima
+    _, blocks = _top_k_low_id(main.amax(dim=-1), k)  # (C, k) the blocks with the top maxima
+    blocks = blocks.sort(dim=-1).values  # in token order, so positions order the ties
     cand = main.gather(1, blocks.unsqueeze(-1).expand(c, k, b)).view(c, k * b)
     if nb * b < v:
         cand = torch.cat([cand, logits[:, nb * b :]], dim=-1)  # (C, k * b + tail)
-    vals, pos = cand.topk(k, dim=-1)  # (C, k) positions among the candidates
+    vals, pos = _top_k_low_id(cand, k)  # (C, k) positions among the candidates
     in_blocks = pos < k * b
     block_ids = blocks.gather(-1, (pos // b).clamp_max(k - 1)) * b + pos % b
     return vals, torch.where(in_blocks, block_ids, pos + (nb * b - k * b))

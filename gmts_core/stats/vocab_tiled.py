@@ -80,16 +80,22 @@ class _OnlineSums:
         self.top_v = merged[:, :keep]
         self.top_i = torch.cat([self.top_i, ti + v0], -1).gather(-1, pos[:, :keep])
         ref_old, self.ref = self.ref, reference_logit(self.top_v)
-        d = (self.ref - ref_old) / temperature  # >= 0; inf on the first tile (sums are 0)
+        # rows holding mass (s > 0: a finite runner-up, so r only rises) are rescaled; the
+        # others hold zeros (the first tile, or only -inf logits besides A and y so far)
+        held = self.s > 0
+        d = torch.where(held, (self.ref - ref_old) / temperature, 0.0)  # >= 0
         scale = torch.exp(-d)
-        self.p = torch.where(torch.isinf(d), 0.0, scale * (self.p - d * self.s))
+        self.p = scale * (self.p - d * self.s)
         self.s, self.q = self.s * scale, self.q * scale * scale
         top_id = self.top_i[:, 0]
         joins = (old_id >= 0) & (old_id != top_id) & (old_id != self.targets)  # former lead
         u_old = torch.where(joins, (old_top - self.ref) / temperature, 0.0).clamp_max(0.0)
         e_old = torch.where(joins, torch.exp(u_old), 0.0)  # u_old <= 0; -inf before a lead
-        self.s, self.q, self.p = self.s + e_old, self.q + e_old * e_old, self.p + e_old * u_old
-        torch.sub(z, self.ref.unsqueeze(-1), out=u)  # in place when z is u
+        self.s, self.q = self.s + e_old, self.q + e_old * e_old
+        self.p = self.p + torch.where(e_old > 0, e_old * u_old, 0.0)  # 0, not 0 * -inf
+        # r = -inf only while every logit so far is -inf: then u = -inf and e = 0, not NaN
+        finite_ref = torch.where(self.ref > -torch.inf, self.ref, 0.0)
+        torch.sub(z, finite_ref.unsqueeze(-1), out=u)  # in place when z is u
         if temperature != 1.0:
             u.div_(temperature)
         torch.exp(u, out=e)
@@ -98,9 +104,13 @@ class _OnlineSums:
         lead_col = lead.clamp(0, w - 1).unsqueeze(-1)
         for c, here in ((lead_col, lead_in), (col, inside)):  # zero A's and y's terms
             e.scatter_(-1, c, torch.where(here.unsqueeze(-1), 0.0, e.gather(-1, c)))
-        self.s = self.s + e.sum(dim=-1)
+        s_tile = e.sum(dim=-1)
         self.q = self.q + sum_sq(e)
-        self.p = self.p + u.mul_(e).sum(dim=-1)
+        p_tile = u.mul_(e).sum(dim=-1)
+        masked = p_tile.isnan() & ~s_tile.isnan()
+        if bool(masked.any()):  # -inf logits (e = 0) made 0 * -inf = NaN terms: those are 0
+            p_tile[masked] = u[masked].nan_to_num(nan=0.0).sum(dim=-1)
+        self.s, self.p = self.s + s_tile, self.p + p_tile
 
     def _lead(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The current (m1, A), or (-inf, -1) before the first tile."""
