@@ -18,6 +18,7 @@ from gmts_core.runs.base import (
     as_float,
     check_step_number,
     jsonl_records,
+    refuse_duplicates,
     require,
 )
 from gmts_core.runs.limits import RunLimits, file_size, scan_folder
@@ -31,10 +32,12 @@ def _root(path: Path) -> Path:
 
 
 def _task_files(version: Path, limits: RunLimits) -> list[Path]:
+    """The ``.jsonl`` entries of a version folder that are not folders: one that is no
+    regular file (a FIFO swapped in) is refused when read, naming it, not left out."""
     return sorted(
         Path(e.path)
         for e in scan_folder(version, limits)
-        if e.name.endswith(".jsonl") and e.is_file()
+        if e.name.endswith(".jsonl") and not e.is_dir()
     )
 
 
@@ -52,11 +55,7 @@ def _version_dirs(
             if first_only:
                 break
     found.sort()
-    for (v, a), (again, b) in zip(found, found[1:], strict=False):
-        if v == again:
-            raise RunFormatError(
-                root, None, f"version {v} is in two folders, {a.name} and {b.name}: keep one"
-            )
+    refuse_duplicates(found, root, "version", "folders")
     return found
 
 

@@ -39,6 +39,8 @@ from gmts_core.runs.values import as_float as as_float
 
 logger = logging.getLogger(__name__)
 
+MAX_NAMED = 8  # files named in an error about several files (the rest counted)
+
 
 @dataclass
 class RunGroup:
@@ -213,26 +215,40 @@ def group_by_key(keys: list[str]) -> list[list[int]]:
 def numbered_files(folder: Path, pattern: str, limits: RunLimits) -> list[StepRef]:
     """One :class:`StepRef` per file of ``folder`` whose name matches ``pattern`` (a regex with
     one group: the step number, ASCII digits), sorted by step; the last one is marked
-    ``last``. Two files of one step (``1.jsonl``, ``01.jsonl``) are an error naming both. The
+    ``last``. Two files of one step (``1.jsonl``, ``01.jsonl``) are an error naming them. An
+    entry that is no regular file (a FIFO, a device, a link out of the root) is a step all the
+    same: reading it refuses it, naming what it is, rather than the step going missing. The
     folder listing stops (refused) past ``max_folder_entries``."""
     rx = re.compile(pattern, re.ASCII)
     found = sorted(
         (int(m.group(1)), Path(e.path))
         for e in scan_folder(folder, limits)
-        if (m := rx.fullmatch(e.name)) and e.is_file()
+        if (m := rx.fullmatch(e.name)) and not e.is_dir()
     )
-    for (step, a), (again, b) in zip(found, found[1:], strict=False):
-        if step == again:
-            raise RunFormatError(
-                folder, None, f"step {step} is in two files, {a.name} and {b.name}: keep one"
-            )
-        check_step_number(step, a)
-    if found:
-        check_step_number(found[-1][0], found[-1][1])
+    refuse_duplicates(found, folder, "step", "files")
+    for step, path in found:
+        check_step_number(step, path)
     refs = [StepRef(step, p) for step, p in found]
     if refs:
         refs[-1] = StepRef(refs[-1].step, refs[-1].path, last=True)
     return refs
+
+
+def refuse_duplicates(found: list[tuple[int, Path]], where: Path, what: str, kind: str) -> None:
+    """Refuse a step number held by two or more of ``found`` ((number, path), sorted),
+    naming each of them (``1.jsonl``, ``01.jsonl``, ``001.jsonl``: only one could be reached)."""
+    names: dict[int, list[str]] = {}
+    for number, path in found:
+        names.setdefault(number, []).append(path.name)
+    for number, same in names.items():
+        if len(same) > 1:
+            shown = same[:MAX_NAMED] + (
+                [f"{len(same) - MAX_NAMED} more"] if len(same) > MAX_NAMED else []
+            )
+            listed = ", ".join(shown[:-1]) + " and " + shown[-1]
+            raise RunFormatError(
+                where, None, f"{what} {number} is in {len(same)} {kind}, {listed}: keep one"
+            )
 
 
 def check_step_number(step: int, path: Path) -> int:

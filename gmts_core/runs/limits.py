@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from gmts_core.cancel import checkpoint
 from gmts_core.errors import InvalidInputError, LimitExceededError
-from gmts_core.runs.files import confined_folder
+from gmts_core.runs.files import confined_folder, resolved_inside
 
 MiB = 1 << 20
 
@@ -101,8 +101,11 @@ class RunLimitError(LimitExceededError):
 
 
 def file_size(path: Path, limits: RunLimits, name: str = "max_file_bytes") -> int:
-    """``path``'s size in bytes, refused past limit ``name`` (a stat: nothing is read)."""
-    size = path.stat().st_size
+    """``path``'s size in bytes, refused past limit ``name`` (a stat: nothing is read), and
+    refused like an open (UnsafeRunFileError) when it leads out of ``limits.root``: the size
+    of a file outside the root is never told."""
+    base, parts = resolved_inside(path, limits)
+    size = os.stat(os.path.join(base, *parts)).st_size
     limits.check(name, size, f"{path}", f"the file has {size:,} bytes")
     return size
 

@@ -3,8 +3,10 @@ swapped in after indexing (a FIFO, directly and through a link), links inside ru
 out of the root, nested-type bombs in parquet, deep nesting on a JSONL's first line,
 out-of-range numbers, bad encodings, null values where the format needs one, duplicate step
 numbers, names no run id may have. Each answers a clean 4xx naming the file (and field)
-or is listed as unreadable with its reason; never a 5xx; the server stays up and ``/healthz``
-answers after each (its time is printed, not asserted: CI is a loaded 2-core machine).
+or is listed as unreadable with its reason; never a 5xx; the server stays up, ``/healthz``
+answers after each (its time is printed, not asserted: CI is a loaded 2-core machine) and the
+server's resident memory (the server runs in this process: psutil) is within 200 MB of what it
+was once the server had served its first ordinary steps.
 """
 
 from __future__ import annotations
@@ -18,18 +20,38 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from app.main import create_app
 from gmts_core.runs.trainer_log import SCHEMA
-from tests.app.api_helpers import LiveServer, make_settings
+from tests.app.api_helpers import LiveServer, given_body, make_settings
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "runs"
 STEP_BYTES = 2_000_000  # the server's max_step_bytes here: a bomb must stop at it
 SECRET = "the outside file's secret text"
 LINE = {"prompt": "Q: 1+1=?", "completions": [" 2", " 3"], "rewards": [1, 0], "step": 1}
+RSS_SLACK_MB = 200  # the server's resident memory after a hostile input, over its start
+
+
+def rss_mb() -> float:
+    """This process's resident memory in MB: the LiveServer's (it runs in a thread here) and
+    never a reading process's (those are children)."""
+    return float(psutil.Process().memory_info().rss) / 2**20
+
+
+def warmed_up(live: LiveServer) -> LiveServer:
+    """``live`` once it has listed its runs and served an ordinary step of an analysed and of
+    a logged run (the model loaded, the reading processes started), with its resident memory
+    then as ``live.rss_start``: what :func:`get` compares against after each request."""
+    assert httpx.get(live.url + "/v1/runs", timeout=300).status_code == 200
+    for run in ("verl", "logged"):
+        resp = httpx.get(live.url + f"/v1/runs/{run}/steps/1", timeout=300)
+        assert resp.status_code == 200, resp.text
+    live.rss_start = rss_mb()  # type: ignore[attr-defined]
+    return live
 
 
 def jsonl(path: Path, *rows: Any) -> None:
@@ -195,18 +217,23 @@ def hostile_settings(models: Path, root: Path, **overrides: Any) -> Any:
 def server(paths: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     settings = hostile_settings(tmp_path_factory.mktemp("models"), paths[0])
     with LiveServer(create_app(settings)) as live:
-        yield live
+        yield warmed_up(live)
 
 
 def get(server: LiveServer, path: str, **params: Any) -> httpx.Response:
-    """GET ``path``; then /healthz, whose time is printed."""
+    """GET ``path``; then /healthz, whose time is printed, and the server's resident memory,
+    within :data:`RSS_SLACK_MB` of its start where the server was :func:`warmed_up`."""
     resp = httpx.get(server.url + path, params=params, timeout=120)
     start = time.perf_counter()
     health = httpx.get(server.url + "/healthz", timeout=30)
     took_ms = (time.perf_counter() - start) * 1e3
-    print(f"GET {path}: {resp.status_code}; /healthz after: {took_ms:.0f} ms")  # noqa: T201
+    rss, rss_start = rss_mb(), getattr(server, "rss_start", None)
+    grown = "" if rss_start is None else f"; RSS {rss - rss_start:+.0f} MB"
+    print(f"GET {path}: {resp.status_code}; /healthz after: {took_ms:.0f} ms{grown}")  # noqa: T201
     assert health.status_code == 200
     assert resp.status_code < 500, resp.text
+    if rss_start is not None:
+        assert rss - rss_start < RSS_SLACK_MB, (path, rss_start, rss)
     return resp
 
 
@@ -225,8 +252,8 @@ def test_a_root_of_hostile_entries_is_listed_one_row_each(server: LiveServer) ->
     assert runs["verl"]["readable"] and runs["trl"]["readable"] and runs["run.jsonl"]["readable"]
     for name, says in (
         ("deep.jsonl", "nested"),
-        ("dupes", "step 1 is in two files"),
-        ("areal_dupes", "version 1 is in two folders"),
+        ("dupes", "step 1 is in 3 files, 001.jsonl, 01.jsonl and 1.jsonl"),
+        ("areal_dupes", "version 1 is in 2 folders, 01 and 1"),
         ("new\nline.jsonl", "character"),
         ("fifo.jsonl", "FIFO"),
     ):
@@ -240,9 +267,11 @@ def test_a_root_of_hostile_entries_is_listed_one_row_each(server: LiveServer) ->
 
 
 def test_duplicate_step_files_are_an_error_naming_them(server: LiveServer) -> None:
-    resp = get(server, "/v1/runs/dupes")
-    assert resp.status_code == 422
-    assert "01.jsonl" in message(resp) and "1.jsonl" in message(resp)
+    """``1.jsonl``, ``01.jsonl`` and ``001.jsonl`` all hold step 1: each one is named."""
+    for path in ("/v1/runs/dupes", "/v1/runs/dupes/steps/1"):
+        resp = get(server, path)
+        assert resp.status_code == 422, resp.text
+        assert "step 1 is in 3 files, 001.jsonl, 01.jsonl and 1.jsonl" in message(resp)
 
 
 @pytest.mark.parametrize("target", ["direct", "link"])
@@ -263,10 +292,29 @@ def test_a_fifo_swapped_in_after_indexing_is_refused_at_once(
         (root / "pipes").mkdir(exist_ok=True)  # outside the run: its index stays as it was
         os.mkfifo(root / "pipes" / run)
         os.symlink(root / "pipes" / run, step)
+    services = server.app.state.services
+    killed = services.runs.readers.killed
     resp = get(server, f"/v1/runs/{run}/steps/1")
     assert resp.status_code == 422 and "FIFO" in message(resp), resp.text
-    # the job slot is free: a normal step is served next
+    # within its wall-time limit: the reading process answered the refusal itself (one past
+    # GMTS_RUN_WORKER_WALL_S is killed, and its answer names that setting)
+    assert services.runs.readers.killed == killed
+    assert "GMTS_RUN_WORKER_WALL_S" not in message(resp)
+    assert_line_free(server)
+    # the job slot is free: a normal step is served next, and an analysis
     assert get(server, "/v1/runs/verl/steps/1").status_code == 200
+    analysis = httpx.post(server.url + "/v1/analyze", json=given_body(), timeout=300)
+    assert analysis.status_code == 200, analysis.text
+
+
+def assert_line_free(server: LiveServer) -> None:
+    """No job runs or waits, and /v1/queue tells a new request it runs at once."""
+    services = server.app.state.services
+    assert services.jobs.running == 0 and services.jobs.waiting == 0
+    assert services.runs.readers.reading.get("load", 0) == 0
+    queue = httpx.get(server.url + "/v1/queue", timeout=30).json()
+    assert queue["running"] == 0 and queue["waiting"] == 0, queue
+    assert queue["next_place"] == 0 and queue["estimated_wait_s"] == 0.0, queue
 
 
 @pytest.mark.parametrize("run", ["escape", "environ"])

@@ -187,3 +187,31 @@ def test_trl_chat_completions_read_as_text(tmp_path: Path) -> None:
     assert (first.prompt, first.chat, first.answers) == ("Q: 2+2=?", True, [" 4", " 5"])
     assert first.rewards == [1.5, 0.0] and second.rewards == [1.5]  # NaN skipped in the sum
     assert first.extra["note"] == ["a", "b"] and first.advantages == [0.7, -0.7]
+
+
+def test_every_file_of_a_duplicated_step_is_named(tmp_path: Path) -> None:
+    """Files that all hold step 1 are refused naming each (past 8, the rest counted); an
+    entry named like a step that is no regular file stays a step, refused when read."""
+    import os
+
+    line = json.dumps({"input": "Q", "output": " 2", "score": 1.0}) + "\n"
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("1.jsonl", "01.jsonl", "001.jsonl", "2.jsonl"):
+        (run / name).write_text(line)
+    with pytest.raises(
+        RunFormatError, match=r"step 1 is in 3 files, 001\.jsonl, 01\.jsonl and 1\.jsonl"
+    ):
+        open_run(run)
+    for zeros in range(3, 12):
+        (run / ("0" * zeros + "1.jsonl")).write_text(line)
+    with pytest.raises(RunFormatError, match=r"step 1 is in 12 files, .* and 4 more: keep one"):
+        open_run(run)
+    shutil.rmtree(run)
+    run.mkdir()
+    (run / "1.jsonl").write_text(line)
+    os.mkfifo(run / "2.jsonl")
+    opened = open_run(run)
+    assert opened.steps == [1, 2]
+    with pytest.raises(RunFormatError, match="a FIFO, not a file"):
+        opened.step(2)
