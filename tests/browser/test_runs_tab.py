@@ -35,11 +35,17 @@ def runs_server(
         yield server
 
 
-def open_runs_tab(chromium: Any, url: str) -> Any:
-    page = chromium.new_context(viewport={"width": 1280, "height": 900}).new_page()
+def open_runs_tab(chromium: Any, url: str, width: int = 1280, height: int = 900) -> Any:
+    page = chromium.new_context(viewport={"width": width, "height": height}).new_page()
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(url + "/ui/", wait_until="load")
-    page.get_by_role("tab", name="Runs").click()
+    page.wait_for_selector("#analyze-btn")
+    runs = page.get_by_role("tab", name="Runs")
+    if runs.first.is_visible():
+        runs.first.click()
+    else:  # a phone's tab bar keeps it in its overflow menu ("More tabs")
+        page.get_by_role("button", name="More tabs").click()
+        page.locator(".overflow-dropdown button", has_text="Runs").click()
     page.wait_for_selector("#run-pick")
     return page
 
@@ -108,6 +114,34 @@ def test_a_trl_dump_step_is_analysed_and_highlighted(
     assert view.locator(".ans-head").count() == len(df)
     assert view.locator(".tok.sel-a").count() > 0  # entropy's selection
     assert "Step 2" in page.locator("#run-step-summary").inner_text()
+
+
+TIPS_JS = """() => [...document.querySelectorAll('#run-step-view .tok[data-tip]')]
+    .map(t => t.getAttribute('data-tip'))"""
+
+
+@pytest.mark.parametrize(("width", "height"), [(1366, 900), (390, 844)])
+def test_tooltip_ranks_fit_their_labels(
+    chromium: Any, runs_server: LiveServer, width: int, height: int
+) -> None:
+    """A TRL step is ranked over the step (batch scope): every tooltip says so, and no rank is
+    larger than the token count it names (it said "within answer #1 of 19 tokens: entropy
+    #22")."""
+    page = open_runs_tab(chromium, runs_server.url, width, height)
+    pick_run(page, "trl (trl, 3 steps)", 3)
+    click_step(page, 2)
+    wait_for_step(page, 2)
+    page.wait_for_selector("#run-step-view .gmts-view .tok.sel-b")
+    tips = page.evaluate(TIPS_JS)
+    assert tips
+    for tip in tips:
+        label = next(line for line in tip.split("\n") if line.startswith("rank "))
+        assert "within answer" not in label, label
+        count = re.search(r"of (\d+) tokens", label)
+        assert count is not None, label
+        ranks = [int(r) for r in re.findall(r"^  \S+: #(\d+)", tip, re.M)]
+        assert ranks and all(1 <= r <= int(count.group(1)) for r in ranks), (label, ranks)
+    page.context.close()
 
 
 SUMMARY_STEPS = """() => {
