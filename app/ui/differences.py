@@ -123,7 +123,7 @@ def why_differ_html(result: Json | None, methods: tuple[str, str], title: bool =
     heading = f"<h4>Why they differ: {ea} vs {eb}</h4>" if title else ""
     return (
         f'<section class="why-differ" id="why-differ" aria-label="why the methods differ">'
-        f'{heading}{lead}<div class="why-scroll"><table class="why-table">{head}<tbody>'
+        f'{heading}{lead}<div class="why-scroll scroll-x"><table class="why-table">{head}<tbody>'
         f"{''.join(rows)}</tbody></table></div>{none}"
         '<div class="why-note" role="status"></div></section>'
     )

@@ -205,9 +205,10 @@ def family_section(summary: Json) -> str:
         f"<td>{'—' if cov.get(m.name) is None else fmt(100 * cov[m.name], 3) + '%'}</td></tr>"
         for m in list_method_infos()
     )
-    table = (
-        '<table class="learn-family"><tr><th>method</th><th>criterion</th><th>paper</th>'
-        f"<th>formula, constants, choices</th><th>γ kept</th></tr>{rows}</table>"
+    table = (  # wide: it scrolls sideways in its own box on a phone, with a shadow as the cue
+        '<div class="scroll-x"><table class="learn-family"><tr><th>method</th><th>criterion</th>'
+        "<th>paper</th><th>formula, constants, choices</th><th>γ kept</th></tr>"
+        f"{rows}</table></div>"
     )
     return _section(
         "7. The family: token criteria of the RLVR literature",
