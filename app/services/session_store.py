@@ -129,6 +129,10 @@ class SessionStore:
         except CorruptSessionError as exc:
             self._quarantine_locked(entry.name, str(exc))
             return None
+        except Exception as exc:  # whatever else is wrong with it never stops the start
+            logger.exception("reading the session state in %s failed", entry)
+            self._quarantine_locked(entry.name, f"cannot be read ({type(exc).__name__})")
+            return None
         if saved.session_id != entry.name:
             self._quarantine_locked(entry.name, "meta.json names another session")
             return None

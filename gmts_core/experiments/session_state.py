@@ -28,6 +28,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 import stat
 import time
@@ -38,6 +39,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from gmts_core.bounds import MAX_SEED
 from gmts_core.config import RLConfig
 from gmts_core.experiments.evaluation import EvalResult
 from gmts_core.experiments.sessions import Session, SessionEvaluation
@@ -179,6 +181,24 @@ def _field(meta: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> An
     return value
 
 
+def _bounded_int(meta: dict[str, Any], name: str, hi: int) -> int:
+    value = _field(meta, name, int)
+    if not 0 <= value <= hi:
+        raise CorruptSessionError(f"meta.json: {name} is out of range [0, {hi}]")
+    return int(value)
+
+
+def _finite(meta: dict[str, Any], name: str) -> float:
+    value = _field(meta, name, (int, float))
+    try:
+        number = float(value)
+    except OverflowError:  # an integer no float holds
+        number = math.inf
+    if not math.isfinite(number):
+        raise CorruptSessionError(f"meta.json: {name} is not a finite number")
+    return number
+
+
 def check_saved(folder: Path) -> SavedSession:
     """The saved session in ``folder``, its ``meta.json`` checked (size, JSON, format version,
     its own sha256, the types of the fields read here); CorruptSessionError says what is wrong.
@@ -210,11 +230,12 @@ def check_saved(folder: Path) -> SavedSession:
         if not isinstance(name, str) or Path(name).name != name or name not in sums:
             raise CorruptSessionError(f"meta.json: files.{part} is not a file of the folder")
     extra = meta.get("extra")
+    _bounded_int(meta, "seed", MAX_SEED)
     return SavedSession(
         folder,
         str(_field(meta, "session_id", str)),
-        float(_field(meta, "saved_at", (int, float))),
-        int(_field(meta, "steps_done", int)),
+        _finite(meta, "saved_at"),
+        _bounded_int(meta, "steps_done", 2**53),
         dict(extra) if isinstance(extra, dict) else {},
         meta,
     )
@@ -249,9 +270,12 @@ def load_session(saved: SavedSession, base: LoadedModel, now: float = 0.0) -> Se
         return _load_session(saved, base, now)
     except CorruptSessionError:
         raise
+    except MemoryError:  # the server's trouble, not the state's
+        raise
     # whatever a checked state still gets wrong (a field of the wrong shape, a tensor that
-    # does not fit), the session cannot be rebuilt: one error type for the caller
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as exc:
+    # does not fit, a file safetensors cannot parse although its checksum matches), the
+    # session cannot be rebuilt: one error type for the caller, never a 500
+    except Exception as exc:
         raise CorruptSessionError(f"the state does not fit together: {exc!r}"[:500]) from None
 
 

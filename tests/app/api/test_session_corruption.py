@@ -1,15 +1,18 @@
 """Damaged saved sessions are refused and moved aside, never a 500 (issue 36, item 6).
 
 ``gmts serve`` saves sessions; the test kills it, damages each saved session in another way
-(a truncated weights file, a zeroed optimizer state, ``meta.json`` truncated, edited without
-its checksum, or with wrong types and a matching checksum) and puts junk in the state folder (a
-FIFO, a FIFO as ``meta.json``, a link to a device, a plain file, an empty folder). The restarted
-server starts, answers every damaged session (GET and step) with a 404 naming the damage,
-moves its folder to ``.quarantine/``, and still restores the intact session.
+(a truncated weights file, a zeroed optimizer state, ``meta.json`` truncated, nested 100,000
+levels, edited without its checksum; and with a matching checksum: wrong types, ``saved_at``
+or the seed out of range, a weights file that is no safetensors file, the tensor files
+swapped) and puts junk in the state folder (a FIFO, a FIFO as ``meta.json``, a link to a
+device, a plain file, an empty folder). The restarted server starts, answers every damaged
+session (GET and step) with a 404 naming the damage, moves its folder to ``.quarantine/``, and
+still restores the intact session.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -62,12 +65,52 @@ def _wrong_types_with_checksum(folder: Path) -> None:
     (folder / "meta.json").write_text(json.dumps(meta))
 
 
+def _rewrite(folder: Path, meta: dict) -> None:
+    """``meta`` written as the session's meta.json with a matching checksum: damage that
+    only loading (or a step) can find."""
+    meta["sha256"] = _meta_digest(meta)
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
+def _garbage_weights_with_checksum(folder: Path) -> None:
+    meta = _meta(folder)
+    name = meta["files"]["weights"]
+    data = b'\x08\x00\x00\x00\x00\x00\x00\x00{"a": 1}'  # no safetensors file
+    (folder / name).write_bytes(data)
+    meta["checksums"][name] = hashlib.sha256(data).hexdigest()
+    _rewrite(folder, meta)
+
+
+def _swapped_tensor_files_with_checksum(folder: Path) -> None:
+    meta = _meta(folder)
+    files = meta["files"]
+    files["weights"], files["optimizer"] = files["optimizer"], files["weights"]
+    _rewrite(folder, meta)
+
+
+def _saved_at_out_of_range(folder: Path) -> None:
+    _rewrite(folder, {**_meta(folder), "saved_at": 10**400})  # no float holds it
+
+
+def _seed_out_of_range(folder: Path) -> None:
+    _rewrite(folder, {**_meta(folder), "seed": 2**70})
+
+
+def _nested_meta(folder: Path) -> None:
+    (folder / "meta.json").write_text("[" * 100_000 + "]" * 100_000)
+
+
 DAMAGE = {
     "truncated weights": _truncate_weights,
     "zeroed optimizer": _zero_optimizer,
     "truncated meta.json": _truncate_meta,
     "edited meta.json": _edit_meta,
     "wrong types, matching checksum": _wrong_types_with_checksum,
+    "not safetensors, matching checksum": _garbage_weights_with_checksum,
+    "tensor files swapped, matching checksum": _swapped_tensor_files_with_checksum,
+    "saved_at out of range, matching checksum": _saved_at_out_of_range,
+    "seed out of range, matching checksum": _seed_out_of_range,
+    "meta.json nested 100,000 deep": _nested_meta,
 }
 
 
@@ -81,8 +124,11 @@ def _junk(state: Path) -> None:
     (state / "empty-folder").mkdir()
 
 
-def test_damaged_sessions_are_quarantined_after_a_restart(model_root: Path, tmp_path: Path) -> None:
+def test_damaged_sessions_are_quarantined_after_a_restart(
+    model_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     state, log = tmp_path / "state", tmp_path / "serve.log"
+    monkeypatch.setenv("GMTS_MAX_SESSIONS_PER_CLIENT", str(len(DAMAGE) + 1))  # one client here
     with serve(model_root, state, log) as (url, proc):
         with httpx.Client(base_url=url, timeout=300) as http:
             ids = {}
