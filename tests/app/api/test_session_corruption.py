@@ -7,7 +7,8 @@ or the seed out of range, a weights file that is no safetensors file, the tensor
 swapped) and puts junk in the state folder (a FIFO, a FIFO as ``meta.json``, a link to a
 device, a plain file, an empty folder). The restarted server starts, answers every damaged
 session (GET and step) with a 404 naming the damage, moves its folder to ``.quarantine/``, and
-still restores the intact session.
+still restores the intact session; after each damaged one ``/healthz`` answers and the server
+process's resident memory is within 200 MB of what it was once the intact one was restored.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from gmts_core.experiments.session_state import _meta_digest
@@ -144,9 +146,15 @@ def test_damaged_sessions_are_quarantined_after_a_restart(
         damage(state / ids[what])
     _junk(state)
 
-    with serve(model_root, state, log) as (url, _proc):
+    with serve(model_root, state, log) as (url, proc):
+        server = psutil.Process(proc.pid)
         with httpx.Client(base_url=url, timeout=300) as http:
             assert http.get("/healthz").status_code == 200
+            # the intact session first: the model loaded, the server's memory then its start
+            intact = http.get(f"/v1/sessions/{ids['intact']}")
+            assert intact.status_code == 200, intact.text
+            assert intact.json()["steps_done"] == 1
+            start_mb = server.memory_info().rss / 2**20
             for what in DAMAGE:
                 sid = ids[what]
                 for r in (
@@ -158,9 +166,10 @@ def test_damaged_sessions_are_quarantined_after_a_restart(
                     assert "quarantined" in r.json()["error"]["message"], (what, r.text)
                 assert not (state / sid).exists(), what
                 assert list((state / ".quarantine").glob(f"{sid}-*")), what
-            intact = http.get(f"/v1/sessions/{ids['intact']}")
-            assert intact.status_code == 200, intact.text
-            assert intact.json()["steps_done"] == 1
+                assert http.get("/healthz").status_code == 200
+                grown_mb = server.memory_info().rss / 2**20 - start_mb
+                print(f"{what}: server RSS {grown_mb:+.0f} MB")  # noqa: T201
+                assert grown_mb < 200, what
             again = http.post(f"/v1/sessions/{ids['intact']}/step", json={"steps": 1})
             assert again.status_code == 200, again.text
             # folders with a meta.json that is no regular file were moved aside; other junk
