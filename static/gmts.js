@@ -92,14 +92,24 @@
     });
   }
 
-  // room for the panel: on the right on wide screens, at the bottom on narrow ones (an inline
-  // style: the app's stylesheet only reaches inside the Gradio container)
-  function makeRoom(on) {
+  // room for the panel: on wide screens on the right of the results the pinned token is in (the
+  // Explore results, a Runs step, a Train batch; the form and settings above keep their width),
+  // at the bottom of the page on narrow ones (inline styles: the app's stylesheet only reaches
+  // inside the Gradio container)
+  var ROOM_FOR = "#explore-results, #run-step-view, #train-batch, #spotlight-view";
+  var roomed = null;
+
+  function makeRoom(on, token) {
     var c = document.querySelector(".gradio-container");
-    if (!c) return;
-    var wide = window.innerWidth >= 900;
-    c.style.paddingRight = on && wide ? "404px" : "";
-    c.style.paddingBottom = on && !wide ? "44vh" : "";
+    if (roomed) { roomed.style.paddingRight = ""; roomed = null; }
+    if (c) c.style.paddingBottom = "";
+    if (!on) return;
+    if (window.innerWidth >= 900) {
+      roomed = (token && token.closest(ROOM_FOR)) || c;
+      if (roomed) roomed.style.paddingRight = "404px";
+    } else if (c) {
+      c.style.paddingBottom = "44vh";
+    }
   }
 
   function unpin() {
@@ -134,7 +144,7 @@
     // wide screens: the page makes room on the right (the panel covers no summary); narrow
     // ones: a bottom sheet, with the pinned token kept above it
     document.body.classList.add("gmts-pinned");
-    makeRoom(true);
+    makeRoom(true, token);
     if (window.innerWidth < 900) {
       // the sheet covers the screen's lower part: bring the token near the top, and with it
       // what follows it (the summary) above the sheet where it fits

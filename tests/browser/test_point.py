@@ -104,6 +104,8 @@ def test_pinned_panel_overlaps_neither_tooltip_nor_summary(
     chromium: Any, ui_server: LiveServer, width: int, height: int
 ) -> None:
     page = open_page(chromium, ui_server.url, width, height)
+    settings = page.locator("#explore-settings-col")
+    settings_width = settings.bounding_box()["width"]
     toks = page.locator("#token-view .tok[data-detail]")
     for i in (0, toks.count() // 2, toks.count() - 1):
         tok = toks.nth(i)
@@ -116,8 +118,10 @@ def test_pinned_panel_overlaps_neither_tooltip_nor_summary(
         tip_box = tip.bounding_box() if tip.is_visible() else None
         assert not boxes_overlap(panel.bounding_box(), tip_box)
         summary = page.locator("#summary-table .summary-box")
-        if width >= 900:  # beside the page: it covers no summary
+        if width >= 900:  # beside the results: it covers no summary
             assert not boxes_overlap(panel.bounding_box(), summary.bounding_box())
+            # and the form's settings column above keeps its width (no reflow to a word a line)
+            assert settings.bounding_box()["width"] == settings_width
         else:  # a bottom sheet: the pinned token stays above it (the summary may not)
             assert not boxes_overlap(panel.bounding_box(), tok.bounding_box())
         text = panel.inner_text()

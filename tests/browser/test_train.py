@@ -87,9 +87,10 @@ def test_two_steps_move_the_reward_curve(
     page = open_tab(chromium, ui_server.url, "Train")
     assert page.evaluate(POINTS_JS, "#train-reward-plot") in (None, [0, 0, 0])
     run_train(page, steps=2, expected_done=2)
-    # held-out accuracy (points at 0 and 2), the reward's moving average, its raw points
-    accuracy_points, smooth, reward_points = page.evaluate(POINTS_JS, "#train-reward-plot")
-    assert reward_points == smooth == 2 and accuracy_points == 2
+    # held-out accuracy (points at 0 and 2), the reward's moving average, its raw points, and
+    # the starting accuracy as a line from step 0 to the last step
+    accuracy_points, smooth, reward_points, start = page.evaluate(POINTS_JS, "#train-reward-plot")
+    assert reward_points == smooth == 2 and accuracy_points == 2 and start == 2
     assert page.evaluate(POINTS_JS, "#train-loss-plot") == [2, 2]  # β = 0: loss (= policy), KL
     assert page.evaluate(POINTS_JS, "#train-wasted-plot")[:2] == [2, 2]  # entropy, gmts
     assert table_rows(page, "train-history") == 2
@@ -216,3 +217,85 @@ def test_proxy_check_of_the_explore_group(
     assert "answer tokens" in page.locator("#proxy-summary").inner_text()
     page.screenshot(path=str(artifacts / "proxy-tab.png"), full_page=True)
     page.context.close()
+
+
+TRAIN_CHART_JS = """() => {
+    const d = document.querySelector('#train-reward-plot .js-plotly-plot');
+    if (!d || !d.data) return null;
+    return {
+        names: d.data.map(t => t.name || ''),
+        evalSteps: (d.data[0] && d.data[0].x) || [],
+        steps: (d.data[1] && d.data[1].x) || [],
+        labels: ((d.layout && d.layout.annotations) || []).map(a => a.text),
+    };
+}"""
+
+
+@pytest.fixture(scope="module")
+def default_limits_server(browser_model_root: Path) -> Any:
+    """A UI server with the default step and evaluation limits (the Train defaults' 32 x G=8
+    steps and 200 held-out problems fit them; the small test limits would clamp them)."""
+    from app.core.config import Settings
+    from app.main import create_app
+    from tests.browser.conftest import ui_settings
+
+    d = Settings()
+    limits = {
+        k: getattr(d, k)
+        for k in ("max_step_answers", "max_step_prompts", "max_total_tokens", "max_new_tokens")
+    }
+    with LiveServer(create_app(ui_settings(browser_model_root, **limits))) as server:
+        yield server
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("viewport", [(1366, 900), (390, 844)], ids=["desktop", "phone"])
+def test_train_defaults_reach_the_final_point_with_start_line_and_gain(
+    chromium: Any, default_limits_server: LiveServer, viewport: tuple[int, int]
+) -> None:
+    """The Train tab at its own defaults, one click: the chart stays drawn (no overlay) while the
+    steps run, and ends with the held-out point of the last step, the start line and the gain
+    label on screen."""
+    from tests.browser.conftest import demo_model_ready
+
+    if not demo_model_ready():
+        pytest.skip("the bundled demo model is not trained (make demo-model)")
+    from app.ui.tabs.train.view import TrainForm
+
+    form = TrainForm()
+    width, height = viewport
+    context = chromium.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.set_default_timeout(540_000)
+    page.goto(default_limits_server.url + "/ui/", wait_until="load")
+    page.wait_for_selector("#analyze-btn")
+    page.get_by_role("tab", name="Train").click()
+    # the form shows the defaults, unclamped by the server's limits
+    assert page.locator("#train-prompts input[type=number]").input_value() == str(
+        form.prompts_per_step
+    )
+    page.click("#train-run-btn")
+    # mid-run: a step is drawn and the chart is not under the progress overlay
+    page.wait_for_function(
+        f"() => {{ const c = ({TRAIN_CHART_JS})(); return c && c.steps.length >= 1; }}"
+    )
+    assert page.locator("#train-reward-plot .js-plotly-plot").is_visible()
+    assert page.locator("#train-reward-plot .progress-text").count() == 0
+    page.wait_for_function(
+        f"(n) => {{ const c = ({TRAIN_CHART_JS})(); return c && c.evalSteps.includes(n); }}",
+        arg=form.steps,
+    )
+    page.wait_for_selector(f"#train-session:has-text('steps done {form.steps}')")
+    chart = page.evaluate(TRAIN_CHART_JS)
+    assert chart["evalSteps"][0] == 0 and chart["evalSteps"][-1] == form.steps
+    assert any(n.startswith("start: held-out accuracy") for n in chart["names"])
+    assert len(chart["labels"]) == 1 and chart["labels"][0].startswith("gain ")
+    assert f"paired over {form.eval_problems} problems" in chart["labels"][0]
+    plot = page.locator("#train-reward-plot")
+    plot.scroll_into_view_if_needed()
+    label = page.locator("#train-reward-plot .annotation").first
+    assert label.is_visible()
+    box, view = label.bounding_box(), page.viewport_size
+    assert box is not None and view is not None
+    assert 0 <= box["x"] and box["x"] + box["width"] <= view["width"]  # not cut off
+    context.close()
