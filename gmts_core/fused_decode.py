@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from gmts_core import native
 from gmts_core.kv_cache import PreallocatedLayer
+from gmts_core.rope_window import rope_window
 
 LAYERS = ("LlamaDecoderLayer", "Qwen2DecoderLayer")
 NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm")
@@ -151,6 +152,8 @@ class FusedStep:
             return None
         if getattr(config, "use_sliding_window", False) or getattr(config, "pretraining_tp", 1) > 1:
             return None
+        if rope_window(config) is not None:
+            return None  # frequencies by forward length: one call for all positions would differ
         if sum(p.numel() for p in body.parameters()) > MAX_PARAMETERS:
             return None  # the concatenated projections would copy too much
         if body._forward_hooks or body._forward_pre_hooks:

@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import logging
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,11 +32,15 @@ from gmts_core.cancel import checkpoint
 from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
 from gmts_core.knobs import knob
 from gmts_core.kv_sampler import DecodeRequest, decode, unserved_reason
-from gmts_core.stats.forward import AnswerStats
+from gmts_core.rope_window import refuse_past_window, rope_window
+from gmts_core.stats.forward import AnswerStats, answer_token_stats
 from gmts_core.stats.sampling_stats import StatsWhileSampling
+
+logger = logging.getLogger(__name__)
 
 # ``generate`` draws from torch's global RNG; seeding it must not interleave across threads.
 _RNG_LOCK = threading.Lock()
+_RESCORE_LOGGED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
@@ -123,9 +129,15 @@ def generate_answers(
 ) -> list[SampledAnswer]:
     """``config.num_samples`` answers to each prompt (all of one length) in one call, prompt
     by prompt; with ``stats``, each with its tokens' statistics. Our sampler serves the model
-    unless ``use_generate`` or :func:`gmts_core.kv_sampler.unserved_reason` says otherwise."""
+    unless ``use_generate`` or :func:`gmts_core.kv_sampler.unserved_reason` says otherwise.
+
+    For a RoPE whose frequencies switch with the forward's length (:mod:`gmts_core.rope_window`)
+    a ``dynamic`` one is refused past its window (InvalidInputError), and the statistics of
+    answers that cross a ``longrope`` one are those of a full forward (:func:`_rescore`)."""
+    refuse_past_window(model, len(prompts[0]), config.max_new_tokens)
     if use_generate or unserved_reason(model) is not None:
-        return hf_generate_answers(model, tokenizer, prompts, config, stats)
+        answers = hf_generate_answers(model, tokenizer, prompts, config, stats)
+        return _rescore(model, tokenizer, prompts, answers, stats)
     request = DecodeRequest(
         num_samples=config.num_samples,
         max_new_tokens=config.max_new_tokens,
@@ -146,6 +158,42 @@ def generate_answers(
         answer = _trim(row.token_ids, eos_ids)
         answer.stats = row.stats
         answers.append(answer)
+    return _rescore(model, tokenizer, prompts, answers, stats)
+
+
+def _rescore(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    answers: list[SampledAnswer],
+    stats: StatsSpec | None,
+) -> list[SampledAnswer]:
+    """``answers`` (``len(answers) // len(prompts)`` per prompt, in order), the statistics of
+    those that cross a ``longrope`` window (:mod:`gmts_core.rope_window`) replaced by those of
+    a full forward over prompt + answer: cached decoding rotated the prompt's keys with the
+    short factors, the model's own forward over the whole sequence uses the long ones. The
+    tokens stay as drawn (as ``generate`` draws them)."""
+    rope = rope_window(model.config)
+    if stats is None or rope is None or rope.rope_type != "longrope":
+        return answers
+    per_prompt = len(answers) // len(prompts)
+    prompt_of = [prompts[i // per_prompt] for i in range(len(answers))]
+    todo = [i for i, a in enumerate(answers) if rope.crosses(len(prompt_of[i]), len(a.token_ids))]
+    if not todo:
+        return answers
+    if model not in _RESCORE_LOGGED:
+        _RESCORE_LOGGED.add(model)
+        logger.info(
+            "%s: its longrope RoPE switches frequencies past %d tokens, where cached decoding "
+            "differs from a full forward; answers that cross it get a full forward's statistics",
+            type(model).__name__,
+            rope.window,
+        )
+    seqs = [(prompt_of[i], answers[i].token_ids) for i in todo]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    fresh = answer_token_stats(model, seqs, pad, stats.temperature, stats.top_k, stats.chunk_size)
+    for i, s in zip(todo, fresh, strict=True):
+        answers[i].stats = s
     return answers
 
 
@@ -225,6 +273,7 @@ def sample_groups(
     buckets: dict[tuple[int, SamplingConfig], list[int]] = {}
     for i, (p, c) in enumerate(zip(prompts, configs, strict=True)):
         _check(p, c)
+        refuse_past_window(model, len(p), c.max_new_tokens)  # before any group is sampled
         buckets.setdefault((len(p), dataclasses.replace(c, seed=0)), []).append(i)
     out: list[list[SampledAnswer]] = [[] for _ in prompts]
     for (_, shared), members in buckets.items():

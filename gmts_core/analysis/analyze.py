@@ -40,6 +40,7 @@ from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, s
 from gmts_core.methods.rewards import compute_reward, explicit_reward
 from gmts_core.methods.selection import Selection, SelectionInputs, select
 from gmts_core.modeling import LoadedModel
+from gmts_core.rope_window import longrope_window
 from gmts_core.stages import (
     GENERATING,
     REWARDS,
@@ -259,7 +260,7 @@ def analyze(
     answers = [s for s in stats if s is not None]
     # equal contexts (a group's shared first tokens, shared prefixes) -> bit-equal statistics,
     # across sampled and given answers alike
-    share_identical_contexts(prepared.sequences, answers)
+    share_identical_contexts(prepared.sequences, answers, longrope_window(lm.model.config))
     return finish_analysis(lm, prepared, answers, config, stages)
 
 

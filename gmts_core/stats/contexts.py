@@ -24,11 +24,14 @@ _TARGET_FIELDS = ("logprob", "grad_norm")
 
 
 def repeated_contexts(
-    sequences: list[tuple[list[int], list[int]]],
+    sequences: list[tuple[list[int], list[int]]], window: int | None = None
 ) -> tuple[list[int], list[int], list[bool]]:
     """Flat positions (answer tokens in (answer, position) order) whose context occurred before:
     (source, destination, same target token) triples as three lists, the source being the
-    context's first occurrence. A trie over the contexts finds them in O(total tokens).
+    context's first occurrence. A trie over the contexts finds them in O(total tokens). With a
+    ``longrope`` ``window`` W (:mod:`gmts_core.rope_window`) only sequences on the same side of
+    W (prompt + answer within it, or past it) share contexts: their forwards use other RoPE
+    frequencies.
 
     A source is never a destination (each position has one context, whose first occurrence
     it either is or is not), so the copies can be applied in any order.
@@ -39,7 +42,8 @@ def repeated_contexts(
     same: list[bool] = []
     flat_targets: list[int] = []
     for prompt, answer in sequences:
-        node = roots.setdefault(tuple(prompt), [None, {}])
+        past = window is not None and len(prompt) + len(answer) > window
+        node = roots.setdefault((past, *prompt), [None, {}])
         for token in answer:
             pos = len(flat_targets)
             flat_targets.append(token)
@@ -58,16 +62,17 @@ def repeated_contexts(
 
 
 def share_identical_contexts(
-    sequences: list[tuple[list[int], list[int]]], answers: list[Any]
+    sequences: list[tuple[list[int], list[int]]], answers: list[Any], window: int | None = None
 ) -> None:
     """Make the statistics of equal contexts identical, in place.
 
     ``answers[i]`` is the :class:`gmts_core.stats.forward.AnswerStats` of ``sequences[i]`` =
     (prompt_ids, answer_ids); the context of answer token t is prompt_ids + answer_ids[:t].
     The copies are done field by field on the whole batch at once (one gather and one
-    scatter per field), then written back into the answers' own tensors.
+    scatter per field), then written back into the answers' own tensors. ``window``: as in
+    :func:`repeated_contexts`.
     """
-    src, dst, same = repeated_contexts(sequences)
+    src, dst, same = repeated_contexts(sequences, window)
     if not dst:
         return
     device = answers[0].hidden_norm.device

@@ -15,6 +15,7 @@ import torch
 
 from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
 from gmts_core.head import HeadPath, head_path
+from gmts_core.rope_window import RopeWindow, longrope_window, rope_window
 from gmts_core.stats.contexts import share_identical_contexts
 from gmts_core.stats.metrics import DEFAULT_CHUNK_SIZE, TokenStats, token_stats_chunked
 from gmts_core.stats.shared_prompts import serves, shareable, shared_prompt_hidden
@@ -41,6 +42,22 @@ def token_budget_batches(lengths: list[int], max_tokens: int) -> list[list[int]]
         current.append(i)
         longest = max(longest, n)
     return batches + ([current] if current else [])
+
+
+def _window_sides(
+    batches: list[list[int]], lengths: list[int], rope: RopeWindow | None
+) -> list[list[int]]:
+    """``batches`` split so that none mixes sequences within a ``longrope`` window and past
+    it: a padded forward takes its RoPE frequencies from the padded length, so each sequence
+    then gets those of its own forward (:mod:`gmts_core.rope_window`)."""
+    if rope is None or rope.rope_type != "longrope":
+        return batches
+    out = []
+    for batch in batches:
+        within = [i for i in batch if lengths[i] <= rope.window]
+        past = [i for i in batch if lengths[i] > rope.window]
+        out += [part for part in (within, past) if part]
+    return out
 
 
 def _answer_hidden(
@@ -154,14 +171,16 @@ def answer_token_stats(
     results: list[AnswerStats | None] = [None] * len(sequences)
     with torch.no_grad():
         lengths = [len(p) + len(a) for p, a in sequences]
-        for batch in token_budget_batches(lengths, max_batch_tokens):
+        batches = token_budget_batches(lengths, max_batch_tokens)
+        for batch in _window_sides(batches, lengths, rope_window(model.config)):
             seqs = [sequences[i] for i in batch]
             hidden = _answer_hidden(path.body, seqs, pad_id, device)  # (N, D)
             stats = _head_stats(hidden, path, seqs, temperature, top_k, chunk_size)
             for i, s in zip(batch, _per_answer(stats, hidden, seqs), strict=True):
                 results[i] = s
     answers = [r for r in results if r is not None]
-    share_identical_contexts(sequences, answers)  # equal distributions -> bit-equal statistics
+    # equal distributions -> bit-equal statistics
+    share_identical_contexts(sequences, answers, longrope_window(model.config))
     return answers
 
 

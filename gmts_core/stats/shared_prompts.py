@@ -25,6 +25,7 @@ import torch
 
 from gmts_core.head import PROBE_TOLERANCE, PROBE_TOLERANCE_LOW_PRECISION
 from gmts_core.kv_cache import cache_keyword, keep_rows, sampling_cache
+from gmts_core.rope_window import rope_window
 
 Sequences = list[tuple[list[int], list[int]]]
 
@@ -80,7 +81,11 @@ def shared_prompt_hidden(
 def serves(body: Any, padded: Any, pad_id: int) -> bool:
     """Whether :func:`shared_prompt_hidden` gives this body's padded-forward hidden states
     (``padded(body, seqs, pad_id, device)``), probed once per body on a small batch: two prompts
-    of four tokens, answers of 3, 1 and 2 tokens (one row padded, one with no continuation)."""
+    of four tokens, answers of 3, 1 and 2 tokens (one row padded, one with no continuation).
+    Never for a RoPE whose frequencies depend on the forward's length
+    (:mod:`gmts_core.rope_window`): the prompt's cached keys would keep the short ones."""
+    if rope_window(getattr(body, "config", None)) is not None:
+        return False
     with _LOCK:
         if body in _VERDICTS:
             return _VERDICTS[body]
