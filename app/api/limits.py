@@ -22,9 +22,17 @@ from typing import Any
 import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.client_limits import client_address
 from app.api.json_body import duplicate_key, is_json
 from app.api.middleware import request_id_var
-from app.services.jobs import JOB_LABEL, JOB_TIMING, CancelToken, JobTiming, cancellable
+from app.services.jobs import (
+    JOB_CLIENT,
+    JOB_LABEL,
+    JOB_TIMING,
+    CancelToken,
+    JobTiming,
+    cancellable,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -73,10 +81,13 @@ class BodySizeLimitMiddleware:
         timing = JobTiming()
         label = JOB_LABEL.set(request_id_var.get())
         timed = JOB_TIMING.set(timing)
+        # an API request's jobs count against its client's cap (the UI's wait in line)
+        client = JOB_CLIENT.set(client_address(scope) if self.only_prefixes is None else None)
         try:
             with cancellable(token):
                 await self.app(scope, _replay(body, gone), _with_timing(send, timing))
         finally:
+            JOB_CLIENT.reset(client)
             JOB_TIMING.reset(timed)
             JOB_LABEL.reset(label)
             if watcher is not None:

@@ -127,6 +127,13 @@ class Settings(BaseSettings):
     # --- heavy jobs (model loading and analysis) ---
     max_concurrent_jobs: int = Field(1, ge=1)
     max_queued_jobs: int = Field(8, ge=0)
+    max_jobs_per_client: int = Field(
+        4,
+        ge=1,
+        description="Heavy jobs one API client (its address, see GMTS_TRUSTED_PROXIES) may have "
+        "running or waiting at once; one more is a 429, so no client fills the job line "
+        "others wait in. The UI's own handlers wait in line instead.",
+    )
     retry_after_s: int = Field(5, ge=1)
     shutdown_grace_s: float = Field(
         10.0,

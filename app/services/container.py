@@ -41,7 +41,10 @@ def build_services(settings: Settings, clock: Callable[[], float] = time.monoton
     """Every service for ``settings``; ``clock`` drives session expiry (tests inject one)."""
     models = ModelRegistry(settings)
     jobs = JobLimiter(
-        settings.max_concurrent_jobs, settings.max_queued_jobs, settings.retry_after_s
+        settings.max_concurrent_jobs,
+        settings.max_queued_jobs,
+        settings.retry_after_s,
+        max_per_client=settings.max_jobs_per_client,
     )
     sessions = SessionService(settings, models, jobs, clock)
     analysis = AnalysisService(settings, models, jobs, sessions)

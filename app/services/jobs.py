@@ -16,6 +16,11 @@ People do not get a 429: a caller on a worker thread (the UI) can wrap its calls
 :func:`wait_in_line`, and ``run_blocking`` then waits for queue space (up to ``wait_s``,
 telling the person once through ``on_wait``) instead of refusing.
 
+One client (the HTTP layer sets its address in :data:`JOB_CLIENT`) has at most
+``max_per_client`` jobs running or waiting (``GMTS_MAX_JOBS_PER_CLIENT``); one more is refused
+at once (429) while others still get in, so no client can fill the line the others wait in.
+Callers without a client (the UI's own handlers, background work) are not counted.
+
 The line is first come, first served. A caller that passes ``on_position`` to
 :func:`wait_in_line` hears its place as it changes (2, then 1, then 0 = running): the wait is
 event-driven, every job that leaves the line or a slot wakes the waiters, so the place is told
@@ -93,6 +98,9 @@ class JobStatus:
 JOB_LABEL: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "gmts_job_label", default=None
 )
+JOB_CLIENT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "gmts_job_client", default=None
+)  # who asks (the connection's address; a trusted proxy's client): the per-client cap
 JOB_TIMING: contextvars.ContextVar[JobTiming | None] = contextvars.ContextVar(
     "gmts_job_timing", default=None
 )
@@ -150,9 +158,11 @@ class JobLimiter:
         max_queued: int = 8,
         retry_after_s: int = 5,
         clock: Callable[[], float] = time.monotonic,
+        max_per_client: int | None = None,
     ):
         self.max_concurrent = max_concurrent
         self.max_queued = max_queued
+        self.max_per_client = max_per_client  # None: no cap per client
         self.retry_after_s = retry_after_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -162,6 +172,8 @@ class JobLimiter:
         self._running = 0
         self._tokens: set[CancelToken] = set()
         self._labels: dict[CancelToken, str] = {}
+        self._clients: dict[CancelToken, str] = {}
+        self._per_client: dict[str, int] = {}  # jobs running or waiting, by client
         self._started: set[CancelToken] = set()  # running now
         self.mean_job_s: float | None = None  # running mean of finished jobs' durations
         self.dropped = 0  # jobs cancelled while waiting (never ran)
@@ -217,15 +229,37 @@ class JobLimiter:
             self.retry_after_s,
         )
 
+    def _client_full_error(self) -> QueueFullError | None:
+        """The refusal of a job whose client has ``max_per_client`` jobs in already."""
+        client = JOB_CLIENT.get()
+        if client is None or self.max_per_client is None:
+            return None
+        held = self._per_client.get(client, 0)
+        if held < self.max_per_client:
+            return None
+        return QueueFullError(
+            f"this client has {held} heavy jobs running or waiting, its limit "
+            f"(GMTS_MAX_JOBS_PER_CLIENT); retry in {self.retry_after_s} s",
+            self.retry_after_s,
+        )
+
     def _admit_locked(self, token: CancelToken) -> None:
+        client = JOB_CLIENT.get()
+        if client is not None:
+            self._clients[token] = client
+            self._per_client[client] = self._per_client.get(client, 0) + 1
         self._admitted += 1
         self._tokens.add(token)
         label = JOB_LABEL.get()
         if label is not None:
             self._labels[token] = label
+        self._changed.notify_all()  # (the lock is held) whoever watches the counts
 
     def _admit(self, token: CancelToken) -> None:
         with self._lock:
+            refused = self._client_full_error()
+            if refused is not None:
+                raise refused
             if self._full():
                 raise self._queue_full_error()
             self._admit_locked(token)
@@ -244,6 +278,9 @@ class JobLimiter:
         deadline = self._clock() + policy.wait_s
         told_wait, told_place = False, 0
         with self._lock:
+            refused = self._client_full_error()
+            if refused is not None:
+                raise refused
             while self._full():
                 if self._clock() >= deadline or token.cancelled:
                     raise self._queue_full_error()
@@ -276,6 +313,13 @@ class JobLimiter:
                 self._admitted -= 1
                 self._tokens.discard(token)
                 self._labels.pop(token, None)
+                client = self._clients.pop(token, None)
+                if client is not None:
+                    left = self._per_client[client] - 1
+                    if left:
+                        self._per_client[client] = left
+                    else:
+                        del self._per_client[client]
                 self._changed.notify_all()
 
     def _place(self, token: CancelToken) -> int:

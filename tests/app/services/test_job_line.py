@@ -5,10 +5,14 @@ for the place it expects to be told (the timeouts only stop a broken run from ha
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Callable
 
-from app.services.jobs import JobLimiter, wait_in_line
+import pytest
+
+from app.services.errors import QueueFullError
+from app.services.jobs import JOB_CLIENT, JobLimiter, wait_in_line
 from gmts_core.cancel import Cancelled, CancelToken
 
 WAIT = 30.0
@@ -122,3 +126,48 @@ def test_waiting_for_queue_space_gives_up_by_the_injected_clock() -> None:
     assert len(errors) == 1 and "busy" in str(errors[0])
     first.release.set()
     first.done()
+
+
+def test_a_client_at_its_cap_is_refused_at_once_while_others_get_in() -> None:
+    """Two jobs of client "a" hold the line's slot and one place (the cap is 2): a third of
+    its own is a QueueFullError naming GMTS_MAX_JOBS_PER_CLIENT, while client "b" and a
+    caller with no client (the UI's handlers) still get in; once a's jobs end it gets in."""
+    jobs = JobLimiter(max_concurrent=1, max_queued=8, max_per_client=2)
+    release = threading.Event()
+    failed: list[BaseException] = []
+
+    def hold(client: str | None) -> None:
+        JOB_CLIENT.set(client)  # this thread's own context
+        try:
+            jobs.run_blocking(lambda: release.wait(WAIT))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failed.append(exc)
+
+    def as_client(client: str, fn: Callable[[], object]) -> object:
+        def run() -> object:
+            JOB_CLIENT.set(client)
+            return fn()
+
+        return contextvars.copy_context().run(run)
+
+    def admitted(n: int) -> None:
+        with jobs._changed:
+            assert jobs._changed.wait_for(lambda: jobs._admitted == n, WAIT), jobs._admitted
+
+    threads = [threading.Thread(target=hold, args=("a",), daemon=True) for _ in range(2)]
+    for t in threads:
+        t.start()
+    admitted(2)
+    with pytest.raises(QueueFullError, match="client has 2 heavy jobs.*GMTS_MAX_JOBS_PER_CLIENT"):
+        as_client("a", lambda: jobs.run_blocking(lambda: None))
+    for other in ("b", None):
+        threads.append(threading.Thread(target=hold, args=(other,), daemon=True))
+        threads[-1].start()
+    admitted(4)
+    release.set()
+    for t in threads:
+        t.join(WAIT)
+        assert not t.is_alive()
+    assert not failed, failed
+    assert as_client("a", lambda: jobs.run_blocking(lambda: "in")) == "in"
+    assert jobs._per_client == {}
