@@ -25,6 +25,7 @@ from app.cli.common import (
     fail,
     services,
 )
+from app.services.catalog import ANALYSIS_DEFAULTS
 from app.services.errors import GMTSError
 from app.services.methods import DEFAULT_METHODS, scope_for
 from app.services.run_analysis import (
@@ -66,14 +67,14 @@ def analyze_run_command(
     methods: Annotated[str, analysis_option("methods", note="Comma-separated.")] = ",".join(
         DEFAULT_METHODS
     ),
-    ratio: RatioOpt = 0.2,
+    ratio: RatioOpt = ANALYSIS_DEFAULTS.ratio,
     scope: Annotated[
         str | None,
         analysis_option("scope", note="Left out: a lone method's own (group for gmts_paper)."),
     ] = None,
-    advantage: AdvantageOpt = "grpo",
-    aggregation: AggregationOpt = "token_mean",
-    temperature: TemperatureOpt = 1.0,
+    advantage: AdvantageOpt = ANALYSIS_DEFAULTS.advantage,
+    aggregation: AggregationOpt = ANALYSIS_DEFAULTS.loss_aggregation,
+    temperature: TemperatureOpt = ANALYSIS_DEFAULTS.temperature,
     reward: Annotated[
         str | None, typer.Option(help="Reward rule for groups the file has no rewards for.")
     ] = None,

@@ -13,7 +13,14 @@ import typer
 from rich.console import Console
 
 from app.core.config import Settings
-from app.services.catalog import CONFIGS, SAMPLING_DEFAULTS, analysis_knob, config_knob, rl_knob
+from app.services.catalog import (
+    ANALYSIS_DEFAULTS,
+    CONFIGS,
+    SAMPLING_DEFAULTS,
+    analysis_knob,
+    config_knob,
+    rl_knob,
+)
 from app.services.container import Services, build_services
 from app.services.errors import GMTSError
 from app.services.methods import DEFAULT_METHODS, method_names
@@ -222,13 +229,13 @@ def with_options(bundle: Callable[..., Json], name: str) -> Callable[[F], F]:
 
 
 def analysis_request(
-    ratio: RatioOpt = 0.2,
+    ratio: RatioOpt = ANALYSIS_DEFAULTS.ratio,
     scope: ScopeOpt = None,
     method: MethodsOpt = None,
-    advantage: AdvantageOpt = "grpo",
-    aggregation: AggregationOpt = "token_mean",
-    temperature: TemperatureOpt = 1.0,
-    top_alternatives: TopAlternativesOpt = 5,
+    advantage: AdvantageOpt = ANALYSIS_DEFAULTS.advantage,
+    aggregation: AggregationOpt = ANALYSIS_DEFAULTS.loss_aggregation,
+    temperature: TemperatureOpt = ANALYSIS_DEFAULTS.temperature,
+    top_alternatives: TopAlternativesOpt = ANALYSIS_DEFAULTS.top_alternatives,
 ) -> Json:
     """The analysis fields of ``POST /v1/analyze`` from the options of that name."""
     return analysis_config(

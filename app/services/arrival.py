@@ -20,6 +20,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gmts_core.config import AnalysisConfig
+from gmts_core.knobs import knob_default
+from gmts_core.sampling import SamplingConfig
+
 logger = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).resolve().parents[2] / "static"
@@ -37,10 +41,10 @@ class ArrivalExample:
     prompts: tuple[tuple[str, str], ...]  # (prompt, numeric reference) per group
     seed: int
     group_size: int = 8
-    temperature: float = 1.0
+    temperature: float = knob_default(SamplingConfig, "temperature")
     max_new_tokens: int = 48
-    ratio: float = 0.2
-    scope: str = "batch"
+    ratio: float = knob_default(AnalysisConfig, "ratio")
+    scope: str = knob_default(AnalysisConfig, "scope")
     top_alternatives: int = 3
     methods: tuple[str, ...] = ARRIVAL_METHODS
     chosen_by: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -72,10 +76,10 @@ class ArrivalExample:
             prompts=tuple((str(p), str(r)) for p, r in d["prompts"]),
             seed=int(d["seed"]),
             group_size=int(d.get("group_size", 8)),
-            temperature=float(d.get("temperature", 1.0)),
+            temperature=float(d.get("temperature", cls.temperature)),
             max_new_tokens=int(d.get("max_new_tokens", 48)),
-            ratio=float(d.get("ratio", 0.2)),
-            scope=str(d.get("scope", "batch")),
+            ratio=float(d.get("ratio", cls.ratio)),
+            scope=str(d.get("scope", cls.scope)),
             top_alternatives=int(d.get("top_alternatives", 3)),
             methods=tuple(d.get("methods", ARRIVAL_METHODS)),
             chosen_by=dict(d.get("chosen_by", {})),

@@ -28,7 +28,8 @@ from gmts_core.sampling import SamplingConfig
 from gmts_core.tasks.arith import ArithProblem, ExamplePrompt, example_prompts, generate_problems
 
 ANALYSIS_DEFAULTS = AnalysisConfig()
-"""The analysis knobs' defaults (the Explore form starts from them)."""
+"""The analysis knobs' defaults (ratio, scope, temperature, ...): every front end takes them from
+here (tests/app/test_no_retyped_defaults.py)."""
 
 RL_DEFAULTS = RLConfig()
 """The GRPO knobs' defaults (the UI's forms start from them)."""

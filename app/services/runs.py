@@ -49,6 +49,7 @@ from app.services.model_registry import ModelRegistry
 from app.services.run_index import RunIndex
 from gmts_core.config import DEFAULT_METHODS, AnalysisConfig
 from gmts_core.errors import GMTSError, LimitExceededError
+from gmts_core.knobs import knob_default
 from gmts_core.runs import NotARunError, Run, list_formats
 from gmts_core.runs.analysis import (
     StepReport,
@@ -76,8 +77,8 @@ class StepOptions:
     tokenizer, which turns logged token ids into text)."""
 
     model: str | None = None
-    ratio: float = 0.2
-    scope: str = "batch"
+    ratio: float = knob_default(AnalysisConfig, "ratio")
+    scope: str = knob_default(AnalysisConfig, "scope")
     methods: tuple[str, ...] = DEFAULT_METHODS
     reward_kind: str | None = None
 

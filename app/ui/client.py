@@ -33,7 +33,7 @@ from app.schemas.gradcheck import GradcheckRequest
 from app.schemas.sessions import SessionCreateRequest, SessionEvalRequest, SessionStepRequest
 from app.services.analysed_runs import query as analysed_query
 from app.services.bodies import as_json
-from app.services.catalog import capabilities
+from app.services.catalog import ANALYSIS_DEFAULTS, capabilities
 from app.services.compare import CompareConfig
 from app.services.container import Services
 from app.services.errors import GMTSError, SessionNotFoundError
@@ -246,7 +246,7 @@ def _step_options(params: Json) -> StepOptions:
     """The query parameters of a run step / metrics request as the service's options."""
     return StepOptions(
         model=params.get("model"),
-        ratio=float(params.get("ratio", 0.2)),
+        ratio=float(params.get("ratio", ANALYSIS_DEFAULTS.ratio)),
         methods=tuple(str(params.get("methods", "entropy,gmts")).split(",")),
     )
 

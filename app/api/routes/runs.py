@@ -17,6 +17,7 @@ from app.schemas.runs import (
     RunStepResponse,
 )
 from app.schemas.strict import MIN_RATIO
+from app.services.catalog import ANALYSIS_DEFAULTS
 from app.services.runs import DEFAULT_METHODS, StepOptions
 
 router = APIRouter(tags=["runs"])
@@ -62,7 +63,7 @@ def run_metrics(
     run_id: str,
     services: ServicesDep,
     model: Annotated[str | None, Query(max_length=256)] = None,
-    ratio: Annotated[float, Query(gt=0, le=1)] = 0.2,
+    ratio: Annotated[float, Query(ge=MIN_RATIO, le=1)] = ANALYSIS_DEFAULTS.ratio,
     methods: MethodsQuery = ",".join(DEFAULT_METHODS),
     reward: Annotated[
         str | None, Query(max_length=64, description="Rule for groups without rewards.")
@@ -95,8 +96,8 @@ async def run_step(
     step: int,
     services: ServicesDep,
     model: Annotated[str | None, Query(max_length=256)] = None,
-    ratio: Annotated[float, Query(ge=MIN_RATIO, le=1)] = 0.2,
-    scope: Annotated[Literal["batch", "group", "answer"], Query()] = "batch",
+    ratio: Annotated[float, Query(ge=MIN_RATIO, le=1)] = ANALYSIS_DEFAULTS.ratio,
+    scope: Annotated[Literal["batch", "group", "answer"], Query()] = ANALYSIS_DEFAULTS.scope,
     methods: MethodsQuery = ",".join(DEFAULT_METHODS),
     reward: Annotated[
         str | None, Query(max_length=64, description="Rule for groups without rewards.")

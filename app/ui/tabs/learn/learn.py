@@ -11,6 +11,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from app.services.catalog import ANALYSIS_DEFAULTS
 from app.services.methods import list_method_infos
 from app.ui.render import Json, fmt, groups_of
 from app.ui.tabs.learn.lesson import is_zero_signal, lesson_html
@@ -235,9 +236,11 @@ def learn_html(result: Json | None, methods: tuple[str, str], group_index: int =
     return (
         lesson_html(group, summary, methods)
         + '<div class="learn">'
-        + advantage_section(group, settings.get("advantage", "grpo"))
-        + weight_section(group, settings.get("loss_aggregation", "token_mean"))
-        + gradient_section(group, float(settings.get("temperature", 1.0)))
+        + advantage_section(group, settings.get("advantage", ANALYSIS_DEFAULTS.advantage))
+        + weight_section(
+            group, settings.get("loss_aggregation", ANALYSIS_DEFAULTS.loss_aggregation)
+        )
+        + gradient_section(group, float(settings.get("temperature", ANALYSIS_DEFAULTS.temperature)))
         + gini_section(summary)
         + misrank_section(group, summary, methods)
         + selection_section(summary, methods)

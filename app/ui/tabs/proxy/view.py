@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from app.palette import NEUTRAL, method_color
+from app.services.catalog import ANALYSIS_DEFAULTS
 from app.services.errors import InvalidInputError
 from app.ui.render import Json, fmt, groups_of
 
@@ -50,12 +51,12 @@ def gradcheck_request(
         "prompt": g.get("prompt", ""),
         "answers": answers,
         "rewards": [float(a.get("reward", 0.0)) for a in g.get("answers", [])],
-        "temperature": s.get("temperature", 1.0),
-        "advantage": s.get("advantage", "grpo"),
-        "loss_aggregation": s.get("loss_aggregation", "token_mean"),
+        "temperature": s.get("temperature", ANALYSIS_DEFAULTS.temperature),
+        "advantage": s.get("advantage", ANALYSIS_DEFAULTS.advantage),
+        "loss_aggregation": s.get("loss_aggregation", ANALYSIS_DEFAULTS.loss_aggregation),
         "selection": {
-            "ratio": s.get("ratio", 0.2),
-            "scope": s.get("scope", "batch"),
+            "ratio": s.get("ratio", ANALYSIS_DEFAULTS.ratio),
+            "scope": s.get("scope", ANALYSIS_DEFAULTS.scope),
             "methods": s.get("methods") or ["entropy", "gmts"],
         },
         "top_alternatives": 0,

@@ -51,7 +51,7 @@ class TrainForm:
 
     model: str | None = None
     method: str = "gmts"
-    ratio: float = 0.2
+    ratio: float = TRAIN_RECIPE.ratio
     learning_rate: float = TRAIN_RECIPE.learning_rate
     group_size: int = TRAIN_RECIPE.group_size
     prompts_per_step: int = TRAIN_RECIPE.prompts_per_step
