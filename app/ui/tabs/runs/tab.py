@@ -7,6 +7,7 @@ from typing import Any
 
 import gradio as gr
 
+from app.services.catalog import ANALYSIS_DEFAULTS
 from app.services.errors import GMTSError
 from app.ui.context import Tab, UIContext, call
 from app.ui.render import Json
@@ -51,7 +52,9 @@ def build_runs_tab(ctx: UIContext) -> None:
         model = gr.Dropdown(
             models, value=default_model, label="Model", allow_custom_value=True, scale=2
         )
-        ratio = gr.Slider(0.05, 1.0, 0.2, step=0.05, label="Selection ratio", scale=2)
+        ratio = gr.Slider(
+            0.05, 1.0, ANALYSIS_DEFAULTS.ratio, step=0.05, label="Selection ratio", scale=2
+        )
     bad_runs = gr.Markdown(unreadable_note(listing), elem_id="run-unreadable")
     status = gr.Markdown(elem_id="run-metrics-status")
     with gr.Row():
