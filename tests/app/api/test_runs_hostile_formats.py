@@ -1,6 +1,7 @@
 """Every reader's format (TRL, verl, ROLL, AReaL, JSONL, trainer logs) against every class of
 hostile input, through a real uvicorn server that was started over an empty run root: the
-entries appear after startup, so none was ever read by it before the first listing.
+entries appear after startup (hostile names among them: an AReaL version folder ``²``, a name
+with a newline, one that is not UTF-8), so none was read before the first listing.
 
 For each format a valid two-step run is written with one class of damage in its step 1:
 nesting 100k levels deep on the first line (a parquet schema nested past Arrow's limit), a
@@ -375,6 +376,13 @@ def server(paths: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -
         shutil.copytree(root / "gmts_trainer_log-valid", root / "logged")
         for case in CASES:
             case.build(root, outside, case.id)
+        # a root of hostile names too: an AReaL version folder named with a digit int()
+        # refuses, a name no run id may have, a name that is not UTF-8
+        _write(
+            root / "areal-superscript" / "rollout" / "²" / "t0.jsonl", _json_lines("areal", 1, *OK)
+        )
+        _write(root / "new\nline.jsonl", _json_lines("jsonl", 1, *OK))
+        _write(root / os.fsdecode(b"bad-\xff.jsonl"), _json_lines("jsonl", 1, *OK))
         yield warmed_up(live)
 
 
@@ -385,6 +393,9 @@ def test_every_entry_is_one_row(server: LiveServer) -> None:
     for fmt in FORMATS:
         valid = runs[run_id(fmt, "valid")]
         assert valid["readable"] and valid["format"] == fmt and valid["num_steps"] == 2, valid
+    assert "areal-superscript" not in runs or not runs["areal-superscript"]["readable"]
+    for name, says in (("new\nline.jsonl", "character"), ("bad-\\xff.jsonl", "not valid UTF-8")):
+        assert not runs[name]["readable"] and says in runs[name]["reason"], runs[name]
     for case in CASES:
         if case.says == UNKNOWN and case.swap is None:
             assert case.id not in runs
