@@ -1,8 +1,9 @@
-""" "RLVR in one picture": an inline SVG of one group's round of RLVR, drawn from its numbers.
+""" "RLVR in one picture": one group's round of RLVR, drawn from its numbers in plain HTML.
 
 prompt -> G sampled answers (one box each, green when rewarded) -> the reward rule -> each
-answer's advantage as a bar up (pushed up) or down (pushed down) -> one update. Escaped SVG
-text, no external asset, no Gradio.
+answer's advantage as a bar to the right of the axis (pushed up) or to the left (pushed down)
+-> one update. Boxes and bars are styled ``<div>``s (static/gmts.css): no SVG, no script, no
+external asset, every text escaped, so the picture is as inert as the rest of the page.
 """
 
 from __future__ import annotations
@@ -11,14 +12,24 @@ from html import escape
 
 from app.ui.render import Json
 
-WIDTH, ROW, TOP = 360, 22, 28  # px: the drawing's width, one answer's row, the header
-RIGHT, WRONG, BAR = "#009e73", "#d55e00", 40  # Okabe-Ito green / vermillion; longest bar (px)
+RIGHT, WRONG = "#009e73", "#d55e00"  # Okabe-Ito bluish green / vermillion
 
 
-def _text(x: float, y: float, s: str, anchor: str = "start", size: int = 11) -> str:
+def _row(index: int, reward: float, advantage: float, biggest: float) -> str:
+    colour = RIGHT if reward > 0 else WRONG
+    share = 100 * abs(advantage) / biggest  # % of the half-axis
+    side = "up" if advantage > 0 else "down"
+    bar = (
+        f'<span class="rp-bar rp-{side}" style="width:{share / 2:.1f}%;'
+        f'background:{RIGHT if advantage > 0 else WRONG}"></span>'
+        if advantage
+        else ""
+    )
     return (
-        f'<text x="{x:.0f}" y="{y:.0f}" font-size="{size}" text-anchor="{anchor}">'
-        f"{escape(s)}</text>"
+        f'<div class="rp-row"><span class="rp-answer" style="border-color:{colour}">answer '
+        f'#{index}</span><span class="rp-reward">{reward:g}</span>'
+        f'<span class="rp-adv">{bar}<span class="rp-axis"></span></span>'
+        f'<span class="rp-num">{advantage:+.2f}</span></div>'
     )
 
 
@@ -26,42 +37,29 @@ def rlvr_picture(group: Json, max_rows: int = 8) -> str:
     """The picture for ``group`` (at most ``max_rows`` answers drawn; the rest counted)."""
     answers = group.get("answers") or []
     shown = answers[:max_rows]
-    big = max((abs(float(a.get("advantage") or 0.0)) for a in shown), default=0.0) or 1.0
-    height = TOP + ROW * max(len(shown), 1) + (ROW if len(answers) > max_rows else 0) + 8
-    mid = TOP + ROW * max(len(shown), 1) / 2
-    parts = [
-        _text(4, 14, "prompt", size=12),
-        _text(92, 14, f"{len(answers)} answers", size=12),
-        _text(205, 14, "reward", "middle", 12),
-        _text(282, 14, "advantage", "middle", 12),
-        f'<rect x="2" y="{mid - 14:.0f}" width="64" height="28" rx="4" fill="#eef" stroke="#446"/>',
-        _text(34, mid + 4, "prompt", "middle"),
-    ]
-    for i, a in enumerate(shown):
-        y = TOP + ROW * i
-        r = float(a.get("reward") or 0.0)
-        adv = float(a.get("advantage") or 0.0)
-        colour = RIGHT if r > 0 else WRONG
-        bar = BAR * abs(adv) / big
-        parts += [
-            f'<line x1="66" y1="{mid:.0f}" x2="90" y2="{y + ROW / 2:.0f}" stroke="#999"/>',
-            f'<rect x="90" y="{y + 3}" width="90" height="{ROW - 6}" rx="3" fill="#fff" '
-            f'stroke="{colour}" stroke-width="2"/>',
-            _text(135, y + ROW / 2 + 4, f"answer #{a.get('index', i)}", "middle", 10),
-            _text(205, y + ROW / 2 + 4, f"{r:g}", "middle"),
-            f'<rect x="{282 if adv >= 0 else 282 - bar:.1f}" y="{y + 5}" width="{bar:.1f}" '
-            f'height="{ROW - 10}" fill="{RIGHT if adv > 0 else WRONG}"/>',
-            _text(330, y + ROW / 2 + 4, f"{adv:+.2f}", "start", 10),
-        ]
-    if len(answers) > max_rows:
-        parts.append(_text(135, TOP + ROW * len(shown) + 14, f"+{len(answers) - max_rows} more"))
-    parts.append(f'<line x1="282" y1="{TOP - 4}" x2="282" y2="{height - 6}" stroke="#333"/>')
+    biggest = max((abs(float(a.get("advantage") or 0.0)) for a in shown), default=0.0) or 1.0
+    rows = "".join(
+        _row(
+            int(a.get("index", i)),
+            float(a.get("reward") or 0.0),
+            float(a.get("advantage") or 0.0),
+            biggest,
+        )
+        for i, a in enumerate(shown)
+    )
+    more = (
+        f'<div class="rp-more">+{len(answers) - max_rows} more</div>'
+        if len(answers) > max_rows
+        else ""
+    )
     label = (
         f"{len(answers)} answers to one prompt, each checked by the reward rule; rewarded "
-        "answers are pushed up (bar right of the line), the others pushed down (left)."
+        "answers are pushed up (bar right of the axis), the others pushed down (left)."
     )
     return (
-        f'<svg class="rlvr-picture" role="img" aria-label="{escape(label)}" '
-        f'viewBox="0 0 {WIDTH} {height}" width="100%" style="max-width:{WIDTH}px">'
-        f"<title>{escape(label)}</title>{''.join(parts)}</svg>"
+        f'<div class="rlvr-picture" role="img" aria-label="{escape(label)}">'
+        '<div class="rp-prompt">prompt</div><div class="rp-answers">'
+        f'<div class="rp-row rp-head"><span class="rp-answer">{len(answers)} answers</span>'
+        '<span class="rp-reward">reward</span><span class="rp-adv">advantage</span>'
+        f'<span class="rp-num"></span></div>{rows}{more}</div></div>'
     )

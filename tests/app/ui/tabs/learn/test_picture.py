@@ -1,14 +1,12 @@
-"""Learn's "RLVR in one picture": an inline SVG drawn from the group's own numbers."""
+"""Learn's "RLVR in one picture": the group's own numbers as styled HTML (no SVG, no script)."""
 
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
 
 from app.ui.tabs.learn import learn
 from app.ui.tabs.learn.picture import RIGHT, WRONG, rlvr_picture
-
-SVG = "{http://www.w3.org/2000/svg}"
 
 
 def _group(rewards: list[float], advantages: list[float], prompt: str = "Q: 2+2=?") -> dict:
@@ -19,43 +17,48 @@ def _group(rewards: list[float], advantages: list[float], prompt: str = "Q: 2+2=
     return {"prompt": prompt, "answers": answers}
 
 
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def _tags(html: str) -> list[tuple[str, dict[str, str | None]]]:
+    parser = _Tags()
+    parser.feed(html)
+    return parser.tags
+
+
 def test_one_box_per_answer_and_a_bar_by_the_advantage_sign() -> None:
-    svg = rlvr_picture(_group([1, 0, 1, 0], [0.87, -0.87, 0.87, -0.87]))
-    root = ET.fromstring(svg)
-    texts = [t.text for t in root.iter("text")]
-    assert [t for t in texts if t and t.startswith("answer #")] == [
-        f"answer #{i}" for i in range(4)
-    ]
-    assert "4 answers" in texts
-    boxes = [r for r in root.iter("rect") if r.get("width") == "90"]
-    assert [b.get("stroke") for b in boxes] == [RIGHT, WRONG, RIGHT, WRONG]
-    bars = [
-        r for r in root.iter("rect") if r.get("fill") in (RIGHT, WRONG) and r.get("width") != "90"
-    ]
-    axis = 282
-    for bar, adv in zip(bars, [0.87, -0.87, 0.87, -0.87], strict=True):
-        x, w = float(bar.get("x")), float(bar.get("width"))
-        assert (x >= axis) == (adv > 0) and w > 0  # pushed up: right of the line
-    assert root.get("role") == "img" and "pushed up" in root.get("aria-label")
+    html = rlvr_picture(_group([1, 0, 1, 0], [0.87, -0.87, 0.87, -0.87]))
+    tags = _tags(html)
+    assert {t for t, _ in tags} <= {"div", "span"}  # no svg, script or image
+    boxes = [a for t, a in tags if a.get("class") == "rp-answer" and a.get("style")]
+    assert [a["style"] for a in boxes] == [f"border-color:{c}" for c in (RIGHT, WRONG) * 2]
+    bars = [a["class"] for t, a in tags if (a.get("class") or "").startswith("rp-bar")]
+    assert bars == ["rp-bar rp-up", "rp-bar rp-down"] * 2  # pushed up: right of the axis
+    assert re.findall(r"answer #(\d)", html) == ["0", "1", "2", "3"]
+    assert "4 answers" in html and "pushed up" in html
 
 
 def test_a_zero_signal_group_draws_no_bars_and_long_groups_are_counted() -> None:
-    svg = rlvr_picture(_group([1] * 12, [0.0] * 12), max_rows=8)
-    root = ET.fromstring(svg)
-    bars = [r for r in root.iter("rect") if r.get("fill") in (RIGHT, WRONG)]
-    assert all(float(b.get("width")) == 0 for b in bars)
-    assert "+4 more" in [t.text for t in root.iter("text")]
+    html = rlvr_picture(_group([1] * 12, [0.0] * 12), max_rows=8)
+    assert "rp-bar" not in html and "+4 more" in html
+    assert len(re.findall(r"answer #\d+", html)) == 8
 
 
-def test_text_is_escaped() -> None:
-    svg = rlvr_picture(_group([1, 0], [1, -1], prompt="<script>x</script>"))
-    ET.fromstring(svg)  # well-formed
-    assert "<script>" not in svg
+def test_bar_lengths_follow_the_advantages() -> None:
+    html = rlvr_picture(_group([1, 0, 0], [1.0, -0.5, -0.25]))
+    widths = [float(w) for w in re.findall(r"width:([\d.]+)%", html)]
+    assert widths == [50.0, 25.0, 12.5]  # half the axis for the largest |A|
 
 
 def test_the_lesson_shows_the_picture_of_the_users_group(result: dict) -> None:
     html = learn.learn_html(result, ("entropy", "gmts"), group_index=0)
     step = html.split("RLVR in one picture")[1].split('<li class="lesson-step">')[0]
-    assert '<svg class="rlvr-picture"' in step
+    assert '<div class="rlvr-picture"' in step
     n = len(result["groups"][0]["answers"])
-    assert len(re.findall(r">answer #\d+<", step)) == min(n, 8)
+    assert len(re.findall(r"answer #\d+", step)) == min(n, 8)
