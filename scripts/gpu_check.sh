@@ -8,6 +8,7 @@
 #
 #   scripts/gpu_wheels.sh                      # first, on a machine with network (CPU side)
 #   scripts/gpu_check.sh [RESULTS_DIR]         # then, on the GPU machine (default: gpu-check-results)
+#   scripts/gpu_check.sh --dry-run [DIR]       # anywhere: the setup and the summary only
 #
 # The GPU machine may be bare: any python3 (PY=..., default .venv/bin/python if present, else
 # python3) with torch, transformers, accelerate, peft, pandas and pyarrow; no network. What it
@@ -26,6 +27,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+if [ "${1:-}" = "--dry-run" ]; then
+    GMTS_GPU_CHECK_DRY_RUN=1
+    shift
+fi
 if [ -z "${PY:-}" ]; then
     if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
 fi
@@ -79,7 +84,9 @@ print(f"bf16 supported: {torch.cuda.is_bf16_supported()}")
 EOF
 cat "$DIR/environment.txt"
 
-# only the files with `gpu` tests: the others import the web stack, which the machine lacks
+# only the files with `gpu` tests (token statistics and the whole analysis on CUDA in float32 and
+# bfloat16 against the CPU, TRL's trainer for 2 steps, the sampler's round trip): the others
+# import the web stack, which the machine lacks
 echo "== pytest -m gpu"
 timeout 120 "$PY" -m pytest -m gpu -q -rs -p no:cacheprovider --junitxml "$DIR/pytest-gpu.xml" \
     tests/gmts_core/test_gpu.py 2>&1 | tee "$DIR/pytest-gpu.txt"
@@ -104,11 +111,13 @@ bench real_size_0.5b 80 benchmarks/real_size.py --device cuda --repeats 3
 bench real_size_7b 110 benchmarks/real_size.py --device cuda --dtype bfloat16 --shape 7b \
     --answers 16 --tokens 1024 --no-sampled --repeats 3
 
-# GMTS inside verl: the small one-GPU recipe for a few steps, where a Python with verl + vLLM is
-# given (VERL_PY=...; verl pins another transformers than this environment, so it is its own)
+# GMTS inside verl: the small one-GPU recipe for 2 steps with the paper's rule (gmts_paper),
+# where a Python with verl + vLLM is given (VERL_PY=...; verl pins another transformers than
+# this environment, so it is its own)
 if [ -n "${VERL_PY:-}" ]; then
-    echo "== scripts/gpu_check_verl.sh (PY=$VERL_PY)"
-    if ! timeout 420 env PY="$VERL_PY" bash scripts/gpu_check_verl.sh "$DIR/verl"; then
+    echo "== scripts/gpu_check_verl.sh (PY=$VERL_PY, 2 steps, loss_mode=gmts_paper)"
+    if ! timeout 420 env PY="$VERL_PY" GMTS_VERL_STEPS="${GMTS_VERL_STEPS:-2}" \
+        LOSS_MODE="${LOSS_MODE:-gmts_paper}" bash scripts/gpu_check_verl.sh "$DIR/verl"; then
         bench_rc=1
     fi
 else

@@ -15,6 +15,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 PROBE = "gmts_gpu_probe"
 
@@ -34,16 +36,20 @@ def build_wheel(folder: Path) -> Path:
     return wheel
 
 
-def dry_run(out: Path, wheels: Path) -> subprocess.CompletedProcess[str]:
+def dry_run(out: Path, wheels: Path, flag: bool = False) -> subprocess.CompletedProcess[str]:
+    """The script's dry run, asked for by GMTS_GPU_CHECK_DRY_RUN=1 or (``flag``) --dry-run."""
     env = {
         **os.environ,
         "PY": sys.executable,
-        "GMTS_GPU_CHECK_DRY_RUN": "1",
         "GMTS_GPU_WHEELS": str(wheels),
         "GMTS_GPU_CHECK_IMPORTS": f"{PROBE},gmts_core.errors",
     }
+    env.pop("GMTS_GPU_CHECK_DRY_RUN", None)
+    if not flag:
+        env["GMTS_GPU_CHECK_DRY_RUN"] = "1"
+    args = ["--dry-run", str(out)] if flag else [str(out)]
     return subprocess.run(
-        ["bash", str(REPO / "scripts" / "gpu_check.sh"), str(out)],
+        ["bash", str(REPO / "scripts" / "gpu_check.sh"), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -52,9 +58,10 @@ def dry_run(out: Path, wheels: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_dry_run_unpacks_the_wheels_and_resolves_the_imports(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flag", [False, True], ids=["env", "--dry-run"])
+def test_dry_run_unpacks_the_wheels_and_resolves_the_imports(tmp_path: Path, flag: bool) -> None:
     wheel = build_wheel(tmp_path / "wheels")
-    proc = dry_run(tmp_path / "out", wheel.parent)
+    proc = dry_run(tmp_path / "out", wheel.parent, flag)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     setup = (tmp_path / "out" / "setup.txt").read_text()
     assert f"unpacked {wheel.name}" in setup

@@ -115,3 +115,34 @@ def test_kv_sampler_round_trip_on_cuda(tmp_path: Path, arch: str, fused: bool) -
         torch.testing.assert_close(
             getattr(row.stats.stats, name), getattr(stats.stats, name), atol=1e-4, rtol=1e-4
         )
+
+
+ANSWERS = [" 7+8=15 carry 1, 4+3+1=8, answer 85", " 7+8=15, 4+3=7, answer 75", " 85", " 86"]
+
+
+def _flat(result: object, field: str) -> torch.Tensor:
+    tokens = [t for g in result.groups for a in g.answers for t in a.tokens]  # type: ignore[attr-defined]
+    return torch.tensor([float(getattr(t, field)) for t in tokens], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_analysis_on_cuda_matches_the_cpu(dtype: str) -> None:
+    """The whole analysis of the bundled model on CUDA (float32, bfloat16) against the same on
+    the CPU in float32: log-prob, entropy and g within the dtype's rounding, and the selections
+    equal but for near-ties (bf16 weights move scores by its ~3 significant digits)."""
+    from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
+    from gmts_core.demo import DEMO_MODEL_DIR
+
+    groups = [GroupInput("Q: 47+38=?\nA:", answers=ANSWERS, rewards=[1.0, 0.0, 1.0, 0.0])]
+    config = AnalysisConfig(ratio=0.2, methods=("entropy", "gmts"), scope="batch")
+    cpu = analyze(load_model(DEMO_MODEL_DIR, device="cpu", dtype="float32"), groups, config)
+    gpu = analyze(load_model(DEMO_MODEL_DIR, device="cuda", dtype=dtype), groups, config)
+    # bf16 weights round each logit to ~3 significant digits: 0.05 in log-prob on this model
+    # (seen on the CPU in bf16), so 0.15 absolute; float32 differs by summation order only
+    rtol, atol = (1e-4, 1e-4) if dtype == "float32" else (5e-2, 0.15)
+    for field in ("logprob", "entropy", "grad_norm"):
+        torch.testing.assert_close(_flat(gpu, field), _flat(cpu, field), rtol=rtol, atol=atol)
+    for m in config.methods:
+        a, b = cpu.selections[m].selected, gpu.selections[m].selected.cpu()
+        agree = float((a == b).double().mean())
+        assert agree >= (1.0 if dtype == "float32" else 0.9), (m, agree)
