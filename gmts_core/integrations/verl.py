@@ -17,10 +17,16 @@ process that imports it:
    nothing to the policy term, while the KL and entropy terms and every denominator still
    cover all tokens.
 
-The mask is written into the mini-batch's ``advantages`` before verl splits it into
-micro-batches, so verl's dynamic batch sizes (``rearrange_micro_batches``) and sequence
-packing (``use_remove_padding``) carry it with its rows; the pre-pass's outputs come back in
-row order through verl's ``restore_dynamic_batch``.
+The mask is written into the mini-batch's ``advantages`` (and, as 1/0, into a field
+``gmts_selected`` of the same layout) before verl splits it into micro-batches, so verl's
+dynamic batch sizes (``rearrange_micro_batches``) and sequence packing (``use_remove_padding``)
+carry it with its rows; the pre-pass's outputs come back in row order through verl's
+``restore_dynamic_batch``. The loss reads ``gmts_selected`` of its micro-batch for
+``actor/pg_clipfrac`` and ``actor/pg_clipfrac_lower``, which count over the selected tokens.
+
+The GMTS settings and the actor's aggregation and KL settings are checked when verl builds the
+actor config (``ActorConfig.__post_init__``, wrapped on import; the driver's
+``validate_config`` builds it before any worker starts): :func:`validate_actor_config`.
 
 verl imports the module in its workers through the policy-loss config's ``_target_``
 (:class:`GMTSPolicyLossConfig`, which also carries the GMTS settings)::
@@ -43,12 +49,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import verl.utils.torch_functional as verl_F
 from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla, register_policy_loss
 from verl.utils import tensordict_utils as tu
 from verl.workers import engine_workers
-from verl.workers.config.actor import PolicyLossConfig
+from verl.workers.config.actor import ActorConfig, PolicyLossConfig
 from verl.workers.utils.padding import no_padding_2_padding
 
+from gmts_core.errors import InvalidInputError
 from gmts_core.integrations.verl_log import VerlSelectionLog, row_texts
 from gmts_core.integrations.verl_terms import (
     K3_TYPES,
@@ -57,6 +65,7 @@ from gmts_core.integrations.verl_terms import (
     LossSettings,
     TokenBatch,
     TokenSelection,
+    check_aggregation,
     method_for_loss_mode,
     select_tokens,
 )
@@ -65,6 +74,7 @@ from gmts_core.methods.coefficient import ClipSettings
 logger = logging.getLogger(__name__)
 
 _PADDED_FIELDS = ("response_mask", "old_log_probs", "advantages")
+SELECTED_FIELD = "gmts_selected"  # 1 where the token is trained, in the advantages' layout
 
 
 @dataclass
@@ -77,6 +87,13 @@ class GMTSPolicyLossConfig(PolicyLossConfig):
     gmts_log_dir: str | None = None  # write gmts_selection/selection_NNNNN.parquet here
     gmts_seed: int = 0  # for the random control only
 
+    def __post_init__(self) -> None:
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
+        if self.loss_mode in LOSS_MODES:
+            gmts_settings(self)  # raises InvalidInputError on a bad ratio, scope or reselect
+
 
 @dataclass
 class HookState:
@@ -86,6 +103,7 @@ class HookState:
     steps: int = 0  # train_mini_batch calls (verl's global step for a run from step 1)
     last: TokenSelection | None = None
     last_local_rows: tuple[int, int] = (0, 0)  # this rank's rows in ``last``: [start, stop)
+    micro_selected: torch.Tensor | None = None  # the loss's micro-batch: selected (b, T) bool
 
 
 STATE = HookState()
@@ -99,6 +117,42 @@ def gmts_settings(policy_loss: Any) -> GMTSSettings:
         scope=str(policy_loss.get("gmts_scope", "group")),
         reselect=str(policy_loss.get("gmts_reselect", "mini_batch")),
     )
+
+
+def validate_actor_config(config: Any) -> None:
+    """Refuse, when the config is built, an actor config GMTS cannot train exactly: bad GMTS
+    settings, an aggregation whose weights depend on the micro-batching
+    (:func:`~gmts_core.integrations.verl_terms.check_aggregation`) or a KL estimator other
+    than k3. Raises :class:`~gmts_core.errors.InvalidInputError` (a ``ValueError``)."""
+    gmts_settings(config.policy_loss)
+    check_aggregation(
+        config.get("loss_agg_mode", "token-mean"), config.get("loss_scale_factor", None)
+    )
+    beta = float(config.get("kl_loss_coef", 0.0)) if config.get("use_kl_loss", False) else 0.0
+    if beta != 0.0 and config.get("kl_loss_type", "low_var_kl") not in K3_TYPES:
+        raise InvalidInputError(
+            f"GMTS's coefficient has the k3 KL term; kl_loss_type {config.get('kl_loss_type')!r} "
+            f"is not supported (supported: {', '.join(K3_TYPES)})"
+        )
+
+
+def _wrap_actor_post_init(original):  # type: ignore[no-untyped-def]
+    @functools.wraps(original)
+    def __post_init__(self: Any) -> None:
+        original(self)
+        policy_loss = getattr(self, "policy_loss", None)
+        if policy_loss is not None and policy_loss.get("loss_mode") in LOSS_MODES:
+            validate_actor_config(self)
+
+    __post_init__._gmts_wrapped = True  # type: ignore[attr-defined]
+    return __post_init__
+
+
+def install_config_check(config_cls: Any = ActorConfig) -> None:
+    """Wrap ``config_cls.__post_init__`` with :func:`validate_actor_config` (idempotent); verl's
+    FSDP, Megatron, VeOmni and TorchTitan actor configs call it through ``super()``."""
+    if not getattr(config_cls.__post_init__, "_gmts_wrapped", False):
+        config_cls.__post_init__ = _wrap_actor_post_init(config_cls.__post_init__)
 
 
 def loss_settings(config: Any, temperature: float, vocab_size: int) -> LossSettings:
@@ -136,12 +190,14 @@ def _gmts_policy_loss(mode: str):  # type: ignore[no-untyped-def]
         config: Any = None,
         rollout_is_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """verl's clipped PPO loss on advantages the GMTS hook already masked (module doc)."""
+        """verl's clipped PPO loss on advantages the GMTS hook already masked (module doc);
+        ``actor/pg_clipfrac`` and ``actor/pg_clipfrac_lower`` over the selected tokens."""
         if STATE.selections == 0:
             raise RuntimeError(
                 f"policy_loss.loss_mode={mode} but no GMTS selection ran in this process: the "
-                "selection hook wraps verl's engine TrainingWorker (the default worker of verl "
-                ">= 0.7); the legacy worker (use_legacy_worker_impl) is not supported"
+                "selection hook wraps verl.workers.engine_workers.TrainingWorker (verl 0.9.1's "
+                "only actor worker, under both trainer.use_v1 settings), and this loss was "
+                "called from somewhere else"
             )
         pg_loss, metrics = compute_policy_loss_vanilla(
             old_log_prob,
@@ -152,6 +208,14 @@ def _gmts_policy_loss(mode: str):  # type: ignore[no-untyped-def]
             config,
             rollout_is_weights,
         )
+        selected = STATE.micro_selected
+        if selected is None or selected.shape != response_mask.shape:
+            selected = advantages != 0  # no mask carried: the tokens the policy term trains
+        metrics.update(
+            clip_fractions(
+                old_log_prob, log_prob, advantages, response_mask.bool() & selected, config
+            )
+        )
         if STATE.last is not None:
             sel = STATE.last.selection.selected
             metrics["actor/gmts_selected_fraction"] = (
@@ -161,6 +225,31 @@ def _gmts_policy_loss(mode: str):  # type: ignore[no-untyped-def]
 
     loss.__name__ = f"compute_policy_loss_{mode}"
     return loss
+
+
+def clip_fractions(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    selected: torch.Tensor,
+    config: Any,
+) -> dict[str, float]:
+    """verl's ``actor/pg_clipfrac`` and ``actor/pg_clipfrac_lower`` (as
+    ``compute_policy_loss_vanilla`` computes them) over the ``selected`` tokens only: an
+    unselected token has no policy term, so it is neither clipped nor unclipped."""
+    clip = config.clip_ratio
+    low = config.clip_ratio_low if config.clip_ratio_low is not None else clip
+    high = config.clip_ratio_high if config.clip_ratio_high is not None else clip
+    ratio = torch.exp(torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0))
+    loss1 = -advantages * ratio
+    loss2 = -advantages * torch.clamp(ratio, 1 - low, 1 + high)
+    loss3 = -advantages * config.get("clip_ratio_c", 3.0)
+    sel = selected.float()
+    clipped_lower = torch.gt(torch.maximum(loss1, loss2), loss3) * (advantages < 0)
+    return {
+        "actor/pg_clipfrac": float(verl_F.masked_mean(torch.gt(loss2, loss1).float(), sel)),
+        "actor/pg_clipfrac_lower": float(verl_F.masked_mean(clipped_lower.float(), sel)),
+    }
 
 
 for _mode in LOSS_MODES:
@@ -264,6 +353,7 @@ def apply_selection(worker: Any, data: Any, config: Any) -> TokenSelection:
         uids=[u for p in parts for u in p["uid"]],
         ref_log_prob=cat.get("ref_log_prob") if config.get("use_kl_loss", False) else None,
         sum_pi_squared=cat.get("sum_pi_squared"),
+        num_answers=tu.get_non_tensor_data(data, "global_batch_size", None),
     )
     temperature = float(tu.get_non_tensor_data(data, "temperature", 1.0) or 1.0)
     vocab = int(getattr(getattr(worker.model_config, "hf_config", None), "vocab_size", 2) or 2)
@@ -275,7 +365,7 @@ def apply_selection(worker: Any, data: Any, config: Any) -> TokenSelection:
     )
     n_local = len(local["uid"])
     mask = selection.mask[start : start + n_local]  # (B_local, T_global)
-    _mask_advantages(data, mask)
+    _write_selection(data, mask)
     STATE.selections += 1
     STATE.last, STATE.last_local_rows = selection, (start, start + n_local)
     if log_dir and rank == 0:
@@ -290,16 +380,21 @@ def apply_selection(worker: Any, data: Any, config: Any) -> TokenSelection:
     return selection
 
 
-def _mask_advantages(data: Any, mask: torch.Tensor) -> None:
-    """advantages *= mask, keeping the field's layout (padded (B, T) or jagged)."""
+def _write_selection(data: Any, mask: torch.Tensor) -> None:
+    """advantages *= mask and ``gmts_selected`` = mask (1/0 in the advantages' dtype), both
+    in the advantages' layout (padded (B, T) or jagged)."""
     adv = data["advantages"]
     if adv.is_nested:
         lengths = adv.offsets().diff().tolist()
-        rows = [r * mask[i, : len(r)].to(r.device, r.dtype) for i, r in enumerate(adv.unbind())]
-        assert [len(r) for r in rows] == lengths
+        keep = [mask[i, : len(r)].to(r.device, r.dtype) for i, r in enumerate(adv.unbind())]
+        assert [len(k) for k in keep] == lengths
+        rows = [r * k for r, k in zip(adv.unbind(), keep, strict=True)]
         data["advantages"] = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+        data[SELECTED_FIELD] = torch.nested.as_nested_tensor(keep, layout=torch.jagged)
     else:
-        data["advantages"] = adv * mask[:, : adv.shape[1]].to(adv.device, adv.dtype)
+        keep_padded = mask[:, : adv.shape[1]].to(adv.device, adv.dtype)
+        data["advantages"] = adv * keep_padded
+        data[SELECTED_FIELD] = keep_padded
 
 
 def _log_selection(
@@ -316,13 +411,41 @@ def _log_selection(
     log.record(selection, responses, texts)
 
 
+def _micro_batch_selected(data: Any) -> torch.Tensor | None:
+    """The padded (b, T) ``gmts_selected`` of a micro-batch, if it carries one."""
+    if data is None or not hasattr(data, "keys") or SELECTED_FIELD not in data.keys():
+        return None
+    return data.select(SELECTED_FIELD).to_padded_tensor()[SELECTED_FIELD] != 0
+
+
+def _reading_selection(loss_fn):  # type: ignore[no-untyped-def]
+    """``loss_fn`` that first hands its micro-batch's selection to the registered loss."""
+
+    @functools.wraps(loss_fn)
+    def loss(*args: Any, **kwargs: Any) -> Any:
+        STATE.micro_selected = _micro_batch_selected(kwargs.get("data"))
+        try:
+            return loss_fn(*args, **kwargs)
+        finally:
+            STATE.micro_selected = None
+
+    return loss
+
+
 def _wrap_train_batch(original):  # type: ignore[no-untyped-def]
     @functools.wraps(original)
     def train_batch(self: Any, data: Any) -> Any:
         config = _actor_config(self)
-        if config is not None and gmts_settings(config.policy_loss).reselect == "mini_batch":
+        if config is None:
+            return original(self, data)
+        if gmts_settings(config.policy_loss).reselect == "mini_batch":
             apply_selection(self, data, config)
-        return original(self, data)
+        loss_fn = self.loss_fn
+        self.loss_fn = _reading_selection(loss_fn)
+        try:
+            return original(self, data)
+        finally:
+            self.loss_fn = loss_fn
 
     train_batch._gmts_wrapped = True  # type: ignore[attr-defined]
     return train_batch
@@ -355,3 +478,4 @@ def install_hook(worker_cls: Any = engine_workers.TrainingWorker) -> None:
 
 
 install_hook()
+install_config_check()

@@ -44,6 +44,7 @@ RESELECT = ("mini_batch", "step")
 K3_TYPES = ("low_var_kl", "k3")
 VERL_AGG_MODES = (
     "token-mean",
+    "token-sum",
     "seq-mean-token-sum",
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
@@ -86,14 +87,19 @@ def answer_weights(
 ) -> torch.Tensor:
     """w_i of verl's ``agg_loss(loss_agg_mode)`` for answers of ``lengths`` (B,), float64.
 
-    token-mean: 1 / sum |o_j|; seq-mean-token-mean: 1 / (G |o_i|); seq-mean-token-sum-norm:
-    1 / (G L) with L = ``loss_scale_factor`` or the padded ``horizon`` (verl's default);
-    seq-mean-token-sum: 1 / G (a sequence's token sum, averaged over sequences; the library's
-    aggregations have no such mode). G counts answers with at least one token unless given.
+    token-mean: 1 / sum |o_j|; token-sum: 1 (verl sums the tokens of each rank and scales by
+    the data-parallel size, so that the ranks' averaged gradient is the sum over every token of
+    the mini-batch); seq-mean-token-mean: 1 / (G |o_i|); seq-mean-token-sum-norm: 1 / (G L)
+    with L = ``loss_scale_factor`` or the padded ``horizon``; seq-mean-token-sum: 1 / G (a
+    sequence's token sum, averaged over sequences). The library's aggregations have neither
+    token-sum nor seq-mean-token-sum. G counts answers with at least one token unless given
+    (verl's trainer gives the mini-batch's row count, ``global_batch_size``).
     """
     g = int((lengths > 0).sum()) if num_answers is None else num_answers
     if loss_agg_mode == "token-mean":
         return loss_weights(lengths, "token_mean")
+    if loss_agg_mode == "token-sum":
+        return torch.ones_like(lengths, dtype=torch.float64)
     if loss_agg_mode == "seq-mean-token-mean":
         return 1.0 / (max(g, 1) * lengths.clamp_min(1).double())
     if loss_agg_mode == "seq-mean-token-sum-norm":
@@ -105,6 +111,23 @@ def answer_weights(
         f"GMTS does not support loss_agg_mode {loss_agg_mode!r}; "
         f"supported: {', '.join(VERL_AGG_MODES)}"
     )
+
+
+def check_aggregation(loss_agg_mode: str, loss_scale_factor: float | None = None) -> None:
+    """Refuse a ``loss_agg_mode`` whose weights w_i are not known before verl splits the
+    mini-batch into micro-batches (raises :class:`InvalidInputError` with the reason)."""
+    if loss_agg_mode not in VERL_AGG_MODES:
+        raise InvalidInputError(
+            f"GMTS does not support loss_agg_mode {loss_agg_mode!r}; "
+            f"supported: {', '.join(VERL_AGG_MODES)}"
+        )
+    if loss_agg_mode == "seq-mean-token-sum-norm" and loss_scale_factor is None:
+        raise InvalidInputError(
+            "loss_agg_mode seq-mean-token-sum-norm needs actor.loss_scale_factor with GMTS (e.g. "
+            "data.max_response_length): without it verl 0.9.1 divides each micro-batch's loss "
+            "by that micro-batch's padded response width, so the loss, and the weight w_i GMTS "
+            "ranks tokens by, change with how the mini-batch is split into micro-batches"
+        )
 
 
 def group_ids(uids: Sequence[object]) -> torch.Tensor:
@@ -125,6 +148,7 @@ class TokenBatch:
     uids: Sequence[object]  # (B,)
     ref_log_prob: torch.Tensor | None = None  # (B, T), with use_kl_loss
     sum_pi_squared: torch.Tensor | None = None  # sum_v pi_v^2 (B, T), needed by "gmts"
+    num_answers: int | None = None  # G of the seq-mean modes (verl's global_batch_size)
 
 
 @dataclass
@@ -165,7 +189,7 @@ def select_tokens(
 
     lengths = valid.sum(-1)[order]  # (B,)
     weight_row = answer_weights(
-        lengths, loss.loss_agg_mode, valid.shape[-1], None, loss.loss_scale_factor
+        lengths, loss.loss_agg_mode, valid.shape[-1], batch.num_answers, loss.loss_scale_factor
     )
     answer = torch.arange(len(order)).unsqueeze(1).expand_as(v)[v]  # (N,)
     logp = flat(batch.log_prob)

@@ -6,6 +6,8 @@ through verl's ``left_right_2_no_padding`` exactly as the trainer sends it to th
 
 from __future__ import annotations
 
+import copy
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,8 +63,16 @@ def make_rows(
     return Rows(mask, old * m, logp * m, ref * m, adv, ent * m, uids, responses, prompts)
 
 
-def to_tensordict(rows: Rows, advantages: torch.Tensor | None = None) -> TensorDict:
-    """The actor's no-padding mini-batch (verl's left_right_2_no_padding of the padded rows)."""
+LAYOUTS = ("padded", "jagged")
+
+
+def to_tensordict(
+    rows: Rows, advantages: torch.Tensor | None = None, layout: str = "padded"
+) -> TensorDict:
+    """The actor's no-padding mini-batch as a verl 0.9.1 trainer sends it: ``padded`` (the
+    legacy trainer, ``trainer.use_v1=false``: verl's left_right_2_no_padding of the padded
+    rows, response fields padded to the batch's width) or ``jagged`` (the default
+    ``trainer.use_v1=true``: TransferQueue's rows, prompts and response fields jagged)."""
     b, t = rows.response_mask.shape
     p = rows.prompts.shape[1]
     attention = torch.cat([torch.ones(b, p, dtype=torch.long), rows.response_mask], dim=1)
@@ -85,6 +95,28 @@ def to_tensordict(rows: Rows, advantages: torch.Tensor | None = None) -> TensorD
     )
     td = left_right_2_no_padding(proto.to_tensordict())
     tu.assign_non_tensor(td, dp_size=1, batch_num_tokens=None, global_batch_size=None)
+    return _jagged(td) if layout == "jagged" else td
+
+
+def _jagged(td: TensorDict) -> TensorDict:
+    """The v1 trainer's layout of a left_right_2_no_padding batch (see :func:`to_tensordict`)."""
+    lengths = td["response_mask"].sum(-1).tolist()
+
+    def jag(t: torch.Tensor, n: list[int]) -> torch.Tensor:
+        return torch.nested.as_nested_tensor(
+            [t[i, :k] for i, k in enumerate(n)], layout=torch.jagged
+        )
+
+    fields = {k: jag(td[k], lengths) for k in ("old_log_probs", "ref_log_prob", "advantages")}
+    fields["responses"] = jag(td["responses"], lengths)
+    fields["response_mask"] = jag(td["response_mask"], lengths)
+    fields["prompts"] = jag(td["prompts"], [td["prompts"].shape[1]] * len(lengths))
+    for key in (*fields, "attention_mask", "loss_mask", "max_response_len", "max_seq_len"):
+        if key in td.keys():
+            del td[key]
+    for key, value in fields.items():
+        td[key] = value
+    td["loss_mask"] = td["response_mask"]
     return td
 
 
@@ -101,12 +133,17 @@ def full_sequence(values: torch.Tensor, rows: Rows) -> torch.Tensor:
     return torch.nested.as_nested_tensor(seqs, layout=torch.jagged)
 
 
-def actor_config(**overrides):
-    """verl's default FSDP actor config with the GMTS policy-loss config and ``overrides``."""
+@functools.cache
+def _default_actor():
     import verl
 
     path = f"{verl.__path__[0]}/trainer/config/_generated_ppo_trainer.yaml"
-    actor = OmegaConf.load(path).actor_rollout_ref.actor
+    return OmegaConf.load(path).actor_rollout_ref.actor
+
+
+def actor_config(**overrides):
+    """verl's default FSDP actor config with the GMTS policy-loss config and ``overrides``."""
+    actor = copy.deepcopy(_default_actor())
     OmegaConf.set_struct(actor, False)
     actor.policy_loss._target_ = "gmts_core.integrations.verl.GMTSPolicyLossConfig"
     actor.ppo_micro_batch_size_per_gpu = 2
@@ -117,6 +154,15 @@ def actor_config(**overrides):
         if k not in policy:
             actor[k] = v
     return omega_conf_to_dataclass(actor)
+
+
+SCALE = 12  # actor.loss_scale_factor of seq-mean-token-sum-norm (not the padded width, 9)
+
+
+def agg_settings(agg: str) -> dict:
+    """The actor keys of aggregation ``agg`` (seq-mean-token-sum-norm needs its scale factor)."""
+    extra = {"loss_scale_factor": SCALE} if agg == "seq-mean-token-sum-norm" else {}
+    return {"loss_agg_mode": agg, **extra}
 
 
 def subset(rows: Rows, idx: list[int]) -> Rows:

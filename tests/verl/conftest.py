@@ -1,6 +1,7 @@
 """tests/verl runs in the verl virtualenv (`make test-verl`); elsewhere it is not collected."""
 
 import importlib.util
+import tempfile
 
 import pytest
 
@@ -19,3 +20,15 @@ def _fresh_hook_state():
     plugin.STATE = plugin.HookState()
     yield
     plugin.STATE = saved
+
+
+@pytest.fixture(scope="module")
+def process_group():
+    """A one-process gloo group (train_mini_batch all-gathers token counts over DP)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        store = tempfile.NamedTemporaryFile(delete=False).name
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()

@@ -116,6 +116,8 @@ class TrainableCPUEngine(CPUEngine):
         super().__init__(model)
         self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
         self.snapshots: list[TokenModel] = []  # the policy each mini-batch started from
+        self.grads: list[torch.Tensor] = []  # each mini-batch's accumulated gradient
+        self.micro_batches: list[int] = []  # each mini-batch's number of micro-batches
 
     def get_data_parallel_size(self) -> int:
         return 1
@@ -139,6 +141,7 @@ class TrainableCPUEngine(CPUEngine):
         micro_batches, indices = prepare_micro_batches(
             data, dp_group=None, same_micro_num_in_dp=False
         )
+        self.micro_batches.append(len(micro_batches))
         self.optimizer.zero_grad()
         outs = []
         for mb in micro_batches:
@@ -146,7 +149,44 @@ class TrainableCPUEngine(CPUEngine):
             loss, metrics = loss_function(model_output=model_output, data=mb, dp_group=None)
             loss.backward()
             outs.append({"loss": loss.item(), "metrics": metrics})
+        self.grads.append(self.model.table.grad.detach().clone())
         self.optimizer.step()
         output = postprocess_batch_func(outs, indices, data)
+        # the worker all-gathers the metrics over its data-parallel group (none here): one rank
+        output["metrics"] = {k: [v] for k, v in output["metrics"].items()}
         output["metrics"]["grad_norm"] = torch.tensor(0.0)
         return output
+
+
+def training_worker(
+    config: Any,
+    loss_fn: Any = None,
+    use_dynamic_bsz: bool = True,
+    micro_batch_size: int = 2,
+    max_token_len: int = 30,
+    seed: int = 0,
+) -> Any:
+    """verl's own TrainingWorker around a :class:`TrainableCPUEngine`, without its engine
+    factory (verl 0.9.1 has no CPU engine); ``loss_fn`` defaults to verl's ppo_loss."""
+    from verl.workers.engine_workers import TrainingWorker
+
+    w = object.__new__(TrainingWorker)
+    w.engine = TrainableCPUEngine(TokenModel(seed))
+    w.loss_fn = loss_fn or partial(ppo_loss, config=config)  # the hook reads keywords["config"]
+    w.engine_config = SimpleNamespace(
+        use_dynamic_bsz=use_dynamic_bsz,
+        max_token_len_per_gpu=max_token_len,
+        micro_batch_size_per_gpu=micro_batch_size,
+        use_fused_kernels=False,
+        forward_only=False,
+    )
+    w.model_config = ModelConfig(use_remove_padding=True)
+    w.flops_counter, w.device_name = None, "cpu"
+    w.profiler = SimpleNamespace(
+        step=lambda: None,
+        rank=0,
+        check_enable=lambda: False,
+        check_this_step=lambda: False,
+        check_this_rank=lambda: False,
+    )
+    return w

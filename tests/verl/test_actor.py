@@ -8,61 +8,28 @@ tiny model. scripts/gpu_check_verl.sh runs the real FSDP engine on a lent GPU.
 
 from __future__ import annotations
 
-import tempfile
 from functools import partial
-from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.distributed as dist
 from verl.utils import tensordict_utils as tu
-from verl.workers.engine_workers import TrainingWorker
 from verl.workers.utils.losses import ppo_loss
 
 from gmts_core.integrations import verl as plugin
 from gmts_core.integrations.verl_terms import TokenBatch, select_tokens
-from tests.verl.batches import VOCAB, actor_config, make_rows, subset, to_tensordict
-from tests.verl.engine import ModelConfig, TokenModel, TrainableCPUEngine, rows_stats
+from tests.verl.batches import LAYOUTS, VOCAB, actor_config, make_rows, subset, to_tensordict
+from tests.verl.engine import rows_stats, training_worker
 
 
-@pytest.fixture(scope="module")
-def process_group():
-    """A one-process gloo group (train_mini_batch all-gathers token counts over DP)."""
-    if not dist.is_initialized():
-        store = tempfile.NamedTemporaryFile(delete=False).name
-        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
-def _worker(config, seen: list) -> TrainingWorker:
-    """verl's TrainingWorker without its engine factory (no CPU engine in verl)."""
+def _worker(config, seen: list):
+    """verl's TrainingWorker whose loss records each micro-batch's rows and advantages."""
 
     def recording_loss(model_output, data, dp_group=None, config=config):
         adv = data.select("advantages").to_padded_tensor()["advantages"]
         seen.append((data["row_id"].tolist(), adv.detach().clone()))
         return ppo_loss(config, model_output, data, dp_group)
 
-    w = object.__new__(TrainingWorker)
-    w.engine = TrainableCPUEngine(TokenModel(0))
-    w.loss_fn = partial(recording_loss, config=config)  # the hook reads keywords["config"]
-    w.engine_config = SimpleNamespace(
-        use_dynamic_bsz=True,
-        max_token_len_per_gpu=30,
-        micro_batch_size_per_gpu=2,
-        use_fused_kernels=False,
-        forward_only=False,
-    )
-    w.model_config = ModelConfig(use_remove_padding=True)
-    w.flops_counter, w.device_name = None, "cpu"
-    w.profiler = SimpleNamespace(
-        step=lambda: None,
-        rank=0,
-        check_enable=lambda: False,
-        check_this_step=lambda: False,
-        check_this_rank=lambda: False,
-    )
-    return w
+    return training_worker(config, partial(recording_loss, config=config))
 
 
 def test_actor_update_applies_the_library_selection(process_group):
@@ -118,3 +85,43 @@ def test_actor_update_applies_the_library_selection(process_group):
     assert not torch.equal(
         rows_stats(snapshots[0], rows)["entropy"], rows_stats(snapshots[1], rows)["entropy"]
     )
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_clip_fractions_count_the_selected_tokens_only(process_group, layout: str):
+    """actor/pg_clipfrac and actor/pg_clipfrac_lower are shares of the selected tokens: verl's
+    own count (every response token) would add the unselected ones as unclipped."""
+    rows = make_rows([4, 6, 6], max_len=7, seed=9)
+    every_other = (torch.arange(7) % 2 == 0) * rows.response_mask
+    rows.old_log_prob -= 2.0 * every_other  # ratios above the dual clip's c = 3 there
+    config = actor_config(
+        loss_mode="gmts_paper", gmts_ratio=0.5, clip_ratio_low=0.2, clip_ratio_high=0.28
+    )
+    worker = training_worker(config, use_dynamic_bsz=False, micro_batch_size=16)  # one
+    td = to_tensordict(rows, layout=layout)
+    tu.assign_non_tensor(
+        td,
+        mini_batch_size=16,
+        global_batch_size=16,
+        epochs=1,
+        seed=0,
+        dataloader_kwargs={"shuffle": False},
+        calculate_entropy=False,
+        temperature=1.0,
+    )
+    metrics = tu.get(worker.train_mini_batch(td), "metrics")
+    assert plugin.STATE.last is not None
+    mask = plugin.STATE.last.mask
+    logp = rows_stats(worker.engine.snapshots[0], rows)["log_prob"]
+    adv = rows.advantages.double()
+    ratio = (logp - rows.old_log_prob).clamp(-20, 20).exp().double()
+    pg = torch.maximum(-adv * ratio, -adv * ratio.clamp(0.8, 1.28))
+    clipped = (-adv * ratio.clamp(0.8, 1.28)) > (-adv * ratio)
+    lower = (pg > -adv * 3.0) & (adv < 0)
+    share = float(clipped[mask].double().mean())
+    share_lower = float(lower[mask].double().mean())
+    assert 0 < share < 1 and 0 < share_lower < 1
+    assert metrics["actor/pg_clipfrac"] == [pytest.approx(share, abs=1e-6)]
+    assert metrics["actor/pg_clipfrac_lower"] == [pytest.approx(share_lower, abs=1e-6)]
+    every_token = float((clipped & mask)[rows.response_mask.bool()].double().mean())
+    assert every_token < share  # what verl's own metric would have said

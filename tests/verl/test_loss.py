@@ -10,13 +10,26 @@ from verl.workers.utils.losses import ppo_loss
 
 from gmts_core.grpo.loss import grpo_loss
 from gmts_core.integrations import verl as plugin
-from gmts_core.integrations.verl_terms import LOSS_MODES, TokenBatch, select_tokens
+from gmts_core.integrations.verl_terms import (
+    LOSS_MODES,
+    VERL_AGG_MODES,
+    TokenBatch,
+    select_tokens,
+)
 from gmts_core.methods.aggregation import loss_weights
 from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
 from gmts_core.methods.selection import list_methods, select
-from tests.verl.batches import VOCAB, actor_config, full_sequence, make_rows, to_tensordict
+from tests.verl.batches import (
+    SCALE,
+    VOCAB,
+    actor_config,
+    agg_settings,
+    full_sequence,
+    make_rows,
+    to_tensordict,
+)
 
-AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+AGG_MODES = VERL_AGG_MODES  # all five of verl 0.9.1 (test_every_verl_aggregation_is_known)
 GROUPS = [3, 5, 2, 7]  # unequal group sizes
 BETA = 0.05
 
@@ -52,23 +65,25 @@ def _sum_pi_squared(rows) -> torch.Tensor:
     return (p.square() + u * (1 - p).square()) * rows.response_mask
 
 
-def _library_weights(lengths: torch.Tensor, agg: str, width: int) -> torch.Tensor:
+def _library_weights(lengths: torch.Tensor, agg: str) -> torch.Tensor:
     """w_i of verl's agg_loss, from the library where it has the mode."""
     if agg == "seq-mean-token-sum":
         return torch.full_like(lengths, 1.0 / len(lengths), dtype=torch.float64)
+    if agg == "token-sum":
+        return torch.ones_like(lengths, dtype=torch.float64)
     lib = {
         "token-mean": "token_mean",
         "seq-mean-token-mean": "seq_mean_token_mean",
         "seq-mean-token-sum-norm": "seq_mean_token_sum_norm",
     }[agg]
-    return loss_weights(lengths, lib, max_length=width)
+    return loss_weights(lengths, lib, max_length=SCALE)
 
 
 def _library(rows, method: str, agg: str, ratio: float):
     """The library's selection and loss, flat in plain batch-row order (no grouping)."""
     valid = rows.response_mask.bool()
     lengths = valid.sum(-1)
-    w = _library_weights(lengths, agg, valid.shape[1])
+    w = _library_weights(lengths, agg)
     row = torch.arange(len(lengths)).unsqueeze(1).expand_as(valid)[valid]
     ids = {u: i for i, u in enumerate(dict.fromkeys(rows.uids))}
     group = torch.tensor([ids[u] for u in rows.uids])[row]
@@ -91,7 +106,7 @@ def test_ppo_loss_equals_library(method: str, agg: str):
     rows = make_rows(GROUPS)
     config = actor_config(
         loss_mode=method,
-        loss_agg_mode=agg,
+        **agg_settings(agg),
         use_kl_loss=True,
         kl_loss_coef=BETA,
         kl_loss_type="low_var_kl",
@@ -128,7 +143,7 @@ def test_gradient_equals_library(agg: str):
     """d loss / d log pi of the registered loss (verl's agg_loss) equals the library's."""
     rows = make_rows(GROUPS, seed=3)
     config = actor_config(
-        loss_mode="gmts_entropy", loss_agg_mode=agg, clip_ratio_low=0.2, clip_ratio_high=0.28
+        loss_mode="gmts_entropy", **agg_settings(agg), clip_ratio_low=0.2, clip_ratio_high=0.28
     )
     batch = TokenBatch(
         rows.response_mask,
@@ -142,6 +157,7 @@ def test_gradient_equals_library(agg: str):
         batch, plugin.gmts_settings(config.policy_loss), plugin.loss_settings(config, 1.0, VOCAB)
     )
     plugin.STATE.selections, plugin.STATE.last = 1, ours
+    config.global_batch_info["loss_scale_factor"] = config.loss_scale_factor  # as ppo_loss does
     logp = rows.log_prob.clone().requires_grad_()
     loss, metrics = get_policy_loss_fn("gmts_entropy")(
         rows.old_log_prob, logp, rows.advantages * ours.mask, rows.response_mask.bool(), agg, config
@@ -150,7 +166,7 @@ def test_gradient_equals_library(agg: str):
     valid = rows.response_mask.bool()
     lengths = valid.sum(-1)
     row = torch.arange(len(lengths)).unsqueeze(1).expand_as(valid)[valid]
-    w = _library_weights(lengths, agg, valid.shape[1])[row]
+    w = _library_weights(lengths, agg)[row]
     flat = rows.log_prob[valid].double().requires_grad_()
     lib = grpo_loss(
         flat,

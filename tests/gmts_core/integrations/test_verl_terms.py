@@ -10,10 +10,12 @@ import torch
 
 from gmts_core.errors import InvalidInputError
 from gmts_core.integrations.verl_terms import (
+    VERL_AGG_MODES,
     GMTSSettings,
     LossSettings,
     TokenBatch,
     answer_weights,
+    check_aggregation,
     group_ids,
     method_for_loss_mode,
     select_tokens,
@@ -44,8 +46,25 @@ def test_answer_weights_match_the_library_and_verl_agg_loss():
         answer_weights(lengths, "seq-mean-token-sum", 6),
         torch.full((4,), 0.25, dtype=torch.float64),
     )
+    # token-sum: every token weighs 1 (verl scales each rank's sum by the data-parallel size)
+    assert torch.equal(answer_weights(lengths, "token-sum", 6), torch.ones(4, dtype=torch.float64))
+    # G is verl's global_batch_size where given (it counts answers without a token too)
+    assert torch.allclose(
+        answer_weights(torch.tensor([3, 0, 2]), "seq-mean-token-sum", 6, num_answers=3),
+        torch.full((3,), 1 / 3, dtype=torch.float64),
+    )
     with pytest.raises(InvalidInputError, match="token-sum"):
-        answer_weights(lengths, "token-sum", 6)
+        answer_weights(lengths, "seq-sum", 6)
+
+
+def test_aggregations_are_checked_before_the_micro_batches():
+    for mode in VERL_AGG_MODES:
+        check_aggregation(mode, loss_scale_factor=256)
+    check_aggregation("token-sum")
+    with pytest.raises(InvalidInputError, match="loss_scale_factor"):
+        check_aggregation("seq-mean-token-sum-norm")
+    with pytest.raises(InvalidInputError, match="supported: token-mean, token-sum"):
+        check_aggregation("seq-sum")
 
 
 def test_groups_come_from_uids_not_row_blocks():
