@@ -9,7 +9,9 @@
 #
 # Needs a Python with verl 0.9.1, vllm and a CUDA torch (verl's `vllm` extra); no network.
 # Writes RESULTS_DIR/{setup.txt,train.log,check.txt}. Exit 0 when it trained and the log checks
-# out, 1 otherwise, 2 without CUDA. GMTS_VERL_STEPS (default 3), LOSS_MODE (default gmts).
+# out, 1 otherwise, 2 without CUDA. GMTS_VERL_STEPS (default 3), LOSS_MODE (default gmts), ATTN
+# (default: flash_attention_2 where flash-attn imports, else sdpa). The install it was written
+# for: examples/verl/constraints.txt (docs/training-verl.md, "Install for a GPU").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PY:-python3}"
@@ -24,6 +26,13 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/gmts-verl.XXXXXX")"
 "$PY" scripts/gpu_check_verl_setup.py "$WORK" > "$DIR/setup.txt" 2>&1 || { cat "$DIR/setup.txt"; exit 1; }
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$(dirname "$PY"):$PATH"  # the recipe calls python3
+# the recipe's attention: flash_attention_2 + sequence packing where flash-attn imports, else sdpa
+# on padded batches (verl[vllm] brings no flash-attn); ATTN=sdpa|flash_attention_2 forces one
+if [ -z "${ATTN:-}" ]; then
+    if "$PY" -c "import flash_attn" >/dev/null 2>&1; then ATTN=flash_attention_2; else ATTN=sdpa; fi
+fi
+export ATTN
+echo "gpu_check_verl: attention $ATTN" | tee -a "$DIR/setup.txt"
 MODEL="$WORK/model" TRAIN="$WORK/data/train.parquet" TEST="$WORK/data/test.parquet" \
 OUT="$WORK/out" LOSS_MODE="${LOSS_MODE:-gmts}" \
     bash examples/verl/run_small_one_gpu.sh \

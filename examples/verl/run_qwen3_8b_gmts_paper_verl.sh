@@ -20,6 +20,14 @@ TRAIN="${TRAIN:-$HOME/data/math/train.parquet}"
 TEST="${TEST:-$HOME/data/math/test.parquet}"
 OUT="${OUT:-$PWD/outputs/qwen3_8b_gmts_paper_verl}"
 export PYTHONPATH="$(cd "$(dirname "$0")/../.." && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+# Attention: flash_attention_2 with sequence packing (use_remove_padding) where flash-attn imports
+# in this Python, else PyTorch's sdpa on padded batches (verl's default, flash_attention_2, raises
+# ImportError without flash-attn, which `pip install "verl[vllm]"` does not bring). ATTN=sdpa or
+# ATTN=flash_attention_2 chooses.
+if [ -z "${ATTN:-}" ]; then
+    if python3 -c "import flash_attn" >/dev/null 2>&1; then ATTN=flash_attention_2; else ATTN=sdpa; fi
+fi
+if [ "$ATTN" = flash_attention_2 ]; then RMPAD=True; else RMPAD=False; fi
 
 python3 -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
@@ -34,7 +42,8 @@ python3 -m verl.trainer.main_ppo \
     data.truncation=left \
     reward.reward_manager.name=dapo \
     actor_rollout_ref.model.path="$MODEL" \
-    actor_rollout_ref.model.use_remove_padding=True \
+    +actor_rollout_ref.model.override_config.attn_implementation="$ATTN" \
+    actor_rollout_ref.model.use_remove_padding="$RMPAD" \
     actor_rollout_ref.model.enable_gradient_checkpointing=True \
     actor_rollout_ref.actor.optim.lr=1e-6 \
     actor_rollout_ref.actor.ppo_mini_batch_size=32 \
