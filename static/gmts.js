@@ -154,9 +154,9 @@
   }
 
   // --- chart points linked to their tokens (customdata = [answer, position]) ---
-  function showToken(answer, pos) {
-    var tok = document.querySelector(
-      '#token-view .tok[data-answer="' + Number(answer) + '"][data-pos="' + Number(pos) + '"]');
+  function showToken(answer, pos, view) {
+    var tok = (view || document.querySelector("#token-view") || document).querySelector(
+      '.tok[data-answer="' + Number(answer) + '"][data-pos="' + Number(pos) + '"]');
     if (!tok) return;
     document.querySelectorAll(".tok.linked").forEach(function (t) { t.classList.remove("linked"); });
     tok.classList.add("linked");
@@ -193,14 +193,22 @@
   });
 
   // --- "why they differ": a token button shows its token, or says which group holds it ---
+  // (Explore draws one group at a time in #token-view; a Runs step draws all of its groups in
+  // #run-step-view)
+  var TOKEN_VIEWS = ["#token-view", "#run-step-view"];
+
   function whyClick(chip) {
     var g = chip.getAttribute("data-group");
-    var view = document.querySelector("#token-view .gmts-view");
     var section = chip.closest(".why-differ");
     var note = section ? section.querySelector(".why-note") : null;
-    if (view && view.getAttribute("data-group") === g) {
+    var tab = chip.closest(".tabitem") || document;
+    var view = null;
+    TOKEN_VIEWS.forEach(function (sel) {
+      if (!view) view = tab.querySelector(sel + ' .gmts-view[data-group="' + g + '"]');
+    });
+    if (view) {
       if (note) note.textContent = "";
-      showToken(chip.getAttribute("data-answer"), chip.getAttribute("data-pos"));
+      showToken(chip.getAttribute("data-answer"), chip.getAttribute("data-pos"), view);
     } else if (note) {
       note.textContent = "That token is in group " + g + ": choose it under \u201cDrill into group\u201d to see it.";
     }

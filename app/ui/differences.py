@@ -3,8 +3,8 @@
 For each reason (:mod:`gmts_core.analysis.differences`) a row with how many tokens each method
 selects alone for it and that count's share of the method's own selection budget, and a
 ``<details>`` list of those tokens as buttons; ``static/gmts.js`` turns a click on one into the
-token's pinned panel (or says which group holds it). Only arranges numbers of the result; used
-by Explore, the Runs step view and the HTML report.
+token's pinned panel (or says which group holds it). Only arranges numbers of the result; the
+one renderer of Explore, the Runs step view and the HTML report.
 """
 
 from __future__ import annotations
@@ -67,8 +67,14 @@ def _share(x: Any) -> str:
     return f"{100 * float(x):.0f}%" if isinstance(x, int | float) else "—"
 
 
-def why_differ_html(result: Json | None, methods: tuple[str, str], title: bool = True) -> str:
-    """The view for Method A and B (empty notice when the body has no differences for them)."""
+def why_differ_html(
+    result: Json | None,
+    methods: tuple[str, str],
+    title: bool = True,
+    element_id: str = "why-differ",
+) -> str:
+    """The view for Method A and B (empty notice when the body has no differences for them);
+    ``element_id`` tells the views of two tabs apart (Explore's, a Runs step's)."""
     a, b = methods
     if a == b:
         return '<div class="why-differ placeholder">Choose two different methods to compare.</div>'
@@ -122,7 +128,8 @@ def why_differ_html(result: Json | None, methods: tuple[str, str], title: bool =
     )
     heading = f"<h4>Why they differ: {ea} vs {eb}</h4>" if title else ""
     return (
-        f'<section class="why-differ" id="why-differ" aria-label="why the methods differ">'
+        f'<section class="why-differ" id="{escape(element_id)}" '
+        'aria-label="why the methods differ">'
         f'{heading}{lead}<div class="why-scroll scroll-x"><table class="why-table">{head}<tbody>'
         f"{''.join(rows)}</tbody></table></div>{none}"
         '<div class="why-note" role="status"></div></section>'

@@ -89,7 +89,7 @@ def test_click_a_logged_step_shows_the_applied_mask(chromium: Any, runs_server: 
     assert view.locator(".tok.sel-a").count() == int(df["selected"].sum())  # applied
     assert view.locator(".tok.sel-b").count() == int(df["selected_gmts"].sum())
     assert "Step 1" in page.locator("#run-step-summary").inner_text()
-    page.wait_for_selector("#run-step-differences .diff-view")  # applied vs GMTS, by reason
+    page.wait_for_selector("#run-step-differences .why-differ")  # applied vs GMTS, by reason
     page.click("#run-next")
     page.wait_for_function(
         "document.querySelector('#run-step-summary').innerText.includes('Step 2')"
@@ -232,7 +232,7 @@ def test_a_run_written_by_trl_shows_step_1_tokens_and_metrics_over_steps(
     view = page.locator("#run-step-view")
     assert view.locator(".ans-head").count() == len(df)
     assert view.locator(".tok.sel-a").count() > 0 and view.locator(".tok.sel-b").count() > 0
-    page.wait_for_selector("#run-step-differences .diff-view")
+    page.wait_for_selector("#run-step-differences .why-differ")
     # metrics over steps: computed in the background, charted as they come (3 steps)
     page.wait_for_function(
         "document.querySelector('#run-metrics-status').innerText.includes('3 of 3 steps analysed')"
@@ -262,7 +262,7 @@ def test_verl_roll_areal_and_jsonl_runs_show_their_tokens(
     page.get_by_role("option", name=label).click()
     page.wait_for_selector("#run-step-view .gmts-view .tok.sel-b")
     assert f"Step {first}" in page.locator("#run-step-summary").inner_text()
-    page.wait_for_selector("#run-step-differences .diff-view")
+    page.wait_for_selector("#run-step-differences .why-differ")
     click_step(page, 2)
     page.wait_for_function(
         "document.querySelector('#run-step-summary').innerText.includes('Step 2')"

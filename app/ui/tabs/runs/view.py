@@ -18,8 +18,8 @@ import plotly.graph_objects as go
 
 from app.palette import OKABE_ITO
 from app.reports.run_charts import LAYOUT, integer_steps, per_method_figure, reward_figure
+from app.ui.differences import why_differ_html
 from app.ui.render import placeholder, rank_pool, render_group
-from app.ui.tabs.runs.differences import differences_html
 
 logger = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -160,7 +160,9 @@ def step_differences(view: Json | None) -> str:
     found = view.get("differences") if view["mode"] == "logged" else None
     for diff in found or (view.get("analysis") or {}).get("differences") or []:
         if {diff["method_a"], diff["method_b"]} == {a, b}:
-            return differences_html(diff, step_groups(view))
+            # the one "why they differ" renderer (Explore's), over this step's groups
+            result = {"groups": step_groups(view), "differences": [diff]}
+            return why_differ_html(result, (a, b), element_id="run-why-differ")
     return ""
 
 

@@ -49,7 +49,9 @@ def test_logged_step_html_marks_the_applied_mask(services) -> None:  # type: ign
     assert "trainer applied" in step_summary(view)
     from app.ui.tabs.runs.view import step_differences
 
-    assert step_differences(view).startswith('<div class="diff-view" data-methods="applied|gmts">')
+    panel = step_differences(view)  # the one renderer, Explore's, under the Runs tab's own id
+    assert panel.startswith('<section class="why-differ" id="run-why-differ"')
+    assert "Why they differ: applied vs gmts" in panel
     assert "Pick a run" in step_html(None)
 
 
@@ -76,10 +78,11 @@ def test_a_one_prompt_step_renders_its_tokens_and_why_they_differ(
     assert html.count('class="gmts-view"') == 1 and html.count(" data-pos=") > 0
     assert html.count('class="answer"') == len(one)
     panel = step_differences(view)
-    assert panel.startswith('<div class="diff-view" data-methods="entropy|gmts">')
+    assert panel.startswith('<section class="why-differ" id="run-why-differ"')
+    assert "Why they differ: entropy vs gmts" in panel
     diff = view["analysis"]["differences"][0]
-    assert f"only entropy {diff['only_a']}" in panel
-    assert panel.count('class="diff-reason"') == sum(1 for r in diff["reasons"] if r["count"])
+    assert f"Only entropy: <b>{diff['only_a']}</b>" in panel
+    assert panel.count('class="why-row"') == sum(1 for r in diff["reasons"] if r["count"])
 
 
 def test_metrics_figures_and_unreadable_runs(services, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
