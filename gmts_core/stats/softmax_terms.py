@@ -177,7 +177,8 @@ def _top_k_low_id(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     if bool(tied.any()):
         rows = tied.nonzero().squeeze(-1)
         sub_v, sub_p = vals[rows], pos[rows]  # (R, kk)
-        missed = sub_v[:, -1] == sub_v[:, k - 1] if kk < n else torch.zeros_like(rows, dtype=bool)
+        none = torch.zeros_like(rows, dtype=torch.bool)
+        missed = sub_v[:, -1] == sub_v[:, k - 1] if kk < n else none
         if bool(missed.any()):  # equal values may lie beyond the list: the whole rows
             whole = x[rows[missed]]
             ids = torch.arange(n, device=x.device).expand_as(whole)

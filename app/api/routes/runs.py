@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 
 from fastapi import APIRouter, Query
 
@@ -20,6 +20,7 @@ from app.schemas.strict import MIN_RATIO
 from app.services.catalog import ANALYSIS_DEFAULTS
 from app.services.runs import DEFAULT_METHODS, StepOptions
 
+Scope = Literal["batch", "group", "answer"]
 router = APIRouter(tags=["runs"])
 
 MethodsQuery = Annotated[
@@ -97,7 +98,7 @@ async def run_step(
     services: ServicesDep,
     model: Annotated[str | None, Query(max_length=256)] = None,
     ratio: Annotated[float, Query(ge=MIN_RATIO, le=1)] = ANALYSIS_DEFAULTS.ratio,
-    scope: Annotated[Literal["batch", "group", "answer"], Query()] = ANALYSIS_DEFAULTS.scope,
+    scope: Annotated[Scope, Query()] = cast(Scope, ANALYSIS_DEFAULTS.scope),
     methods: MethodsQuery = ",".join(DEFAULT_METHODS),
     reward: Annotated[
         str | None, Query(max_length=64, description="Rule for groups without rewards.")
