@@ -58,7 +58,7 @@ class Settings(BaseSettings):
     device: str = "auto"
     dtype: str = "auto"
     max_loaded_models: int = Field(2, ge=1)
-    torch_threads: int | None = Field(None, ge=1)
+    torch_threads: int | None = Field(None, ge=1, le=1024)
 
     # --- security ---
     api_key: SecretStr | None = None

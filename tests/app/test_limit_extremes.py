@@ -25,7 +25,10 @@ from tests.app.api_helpers import LiveServer, make_settings
 UNBOUNDED_INT = 2**31 - 1  # a documented limit without a maximum: the largest 32-bit value
 UNBOUNDED_FLOAT = 1e9
 GT_STEP = 1e-3  # "greater than x": the smallest value above x a user would write
-NOT_LIMITS = {"port"}  # where to listen, not a limit (its bounds are the TCP port range)
+# where to listen and how many threads to use: settings, not limits (their bounds are the TCP
+# port range and a sane thread count; 2**31 - 1 torch threads made later tests in the same
+# process try to allocate 1.2 TB)
+NOT_LIMITS = {"port", "torch_threads"}
 
 
 def _numeric(annotation: Any) -> type | None:
@@ -67,6 +70,17 @@ def test_the_limits_are_found() -> None:
         assert name in found
     assert found["max_session_steps"][0] == 1
     assert "port" not in found
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored() -> Any:
+    """create_app sets torch's process-wide thread count from GMTS_TORCH_THREADS: put it back
+    for the tests that run after these in the same process."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("edge", [0, 1], ids=["minimum", "maximum"])
