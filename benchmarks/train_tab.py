@@ -137,7 +137,7 @@ ACCURACY_POINTS_JS = """() => {
 GAIN_LABEL_JS = """() => {
     const d = document.querySelector('#train-reward-plot .js-plotly-plot');
     const a = d && d.layout && d.layout.annotations;
-    return a && a.length ? a[0].text : null;
+    return a && a.length ? a[0].text.replace('<br>', ' ') : null;
 }"""
 BROWSER_TIMEOUT_MS = 3_600_000
 

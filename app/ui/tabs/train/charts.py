@@ -91,14 +91,14 @@ def reward_figure(
 
 
 def gain_label(evaluations: Sequence[Json]) -> str | None:
-    """ "gain +12.5 points [+6.0, +19.0]" from the first to the last evaluation, paired over
-    their problems (``app.services.train_gain``); None without two
-    evaluations of the same problems."""
+    """ "gain +12.5 points [+6.0, +19.0]<br>(95%, ...)" from the first to the last evaluation,
+    paired over their problems (``app.services.train_gain``); None without two evaluations of
+    the same problems."""
     g = evaluation_gain(evaluations)
     if g is None:
         return None
-    return (
-        f"gain {100 * g.gain:+.1f} points [{100 * g.low:+.1f}, {100 * g.high:+.1f}] "
+    return (  # two lines, so the label fits a phone's chart
+        f"gain {100 * g.gain:+.1f} points [{100 * g.low:+.1f}, {100 * g.high:+.1f}]<br>"
         f"(95%, paired over {g.num_problems} problems)"
     )
 
