@@ -4,9 +4,9 @@
 that makes it hold on any machine: the tokens are part of the page's first render (no request
 to the queue, i.e. no model run, happens before they show), they sit on the first screen at
 1366x900, and Analyze is on the first screen at both sizes. So is the disagreement: the
-spotlight's two answers with their sentences, and the start of "Why they differ". The time from navigation to the
-first highlighted token is recorded in test-artifacts/first-screen.json, never asserted (tests
-assert no wall-clock times).
+spotlight's two answers with their sentences, and the start of "Why they differ". The time from
+navigation to the first highlighted token is recorded in test-artifacts/first-screen.json,
+never asserted (tests assert no wall-clock times).
 """
 
 from __future__ import annotations
