@@ -20,10 +20,12 @@ read again), the reason is logged, and the session's id answers "not found" with
 Entries of the state folder that are no session folder (no ``meta.json``) are left alone.
 
 Fair sharing: each session belongs to the client that created it (its ``owner``, saved with
-it). A client holds at most ``per_client`` sessions (``GMTS_MAX_SESSIONS_PER_CLIENT``; 429
-beyond), and making room for it evicts its own least recently used idle session first, another
-client's only when that client holds more sessions than this one will; so no client can push
-out the sessions of a client holding fewer.
+it). An API client holds at most ``per_client`` sessions (``GMTS_MAX_SESSIONS_PER_CLIENT``; 429
+beyond). The server's own front ends (the UI's local backend, the CLI) create sessions with no
+owner: those are not capped per client (every browser has its own session, and a classroom
+shares one address), only by ``max_sessions``. Making room evicts a client's own least recently
+used idle session first, another client's only when that client holds more sessions than this
+one will; so no client can push out the sessions of a client holding fewer.
 """
 
 from __future__ import annotations
@@ -227,6 +229,8 @@ class SessionStore:
         return sum(1 for sid in [*self._sessions, *self._dormant] if self._owner.get(sid) == owner)
 
     def _check_share_locked(self, owner: str) -> None:
+        if not owner:  # the server's own UI or CLI: bounded by max_sessions only
+            return
         if self.per_client is not None and self._held_locked(owner) >= self.per_client:
             raise SessionCapError(
                 f"this client holds {self.per_client} sessions, its limit "

@@ -58,3 +58,14 @@ def test_a_client_with_fewer_sessions_is_never_evicted_by_one_with_more(lm: Load
     with pytest.raises(SessionCapError, match="GMTS_MAX_SESSIONS"):
         store.create(lm, CONFIG, owner="d")
     assert len(store.ids()) == 3 and a in store.ids() and c in store.ids()
+
+
+def test_the_servers_own_ui_is_not_capped_per_client(lm: LoadedModel) -> None:
+    """The UI's local backend (and the CLI) create sessions without an owner: a classroom
+    behind one address past GMTS_MAX_SESSIONS_PER_CLIENT still gets a session each (the Train
+    tab's 9th student was refused), bounded only by max_sessions."""
+    store = SessionStore(max_sessions=6, per_client=2)
+    ui = [store.create(lm, CONFIG).id for _ in range(5)]
+    assert set(store.ids()) == set(ui)
+    api = store.create(lm, CONFIG, owner="203.0.113.7")  # an API client beside them
+    assert api.id in store.ids()

@@ -12,7 +12,7 @@ from app.reports.compare_report import TABLE_HEADER
 from app.services.compare import CompareResult, load_compare_file, result_from_dict
 from app.ui.choices import method_choices
 from app.ui.context import Tab, UIContext, call
-from app.ui.limited import LR_CONTROL_MAX, SANE_LR, lr_warning
+from app.ui.limited import LR_CONTROL_MAX, SANE_LR, limit_slider, lr_warning
 from app.ui.tabs.compare.view import (
     FIGURE_LABELS,
     FIGURES,
@@ -46,9 +46,12 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
         c["group_size"] = gr.Slider(
             2, 16, d("group_size"), step=1, label="Group size G", elem_id="compare-g"
         )
-        c["prompts_per_step"] = gr.Slider(
-            1, 8, d("prompts_per_step"), step=1, label="Prompts per step", elem_id="compare-prompts"
-        )
+        # up to this server's limit (GMTS_MAX_STEP_PROMPTS), as the Train tab's control
+        max_prompts = int(ctx.capabilities["limits"].get("max_step_prompts", 64))
+        c["prompts_per_step"] = limit_slider(
+            1, max_prompts, d("prompts_per_step"), step=1, label="Prompts per step",
+            elem_id="compare-prompts",
+        )  # fmt: skip
     with gr.Row():
         c["max_new_tokens"] = gr.Slider(
             8, 128, d("max_new_tokens"), step=4, label="Max new tokens", elem_id="compare-max-new"
