@@ -162,7 +162,7 @@ class Settings(BaseSettings):
         description="Memory all sessions together may hold (trainable weights, their start "
         "copy, gradients and AdamW state: about 5 x 4 bytes per trainable parameter).",
     )
-    max_session_steps: int = Field(20, ge=1)  # GRPO steps per step request
+    max_session_steps: int = Field(30, ge=1)  # GRPO steps per step request
     # one training step (sessions, Train and Compare tabs) samples but returns few tokens, so its
     # limits are apart from an analysis's: they allow the demo recipe (64 prompts x G = 8)
     max_step_prompts: int = Field(64, ge=1)  # demo prompts per training step

@@ -124,7 +124,7 @@ def build_train_tab(ctx: UIContext) -> None:
         "Live GRPO on **your own copy** of the model (the base model is never changed). Each "
         "step samples G answers for demo-task prompts, rewards them, and trains on the tokens "
         "the method selects. The defaults (32 prompts × G = 8, lr 1.5e-4, 1 update per batch, "
-        "5 warm-up steps) raise held-out accuracy within one run of 20 steps: the chart's "
+        "5 warm-up steps) raise held-out accuracy within one run of 30 steps: the chart's "
         "points are held-out accuracy on 200 fixed problems every 5 steps, the dashed line "
         "the accuracy at the start, and the label the gain with its 95% interval (paired over "
         "the same problems); the line is the "
