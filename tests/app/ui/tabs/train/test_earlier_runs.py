@@ -61,7 +61,10 @@ def test_warnings_in_plain_words() -> None:
 def test_tab_defaults_are_the_small_batch_recipe() -> None:
     form = train.TrainForm()
     knobs = form.knobs()
-    assert (form.prompts_per_step, form.group_size, form.steps) == (32, 8, 20)
+    assert (form.prompts_per_step, form.group_size, form.steps) == (32, 8, 30)
+    from app.core.config import Settings
+
+    assert form.steps <= Settings().max_session_steps  # the tab's slider reaches its default
     assert knobs["learning_rate"] == 1.5e-4 and knobs["inner_steps"] == 1
     assert form.eval_problems == 200  # the gain's paired interval needs enough problems
     lo, hi = SANE_LR
