@@ -1,13 +1,13 @@
 """Do the Train tab's default settings teach the demo model? Its own loop, timed by part.
 
 Drives exactly what the tab runs when a person presses "Run steps" with the defaults
-(``app.ui.tabs.train.view.TrainForm()``: 20 GRPO steps of gmts at ratio 0.2, 16 prompts x G = 8
-a step,
-AdamW lr 1.5e-4 with 5 warm-up steps, 2 updates per batch, held-out accuracy on 200 problems
-before and after) through the local backend, for each ``--seeds`` seed. It reports the held-out
-accuracy gain and where the wall time goes: the steps themselves (the backend's step calls),
-the tab's bookkeeping (session reads), building the figures and tables after every step, and
-the two evaluations, and the size of the last batch's HTML (all prompts vs the few shown).
+(``app.ui.tabs.train.view.TrainForm()``: 30 GRPO steps of gmts at ratio 0.2, 32 prompts x G = 8
+a step, AdamW lr 1.5e-4 with 5 warm-up steps, 1 update per batch, held-out accuracy on 200
+problems at the start, every 5 steps and at the end) through the local backend, for each
+``--seeds`` seed. It reports the held-out accuracy gain and where the wall time goes: the steps
+themselves (the backend's step calls), the tab's bookkeeping (session reads), building the
+figures and tables after every step, and the evaluations, and the size of the last batch's
+HTML (all prompts vs the few shown).
 
 With ``--browser`` each seed also runs in real Chromium (Debian's ``/usr/bin/chromium``)
 against a live server with the bundled model, as a class would: the Train tab at its defaults,
@@ -15,7 +15,7 @@ one click on "Run steps", timed from the click until the last held-out point is 
 report gives that browser wall time, the held-out accuracy points the chart shows, and the
 browser path's time over the loop's (same seed, same settings, run just before).
 
-    .venv/bin/python benchmarks/train_tab.py [--seeds 0 1] [--steps 20] [--threads 2] [--json]
+    .venv/bin/python benchmarks/train_tab.py [--seeds 0 1] [--steps 30] [--threads 2] [--json]
     .venv/bin/python benchmarks/train_tab.py --browser --seeds 0 1 2 --json
 """
 

@@ -32,6 +32,8 @@ def open_ui(chromium: Any, url: str, width: int = 1280, height: int = 800) -> An
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(url + "/ui/", wait_until="load")
     page.wait_for_selector("#analyze-btn")
+    # the server-rendered first view hands over to Gradio and goes: fill the form after that
+    page.wait_for_selector("#gmts-first-view", state="detached")
     return page
 
 
@@ -51,6 +53,17 @@ def run_analysis(page: Any, prompt: str | None = None, answers: list[str] | None
     if answers is not None:
         page.get_by_text("Paste answers instead of sampling").click()
         page.fill("#answers textarea", "\n".join(answers))
+    # the form holds what was typed before Analyze is pressed (a fill into a component still
+    # mounting was once lost, and the default prompt was sampled instead)
+    if prompt is not None:
+        page.wait_for_function(
+            "(v) => document.querySelector('#prompt textarea').value === v", arg=prompt
+        )
+    if answers is not None:
+        page.wait_for_function(
+            "(v) => document.querySelector('#answers textarea').value === v",
+            arg="\n".join(answers),
+        )
     page.click("#analyze-btn")
     page.wait_for_selector("#json-download", state="visible")  # after the new result
 
