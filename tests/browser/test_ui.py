@@ -56,14 +56,9 @@ def run_analysis(page: Any, prompt: str | None = None, answers: list[str] | None
     # the form holds what was typed before Analyze is pressed (a fill into a component still
     # mounting was once lost, and the default prompt was sampled instead)
     if prompt is not None:
-        page.wait_for_function(
-            "(v) => document.querySelector('#prompt textarea').value === v", arg=prompt
-        )
+        assert page.locator("#prompt textarea").input_value() == prompt
     if answers is not None:
-        page.wait_for_function(
-            "(v) => document.querySelector('#answers textarea').value === v",
-            arg="\n".join(answers),
-        )
+        assert page.locator("#answers textarea").input_value() == "\n".join(answers)
     page.click("#analyze-btn")
     page.wait_for_selector("#json-download", state="visible")  # after the new result
 
