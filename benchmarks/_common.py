@@ -11,12 +11,33 @@ import math
 import os
 import platform
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
-from app.live_server import LiveServer, free_port
+from app.live_server import CHROMIUM_ARGS, CHROMIUM_PATH, LiveServer, free_port
 
-__all__ = ["LiveServer", "free_port", "emit", "machine", "median", "percentile"]
+__all__ = ["LiveServer", "free_port", "emit", "machine", "median", "percentile", "ui_tab"]
+
+
+@contextmanager
+def ui_tab(
+    url: str, tab: str, timeout_ms: int, width: int = 1366, height: int = 900
+) -> Iterator[Any]:
+    """A page of Debian's Chromium (offline flags) on ``url``'s UI with ``tab`` open."""
+    from playwright.sync_api import sync_playwright  # the dev extra's; only for browser runs
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM_PATH, args=list(CHROMIUM_ARGS))
+        try:
+            page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+            page.set_default_timeout(timeout_ms)
+            page.goto(url + "/ui/", wait_until="load")
+            page.wait_for_selector("#analyze-btn")
+            page.get_by_role("tab", name=tab).click()
+            yield page
+        finally:
+            browser.close()
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -16,10 +16,9 @@ import argparse
 import time
 from typing import Any
 
-from _common import LiveServer, emit, machine
+from _common import LiveServer, emit, machine, ui_tab
 
 from app.core.config import Settings
-from app.live_server import CHROMIUM_ARGS, CHROMIUM_PATH
 from app.main import create_app
 from app.ui.tabs.compare.view import UI_COMPARE
 
@@ -29,16 +28,8 @@ FORM = ("compare-steps", "compare-seeds", "compare-prompts", "compare-g", "compa
 
 
 def run(threads: int) -> dict[str, Any]:
-    from playwright.sync_api import sync_playwright  # the dev extra's
-
     app = create_app(Settings(ui_enabled=True, torch_threads=threads))
-    with LiveServer(app) as server, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM_PATH, args=list(CHROMIUM_ARGS))
-        page = browser.new_context(viewport={"width": 1366, "height": 900}).new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(server.url + "/ui/", wait_until="load")
-        page.wait_for_selector("#analyze-btn")
-        page.get_by_role("tab", name="Compare").click()
+    with LiveServer(app) as server, ui_tab(server.url, "Compare", TIMEOUT_MS) as page:
         page.wait_for_selector("#compare-run-btn")
         form = {k: page.locator(f"#{k} input[type=number]").input_value() for k in FORM}
         start = time.perf_counter()
@@ -47,7 +38,6 @@ def run(threads: int) -> dict[str, Any]:
         wall = time.perf_counter() - start
         summary = page.locator("#compare-summary").inner_text()
         table = page.locator("#compare-table [role=grid]").inner_text()
-        browser.close()
     return {
         "browser_seconds": round(wall, 1),
         "goal_seconds": GOAL_S,

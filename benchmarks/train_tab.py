@@ -30,10 +30,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from _common import LiveServer, emit, machine, median
+from _common import LiveServer, emit, machine, median, ui_tab
 
 from app.core.config import Settings
-from app.live_server import CHROMIUM_ARGS, CHROMIUM_PATH
 from app.main import create_app
 from app.services.container import build_services
 from app.services.train_gain import evaluation_gain
@@ -151,17 +150,9 @@ def set_number(page: Any, elem_id: str, value: float) -> None:
 def browser_run(seed: int, args: argparse.Namespace) -> dict[str, Any]:
     """The preset in real Chromium: Train tab, one click on "Run steps", until the last
     held-out point is on the chart."""
-    from playwright.sync_api import sync_playwright  # the dev extra's; only for --browser
-
     form = tab_form(args, seed)
     app = create_app(Settings(ui_enabled=True, torch_threads=args.threads))
-    with LiveServer(app) as server, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM_PATH, args=list(CHROMIUM_ARGS))
-        page = browser.new_context(viewport={"width": 1366, "height": 900}).new_page()
-        page.set_default_timeout(BROWSER_TIMEOUT_MS)
-        page.goto(server.url + "/ui/", wait_until="load")
-        page.wait_for_selector("#analyze-btn")
-        page.get_by_role("tab", name="Train").click()
+    with LiveServer(app) as server, ui_tab(server.url, "Train", BROWSER_TIMEOUT_MS) as page:
         defaults = train.TrainForm()
         overrides = {
             "train-steps": (form.steps, defaults.steps),
@@ -188,7 +179,6 @@ def browser_run(seed: int, args: argparse.Namespace) -> dict[str, Any]:
         wall = time.perf_counter() - start
         points = page.evaluate(ACCURACY_POINTS_JS)
         label = page.evaluate(GAIN_LABEL_JS)
-        browser.close()
     return {
         "seed": seed,
         "browser_seconds": round(wall, 1),
