@@ -17,6 +17,7 @@ import verl.utils.torch_functional as verl_F
 from verl.workers.engine.utils import postprocess_batch_func, prepare_micro_batches
 from verl.workers.utils.losses import ppo_loss
 
+from gmts_core.integrations.verl_terms import TokenBatch
 from tests.verl.batches import VOCAB, Rows
 
 
@@ -190,3 +191,22 @@ def training_worker(
         check_this_rank=lambda: False,
     )
     return w
+
+
+def row_token_batch(
+    model: TokenModel, rows: Rows, with_ref: bool = False, num_answers: int | None = None
+) -> TokenBatch:
+    """The selection's inputs for ``rows`` from :func:`rows_stats` (no micro-batching): what
+    the plugin's selection must equal however verl splits the rows."""
+    s = rows_stats(model, rows)
+    return TokenBatch(
+        rows.response_mask,
+        s["entropy"],
+        s["log_prob"],
+        rows.old_log_prob,
+        rows.advantages,
+        rows.uids,
+        rows.ref_log_prob if with_ref else None,
+        s["sum_pi_squared"],
+        num_answers=num_answers,
+    )

@@ -11,25 +11,15 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.engine.utils import prepare_micro_batches
 
 from gmts_core.integrations import verl as plugin
-from gmts_core.integrations.verl_terms import TokenBatch, select_tokens
+from gmts_core.integrations.verl_terms import select_tokens
 from gmts_core.methods import paper
 from tests.verl.batches import VOCAB, actor_config, make_rows, to_tensordict
-from tests.verl.engine import cpu_worker, rows_stats
+from tests.verl.engine import cpu_worker, row_token_batch
 
 
 def _expected(worker, rows, config):
     """The selection computed without verl's micro-batching, from per-row statistics."""
-    s = rows_stats(worker.engine.model, rows)
-    batch = TokenBatch(
-        rows.response_mask,
-        s["entropy"],
-        s["log_prob"],
-        rows.old_log_prob,
-        rows.advantages,
-        rows.uids,
-        None,
-        s["sum_pi_squared"],
-    )
+    batch = row_token_batch(worker.engine.model, rows)
     return select_tokens(
         batch, plugin.gmts_settings(config.policy_loss), plugin.loss_settings(config, 1.0, VOCAB)
     )

@@ -17,7 +17,7 @@ from verl.utils import tensordict_utils as tu
 
 from gmts_core.errors import InvalidInputError
 from gmts_core.integrations import verl as plugin
-from gmts_core.integrations.verl_terms import LOSS_MODES, VERL_AGG_MODES, TokenBatch, select_tokens
+from gmts_core.integrations.verl_terms import LOSS_MODES, VERL_AGG_MODES, select_tokens
 from tests.verl.batches import (
     LAYOUTS,
     SCALE,
@@ -28,7 +28,7 @@ from tests.verl.batches import (
     make_rows,
     to_tensordict,
 )
-from tests.verl.engine import TokenModel, rows_stats, training_worker
+from tests.verl.engine import TokenModel, row_token_batch, training_worker
 
 GROUPS = [3, 5, 2, 6]  # 16 rows: 1, 2 or 4 micro-batches of equal size
 SPLITS = ("1", "2", "4", "dynamic")
@@ -128,19 +128,8 @@ def test_micro_batches_train_the_same_selection_and_gradient(
         n_micro = engine.micro_batches[0]
         assert n_micro > 1 if split == "dynamic" else n_micro == int(split)
         policy = engine.snapshots[0]  # the policy the mini-batch started from
-        s = rows_stats(policy, rows)
         expected = select_tokens(
-            TokenBatch(
-                rows.response_mask,
-                s["entropy"],
-                s["log_prob"],
-                rows.old_log_prob,
-                rows.advantages,
-                rows.uids,
-                rows.ref_log_prob if beta else None,
-                s["sum_pi_squared"],
-                num_answers=b,
-            ),
+            row_token_batch(policy, rows, with_ref=bool(beta), num_answers=b),
             plugin.gmts_settings(config.policy_loss),
             plugin.loss_settings(config, 1.0, VOCAB),
         )
