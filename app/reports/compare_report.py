@@ -181,13 +181,46 @@ def table_markdown(result: CompareResult) -> str:
     return "\n".join(lines)
 
 
-def _table_html(result: CompareResult) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in table_header(result))
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-        for row in table_rows(result)
+def table_html(result: CompareResult, color: ColorFn | None = None) -> str:
+    """The final table as HTML, one renderer for the UI and the report page: each method's name
+    carries its colour; every cell names its column (``data-label``), so that on a narrow screen
+    the stylesheet (``.compare-table`` in static/gmts.css, :data:`TABLE_CSS` in the page) shows
+    each method as a card of labelled lines instead of a table cut to its first columns."""
+    color = color or method_color
+    header = table_header(result)
+    head = "".join(f"<th scope='col'>{html.escape(h)}</th>" for h in header)
+    rows = []
+    for row in table_rows(result):
+        swatch = f"<span class='swatch' style='background:{html.escape(color(row[0]))}'></span>"
+        cells = [f"<th scope='row' data-label='{html.escape(header[0])}'>{swatch}"
+                 f"{html.escape(row[0])}</th>"]  # fmt: skip
+        cells += [
+            f"<td data-label='{html.escape(h)}'>{html.escape(c)}</td>"
+            for h, c in zip(header[1:], row[1:], strict=True)
+        ]
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return (
+        f"<table class='compare-table'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+# The table's layout (also in static/gmts.css for the UI): a table on wide screens, one card per
+# method on a phone, every value under its column's name.
+TABLE_CSS = (
+    ".compare-table{border-collapse:collapse;font-variant-numeric:tabular-nums}"
+    ".compare-table th,.compare-table td{border:1px solid #ccc;padding:4px 10px;text-align:left}"
+    ".compare-table .swatch{display:inline-block;width:10px;height:10px;border-radius:2px;"
+    "margin-right:6px}"
+    "@media (max-width:640px){.compare-table thead{display:none}"
+    ".compare-table,.compare-table tbody,.compare-table tr,.compare-table th,.compare-table td"
+    "{display:block;width:auto}"
+    ".compare-table tr{border:1px solid #ccc;border-radius:6px;margin:0 0 8px;padding:4px 0}"
+    ".compare-table th,.compare-table td{border:0 !important;padding:2px 10px}"
+    ".compare-table{border:0 !important}"
+    ".compare-table td::before{content:attr(data-label);display:block;font-size:12px;"
+    "color:#555}}"
+)
 
 
 def _settings_html(result: CompareResult) -> str:
@@ -224,15 +257,12 @@ def compare_html(result: CompareResult, color: ColorFn | None = None) -> str:
         pio.to_html(fig, full_html=False, include_plotlyjs=("inline" if i == 0 else False))
         for i, fig in enumerate(figs.values())
     ]
-    style = (
-        "body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
-        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 10px}"
-        "td:not(:first-child){text-align:right;font-variant-numeric:tabular-nums}"
-    )
+    style = "body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}" + TABLE_CSS
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>"
         f"<title>gmts compare</title><style>{style}</style></head><body>"
         "<h1>Selection methods compared by training</h1>"
-        f"{_settings_html(result)}{_conclusions_html(result)}{_table_html(result)}"
+        f"{_settings_html(result)}{_conclusions_html(result)}{table_html(result, color)}"
         f"<p class='note'>{html.escape(intervals_note(result))}.</p>{''.join(charts)}</body></html>"
     )

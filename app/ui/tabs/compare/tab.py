@@ -8,7 +8,6 @@ from typing import Any
 
 import gradio as gr
 
-from app.reports.compare_report import TABLE_HEADER
 from app.services.compare import CompareResult, load_compare_file, result_from_dict
 from app.ui.choices import method_choices
 from app.ui.context import Tab, UIContext, call
@@ -74,11 +73,12 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
 
 def _outputs() -> list[Any]:
     summary = gr.Markdown(elem_id="compare-summary")
-    table = gr.Dataframe(
-        headers=TABLE_HEADER, interactive=False, elem_id="compare-table",
-        label="Final table (mean [95% paired bootstrap interval over seeds and held-out "
-        "problems]; the paired difference to entropy, 'within noise' when its interval holds 0)",
-    )  # fmt: skip
+    gr.Markdown(
+        "**Final table**: mean [95% paired bootstrap interval over seeds and held-out problems]; "
+        "the paired difference to entropy, 'within noise' when its interval holds 0.",
+        elem_classes="compare-table-note",
+    )
+    table = gr.HTML(elem_id="compare-table")
     plots = []
     for i in range(0, len(FIGURES), 2):
         with gr.Row():

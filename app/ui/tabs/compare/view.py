@@ -16,10 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from app.palette import method_color
-from app.reports.compare_report import TABLE_HEADER, compare_figures, intervals_note, table_rows
+from app.reports.compare_report import TABLE_CSS, compare_figures, intervals_note, table_html
 from app.services.catalog import CLASS_RECIPE
 from app.services.compare import (
     CompareConfig,
@@ -91,7 +89,7 @@ def summary_markdown(result: CompareResult) -> str:
 def compare_view(result: CompareResult) -> list[Any]:
     """Summary, final table and the four figures, in ``FIGURES`` order."""
     figs = compare_figures(result, method_color)
-    table = pd.DataFrame(table_rows(result), columns=TABLE_HEADER)
+    table = f"<style>{TABLE_CSS}</style><div class='compare-final'>{table_html(result)}</div>"
     return [summary_markdown(result), table, *(figs[k] for k in FIGURES)]
 
 

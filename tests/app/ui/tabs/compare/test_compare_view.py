@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.palette import method_color
-from app.reports.compare_report import TABLE_HEADER, table_rows
+from app.reports.compare_report import table_header, table_rows
 from app.schemas.gradcheck import GradcheckRequest
 from app.services.bodies import analysis_json, as_json, gradcheck_response
 from app.services.compare import load_compare_file, result_from_dict
@@ -25,6 +26,36 @@ from gmts_core.experiments.gradcheck import gradcheck
 from gmts_core.grpo.step import RLConfig
 from gmts_core.modeling import load_model
 from tests.app.api_helpers import TINY, make_settings
+
+
+class _Table(HTMLParser):
+    """The header and rows of the first <table> in an HTML fragment, as text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("th", "td"):
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("th", "td") and self._cell is not None:
+            self.rows[-1].append("".join(self._cell))
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def parse_table(fragment: str) -> tuple[list[str], list[list[str]]]:
+    parser = _Table()
+    parser.feed(fragment)
+    return parser.rows[0], parser.rows[1:]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +83,8 @@ def test_compare_view_has_table_and_bands_per_method(compare_json: dict[str, Any
     result = result_from_dict(compare_json)
     summary, table, acc, wasted, reward, loss = compare.compare_view(result)
     assert "2 steps × 2 seed(s)" in summary and TINY in summary
-    assert list(table.columns) == TABLE_HEADER and table.values.tolist() == table_rows(result)
+    header, rows = parse_table(table)
+    assert header == table_header(result) and rows == table_rows(result)
     for fig in (acc, reward, wasted, loss):
         names = [t.name for t in fig.data if t.showlegend is not False]
         assert names == ["entropy", "gmts"]  # each a mean line, plus its std band
@@ -65,7 +97,8 @@ def test_compare_view_has_table_and_bands_per_method(compare_json: dict[str, Any
 def test_table_wasted_share_is_what_the_chart_draws(compare_json: dict[str, Any]) -> None:
     result = result_from_dict(compare_json)
     summary, table, _acc, wasted, *_ = compare.compare_view(result)
-    for method, cell in zip(table["method"], table[TABLE_HEADER[-1]], strict=True):
+    _header, rows = parse_table(table)
+    for method, cell in ((row[0], row[-1]) for row in rows):
         line = [t for t in wasted.data if t.name == method][0]
         ys = list(line.y)
         peak = max(range(len(ys)), key=ys.__getitem__)
@@ -77,7 +110,10 @@ def test_table_wasted_share_is_what_the_chart_draws(compare_json: dict[str, Any]
 def test_downloads_are_the_json_and_a_self_contained_page(compare_json: dict[str, Any]) -> None:
     json_path, html_path = compare.write_downloads(result_from_dict(compare_json))
     assert json.loads(json_path.read_text()) == compare_json
-    assert "<table>" in html_path.read_text() and "plotly" in html_path.read_text()
+    page = html_path.read_text()
+    assert "plotly" in page and "width=device-width" in page
+    result = result_from_dict(compare_json)
+    assert parse_table(page[page.index("<table") :]) == (table_header(result), table_rows(result))
 
 
 def test_bad_files_say_what_is_wrong(tmp_path: Path, compare_json: dict[str, Any]) -> None:
