@@ -1,53 +1,63 @@
-"""CPU kernels in C for the two loops that eager PyTorch cannot make cheap, with eager fallbacks.
+"""CPU kernels in C for the loops that eager PyTorch cannot make cheap, each with a PyTorch path.
 
-``kernels.c`` holds two loops, described in its own header:
+``kernels.c`` holds five kernels (its header describes the loops); each wrapper here returns None
+(or, for :func:`row_sums`, is not offered by :func:`row_sums_supported`) when the kernels are
+off or the tensors are not in its layout, and the caller then uses PyTorch's ops:
 
-- :func:`row_sums`: the token statistics' sums (:mod:`gmts_core.stats.softmax_terms`) from two
-  reads of each float32 or bfloat16 logit and no writes. Eager PyTorch needs a float32 copy
-  and about seven passes over it.
-- :func:`attend_one`: one-query attention for the sampler's fused decoding step
-  (:mod:`gmts_core.fused_decode`). On CPU a batched matmul over hundreds of (1 x 16) @ (16 x T)
-  products costs far more than their arithmetic.
+- :func:`row_sums` (``gmts_row_sums``): per row of (C, V) float32 or bfloat16 logits, the top-k
+  logits and ids (ties by lower id), the target's logit and the sums s, q, p of e = exp(u),
+  e^2 and e u over the other tokens, u = (z - runner-up) / tau, accumulated in double; two
+  reads of each logit and no writes (eager PyTorch needs a float32 copy and about seven
+  passes). Used by the token statistics (:mod:`gmts_core.stats.metrics`, the sums of
+  :mod:`gmts_core.stats.softmax_terms`: entropy, sum pi^2, g, the top alternatives), its rows
+  split over ``torch.get_num_threads()`` threads.
+- :func:`attend_one` (``gmts_attend_one``): softmax(q k^T) v for one query per head, q (N, g, d)
+  over N entries' cached keys and values (N, T, d). Used by the sampler's fused decoding step
+  (:mod:`gmts_core.fused_decode`, ``FusedStep._attention``) where the other kernels do not
+  take the step: on CPU hundreds of (1 x d) @ (d x T) matmuls cost far more than their
+  arithmetic.
+- :func:`rms_norm` (``gmts_rms_norm``): weight * x / sqrt(mean(x^2) + eps) over (n, d) float32
+  rows. Used by the fused decoding step for each layer's two norms and the final norm.
+- :func:`silu_mul` (``gmts_silu_mul``): silu(gate) * up from the (n, 2 m) gate-and-up
+  projection. Used by the fused decoding step for each layer's MLP gate.
+- :func:`rotary_attend` (``gmts_rotary_attend``): one decoding step's attention from the
+  (n, (H + 2 KV) Dh) projections: keys rotated (rotary embedding) and written with the values
+  at ``pos`` of the key/value cache buffers, queries rotated and scaled, each over positions
+  0..pos of its key/value group. Used by the fused decoding step for each layer's attention.
 
-The source is compiled on first use with the system's C compiler (``$CC``, else ``cc``). The
-flags are ``-O3 -march=native`` (512-bit vectors preferred where the CPU has them), without
-``-ffast-math``, so NaN and infinities propagate. The
-library is cached under ``$GMTS_NATIVE_CACHE`` (default ``~/.cache/gmts-explorer/native``),
-named by a hash of the source, the flags, the compiler and the CPU's flags. Compiling takes
-about a second, and only once per machine. It is loaded with ``ctypes``, which releases the GIL
-during a call: :func:`row_sums` splits its rows over ``torch.get_num_threads()`` threads.
+Building (:mod:`gmts_core.native.build`). ``gmts native build`` compiles the source ahead of time
+with the system's C compiler (``$CC``, else ``cc``) and ``gmts serve`` builds or checks it at
+startup; otherwise :func:`library` builds it on first use (about 4 s, once per machine). The
+flags are ``-O3 -march=native -fno-fast-math -ffp-contract=off`` (and 512-bit vectors preferred
+where the CPU has them): NaN and infinities propagate, and no multiply-add is fused into an FMA,
+whose rounding differs between CPUs. The library is cached under ``$GMTS_NATIVE_CACHE``
+(default ``~/.cache/gmts-explorer/native``), named by a hash of the source, the flags, the
+compiler and the CPU's flags, with a record of its SHA-256; a cached library is loaded only when
+it, its record and the folder are the current user's, writable by no one else, and its SHA-256
+matches (else it is refused, logged, and built again). It is loaded with ``ctypes``, which
+releases the GIL during a call.
 
 ``GMTS_NATIVE=0`` turns the kernels off. Without a compiler, or if the build fails, the callers
 use their eager PyTorch path, and the log says so once. Both paths compute the same quantities
 with the same float32 roundings of u and e = exp(u). The sums are accumulated in double here and
 in float32 there, and the exponential differs by about one ulp. ``tests/gmts_core/test_native.py``
-checks both against float64 references.
+checks both against float64 references and each other.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 import os
-import platform
-import shutil
-import subprocess
-import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import torch
 
+from gmts_core.native.build import FLAGS, WIDE, cache_dir, compiler, ensure_built, status
+
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("kernels.c")
-FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-shared", "-fPIC")
-# tried first: full-width vectors where the CPU has AVX-512 (the compiler's default is 256 bits,
-# 1.7x slower on the statistics' sums); a compiler that does not know the flag builds without
-WIDE = ("-mprefer-vector-width=512",)
-COMPILE_TIMEOUT_S = 120
 MAX_TOP_K = 128  # kernels.c MAX_K
 MAX_KEYS = 8192  # kernels.c gmts_attend_one's score buffer
 DTYPES = {torch.float32: 0, torch.bfloat16: 1}
@@ -55,62 +65,26 @@ DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}
 
+__all__ = [
+    "FLAGS",
+    "WIDE",
+    "attend_one",
+    "cache_dir",
+    "compiler",
+    "enabled",
+    "library",
+    "rms_norm",
+    "rotary_attend",
+    "row_sums",
+    "row_sums_supported",
+    "silu_mul",
+    "status",
+]
 
-def _enabled() -> bool:
+
+def enabled() -> bool:
+    """False when ``GMTS_NATIVE`` is 0, false, no or off."""
     return os.environ.get("GMTS_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def cache_dir() -> Path:
-    """Where the compiled library is kept (``$GMTS_NATIVE_CACHE``)."""
-    env = os.environ.get("GMTS_NATIVE_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gmts-explorer" / "native"
-
-
-def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:
-        pass
-    return platform.processor()
-
-
-def _compiler() -> str | None:
-    return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-
-
-def _build(compiler: str) -> Path:
-    try:
-        return _build_with(compiler, (*FLAGS, *WIDE))
-    except RuntimeError:
-        return _build_with(compiler, FLAGS)
-
-
-def _build_with(compiler: str, flags: tuple[str, ...]) -> Path:
-    version = subprocess.run(
-        [compiler, "--version"], capture_output=True, text=True, timeout=30, check=False
-    ).stdout
-    parts = [SOURCE.read_text(), " ".join(flags), version, platform.machine(), _cpu_flags()]
-    key = "\n".join(parts)
-    out_dir = cache_dir()
-    target = out_dir / f"kernels-{hashlib.sha256(key.encode()).hexdigest()[:20]}.so"
-    if target.exists():
-        return target
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-        built = Path(tmp) / target.name
-        cmd = [compiler, *flags, "-o", str(built), str(SOURCE), "-lm"]
-        done = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False
-        )
-        if done.returncode != 0:
-            raise RuntimeError(done.stderr.strip()[-400:] or f"{compiler} failed")
-        os.replace(built, target)  # atomic: a concurrent build writes the same bytes
-    return target
 
 
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
@@ -143,19 +117,19 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 
 def library() -> ctypes.CDLL | None:
-    """The compiled kernels, or None (turned off, no compiler, or the build failed: logged
-    once). Built at most once per process."""
-    if not _enabled():
+    """The compiled kernels, or None (turned off, no compiler, an unsafe cache folder, or the
+    build failed: logged once). Built (or the cached build checked) at most once per process."""
+    if not enabled():
         return None
     with _LOCK:
         if "lib" not in _STATE:
             lib, reason = None, None
-            compiler = _compiler()
-            if compiler is None:
+            cc = compiler()
+            if cc is None:
                 reason = "no C compiler found ($CC or cc)"
             else:
                 try:
-                    lib = _declare(ctypes.CDLL(str(_build(compiler))))
+                    lib = _declare(ctypes.CDLL(str(ensure_built(cc).path)))
                 except Exception as exc:  # noqa: BLE001 - any build or load failure: fall back
                     reason = f"{type(exc).__name__}: {str(exc)[:300]}"
             if reason is not None:

@@ -1,15 +1,20 @@
-/* GMTS Explorer's CPU kernels, compiled on first use by gmts_core/native/__init__.py.
+/* GMTS Explorer's CPU kernels, compiled by gmts_core/native/build.py (`gmts native build`).
  *
- * gmts_row_sums   the sums the token statistics are made of (gmts_core/stats/softmax_terms.py),
- *                 from two reads of each float32 or bfloat16 logit and no writes: a top-k pass
- *                 (block maxima, then the few blocks that can hold a top-k value), then one
- *                 exponentiation pass over u = (z - r) / tau accumulated in double.
- * gmts_attend_one one query per (row, key/value head) over that entry's cached keys and values
- *                 (the sampler's decoding step): scores, softmax, weighted sum, in float32.
+ * gmts_row_sums      the sums the token statistics are made of (gmts_core/stats/softmax_terms.py),
+ *                    from two reads of each float32 or bfloat16 logit and no writes: a top-k pass
+ *                    (block maxima, then the few blocks that can hold a top-k value), then one
+ *                    exponentiation pass over u = (z - r) / tau accumulated in double.
+ * gmts_attend_one    one query per (row, key/value head) over that entry's cached keys and values
+ *                    (the sampler's decoding step): scores, softmax, weighted sum, in float32.
+ * gmts_rms_norm      RMSNorm of float32 rows (the fused decoding step's norms).
+ * gmts_silu_mul      silu(gate) * up from the gated MLP's gate-and-up projection.
+ * gmts_rotary_attend one decoding step's attention: keys rotated and written with the values into
+ *                    the cache at one position, then each rotated query over its group's keys.
  *
  * Plain C99, no Python or torch headers: the caller passes data pointers and strides.
  * Not built with -ffast-math: NaN and infinities propagate as in torch, so the callers'
- * finiteness checks still see them.
+ * finiteness checks still see them; built with -ffp-contract=off: no a * b + c becomes an FMA,
+ * whose single rounding would give other last bits on CPUs with FMA than on those without.
  */
 #include <math.h>
 #include <stdint.h>

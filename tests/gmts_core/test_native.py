@@ -1,5 +1,5 @@
-"""The native CPU kernels (gmts_core.native): built once and cached, equal to float64
-references and to the PyTorch path, and out of the way when they cannot be built."""
+"""The native CPU kernels (gmts_core.native): equal to float64 references and to the PyTorch path,
+and out of the way when they cannot be built. Their build and cache: test_native_build.py."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import torch
 from torch.testing import assert_close
 
 from gmts_core import native
+from gmts_core.native import build
 from gmts_core.stats import metrics
 
 needs_compiler = pytest.mark.skipif(
-    native._compiler() is None, reason="no C compiler here: the native kernels are not built"
+    native.compiler() is None, reason="no C compiler here: the native kernels are not built"
 )
 
 
@@ -130,17 +131,6 @@ def test_attend_one_declines_what_it_does_not_take(lib: object) -> None:
     assert native.attend_one(q, kv[:, :0], kv[:, :0]) is None
 
 
-@needs_compiler
-def test_built_once_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GMTS_NATIVE_CACHE", str(tmp_path))
-    compiler = native._compiler()
-    assert compiler is not None
-    first = native._build(compiler)
-    stamp = first.stat().st_mtime_ns
-    assert native._build(compiler) == first and first.stat().st_mtime_ns == stamp
-    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporary files left
-
-
 def test_off_or_unbuildable_falls_back(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
@@ -151,7 +141,7 @@ def test_off_or_unbuildable_falls_back(
     want = metrics.token_stats(logits, targets, top_k=3)
     monkeypatch.setenv("GMTS_NATIVE", "1")
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    monkeypatch.setattr(native.shutil, "which", lambda name: None)
+    monkeypatch.setattr(build.shutil, "which", lambda name: None)
     monkeypatch.setattr(native, "_STATE", {})  # as in a fresh process
     with caplog.at_level(logging.WARNING, logger="gmts_core.native"):
         assert native.library() is None
