@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from tqdm import tqdm
 
 from app.cli._app import cli
@@ -23,6 +24,8 @@ from app.cli.common import (
     TemperatureOpt,
     analysis_option,
     fail,
+    progress_console,
+    progress_lines,
     services,
 )
 from app.services.catalog import ANALYSIS_DEFAULTS
@@ -31,6 +34,7 @@ from app.services.methods import DEFAULT_METHODS, scope_for
 from app.services.run_analysis import (
     AnalysisConfig,
     RunAnalysisRequest,
+    StepReport,
     cli_limits,
     run_analysis,
 )
@@ -44,6 +48,34 @@ LimitOpt = Annotated[
         help="Raise this size limit of the run's files (default: the CLI's, see the limits page).",
     ),
 ]
+
+
+class _StepProgress:
+    """A bar on a terminal; otherwise one line per analysed step on stderr ("[3/10] step 30")."""
+
+    def __init__(self, console: Console) -> None:
+        self.bar = tqdm(total=0, unit="step", desc="analyzing") if console.is_terminal else None
+        self.line = progress_lines(console)
+        self.done, self.of = 0, 0
+
+    def total(self, n: int) -> None:
+        self.of = n
+        if self.bar is not None:
+            self.bar.reset(total=n)
+        else:
+            self.line(0, n, "steps to analyse")
+
+    def step(self, report: StepReport | None) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+        else:  # None: a step an earlier run of --resume already analysed
+            label = "already analysed" if report is None else f"step {report.step}"
+            self.line(self.done, self.of, label)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 @cli.command("analyze-run")
@@ -120,17 +152,17 @@ def analyze_run_command(
             max_run_steps=run_max_run_steps,
         ),
     )
-    bar = tqdm(total=0, unit="step", desc="analyzing")
+    progress = _StepProgress(progress_console())
     try:
         outcome = run_analysis(
             req,
             services().models,  # the registry every CLI command loads models through
-            on_total=lambda n: bar.reset(total=n),
-            on_step=lambda _report: bar.update(1),
+            on_total=progress.total,
+            on_step=progress.step,
         )
     except GMTSError as exc:
         raise fail(exc) from None
     finally:
-        bar.close()
+        progress.close()
     for path in outcome.files:
         typer.echo(f"wrote {path}", err=True)

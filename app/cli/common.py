@@ -96,6 +96,23 @@ def echo_body(body: Json, as_json: bool, render: Callable[[Json, Console], None]
         render(body, Console())
 
 
+def progress_console() -> Console:
+    """Where long commands report progress: stderr, so stdout keeps only the result."""
+    return Console(stderr=True)
+
+
+def progress_lines(console: Console) -> Callable[[int, int, str], None]:
+    """A progress callback that prints ``[done/total] label`` and flushes, once per call: what
+    a long command prints when its progress stream is not a terminal (a log or a pipe sees each
+    step as it ends, not one bar redrawn with carriage returns, or nothing until the end)."""
+
+    def tick(done: int, total: int, label: str) -> None:
+        console.print(f"[{done}/{total}] {label}", markup=False, highlight=False, soft_wrap=True)
+        console.file.flush()
+
+    return tick
+
+
 def fail(exc: GMTSError) -> typer.Exit:
     """Print a library error plainly and return the exit to raise."""
     typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)

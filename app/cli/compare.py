@@ -2,13 +2,12 @@
 
 Writes ``compare.json`` (every curve and run), ``compare.html`` (self-contained, plotly inline)
 and ``table.md`` (the final table) into ``--out``, and prints the table and one sentence per
-method against the reference. Progress is a bar on a terminal, and one line per training step
-otherwise (a log or a pipe sees each step as it ends, not only the final table).
+method against the reference. Progress goes to stderr: a bar on a terminal, and one line per
+training step otherwise (a log or a pipe sees each step as it ends, not only the final table).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -19,7 +18,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from app.cli._app import cli
-from app.cli.common import cli_limits, config_option, fail, rl_option, services
+from app.cli.common import (
+    cli_limits,
+    config_option,
+    fail,
+    progress_console,
+    progress_lines,
+    rl_option,
+    services,
+)
 from app.reports.compare_report import intervals_note, table_header, table_rows
 from app.services.catalog import COMPARE_DEFAULTS as COMPARE
 from app.services.compare import (
@@ -49,16 +56,6 @@ def _print_table(result: CompareResult, console: Console) -> None:
         console.print(sentence, highlight=False, soft_wrap=True)
 
 
-def progress_lines(console: Console) -> Callable[[int, int, str], None]:
-    """A progress callback that prints ``[done/total] label`` and flushes, once per step."""
-
-    def tick(done: int, total: int, label: str) -> None:
-        console.print(f"[{done}/{total}] {label}", markup=False, highlight=False, soft_wrap=True)
-        console.file.flush()
-
-    return tick
-
-
 @cli.command("compare")
 def compare_command(
     methods: Annotated[
@@ -67,6 +64,7 @@ def compare_command(
     ratio: Annotated[float, config_option("compare", "ratio")] = COMPARE.ratio,
     steps: Annotated[int, config_option("compare", "steps")] = COMPARE.steps,
     seeds: Annotated[int, config_option("compare", "seeds")] = COMPARE.seeds,
+    task_mix: Annotated[str, config_option("compare", "task_mix")] = COMPARE.task_mix,
     model: Annotated[str, typer.Option(help="Alias or local folder.")] = "tiny-arith",
     group_size: Annotated[int, rl_option("group_size")] = COMPARE.rl.group_size,
     prompts_per_step: Annotated[int, rl_option("prompts_per_step")] = COMPARE.rl.prompts_per_step,
@@ -93,6 +91,7 @@ def compare_command(
             eval_every,
             eval_problems,
             COMPARE.rl,
+            task_mix=task_mix,
             group_size=group_size,
             prompts_per_step=prompts_per_step,
             learning_rate=lr,
@@ -101,10 +100,11 @@ def compare_command(
             max_new_tokens=max_new_tokens,
         )
         console = Console()
+        progress = progress_console()
         total = steps * seeds * len(config.methods)
-        if console.is_terminal:
+        if progress.is_terminal:
             columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-            with Progress(*columns, TimeElapsedColumn(), console=console) as bar:
+            with Progress(*columns, TimeElapsedColumn(), console=progress) as bar:
                 task = bar.add_task("compare", total=total)
                 result = services().compare.run(
                     model,
@@ -113,7 +113,7 @@ def compare_command(
                     cli_limits(),
                 )
         else:
-            result = services().compare.run(model, config, progress_lines(console), cli_limits())
+            result = services().compare.run(model, config, progress_lines(progress), cli_limits())
     except GMTSError as exc:
         raise fail(exc) from None
     _print_table(result, console)

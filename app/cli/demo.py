@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from app.cli._app import cli
-from app.cli.common import config_option, knob_option
+from app.cli.common import config_option, knob_option, progress_console, progress_lines
 from app.services.demo import (
     DEMO_EVAL_DEFAULTS as EVAL,
 )
@@ -37,6 +38,12 @@ _FIGURES = (
 )
 
 
+def _loss_lines(console: Console) -> Callable[[int, int, float], None]:
+    """One ``[done/total] loss L`` line per optimizer step."""
+    tick = progress_lines(console)
+    return lambda done, total, loss: tick(done, total, f"loss {loss:.4f}")
+
+
 @cli.command("demo-path")
 def demo_path_command() -> None:
     """Print the folder of the bundled demo model (a Hugging Face model folder)."""
@@ -58,9 +65,13 @@ def train_demo_command(
     lr: Annotated[float, config_option("demo_train", "lr")] = TRAIN.lr,
     flaw_rate: Annotated[float, knob_option(FLAW_RATE)] = TRAIN.mix.flaw_rate,
 ) -> None:
-    """Train the demo model from scratch (seeded; minutes on a CPU) and save it to OUT."""
+    """Train the demo model from scratch (seeded; minutes on a CPU) and save it to OUT.
+
+    Progress goes to stderr: a bar on a terminal, else one line per optimizer step."""
     start = time.perf_counter()
-    folder = train_demo(out, seed, steps, batch_size, lr, flaw_rate)
+    progress = progress_console()
+    on_step = None if progress.is_terminal else _loss_lines(progress)  # None: tqdm's bar
+    folder = train_demo(out, seed, steps, batch_size, lr, flaw_rate, on_step)
     typer.echo(f"saved {folder} ({time.perf_counter() - start:.0f}s)")
 
 

@@ -9,7 +9,16 @@ from rich.console import Console
 from rich.table import Table
 
 from app.cli._app import cli
-from app.cli.common import cli_limits, echo_body, fail, group_request, services, with_options
+from app.cli.common import (
+    cli_limits,
+    echo_body,
+    fail,
+    group_request,
+    progress_console,
+    progress_lines,
+    services,
+    with_options,
+)
 from app.schemas.gradcheck import GradcheckRequest
 from app.services.bodies import as_json as json_body
 from app.services.errors import GMTSError
@@ -31,9 +40,20 @@ def gradcheck_command(
 ) -> None:
     """Exact full-parameter gradient norm of each answer token, and how well each score ranks it."""
     request = {**request, "max_tokens": max_tokens, "precision": precision}
+    progress = progress_console()
     try:
         req = validated(GradcheckRequest, request)
-        body = json_body(services().gradcheck.run(req, cli_limits()))
+        if progress.is_terminal:  # a spinner naming the stage, gone when done
+            with progress.status("gradcheck") as status:
+                result = services().gradcheck.run(
+                    req, cli_limits(), lambda name, _done, _total: status.update(name)
+                )
+        else:  # one line per stage: a pipe or a log sees where it is
+            tick = progress_lines(progress)
+            result = services().gradcheck.run(
+                req, cli_limits(), lambda name, done, total: tick(done + 1, total, name)
+            )
+        body = json_body(result)
     except GMTSError as exc:
         raise fail(exc) from None
     echo_body(body, as_json, render_fidelity)

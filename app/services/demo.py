@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -40,13 +41,15 @@ def train_demo(
     batch_size: int = DEMO_TRAIN_DEFAULTS.batch_size,
     lr: float = DEMO_TRAIN_DEFAULTS.lr,
     flaw_rate: float = DEMO_TRAIN_DEFAULTS.mix.flaw_rate,
+    on_step: Callable[[int, int, float], None] | None = None,
 ) -> Path:
-    """Train the demo model from scratch (the recipe, with the given knobs) into ``out``."""
+    """Train the demo model from scratch (the recipe, with the given knobs) into ``out``:
+    ``on_step(done, total, loss)`` hears each optimizer step, else a bar shows them."""
     mix = replace(DEMO_TRAIN_DEFAULTS.mix, flaw_rate=flaw_rate)
     config = replace(
         DEMO_TRAIN_DEFAULTS, seed=seed, steps=steps, batch_size=batch_size, lr=lr, mix=mix
     )
-    return train_demo_model(out, config)
+    return train_demo_model(out, config, progress=on_step is None, on_step=on_step)
 
 
 def evaluate_demo(model: Path, num_prompts: int, group_size: int, seed: int) -> dict[str, Any]:

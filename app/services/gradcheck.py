@@ -18,6 +18,7 @@ from app.services.policy import LimitsPolicy
 from gmts_core.analysis.analyze import TokenLimit
 from gmts_core.experiments.gradcheck import DEFAULT_MAX_TOKENS, gradcheck
 from gmts_core.modeling import LoadedModel
+from gmts_core.stages import StageCallback
 
 __all__ = ["DEFAULT_MAX_TOKENS", "GradcheckService"]
 
@@ -30,9 +31,15 @@ class GradcheckService:
         self.analysis = analysis
         self.max_parameters = analysis.settings.gradcheck_max_parameters
 
-    def run(self, req: GradcheckRequest, limits: LimitsPolicy | None = None) -> GradcheckResponse:
+    def run(
+        self,
+        req: GradcheckRequest,
+        limits: LimitsPolicy | None = None,
+        on_stage: StageCallback | None = None,
+    ) -> GradcheckResponse:
         """Validate, apply ``limits`` (the server's by default), run, return the body
-        (blocking: callers on an event loop use :meth:`queued`)."""
+        (blocking: callers on an event loop use :meth:`queued`); ``on_stage(name, done, total)``
+        hears each stage as it begins (the CLI prints it)."""
         limits = limits or self.analysis.limits
         prepared = self.analysis.prepare(req, limits)
         with self._model(prepared) as lm:
@@ -41,7 +48,7 @@ class GradcheckService:
             token_limit = TokenLimit(limits.max_total_tokens, "GMTS_MAX_TOTAL_TOKENS")
             result = gradcheck(
                 lm, prepared.groups, prepared.config, req.max_tokens, req.precision,
-                token_limit=token_limit,
+                on_stage=on_stage, token_limit=token_limit,
             )  # fmt: skip
         return gradcheck_response(result)
 

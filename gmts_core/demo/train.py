@@ -27,6 +27,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -172,9 +173,14 @@ def _optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optim
 
 
 def train_model(
-    config: TrainConfig, tokenizer: PreTrainedTokenizerFast, progress: bool = True
+    config: TrainConfig,
+    tokenizer: PreTrainedTokenizerFast,
+    progress: bool = True,
+    on_step: Callable[[int, int, float], None] | None = None,
 ) -> tuple[LlamaForCausalLM, list[float]]:
-    """Train a demo model from scratch; returns it (in eval mode) and the loss per step."""
+    """Train a demo model from scratch; returns it (in eval mode) and the loss per step.
+
+    ``progress`` shows a bar; ``on_step(done, total, loss)`` hears each optimizer step."""
     torch.manual_seed(config.seed)
     rng = random.Random(f"tiny-arith-train:{config.seed}")
     model = build_model(config.shape, tokenizer)
@@ -195,6 +201,8 @@ def train_model(
         losses.append(loss.item())
         if step % 20 == 0:
             bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}")
+        if on_step is not None:
+            on_step(step + 1, config.steps, losses[-1])
     model.eval()
     return model, losses
 
@@ -222,16 +230,20 @@ def save_model(
 
 
 def train_demo_model(
-    out: str | Path, config: TrainConfig | None = None, progress: bool = True
+    out: str | Path,
+    config: TrainConfig | None = None,
+    progress: bool = True,
+    on_step: Callable[[int, int, float], None] | None = None,
 ) -> Path:
-    """Train the demo model with ``config`` (default: the shipped recipe) and save it to ``out``."""
+    """Train the demo model with ``config`` (default: the shipped recipe) and save it to ``out``
+    (``progress`` and ``on_step`` as in :func:`train_model`)."""
     config = config or TrainConfig()
     tokenizer = save_tokenizer(Path(out))
     start = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(config.num_threads)
     try:
-        model, losses = train_model(config, tokenizer, progress=progress)
+        model, losses = train_model(config, tokenizer, progress, on_step)
     finally:
         torch.set_num_threads(threads)
     logger.info(

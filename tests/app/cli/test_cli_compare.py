@@ -13,7 +13,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from app.cli import load_commands
-from app.cli.compare import progress_lines
+from app.cli.common import progress_lines
 from tests.tiny_models import save_tiny_model
 
 
