@@ -27,8 +27,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # The CPU build of torch first, so the project's torch>=2.4 requirement installs nothing more.
 RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 
-# A C compiler for gmts_core's CPU kernels, compiled on first use for the machine that runs the
-# image (gmts_core/native); without it the library uses PyTorch's ops, slower.
+# A C compiler for gmts_core's CPU kernels (gmts_core/native); without it the library uses
+# PyTorch's ops, slower.
 RUN apt-get update -q && apt-get install -y -q --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
 
@@ -38,6 +38,12 @@ RUN pip install /tmp/dist/*.whl && rm -rf /tmp/dist
 RUN useradd --create-home --uid 10001 gmts
 USER gmts
 ENV HF_HOME=/home/gmts/.cache/huggingface
+
+# The kernels compiled now, as the user that runs the server (a cached library loads only when it
+# is that user's), into ~/.cache/gmts-explorer/native. They are built for this machine's CPU
+# (-march=native); on a host whose CPU differs, `gmts serve` builds them again at startup, before
+# it takes requests (gcc stays in the image for that).
+RUN gmts native build
 
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \

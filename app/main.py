@@ -1,14 +1,19 @@
 """The FastAPI application factory.
 
 ``create_app(settings)`` wires settings, services, middleware, error handlers and routes. It
-loads no model: models load lazily on first use, in a worker thread under the job limiter. The
-services live on ``app.state.services`` (models, jobs, analysis, sessions) for the UI and the
-session service. Run it with ``gmts serve`` or ``uvicorn --factory app.main:create_app``.
+loads no model: models load lazily on first use, in a worker thread under the job limiter. At
+startup (the lifespan, in a worker thread) the library's C kernels are built, or their cached
+build checked, and loaded, so that no request compiles them. The services live on
+``app.state.services`` (models, jobs, analysis, sessions) for the UI and the session service.
+Run it with ``gmts serve`` or ``uvicorn --factory app.main:create_app``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import torch
 from fastapi import APIRouter, Depends, FastAPI
@@ -45,6 +50,7 @@ from app.api.routes import (
 )
 from app.core.config import Settings
 from app.services.container import Services, build_services
+from app.services.native import prepare_native
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +66,14 @@ Errors are JSON `{"error": {"code": ..., "message": ...}}`. When `GMTS_API_KEY` 
 UI_PATH = "/ui"
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Startup: the C kernels built or checked and loaded off the event loop, before the server
+    takes its first request (the compile takes seconds; a request must not pay for it)."""
+    await asyncio.to_thread(prepare_native)
+    yield
+
+
 def create_app(settings: Settings | None = None, services: Services | None = None) -> FastAPI:
     """A new app; ``settings`` default to the GMTS_* environment, ``services`` to new ones
     built from them (tests pass services built with an injected clock)."""
@@ -72,6 +86,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         description=API_DESCRIPTION,
         docs_url=None,  # served from local assets by install_api_docs (no CDN)
         redoc_url=None,
+        lifespan=_lifespan,
     )
     app.state.settings = settings
     app.state.services = services or build_services(settings)

@@ -21,6 +21,7 @@ _COMMAND_MODULES = (
     "gradcheck",
     "compare",
     "methods",
+    "native",
 )
 
 
