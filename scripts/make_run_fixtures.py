@@ -1,7 +1,9 @@
 """Write the small training-run dumps the tests read (tests/data/runs/), reproducibly.
 
 - ``trl/``: a real TRL ``GRPOTrainer`` run (3 steps, 3 prompts x 4 completions per step) on
-  the bundled demo model with ``log_completions=True``: TRL's own parquet writer made it.
+  the bundled demo model with ``log_completions=True``: TRL's own parquet writer made it, and
+  ``trainer.save_state()`` its ``trainer_state.json`` (the per-step metrics TRL logged:
+  reward, reward_std, entropy, clip ratios, completion lengths, ...).
 - ``verl/``, ``roll/``, ``areal/``: the same completions written in those trainers' layouts
   and field names (they cannot run here): verl ``{step}.jsonl`` lines with input, output, gts,
   score, step, acc; ROLL's column-oriented ``rollout_dump_data.step_N.jsonl``; AReaL's
@@ -72,6 +74,7 @@ def trl_run(out: Path, steps: int = STEPS, **trainer_kwargs: Any) -> None:
         **trainer_kwargs,
     )
     trainer.train()
+    trainer.save_state()  # OUTPUT_DIR/trainer_state.json: TRL's own per-step log_history
 
 
 def rows_by_step(trl_dir: Path) -> dict[int, list[dict[str, Any]]]:
@@ -152,7 +155,7 @@ def main(out: Path) -> None:
     trl_run(out / "trl")
     trl_run(out / "logged", steps=2, log_selection=True, selection_ratio=0.2)
     for extra in [*out.glob("trl/*"), *out.glob("logged/*")]:  # keep only the logs
-        if extra.name not in ("completions", "gmts_selection"):
+        if extra.name not in ("completions", "gmts_selection", "trainer_state.json"):
             shutil.rmtree(extra) if extra.is_dir() else extra.unlink()
     write_others(out, rows_by_step(out / "trl"))
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
+from plotly.subplots import make_subplots
 
 from app.palette import OKABE_ITO, method_color
 
@@ -123,6 +124,57 @@ def length_figure(rows: list[Row]) -> go.Figure:
         )
     )
     return _layout(fig, rows, title="Mean answer length (tokens)")
+
+
+TRAINER_NAMES = {"trl_trainer_state": "TRL", "verl_file_logger": "verl"}
+
+
+def trainer_figure(metrics: Row, rows: list[Row]) -> go.Figure:
+    """What the trainer itself measured over steps (``metrics``: a ``TrainerMetrics`` as a
+    dict): its logged reward and entropy (right axis, nats), next to the reward mean GMTS
+    read from the run's rollouts (``rows``: step overviews with ``reward_mean``)."""
+    who = TRAINER_NAMES.get(str(metrics.get("format")), "trainer")
+    series, keys, steps = metrics.get("series") or {}, metrics.get("keys") or {}, metrics["steps"]
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    if "reward" in series:
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=series["reward"],
+                name=f"reward ({who} log: {keys['reward']})",
+                mode="lines+markers",
+                line=dict(color=OKABE_ITO[4]),
+            ),
+            secondary_y=False,
+        )
+    gmts = [r for r in rows if r.get("reward_mean") is not None]
+    if gmts:
+        fig.add_trace(
+            go.Scatter(
+                x=[r["step"] for r in gmts],
+                y=[r["reward_mean"] for r in gmts],
+                name="reward mean (GMTS, from the rollouts)",
+                mode="markers",
+                marker=dict(color=OKABE_ITO[4], symbol="circle-open", size=11),
+            ),
+            secondary_y=False,
+        )
+    if "entropy" in series:
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=series["entropy"],
+                name=f"entropy ({who} log: {keys['entropy']})",
+                mode="lines+markers",
+                line=dict(color=OKABE_ITO[0], dash="dash"),
+            ),
+            secondary_y=True,
+        )
+    fig.update_layout(**{**LAYOUT, "title": f"What {who} itself measured: reward and entropy"})
+    fig.update_yaxes(title_text="reward", secondary_y=False)
+    fig.update_yaxes(title_text="entropy (nats)", secondary_y=True, rangemode="tozero")
+    integer_steps(fig, max([1, *steps, *(int(r["step"]) for r in gmts)]))
+    return fig
 
 
 def run_figures(rows: list[Row]) -> list[go.Figure]:

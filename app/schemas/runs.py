@@ -12,6 +12,7 @@ from app.schemas.analyze_response import AnalyzeResponse, DifferencesOut
 from app.schemas.derived import fields_from
 from gmts_core.methods.selection import METHODS
 from gmts_core.runs.analysis import StepOverview, StepReport
+from gmts_core.runs.trainer_metrics import TrainerMetrics
 
 Num = float | None
 
@@ -61,6 +62,15 @@ class StepReportOut(BaseModel):
     """One step's analysis row (``StepReport``): recomputed with a model, or as logged."""
 
 
+@fields_from(TrainerMetrics)
+class TrainerMetricsOut(BaseModel):
+    """What the trainer itself measured per step, from its own log in the run's folder (TRL's
+    trainer_state.json log_history, verl's file-logger JSONL): the standard series (reward,
+    reward_std, entropy, response_length, zero_std_share, loss, grad_norm, kl, clip_ratio,
+    learning_rate; those the log holds) under ``series``, aligned with ``steps`` (at most
+    2,000, evenly spaced), each under the trainer's own name in ``keys``."""
+
+
 class RunOverviewResponse(BaseModel):
     run: RunInfo
     steps: list[int] = Field(description="Every step of the run.")
@@ -68,6 +78,12 @@ class RunOverviewResponse(BaseModel):
     reports: list[StepReportOut] = Field(
         description="Per-step analysis rows known so far (every step of a trainer log; steps "
         "analysed on demand otherwise)."
+    )
+    trainer_metrics: TrainerMetricsOut | None = Field(
+        None, description="The trainer's own per-step metrics (None: the run holds no log)."
+    )
+    trainer_metrics_error: str | None = Field(
+        None, description="Why the trainer's metrics log in the run could not be read."
     )
 
 

@@ -40,6 +40,7 @@ from app.schemas.runs import (
     RunStepResponse,
     StepOverviewOut,
     StepReportOut,
+    TrainerMetricsOut,
 )
 from app.services.analysis import PreparedAnalysis, check_token_limits
 from app.services.bodies import analysis_response
@@ -327,9 +328,29 @@ class RunService:
                 with self._lock:
                     known = {k[1]: r for k, r in self._reports.items() if k[0] == run.path}
                 reports = [self._report_out(known[s]) for s in sorted(known)]
+            metrics, error = self._trainer_metrics(run)
             return RunOverviewResponse(
-                run=self._info(run_id, run), steps=steps, overview=overview, reports=reports
+                run=self._info(run_id, run),
+                steps=steps,
+                overview=overview,
+                reports=reports,
+                trainer_metrics=metrics,
+                trainer_metrics_error=error,
             )
+
+    def _trainer_metrics(self, run: Run) -> tuple[TrainerMetricsOut | None, str | None]:
+        """The trainer's own metrics log in the run's folder, read in a reading process (a
+        log that cannot be read says why; the run's overview stands without it)."""
+        try:
+            found = self.readers.trainer_metrics(run.path, run.limits)
+        except Cancelled:
+            raise
+        except GMTSError as exc:
+            return None, self.relative(str(exc))
+        if found is None:
+            return None, None
+        found.source = self.relative(found.source)
+        return TrainerMetricsOut.model_validate(found.to_dict()), None
 
     async def overview_queued(self, run_id: str) -> RunOverviewResponse:
         """:meth:`overview` in the job line, for the route: overviews read up to

@@ -1,5 +1,6 @@
-"""Training runs: read what trainers dump (TRL, verl, ROLL, AReaL, our JSONL and trainer log)
-as steps -> groups, lazily, one step at a time. See :func:`open_run`."""
+"""Training runs: read what trainers dump (TRL, verl, ROLL, AReaL, miles, our JSONL and trainer
+log) as steps -> groups, lazily, one step at a time (:func:`open_run`); and what the trainer
+itself measured per step, from its own metrics log (:func:`find_trainer_metrics`)."""
 
 from gmts_core.runs.areal import ArealReader
 from gmts_core.runs.base import (
@@ -22,8 +23,16 @@ from gmts_core.runs.registry import (
 )
 from gmts_core.runs.roll import ROLLReader
 from gmts_core.runs.trainer_log import TrainerLogReader
+from gmts_core.runs.trainer_metrics import (
+    METRICS_READERS,
+    TrainerMetrics,
+    find_trainer_metrics,
+    register_metrics_reader,
+)
 from gmts_core.runs.trl import TRLReader
+from gmts_core.runs.trl_state import TRLStateReader
 from gmts_core.runs.verl import VerlReader
+from gmts_core.runs.verl_tracking import VerlTrackingReader
 
 # Every reader is registered here, in the detection order (most specific first: the trainer
 # log sits next to TRL's completions folder and says more; a JSONL file is the fallback).
@@ -34,9 +43,14 @@ register_reader(VerlReader())
 register_reader(ArealReader())
 register_reader(JSONLReader())
 
+# The trainers' own metrics logs, in the order a run folder is searched for them.
+register_metrics_reader(TRLStateReader())
+register_metrics_reader(VerlTrackingReader())
+
 __all__ = [
     "CLI_LIMITS",
     "LIMIT_NAMES",
+    "METRICS_READERS",
     "NotARunError",
     "READERS",
     "Run",
@@ -46,8 +60,10 @@ __all__ = [
     "RunLimits",
     "RunStep",
     "StepRef",
+    "TrainerMetrics",
     "UnsafeRunFormatError",
     "detect_format",
+    "find_trainer_metrics",
     "list_formats",
     "open_run",
 ]

@@ -44,6 +44,7 @@ from gmts_core.errors import GMTSError, InvalidInputError, LimitExceededError
 from gmts_core.runs import errors as run_errors
 from gmts_core.runs.base import RunGroup, RunStep, StepRef
 from gmts_core.runs.limits import RunLimitError, RunLimits
+from gmts_core.runs.trainer_metrics import TrainerMetrics, find_trainer_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -316,6 +317,16 @@ class ReaderPool:
         refs = [_ref_in(r) for r in reply["refs"]]
         return Run(path, READERS.get(reply["format"]), refs, limits, loader=self._loader)
 
+    def trainer_metrics(self, path: Path, limits: RunLimits) -> Any:
+        """:func:`~gmts_core.runs.trainer_metrics.find_trainer_metrics` in a worker: the
+        trainer's own metrics logged in the run at ``path`` (or None)."""
+        request = {"op": "metrics", "path": str(path), "limits": _limits_out(limits)}
+        # a reply holds at most MAX_POINTS steps of the standard series and MAX_NAMES names
+        # of at most MAX_NAME_CHARS characters each
+        reply = self.call(request, REPLY_SLACK_BYTES + 4 * (1 << 20), str(path))
+        found = reply["metrics"]
+        return None if found is None else TrainerMetrics(**found)
+
     def _loader(self, run: Any, ref: StepRef) -> RunStep:
         request = {
             "op": "load",
@@ -360,6 +371,9 @@ def _handle(request: dict[str, Any]) -> dict[str, Any]:
     if request["op"] == "open":
         run = open_run(request["path"], request.get("format"), limits)
         return {"format": run.format, "refs": [_ref_out(r) for r in run.refs]}
+    if request["op"] == "metrics":
+        found = find_trainer_metrics(Path(request["path"]), limits)
+        return {"metrics": None if found is None else found.to_dict()}
     if request["op"] == "load":
         reader = READERS.get(request["format"])
         step = check_step(reader.load(_ref_in(request["ref"]), limits), limits)

@@ -21,6 +21,8 @@ from app.ui.tabs.runs.view import (
     step_html,
     step_summary,
     steps_table,
+    trainer_metrics_figure,
+    trainer_metrics_note,
     unreadable_note,
 )
 
@@ -63,6 +65,9 @@ def build_runs_tab(ctx: UIContext) -> None:
     with gr.Row():
         waste_plot = gr.Plot(label="Wasted share", elem_id="run-waste-plot")
         overlap_plot = gr.Plot(label="Overlap", elem_id="run-overlap-plot")
+    with gr.Row():
+        trainer_plot = gr.Plot(label="What the trainer measured", elem_id="run-trainer-plot")
+    trainer_note = gr.Markdown(elem_id="run-trainer-note")
     table = gr.Dataframe(interactive=False, elem_id="run-steps", label="Steps (click one)")
     with gr.Row():
         prev_btn = gr.Button("◀ previous step", elem_id="run-prev")
@@ -85,7 +90,10 @@ def build_runs_tab(ctx: UIContext) -> None:
     charts_in_order: dict[str, Any] = {"concurrency_id": CHARTS_QUEUE, "concurrency_limit": 1}
     refresh.click(h.list_runs, None, [run, bad_runs])
     run.change(
-        h.load_run, [run, model, ratio], [reward_plot, table, *charts], **charts_in_order
+        h.load_run,
+        [run, model, ratio],
+        [reward_plot, trainer_plot, trainer_note, table, *charts],
+        **charts_in_order,
     ).then(h.show_first, [current, run, model, ratio], outputs, **in_order)
     timer.tick(h.poll, [run, model, ratio], charts, show_progress="hidden", **charts_in_order)
     table.select(h.pick, [run, model, ratio], outputs, **in_order)
@@ -122,10 +130,12 @@ class _Handlers:
 
     def load_run(self, run_id: str | None, model_name: str, r: float) -> tuple:
         if not run_id:
-            return (None, None, *self.poll(None, model_name, r))
+            return (None, None, "", None, *self.poll(None, model_name, r))
         overview = call(lambda: self.backend.run_overview(run_id))
         return (
             overview_figures(overview)[0],
+            trainer_metrics_figure(overview),
+            trainer_metrics_note(overview),
             steps_table(overview),
             *self.poll(run_id, model_name, r),
         )

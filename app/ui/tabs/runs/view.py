@@ -17,7 +17,14 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app.palette import OKABE_ITO
-from app.reports.run_charts import LAYOUT, integer_steps, per_method_figure, reward_figure
+from app.reports.run_charts import (
+    LAYOUT,
+    TRAINER_NAMES,
+    integer_steps,
+    per_method_figure,
+    reward_figure,
+    trainer_figure,
+)
 from app.ui.differences import why_differ_html
 from app.ui.render import placeholder, rank_pool, render_group
 
@@ -72,6 +79,36 @@ def overview_figures(overview: Json) -> tuple[go.Figure, go.Figure]:
     if not reports:
         cover.update_layout(title="Gradient coverage: being computed")
     return reward_figure(rows), cover
+
+
+def trainer_metrics_figure(overview: Json) -> go.Figure | None:
+    """What the trainer itself logged (reward, entropy) over steps, next to the reward GMTS
+    read from the rollouts; None when the run's folder holds no trainer log."""
+    metrics = overview.get("trainer_metrics")
+    if not metrics or not metrics.get("steps"):
+        return None
+    return trainer_figure(metrics, overview.get("overview", []))
+
+
+def trainer_metrics_note(overview: Json) -> str:
+    """Where the trainer's own metrics came from, or why there are none (Markdown)."""
+    if overview.get("trainer_metrics_error"):
+        return f"**Trainer's log not read:** {escape(str(overview['trainer_metrics_error']))}"
+    metrics = overview.get("trainer_metrics")
+    if not metrics:
+        return (
+            "No trainer metrics log in this run's folder (TRL: `trainer_state.json`, written by "
+            "`trainer.save_state()` or in `checkpoint-N/`; verl: `trainer.logger=[console,file]` "
+            "with `VERL_FILE_LOGGER_ROOT` set to the run's folder)."
+        )
+    who = TRAINER_NAMES.get(str(metrics["format"]), str(metrics["format"]))
+    shown = ", ".join(f"{k} = `{escape(v)}`" for k, v in metrics["keys"].items())
+    thinned = (
+        f" (every step of {metrics['num_steps']:,} thinned to {len(metrics['steps']):,})"
+        if metrics["num_steps"] > len(metrics["steps"])
+        else ""
+    )
+    return f"What {who} itself logged, from `{escape(str(metrics['source']))}`{thinned}: {shown}."
 
 
 def metrics_status(metrics: Json | None) -> str:

@@ -1,0 +1,79 @@
+"""The Runs tab charts what the trainer itself measured (TRL's trainer_state.json, verl's file
+logger) next to what GMTS read from the rollouts: the chart's data are the logged numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.services.container import build_services
+from app.ui.tabs.runs.view import trainer_metrics_figure, trainer_metrics_note
+from tests.app.api_helpers import make_settings
+
+DATA = Path(__file__).resolve().parents[4] / "data" / "runs"
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    settings = make_settings(
+        tmp_path_factory.mktemp("m"), run_roots=[DATA], default_model="tiny-arith"
+    )
+    return build_services(settings)
+
+
+def traces(fig) -> dict:  # type: ignore[no-untyped-def]
+    return {t.name: t for t in fig.data}
+
+
+def test_the_trl_runs_chart_holds_the_entropy_trl_logged(services) -> None:  # type: ignore[no-untyped-def]
+    overview = services.runs.overview("trl").model_dump()
+    history = json.loads((DATA / "trl" / "trainer_state.json").read_text())["log_history"]
+    logged = [h for h in history if "entropy" in h]
+    fig = trainer_metrics_figure(overview)
+    assert fig is not None
+    by_name = traces(fig)
+    entropy = by_name["entropy (TRL log: entropy)"]
+    assert list(entropy.x) == [h["step"] for h in logged]
+    assert list(entropy.y) == [h["entropy"] for h in logged]
+    assert entropy.yaxis == "y2"  # its own axis, in nats
+    assert list(by_name["reward (TRL log: reward)"].y) == [h["reward"] for h in logged]
+    gmts = by_name["reward mean (GMTS, from the rollouts)"]  # what GMTS read, beside it
+    assert list(gmts.y) == [o["reward_mean"] for o in overview["overview"]]
+    # the trainer's reward is the mean of the rewards in its own completions files
+    assert list(gmts.y) == pytest.approx([h["reward"] for h in logged], abs=1e-6)
+    note = trainer_metrics_note(overview)
+    assert "trl/trainer_state.json" in note and "entropy = `entropy`" in note
+
+
+def test_the_verl_runs_chart_holds_the_entropy_verl_logged(services) -> None:  # type: ignore[no-untyped-def]
+    overview = services.runs.overview("verl").model_dump()
+    log = DATA / "verl" / "gmts-fixture" / "tiny-arith-grpo.jsonl"
+    lines = [json.loads(s) for s in log.read_text().splitlines()]
+    fig = trainer_metrics_figure(overview)
+    assert fig is not None
+    entropy = traces(fig)["entropy (verl log: actor/entropy)"]
+    assert list(entropy.y) == [line["data"].get("actor/entropy") for line in lines]
+    assert "verl/gmts-fixture/tiny-arith-grpo.jsonl" in trainer_metrics_note(overview)
+
+
+def test_a_run_without_a_trainer_log_says_where_one_would_be(services) -> None:  # type: ignore[no-untyped-def]
+    overview = services.runs.overview("roll").model_dump()
+    assert overview["trainer_metrics"] is None and trainer_metrics_figure(overview) is None
+    assert "trainer_state.json" in trainer_metrics_note(overview)
+
+
+def test_an_unreadable_trainer_log_is_named_and_the_run_still_opens(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "completions").mkdir(parents=True)
+    for f in (DATA / "trl" / "completions").iterdir():
+        (run / "completions" / f.name).write_bytes(f.read_bytes())
+    (run / "trainer_state.json").write_text('{"log_history": [{"step": 1, "entropy": ')
+    own = build_services(make_settings(tmp_path, run_roots=[tmp_path], default_model="tiny-arith"))
+    overview = own.runs.overview("run").model_dump()
+    assert overview["steps"] == [1, 2, 3] and overview["trainer_metrics"] is None
+    error = overview["trainer_metrics_error"]
+    assert error.startswith("run/trainer_state.json: not valid JSON")  # relative to the root
+    assert str(tmp_path) not in error
+    assert "not read" in trainer_metrics_note(overview)
