@@ -33,6 +33,7 @@ from gmts_core.experiments.compare import (
     run_compare,
 )
 from gmts_core.grpo.policy import PolicySettings
+from gmts_core.tasks.mixes import DEFAULT_TASK_MIX
 
 MAX_FILE_BYTES = 50_000_000
 
@@ -57,9 +58,11 @@ def compare_config(
     eval_every: int,
     eval_problems: int,
     base: RLConfig = COMPARE_RECIPE,
+    task_mix: str = DEFAULT_TASK_MIX,
     **rl: Any,
 ) -> CompareConfig:
-    """A validated CompareConfig: the run knobs, and ``rl`` overrides of ``base``'s GRPO knobs."""
+    """A validated CompareConfig: the run knobs, the task mix of its training prompts, and
+    ``rl`` overrides of ``base``'s GRPO knobs."""
     config = CompareConfig(
         methods=tuple(methods),
         ratio=float(ratio),
@@ -67,6 +70,7 @@ def compare_config(
         seeds=int(seeds),
         eval_every=int(eval_every),
         eval_problems=int(eval_problems),
+        task_mix=str(task_mix),
         rl=dataclasses.replace(base, **rl),
     )
     config.validate()

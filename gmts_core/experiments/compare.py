@@ -1,13 +1,14 @@
 """Compare selection methods by training: every method from the same start, with the same seeds.
 
 For each seed and each method a fresh policy copy of the base model runs ``steps`` GRPO steps
-on batches drawn from the demo task (step n of seed s draws the same prompts for every
-method), and its held-out accuracy is measured every ``eval_every`` steps on one fixed set of
-held-out problems with common sampling seeds; every run keeps its final score on each
-problem, so the final table's intervals come from a paired bootstrap over seeds and problems
-(:mod:`gmts_core.experiments.compare_stats`). Curves (mean and std over seeds) and the final
-table per method come out as a :class:`CompareResult`; :mod:`app.reports.compare_report` turns
-it into plotly figures and a self-contained HTML page.
+on batches drawn from the demo task in the config's task mix (:mod:`gmts_core.tasks.mixes`;
+step n of seed s draws the same prompts for every method), and its held-out accuracy is
+measured every ``eval_every`` steps on one fixed set of held-out problems with common sampling
+seeds; every run keeps its final score on each problem, so the final table's intervals come
+from a paired bootstrap over seeds and problems (:mod:`gmts_core.experiments.compare_stats`).
+Curves (mean and std over seeds) and the final table per method come out as a
+:class:`CompareResult`; :mod:`app.reports.compare_report` turns it into plotly figures and a
+self-contained HTML page.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from gmts_core.grpo.step import DEMO_RECIPE, RLPrompt, grpo_step, make_optimizer
 from gmts_core.knobs import knob, knob_factory
 from gmts_core.methods.selection import list_methods
 from gmts_core.modeling import LoadedModel
+from gmts_core.tasks.mixes import DEFAULT_TASK_MIX, TASK_MIXES, task_mix_names
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +68,12 @@ class CompareConfig:
     eval_problems: int = knob(200, "Held-out problems per evaluation.", ge=1, le=100_000)
     eval_samples: int = knob(1, "Answers per held-out problem.", ge=1, le=64)
     eval_temperature: float = knob(1.0, "Temperature of the evaluation (0: greedy).", ge=0, le=10)
+    task_mix: str = knob(
+        DEFAULT_TASK_MIX,
+        f"Training prompts of the demo task: {' | '.join(task_mix_names())} (hard-mix: half "
+        "are three-digit sums beyond the demo model, zero-signal groups). Held-out problems "
+        "stay two-digit.",
+    )
     rl: RLConfig = knob(
         COMPARE_RECIPE, "The GRPO recipe of every run (its method and ratio are set per run)."
     )
@@ -83,6 +91,10 @@ class CompareConfig:
                 raise InvalidInputError(
                     f"unknown selection method {m!r}; valid: {', '.join(list_methods())}"
                 )
+        if self.task_mix not in TASK_MIXES:
+            raise InvalidInputError(
+                f"unknown task mix {self.task_mix!r}; valid: {', '.join(task_mix_names())}"
+            )
         if self.steps < 1 or self.seeds < 1 or self.eval_every < 1 or self.eval_problems < 1:
             raise InvalidInputError("steps, seeds, eval_every and eval_problems must be >= 1")
         self.run_config(self.methods[0]).validate()
@@ -294,7 +306,8 @@ def train_run(
     evals = set(config.eval_steps())
     for step in range(1, config.steps + 1):
         s = step_seed(seed, step - 1)
-        result = grpo_step(policy, optimizer, demo_batch(rl.prompts_per_step, s), rl, s, step)
+        batch = demo_batch(rl.prompts_per_step, s, mix=config.task_mix)
+        result = grpo_step(policy, optimizer, batch, rl, s, step)
         m = result.metrics
         run.reward.append(m.reward_mean)
         run.loss.append(m.loss)

@@ -18,6 +18,7 @@ from gmts_core.methods.rewards import compute_reward
 from gmts_core.sampling import SamplingConfig, sample_groups
 from gmts_core.stats.tokenization import encode_prompt
 from gmts_core.tasks import arith
+from gmts_core.tasks.mixes import DEFAULT_TASK_MIX, mixed_prompts
 
 DEFAULT_EVAL_PROBLEMS = 200
 
@@ -43,11 +44,14 @@ class EvalResult:
     per_problem: list[float] = field(default_factory=list)  # mean reward of each problem
 
 
-def demo_batch(n: int, seed: int, split: str = "train") -> list[RLPrompt]:
-    """``n`` prompts of the demo arithmetic task with their references (numeric reward)."""
+def demo_batch(
+    n: int, seed: int, split: str = "train", mix: str = DEFAULT_TASK_MIX
+) -> list[RLPrompt]:
+    """``n`` prompts of the demo arithmetic task with their references (numeric reward), drawn
+    by the task mix ``mix`` (:mod:`gmts_core.tasks.mixes`; the default: two-digit problems)."""
     return [
         RLPrompt(p.prompt, p.reference, arith.REWARD_RULE)
-        for p in arith.generate_problems(n, seed=seed, split=split)
+        for p in mixed_prompts(mix, n, seed=seed, split=split)
     ]
 
 

@@ -84,7 +84,7 @@ def test_cli_options_take_the_knobs() -> None:
 
     compare, rl = CONFIGS["compare"], CONFIGS["compare"]().rl
     options = _options("compare")
-    for name in ("ratio", "steps", "seeds", "eval_every", "eval_problems"):
+    for name in ("ratio", "steps", "seeds", "eval_every", "eval_problems", "task_mix"):
         _check_option(options[name], compare, name)
     _check_option(options["methods"], compare, "methods", ",".join(compare().methods))
     for name in ("group_size", "prompts_per_step", "inner_steps", "warmup_steps"):

@@ -89,6 +89,19 @@ def test_identical_runs_give_a_paired_difference_of_exactly_zero(
     assert "the same score on every seed and problem" in gmts["conclusion"]
 
 
+def test_task_mix_is_kept_in_the_json_and_an_unknown_one_is_refused(
+    folder: Path, tmp_path: Path
+) -> None:
+    extra = ("--methods", "gmts", "--steps", "1", "--seeds", "1", "--eval-problems", "2")
+    run = CliRunner().invoke(
+        load_commands(), _args(folder, tmp_path, *extra, "--task-mix", "hard-mix")
+    )
+    assert run.exit_code == 0, run.output
+    assert json.loads((tmp_path / "compare.json").read_text())["config"]["task_mix"] == "hard-mix"
+    bad = CliRunner().invoke(load_commands(), _args(folder, tmp_path, "--task-mix", "easy"))
+    assert bad.exit_code == 2 and "unknown task mix 'easy'; valid: default, hard-mix" in bad.output
+
+
 class _Pipe(io.StringIO):
     """A non-terminal stream that records what had been written at each flush."""
 
