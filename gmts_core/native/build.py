@@ -268,6 +268,9 @@ def status() -> Status:
     cc = compiler()
     if cc is None:
         return Status("no compiler", cache_dir(), None, FLAGS, reason="no C compiler ($CC or cc)")
+    folder = cache_dir()
+    if folder.exists() and (reason := _owned_and_private(folder, "cache folder", True)):
+        return Status("refused", folder, cc, (*FLAGS, *WIDE), reason=reason)
     refused: tuple[Target, str] | None = None
     for flags in ((*FLAGS, *WIDE), FLAGS):
         build = target(cc, flags)

@@ -189,5 +189,10 @@ def test_status_without_a_build_or_compiler(
     found = build.status()
     assert found.state == "not built" and found.library is None
     assert not (tmp_path / "empty").exists()  # status compiles and creates nothing
+    (tmp_path / "empty").mkdir(mode=0o700)
+    assert build.status().state == "not built"
+    (tmp_path / "empty").chmod(0o777)
+    found = build.status()
+    assert found.state == "refused" and "writable by its group or by others" in (found.reason or "")
     monkeypatch.setattr(build.shutil, "which", lambda name: None)
     assert build.status().state == "no compiler"
