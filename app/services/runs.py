@@ -419,7 +419,7 @@ class RunService:
         self._check_step_size(step)
         lm = lm or self.models.get(options.model)
         config = options.config()
-        groups = [group_input(g, options.reward_kind) for g in step.groups]
+        groups = [group_input(g, options.reward_kind, lm.tokenizer) for g in step.groups]
         check_token_limits(self.settings, lm, PreparedAnalysis(None, None, groups, config))
         report, result = analyze_step(lm, step, config, options.reward_kind)
         self.remember(run, step.step, options, report)

@@ -13,6 +13,7 @@ from gmts_core.runs.base import (
 )
 from gmts_core.runs.jsonl import JSONLReader
 from gmts_core.runs.limits import CLI_LIMITS, LIMIT_NAMES, RunLimitError, RunLimits
+from gmts_core.runs.miles import MilesReader
 from gmts_core.runs.registry import (
     READERS,
     Run,
@@ -41,6 +42,7 @@ register_reader(TRLReader())
 register_reader(ROLLReader())
 register_reader(VerlReader())
 register_reader(ArealReader())
+register_reader(MilesReader())
 register_reader(JSONLReader())
 
 # The trainers' own metrics logs, in the order a run folder is searched for them.

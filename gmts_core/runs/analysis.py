@@ -108,11 +108,17 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def group_input(group: RunGroup, reward_kind: str | None) -> GroupInput:
+def group_input(group: RunGroup, reward_kind: str | None, tokenizer: Any = None) -> GroupInput:
     """The analysis input of a run group: rewards from the file, else the rule ``reward_kind``
-    applied to the group's reference."""
+    applied to the group's reference. A group stored as token ids (``texts_from_ids``) is
+    analysed on its answers' ids as given, its prompt decoded by ``tokenizer``."""
+    prompt, answer_ids = group.prompt, None
+    answers: list[str] | None = list(group.answers)
+    if group.texts_from_ids:
+        prompt, answer_ids = _prompt_from_ids(group, tokenizer), group.token_ids
+        answers = None
     if group.rewards is not None and not any(math.isnan(r) for r in group.rewards):
-        return GroupInput(group.prompt, list(group.answers), rewards=list(group.rewards))
+        return GroupInput(prompt, answers, rewards=list(group.rewards), answer_ids=answer_ids)
     kind = group.extra.get("reward_kind", [reward_kind])[0] or reward_kind
     if kind is None:
         raise InvalidInputError(
@@ -123,7 +129,28 @@ def group_input(group: RunGroup, reward_kind: str | None) -> GroupInput:
         raise InvalidInputError(
             f"{group.source}: no rewards and no reference to score the answers against"
         )
-    return GroupInput(group.prompt, list(group.answers), reward=RewardSpec(kind, group.reference))
+    return GroupInput(
+        prompt, answers, reward=RewardSpec(kind, group.reference), answer_ids=answer_ids
+    )
+
+
+def _prompt_from_ids(group: RunGroup, tokenizer: Any) -> str:
+    """The prompt of a group stored as token ids, decoded (special tokens kept: a chat
+    template's markers tokenize back to themselves)."""
+    ids = group.prompt_token_ids or []
+    if tokenizer is None:
+        raise InvalidInputError(
+            f"{group.source}: the run stores token ids only; a model's "
+            "tokenizer is needed to read its prompts"
+        )
+    size = len(tokenizer)
+    outside = next((t for t in ids if not 0 <= t < size), None)
+    if outside is not None:
+        raise InvalidInputError(
+            f"{group.source}: prompt token id {outside} is not in the vocabulary of the model's "
+            f"tokenizer ({size} tokens): a run of another model?"
+        )
+    return str(tokenizer.decode(ids, skip_special_tokens=False))
 
 
 def analyze_step(
@@ -132,7 +159,7 @@ def analyze_step(
     """Analyse all groups of ``step`` as one batch; its report row and the full result."""
     if not step.groups:
         raise InvalidInputError(f"{step.source}: step {step.step} has no groups")
-    groups = [group_input(g, reward_kind) for g in step.groups]
+    groups = [group_input(g, reward_kind, lm.tokenizer) for g in step.groups]
     chat = any(g.chat for g in step.groups) and bool(getattr(lm.tokenizer, "chat_template", None))
     result = analyze(lm, groups, replace(config, chat_template=chat or config.chat_template))
     return report_from_result(step, result), result

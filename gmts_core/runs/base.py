@@ -48,7 +48,10 @@ class RunGroup:
 
     ``rewards``/``advantages``: one per answer, as the file has them (None where it has none).
     ``token_ids`` and ``token_columns`` (per-token values, one list per answer) come from files
-    that store tokens, i.e. this project's trainer log.
+    that store tokens, i.e. this project's trainer log and miles' Parquet mirror. A file that
+    stores token ids only (miles) leaves ``prompt`` and ``answers`` empty, gives
+    ``prompt_token_ids`` and sets ``texts_from_ids``: the texts are the ids decoded by the
+    analysing model's tokenizer.
     """
 
     prompt: str
@@ -61,6 +64,8 @@ class RunGroup:
     token_ids: list[list[int]] | None = None
     token_columns: dict[str, list[list[Any]]] = field(default_factory=dict)
     extra: dict[str, list[Any]] = field(default_factory=dict)  # other per-answer columns
+    prompt_token_ids: list[int] | None = None
+    texts_from_ids: bool = False
 
     @property
     def size(self) -> int:

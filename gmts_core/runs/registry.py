@@ -125,9 +125,13 @@ def _refuse_pickle(files: list[Path]) -> UnsafeRunFormatError:
     return UnsafeRunFormatError(
         files[0],
         None,
-        "a pickle-based dump (torch.save / pickle, e.g. slime's .pt rollouts) is refused: "
-        "loading pickle can run arbitrary code. Convert it to JSONL or parquet where it was "
-        "written (one line per sample: prompt, completion, reward, step) and open that",
+        "a pickle-based dump (torch.save / pickle: slime's --save-debug-rollout-data and "
+        "miles' --dump-details .pt files) is refused: loading pickle can run arbitrary code. "
+        "miles also writes a Parquet mirror of the per-token columns, "
+        "dashboard_columns/rollout_N.parquet (with polars installed: pip install "
+        "'miles[dashboard]'), which this tool reads (format miles); else convert the dump to "
+        "JSONL or parquet where it was written (one line per sample: prompt, completion, "
+        "reward, step) and open that",
     )
 
 

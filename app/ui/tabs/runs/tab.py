@@ -36,9 +36,11 @@ def build_runs_tab(ctx: UIContext) -> None:
     """Runs: run picker, charts over steps (computed in the background), the steps table, a
     step's summary, why its two methods differ, and its groups' tokens."""
     gr.Markdown(
-        "Training runs the server can read (TRL `completions/`, verl, ROLL, AReaL, GMTS JSONL, "
-        "GMTSGRPOTrainer token logs) under `GMTS_RUN_ROOTS`. Opening a run shows its first "
-        "step and charts its metrics as the server computes them; click a step in the table."
+        "Training runs the server can read (TRL `completions/`, verl, ROLL, AReaL, miles' "
+        "Parquet mirror, GMTS JSONL, GMTSGRPOTrainer token logs) under `GMTS_RUN_ROOTS`. "
+        "Opening a run shows its first step, charts its metrics as the server computes them "
+        "and what the trainer itself logged (TRL's `trainer_state.json`, verl's file logger); "
+        "click a step in the table."
     )
     models, default_model = ctx.backend.models()
     try:
