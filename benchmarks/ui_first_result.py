@@ -19,7 +19,10 @@ context (no cache, no cookies):
   each run), and the browser time is from the click to the new result's tokens on screen.
 
 Targets: first highlighted token <= 1.5 s (issue 30; it was 3 s, issue 19); warm Analyze <= 1 s
-of server time (issue 18).
+of server time (issue 18); click to tokens <= 2x the server time (the median of the per-run
+ratios; issue 35). The page is warm when Analyze is clicked: its example's charts are drawn. A
+new result's tokens come in the Analyze event and its charts in the event after it, so the
+browser paints the tokens before it draws a chart.
 
     .venv/bin/python benchmarks/ui_first_result.py [--repeats 5] [--width 1366 --height 768]
         [--threads 2] [--json]
@@ -41,6 +44,8 @@ from _common import emit, machine, median
 from app.core.config import Settings
 from app.live_server import CHROMIUM_ARGS, CHROMIUM_PATH, LiveServer
 from app.main import create_app
+
+TARGET_CLICK_RATIO = 2.0
 
 # in every page, before any of its scripts: note when the first token selected by method B is
 # about to be painted (server-rendered first view or Gradio's view), and when Gradio's shows it
@@ -147,6 +152,7 @@ def warm_analyze(browser: Any, url: str, args: argparse.Namespace, clock: Server
     """One fresh page: click Analyze on the default form; browser and server seconds."""
     page = open_page(browser, url, args)
     page.wait_for_selector("#token-view .tok.sel-b")
+    page.wait_for_selector("#scatter-plot .js-plotly-plot .point")  # the page has drawn it all
     before = clock.read()
     start = page.evaluate("performance.now()")
     page.click("#analyze-btn")
@@ -158,7 +164,7 @@ def warm_analyze(browser: Any, url: str, args: argparse.Namespace, clock: Server
     browser_s = (page.evaluate("performance.now()") - start) / 1e3
     server_s = clock.wait_next(before)
     page.context.close()
-    return {"server_s": server_s, "click_to_highlight_s": browser_s}
+    return {"server_s": server_s, "click_to_highlight_s": browser_s, "ratio": browser_s / server_s}
 
 
 def payload_sizes(url: str) -> dict[str, int]:
@@ -205,10 +211,15 @@ def main() -> int:
         "first_result": first,
         "warm_analyze": analyze,
         "sizes": sizes,
-        "targets": {"first_token_s": TARGET_FIRST_TOKEN_S, "analyze_server_s": 1.0},
+        "targets": {
+            "first_token_s": TARGET_FIRST_TOKEN_S,
+            "analyze_server_s": 1.0,
+            "click_to_tokens_over_server": TARGET_CLICK_RATIO,
+        },
         "met": {
             "first_token": first["first_token_s"]["median"] <= TARGET_FIRST_TOKEN_S,
             "analyze_server": analyze["server_s"]["median"] <= 1.0,
+            "click_ratio": analyze["ratio"]["median"] <= TARGET_CLICK_RATIO,
         },
         "runs": {"first_result": firsts, "warm_analyze": analyses},
         "machine": machine(),
@@ -231,6 +242,9 @@ def main() -> int:
         f"charts drawn by {fmt(first['charts_by_s'])}",
         f"  warm Analyze, server time: {fmt(analyze['server_s'])} (target <= 1 s)",
         f"  warm Analyze, click -> highlighted result: {fmt(analyze['click_to_highlight_s'])}",
+        f"  warm Analyze, click -> tokens / server time: {analyze['ratio']['median']:.2f} "
+        f"[{analyze['ratio']['min']:.2f}-{analyze['ratio']['max']:.2f}] "
+        f"(target <= {TARGET_CLICK_RATIO})",
     ]
     emit(report, args.json, lines)
     return 0

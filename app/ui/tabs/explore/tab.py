@@ -17,8 +17,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from app.ui import choices, status
-from app.ui.charts import summary_html
+from app.ui import charts, choices, status
 from app.ui.context import Tab, UIContext, call
 from app.ui.tabs.explore import batch, view
 from app.ui.tabs.explore.controls import FORM_FIELDS, explore_controls
@@ -54,6 +53,12 @@ class ExploreOutputs:
     json: gr.DownloadButton
     html: gr.DownloadButton
 
+    def text_list(self) -> list[Any]:
+        return [self.view_list()[i] for i in TEXT_VIEWS]
+
+    def chart_list(self) -> list[Any]:
+        return [self.view_list()[i] for i in CHART_VIEWS]
+
     def view_list(self) -> list[Any]:
         return [
             self.notes, self.tokens, self.summary, self.scatter, self.distributions,
@@ -62,36 +67,77 @@ class ExploreOutputs:
         ]  # fmt: skip
 
 
-def views(result: Any, a: str, b: str, color_by: str, group: Any) -> list[Any]:
-    """Values for ``ExploreOutputs.view_list()`` from the current result."""
+# positions in ``ExploreOutputs.view_list()``: the text views (tokens first: what a reader
+# waits for) and the charts, which a new result sends in a second event so that the browser
+# paints the tokens before it draws any chart
+TEXT_VIEWS = (0, 1, 2, 7, 11, 12)  # notes, tokens, summary, learn, why, spotlight
+CHART_VIEWS = (3, 4, 5, 6, 8, 9, 10)  # the four charts, overview, budget, batch box
+
+
+def text_views(result: Any, a: str, b: str, color_by: str, group: Any) -> list[Any]:
+    """The text views (``TEXT_VIEWS`` order) of the current result: no chart is built."""
     gi = int(group or 0)
-    v = view.explore_view(result, a, b, color_by, gi)
-    figs = [v.figures.get(k) for k in ("scatter", "distributions", "positions", "advantages")]
-    is_batch = bool(result) and "groups" in result and bool(v.figures)
+    v = view.explore_view(result, a, b, color_by, gi, with_figures=False)
     notes = "\n".join(f"- {n}" for n in v.notes)
-    if is_batch:
+    batch_view = _is_batch(result) and _has_view(result, a, b)
+    if batch_view:
         notes = (batch.batch_notes(result) + "\n" + notes).strip()
+    spotlight = spotlight_html(result, (a, b)) if batch_view else ""
     return [
         notes,
         v.tokens_html,
-        summary_html(v.summary_rows),
-        *figs,
+        charts.summary_html(v.summary_rows),
         v.learn_html,
+        v.why_html,
+        spotlight,
+    ]
+
+
+def chart_views(result: Any, a: str, b: str, color_by: str, group: Any) -> list[Any]:
+    """The charts, the groups' overview and the batch box (``CHART_VIEWS`` order)."""
+    figures = (
+        charts.group_figures(result, (a, b), int(group or 0)) if _has_view(result, a, b) else {}
+    )
+    is_batch = _is_batch(result) and bool(figures)
+    return [
+        *(figures.get(k) for k in ("scatter", "distributions", "positions", "advantages")),
         pd.DataFrame(
             batch.overview_rows(result, (a, b)) if is_batch else [],
             columns=batch.overview_headers((a, b)),
         ),
         batch.budget_chart(result, (a, b)) if is_batch else None,
         gr.Column(visible=is_batch),
-        v.why_html,
-        spotlight_html(result, (a, b)) if is_batch else "",
     ]
 
 
+def _is_batch(result: Any) -> bool:
+    return bool(result) and "groups" in result
+
+
+def _has_view(result: Any, a: str, b: str) -> bool:
+    """A result computed with both methods (else the views show a placeholder, no charts)."""
+    computed = (result or {}).get("settings", {}).get("methods", []) if result else []
+    return bool(result) and a in computed and b in computed
+
+
+def views(result: Any, a: str, b: str, color_by: str, group: Any) -> list[Any]:
+    """Values for ``ExploreOutputs.view_list()`` from the current result."""
+    values: list[Any] = [None] * (len(TEXT_VIEWS) + len(CHART_VIEWS))
+    parts = (
+        (TEXT_VIEWS, text_views(result, a, b, color_by, group)),
+        (CHART_VIEWS, chart_views(result, a, b, color_by, group)),
+    )
+    for positions, part in parts:
+        for i, value in zip(positions, part, strict=True):
+            values[i] = value
+    return values
+
+
 def new_result(result: Any, a: str, b: str, color_by: str) -> list[Any]:
-    """Everything that changes when a new analysis arrives (state, drill-down, views)."""
+    """What changes at once when a new analysis arrives: state, drill-down, the text views
+    (the charts follow in ``chart_views``)."""
     choices = batch.group_choices(result)
-    return [result, gr.Dropdown(choices=choices, value=0), *views(result, a, b, color_by, 0)]
+    return [result, gr.Dropdown(choices=choices, value=0), *text_views(result, a, b, color_by, 0)]
 
 
 def exports(result: Any) -> list[Any]:
@@ -242,7 +288,7 @@ def build_explore_tab(ctx: UIContext) -> None:
         out = _outputs_panel(ctx.result.value, buttons.color_by, first, row)
     ctx.group, ctx.learn_view = out.group, out.learn
     a, b, color_by = form["method_a"], form["method_b"], out.color_by
-    new_outputs = [ctx.result, out.group, *out.view_list()]
+    new_outputs = [ctx.result, out.group, *out.text_list()]
     methods = choices.method_names(ctx.capabilities)  # fixed when the UI is built
 
     def run_single(*values: Any, progress: Any = gr.Progress()) -> list[Any]:
@@ -270,7 +316,8 @@ def build_explore_tab(ctx: UIContext) -> None:
     ]
     for btn, fn, extra in runs:
         event = btn.click(fn, [*inputs, *extra, color_by], new_outputs)
-        done = event.success(exports, [ctx.result], [out.csv, out.json], js=SCROLL_TO_RESULTS)
+        drawn = event.success(chart_views, view_inputs, out.chart_list(), js=SCROLL_TO_RESULTS)
+        done = drawn.then(exports, [ctx.result], [out.csv, out.json])
         done.then(html_export, view_inputs, out.html)
         event.failure(None, None, None, js=MARK_STALE)
     buttons.demo.click(

@@ -163,8 +163,9 @@ def explore_view(
     method_b: str,
     color_by: str,
     group_index: int = 0,
+    with_figures: bool = True,
 ) -> ExploreView:
-    """Arrange a result (or nothing yet) for display."""
+    """Arrange a result (or nothing yet) for display (its charts only ``with_figures``)."""
     methods = (method_a, method_b)
     if not result:
         msg = "Enter a prompt and press Analyze; the answers' tokens appear here."
@@ -175,7 +176,7 @@ def explore_view(
         return ExploreView(placeholder(msg), {}, [], learn.learn_html(None, methods), [])
     return ExploreView(
         tokens_html=render_result(result, methods, color_by, group_index),
-        figures=charts.group_figures(result, methods, group_index),
+        figures=charts.group_figures(result, methods, group_index) if with_figures else {},
         summary_rows=charts.summary_rows(result.get("summary") or {}, methods),
         learn_html=learn.learn_html(result, methods, group_index),
         notes=list(result.get("notes") or []),
