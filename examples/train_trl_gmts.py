@@ -180,6 +180,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if evaluate:
         summary["heldout_accuracy_before"] = heldout_accuracy(trainer, args)
     trainer.train()
+    # OUTPUT_DIR/trainer_state.json: TRL's own per-step metrics, which the Runs tab charts
+    trainer.save_state()
     rewards = [log["reward"] for log in trainer.state.log_history if "reward" in log]
     half = len(rewards) // 2
     summary["mean_reward_first_half"] = _mean(rewards[:half])

@@ -3,8 +3,9 @@
 TRL (>= 0.20, here 1.16) writes ``OUTPUT_DIR/completions/completions_{step:05d}.parquet`` itself
 when ``log_completions=True`` (``GRPOTrainer.log``: step, prompt, completion, one column per
 reward function, advantage), whatever ``report_to`` says: that file output is what the Runs tab
-reads, no callback of ours in between. One prompt per step (batch = num_generations), as
-small real runs do.
+reads, no callback of ours in between; ``trainer.save_state()`` writes
+``OUTPUT_DIR/trainer_state.json``, TRL's own per-step metrics (reward, entropy...), which the
+Runs tab charts. One prompt per step (batch = num_generations), as small real runs do.
 """
 
 from __future__ import annotations
@@ -50,4 +51,5 @@ def write_trl_run(out: Path, steps: int = 3) -> Path:
         train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS * steps]),
     )
     trainer.train()
+    trainer.save_state()  # trainer_state.json: what TRL logged per step (the Runs tab charts it)
     return out

@@ -15,7 +15,7 @@ from gmts_core.analysis.analyze import AnalysisConfig
 from gmts_core.analysis.summaries import gradient_coverage
 from gmts_core.integrations.trl import GMTSGRPOTrainer
 from gmts_core.methods.selection import top_k_count
-from gmts_core.runs import open_run
+from gmts_core.runs import RunLimits, find_trainer_metrics, open_run
 from gmts_core.runs.report import (
     RunAnalysisPlan,
     analyze_run_shard,
@@ -152,6 +152,8 @@ def test_example_writes_both_logs(model_dir: Path, tmp_path: Path) -> None:  # n
     )
     assert (out / "completions" / "completions_00001.parquet").is_file()
     assert open_run(out).format == "gmts_trainer_log" and open_run(out).steps == [1]
+    metrics = find_trainer_metrics(out, RunLimits())  # trainer_state.json: what TRL logged
+    assert metrics is not None and metrics.steps == [1] and "entropy" in metrics.series
 
 
 TWO_PROCESS_SCRIPT = """

@@ -77,3 +77,25 @@ def test_an_unreadable_trainer_log_is_named_and_the_run_still_opens(tmp_path: Pa
     assert error.startswith("run/trainer_state.json: not valid JSON")  # relative to the root
     assert str(tmp_path) not in error
     assert "not read" in trainer_metrics_note(overview)
+
+
+def test_opening_a_run_in_the_tab_draws_the_trainers_entropy(services) -> None:  # type: ignore[no-untyped-def]
+    """The tab's own handler for a picked run (its outputs in order: reward chart, trainer
+    chart, trainer note, steps table, then the metrics charts), with the real overview."""
+    from types import SimpleNamespace
+
+    from app.ui.tabs.runs.tab import _Handlers
+
+    class Backend:
+        def run_overview(self, run_id: str) -> dict:
+            return services.runs.overview(run_id).model_dump()  # type: ignore[no-any-return]
+
+        def run_metrics(self, run_id: str, params: dict) -> dict:
+            return {"reports": [], "running": False, "steps_done": 0, "steps_total": 0}
+
+    out = _Handlers(SimpleNamespace(backend=Backend())).load_run("trl", "tiny-arith", 0.2)  # type: ignore[arg-type]
+    fig, note = out[1], out[2]
+    history = json.loads((DATA / "trl" / "trainer_state.json").read_text())["log_history"]
+    entropy = traces(fig)["entropy (TRL log: entropy)"]
+    assert list(entropy.y) == [h["entropy"] for h in history if "entropy" in h]
+    assert "What TRL itself logged" in note
