@@ -113,6 +113,11 @@ class RunService:
         self._lock = threading.Lock()
         self._runs: OrderedDict[Path, tuple[tuple[float, int], Run | GMTSError]] = OrderedDict()
         self._reports: OrderedDict[tuple[Any, ...], StepReport] = OrderedDict()
+        # the trainer's metrics log of each opened run: (the Run it was read for, the log file's
+        # (path, size, mtime) or None when the run holds none, the body)
+        self._trainer_logs: OrderedDict[
+            Path, tuple[int, tuple[str, int, int] | None, TrainerMetricsOut | None]
+        ] = OrderedDict()
         # run files are parsed in processes under hard limits, never in the server's
         self.readers = ReaderPool(
             settings.run_workers,
@@ -340,17 +345,30 @@ class RunService:
 
     def _trainer_metrics(self, run: Run) -> tuple[TrainerMetricsOut | None, str | None]:
         """The trainer's own metrics log in the run's folder, read in a reading process (a
-        log that cannot be read says why; the run's overview stands without it)."""
+        log that cannot be read says why; the run's overview stands without it). Read again
+        only when the log file changed (a growing log) or the run was reopened (its folder
+        changed: a new checkpoint, a log that appeared); a refusal is never remembered."""
+        with self._lock:
+            known = self._trainer_logs.get(run.path)
+        if known is not None and known[0] == id(run) and known[1] == _signature(known[1]):
+            return known[2], None
         try:
             found = self.readers.trainer_metrics(run.path, run.limits)
         except Cancelled:
             raise
         except GMTSError as exc:
             return None, self.relative(str(exc))
-        if found is None:
-            return None, None
-        found.source = self.relative(found.source)
-        return TrainerMetricsOut.model_validate(found.to_dict()), None
+        body, signature = None, None
+        if found is not None:
+            signature = _signature((found.source, 0, 0))
+            found.source = self.relative(found.source)
+            body = TrainerMetricsOut.model_validate(found.to_dict())
+        with self._lock:
+            self._trainer_logs[run.path] = (id(run), signature, body)
+            self._trainer_logs.move_to_end(run.path)
+            while len(self._trainer_logs) > _MAX_CACHED_RUNS:
+                self._trainer_logs.popitem(last=False)
+        return body, None
 
     async def overview_queued(self, run_id: str) -> RunOverviewResponse:
         """:meth:`overview` in the job line, for the route: overviews read up to
@@ -465,6 +483,17 @@ class RunService:
 
     def report_out(self, report: StepReport) -> StepReportOut:
         return self._report_out(report)
+
+
+def _signature(known: tuple[str, int, int] | None) -> tuple[str, int, int] | None:
+    """(path, size, mtime) of the log file ``known`` names, now (None: no log, or gone)."""
+    if known is None:
+        return None
+    try:
+        st = os.stat(known[0])
+    except OSError:
+        return None
+    return known[0], st.st_size, st.st_mtime_ns
 
 
 def _indexing(name: str) -> RunInfo:

@@ -99,3 +99,21 @@ def test_opening_a_run_in_the_tab_draws_the_trainers_entropy(services) -> None: 
     entropy = traces(fig)["entropy (TRL log: entropy)"]
     assert list(entropy.y) == [h["entropy"] for h in history if "entropy" in h]
     assert "What TRL itself logged" in note
+
+
+def test_a_trainer_log_is_read_again_only_when_it_changed(tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(DATA / "verl", tmp_path / "verl")
+    own = build_services(make_settings(tmp_path, run_roots=[tmp_path], default_model="tiny-arith"))
+    reads = []
+    read = own.runs.readers.trainer_metrics
+    own.runs.readers.trainer_metrics = lambda *a: reads.append(a) or read(*a)  # type: ignore[method-assign]
+    first = own.runs.overview("verl").model_dump()["trainer_metrics"]
+    assert own.runs.overview("verl").model_dump()["trainer_metrics"] == first
+    assert len(reads) == 1
+    log = tmp_path / "verl" / "gmts-fixture" / "tiny-arith-grpo.jsonl"
+    with log.open("a") as f:  # the trainer logs a step more
+        f.write(json.dumps({"step": 4, "data": {"actor/entropy": 0.25}}) + "\n")
+    again = own.runs.overview("verl").model_dump()["trainer_metrics"]
+    assert len(reads) == 2 and again["steps"][-1] == 4 and again["series"]["entropy"][-1] == 0.25
