@@ -3,6 +3,7 @@ highlighted tokens (a trainer log's applied mask; a real TRL dump analysed on de
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import threading
@@ -268,3 +269,23 @@ def test_verl_roll_areal_and_jsonl_runs_show_their_tokens(
         "document.querySelector('#run-step-summary').innerText.includes('Step 2')"
     )
     assert page.locator("#run-step-view .tok").count() > 0
+
+
+PLOT_JS = """(id) => [...document.querySelector(id + ' .js-plotly-plot').data]
+    .map(t => ({name: t.name, x: Array.from(t.x), y: Array.from(t.y)}))"""
+
+
+def test_what_the_trainer_logged_is_charted(chromium: Any, runs_server: LiveServer) -> None:
+    """Picking the TRL run charts the entropy and reward TRL itself logged (its
+    trainer_state.json) next to the reward GMTS read from the completions."""
+    page = open_runs_tab(chromium, runs_server.url)
+    pick_run(page, "trl (trl, 3 steps)", 3)
+    page.wait_for_selector("#run-trainer-plot .js-plotly-plot .main-svg")
+    traces = {t["name"]: t for t in page.evaluate(PLOT_JS, "#run-trainer-plot")}
+    history = json.loads((DATA / "trl" / "trainer_state.json").read_text())["log_history"]
+    logged = [h for h in history if "entropy" in h]
+    entropy = traces["entropy (TRL log: entropy)"]
+    assert entropy["x"] == [h["step"] for h in logged]
+    assert entropy["y"] == [h["entropy"] for h in logged]
+    assert "reward mean (GMTS, from the rollouts)" in traces
+    assert "What TRL itself logged" in page.locator("#run-trainer-note").inner_text()
