@@ -37,7 +37,7 @@ from fastapi.testclient import TestClient
 
 from app.core.config import Settings
 from app.main import create_app
-from gmts_core.modeling import LoadedModel
+from gmts_core.model.loading import LoadedModel
 from gmts_core.stats.tokenization import encode_prompt
 
 TARGET_RATIO = 1.5

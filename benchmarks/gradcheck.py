@@ -36,7 +36,7 @@ METHODS = ("entropy", "gmts", "gmts_entropy", "surprisal", "random", "all")
 def load_benchmark_model() -> tuple[torch.nn.Module, Any, str]:
     """The demo model, or a random Llama of the demo's shape (with a note saying so)."""
     if (DEMO_MODEL_DIR / "config.json").is_file():
-        from gmts_core.modeling import load_model
+        from gmts_core.model.loading import load_model
 
         lm = load_model(DEMO_MODEL_DIR, name="tiny-arith", device="cpu", dtype="float32")
         return lm.model, lm.tokenizer, "tiny-arith (bundled demo model)"

@@ -29,12 +29,12 @@ from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec
 from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
 from gmts_core.experiments.gradcheck import GradcheckResult, gradcheck
 from gmts_core.methods.selection import list_methods
-from gmts_core.modeling import LoadedModel, load_model
-from gmts_core.sampling import SamplingConfig
+from gmts_core.model.loading import LoadedModel, load_model
+from gmts_core.sampling.answers import SamplingConfig
 from gmts_core.tasks.arith import REWARD_RULE, generate_problems
 
 # every registered method: the core ones first, then the literature's
-# (gmts_core/methods/literature.py)
+# (gmts_core/methods/other_papers.py)
 METHODS = tuple(list_methods())
 METRICS = (
     "spearman_batch",

@@ -47,8 +47,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
-from gmts_core.modeling import LoadedModel
-from gmts_core.sampling import SamplingConfig
+from gmts_core.model.loading import LoadedModel
+from gmts_core.sampling.answers import SamplingConfig
 from gmts_core.stats.tokenization import encode_prompt
 
 TARGET_GIVEN = 1.0

@@ -25,7 +25,7 @@ from gmts_core.experiments.evaluation import demo_batch, evaluate_accuracy, held
 from gmts_core.experiments.sessions import step_seed
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
 from gmts_core.grpo.step import DEMO_RECIPE, RLConfig, grpo_step, make_optimizer
-from gmts_core.modeling import load_model
+from gmts_core.model.loading import load_model
 
 
 def parse_args() -> argparse.Namespace:

@@ -47,7 +47,7 @@ from gmts_core.experiments.evaluation import demo_batch
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
 from gmts_core.grpo.step import RLConfig, RLPrompt, grpo_step, make_optimizer
 from gmts_core.methods.rewards import compute_reward
-from gmts_core.modeling import load_model
+from gmts_core.model.loading import load_model
 
 TARGET_RATIO = 0.6
 

@@ -5,9 +5,9 @@ Rollout of one RL step's batch (``--prompts`` prompts x ``--group-size`` answers
 ``--max-new-tokens`` tokens, temperature 1) on the bundled ``tiny-arith`` model (or a random
 Qwen2-0.5B-shaped one with ``--shape 0.5b``), four ways, interleaved ``--repeats`` times:
 
-    generate   transformers' ``generate`` (``gmts_core.sampling.hf_generate_answers``)
-    generic    ``gmts_core.kv_sampler.decode`` with the model's own body at every step
-    fused      ``decode`` with the fused step (``gmts_core.fused_decode``; Llama layouts)
+    generate   transformers' ``generate`` (``gmts_core.sampling.answers.hf_generate_answers``)
+    generic    ``gmts_core.sampling.kv_sampler.decode`` with the model's own body at every step
+    fused      ``decode`` with the fused step (``gmts_core.sampling.fused_decode``; Llama layouts)
     fused+stats  the same, computing every token's statistics from the logits it was drawn from
 
 and the statistics two other ways, for the same answers:
@@ -40,9 +40,9 @@ from _common import emit, machine, median
 
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.experiments.evaluation import demo_batch
-from gmts_core.kv_sampler import DecodeRequest, decode, unserved_reason
-from gmts_core.modeling import load_model
-from gmts_core.sampling import SamplingConfig, hf_generate_answers
+from gmts_core.model.loading import load_model
+from gmts_core.sampling.answers import SamplingConfig, hf_generate_answers
+from gmts_core.sampling.kv_sampler import DecodeRequest, decode, unserved_reason
 from gmts_core.stats.forward import answer_logits, answer_token_stats, stats_from_logits
 from gmts_core.stats.tokenization import encode_prompt
 

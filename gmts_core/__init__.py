@@ -34,8 +34,8 @@ _EXPORTS: dict[str, str] = {
     "RewardSpec": "gmts_core.analysis.inputs",
     "AnalysisConfig": "gmts_core.config",
     "AnalysisResult": "gmts_core.analysis.records",
-    "SamplingConfig": "gmts_core.sampling",
-    "load_model": "gmts_core.modeling",
+    "SamplingConfig": "gmts_core.sampling.answers",
+    "load_model": "gmts_core.model.loading",
     "DEMO_MODEL_DIR": "gmts_core.demo",  # the bundled model tiny-arith (load_model(DEMO_MODEL_DIR))
     # token selection: the registry of methods and one selection
     "select": "gmts_core.methods.selection",
@@ -116,7 +116,7 @@ if TYPE_CHECKING:  # for type checkers and the API reference; nothing is importe
         register_method,
         select,
     )
-    from gmts_core.modeling import load_model
+    from gmts_core.model.loading import load_model
     from gmts_core.runs import open_run
     from gmts_core.runs.registry import register_reader
-    from gmts_core.sampling import SamplingConfig
+    from gmts_core.sampling.answers import SamplingConfig

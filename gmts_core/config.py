@@ -15,7 +15,7 @@ from gmts_core.knobs import knob
 from gmts_core.methods.selection import SCOPES, list_methods
 
 if TYPE_CHECKING:
-    from gmts_core.modeling import LoadedModel
+    from gmts_core.model.loading import LoadedModel
 
 
 DEFAULT_METHODS = ("entropy", "gmts", "gmts_entropy", "gmts_paper", "surprisal", "random", "all")

@@ -1,10 +1,11 @@
-"""Choose the arrival example: the small batch the Explore tab opens on (app.services.arrival).
+"""Choose the arrival example: the small batch the Explore tab opens on
+(app.services.arrival_example).
 
 Candidates: four of the demo task's example prompts ("easy", "carry", "borrow", "easy
 subtraction"), sampled G = 4 with each seed in ``--seeds`` (default 0..19) on the bundled model
 (about 60% right at temperature 1, so a group of 4 is all right or all wrong often enough to
 give a zero-signal group), analysed with batch-scope selection at ratio 0.2. Each candidate
-is scored by :func:`app.services.arrival.disagreement_score` (entropy's wasted share plus
+is scored by :func:`app.services.arrival_example.disagreement_score` (entropy's wasted share plus
 1 - Jaccard of the entropy and gmts selections; 0 unless exactly one group is zero-signal); the
 best is stored as the definition (``static/arrival-example.json``, with the search's figures in
 ``chosen_by``) and its analysis as the shipped first result (``static/arrival-result.json``).
@@ -22,16 +23,16 @@ import logging
 
 from app.core.config import Settings
 from app.schemas.analyze_request import AnalyzeRequest
-from app.services.arrival import (
+from app.services.arrival_example import (
     DEFINITION_PATH,
     RESULT_PATH,
     ArrivalExample,
     arrival_example,
     disagreement_score,
 )
-from app.services.bodies import as_json
 from app.services.catalog import demo_examples
 from app.services.container import build_services
+from app.services.responses import as_json
 from app.services.validation import validated
 
 logger = logging.getLogger("choose_arrival_example")

@@ -165,7 +165,7 @@ def build_tiny(model_type: str) -> torch.nn.Module:
 
 def outcome(model_type: str) -> tuple[str, Any]:
     """("skipped", reason) | ("refused", message) | ("verified", model) for one architecture."""
-    from gmts_core.head import UnsupportedArchitectureError, check_head_path
+    from gmts_core.model.logit_head import UnsupportedArchitectureError, check_head_path
 
     try:
         model = build_tiny(model_type)

@@ -19,7 +19,7 @@ import torch
 # (and their subprocess servers') out of the user's home
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="gmts-test-state-")
 
-from gmts_core.modeling import LoadedModel, load_model
+from gmts_core.model.loading import LoadedModel, load_model
 from tests.tiny_models import save_tiny_model
 
 ARCHS = ("llama", "qwen2", "gpt2")

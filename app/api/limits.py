@@ -8,7 +8,7 @@ since which of the two values the client meant is unknown. Paths under
 ``exempt_prefixes`` (the Gradio UI, which has its own upload limits) pass through.
 
 Once the body is read, the middleware keeps listening to the connection: when the client
-disconnects, the request's :class:`~gmts_core.cancel.CancelToken` is cancelled, so its job
+disconnects, the request's :class:`~gmts_core.progress.CancelToken` is cancelled, so its job
 leaves the queue (or stops at the next stage boundary) instead of running for nobody.
 """
 

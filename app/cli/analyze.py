@@ -12,8 +12,8 @@ from rich.text import Text
 from app.cli._app import cli
 from app.cli.common import cli_limits, echo_body, fail, group_request, services, with_options
 from app.schemas.analyze_request import AnalyzeRequest
-from app.services.bodies import as_json as json_body
 from app.services.errors import GMTSError
+from app.services.responses import as_json as json_body
 from app.services.validation import validated
 
 # entropy-only: underline; GMTS-only: bold on blue; both: bold reverse (readable without colour)

@@ -39,10 +39,10 @@ from app.cli.common import (
     with_options,
 )
 from app.schemas.analyze_request import AnalyzeRequest
-from app.services.bodies import as_json
 from app.services.errors import GMTSError, InvalidInputError
 from app.services.export import write_csv
 from app.services.line_budget import CLI_LIMITS, RunLimits, jsonl_lines
+from app.services.responses import as_json
 from app.services.validation import validated
 
 logger = logging.getLogger(__name__)

@@ -20,9 +20,9 @@ from app.cli.common import (
     with_options,
 )
 from app.schemas.gradcheck import GradcheckRequest
-from app.services.bodies import as_json as json_body
 from app.services.errors import GMTSError
 from app.services.gradcheck import DEFAULT_MAX_TOKENS
+from app.services.responses import as_json as json_body
 from app.services.validation import validated
 
 

@@ -18,7 +18,7 @@ from pydantic import (
 )
 
 from app.schemas.knobs import config_field
-from app.schemas.strict import (
+from app.schemas.request_base import (
     StrictBool,
     StrictRequest,
     check_ratio,
@@ -33,7 +33,7 @@ from gmts_core.methods.advantages import ADVANTAGES
 from gmts_core.methods.aggregation import AGGREGATIONS
 from gmts_core.methods.rewards import get_reward, list_rewards
 from gmts_core.methods.selection import METHODS
-from gmts_core.sampling import SamplingConfig
+from gmts_core.sampling.answers import SamplingConfig
 
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 

@@ -1,5 +1,5 @@
 """The response of ``POST /v1/analyze``: per-token, per-answer and per-group records and the
-teaching summaries, built from the library's typed results by ``app.services.bodies``."""
+teaching summaries, built from the library's typed results by ``app.services.responses``."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pydantic import (
     Field,
 )
 
-from app.schemas.derived import fields_from
+from app.schemas.from_dataclass import fields_from
 from app.schemas.numbers import Num
-from gmts_core.analysis.differences import Differences, ReasonCount, TokenRef
+from gmts_core.analysis.difference_reasons import Differences, ReasonCount, TokenRef
 
 
 class Alternative(BaseModel):
@@ -157,7 +157,7 @@ class ReasonCountOut(BaseModel):
 @fields_from(Differences, reasons=list[ReasonCountOut])
 class DifferencesOut(BaseModel):
     """Why two methods differ: the tokens only one of them selects, by reason
-    (``gmts_core.analysis.differences``)."""
+    (``gmts_core.analysis.difference_reasons``)."""
 
     model_config = ConfigDict(from_attributes=True)
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.schemas.analyze_request import REQUEST_PAIRS, AnalyzeRequest
 from app.schemas.analyze_response import AnalyzeResponse, Spearman
 from app.schemas.numbers import Num
-from app.schemas.strict import schema_rules
+from app.schemas.request_base import schema_rules
 from gmts_core.experiments.gradcheck import DEFAULT_MAX_TOKENS
 
 GRADCHECK_DEFAULT_TOKENS = 256

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from app.schemas.analyze_response import AnalyzeResponse, DifferencesOut
-from app.schemas.derived import fields_from
+from app.schemas.from_dataclass import fields_from
 from gmts_core.methods.selection import METHODS
 from gmts_core.runs.analysis import StepOverview, StepReport
 from gmts_core.runs.trainer_metrics import TrainerMetrics

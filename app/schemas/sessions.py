@@ -13,10 +13,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from app.schemas.derived import fields_from
+from app.schemas.from_dataclass import fields_from
 from app.schemas.knobs import config_field
 from app.schemas.numbers import Num
-from app.schemas.strict import (
+from app.schemas.request_base import (
     StrictBool,
     StrictRequest,
     check_ratio,

@@ -17,12 +17,12 @@ from typing import Protocol, TypeVar
 from app.core.config import Settings
 from app.schemas.analyze_request import DEFAULT_NUM_SAMPLES, AnalyzeRequest, GroupRequest
 from app.schemas.analyze_response import AnalyzeResponse
-from app.services.bodies import analysis_response
 from app.services.catalog import SAMPLING_DEFAULTS
 from app.services.errors import LimitExceededError, SessionNotFoundError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRef, ModelRegistry
 from app.services.policy import LimitsPolicy
+from app.services.responses import analysis_response
 from gmts_core.analysis.analyze import (
     AnalysisConfig,
     GroupInput,
@@ -33,9 +33,9 @@ from gmts_core.analysis.analyze import (
 from gmts_core.errors import InvalidInputError
 from gmts_core.methods.rewards import check_reference, reward_budget
 from gmts_core.methods.selection import default_scope
-from gmts_core.modeling import LoadedModel
-from gmts_core.sampling import SamplingConfig
-from gmts_core.stages import StageCallback
+from gmts_core.model.loading import LoadedModel
+from gmts_core.progress import StageCallback
+from gmts_core.sampling.answers import SamplingConfig
 from gmts_core.stats.tokenization import encode_answer, encode_prompt
 
 logger = logging.getLogger(__name__)

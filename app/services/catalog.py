@@ -12,8 +12,8 @@ from typing import Any
 from app.core.config import Settings
 from app.schemas.methods import MethodOut
 from app.schemas.server import CapabilitiesResponse
-from app.services.bodies import method_out
 from app.services.methods import list_method_infos
+from app.services.responses import method_out
 from gmts_core.config import DEFAULT_METHODS, AnalysisConfig, RLConfig
 from gmts_core.demo.evaluate import DemoEvalConfig
 from gmts_core.demo.train import TrainConfig
@@ -24,7 +24,7 @@ from gmts_core.methods.advantages import ADVANTAGES
 from gmts_core.methods.aggregation import AGGREGATIONS
 from gmts_core.methods.rewards import list_rewards
 from gmts_core.methods.selection import SCOPES
-from gmts_core.sampling import SamplingConfig
+from gmts_core.sampling.answers import SamplingConfig
 from gmts_core.tasks.arith import ArithProblem, ExamplePrompt, example_prompts, generate_problems
 
 ANALYSIS_DEFAULTS = AnalysisConfig()

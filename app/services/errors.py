@@ -6,7 +6,6 @@ to an exit code. Front ends import errors from here, never from ``gmts_core`` di
 
 from __future__ import annotations
 
-from gmts_core.cancel import Cancelled
 from gmts_core.errors import (
     GMTSError,
     InvalidInputError,
@@ -16,6 +15,7 @@ from gmts_core.errors import (
     NonFiniteLogitsError,
     UnknownNameError,
 )
+from gmts_core.progress import Cancelled
 
 
 class QueueFullError(GMTSError):

@@ -6,11 +6,11 @@ up. Jobs run in worker threads, so the event loop stays free: ``/healthz`` answe
 analysis runs. The limiter uses thread primitives only, so it works from any event loop (the
 API's, Gradio's) and from plain threads.
 
-Every job carries a :class:`~gmts_core.cancel.CancelToken`: the HTTP layer cancels it when the
+Every job carries a :class:`~gmts_core.progress.CancelToken`: the HTTP layer cancels it when the
 client disconnects (see ``app.api.limits``), and an awaiting task that is itself cancelled
 (server shutdown past its grace period) cancels it too. A waiting job whose token is cancelled
 leaves the queue without running; a running one stops at its next stage boundary
-(``gmts_core.cancel.checkpoint``). ``cancel_all`` cancels every job (shutdown).
+(``gmts_core.progress.checkpoint``). ``cancel_all`` cancels every job (shutdown).
 
 People do not get a 429: a caller on a worker thread (the UI) can wrap its calls in
 :func:`wait_in_line`, and ``run_blocking`` then waits for queue space (up to ``wait_s``,
@@ -50,7 +50,7 @@ from typing import Literal, TypeVar
 import anyio.to_thread
 
 from app.services.errors import QueueFullError
-from gmts_core.cancel import Cancelled, CancelToken, cancellable, current_token
+from gmts_core.progress import Cancelled, CancelToken, cancellable, current_token
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from safetensors import SafetensorError, safe_open
 from app.core.config import Settings
 from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
 from gmts_core.errors import ModelLoadError, ModelNotFoundError
-from gmts_core.modeling import (
+from gmts_core.model.loading import (
     LoadedModel,
     ModelCache,
     is_hub_id,

@@ -43,7 +43,7 @@ from app.schemas.runs import (
     TrainerMetricsOut,
 )
 from app.services.analysis import PreparedAnalysis, check_token_limits
-from app.services.bodies import analysis_response
+from app.services.responses import analysis_response
 from app.services.errors import Cancelled, RunNotFoundError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry

@@ -56,7 +56,7 @@ from gmts_core.experiments.session_state import (
 )
 from gmts_core.experiments.sessions import Session
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
-from gmts_core.modeling import LoadedModel
+from gmts_core.model.loading import LoadedModel
 
 logger = logging.getLogger(__name__)
 

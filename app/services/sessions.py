@@ -34,12 +34,11 @@ from app.schemas.sessions import (
     SessionStepRequest,
     StepOut,
 )
-from app.services.bodies import evaluation_out, session_out, step_out
 from app.services.errors import LimitExceededError, SessionNotFoundError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
+from app.services.responses import evaluation_out, session_out, step_out
 from app.services.session_store import SessionStore
-from gmts_core.cancel import Cancelled, CancelToken, current_token
 from gmts_core.config import RLConfig
 from gmts_core.errors import InvalidInputError
 from gmts_core.experiments.session_state import CorruptSessionError, load_session
@@ -47,8 +46,8 @@ from gmts_core.experiments.sessions import Session
 from gmts_core.grpo.policy import PolicySettings
 from gmts_core.grpo.records import StepResult
 from gmts_core.methods.rewards import check_reference, reward_budget
-from gmts_core.modeling import LoadedModel
-from gmts_core.stages import StageCallback
+from gmts_core.model.loading import LoadedModel
+from gmts_core.progress import Cancelled, CancelToken, StageCallback, current_token
 from gmts_core.stats.tokenization import encode_prompt
 
 logger = logging.getLogger(__name__)

@@ -13,9 +13,9 @@ import logging
 import gradio as gr
 
 from app.core.config import Settings
-from app.services.bodies import as_json
 from app.services.catalog import capabilities
 from app.services.errors import GMTSError
+from app.services.responses import as_json
 from app.ui.client import Backend, Json
 from app.ui.context import Tab, UIContext
 from app.ui.tabs.compare.tab import TAB as COMPARE

@@ -1,7 +1,7 @@
 """Plotly figures and summary tables of an analysis (pure: JSON result in, figure out).
 
 Nothing here computes a statistic of its own: every number comes from the analysis result
-(``app.services.bodies.analysis_json``), the figures only arrange it. Colours come from
+(``app.services.responses.analysis_json``), the figures only arrange it. Colours come from
 :mod:`app.palette` (one colour per method on every tab), and selections are marked by
 marker shape as well as colour.
 """

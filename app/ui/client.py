@@ -32,12 +32,12 @@ from app.schemas.analyze_request import AnalyzeRequest
 from app.schemas.gradcheck import GradcheckRequest
 from app.schemas.sessions import SessionCreateRequest, SessionEvalRequest, SessionStepRequest
 from app.services.analysed_runs import query as analysed_query
-from app.services.bodies import as_json
 from app.services.catalog import ANALYSIS_DEFAULTS, capabilities
 from app.services.compare import CompareConfig
 from app.services.container import Services
 from app.services.errors import GMTSError, SessionNotFoundError
 from app.services.jobs import wait_in_line
+from app.services.responses import as_json
 from app.services.runs import StepOptions
 from app.services.validation import validated, validation_message
 from app.ui.queue_watch import QueueWatch

@@ -7,7 +7,7 @@ both (both lines and bold). Spaces and newlines are drawn (``·``, ``⏎``) yet 
 All text, including tooltip data in ``data-*`` attributes, is HTML-escaped; the tooltip itself
 is drawn by ``static/gmts.js`` from ``data-tip`` using ``textContent``.
 
-The input is the JSON form of an analysis (``app.services.bodies.analysis_json``, the body of
+The input is the JSON form of an analysis (``app.services.responses.analysis_json``, the body of
 ``POST /v1/analyze``), so a local and a remote backend render identically.
 """
 

@@ -39,9 +39,9 @@ from gmts_core.methods.aggregation import loss_weights
 from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
 from gmts_core.methods.rewards import compute_reward, explicit_reward
 from gmts_core.methods.selection import Selection, SelectionInputs, select
-from gmts_core.modeling import LoadedModel
-from gmts_core.rope_window import longrope_window
-from gmts_core.stages import (
+from gmts_core.model.loading import LoadedModel
+from gmts_core.model.rope_window import longrope_window
+from gmts_core.progress import (
     GENERATING,
     REWARDS,
     SELECTION,
@@ -50,7 +50,7 @@ from gmts_core.stages import (
     StageCallback,
     Stages,
 )
-from gmts_core.stages import stages as new_stages
+from gmts_core.progress import stages as new_stages
 from gmts_core.stats.contexts import share_identical_contexts
 from gmts_core.stats.decoding import batch_token_texts
 from gmts_core.stats.forward import AnswerStats, answer_token_stats
@@ -234,7 +234,7 @@ def analyze(
     """Analyze one or more groups; with scope ``batch`` selection ranks all their tokens.
 
     ``on_stage(name, done, total)`` hears each stage as it begins (see
-    :mod:`gmts_core.stages`): "generating answers" (or "tokenizing answers" when all are
+    :mod:`gmts_core.progress`): "generating answers" (or "tokenizing answers" when all are
     given), "scoring rewards", "token statistics", "selection". ``token_limit`` is checked on
     the analysis's own tokenization, before any sampling.
     """

@@ -14,8 +14,8 @@ import torch
 from gmts_core.config import AnalysisConfig
 from gmts_core.errors import InvalidInputError, LimitExceededError
 from gmts_core.methods.rewards import RewardVerdict
-from gmts_core.modeling import LoadedModel
-from gmts_core.sampling import SamplingConfig, StatsSpec, sample_groups
+from gmts_core.model.loading import LoadedModel
+from gmts_core.sampling.answers import SamplingConfig, StatsSpec, sample_groups
 from gmts_core.stats.forward import AnswerStats
 from gmts_core.stats.tokenization import encode_answer, encode_prompt
 

@@ -2,7 +2,7 @@
 
 For each of ``num_prompts`` held-out problems the model samples a group of ``group_size``
 answers at temperature 1 (full distribution: no top-k, no top-p; seeded per problem, batched
-by :func:`gmts_core.sampling.sample_groups`) and answers once greedily. Entropies come from
+by :func:`gmts_core.sampling.answers.sample_groups`) and answers once greedily. Entropies come from
 the library's chunked token statistics (:func:`gmts_core.stats.forward.answer_token_stats`).
 Reported:
 
@@ -30,7 +30,7 @@ import torch
 from transformers import PreTrainedModel
 
 from gmts_core.knobs import knob
-from gmts_core.sampling import SamplingConfig, sample_groups
+from gmts_core.sampling.answers import SamplingConfig, sample_groups
 from gmts_core.stats.forward import answer_token_stats
 from gmts_core.stats.tokenization import encode_prompt
 from gmts_core.tasks.arith import ArithProblem, fork_token_mask, generate_problems

@@ -42,7 +42,7 @@ from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
 from gmts_core.grpo.step import DEMO_RECIPE, RLPrompt, grpo_step, make_optimizer
 from gmts_core.knobs import knob, knob_factory
 from gmts_core.methods.selection import list_methods
-from gmts_core.modeling import LoadedModel
+from gmts_core.model.loading import LoadedModel
 from gmts_core.tasks.mixes import DEFAULT_TASK_MIX, TASK_MIXES, task_mix_names
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Held-out accuracy of a policy, and prompt batches drawn from the demo task.
 
 Evaluation samples every problem's answer(s) in as few ``generate`` calls as possible, through
-:func:`gmts_core.sampling.sample_groups` (prompts of one token length share a call; every
+:func:`gmts_core.sampling.answers.sample_groups` (prompts of one token length share a call; every
 prompt of the arithmetic task has the same length).
 """
 
@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from gmts_core.errors import InvalidInputError
 from gmts_core.grpo.step import RLPrompt
 from gmts_core.methods.rewards import compute_reward
-from gmts_core.sampling import SamplingConfig, sample_groups
+from gmts_core.sampling.answers import SamplingConfig, sample_groups
 from gmts_core.stats.tokenization import encode_prompt
 from gmts_core.tasks import arith
 from gmts_core.tasks.mixes import DEFAULT_TASK_MIX, mixed_prompts
@@ -74,8 +74,8 @@ def evaluate_accuracy(
 
     ``model`` is any causal LM (a :class:`~gmts_core.grpo.policy.TrainablePolicy`'s ``.model``
     or a base model). The same ``seed`` gives the same answers for the same weights. Answers
-    are drawn by :func:`gmts_core.sampling.sample_groups` (problems whose prompts have the same
-    length share ``generate`` calls; NaN or infinite logits stop it with a clear error).
+    are drawn by :func:`gmts_core.sampling.answers.sample_groups` (problems whose prompts have the
+    same length share ``generate`` calls; NaN or infinite logits stop it with a clear error).
     """
     if not problems:
         raise InvalidInputError("evaluation needs at least one problem")

@@ -55,8 +55,8 @@ from gmts_core.analysis.analyze import (
 from gmts_core.analysis.records import AnalysisResult
 from gmts_core.analysis.summaries import gradient_coverage, spearman_by_answer
 from gmts_core.errors import InvalidInputError, LimitExceededError
-from gmts_core.modeling import LoadedModel
-from gmts_core.stages import StageCallback, no_stage
+from gmts_core.model.loading import LoadedModel
+from gmts_core.progress import StageCallback, no_stage
 from gmts_core.stats.tokenization import encode_prompt
 
 logger = logging.getLogger(__name__)

@@ -45,7 +45,7 @@ from gmts_core.experiments.evaluation import EvalResult
 from gmts_core.experiments.sessions import Session, SessionEvaluation
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
 from gmts_core.grpo.records import StepMetrics
-from gmts_core.modeling import LoadedModel
+from gmts_core.model.loading import LoadedModel
 
 logger = logging.getLogger(__name__)
 

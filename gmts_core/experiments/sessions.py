@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gmts_core.cancel import checkpoint
 from gmts_core.experiments.evaluation import (
     EvalResult,
     demo_batch,
@@ -25,7 +24,7 @@ from gmts_core.experiments.evaluation import (
 from gmts_core.grpo.policy import TrainablePolicy
 from gmts_core.grpo.records import StepMetrics, StepResult
 from gmts_core.grpo.step import RLConfig, RLPrompt, grpo_step, make_optimizer
-from gmts_core.stages import StageCallback
+from gmts_core.progress import StageCallback, checkpoint
 
 logger = logging.getLogger(__name__)
 

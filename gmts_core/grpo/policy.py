@@ -27,7 +27,7 @@ import torch
 
 from gmts_core.errors import InvalidInputError
 from gmts_core.knobs import knob
-from gmts_core.modeling import LoadedModel
+from gmts_core.model.loading import LoadedModel
 
 logger = logging.getLogger(__name__)
 

@@ -57,9 +57,9 @@ from gmts_core.grpo.records import (
 from gmts_core.grpo.selection import clip_settings, current_selection
 from gmts_core.methods.coefficient import EffectiveCoefficient, effective_coefficient
 from gmts_core.methods.selection import METHODS
-from gmts_core.sampling import SamplingConfig
-from gmts_core.stages import LOGPROB_AFTER, STATISTICS, UPDATE, StageCallback, Stages
-from gmts_core.stages import stages as new_stages
+from gmts_core.progress import LOGPROB_AFTER, STATISTICS, UPDATE, StageCallback, Stages
+from gmts_core.progress import stages as new_stages
+from gmts_core.sampling.answers import SamplingConfig
 from gmts_core.stats.contexts import share_identical_contexts
 from gmts_core.stats.forward import (
     AnswerStats,
@@ -428,7 +428,7 @@ def grpo_step(
     update's training forward yields the statistics (for batches within ``fused_max_tokens``),
     and its log-probs are pi_old for the later inner updates.
 
-    ``on_stage(name, done, total)`` hears each stage as it begins (:mod:`gmts_core.stages`):
+    ``on_stage(name, done, total)`` hears each stage as it begins (:mod:`gmts_core.progress`):
     "generating answers", "scoring rewards", "token statistics", "selection", "update" once
     per inner update, then "log-prob after" when ``measure_logprob_after`` is on.
     """

@@ -52,7 +52,7 @@ How it hooks into TRL (1.16), with no copy of TRL's loss code:
 Unlike TRL's ``top_entropy_quantile`` (a ``torch.quantile`` threshold, which keeps every token
 tied at the threshold), selection keeps exactly k = ceil(ratio * N) tokens per scope, ties broken
 by (answer, position) order, as everywhere in ``gmts_core`` (the paper's two methods keep by the
-rules of its released code, :mod:`gmts_core.methods.paper`).
+rules of its released code, :mod:`gmts_core.methods.gmts_released`).
 """
 
 from __future__ import annotations
@@ -71,7 +71,6 @@ from trl.trainer.utils import add_fused_lm_head
 
 from gmts_core.analysis.summaries import gradient_coverage, overlap
 from gmts_core.errors import InvalidInputError
-from gmts_core.head import head_path
 from gmts_core.integrations.selection_log import SelectionLogger
 from gmts_core.integrations.trl_config import GMTSGRPOConfig, validate_selection
 from gmts_core.integrations.trl_terms import (
@@ -86,6 +85,7 @@ from gmts_core.integrations.trl_terms import (
 from gmts_core.methods.aggregation import loss_weights
 from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
 from gmts_core.methods.selection import SelectionInputs, default_scope, select
+from gmts_core.model.logit_head import head_path
 from gmts_core.stats.metrics import token_stats_chunked
 
 logger = logging.getLogger(__name__)

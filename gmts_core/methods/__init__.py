@@ -7,6 +7,6 @@ its modules is asked for: the core methods in :mod:`.selection`, the paper's rul
 the literature's criteria in :mod:`.literature`.
 """
 
-from gmts_core.methods import literature, selection
+from gmts_core.methods import other_papers, selection
 
-__all__ = ["literature", "selection"]
+__all__ = ["other_papers", "selection"]

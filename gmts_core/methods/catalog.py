@@ -2,7 +2,7 @@
 
 One source for ``GET /v1/methods``, ``gmts methods`` and the UI's method pickers. The core
 methods' citations live here (their registrations predate the citation field); the
-literature methods carry theirs (:mod:`gmts_core.methods.literature`).
+literature methods carry theirs (:mod:`gmts_core.methods.other_papers`).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ beta = 0, omega_t = A_i and the norm is |A_i| w_i g.
 
 The GMTS paper's released code scores with the same coefficient: Framework1 divides all of it
 (advantage and KL part) by G |o_i|, Framework2 (verl) takes it raw; both multiply by the
-entropy (:mod:`gmts_core.methods.paper`). ``kl`` below is the KL part on its own.
+entropy (:mod:`gmts_core.methods.gmts_released`). ``kl`` below is the KL part on its own.
 """
 
 from __future__ import annotations

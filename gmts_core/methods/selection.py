@@ -5,7 +5,7 @@ top k = ceil(ratio * N) tokens of each scope (the whole batch, one group, or one
 Ties are broken by flat order, which is (group, answer, position). Adding a method is one
 small function decorated with ``@register_method``. A method may bring its own keep rule
 (``keep``): the paper's two released code bases keep tokens by rules of their own
-(:mod:`gmts_core.methods.paper`).
+(:mod:`gmts_core.methods.gmts_released`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from gmts_core.errors import InvalidInputError
-from gmts_core.methods import paper
+from gmts_core.methods import gmts_released as paper
 from gmts_core.registry import Registry
 
 SCOPES = ("batch", "group", "answer")
@@ -191,7 +191,7 @@ def gmts_entropy_score(x: SelectionInputs) -> torch.Tensor:
 )
 def gmts_paper_score(x: SelectionInputs) -> torch.Tensor:
     """delta_t = H_t |r_t I_t A_i + beta (pi_ref / pi_theta - 1)| / (G |o_i|), A_i with the
-    population std (eps 1e-6) of the group's rewards (:mod:`gmts_core.methods.paper`)."""
+    population std (eps 1e-6) of the group's rewards (:mod:`gmts_core.methods.gmts_released`)."""
     g = paper.answers_per_group(x.answer_index, x.group_index, x.answer_group)
     scale = g * paper.answer_lengths(x.answer_index)
     return _paper_score(x, unbiased=False, eps=paper.FRAMEWORK1_STD_EPS, scale=scale)
@@ -228,7 +228,8 @@ def gmts_paper_score(x: SelectionInputs) -> torch.Tensor:
 )
 def gmts_paper_verl_score(x: SelectionInputs) -> torch.Tensor:
     """delta_t = H_t |r_t I_t A_i + beta (pi_ref / pi_theta - 1)|, A_i with the unbiased std
-    (eps 1e-6) of the group's rewards, no length normalisation (:mod:`gmts_core.methods.paper`)."""
+    (eps 1e-6) of the group's rewards, no length normalisation
+    (:mod:`gmts_core.methods.gmts_released`)."""
     return _paper_score(x, unbiased=True, eps=paper.VERL_STD_EPS, scale=None)
 
 

@@ -13,7 +13,7 @@ off or the tensors are not in its layout, and the caller then uses PyTorch's ops
   split over ``torch.get_num_threads()`` threads.
 - :func:`attend_one` (``gmts_attend_one``): softmax(q k^T) v for one query per head, q (N, g, d)
   over N entries' cached keys and values (N, T, d). Used by the sampler's fused decoding step
-  (:mod:`gmts_core.fused_decode`, ``FusedStep._attention``) where the other kernels do not
+  (:mod:`gmts_core.sampling.fused_decode`, ``FusedStep._attention``) where the other kernels do not
   take the step: on CPU hundreds of (1 x d) @ (d x T) matmuls cost far more than their
   arithmetic.
 - :func:`rms_norm` (``gmts_rms_norm``): weight * x / sqrt(mean(x^2) + eps) over (n, d) float32

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec, analyze
-from gmts_core.analysis.differences import (
+from gmts_core.analysis.difference_reasons import (
     ZERO_SIGNAL,
     DifferenceInputs,
     Differences,
@@ -34,7 +34,7 @@ from gmts_core.analysis.summaries import (
     wasted_share,
 )
 from gmts_core.errors import InvalidInputError
-from gmts_core.modeling import LoadedModel
+from gmts_core.model.loading import LoadedModel
 from gmts_core.runs.base import RunGroup, RunStep
 
 _STEPS_RX = re.compile(r"^\s*(-?\d+)?\s*:\s*(-?\d+)?\s*(?::\s*(\d+))?\s*$")

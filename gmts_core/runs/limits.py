@@ -12,7 +12,7 @@ stops at its step limit. A budget exceeded raises :class:`RunLimitError` naming 
 value and the setting that raises it (``GMTS_RUN_*`` for the server, ``--run-*`` options for
 ``gmts analyze-run``, whose defaults are larger: :data:`CLI_LIMITS`).
 
-Long loops also call :func:`gmts_core.cancel.checkpoint`, so a reading whose client went away
+Long loops also call :func:`gmts_core.progress.checkpoint`, so a reading whose client went away
 stops at the next line, row group or folder entry.
 """
 
@@ -28,8 +28,8 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gmts_core.cancel import checkpoint
 from gmts_core.errors import InvalidInputError, LimitExceededError
+from gmts_core.progress import checkpoint
 from gmts_core.runs.files import confined_folder, resolved_inside
 
 MiB = 1 << 20

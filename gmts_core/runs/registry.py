@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from gmts_core.cancel import checkpoint
 from gmts_core.errors import InvalidInputError
+from gmts_core.progress import checkpoint
 from gmts_core.registry import Registry
 from gmts_core.runs.base import (
     NotARunError,

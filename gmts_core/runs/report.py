@@ -27,7 +27,7 @@ from typing import Any
 
 from gmts_core.analysis.analyze import AnalysisConfig
 from gmts_core.errors import InvalidInputError
-from gmts_core.modeling import LoadedModel
+from gmts_core.model.loading import LoadedModel
 from gmts_core.run_dataset.schema import write_manifest
 from gmts_core.run_dataset.writer import StepColumns, write_step
 from gmts_core.runs.analysis import (

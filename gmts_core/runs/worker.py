@@ -8,7 +8,7 @@ space (``RLIMIT_AS``), open files (``RLIMIT_NOFILE``); before each request, CPU 
 (``RLIMIT_CPU``, counted from what it used so far). The caller waits at most the wall-time
 limit for the reply (checking its cancel token meanwhile); a worker past any limit, or that
 the caller stops, is killed and replaced, and the caller gets :class:`RunWorkerLimitError`
-naming the limit and its setting (or :class:`~gmts_core.cancel.Cancelled`). Only JSON crosses
+naming the limit and its setting (or :class:`~gmts_core.progress.Cancelled`). Only JSON crosses
 the pipe, and a reply is read only up to the step's byte budget: the caller never holds more
 of a file's decoded content than one step.
 
@@ -39,8 +39,8 @@ try:
 except ImportError:  # pragma: no cover - the library alone: the standard json
     orjson = None  # type: ignore[assignment]
 
-from gmts_core.cancel import Cancelled, current_token
 from gmts_core.errors import GMTSError, InvalidInputError, LimitExceededError
+from gmts_core.progress import Cancelled, current_token
 from gmts_core.runs import errors as run_errors
 from gmts_core.runs.base import RunGroup, RunStep, StepRef
 from gmts_core.runs.limits import RunLimitError, RunLimits

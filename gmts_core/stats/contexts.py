@@ -29,8 +29,8 @@ def repeated_contexts(
     """Flat positions (answer tokens in (answer, position) order) whose context occurred before:
     (source, destination, same target token) triples as three lists, the source being the
     context's first occurrence. A trie over the contexts finds them in O(total tokens). With a
-    ``longrope`` ``window`` W (:mod:`gmts_core.rope_window`) only sequences on the same side of
-    W (prompt + answer within it, or past it) share contexts: their forwards use other RoPE
+    ``longrope`` ``window`` W (:mod:`gmts_core.model.rope_window`) only sequences on the same side
+    of W (prompt + answer within it, or past it) share contexts: their forwards use other RoPE
     frequencies.
 
     A source is never a destination (each position has one context, whose first occurrence

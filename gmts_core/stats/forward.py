@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
-from gmts_core.head import HeadPath, head_path
-from gmts_core.rope_window import RopeWindow, longrope_window, rope_window
+from gmts_core.model.logit_head import HeadPath, head_path
+from gmts_core.model.rope_window import RopeWindow, longrope_window, rope_window
 from gmts_core.stats.contexts import share_identical_contexts
 from gmts_core.stats.metrics import DEFAULT_CHUNK_SIZE, TokenStats, token_stats_chunked
 from gmts_core.stats.shared_prompts import serves, shareable, shared_prompt_hidden
@@ -49,7 +49,7 @@ def _window_sides(
 ) -> list[list[int]]:
     """``batches`` split so that none mixes sequences within a ``longrope`` window and past
     it: a padded forward takes its RoPE frequencies from the padded length, so each sequence
-    then gets those of its own forward (:mod:`gmts_core.rope_window`)."""
+    then gets those of its own forward (:mod:`gmts_core.model.rope_window`)."""
     if rope is None or rope.rope_type != "longrope":
         return batches
     out = []
@@ -88,7 +88,7 @@ def answer_logits(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Final hidden states (N, D) and float32 logits (N, V), after any post-head transform, at the
     positions that predict answer tokens, flat in (answer, position) order (the model's own
-    logits: :func:`gmts_core.head.head_path`).
+    logits: :func:`gmts_core.model.logit_head.head_path`).
 
     One padded forward of the body over all ``sequences``; differentiable when grad is enabled
     (the training forward of :mod:`gmts_core.grpo.loss` and the RL step use it). The LM head

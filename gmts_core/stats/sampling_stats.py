@@ -4,7 +4,7 @@ Sampling already computes, at every decoding step, the logits each new token is 
 second forward pass over prompt + answers would compute them again. :class:`StatsWhileSampling`
 keeps them instead: hooks on the transformer body and the LM head record the step's final hidden
 state norms and logits of the last position (through the model's post-head transforms,
-:class:`gmts_core.head.HeadPath`; a model with a logit scale gets its logits from
+:class:`gmts_core.model.logit_head.HeadPath`; a model with a logit scale gets its logits from
 ``HeadPath.logits`` on the recorded hidden state, as models differ in where they scale) and,
 registered as a stopping criterion (which ``generate`` calls right after appending the sampled
 token, and which never stops anything), it computes that token's statistics from them. Only
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from transformers import StoppingCriteria
 
-from gmts_core.head import head_path
+from gmts_core.model.logit_head import head_path
 from gmts_core.stats.forward import AnswerStats, check_finite
 from gmts_core.stats.metrics import TokenStats, token_stats_chunked
 

@@ -2,7 +2,7 @@
 
 In a GRPO batch every prompt has G answers, so a padded forward over the B x G full sequences
 runs each prompt's tokens G times. Here the distinct prompts (all of one token length) run
-once, into a cache (:func:`gmts_core.kv_cache.sampling_cache`); the cache's rows are repeated
+once, into a cache (:func:`gmts_core.model.kv_cache.sampling_cache`); the cache's rows are repeated
 for the answers (an ``index_select``, differentiable) and the answers run after them, right
 padded. The hidden states that predict the answer tokens are the same as the padded forward's
 (token 0 is predicted by the prompt's last position, token j by answer token j - 1), to
@@ -11,8 +11,8 @@ get the sum of their G answers' gradients, as they would as G copies.
 
 A model is served after a probe on first use (:func:`serves`): on a small batch, the hidden
 states of this forward must equal those of the padded forward within the load-time tolerance of
-:mod:`gmts_core.head`; models that fail (caches that cannot repeat rows, masks this path does
-not reproduce) keep the padded forward.
+:mod:`gmts_core.model.logit_head`; models that fail (caches that cannot repeat rows, masks this
+path does not reproduce) keep the padded forward.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
-from gmts_core.head import PROBE_TOLERANCE, PROBE_TOLERANCE_LOW_PRECISION
-from gmts_core.kv_cache import cache_keyword, keep_rows, sampling_cache
-from gmts_core.rope_window import rope_window
+from gmts_core.model.kv_cache import cache_keyword, keep_rows, sampling_cache
+from gmts_core.model.logit_head import PROBE_TOLERANCE, PROBE_TOLERANCE_LOW_PRECISION
+from gmts_core.model.rope_window import rope_window
 
 Sequences = list[tuple[list[int], list[int]]]
 
@@ -83,7 +83,7 @@ def serves(body: Any, padded: Any, pad_id: int) -> bool:
     (``padded(body, seqs, pad_id, device)``), probed once per body on a small batch: two prompts
     of four tokens, answers of 3, 1 and 2 tokens (one row padded, one with no continuation).
     Never for a RoPE whose frequencies depend on the forward's length
-    (:mod:`gmts_core.rope_window`): the prompt's cached keys would keep the short ones."""
+    (:mod:`gmts_core.model.rope_window`): the prompt's cached keys would keep the short ones."""
     if rope_window(getattr(body, "config", None)) is not None:
         return False
     with _LOCK:

@@ -18,7 +18,7 @@ from app.palette import method_color
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.experiments.compare import CompareConfig, run_compare
 from gmts_core.grpo.step import RLConfig
-from gmts_core.modeling import load_model
+from gmts_core.model.loading import load_model
 from tests.app.api_helpers import LiveServer
 from tests.browser.conftest import demo_model_ready
 

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from gmts_core.bounds import MAX_ABS_REWARD, MAX_NUMBER_DIGITS, MAX_NUMBER_EXPONENT
-from gmts_core.cancel import Cancelled, CancelToken, cancellable, checkpoint
 from gmts_core.errors import InvalidInputError, LimitExceededError
 from gmts_core.methods.advantages import compute_advantages
 from gmts_core.methods.rewards import (
@@ -20,6 +19,7 @@ from gmts_core.methods.rewards import (
     parse_number,
     reward_budget,
 )
+from gmts_core.progress import Cancelled, CancelToken, cancellable, checkpoint
 
 
 @pytest.mark.parametrize(

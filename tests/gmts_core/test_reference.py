@@ -14,7 +14,7 @@ from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.grpo.loss import grpo_loss
 from gmts_core.methods.coefficient import ClipSettings, effective_coefficient
-from gmts_core.modeling import load_model
+from gmts_core.model.loading import load_model
 from gmts_core.stats.tokenization import encode_prompt
 
 

@@ -12,7 +12,7 @@ from verl.workers.engine.utils import prepare_micro_batches
 
 from gmts_core.integrations import verl as plugin
 from gmts_core.integrations.verl_terms import select_tokens
-from gmts_core.methods import paper
+from gmts_core.methods import gmts_released as paper
 from tests.verl.batches import VOCAB, actor_config, make_rows, to_tensordict
 from tests.verl.engine import cpu_worker, row_token_batch
 

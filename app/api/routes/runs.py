@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 
 from app.api.deps import ServicesDep
 from app.api.routes.common import error_responses
+from app.schemas.request_base import MIN_RATIO
 from app.schemas.runs import (
     METHOD_NAMES,
     METHODS_PATTERN,
@@ -16,7 +17,6 @@ from app.schemas.runs import (
     RunsResponse,
     RunStepResponse,
 )
-from app.schemas.strict import MIN_RATIO
 from app.services.catalog import ANALYSIS_DEFAULTS
 from app.services.runs import DEFAULT_METHODS, StepOptions
 

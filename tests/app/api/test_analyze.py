@@ -12,11 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.services.bodies import analysis_json
 from app.services.errors import SessionNotFoundError
+from app.services.responses import analysis_json
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
-from gmts_core.analysis.differences import REASON_KEYS
-from gmts_core.modeling import LoadedModel, load_model
+from gmts_core.analysis.difference_reasons import REASON_KEYS
+from gmts_core.model.loading import LoadedModel, load_model
 from tests.app.api_helpers import TINY, given_body, make_settings
 from tests.tiny_models import save_tiny_model
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from app.main import create_app
-from gmts_core.modeling import LoadedModel
+from gmts_core.model.loading import LoadedModel
 from tests.app.api_helpers import TINY, LiveServer, given_body, make_settings
 
 

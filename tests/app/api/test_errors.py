@@ -11,7 +11,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from gmts_core.modeling import load_model
+from gmts_core.model.loading import load_model
 from tests.app.api_helpers import TINY, given_body, make_settings
 
 

@@ -27,7 +27,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from gmts_core.grpo.policy import weights_checksum
 from gmts_core.grpo.step import RLConfig
-from gmts_core.modeling import LoadedModel
+from gmts_core.model.loading import LoadedModel
 from tests.app.api_helpers import TINY, LiveServer, given_body, make_settings
 
 SAMPLED = {"prompt": "Q: 1+2=?", "num_samples": 2, "max_new_tokens": 4, "rewards": [1, 0]}

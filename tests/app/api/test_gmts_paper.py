@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 import app.cli.analyze  # noqa: F401  (registers the command)
 from app.cli._app import cli
 from app.core.config import Settings
-from app.services.bodies import as_json
 from app.services.catalog import capabilities
+from app.services.responses import as_json
 from app.ui.choices import method_choices
 from tests.app.api_helpers import given_body
 

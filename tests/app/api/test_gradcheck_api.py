@@ -15,7 +15,7 @@ from app.services.gradcheck import GradcheckService
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput
 from gmts_core.errors import LimitExceededError
 from gmts_core.experiments.gradcheck import gradcheck
-from gmts_core.modeling import load_model
+from gmts_core.model.loading import load_model
 from tests.app.api_helpers import TINY, given_body, make_settings
 
 

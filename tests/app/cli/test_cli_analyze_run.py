@@ -23,7 +23,7 @@ from app.services.run_analysis import RunAnalysisRequest, run_analysis
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.errors import InvalidInputError
-from gmts_core.modeling import load_model
+from gmts_core.model.loading import load_model
 from gmts_core.run_dataset import AnalysedRun
 from tests.multiprocess import free_port, run
 

@@ -10,9 +10,9 @@ import pytest
 
 from app.core.config import Settings
 from app.schemas.analyze_request import AnalyzeRequest
-from app.services import arrival
-from app.services.bodies import as_json
+from app.services import arrival_example as arrival
 from app.services.container import build_services
+from app.services.responses import as_json
 from app.services.validation import validated
 from tests.browser.conftest import demo_model_ready
 

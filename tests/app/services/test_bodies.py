@@ -1,4 +1,4 @@
-"""The one mapping from the library's results to the API's bodies (app.services.bodies)."""
+"""The one mapping from the library's results to the API's bodies (app.services.responses)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import math
 import pytest
 from fastapi.testclient import TestClient
 
-from app.services.bodies import analysis_json
+from app.services.responses import analysis_json
 from gmts_core.analysis.analyze import GroupInput, analyze
 from gmts_core.config import AnalysisConfig
-from gmts_core.modeling import LoadedModel
+from gmts_core.model.loading import LoadedModel
 
 PROMPT = "Q: 47+38=?"
 ANSWERS = ["A: 7+8=15 carry 1, 4+3+1=8, answer 85", "85", "answer 84 Grüße 😀", "I think 58."]

@@ -13,7 +13,7 @@ import pytest
 
 from app.services.errors import QueueFullError
 from app.services.jobs import JOB_CLIENT, JobLimiter, wait_in_line
-from gmts_core.cancel import Cancelled, CancelToken
+from gmts_core.progress import Cancelled, CancelToken
 
 WAIT = 30.0
 

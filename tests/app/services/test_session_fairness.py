@@ -12,7 +12,7 @@ import pytest
 from app.services.errors import QueueFullError, SessionNotFoundError
 from app.services.session_store import SessionCapError, SessionStore
 from gmts_core.config import RLConfig
-from gmts_core.modeling import LoadedModel, load_model
+from gmts_core.model.loading import LoadedModel, load_model
 from tests.tiny_models import save_tiny_model
 
 CONFIG = RLConfig(group_size=4, max_new_tokens=8)

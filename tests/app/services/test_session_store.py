@@ -11,7 +11,7 @@ from app.services.errors import SessionBusyError, SessionNotFoundError
 from app.services.session_store import SessionCapError, SessionStore
 from gmts_core.config import RLConfig
 from gmts_core.grpo.step import RLPrompt
-from gmts_core.modeling import LoadedModel, load_model
+from gmts_core.model.loading import LoadedModel, load_model
 from tests.tiny_models import save_tiny_model
 
 PROMPTS = [

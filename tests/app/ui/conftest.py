@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from app.services.bodies import analysis_json
+from app.services.responses import analysis_json
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec, analyze
-from gmts_core.modeling import load_model
+from gmts_core.model.loading import load_model
 from tests.app.api_helpers import TINY
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from app.services.bodies import analysis_json
+from app.services.responses import analysis_json
 from app.ui import charts, render
 from app.ui.tabs.learn import learn
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec, analyze
-from gmts_core.modeling import load_model
+from gmts_core.model.loading import load_model
 from tests.app.api_helpers import TINY
 
 EVIL = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'

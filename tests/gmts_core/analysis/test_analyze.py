@@ -17,8 +17,8 @@ from torch.testing import assert_close
 
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec, analyze
 from gmts_core.errors import InvalidInputError
-from gmts_core.modeling import LoadedModel, load_model
-from gmts_core.sampling import SamplingConfig, sample_answers
+from gmts_core.model.loading import LoadedModel, load_model
+from gmts_core.sampling.answers import SamplingConfig, sample_answers
 from gmts_core.stats.forward import answer_token_stats
 
 PROMPT = "Q: 47+38=?"

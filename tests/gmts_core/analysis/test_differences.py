@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, RewardSpec, analyze
-from gmts_core.analysis.differences import (
+from gmts_core.analysis.difference_reasons import (
     EQUAL_LOG,
     REASON_KEYS,
     ZERO_SIGNAL,
@@ -24,8 +24,8 @@ from gmts_core.analysis.differences import (
     why_they_differ,
 )
 from gmts_core.methods.selection import METHODS
-from gmts_core.modeling import LoadedModel
-from gmts_core.sampling import SamplingConfig
+from gmts_core.model.loading import LoadedModel
+from gmts_core.sampling.answers import SamplingConfig
 
 F = torch.float64
 ADVANTAGE_KEYS = {"zero_advantage", "smaller_advantage", "larger_advantage"}

@@ -10,7 +10,7 @@ import torch
 
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
 from gmts_core.demo import DEMO_MODEL_DIR
-from gmts_core.modeling import load_model
+from gmts_core.model.loading import load_model
 from gmts_core.stats.contexts import share_identical_contexts
 from gmts_core.stats.forward import AnswerStats
 from gmts_core.stats.metrics import TokenStats

@@ -13,7 +13,7 @@ import torch
 
 from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
 from gmts_core.demo.tokenizer import build_tokenizer
-from gmts_core.sampling import SamplingConfig
+from gmts_core.sampling.answers import SamplingConfig
 from gmts_core.tasks.arith import example_prompts, flawed_solution, generate_problems
 
 MAX_WEIGHTS_BYTES = 20 * 1024 * 1024

@@ -16,7 +16,7 @@ from gmts_core.experiments.compare import (
     run_compare,
 )
 from gmts_core.grpo.step import RLConfig
-from gmts_core.modeling import LoadedModel, load_model
+from gmts_core.model.loading import LoadedModel, load_model
 from tests.tiny_models import save_tiny_model
 
 RL = RLConfig(group_size=2, prompts_per_step=2, max_new_tokens=4, learning_rate=1e-2)

@@ -21,7 +21,7 @@ from gmts_core.experiments.gradcheck import (
     fidelity_report,
     gradcheck,
 )
-from gmts_core.modeling import LoadedModel, load_model
+from gmts_core.model.loading import LoadedModel, load_model
 from tests.arch_matrix import build_tiny
 from tests.tiny_models import save_tiny_model
 

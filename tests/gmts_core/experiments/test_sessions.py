@@ -9,7 +9,7 @@ import pytest
 from gmts_core.experiments.sessions import Session
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy, weights_checksum
 from gmts_core.grpo.step import RLConfig, RLPrompt
-from gmts_core.modeling import LoadedModel, load_model
+from gmts_core.model.loading import LoadedModel, load_model
 from tests.tiny_models import save_tiny_model
 
 PROMPTS = [

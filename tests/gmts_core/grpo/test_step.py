@@ -22,8 +22,8 @@ from gmts_core.grpo.step import (
     micro_batches,
     policy_update,
 )
-from gmts_core.modeling import LoadedModel, load_model
-from gmts_core.sampling import SamplingConfig, sample_answers
+from gmts_core.model.loading import LoadedModel, load_model
+from gmts_core.sampling.answers import SamplingConfig, sample_answers
 from gmts_core.stats.forward import answer_token_stats
 from tests.tiny_models import save_tiny_model
 

@@ -22,7 +22,7 @@ from gmts_core.grpo.selection import current_selection
 from gmts_core.grpo.step import RLConfig, TrainBatch, make_optimizer, policy_update
 from gmts_core.methods.coefficient import ClipSettings, effective_coefficient
 from gmts_core.methods.selection import rank_and_select, scope_ids_for
-from gmts_core.modeling import LoadedModel
+from gmts_core.model.loading import LoadedModel
 from gmts_core.stats.metrics import token_stats
 
 EPS_LOW, EPS_HIGH = 0.2, 0.28

@@ -1,4 +1,4 @@
-"""The literature's criteria (gmts_core/methods/literature.py) on hand-built batches.
+"""The literature's criteria (gmts_core/methods/other_papers.py) on hand-built batches.
 
 Every expected score below is worked out by hand in the comments (or by a naive loop written
 here from the paper's formula), not taken from the implementation.
@@ -14,9 +14,9 @@ import torch
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
 from gmts_core.errors import InvalidInputError
 from gmts_core.methods.catalog import method_catalog
-from gmts_core.methods.literature import answer_positions, gtpo_advantages
+from gmts_core.methods.other_papers import answer_positions, gtpo_advantages
 from gmts_core.methods.selection import SelectionInputs, list_methods, select
-from gmts_core.modeling import LoadedModel
+from gmts_core.model.loading import LoadedModel
 
 LITERATURE = ("clip_cov", "kl_cov", "lopti", "gtpo", "rsi", "high_prob")
 

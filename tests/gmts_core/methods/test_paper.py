@@ -21,7 +21,7 @@ from gmts_core.analysis.analyze import GroupInput, analyze
 from gmts_core.config import AnalysisConfig
 from gmts_core.methods.catalog import method_info
 from gmts_core.methods.selection import SelectionInputs, default_scope, select
-from gmts_core.modeling import LoadedModel
+from gmts_core.model.loading import LoadedModel
 
 EPS_LOW, EPS_HIGH = 0.2, 0.28
 

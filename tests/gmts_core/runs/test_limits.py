@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gmts_core.cancel import Cancelled, CancelToken, cancellable
+from gmts_core.progress import Cancelled, CancelToken, cancellable
 from gmts_core.runs import CLI_LIMITS, RunLimitError, RunLimits, open_run
 from gmts_core.runs.limits import bounded_lines, scan_folder
 

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gmts_core.demo import DEMO_MODEL_DIR
-from gmts_core.modeling import load_model
+from gmts_core.model.loading import load_model
 from gmts_core.runs import (
     RunFormatError,
     RunLimitError,

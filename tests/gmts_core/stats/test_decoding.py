@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gmts_core.modeling import LoadedModel
+from gmts_core.model.loading import LoadedModel
 from gmts_core.stats.decoding import (
     _prefix_texts,
     batch_token_texts,

@@ -17,7 +17,7 @@ from torch.testing import assert_close
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
 from gmts_core.methods.advantages import compute_advantages
 from gmts_core.methods.aggregation import loss_weights
-from gmts_core.modeling import LoadedModel
+from gmts_core.model.loading import LoadedModel
 from gmts_core.stats.metrics import grad_proxy, token_stats
 
 ADVANTAGES = ["grpo", "dr_grpo", "rloo"]

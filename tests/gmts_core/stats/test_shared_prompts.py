@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from gmts_core.head import head_path
-from gmts_core.modeling import LoadedModel, load_model
+from gmts_core.model.loading import LoadedModel, load_model
+from gmts_core.model.logit_head import head_path
 from gmts_core.stats import shared_prompts
 from gmts_core.stats.forward import _answer_hidden, answer_logits
 from gmts_core.stats.shared_prompts import serves, shareable, shared_prompt_hidden

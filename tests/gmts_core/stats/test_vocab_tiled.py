@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from gmts_core.modeling import load_model
+from gmts_core.model.loading import load_model
 from gmts_core.stats.forward import _plain_linear, answer_token_stats
 from gmts_core.stats.metrics import token_stats
 from gmts_core.stats.vocab_tiled import tile_columns, token_stats_from_hidden

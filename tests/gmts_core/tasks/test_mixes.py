@@ -57,7 +57,7 @@ def test_an_unknown_mix_is_refused_with_the_valid_names() -> None:
 def test_hard_mix_gives_the_base_model_many_more_zero_signal_groups() -> None:
     """Groups of G = 8 answers at T = 1 from the bundled model (the training rollouts'
     sampling): a group whose answers all score the same has no GRPO signal."""
-    from gmts_core.modeling import load_model
+    from gmts_core.model.loading import load_model
 
     lm = load_model(DEMO_MODEL_DIR, name="tiny-arith", device="cpu")
 

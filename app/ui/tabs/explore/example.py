@@ -1,7 +1,7 @@
 """What the Explore tab opens on: the arrival example and the form's default prompt.
 
 The page's first render already holds a highlighted batch (no model run, no click, no wait):
-the arrival example of :mod:`app.services.arrival` -- a small batch of demo prompts in which
+the arrival example of :mod:`app.services.arrival_example` -- a small batch of demo prompts in which
 one group has no learning signal, so entropy and GMTS visibly disagree -- stored as its
 ``POST /v1/analyze`` body in ``static/arrival-result.json``. A test checks that the stored body
 still matches a fresh analysis with the bundled model; after retraining the model, regenerate
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from app.services import arrival
+from app.services import arrival_example as arrival
 from app.services.catalog import demo_examples
 from app.ui.tabs.explore import view as explore
 

@@ -17,9 +17,9 @@ from app.services.catalog import ANALYSIS_DEFAULTS, SAMPLING_DEFAULTS
 from app.services.errors import InvalidInputError
 from app.ui import charts
 from app.ui.choices import EXPLICIT
-from app.ui.differences import why_differ_html
 from app.ui.render import Json, placeholder, render_result
 from app.ui.tabs.learn import learn
+from app.ui.why_differ import why_differ_html
 
 ANSWER_SEPARATOR = re.compile(r"^\s*-{3,}\s*$", re.MULTILINE)
 
@@ -154,7 +154,7 @@ class ExploreView:
     summary_rows: list[list[str]]
     learn_html: str
     notes: list[str]
-    why_html: str = ""  # why Method A and B differ (app.ui.differences)
+    why_html: str = ""  # why Method A and B differ (app.ui.why_differ)
 
 
 def explore_view(

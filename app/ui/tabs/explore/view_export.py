@@ -18,10 +18,10 @@ import plotly.io as pio
 
 from app.ui.assets import STATIC_DIR
 from app.ui.charts import group_figures, summary_html, summary_rows
-from app.ui.differences import why_differ_html
 from app.ui.render import groups_of, render_result
 from app.ui.tabs.explore.batch import budget_chart
 from app.ui.tabs.explore.export import export_dir, prune
+from app.ui.why_differ import why_differ_html
 
 
 def view_html(

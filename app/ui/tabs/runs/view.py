@@ -25,8 +25,8 @@ from app.reports.run_charts import (
     reward_figure,
     trainer_figure,
 )
-from app.ui.differences import why_differ_html
 from app.ui.render import placeholder, rank_pool, render_group
+from app.ui.why_differ import why_differ_html
 
 logger = logging.getLogger(__name__)
 Json = dict[str, Any]

@@ -14,9 +14,9 @@ import pytest
 from app.palette import method_color
 from app.reports.compare_report import table_header, table_rows
 from app.schemas.gradcheck import GradcheckRequest
-from app.services.bodies import analysis_json, as_json, gradcheck_response
 from app.services.compare import load_compare_file, result_from_dict
 from app.services.container import build_services
+from app.services.responses import analysis_json, as_json, gradcheck_response
 from app.ui.tabs.compare import view as compare
 from app.ui.tabs.proxy import view as proxy
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
@@ -24,7 +24,7 @@ from gmts_core.errors import InvalidInputError, LimitExceededError
 from gmts_core.experiments.compare import CompareConfig, run_compare
 from gmts_core.experiments.gradcheck import gradcheck
 from gmts_core.grpo.step import RLConfig
-from gmts_core.modeling import load_model
+from gmts_core.model.loading import load_model
 from tests.app.api_helpers import TINY, make_settings
 
 

@@ -1,6 +1,6 @@
-"""The Explore tab opens on the arrival example (app.services.arrival): a batch in which entropy
-and GMTS disagree, shown with its batch view and "why they differ" (the stored body matching a
-fresh analysis is tested in tests/app/services/test_arrival.py)."""
+"""The Explore tab opens on the arrival example (app.services.arrival_example): a batch in which
+entropy and GMTS disagree, shown with its batch view and "why they differ" (the stored body
+matching a fresh analysis is tested in tests/app/services/test_arrival.py)."""
 
 from __future__ import annotations
 

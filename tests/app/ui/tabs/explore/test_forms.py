@@ -6,9 +6,9 @@ import pytest
 
 from app.core.config import Settings
 from app.schemas.analyze_request import AnalyzeRequest
-from app.services.bodies import as_json
 from app.services.catalog import capabilities
 from app.services.errors import InvalidInputError
+from app.services.responses import as_json
 from app.ui import choices
 from app.ui.tabs.explore import batch
 from app.ui.tabs.explore import view as explore

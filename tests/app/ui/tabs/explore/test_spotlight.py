@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.services.arrival import load_arrival
+from app.services.arrival_example import load_arrival
 from app.ui.tabs.explore import spotlight
 from app.ui.tabs.explore.tab import initial_values
 

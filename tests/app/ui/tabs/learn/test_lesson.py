@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from app.core.config import Settings
-from app.services.bodies import as_json
 from app.services.catalog import capabilities
+from app.services.responses import as_json
 from app.ui import choices
 from app.ui.tabs.learn import learn, lesson
 from gmts_core.methods.selection import list_methods

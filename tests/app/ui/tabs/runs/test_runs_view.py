@@ -149,7 +149,7 @@ def test_step_view_tooltip_ranks_fit_their_labels(services, scope: str) -> None:
 
 
 def test_spotlight_tooltip_ranks_fit_their_labels() -> None:
-    from app.services.arrival import load_arrival
+    from app.services.arrival_example import load_arrival
     from app.ui.tabs.explore.spotlight import spotlight_html
 
     result = load_arrival()

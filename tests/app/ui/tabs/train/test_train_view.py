@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.schemas.sessions import SessionCreateRequest, SessionStepRequest
-from app.services.bodies import as_json, step_metrics_out
 from app.services.errors import SessionNotFoundError
+from app.services.responses import as_json, step_metrics_out
 from app.services.train_gain import evaluation_gain
 from app.ui.client import BackendError, LocalBackend, RemoteBackend
 from app.ui.tabs.train import changes as render_changes

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gmts_core.errors import InvalidInputError
-from gmts_core.modeling import load_model, resolve_device, resolve_dtype
+from gmts_core.model.loading import load_model, resolve_device, resolve_dtype
 from tests.tiny_models import save_tiny_model
 
 

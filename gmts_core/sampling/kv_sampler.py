@@ -3,16 +3,17 @@
 One call samples G answers to each of several prompts of one token length:
 
 prefill  -> one forward of the transformer body over the B distinct prompts (not B x G rows),
-            whose cache is then repeated G times (:func:`gmts_core.kv_cache.repeat_rows`)
-decode   -> per step, the LM head on the last hidden state (:func:`gmts_core.head.head_path`:
-            the logits the analysis reports, post-head transforms included), the model's
-            generation processors (min length, temperature, top-k, top-p: transformers' own
-            classes, in ``generate``'s order), then ``multinomial``'s draw (the same draws, faster
-            on CPU: :func:`gmts_core.draw.categorical`; ``argmax`` when greedy)
-            and one body forward of the new tokens into a pre-allocated cache
-            (:mod:`gmts_core.kv_cache`)
-stopping -> a row that produced EOS is finished; once a quarter of the batch has finished the
-            finished rows are dropped from the cache and the batch shrinks (never re-run)
+            whose cache is then repeated G times (:func:`gmts_core.model.kv_cache.repeat_rows`)
+decode   -> per step, the LM head on the last hidden state
+            (:func:`gmts_core.model.logit_head.head_path`: the logits the analysis reports,
+            post-head transforms included), the model's generation processors (min length,
+            temperature, top-k, top-p: transformers' own classes, in ``generate``'s order), then
+            ``multinomial``'s draw (the same draws, faster on CPU:
+            :func:`gmts_core.sampling.categorical.categorical`; ``argmax`` when greedy) and one
+            body forward of the new tokens into a pre-allocated cache
+(:mod:`gmts_core.model.kv_cache`) stopping -> a row that produced EOS is finished; once a quarter
+            of the batch has finished the finished rows are dropped from the cache and the batch
+            shrinks (never re-run)
 
 With statistics asked for, each token's statistics are computed from the very logits it was
 drawn from (:func:`gmts_core.stats.metrics.token_stats_chunked`), so no forward pass of their
@@ -20,7 +21,7 @@ own is needed.
 
 A model is served after a probe on its first use (:func:`unserved_reason`): the sampler's
 logits, through prefill, repeated rows, decoding and dropped rows, must equal the teacher-forced
-logits of its own body and head within the load-time tolerance of :mod:`gmts_core.head`.
+logits of its own body and head within the load-time tolerance of :mod:`gmts_core.model.logit_head`.
 Models that fail the probe (recurrent or linear-attention caches, extra generation inputs),
 or whose generation config asks for processors this sampler does not apply (repetition
 penalty, bad words, ...), are sampled by ``generate`` instead, and the log says so once per
@@ -46,18 +47,23 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from gmts_core.cancel import checkpoint
-from gmts_core.draw import categorical
 from gmts_core.errors import NonFiniteLogitsError
-from gmts_core.fused_decode import FusedStep
-from gmts_core.head import PROBE_TOLERANCE, PROBE_TOLERANCE_LOW_PRECISION, HeadPath, head_path
-from gmts_core.kv_cache import (
+from gmts_core.model.kv_cache import (
     PreallocatedLayer,
     cache_keyword,
     keep_rows,
     repeat_rows,
     sampling_cache,
 )
+from gmts_core.model.logit_head import (
+    PROBE_TOLERANCE,
+    PROBE_TOLERANCE_LOW_PRECISION,
+    HeadPath,
+    head_path,
+)
+from gmts_core.progress import checkpoint
+from gmts_core.sampling.categorical import categorical
+from gmts_core.sampling.fused_decode import FusedStep
 from gmts_core.stats.forward import AnswerStats, check_finite
 from gmts_core.stats.metrics import TokenStats, token_stats_chunked
 
@@ -108,7 +114,8 @@ class DecodeRequest:
     stats_temperature: float | None = None
     stats_top_k: int = 0
     stats_chunk_size: int = 128
-    fused: bool = True  # decode Llama-layout models with the fused step (gmts_core.fused_decode)
+    # decode Llama-layout models with the fused step (gmts_core.sampling.fused_decode)
+    fused: bool = True
 
 
 @dataclass
@@ -166,7 +173,7 @@ def processors(
 class _Body:
     """Calls the transformer body with a cache (the keyword is ``cache`` in newer models,
     ``past_key_values`` in others) and returns the last position's hidden state (B, D); a
-    decoding step of a Llama-layout model runs fused (:mod:`gmts_core.fused_decode`)."""
+    decoding step of a Llama-layout model runs fused (:mod:`gmts_core.sampling.fused_decode`)."""
 
     def __init__(self, path: HeadPath, fused: bool = True) -> None:
         self.path = path

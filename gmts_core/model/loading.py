@@ -2,7 +2,8 @@
 
 Safetensors only, ``trust_remote_code`` off unless asked, device and dtype ``auto``, a pad
 token guaranteed. Works with any ``AutoModelForCausalLM`` architecture whose LM-head path
-:func:`gmts_core.head.check_head_path` verifies at load time (others are refused by name).
+:func:`gmts_core.model.logit_head.check_head_path` verifies at load time (others are refused by
+name).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from gmts_core.errors import InvalidInputError, ModelLoadError, ModelNotFoundError
-from gmts_core.head import check_head_path
+from gmts_core.model.logit_head import check_head_path
 
 logger = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ What is done about it:
 
 - ``longrope``: answers are drawn as ``generate`` draws them (cached decoding), and the
   statistics of every answer that crosses W are re-scored with a full forward
-  (:func:`gmts_core.sampling.generate_answers`), so that the reported log-probs and statistics
-  are the model's own forward over prompt + answer; said in the log once per model. The
+  (:func:`gmts_core.sampling.answers.generate_answers`), so that the reported log-probs and
+  statistics are the model's own forward over prompt + answer; said in the log once per model. The
   statistics of given answers come from forwards whose micro-batches never mix sequences
   within W and past it (:func:`gmts_core.stats.forward.answer_token_stats`: a padded forward
   takes its frequencies from the padded length), so each answer's are those of its own forward;
@@ -32,8 +32,8 @@ What is done about it:
   ``max_new_tokens`` passes W is refused with :class:`gmts_core.errors.InvalidInputError`.
 
 Paths that rotate with cached or precomputed frequencies are not used for these models: the
-fused decoding step (:mod:`gmts_core.fused_decode`, all positions' rotations from one call of
-the rotary module) and the shared-prompt training forward (:mod:`gmts_core.stats.shared_prompts`,
+fused decoding step (:mod:`gmts_core.sampling.fused_decode`, all positions' rotations from one call
+of the rotary module) and the shared-prompt training forward (:mod:`gmts_core.stats.shared_prompts`,
 the prompt's cache reused for its answers).
 """
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
-from gmts_core.modeling import LoadedModel
-from gmts_core.sampling import (
+from gmts_core.model.loading import LoadedModel
+from gmts_core.sampling.answers import (
     SamplingConfig,
     StatsSpec,
     batch_seed,

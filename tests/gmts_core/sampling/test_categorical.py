@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from gmts_core import draw
+from gmts_core.sampling import categorical as draw
 
 
 def _probs(rows: int, vocab: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -156,11 +156,12 @@ def test_fallback_when_the_probe_fails(
     monkeypatch.setattr(draw, "_verdict", None)
     monkeypatch.setattr(draw, "_probe", lambda: False)
     monkeypatch.setattr(draw, "_categorical", lambda probs: pytest.fail("fast path taken"))
-    with caplog.at_level(logging.WARNING, logger="gmts_core.draw"):
+    with caplog.at_level(logging.WARNING, logger="gmts_core.sampling.categorical"):
         for case in ("64x102", "zeros and one-hot float64"):
             _assert_multinomials(CASES[case], range(5))
     assert draw._verdict is False
-    assert len([r for r in caplog.records if r.name == "gmts_core.draw"]) == 1  # logged once
+    # logged once
+    assert len([r for r in caplog.records if r.name == "gmts_core.sampling.categorical"]) == 1
 
 
 @pytest.mark.parametrize(

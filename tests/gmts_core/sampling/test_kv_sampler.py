@@ -13,11 +13,16 @@ import torch
 from torch.testing import assert_close
 from transformers import DynamicCache
 
-from gmts_core import kv_sampler
-from gmts_core.kv_cache import PreallocatedLayer, keep_rows, repeat_rows, sampling_cache
-from gmts_core.kv_sampler import DecodeRequest, decode, processors, unserved_reason
-from gmts_core.modeling import LoadedModel, load_model
-from gmts_core.sampling import SamplingConfig, StatsSpec, generate_answers, hf_generate_answers
+from gmts_core.model.kv_cache import PreallocatedLayer, keep_rows, repeat_rows, sampling_cache
+from gmts_core.model.loading import LoadedModel, load_model
+from gmts_core.sampling import kv_sampler
+from gmts_core.sampling.answers import (
+    SamplingConfig,
+    StatsSpec,
+    generate_answers,
+    hf_generate_answers,
+)
+from gmts_core.sampling.kv_sampler import DecodeRequest, decode, processors, unserved_reason
 from gmts_core.stats.forward import answer_token_stats
 
 
@@ -145,7 +150,7 @@ def test_unsupported_generation_settings_fall_back_to_generate(
     lm.model.generation_config.repetition_penalty = 1.3
     try:
         assert "repetition_penalty" in str(unserved_reason(lm.model))
-        with caplog.at_level(logging.WARNING, logger="gmts_core.kv_sampler"):
+        with caplog.at_level(logging.WARNING, logger="gmts_core.sampling.kv_sampler"):
             ours = generate_answers(lm.model, lm.tokenizer, _prompts(lm)[:1], cfg)
         theirs = hf_generate_answers(lm.model, lm.tokenizer, _prompts(lm)[:1], cfg)
         assert [a.token_ids for a in ours] == [a.token_ids for a in theirs]

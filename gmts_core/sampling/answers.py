@@ -1,8 +1,8 @@
 """Sampling a group of G answers to one prompt in one batched, KV-cached call.
 
-The call is our own sampler (:mod:`gmts_core.kv_sampler`: pre-allocated cache, prefill once per
-prompt, finished rows dropped, statistics from the logits each token was drawn from) for every
-model it serves, and transformers' ``generate`` for the others (said in the log). Both draw
+The call is our own sampler (:mod:`gmts_core.sampling.kv_sampler`: pre-allocated cache, prefill
+once per prompt, finished rows dropped, statistics from the logits each token was drawn from) for
+every model it serves, and transformers' ``generate`` for the others (said in the log). Both draw
 from the same distribution: the model's logits through its generation processors, temperature,
 top-k and top-p, as ``generate`` applies them.
 
@@ -28,11 +28,11 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteriaList
 
 from gmts_core.bounds import MAX_SEED, MIN_TEMPERATURE
-from gmts_core.cancel import checkpoint
 from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
 from gmts_core.knobs import knob
-from gmts_core.kv_sampler import DecodeRequest, decode, unserved_reason
-from gmts_core.rope_window import refuse_past_window, rope_window
+from gmts_core.model.rope_window import refuse_past_window, rope_window
+from gmts_core.progress import checkpoint
+from gmts_core.sampling.kv_sampler import DecodeRequest, decode, unserved_reason
 from gmts_core.stats.forward import AnswerStats, answer_token_stats
 from gmts_core.stats.sampling_stats import StatsWhileSampling
 
@@ -129,11 +129,12 @@ def generate_answers(
 ) -> list[SampledAnswer]:
     """``config.num_samples`` answers to each prompt (all of one length) in one call, prompt
     by prompt; with ``stats``, each with its tokens' statistics. Our sampler serves the model
-    unless ``use_generate`` or :func:`gmts_core.kv_sampler.unserved_reason` says otherwise.
+    unless ``use_generate`` or :func:`gmts_core.sampling.kv_sampler.unserved_reason` says otherwise.
 
-    For a RoPE whose frequencies switch with the forward's length (:mod:`gmts_core.rope_window`)
-    a ``dynamic`` one is refused past its window (InvalidInputError), and the statistics of
-    answers that cross a ``longrope`` one are those of a full forward (:func:`_rescore`)."""
+    For a RoPE whose frequencies switch with the forward's length
+    (:mod:`gmts_core.model.rope_window`) a ``dynamic`` one is refused past its window
+    (InvalidInputError), and the statistics of answers that cross a ``longrope`` one are those of a
+    full forward (:func:`_rescore`)."""
     refuse_past_window(model, len(prompts[0]), config.max_new_tokens)
     if use_generate or unserved_reason(model) is not None:
         answers = hf_generate_answers(model, tokenizer, prompts, config, stats)
@@ -169,7 +170,7 @@ def _rescore(
     stats: StatsSpec | None,
 ) -> list[SampledAnswer]:
     """``answers`` (``len(answers) // len(prompts)`` per prompt, in order), the statistics of
-    those that cross a ``longrope`` window (:mod:`gmts_core.rope_window`) replaced by those of
+    those that cross a ``longrope`` window (:mod:`gmts_core.model.rope_window`) replaced by those of
     a full forward over prompt + answer: cached decoding rotated the prompt's keys with the
     short factors, the model's own forward over the whole sequence uses the long ones. The
     tokens stay as drawn (as ``generate`` draws them)."""

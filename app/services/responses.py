@@ -35,7 +35,7 @@ from app.schemas.sessions import (
     StepMetricsOut,
     StepOut,
 )
-from gmts_core.analysis.differences import all_differences
+from gmts_core.analysis.difference_reasons import all_differences
 from gmts_core.analysis.records import AnalysisResult, AnswerRecord, GroupRecord, TokenRecord
 from gmts_core.experiments.gradcheck import GradcheckResult
 from gmts_core.experiments.sessions import Session, SessionEvaluation

@@ -1,4 +1,4 @@
-"""A pre-allocated key/value cache for the sampler (:mod:`gmts_core.kv_sampler`).
+"""A pre-allocated key/value cache for the sampler (:mod:`gmts_core.sampling.kv_sampler`).
 
 transformers' ``DynamicCache`` grows every layer's keys and values by ``torch.cat`` at every
 decoding step (a copy of the whole cache per step), and its ``StaticCache`` attends over the

@@ -9,10 +9,10 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from gmts_core.fused_decode import FusedStep
-from gmts_core.head import head_path
-from gmts_core.kv_cache import repeat_rows, sampling_cache
-from gmts_core.modeling import LoadedModel
+from gmts_core.model.kv_cache import repeat_rows, sampling_cache
+from gmts_core.model.loading import LoadedModel
+from gmts_core.model.logit_head import head_path
+from gmts_core.sampling.fused_decode import FusedStep
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

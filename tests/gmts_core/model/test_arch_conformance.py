@@ -3,16 +3,17 @@
 For each architecture in ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` that can be built as a tiny
 random decoder (tests/arch_matrix.py says why the others are skipped):
 
-- the load-time probe (:func:`gmts_core.head.check_head_path`) either verifies the tool's LM-head
-  path or refuses the architecture by name (never silently wrong numbers);
+- the load-time probe (:func:`gmts_core.model.logit_head.check_head_path`) either verifies the
+  tool's LM-head path or refuses the architecture by name (never silently wrong numbers);
 - for a verified one: the analysis fields (logprob, entropy, grad_norm) equal float64 values
   computed independently by autograd through ``model(...).logits / tau``; the live RL loss
   (``answer_logprobs`` + ``grpo_loss``) equals the same loss built on the model's own forward,
   value and gradient; and sampling round-trips: the log-probs ``generate`` sampled from equal
   the analysed ones, from a forward pass and as collected while sampling; and our KV-cached
-  sampler (:mod:`gmts_core.kv_sampler`) either serves the architecture, drawing ``generate``'s
-  tokens for the same seed from logits whose statistics equal the analysed ones, or falls back
-  to ``generate`` with a stated reason (recurrent or linear-attention states, no KV cache).
+  sampler (:mod:`gmts_core.sampling.kv_sampler`) either serves the architecture, drawing
+  ``generate``'s tokens for the same seed from logits whose statistics equal the analysed ones, or
+  falls back to ``generate`` with a stated reason (recurrent or linear-attention states, no KV
+  cache).
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ import torch
 from torch.testing import assert_close
 from transformers import StoppingCriteriaList
 
-from gmts_core import head as head_module
 from gmts_core.grpo.loss import answer_logprobs, grpo_loss
-from gmts_core.head import UnsupportedArchitectureError, check_head_path
-from gmts_core.kv_sampler import DecodeRequest, decode, unserved_reason
+from gmts_core.model import logit_head as head_module
+from gmts_core.model.logit_head import UnsupportedArchitectureError, check_head_path
+from gmts_core.sampling.kv_sampler import DecodeRequest, decode, unserved_reason
 from gmts_core.stats.forward import answer_token_stats
 from gmts_core.stats.sampling_stats import StatsWhileSampling
 from tests.arch_matrix import VOCAB, build_tiny, causal_lm_types, outcome

@@ -22,7 +22,7 @@ from typing import Any
 
 from gmts_core.config import AnalysisConfig
 from gmts_core.knobs import knob_default
-from gmts_core.sampling import SamplingConfig
+from gmts_core.sampling.answers import SamplingConfig
 
 logger = logging.getLogger(__name__)
 

@@ -15,12 +15,13 @@ import torch
 from torch.testing import assert_close
 from transformers import LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM
 
-from gmts_core import reference, sampling
+from gmts_core import reference
 from gmts_core.errors import InvalidInputError
-from gmts_core.fused_decode import FusedStep
-from gmts_core.kv_sampler import DecodeRequest, decode, unserved_reason
-from gmts_core.rope_window import RopeWindow, rope_window
-from gmts_core.sampling import SamplingConfig, StatsSpec, generate_answers, sample_groups
+from gmts_core.model.rope_window import RopeWindow, rope_window
+from gmts_core.sampling import answers as sampling
+from gmts_core.sampling.answers import SamplingConfig, StatsSpec, generate_answers, sample_groups
+from gmts_core.sampling.fused_decode import FusedStep
+from gmts_core.sampling.kv_sampler import DecodeRequest, decode, unserved_reason
 from gmts_core.stats import shared_prompts
 from gmts_core.stats.forward import answer_token_stats
 
@@ -134,7 +135,7 @@ def test_sampled_statistics_are_a_fresh_full_forwards(
     every reported statistic is that of a fresh forward of prompt + answer alone."""
     prompt = [(3 + 7 * i) % 96 for i in range(prompt_length)]
     monkeypatch.setattr(sampling, "_RESCORE_LOGGED", weakref.WeakSet())  # logged once per model
-    with caplog.at_level(logging.INFO, logger="gmts_core.sampling"):
+    with caplog.at_level(logging.INFO, logger="gmts_core.sampling.answers"):
         answers = _sample(phi3, prompt, 20, use_generate)
     said = "answers that cross it get a full forward's statistics" in caplog.text
     assert said == (prompt_length <= WINDOW)

@@ -1,7 +1,7 @@
 """The "why they differ" view: an analysis body's ``differences`` for two methods, as HTML.
 
-For each reason (:mod:`gmts_core.analysis.differences`) a row with how many tokens each method
-selects alone for it and that count's share of the method's own selection budget, and a
+For each reason (:mod:`gmts_core.analysis.difference_reasons`) a row with how many tokens each
+method selects alone for it and that count's share of the method's own selection budget, and a
 ``<details>`` list of those tokens as buttons; ``static/gmts.js`` turns a click on one into the
 token's pinned panel (or says which group holds it). Only arranges numbers of the result; the
 one renderer of Explore, the Runs step view and the HTML report.

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
-from gmts_core.modeling import LoadedModel, load_model
-from gmts_core.sampling import (
+from gmts_core.model.loading import LoadedModel, load_model
+from gmts_core.sampling.answers import (
     RejectNonFiniteLogits,
     SampledAnswer,
     SamplingConfig,

@@ -6,14 +6,15 @@ plumbing, mask construction, output containers and decorators; on a small model 
 than the arithmetic (the bundled demo model: about 60 % of a decoding step). For the layouts
 this module knows (Llama, Qwen2: RMSNorm, rotary attention with grouped key/value heads, a
 gated MLP), :class:`FusedStep` runs the same modules' weights directly, reading and writing the
-sampler's pre-allocated cache (:class:`gmts_core.kv_cache.PreallocatedLayer`, filled by the
+sampler's pre-allocated cache (:class:`gmts_core.model.kv_cache.PreallocatedLayer`, filled by the
 model's own prefill). The model's own RMSNorm, rotary embedding and activation modules are
 called, so their variants (rope scaling, norm epsilon) are the model's; the attention of one
 query is a weighted sum over the cached keys and values.
 
 It serves a model only when every piece is the plain one (``nn.Linear`` without hooks, so a
 PEFT adapter or an offloading wrapper is never bypassed); the sampler's probe then checks its
-logits against the model's teacher-forced forward (:func:`gmts_core.kv_sampler.probe_difference`).
+logits against the model's teacher-forced forward
+(:func:`gmts_core.sampling.kv_sampler.probe_difference`).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from gmts_core import native
-from gmts_core.kv_cache import PreallocatedLayer
-from gmts_core.rope_window import rope_window
+from gmts_core.model.kv_cache import PreallocatedLayer
+from gmts_core.model.rope_window import rope_window
 
 LAYERS = ("LlamaDecoderLayer", "Qwen2DecoderLayer")
 NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gmts_core.errors import InvalidInputError, ModelLoadError
-from gmts_core.modeling import (
+from gmts_core.model.loading import (
     LoadedModel,
     ModelCache,
     ensure_pad_token,

@@ -19,7 +19,7 @@ order as the models do:
 Anything else is caught by :func:`check_head_path`: it compares this path with the model's own
 forward on a short probe and raises :class:`UnsupportedArchitectureError` naming the
 architecture when they differ, so no statistic is ever computed on the wrong distribution.
-:func:`gmts_core.modeling.load_model` runs it on every model it loads.
+:func:`gmts_core.model.loading.load_model` runs it on every model it loads.
 
 Transforms run in float32 (as Gemma-style models do for their soft-cap); for float32 models the
 result equals ``model(...).logits`` up to float rounding.
