@@ -20,11 +20,13 @@ import time
 import torch
 from _common import emit
 
+from gmts_core.config import RLConfig
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.experiments.evaluation import demo_batch, evaluate_accuracy, heldout_problems
 from gmts_core.experiments.sessions import step_seed
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
-from gmts_core.grpo.step import DEMO_RECIPE, RLConfig, grpo_step, make_optimizer
+from gmts_core.grpo.step import DEMO_RECIPE, grpo_step
+from gmts_core.grpo.update import make_optimizer
 from gmts_core.model.loading import load_model
 
 

@@ -42,10 +42,13 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 import gmts_core.grpo.step
+from gmts_core.config import RLConfig
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.experiments.evaluation import demo_batch
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
-from gmts_core.grpo.step import RLConfig, RLPrompt, grpo_step, make_optimizer
+from gmts_core.grpo.rollout import RLPrompt
+from gmts_core.grpo.step import grpo_step
+from gmts_core.grpo.update import make_optimizer
 from gmts_core.methods.rewards import compute_reward
 from gmts_core.model.loading import load_model
 

@@ -26,7 +26,7 @@ from app.schemas.request_base import (
 from gmts_core.bounds import MAX_SEED, MIN_TEMPERATURE
 from gmts_core.config import RLConfig
 from gmts_core.grpo.records import AnswerChange, StepMetrics, TokenChange
-from gmts_core.grpo.step import RLPrompt
+from gmts_core.grpo.rollout import RLPrompt
 from gmts_core.methods.advantages import ADVANTAGES
 from gmts_core.methods.aggregation import AGGREGATIONS
 from gmts_core.methods.rewards import get_reward, list_rewards

@@ -18,7 +18,7 @@ from gmts_core.config import DEFAULT_METHODS, AnalysisConfig, RLConfig
 from gmts_core.demo.evaluate import DemoEvalConfig
 from gmts_core.demo.train import TrainConfig
 from gmts_core.experiments.compare import CompareConfig
-from gmts_core.grpo.step import CLASS_RECIPE as CLASS_RECIPE  # the UI's Train/Compare recipe
+from gmts_core.grpo.step import CLASS_RECIPE as CLASS_RECIPE
 from gmts_core.knobs import knob_default, knob_info
 from gmts_core.methods.advantages import ADVANTAGES
 from gmts_core.methods.aggregation import AGGREGATIONS

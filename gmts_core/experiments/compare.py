@@ -39,7 +39,9 @@ from gmts_core.experiments.evaluation import (
 )
 from gmts_core.experiments.sessions import step_seed
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
-from gmts_core.grpo.step import DEMO_RECIPE, RLPrompt, grpo_step, make_optimizer
+from gmts_core.grpo.rollout import RLPrompt
+from gmts_core.grpo.step import DEMO_RECIPE, grpo_step
+from gmts_core.grpo.update import make_optimizer
 from gmts_core.knobs import knob, knob_factory
 from gmts_core.methods.selection import list_methods
 from gmts_core.model.loading import LoadedModel

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gmts_core.errors import InvalidInputError
-from gmts_core.grpo.step import RLPrompt
+from gmts_core.grpo.rollout import RLPrompt
 from gmts_core.methods.rewards import compute_reward
 from gmts_core.sampling.answers import SamplingConfig, sample_groups
 from gmts_core.stats.tokenization import encode_prompt

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gmts_core.config import RLConfig
 from gmts_core.experiments.evaluation import (
     EvalResult,
     demo_batch,
@@ -23,7 +24,9 @@ from gmts_core.experiments.evaluation import (
 )
 from gmts_core.grpo.policy import TrainablePolicy
 from gmts_core.grpo.records import StepMetrics, StepResult
-from gmts_core.grpo.step import RLConfig, RLPrompt, grpo_step, make_optimizer
+from gmts_core.grpo.rollout import RLPrompt
+from gmts_core.grpo.step import grpo_step
+from gmts_core.grpo.update import make_optimizer
 from gmts_core.progress import StageCallback, checkpoint
 
 logger = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from app.palette import method_color
+from gmts_core.config import RLConfig
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.experiments.compare import CompareConfig, run_compare
-from gmts_core.grpo.step import RLConfig
 from gmts_core.model.loading import load_model
 from tests.app.api_helpers import LiveServer
 from tests.browser.conftest import demo_model_ready

@@ -25,8 +25,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from gmts_core.config import RLConfig
 from gmts_core.grpo.policy import weights_checksum
-from gmts_core.grpo.step import RLConfig
 from gmts_core.model.loading import LoadedModel
 from tests.app.api_helpers import TINY, LiveServer, given_body, make_settings
 

@@ -10,7 +10,7 @@ import torch
 from app.services.errors import SessionBusyError, SessionNotFoundError
 from app.services.session_store import SessionCapError, SessionStore
 from gmts_core.config import RLConfig
-from gmts_core.grpo.step import RLPrompt
+from gmts_core.grpo.rollout import RLPrompt
 from gmts_core.model.loading import LoadedModel, load_model
 from tests.tiny_models import save_tiny_model
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from gmts_core.config import RLConfig
 from gmts_core.experiments.compare import (
     CompareConfig,
     CompareResult,
     RunCurve,
     run_compare,
 )
-from gmts_core.grpo.step import RLConfig
 from gmts_core.model.loading import LoadedModel, load_model
 from tests.tiny_models import save_tiny_model
 

@@ -6,9 +6,10 @@ import dataclasses
 
 import pytest
 
+from gmts_core.config import RLConfig
 from gmts_core.experiments.sessions import Session
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy, weights_checksum
-from gmts_core.grpo.step import RLConfig, RLPrompt
+from gmts_core.grpo.rollout import RLPrompt
 from gmts_core.model.loading import LoadedModel, load_model
 from tests.tiny_models import save_tiny_model
 

@@ -10,18 +10,15 @@ from typing import Any
 import pytest
 import torch
 
+from gmts_core.config import RLConfig
 from gmts_core.experiments.evaluation import evaluate_accuracy
+from gmts_core.grpo.forward import micro_batches
 from gmts_core.grpo.loss import grpo_loss, k3_kl
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
 from gmts_core.grpo.records import StepMetrics
-from gmts_core.grpo.step import (
-    RLConfig,
-    RLPrompt,
-    grpo_step,
-    make_optimizer,
-    micro_batches,
-    policy_update,
-)
+from gmts_core.grpo.rollout import RLPrompt
+from gmts_core.grpo.step import grpo_step
+from gmts_core.grpo.update import make_optimizer, policy_update
 from gmts_core.model.loading import LoadedModel, load_model
 from gmts_core.sampling.answers import SamplingConfig, sample_answers
 from gmts_core.stats.forward import answer_token_stats

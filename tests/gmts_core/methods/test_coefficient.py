@@ -16,10 +16,12 @@ import torch
 from torch.testing import assert_close
 
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
+from gmts_core.config import RLConfig
 from gmts_core.grpo.loss import grpo_loss
 from gmts_core.grpo.policy import TrainablePolicy
+from gmts_core.grpo.records import TrainBatch
 from gmts_core.grpo.selection import current_selection
-from gmts_core.grpo.step import RLConfig, TrainBatch, make_optimizer, policy_update
+from gmts_core.grpo.update import make_optimizer, policy_update
 from gmts_core.methods.coefficient import ClipSettings, effective_coefficient
 from gmts_core.methods.selection import rank_and_select, scope_ids_for
 from gmts_core.model.loading import LoadedModel

@@ -20,10 +20,10 @@ from app.services.responses import analysis_json, as_json, gradcheck_response
 from app.ui.tabs.compare import view as compare
 from app.ui.tabs.proxy import view as proxy
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
+from gmts_core.config import RLConfig
 from gmts_core.errors import InvalidInputError, LimitExceededError
 from gmts_core.experiments.compare import CompareConfig, run_compare
 from gmts_core.experiments.gradcheck import gradcheck
-from gmts_core.grpo.step import RLConfig
 from gmts_core.model.loading import load_model
 from tests.app.api_helpers import TINY, make_settings
 

@@ -1,0 +1,96 @@
+"""The training forward of a GRPO step, run before the selection: each micro-batch's
+differentiable log-probs (graphs held for the first update's backward) and its answers' token
+statistics from the same logits, so the analysis costs no forward pass of its own. Batches above
+``fused_max_tokens`` take a separate no-grad statistics pass instead, to bound memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from gmts_core.config import RLConfig
+from gmts_core.grpo.loss import (
+    answer_targets,
+    logprobs_from_logits,
+)
+from gmts_core.grpo.policy import TrainablePolicy
+from gmts_core.stats.contexts import share_identical_contexts
+from gmts_core.stats.forward import (
+    AnswerStats,
+    answer_logits,
+    answer_token_stats,
+    stats_from_logits,
+    token_budget_batches,
+)
+
+Parts = list[tuple[list[int], slice]]  # micro-batches: answer indices and their token slice
+
+Sequences = list[tuple[list[int], list[int]]]  # (prompt_ids, answer_ids) per answer
+
+
+def micro_batches(sequences: Sequences, max_tokens: int) -> Parts:
+    """Consecutive answers in padded batches of at most ``max_tokens`` tokens each."""
+    lengths = [len(p) + len(a) for p, a in sequences]
+    offsets = [0]
+    for _, a in sequences:
+        offsets.append(offsets[-1] + len(a))
+    return [
+        (idx, slice(offsets[idx[0]], offsets[idx[-1] + 1]))
+        for idx in token_budget_batches(lengths, max_tokens)
+    ]
+
+
+def padded_tokens(sequences: Sequences, parts: Parts) -> int:
+    """Tokens the micro-batches' padded forwards process, padding included."""
+    return sum(
+        len(idx) * max(len(sequences[i][0]) + len(sequences[i][1]) for i in idx) for idx, _ in parts
+    )
+
+
+@dataclass
+class StatisticsForward:
+    """The first update's training forward: per micro-batch, the differentiable log-probs
+    (N_part,) whose graphs are held for the backward, and every answer's statistics."""
+
+    logprobs: list[torch.Tensor]
+    stats: list[AnswerStats]
+
+
+def statistics_forward(
+    policy: TrainablePolicy, sequences: Sequences, parts: Parts, config: RLConfig
+) -> StatisticsForward:
+    """One training forward per micro-batch (grad enabled); the token statistics come from the
+    same logits, detached. The log-probs are those of the loss (temperature tau)."""
+    pad_id = policy.tokenizer.pad_token_id
+    chunk = config.analysis_config(0).chunk_size
+    logprobs, stats = [], []
+    with torch.enable_grad():
+        for idx, _ in parts:
+            seqs = [sequences[i] for i in idx]
+            hidden, logits = answer_logits(policy.model, seqs, pad_id, share_prompts=True)
+            stats += stats_from_logits(logits, hidden, seqs, config.temperature, 0, chunk)
+            targets = answer_targets(seqs, logits.device)
+            logprobs.append(logprobs_from_logits(logits, targets, config.temperature))
+    share_identical_contexts(sequences, stats)  # as answer_token_stats: bit-equal repeats
+    return StatisticsForward(logprobs, stats)
+
+
+def answer_statistics(
+    policy: TrainablePolicy, sequences: Sequences, parts: Parts, config: RLConfig
+) -> tuple[list[AnswerStats], list[torch.Tensor] | None]:
+    """Every answer's token statistics and, where the batch is small enough to hold its graphs
+    (``fused_max_tokens``), the first update's differentiable log-probs per micro-batch."""
+    if padded_tokens(sequences, parts) <= config.fused_max_tokens:
+        first = statistics_forward(policy, sequences, parts, config)
+        return first.stats, first.logprobs
+    stats = answer_token_stats(
+        policy.model,
+        sequences,
+        policy.tokenizer.pad_token_id,
+        config.temperature,
+        0,
+        config.analysis_config(0).chunk_size,
+        config.max_batch_tokens,
+    )
+    return stats, None

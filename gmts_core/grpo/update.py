@@ -1,0 +1,226 @@
+"""The policy update of a GRPO step: flat per-token tensors of the batch (advantages, weights,
+the selection mask), the optimizer, and ``inner_steps`` AdamW updates of the clipped, masked
+GRPO loss (:mod:`gmts_core.grpo.loss`) with gradient-norm clipping. The first update reuses the
+training forward's graphs; the selection is fixed per batch (default, as TRL) or re-ranked
+before every later update by gamma = w |omega| g at the current policy (``reselect``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from gmts_core.analysis.records import AnalysisResult
+from gmts_core.config import RLConfig
+from gmts_core.errors import NonFiniteLogitsError
+from gmts_core.grpo.forward import Parts, Sequences, micro_batches
+from gmts_core.grpo.loss import (
+    LossTerms,
+    answer_logprobs,
+    grpo_loss,
+)
+from gmts_core.grpo.policy import TrainablePolicy
+from gmts_core.grpo.records import (
+    TrainBatch,
+    UpdateStats,
+)
+from gmts_core.grpo.selection import clip_settings, current_selection
+from gmts_core.methods.coefficient import EffectiveCoefficient, effective_coefficient
+from gmts_core.methods.selection import METHODS
+from gmts_core.progress import LOGPROB_AFTER, UPDATE, Stages
+
+
+def training_batch(result: AnalysisResult, sequences: Sequences, config: RLConfig) -> TrainBatch:
+    """Per-token advantages, weights and the training method's selection mask, from the
+    analysis's flat tensors (no per-token records are built)."""
+    answers = [a for _, a in result.iter_answers()]
+    groups = [g.index for g, _ in result.iter_answers()]
+    lengths = torch.tensor([a.length for a in answers], dtype=torch.long)
+    index = torch.repeat_interleave(torch.arange(len(answers)), lengths)  # (N,)
+    per_answer = lambda values: torch.tensor(values, dtype=torch.float64)[index]  # noqa: E731
+    return TrainBatch(
+        sequences=list(sequences),
+        advantages=per_answer([a.advantage for a in answers]),
+        weights=per_answer([a.weight for a in answers]),
+        mask=result.selections[config.method].selected.detach().cpu().clone(),
+        answer_index=index,
+        group_index=torch.tensor(groups, dtype=torch.long)[index],
+        rewards=per_answer([a.reward for a in answers]),
+    )
+
+
+def make_optimizer(policy: TrainablePolicy, config: RLConfig) -> torch.optim.Optimizer:
+    """AdamW (default; its fused implementation where the parameters' device and dtype allow)
+    or plain SGD over the policy's trainable parameters."""
+    params = policy.trainable_parameters()
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+    settings = {
+        "lr": config.learning_rate,
+        "betas": config.adam_betas,
+        "eps": config.adam_epsilon,
+        "weight_decay": config.weight_decay,
+    }
+    try:  # the fused kernel (CPU and CUDA): one call per step, not ~10 ops per parameter
+        return torch.optim.AdamW(params, **settings, fused=True)  # type: ignore[arg-type]
+    except (RuntimeError, ValueError):  # a device or dtype it does not take
+        return torch.optim.AdamW(params, **settings)  # type: ignore[arg-type]
+
+
+def _logprobs(
+    model: Any, batch: TrainBatch, parts: Parts, pad_id: int, temperature: float
+) -> torch.Tensor:
+    """log pi of every token of the batch (N,), without gradients, part by part."""
+    with torch.no_grad():
+        return torch.cat(
+            [
+                answer_logprobs(
+                    model,
+                    [batch.sequences[i] for i in idx],
+                    pad_id,
+                    temperature,
+                    share_prompts=True,
+                )
+                for idx, _ in parts
+            ]
+        )
+
+
+def _merge(terms: list[LossTerms], grad_norm: float) -> dict[str, float]:
+    """One inner step's numbers from its micro-batches' terms (sums and counts)."""
+    tokens = sum(t.num_tokens for t in terms)
+    selected = max(sum(t.num_selected for t in terms), 1)
+    return {
+        "loss": sum(float(t.loss.detach()) for t in terms),
+        "policy_loss": sum(t.policy_loss for t in terms),
+        "kl": sum(t.kl_sum for t in terms) / max(tokens, 1),
+        "grad_norm": grad_norm,
+        "clip_low_fraction": sum(t.clip_low for t in terms) / selected,
+        "clip_high_fraction": sum(t.clip_high for t in terms) / selected,
+    }
+
+
+def _one_update(
+    policy: TrainablePolicy,
+    optimizer: torch.optim.Optimizer,
+    batch: TrainBatch,
+    parts: Parts,
+    old_logp: torch.Tensor | None,
+    ref_logp: torch.Tensor | None,
+    config: RLConfig,
+    mask: torch.Tensor,
+    held: list[torch.Tensor] | None = None,
+) -> tuple[dict[str, float], torch.Tensor, EffectiveCoefficient]:
+    """One AdamW update on the tokens of ``mask``, gradients accumulated over micro-batches;
+    returns its numbers, the log-probs of pi_old (the current policy's own when ``old_logp``
+    is None, so rho = 1) and each token's effective coefficient at this update.
+
+    ``held``: this policy's differentiable log-probs per micro-batch from a forward already
+    run (:func:`statistics_forward`), used instead of a new forward. The gradient stays in
+    ``.grad`` (clipped) for inspection.
+    """
+    pad_id = policy.tokenizer.pad_token_id
+    optimizer.zero_grad(set_to_none=False)
+    terms, olds, logps = [], [], []
+    for j, (idx, sl) in enumerate(parts):
+        if held is not None:
+            logp, held[j] = held[j], torch.empty(0)  # the graph is freed by its backward
+        else:
+            seqs = [batch.sequences[i] for i in idx]
+            logp = answer_logprobs(
+                policy.model, seqs, pad_id, config.temperature, share_prompts=True
+            )
+        old = logp.detach() if old_logp is None else old_logp[sl]
+        olds.append(old)
+        logps.append(logp.detach())
+        part = grpo_loss(
+            logp,
+            old,
+            batch.advantages[sl],
+            batch.weights[sl],
+            mask[sl],
+            config.epsilon_low,
+            config.epsilon_high,
+            None if ref_logp is None else ref_logp[sl],
+            config.beta,
+        )
+        part.loss.backward()
+        terms.append(part)
+    params = policy.trainable_parameters()
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+    if not math.isfinite(grad_norm):  # never write NaN/inf into the session's weights
+        optimizer.zero_grad(set_to_none=False)
+        raise NonFiniteLogitsError("the loss gradient is not finite; the update was skipped")
+    optimizer.step()
+    old_all, logp_all = torch.cat(olds), torch.cat(logps)
+    coefficient = effective_coefficient(
+        batch.advantages, batch.weights, clip_settings(config), logp_all, old_all, ref_logp
+    )
+    return _merge(terms, grad_norm), old_all, coefficient
+
+
+def policy_update(
+    policy: TrainablePolicy,
+    optimizer: torch.optim.Optimizer,
+    batch: TrainBatch,
+    config: RLConfig,
+    learning_rate: float | None = None,
+    seed: int = 0,
+    held: list[torch.Tensor] | None = None,
+    stages: Stages | None = None,
+) -> UpdateStats:
+    """``inner_steps`` updates on one batch; pi_old is the policy that sampled it. With
+    ``config.reselect`` every update after the first trains on :func:`current_selection`.
+
+    ``held``: the current policy's differentiable log-probs per micro-batch of
+    ``micro_batches(batch.sequences, config.max_batch_tokens)`` (from
+    :func:`statistics_forward`); the first update then runs no forward of its own. ``stages``
+    hears "update" before each inner update and "log-prob after" before that pass.
+    """
+    stages = stages or Stages()
+    pad_id = policy.tokenizer.pad_token_id
+    for group in optimizer.param_groups:
+        group["lr"] = config.learning_rate if learning_rate is None else learning_rate
+        group["weight_decay"] = config.weight_decay
+    parts = micro_batches(batch.sequences, config.max_batch_tokens)
+    if held is not None and len(held) != len(parts):
+        raise ValueError(f"{len(held)} held log-prob parts for {len(parts)} micro-batches")
+    ref_logp = None
+    if config.beta != 0 or config.measure_kl:
+        with policy.reference() as ref:
+            ref_logp = _logprobs(ref, batch, parts, pad_id, config.temperature)
+    old_logp: torch.Tensor | None = None
+    rows: list[dict[str, float]] = []
+    coefficients: list[EffectiveCoefficient] = []
+    masks: list[torch.Tensor] = []
+    mask = batch.mask
+    # gmts_paper_verl re-selects on every update, as verl's actor does per PPO mini-batch
+    reselect = config.reselect or METHODS.get(config.method).reselects
+    for inner in range(config.inner_steps):
+        stages.begin(UPDATE)  # a stage boundary: a cancelled job stops before each update
+        if reselect and old_logp is not None:
+            _, sel = current_selection(policy, batch, old_logp, ref_logp, config, seed + inner)
+            mask = sel.selected
+        row, old, coefficient = _one_update(
+            policy, optimizer, batch, parts, old_logp, ref_logp, config, mask, held
+        )
+        held = None
+        old_logp = old if old_logp is None else old_logp
+        rows.append(row)
+        coefficients.append(coefficient)
+        masks.append(mask)
+    assert old_logp is not None
+    after = None
+    if config.measure_logprob_after:
+        stages.begin(LOGPROB_AFTER)
+        after = _logprobs(policy.model, batch, parts, pad_id, config.temperature)
+    means = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
+    return UpdateStats(
+        **means,
+        logprob_before=old_logp,
+        logprob_after=after,
+        per_inner_step=rows,
+        coefficients=coefficients,
+        masks=masks,
+    )
