@@ -27,7 +27,7 @@ import torch
 from torch.func import functional_call
 
 from gmts_core.demo import DEMO_MODEL_DIR
-from gmts_core.experiments.gradcheck import DEFAULT_BATCH_ELEMENTS, exact_token_gradients
+from gmts_core.experiments.token_gradients import DEFAULT_BATCH_ELEMENTS, exact_token_gradients
 from gmts_core.tasks.arith import format_prompt
 
 METHODS = ("entropy", "gmts", "gmts_entropy", "surprisal", "random", "all")

@@ -14,13 +14,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput
 from gmts_core.errors import InvalidInputError, LimitExceededError
-from gmts_core.experiments.gradcheck import (
-    FlatSelections,
-    TokenGradients,
-    exact_token_gradients,
-    fidelity_report,
-    gradcheck,
-)
+from gmts_core.experiments.gradcheck import FlatSelections, fidelity_report, gradcheck
+from gmts_core.experiments.token_gradients import TokenGradients, exact_token_gradients
 from gmts_core.model.loading import LoadedModel, load_model
 from tests.arch_matrix import build_tiny
 from tests.tiny_models import save_tiny_model
