@@ -43,10 +43,10 @@ from app.schemas.runs import (
     TrainerMetricsOut,
 )
 from app.services.analysis import PreparedAnalysis, check_token_limits
-from app.services.responses import analysis_response
 from app.services.errors import Cancelled, RunNotFoundError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
+from app.services.responses import analysis_response
 from app.services.run_index import RunIndex
 from gmts_core.config import DEFAULT_METHODS, AnalysisConfig
 from gmts_core.errors import GMTSError, LimitExceededError
@@ -109,7 +109,9 @@ class RunService:
         self.models = models
         self.jobs = jobs
         self.limits = settings.run_limits
-        self.roots = [Path(r).expanduser() for r in settings.run_roots]
+        # absolute: the run files are read in worker processes that start in "/", where a
+        # relative root (GMTS_RUN_ROOTS=outputs) would name another folder
+        self.roots = [Path(r).expanduser().absolute() for r in settings.run_roots]
         self._lock = threading.Lock()
         self._runs: OrderedDict[Path, tuple[tuple[float, int], Run | GMTSError]] = OrderedDict()
         self._reports: OrderedDict[tuple[Any, ...], StepReport] = OrderedDict()

@@ -176,3 +176,16 @@ def test_a_trainer_log_step_says_why_its_selections_differ(client: TestClient) -
                 tok = body["logged"][ref["group"]]["answers"][ref["answer"]]["tokens"]
                 flags = tok[ref["position"]]["selected"]
                 assert flags[ref["selected_by"]] and flags[a] != flags[b]
+
+
+def test_a_relative_root_is_read_from_the_current_folder(
+    run_root: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GMTS_RUN_ROOTS=outputs (as the first-five-minutes page starts the server): the runs are
+    read in worker processes that start in "/", so the root is taken from the current folder."""
+    monkeypatch.chdir(run_root.parent)
+    settings = make_settings(tmp_path_factory.mktemp("models"), run_roots=[Path(run_root.name)])
+    with TestClient(create_app(settings)) as c:
+        runs = {r["id"]: r for r in c.get("/v1/runs").json()["runs"]}
+        assert runs["logged"]["state"] == "ready" and runs["logged"]["num_steps"] == 2
+        assert c.get("/v1/runs/logged").status_code == 200
