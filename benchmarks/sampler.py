@@ -42,7 +42,8 @@ from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.experiments.evaluation import demo_batch
 from gmts_core.model.loading import load_model
 from gmts_core.sampling.answers import SamplingConfig, hf_generate_answers
-from gmts_core.sampling.kv_sampler import DecodeRequest, decode, unserved_reason
+from gmts_core.sampling.kv_sampler import DecodeRequest, decode
+from gmts_core.sampling.sampler_probe import unserved_reason
 from gmts_core.stats.forward import answer_logits, answer_token_stats, stats_from_logits
 from gmts_core.stats.tokenization import encode_prompt
 

@@ -32,7 +32,8 @@ from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
 from gmts_core.knobs import knob
 from gmts_core.model.rope_window import refuse_past_window, rope_window
 from gmts_core.progress import checkpoint
-from gmts_core.sampling.kv_sampler import DecodeRequest, decode, unserved_reason
+from gmts_core.sampling.kv_sampler import DecodeRequest, decode
+from gmts_core.sampling.sampler_probe import unserved_reason
 from gmts_core.stats.forward import AnswerStats, answer_token_stats
 from gmts_core.stats.sampling_stats import StatsWhileSampling
 
@@ -129,7 +130,8 @@ def generate_answers(
 ) -> list[SampledAnswer]:
     """``config.num_samples`` answers to each prompt (all of one length) in one call, prompt
     by prompt; with ``stats``, each with its tokens' statistics. Our sampler serves the model
-    unless ``use_generate`` or :func:`gmts_core.sampling.kv_sampler.unserved_reason` says otherwise.
+    unless ``use_generate`` or :func:`gmts_core.sampling.sampler_probe.unserved_reason` says
+    otherwise.
 
     For a RoPE whose frequencies switch with the forward's length
     (:mod:`gmts_core.model.rope_window`) a ``dynamic`` one is refused past its window

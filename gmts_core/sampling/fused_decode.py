@@ -14,7 +14,7 @@ query is a weighted sum over the cached keys and values.
 It serves a model only when every piece is the plain one (``nn.Linear`` without hooks, so a
 PEFT adapter or an offloading wrapper is never bypassed); the sampler's probe then checks its
 logits against the model's teacher-forced forward
-(:func:`gmts_core.sampling.kv_sampler.probe_difference`).
+(:func:`gmts_core.sampling.sampler_probe.probe_difference`).
 """
 
 from __future__ import annotations

@@ -19,21 +19,19 @@ With statistics asked for, each token's statistics are computed from the very lo
 drawn from (:func:`gmts_core.stats.metrics.token_stats_chunked`), so no forward pass of their
 own is needed.
 
-A model is served after a probe on its first use (:func:`unserved_reason`): the sampler's
-logits, through prefill, repeated rows, decoding and dropped rows, must equal the teacher-forced
-logits of its own body and head within the load-time tolerance of :mod:`gmts_core.model.logit_head`.
-Models that fail the probe (recurrent or linear-attention caches, extra generation inputs),
-or whose generation config asks for processors this sampler does not apply (repetition
-penalty, bad words, ...), are sampled by ``generate`` instead, and the log says so once per
-model.
+A model is served after a probe on its first use (:mod:`gmts_core.sampling.sampler_probe`): the
+sampler's logits, through prefill, repeated rows, decoding and dropped rows, must equal the
+teacher-forced logits of its own body and head within the load-time tolerance of
+:mod:`gmts_core.model.logit_head`. Models that fail the probe (recurrent or linear-attention
+caches, extra generation inputs), or whose generation config asks for processors this sampler does
+not apply (repetition penalty, bad words, ...), are sampled by ``generate`` instead, and the log
+says so once per model.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import threading
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,8 +54,6 @@ from gmts_core.model.kv_cache import (
     sampling_cache,
 )
 from gmts_core.model.logit_head import (
-    PROBE_TOLERANCE,
-    PROBE_TOLERANCE_LOW_PRECISION,
     HeadPath,
     head_path,
 )
@@ -170,7 +166,7 @@ def processors(
     return out
 
 
-class _Body:
+class DecodeBody:
     """Calls the transformer body with a cache (the keyword is ``cache`` in newer models,
     ``past_key_values`` in others) and returns the last position's hidden state (B, D); a
     decoding step of a Llama-layout model runs fused (:mod:`gmts_core.sampling.fused_decode`)."""
@@ -282,7 +278,7 @@ class _Batch:
 
 
 def _prefill(
-    body: _Body, prompts: list[list[int]], repeats: int, cache: Any, steps: int
+    body: DecodeBody, prompts: list[list[int]], repeats: int, cache: Any, steps: int
 ) -> tuple[torch.Tensor, _Batch]:
     """One forward over the distinct prompts, its cache and last hidden states repeated for
     the ``repeats`` answers of each: hidden (B * G, D) and the batch."""
@@ -304,7 +300,7 @@ def decode(
     """``request.num_samples`` answers to each prompt (all of one length), prompt by prompt,
     drawn from torch's global RNG (the caller seeds it)."""
     path = head_path(model)
-    body = _Body(path, request.fused)
+    body = DecodeBody(path, request.fused)
     width, steps = len(prompts[0]), request.max_new_tokens
     cache = sampling_cache(model.config, width + steps)
     hidden, batch = _prefill(body, prompts, request.num_samples, cache, steps)
@@ -339,102 +335,3 @@ def decode(
         for answer, stats in zip(answers, collected.per_row(total, lengths), strict=True):
             answer.stats = stats
     return answers
-
-
-PROBE_PROMPT = 8  # tokens of each probe prompt
-
-
-def probe_difference(model: Any) -> tuple[float, float]:
-    """(max |sampler logits - teacher-forced logits|, max |logits|) on a probe that goes through
-    every path of :func:`decode`: two prompts prefilled together, their rows repeated (x2),
-    one decoding step, a row dropped, one more step, with the model's own body and (for a
-    Llama-layout model) with the fused step; the teacher-forced logits are those of one forward
-    of the body over each full sequence (what the analysis scores)."""
-    path = head_path(model)
-    ways = [False] + ([True] if FusedStep.of(path.body) is not None else [])
-    results = [_probe(model.config, path, _Body(path, fused)) for fused in ways]
-    return max(d for d, _ in results), results[0][1]
-
-
-def _probe(config: Any, path: HeadPath, body: _Body) -> tuple[float, float]:
-    device = next(path.body.parameters()).device
-    vocab = int(path.head.weight.shape[0])
-    prompts = torch.tensor(
-        [
-            [(7 + 13 * i) % vocab for i in range(PROBE_PROMPT)],
-            [(11 + 5 * i) % vocab for i in range(PROBE_PROMPT)],
-        ],
-        device=device,
-    )  # (2, P)
-    first = torch.tensor([(3 + 17 * r) % vocab for r in range(4)], device=device)  # (4,)
-    second = torch.tensor([(5 + 29 * r) % vocab for r in range(4)], device=device)
-    with torch.no_grad():
-        cache = sampling_cache(config, PROBE_PROMPT + 2)
-        logits = [path.logits(body.last_hidden(prompts, cache)).float().repeat_interleave(2, 0)]
-        repeat_rows(cache, 2)  # rows a, a, b, b
-        logits.append(path.logits(body.step(first, cache)).float())
-        kept = torch.tensor([1, 2, 3], device=device)
-        keep_rows(cache, kept)
-        last = path.logits(body.step(second[kept], cache)).float()  # (3, V)
-        ours = torch.stack(logits, 1)  # (4, 2, V)
-        seqs = torch.cat([prompts.repeat_interleave(2, 0), first[:, None], second[:, None]], 1)
-        mask = torch.ones_like(seqs)
-        hidden = path.body(input_ids=seqs, attention_mask=mask, use_cache=False)[0]  # (4, P+2, D)
-        forced = path.logits(hidden[:, PROBE_PROMPT - 1 :]).float()  # (4, 3, V)
-    diffs = [(ours - forced[:, :2]).abs().amax(), (last - forced[kept, 2]).abs().amax()]
-    size = float(forced.abs().amax())
-    diff = max(float(d) for d in diffs)
-    return (diff if math.isfinite(diff) else float("inf")), size
-
-
-_PROBED: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
-_LOGGED: weakref.WeakKeyDictionary[Any, set[str | None]] = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
-
-
-def _probe_verdict(model: Any) -> str | None:
-    if getattr(model, "training", False):
-        return "it is in training mode (dropout would make the probe random)"
-    try:
-        diff, size = probe_difference(model)
-    except Exception as exc:  # noqa: BLE001 - any failure of the model's own layers: not served
-        return f"the probe fails ({type(exc).__name__}: {str(exc)[:120]})"
-    dtype = next(model.parameters()).dtype
-    tol = PROBE_TOLERANCE.get(dtype, PROBE_TOLERANCE_LOW_PRECISION)
-    if not diff <= tol * (1.0 + size):
-        return f"its cached logits differ from its forward's by {diff:.3g} (size {size:.3g})"
-    return None
-
-
-def unserved_reason(model: Any) -> str | None:
-    """None if :func:`decode` serves this model, else why not; said in the log once per model
-    and reason.
-
-    The probe's verdict is kept per model object; the generation settings are checked on every
-    call, as a caller may change the generation config between calls.
-    """
-    settings = unsupported_settings(model.generation_config)
-    with _LOCK:
-        probed = model in _PROBED
-        reason = _PROBED.get(model)
-    if not settings and not probed:
-        reason = _probe_verdict(model)
-        with _LOCK:
-            _PROBED[model] = reason
-    if settings:
-        reason = f"its generation config sets {', '.join(settings)}"
-    with _LOCK:
-        logged = _LOGGED.setdefault(model, set())
-        first = reason not in logged
-        logged.add(reason)
-    if first:
-        name = type(model).__name__
-        if reason is None:
-            logger.info("%s: sampled by the KV-cached sampler (probe passed)", name)
-        else:
-            logger.warning(
-                "%s: sampled with generate(): the KV-cached sampler cannot serve it, %s",
-                name,
-                reason,
-            )
-    return reason

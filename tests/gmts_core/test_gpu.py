@@ -91,7 +91,8 @@ def test_kv_sampler_round_trip_on_cuda(tmp_path: Path, arch: str, fused: bool) -
     """On CUDA our sampler draws ``generate``'s tokens for the same seed (one row, no EOS) and
     the statistics it collects from the logits of each draw equal the analysed ones from a
     forward pass, with the fused step and with the model's own body."""
-    from gmts_core.sampling.kv_sampler import DecodeRequest, decode, unserved_reason
+    from gmts_core.sampling.kv_sampler import DecodeRequest, decode
+    from gmts_core.sampling.sampler_probe import unserved_reason
     from gmts_core.stats.forward import answer_token_stats
 
     lm = load_model(save_tiny_model(tmp_path / arch, arch), device="cuda", dtype="float32")

@@ -29,7 +29,8 @@ from transformers import StoppingCriteriaList
 from gmts_core.grpo.loss import answer_logprobs, grpo_loss
 from gmts_core.model import logit_head as head_module
 from gmts_core.model.logit_head import UnsupportedArchitectureError, check_head_path
-from gmts_core.sampling.kv_sampler import DecodeRequest, decode, unserved_reason
+from gmts_core.sampling.kv_sampler import DecodeRequest, decode
+from gmts_core.sampling.sampler_probe import unserved_reason
 from gmts_core.stats.forward import answer_token_stats
 from gmts_core.stats.sampling_stats import StatsWhileSampling
 from tests.arch_matrix import VOCAB, build_tiny, causal_lm_types, outcome

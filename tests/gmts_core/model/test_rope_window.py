@@ -21,7 +21,8 @@ from gmts_core.model.rope_window import RopeWindow, rope_window
 from gmts_core.sampling import answers as sampling
 from gmts_core.sampling.answers import SamplingConfig, StatsSpec, generate_answers, sample_groups
 from gmts_core.sampling.fused_decode import FusedStep
-from gmts_core.sampling.kv_sampler import DecodeRequest, decode, unserved_reason
+from gmts_core.sampling.kv_sampler import DecodeRequest, decode
+from gmts_core.sampling.sampler_probe import unserved_reason
 from gmts_core.stats import shared_prompts
 from gmts_core.stats.forward import answer_token_stats
 

@@ -15,14 +15,15 @@ from transformers import DynamicCache
 
 from gmts_core.model.kv_cache import PreallocatedLayer, keep_rows, repeat_rows, sampling_cache
 from gmts_core.model.loading import LoadedModel, load_model
-from gmts_core.sampling import kv_sampler
+from gmts_core.sampling import sampler_probe
 from gmts_core.sampling.answers import (
     SamplingConfig,
     StatsSpec,
     generate_answers,
     hf_generate_answers,
 )
-from gmts_core.sampling.kv_sampler import DecodeRequest, decode, processors, unserved_reason
+from gmts_core.sampling.kv_sampler import DecodeRequest, decode, processors
+from gmts_core.sampling.sampler_probe import probe_difference, unserved_reason
 from gmts_core.stats.forward import answer_token_stats
 
 
@@ -77,7 +78,7 @@ def test_the_probe_serves_the_tiny_families(
 ) -> None:
     lm = tiny_lm(arch)
     assert unserved_reason(lm.model) is None
-    diff, size = kv_sampler.probe_difference(lm.model)
+    diff, size = probe_difference(lm.model)
     assert diff <= 1e-4 * (1 + size)
 
 
@@ -164,7 +165,7 @@ def test_a_model_whose_probe_fails_falls_back(
     tiny_lm: Callable[[str], LoadedModel], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lm = load_model(tiny_lm("gpt2").source, device="cpu", dtype="float32")  # a private copy
-    monkeypatch.setattr(kv_sampler, "probe_difference", lambda model: (1.0, 1.0))
+    monkeypatch.setattr(sampler_probe, "probe_difference", lambda model: (1.0, 1.0))
     assert "differ" in str(unserved_reason(lm.model))
     answers = generate_answers(
         lm.model, lm.tokenizer, [[5, 6, 7]], SamplingConfig(2, max_new_tokens=3)

@@ -1,0 +1,133 @@
+"""Which models the KV-cached sampler serves: a probe on first use, its verdict kept per model.
+
+The sampler's logits, through prefill, repeated rows, decoding and dropped rows, must equal the
+teacher-forced logits of the model's own body and head within the load-time tolerance of
+:mod:`gmts_core.model.logit_head` (and, for a Llama-layout model, so must the fused step's).
+Models that fail, and generation configs that ask for processors the sampler does not apply,
+are sampled by ``generate``; the log says which and why once per model and reason."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import weakref
+from typing import Any
+
+import torch
+
+from gmts_core.model.kv_cache import (
+    keep_rows,
+    repeat_rows,
+    sampling_cache,
+)
+from gmts_core.model.logit_head import (
+    PROBE_TOLERANCE,
+    PROBE_TOLERANCE_LOW_PRECISION,
+    HeadPath,
+    head_path,
+)
+from gmts_core.sampling.fused_decode import FusedStep
+from gmts_core.sampling.kv_sampler import DecodeBody, unsupported_settings
+
+logger = logging.getLogger(__name__)
+
+PROBE_PROMPT = 8  # tokens of each probe prompt
+
+
+def probe_difference(model: Any) -> tuple[float, float]:
+    """(max |sampler logits - teacher-forced logits|, max |logits|) on a probe that goes through
+    every path of :func:`decode`: two prompts prefilled together, their rows repeated (x2),
+    one decoding step, a row dropped, one more step, with the model's own body and (for a
+    Llama-layout model) with the fused step; the teacher-forced logits are those of one forward
+    of the body over each full sequence (what the analysis scores)."""
+    path = head_path(model)
+    ways = [False] + ([True] if FusedStep.of(path.body) is not None else [])
+    results = [_probe(model.config, path, DecodeBody(path, fused)) for fused in ways]
+    return max(d for d, _ in results), results[0][1]
+
+
+def _probe(config: Any, path: HeadPath, body: DecodeBody) -> tuple[float, float]:
+    device = next(path.body.parameters()).device
+    vocab = int(path.head.weight.shape[0])
+    prompts = torch.tensor(
+        [
+            [(7 + 13 * i) % vocab for i in range(PROBE_PROMPT)],
+            [(11 + 5 * i) % vocab for i in range(PROBE_PROMPT)],
+        ],
+        device=device,
+    )  # (2, P)
+    first = torch.tensor([(3 + 17 * r) % vocab for r in range(4)], device=device)  # (4,)
+    second = torch.tensor([(5 + 29 * r) % vocab for r in range(4)], device=device)
+    with torch.no_grad():
+        cache = sampling_cache(config, PROBE_PROMPT + 2)
+        logits = [path.logits(body.last_hidden(prompts, cache)).float().repeat_interleave(2, 0)]
+        repeat_rows(cache, 2)  # rows a, a, b, b
+        logits.append(path.logits(body.step(first, cache)).float())
+        kept = torch.tensor([1, 2, 3], device=device)
+        keep_rows(cache, kept)
+        last = path.logits(body.step(second[kept], cache)).float()  # (3, V)
+        ours = torch.stack(logits, 1)  # (4, 2, V)
+        seqs = torch.cat([prompts.repeat_interleave(2, 0), first[:, None], second[:, None]], 1)
+        mask = torch.ones_like(seqs)
+        hidden = path.body(input_ids=seqs, attention_mask=mask, use_cache=False)[0]  # (4, P+2, D)
+        forced = path.logits(hidden[:, PROBE_PROMPT - 1 :]).float()  # (4, 3, V)
+    diffs = [(ours - forced[:, :2]).abs().amax(), (last - forced[kept, 2]).abs().amax()]
+    size = float(forced.abs().amax())
+    diff = max(float(d) for d in diffs)
+    return (diff if math.isfinite(diff) else float("inf")), size
+
+
+_PROBED: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
+
+_LOGGED: weakref.WeakKeyDictionary[Any, set[str | None]] = weakref.WeakKeyDictionary()
+
+_LOCK = threading.Lock()
+
+
+def _probe_verdict(model: Any) -> str | None:
+    if getattr(model, "training", False):
+        return "it is in training mode (dropout would make the probe random)"
+    try:
+        diff, size = probe_difference(model)
+    except Exception as exc:  # noqa: BLE001 - any failure of the model's own layers: not served
+        return f"the probe fails ({type(exc).__name__}: {str(exc)[:120]})"
+    dtype = next(model.parameters()).dtype
+    tol = PROBE_TOLERANCE.get(dtype, PROBE_TOLERANCE_LOW_PRECISION)
+    if not diff <= tol * (1.0 + size):
+        return f"its cached logits differ from its forward's by {diff:.3g} (size {size:.3g})"
+    return None
+
+
+def unserved_reason(model: Any) -> str | None:
+    """None if :func:`decode` serves this model, else why not; said in the log once per model
+    and reason.
+
+    The probe's verdict is kept per model object; the generation settings are checked on every
+    call, as a caller may change the generation config between calls.
+    """
+    settings = unsupported_settings(model.generation_config)
+    with _LOCK:
+        probed = model in _PROBED
+        reason = _PROBED.get(model)
+    if not settings and not probed:
+        reason = _probe_verdict(model)
+        with _LOCK:
+            _PROBED[model] = reason
+    if settings:
+        reason = f"its generation config sets {', '.join(settings)}"
+    with _LOCK:
+        logged = _LOGGED.setdefault(model, set())
+        first = reason not in logged
+        logged.add(reason)
+    if first:
+        name = type(model).__name__
+        if reason is None:
+            logger.info("%s: sampled by the KV-cached sampler (probe passed)", name)
+        else:
+            logger.warning(
+                "%s: sampled with generate(): the KV-cached sampler cannot serve it, %s",
+                name,
+                reason,
+            )
+    return reason
