@@ -1,6 +1,6 @@
 """A classroom at once: N students on one server, each following the UI's own calls.
 
-Every simulated student uses the UI's client (``app.ui.client.RemoteBackend``, what the UI
+Every simulated student uses the UI's client (``app.ui.remote_backend.RemoteBackend``, what the UI
 runs in remote mode; it waits in line on a busy server instead of showing a 429) with the
 UI's default forms: create a session (Train tab), run ``--steps`` one-step requests, and
 ``--analyses`` analyses of a demo prompt (Explore tab, 8 sampled answers). Against one
@@ -29,7 +29,7 @@ from _common import LiveServer, emit, machine, median, percentile  # noqa: E402
 
 from app.core.config import Settings  # noqa: E402
 from app.main import create_app  # noqa: E402
-from app.ui.client import RemoteBackend  # noqa: E402
+from app.ui.remote_backend import RemoteBackend
 from app.ui.tabs.explore.view import ExploreForm, build_request  # noqa: E402
 from app.ui.tabs.train.view import TrainForm  # noqa: E402
 

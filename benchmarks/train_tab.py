@@ -36,7 +36,7 @@ from app.core.config import Settings
 from app.main import create_app
 from app.services.container import build_services
 from app.services.train_gain import evaluation_gain
-from app.ui.client import LocalBackend
+from app.ui.local_backend import LocalBackend
 from app.ui.tabs.train import view as train
 from app.ui.tabs.train.changes import render_batch_changes
 

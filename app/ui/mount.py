@@ -12,6 +12,7 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import gradio as gr
 from fastapi import FastAPI
@@ -21,8 +22,10 @@ from app.core.config import Settings
 from app.services.container import Services
 from app.ui.assets import FAVICON, STATIC_DIR
 from app.ui.blocks import INTRO, build_blocks
-from app.ui.client import make_backend
+from app.ui.client import DEFAULT_QUEUE_WAIT_S, Backend
 from app.ui.first_view import FirstViewMiddleware, first_view_html
+from app.ui.local_backend import LocalBackend
+from app.ui.remote_backend import RemoteBackend
 from app.ui.tabs.explore import example
 from app.ui.tabs.explore.tab import example_note
 
@@ -89,3 +92,13 @@ def _add_favicon(app: FastAPI) -> None:
 
 
 __all__ = ["UI_PATH", "api_key_login", "mount_ui", "ui_head"]
+
+
+def make_backend(settings: Any, services: Services) -> Backend:
+    """The remote backend when ``settings.api_url`` is set, else the local service layer."""
+    url = getattr(settings, "api_url", None)
+    if url:
+        key = getattr(settings, "api_key_value", None)
+        wait_s = float(getattr(settings, "ui_queue_wait_s", DEFAULT_QUEUE_WAIT_S))
+        return RemoteBackend(url, key, wait_s=wait_s)
+    return LocalBackend(services)

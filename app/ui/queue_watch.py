@@ -1,5 +1,6 @@
 """The remote backend's place in line: a request's ``X-Request-ID`` polled at
-``GET /v1/queue/{request_id}`` while the request is outstanding (see :mod:`app.ui.client`)."""
+``GET /v1/queue/{request_id}`` while the request is outstanding (see
+:mod:`app.ui.remote_backend`)."""
 
 from __future__ import annotations
 

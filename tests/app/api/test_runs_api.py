@@ -130,7 +130,8 @@ def test_a_step_over_the_answer_limit_is_413(run_root: Path, tmp_path: Path) -> 
 
 
 def test_the_ui_backends_agree_local_and_remote(run_root: Path, tmp_path: Path) -> None:
-    from app.ui.client import LocalBackend, RemoteBackend
+    from app.ui.local_backend import LocalBackend
+    from app.ui.remote_backend import RemoteBackend
     from tests.app.api_helpers import LiveServer
 
     app = create_app(make_settings(tmp_path, run_roots=[run_root], default_model="tiny-arith"))

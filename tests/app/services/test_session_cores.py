@@ -15,7 +15,7 @@ from app.main import create_app
 from app.schemas.sessions import SessionCreateRequest, SessionStepRequest
 from app.services.container import Services, build_services
 from app.services.errors import LimitExceededError
-from app.ui.client import LocalBackend
+from app.ui.local_backend import LocalBackend
 from tests.app.api_helpers import make_settings
 
 KNOBS: dict[str, Any] = {"group_size": 2, "prompts_per_step": 1, "max_new_tokens": 4}

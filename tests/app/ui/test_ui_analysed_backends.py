@@ -12,7 +12,8 @@ from app.live_server import LiveServer
 from app.main import create_app
 from app.services.analysed_runs import QUERIES
 from app.services.errors import GMTSError
-from app.ui.client import LocalBackend, RemoteBackend
+from app.ui.local_backend import LocalBackend
+from app.ui.remote_backend import RemoteBackend
 from gmts_core.run_dataset.schema import write_manifest
 from gmts_core.run_dataset.synthetic import synthetic_step
 from gmts_core.run_dataset.writer import write_step

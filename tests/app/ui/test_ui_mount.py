@@ -9,8 +9,9 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.ui.assets import STATIC_DIR
-from app.ui.client import LocalBackend, RemoteBackend, make_backend
-from app.ui.mount import api_key_login, ui_head
+from app.ui.local_backend import LocalBackend
+from app.ui.mount import api_key_login, make_backend, ui_head
+from app.ui.remote_backend import RemoteBackend
 from gmts_core.errors import GMTSError
 from tests.app.api_helpers import make_settings
 

@@ -21,7 +21,7 @@ from app.core.config import Settings
 from app.live_server import free_port
 from app.services.catalog import method_infos
 from app.ui.blocks import build_blocks
-from app.ui.client import RemoteBackend
+from app.ui.remote_backend import RemoteBackend
 
 SERVER = textwrap.dedent(
     """

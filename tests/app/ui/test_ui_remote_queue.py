@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 
 from app.main import create_app
-from app.ui.client import RemoteBackend
+from app.ui.remote_backend import RemoteBackend
 from app.ui.status import LiveStatus
 from tests.app.api.test_concurrency import gated
 from tests.app.api_helpers import TINY, LiveServer, given_body, make_settings

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.services.errors import QueueFullError
 from app.services.jobs import JobLimiter, wait_in_line
-from app.ui.client import RemoteBackend
+from app.ui.remote_backend import RemoteBackend
 from app.ui.tabs.explore.view import ExploreForm, build_request, reward_note, rule_overridden
 from tests.app.api_helpers import make_settings
 
@@ -95,7 +95,7 @@ def test_the_remote_ui_backend_retries_a_busy_server() -> None:
 
 
 def test_ui_handlers_obey_the_same_limits_before_model_work(model_root: Path) -> None:
-    from app.ui.client import LocalBackend
+    from app.ui.local_backend import LocalBackend
     from gmts_core.errors import InvalidInputError, LimitExceededError
 
     services = create_app(make_settings(model_root)).state.services

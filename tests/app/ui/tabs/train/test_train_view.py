@@ -16,7 +16,9 @@ from app.schemas.sessions import SessionCreateRequest, SessionStepRequest
 from app.services.errors import SessionNotFoundError
 from app.services.responses import as_json, step_metrics_out
 from app.services.train_gain import evaluation_gain
-from app.ui.client import BackendError, LocalBackend, RemoteBackend
+from app.ui.client import BackendError
+from app.ui.local_backend import LocalBackend
+from app.ui.remote_backend import RemoteBackend
 from app.ui.tabs.train import changes as render_changes
 from app.ui.tabs.train import charts as train_charts
 from app.ui.tabs.train import earlier_runs as train_runs
