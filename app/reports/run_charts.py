@@ -129,10 +129,12 @@ def length_figure(rows: list[Row]) -> go.Figure:
 TRAINER_NAMES = {"trl_trainer_state": "TRL", "verl_file_logger": "verl"}
 
 
-def trainer_figure(metrics: Row, rows: list[Row]) -> go.Figure:
+def trainer_figure(metrics: Row, rows: list[Row], reports: list[Row] | None = None) -> go.Figure:
     """What the trainer itself measured over steps (``metrics``: a ``TrainerMetrics`` as a
-    dict): its logged reward and entropy (right axis, nats), next to the reward mean GMTS
-    read from the run's rollouts (``rows``: step overviews with ``reward_mean``)."""
+    dict): its logged reward and entropy (right axis, nats), next to what GMTS computed: the
+    reward mean read from the run's rollouts (``rows``: step overviews with ``reward_mean``)
+    and the mean token entropy of the steps it analysed (``reports``: step reports with
+    ``entropy_mean``; a trainer log's are its own logged entropies)."""
     who = TRAINER_NAMES.get(str(metrics.get("format")), "trainer")
     series, keys, steps = metrics.get("series") or {}, metrics.get("keys") or {}, metrics["steps"]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
@@ -170,10 +172,25 @@ def trainer_figure(metrics: Row, rows: list[Row]) -> go.Figure:
             ),
             secondary_y=True,
         )
+    analysed = [r for r in reports or [] if r.get("entropy_mean") is not None]
+    if analysed:
+        recomputed = analysed[0].get("mode") != "logged"
+        fig.add_trace(
+            go.Scatter(
+                x=[r["step"] for r in analysed],
+                y=[r["entropy_mean"] for r in analysed],
+                name="entropy mean (GMTS, recomputed with the model)"
+                if recomputed
+                else "entropy mean (GMTS trainer log)",
+                mode="markers",
+                marker=dict(color=OKABE_ITO[0], symbol="diamond-open", size=11),
+            ),
+            secondary_y=True,
+        )
     fig.update_layout(**{**LAYOUT, "title": f"What {who} itself measured: reward and entropy"})
     fig.update_yaxes(title_text="reward", secondary_y=False)
     fig.update_yaxes(title_text="entropy (nats)", secondary_y=True, rangemode="tozero")
-    integer_steps(fig, max([1, *steps, *(int(r["step"]) for r in gmts)]))
+    integer_steps(fig, max([1, *steps, *(int(r["step"]) for r in gmts + analysed)]))
     return fig
 
 

@@ -93,6 +93,8 @@ class StepReport:
     spearman_within_answer_median: float | None
     mode: str = "analysis"  # "analysis" (recomputed with a model) or "logged" (trainer log)
     extra: dict[str, Any] = field(default_factory=dict)
+    # mean entropy (nats) over the step's answer tokens: what a trainer logs as its entropy
+    entropy_mean: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _json_safe(asdict(self))
@@ -186,7 +188,16 @@ def report_from_result(step: RunStep, result: AnalysisResult) -> StepReport:
         overlap={pair: o["jaccard"] for pair, o in s["overlap"].items()},
         spearman_batch=rho["batch"],
         spearman_within_answer_median=rho["within_answer_median"],
+        entropy_mean=_token_mean(result),
     )
+
+
+def _token_mean(result: AnalysisResult) -> float | None:
+    """The mean entropy over every answer token the analysis scored (None: no tokens)."""
+    x = result.inputs
+    if x is None or x.entropy.numel() == 0:
+        return None
+    return float(x.entropy.double().mean())
 
 
 def _mean(values: list[float]) -> float | None:
@@ -243,6 +254,7 @@ def logged_step_report(step: RunStep) -> StepReport:
         spearman_within_answer_median=rho["within_answer_median"],
         mode="logged",
         extra={"method": groups[0].extra.get("method", [None])[0]},
+        entropy_mean=float(entropy.mean()) if entropy.numel() else None,
     )
 
 

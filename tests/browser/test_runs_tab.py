@@ -288,4 +288,9 @@ def test_what_the_trainer_logged_is_charted(chromium: Any, runs_server: LiveServ
     assert entropy["x"] == [h["step"] for h in logged]
     assert entropy["y"] == [h["entropy"] for h in logged]
     assert "reward mean (GMTS, from the rollouts)" in traces
+    # the entropy GMTS recomputes for the steps it analyses in the background joins it
+    page.wait_for_function(
+        "() => [...document.querySelector('#run-trainer-plot .js-plotly-plot').data]"
+        ".some(t => t.name.startsWith('entropy mean (GMTS'))"
+    )
     assert "What TRL itself logged" in page.locator("#run-trainer-note").inner_text()

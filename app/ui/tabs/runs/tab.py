@@ -78,10 +78,11 @@ def build_runs_tab(ctx: UIContext) -> None:
     differ = gr.HTML(elem_id="run-step-differences")
     view_html = gr.HTML(step_html(None), elem_id="run-step-view")
     current = gr.State(None)  # the step view shown (the API's JSON body)
+    shown = gr.State(None)  # the run's overview, trimmed to what its charts redraw from
     timer = gr.Timer(METRICS_POLL_S, active=False)
 
     h = _Handlers(ctx)
-    charts = [cover_plot, waste_plot, overlap_plot, status, timer]
+    charts = [cover_plot, waste_plot, overlap_plot, trainer_plot, status, timer]
     outputs = [current, summary, differ, view_html]
     # Every event that fills the step view joins one queue, run one at a time in the order it
     # was asked for: a step clicked while the run's first step is still being analysed is shown
@@ -94,10 +95,12 @@ def build_runs_tab(ctx: UIContext) -> None:
     run.change(
         h.load_run,
         [run, model, ratio],
-        [reward_plot, trainer_plot, trainer_note, table, *charts],
+        [reward_plot, shown, trainer_note, table, *charts],
         **charts_in_order,
     ).then(h.show_first, [current, run, model, ratio], outputs, **in_order)
-    timer.tick(h.poll, [run, model, ratio], charts, show_progress="hidden", **charts_in_order)
+    timer.tick(
+        h.poll, [run, model, ratio, shown], charts, show_progress="hidden", **charts_in_order
+    )
     table.select(h.pick, [run, model, ratio], outputs, **in_order)
     prev_btn.click(
         lambda v, *a: h.move(v, "previous", *a), [current, run, model, ratio], outputs, **in_order
@@ -123,23 +126,30 @@ class _Handlers:
         runs = call(self.backend.runs)
         return gr.update(choices=run_choices(runs), value=None), unreadable_note(runs)
 
-    def poll(self, run_id: str | None, model_name: str, r: float) -> tuple:
+    def poll(self, run_id: str | None, model_name: str, r: float, shown: Json | None) -> tuple:
+        """The background metrics' charts, and the trainer's chart with the entropy GMTS
+        computed for the steps analysed so far (``shown``: the run's overview, trimmed)."""
         if not run_id:
-            return gr.update(), gr.update(), gr.update(), "", gr.update(active=False)
+            return (*(gr.update(),) * 4, "", gr.update(active=False))
         metrics = call(lambda: self.backend.run_metrics(run_id, self.params(model_name, r)))
         cover, waste, overlap = metrics_figures(metrics)
-        return cover, waste, overlap, metrics_status(metrics), gr.update(active=metrics["running"])
+        reports = metrics["reports"] or (shown or {}).get("reports") or []
+        trainer = trainer_metrics_figure(shown or {}, reports)
+        running = gr.update(active=metrics["running"])
+        return cover, waste, overlap, trainer, metrics_status(metrics), running
 
     def load_run(self, run_id: str | None, model_name: str, r: float) -> tuple:
         if not run_id:
-            return (None, None, "", None, *self.poll(None, model_name, r))
+            return (None, None, "", None, *self.poll(None, model_name, r, None))
         overview = call(lambda: self.backend.run_overview(run_id))
+        keep = ("trainer_metrics", "overview", "reports")  # what the trainer's chart needs
+        shown = {k: overview.get(k) for k in keep}
         return (
             overview_figures(overview)[0],
-            trainer_metrics_figure(overview),
+            shown,
             trainer_metrics_note(overview),
             steps_table(overview),
-            *self.poll(run_id, model_name, r),
+            *self.poll(run_id, model_name, r, shown),
         )
 
     def show(self, run_id: str | None, step: int | None, model_name: str, r: float) -> tuple:

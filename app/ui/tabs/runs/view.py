@@ -81,13 +81,16 @@ def overview_figures(overview: Json) -> tuple[go.Figure, go.Figure]:
     return reward_figure(rows), cover
 
 
-def trainer_metrics_figure(overview: Json) -> go.Figure | None:
-    """What the trainer itself logged (reward, entropy) over steps, next to the reward GMTS
-    read from the rollouts; None when the run's folder holds no trainer log."""
+def trainer_metrics_figure(overview: Json, reports: list[Json] | None = None) -> go.Figure | None:
+    """What the trainer itself logged (reward, entropy) over steps, next to what GMTS computed:
+    the reward it read from the rollouts and the mean entropy of the steps analysed so far
+    (``reports``: the background metrics' rows; default the overview's own); None when the
+    run's folder holds no trainer log."""
     metrics = overview.get("trainer_metrics")
     if not metrics or not metrics.get("steps"):
         return None
-    return trainer_figure(metrics, overview.get("overview", []))
+    rows = overview.get("overview", [])
+    return trainer_figure(metrics, rows, overview.get("reports") if reports is None else reports)
 
 
 def trainer_metrics_note(overview: Json) -> str:

@@ -80,25 +80,49 @@ def test_an_unreadable_trainer_log_is_named_and_the_run_still_opens(tmp_path: Pa
 
 
 def test_opening_a_run_in_the_tab_draws_the_trainers_entropy(services) -> None:  # type: ignore[no-untyped-def]
-    """The tab's own handler for a picked run (its outputs in order: reward chart, trainer
-    chart, trainer note, steps table, then the metrics charts), with the real overview."""
+    """The tab's own handler for a picked run (its outputs in order: reward chart, the run's
+    overview kept for the charts, trainer note, steps table, then the metrics charts: coverage,
+    wasted share, overlap, the trainer's chart), with the real overview and step reports."""
     from types import SimpleNamespace
 
     from app.ui.tabs.runs.tab import _Handlers
+    from gmts_core.runs import open_run
+    from gmts_core.runs.analysis import logged_step_report
+
+    reports = [logged_step_report(s).to_dict() for s in open_run(DATA / "logged").iter_steps()]
 
     class Backend:
         def run_overview(self, run_id: str) -> dict:
             return services.runs.overview(run_id).model_dump()  # type: ignore[no-any-return]
 
         def run_metrics(self, run_id: str, params: dict) -> dict:
-            return {"reports": [], "running": False, "steps_done": 0, "steps_total": 0}
+            return {"reports": reports, "running": False, "steps_done": 2, "steps_total": 2}
 
     out = _Handlers(SimpleNamespace(backend=Backend())).load_run("trl", "tiny-arith", 0.2)  # type: ignore[arg-type]
-    fig, note = out[1], out[2]
+    note, fig = out[2], out[7]
     history = json.loads((DATA / "trl" / "trainer_state.json").read_text())["log_history"]
     entropy = traces(fig)["entropy (TRL log: entropy)"]
     assert list(entropy.y) == [h["entropy"] for h in history if "entropy" in h]
+    gmts = traces(fig)["entropy mean (GMTS trainer log)"]  # what GMTS computed, beside it
+    assert list(gmts.y) == [r["entropy_mean"] for r in reports] and gmts.yaxis == "y2"
     assert "What TRL itself logged" in note
+    # a later poll redraws it from the overview kept in the tab's state
+    again = _Handlers(SimpleNamespace(backend=Backend())).poll("trl", "tiny-arith", 0.2, out[1])
+    assert traces(again[3])["entropy (TRL log: entropy)"].y == entropy.y
+
+
+def test_the_entropy_gmts_recomputes_is_charted_beside_the_logged_one(services) -> None:  # type: ignore[no-untyped-def]
+    """An analysed step's report carries the mean token entropy the model gives the answers:
+    charted next to TRL's logged entropy (the same model, the same answers: close)."""
+    from app.services.runs import StepOptions
+
+    view = services.runs.step_view("trl", 1, StepOptions(model="tiny-arith")).model_dump()
+    overview = services.runs.overview("trl").model_dump()
+    fig = trainer_metrics_figure(overview, [view["report"]])
+    assert fig is not None
+    gmts = traces(fig)["entropy mean (GMTS, recomputed with the model)"]
+    logged = traces(fig)["entropy (TRL log: entropy)"]
+    assert list(gmts.x) == [1] and gmts.y[0] == pytest.approx(logged.y[0], rel=0.2)
 
 
 def test_a_trainer_log_is_read_again_only_when_it_changed(tmp_path: Path) -> None:
