@@ -25,14 +25,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api.client_limits import client_address
 from app.api.json_body import duplicate_key, is_json
 from app.api.middleware import request_id_var
-from app.services.jobs import (
-    JOB_CLIENT,
-    JOB_LABEL,
-    JOB_TIMING,
-    CancelToken,
-    JobTiming,
-    cancellable,
-)
+from app.services.job_context import JOB_CLIENT, JOB_LABEL, JOB_TIMING, JobTiming
+from app.services.jobs import CancelToken, cancellable
 
 logger = logging.getLogger(__name__)
 

@@ -35,7 +35,6 @@ collects a request's seconds waiting in line and working, which the HTTP layer r
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import math
 import os
@@ -50,6 +49,14 @@ from typing import Literal, TypeVar
 import anyio.to_thread
 
 from app.services.errors import QueueFullError
+from app.services.job_context import (
+    JOB_CLIENT,
+    JOB_LABEL,
+    JOB_TIMING,
+    LinePolicy,
+    PositionCallback,
+    line_policy,
+)
 from gmts_core.progress import Cancelled, CancelToken, cancellable, current_token
 
 logger = logging.getLogger(__name__)
@@ -57,32 +64,6 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 QUEUE_POLL_S = 0.05  # how often a waiting job looks at its cancel token (nothing notifies it)
-
-PositionCallback = Callable[[int], None]  # place in line: 1 = next, 0 = running now
-
-
-@dataclass(frozen=True)
-class LinePolicy:
-    """How a caller waits: up to ``wait_s`` for queue space, telling the person once
-    (``on_wait``) and its place in line whenever it changes (``on_position``)."""
-
-    wait_s: float
-    on_wait: Callable[[str], None] | None = None
-    on_position: PositionCallback | None = None
-
-
-_LINE: contextvars.ContextVar[LinePolicy | None] = contextvars.ContextVar(
-    "gmts_wait_in_line", default=None
-)
-
-
-@dataclass
-class JobTiming:
-    """Seconds a request's jobs waited in line and worked (summed over its jobs)."""
-
-    queued_s: float = 0.0
-    work_s: float = 0.0
-    jobs: int = 0
 
 
 @dataclass(frozen=True)
@@ -95,36 +76,7 @@ class JobStatus:
     estimated_wait_s: float | None  # None until a job has finished (nothing to go by)
 
 
-JOB_LABEL: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "gmts_job_label", default=None
-)
-JOB_CLIENT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "gmts_job_client", default=None
-)  # who asks (the connection's address; a trusted proxy's client): the per-client cap
-JOB_TIMING: contextvars.ContextVar[JobTiming | None] = contextvars.ContextVar(
-    "gmts_job_timing", default=None
-)
 MEAN_WEIGHT = 0.2  # weight of the newest job in the running mean of job durations
-
-
-@contextmanager
-def wait_in_line(
-    wait_s: float,
-    on_wait: Callable[[str], None] | None = None,
-    on_position: PositionCallback | None = None,
-) -> Iterator[None]:
-    """Blocking job calls inside wait for queue space (up to ``wait_s``) instead of a 429;
-    ``on_wait(message)`` is called once when the caller has to wait, ``on_position(n)`` each
-    time its place in line changes (n = 1: next) and with 0 once its job runs."""
-    token = _LINE.set(LinePolicy(wait_s, on_wait, on_position))
-    try:
-        yield
-    finally:
-        _LINE.reset(token)
-
-
-def line_policy() -> LinePolicy | None:
-    return _LINE.get()
 
 
 JOB_THREAD_NICE = 10  # how much lower a job thread's CPU priority is than the event loop's

@@ -24,8 +24,9 @@ from typing import Any
 
 from app.schemas.runs import RunMetricsResponse
 from app.services.errors import Cancelled, GMTSError
-from app.services.jobs import CancelToken, wait_in_line
+from app.services.job_context import wait_in_line
 from app.services.runs import RunService, StepOptions, evenly
+from gmts_core.progress import CancelToken
 from gmts_core.runs import Run
 from gmts_core.runs.analysis import StepReport, logged_step_report
 from gmts_core.runs.report import uses_log
