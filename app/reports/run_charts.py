@@ -221,11 +221,26 @@ def fmt(v: Any) -> str:
     return "–" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
+def _trainer_note(report: dict[str, Any]) -> str:
+    """Where the trainer's own metrics came from, or why they could not be read (HTML)."""
+    if report.get("trainer_metrics_error"):
+        why = html.escape(str(report["trainer_metrics_error"]))
+        return f"<p>The trainer's metrics log was not read: {why}</p>"
+    metrics = report.get("trainer_metrics")
+    if not metrics:
+        return ""
+    source = html.escape(str(metrics["source"]))
+    return f"<p>What the trainer itself logged: <code>{source}</code></p>"
+
+
 def run_report_html(report: dict[str, Any]) -> str:
     """A self-contained HTML page (plotly.js inlined once) summarising a run report."""
     rows = report["rows"]
     parts = []
-    for i, fig in enumerate(run_figures(rows)):
+    figures = run_figures(rows)
+    if report.get("trainer_metrics"):  # what the trainer logged, next to what GMTS computed
+        figures.insert(1, trainer_figure(report["trainer_metrics"], rows, rows))
+    for i, fig in enumerate(figures):
         parts.append(
             pio.to_html(fig, full_html=False, include_plotlyjs="inline" if i == 0 else False)
         )
@@ -239,5 +254,8 @@ def run_report_html(report: dict[str, Any]) -> str:
         "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
         f"</head><body><h1>Run report</h1><p><code>{html.escape(str(report['run']))}</code></p>"
-        f"<p>{meta}; {len(rows)} steps</p>" + "".join(parts) + _table(rows) + "</body></html>"
+        f"<p>{meta}; {len(rows)} steps</p>{_trainer_note(report)}"
+        + "".join(parts)
+        + _table(rows)
+        + "</body></html>"
     )

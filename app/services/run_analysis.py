@@ -30,6 +30,7 @@ from gmts_core.runs.report import (
     merge_report,
     prepare_output,
     settings_of,
+    trainer_metrics_entry,
     uses_log,
 )
 
@@ -139,7 +140,7 @@ def run_analysis(
     procs.wait()
     outcome = RunAnalysisOutcome(analysed)
     if procs.is_main:
-        outcome.report = merge_report(req.out, steps)
+        outcome.report = merge_report(req.out, steps, trainer_metrics_entry(run))
         outcome.files = [req.out / "report.json", write_html(req.out, outcome.report)]
     procs.wait()
     return outcome

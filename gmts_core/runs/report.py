@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gmts_core.analysis.analyze import AnalysisConfig
-from gmts_core.errors import InvalidInputError
+from gmts_core.errors import GMTSError, InvalidInputError
 from gmts_core.model.loading import LoadedModel
 from gmts_core.run_dataset.schema import write_manifest
 from gmts_core.run_dataset.writer import StepColumns, write_step
@@ -37,6 +37,7 @@ from gmts_core.runs.analysis import (
 )
 from gmts_core.runs.base import jsonl_records
 from gmts_core.runs.registry import Run
+from gmts_core.runs.trainer_metrics import find_trainer_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -160,13 +161,27 @@ def analyze_run_shard(
     return count
 
 
-def merge_report(out: Path, steps: Iterable[int]) -> dict[str, Any]:
-    """Merge every process's rows into ``out/report.json`` (rows sorted by step)."""
+def merge_report(
+    out: Path, steps: Iterable[int], extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Merge every process's rows into ``out/report.json`` (rows sorted by step), with
+    ``extra`` top-level entries (the trainer's own metrics: :func:`trainer_metrics_entry`)."""
     settings = json.loads((out / "settings.json").read_text())
     rows = done_steps(out)
     missing = [s for s in steps if s not in rows]
     if missing:
         raise InvalidInputError(f"{out}: steps not analysed yet: {missing[:10]}")
-    report = {**settings, "rows": [rows[s] for s in sorted(steps)]}
+    report = {**settings, "rows": [rows[s] for s in sorted(steps)], **(extra or {})}
     (out / "report.json").write_text(json.dumps(report, ensure_ascii=False, indent=1))
     return report
+
+
+def trainer_metrics_entry(run: Run) -> dict[str, Any]:
+    """The report's ``trainer_metrics`` (what the trainer itself logged, read from the run's
+    folder within the run's limits) or ``trainer_metrics_error`` (why it could not be read);
+    nothing when the run holds no metrics log."""
+    try:
+        found = find_trainer_metrics(run.path, run.limits)
+    except GMTSError as exc:
+        return {"trainer_metrics_error": str(exc)}
+    return {} if found is None else {"trainer_metrics": found.to_dict()}

@@ -89,7 +89,8 @@ def test_html_is_self_contained_with_charts(trl_report: Path) -> None:
     html = (trl_report / "report.html").read_text()
     assert "Gradient coverage per method" in html and "Wasted share" in html
     assert "<script src=" not in html  # plotly.js inlined: opens offline
-    assert html.count("Plotly.newPlot") == 5
+    # the five of GMTS's numbers and the one of what TRL logged (its trainer_state.json)
+    assert html.count("Plotly.newPlot") == 6 and "What TRL itself measured" in html
 
 
 def test_steps_spec_and_resume_skip_finished_steps(tmp_path: Path, models: ModelRegistry) -> None:
