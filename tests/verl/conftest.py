@@ -14,12 +14,13 @@ def _fresh_hook_state():
     if importlib.util.find_spec("verl") is None:
         yield
         return
-    from gmts_core.integrations import verl as plugin
+    import gmts_core.integrations.verl  # noqa: F401  (registers the GMTS losses, installs the hook)
+    from gmts_core.integrations import verl_hook as hook
 
-    saved = plugin.STATE
-    plugin.STATE = plugin.HookState()
+    saved = hook.STATE
+    hook.STATE = hook.HookState()
     yield
-    plugin.STATE = saved
+    hook.STATE = saved
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,9 @@ import torch
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine.utils import prepare_micro_batches
 
-from gmts_core.integrations import verl as plugin
+import gmts_core.integrations.verl  # noqa: F401  (registers the GMTS losses, installs the hook)
+from gmts_core.integrations import verl_hook as hook
+from gmts_core.integrations import verl_settings
 from gmts_core.integrations.verl_terms import select_tokens
 from gmts_core.methods import gmts_released as paper
 from tests.verl.batches import VOCAB, actor_config, make_rows, to_tensordict
@@ -21,7 +23,9 @@ def _expected(worker, rows, config):
     """The selection computed without verl's micro-batching, from per-row statistics."""
     batch = row_token_batch(worker.engine.model, rows)
     return select_tokens(
-        batch, plugin.gmts_settings(config.policy_loss), plugin.loss_settings(config, 1.0, VOCAB)
+        batch,
+        verl_settings.gmts_settings(config.policy_loss),
+        verl_settings.loss_settings(config, 1.0, VOCAB),
     )
 
 
@@ -31,7 +35,7 @@ def test_dynamic_batches_do_not_misalign_scores(method: str):
     config = actor_config(loss_mode=method, use_dynamic_bsz=True)
     worker = cpu_worker(config, max_token_len=30)
     td = to_tensordict(rows)
-    plugin.apply_selection(worker, td, config)
+    hook.apply_selection(worker, td, config)
 
     order = [i for mb in worker.engine.micro_batch_orders for i in mb]
     assert order != sorted(order)  # verl really reordered the rows of the pre-pass
@@ -42,7 +46,7 @@ def test_dynamic_batches_do_not_misalign_scores(method: str):
 
     # the training pass: verl's own dynamic split (with the keys train_batch injects) carries
     # the mask with its rows
-    tu.assign_non_tensor(td, **plugin._engine_defaults(worker))
+    tu.assign_non_tensor(td, **hook._engine_defaults(worker))
     micro_batches, indices = prepare_micro_batches(td, dp_group=None, same_micro_num_in_dp=False)
     assert [i for mb in indices for i in mb] != list(range(len(rows.uids)))
     for mb in micro_batches:
@@ -58,7 +62,7 @@ def test_every_group_of_a_64_row_mini_batch_is_filtered(method: str):
     config = actor_config(loss_mode=method, gmts_ratio=0.2)
     worker = cpu_worker(config)
     td = to_tensordict(rows)
-    sel = plugin.apply_selection(worker, td, config)
+    sel = hook.apply_selection(worker, td, config)
     valid = rows.response_mask.bool()
     for uid in sorted(set(rows.uids)):
         in_group = torch.tensor([u == uid for u in rows.uids])
@@ -81,7 +85,7 @@ def test_unequal_groups_and_partial_groups():
     config = actor_config(loss_mode="gmts_entropy", gmts_ratio=0.3)
     worker = cpu_worker(config, max_token_len=16)
     td = to_tensordict(rows)
-    sel = plugin.apply_selection(worker, td, config)
+    sel = hook.apply_selection(worker, td, config)
     valid = rows.response_mask.bool()
     for uid in set(rows.uids):
         in_group = torch.tensor([u == uid for u in rows.uids])
@@ -103,14 +107,14 @@ def test_reselect_per_mini_batch_or_once_per_step():
             for half in tu.chunk_tensordict(data, 2):
                 self.train_batch(half)
 
-    plugin.install_hook(Worker)
+    hook.install_hook(Worker)
     rows = make_rows([4, 4], max_len=5, seed=6, shuffle=False)
     for reselect, selections in (("mini_batch", 2), ("step", 1)):
-        plugin.STATE.selections = 0
+        hook.STATE.selections = 0
         config = actor_config(loss_mode="gmts_paper", gmts_reselect=reselect)
         Worker(config).train_mini_batch(to_tensordict(rows))
-        assert plugin.STATE.selections == selections
-    assert plugin.STATE.steps == 2
+        assert hook.STATE.selections == selections
+    assert hook.STATE.steps == 2
 
 
 def test_selection_log_opens_in_the_runs_reader(tmp_path):
@@ -126,7 +130,7 @@ def test_selection_log_opens_in_the_runs_reader(tmp_path):
 
     worker.model_config.tokenizer = Tok()
     td = to_tensordict(rows)
-    sel = plugin.apply_selection(worker, td, config)
+    sel = hook.apply_selection(worker, td, config)
     path = worker._gmts_log.flush(1)
     assert path is not None and path.name == "selection_00001.parquet"
     # verl's own {step}.jsonl sits next to it in rollout_data_dir; the token log is read first

@@ -15,8 +15,10 @@ import pytest
 import torch
 from verl.utils import tensordict_utils as tu
 
+import gmts_core.integrations.verl  # noqa: F401  (registers the GMTS losses, installs the hook)
 from gmts_core.errors import InvalidInputError
-from gmts_core.integrations import verl as plugin
+from gmts_core.integrations import verl_hook as hook
+from gmts_core.integrations import verl_settings
 from gmts_core.integrations.verl_terms import LOSS_MODES, VERL_AGG_MODES, select_tokens
 from tests.verl.batches import (
     LAYOUTS,
@@ -130,11 +132,11 @@ def test_micro_batches_train_the_same_selection_and_gradient(
         policy = engine.snapshots[0]  # the policy the mini-batch started from
         expected = select_tokens(
             row_token_batch(policy, rows, with_ref=bool(beta), num_answers=b),
-            plugin.gmts_settings(config.policy_loss),
-            plugin.loss_settings(config, 1.0, VOCAB),
+            verl_settings.gmts_settings(config.policy_loss),
+            verl_settings.loss_settings(config, 1.0, VOCAB),
         )
-        assert plugin.STATE.last is not None
-        mask = plugin.STATE.last.mask
+        assert hook.STATE.last is not None
+        mask = hook.STATE.last.mask
         assert torch.equal(mask, expected.mask), split
         assert 0 < int(mask.sum()) < int(rows.response_mask.sum())
         reference = reference_gradient(policy, rows, mask.double(), agg, beta)
@@ -179,7 +181,7 @@ def test_verl_own_sum_norm_without_scale_factor(process_group, layout: str):
     for split in ("1", "4"):
         config = actor_config(loss_mode="vanilla", loss_agg_mode="seq-mean-token-sum-norm")
         worker, _ = train_one_mini_batch(config, rows, split, layout)
-        assert plugin.STATE.selections == 0  # not a GMTS mode: the hook stays out
+        assert hook.STATE.selections == 0  # not a GMTS mode: the hook stays out
         grads.append(worker.engine.grads[0])
     same = torch.allclose(grads[0], grads[1], rtol=1e-5, atol=1e-8)
     assert same == (layout == "padded")
