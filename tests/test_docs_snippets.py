@@ -104,7 +104,7 @@ class Block:
         return None
 
 
-def parse(page: Path) -> list[Block]:
+def parse(page: Path, root: Path = ROOT) -> list[Block]:
     lines = page.read_text(encoding="utf-8").splitlines()
     blocks, i = [], 0
     while i < len(lines):
@@ -120,7 +120,7 @@ def parse(page: Path) -> list[Block]:
         before = [ln.strip() for ln in lines[:i] if ln.strip()]
         marker = MARKER.match(before[-1]) if before else None
         tokens = [(k, v) for k, v in TOKEN.findall(marker.group(1))] if marker else []
-        rel = page.relative_to(ROOT).as_posix()
+        rel = page.relative_to(root).as_posix()
         blocks.append(Block(rel, i + 1, lang.lower(), code, [(k, v or None) for k, v in tokens]))
         i = end + 1
     return blocks
@@ -146,8 +146,8 @@ def problems(block: Block) -> list[str]:
         test = ROOT / (block.get("tested-by") or "")
         if not test.is_file() or Path(block.page).name not in test.read_text(encoding="utf-8"):
             found.append(f"tested-by: {test} is not a test that reads {block.page}")
-    sources, targets = [v for k, v in block.marker if k == "from"], block.marker
-    if len(sources) != len([v for k, v in targets if k == "to"]):
+    sources = [v for k, v in block.marker if k == "from"]
+    if len(sources) != len([v for k, v in block.marker if k == "to"]):
         found.append("every from= needs its to=")
     found += [f"from={s!r} is not in the block" for s in sources if not s or s not in block.code]
     if sources and not block.get("reason"):
@@ -173,6 +173,26 @@ def test_every_block_is_run_or_marked() -> None:
         if b.not_run:
             print(f"  skipped {b.id}: {b.not_run}")
     assert counts["run"] >= 10  # the runnable heart of the docs stays runnable
+
+
+def test_a_block_that_would_be_skipped_silently_is_a_problem(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```\nls\n```\n\n<!-- snippet: skip -->\n```bash\nls\n```\n\n"
+        '<!-- snippet: skipp reason="typo" -->\n```bash\nls\n```\n\n'
+        '<!-- snippet: from="--steps 20" to="--steps 1" reason="long" -->\n```bash\nls\n```\n\n'
+        '<!-- snippet: skip reason="needs a GPU" -->\n```bash\nnvidia-smi\n```\n\n'
+        "```text\nan output sample\n```\n",
+        encoding="utf-8",
+    )
+    blocks = parse(page, root=tmp_path)
+    found = [problems(b) for b in blocks]
+    assert "language '(none)'" in found[0][0]
+    assert found[1] == ['skip needs a reason="..."']
+    assert found[2] == ["unknown marker key 'skipp'"]
+    assert found[3] == ["from='--steps 20' is not in the block"]
+    assert found[4] == found[5] == []
+    assert blocks[4].not_run == "needs a GPU" and blocks[5].lang in NOT_COMMANDS
 
 
 def free_port() -> int:
