@@ -1,0 +1,66 @@
+"""The replication study (benchmarks/replicate.py) at its tiniest (``--quick``): both regimes,
+every method's row with the paired difference to entropy, curves with intervals, the SVG; and
+the split into one compare per (regime, method) over worker processes changes no number."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gmts_core.demo import DEMO_MODEL_DIR
+from tests.benchmarks.runner import run_benchmark
+
+pytestmark = pytest.mark.skipif(
+    not (DEMO_MODEL_DIR / "config.json").is_file(), reason="the demo model is not trained yet"
+)
+
+METHODS = ["all", "entropy", "gmts", "gmts_paper", "random"]
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    svg = tmp_path_factory.mktemp("replicate") / "curves.svg"
+    return run_benchmark("replicate", "--quick", "--svg", str(svg)), svg
+
+
+def test_quick_study_reports_both_regimes_with_paired_intervals(
+    quick: tuple[dict[str, Any], Path],
+) -> None:
+    r, svg = quick
+    assert r["methods"] == METHODS and list(r["regimes"]) == ["default", "hard-mix"]
+    assert r["settings"]["seeds"] == 2 and r["settings"]["steps"] == 2
+    assert r["wall_seconds"] > 0 and r["load_before"] and r["command"]
+    for regime in r["regimes"].values():
+        assert [row["method"] for row in regime["table"]] == METHODS
+        for row in regime["table"]:
+            acc = row["final_accuracy"]
+            assert 0.0 <= acc["ci_low"] <= acc["mean"] <= acc["ci_high"] <= 1.0
+            assert row["reference"] == "entropy"
+            assert (row["paired_difference"] is None) == (row["method"] == "entropy")
+        assert len(regime["conclusions"]) == len(METHODS) - 1
+        for m in METHODS:
+            curve = regime["curves"][m]
+            assert [p["step"] for p in curve["accuracy"]] == [0, 1, 2]
+            assert all(p["ci_low"] <= p["mean"] <= p["ci_high"] for p in curve["accuracy"])
+            assert len(curve["reward"]) == len(curve["wasted_share"]) == 2
+        entropy_diff = regime["curves"]["entropy"]["vs_reference"]
+        assert all(p["mean"] == p["ci_low"] == p["ci_high"] == 0.0 for p in entropy_diff)
+    zero = {k: v["zero_signal_share"] for k, v in r["regimes"].items()}
+    assert zero["hard-mix"] >= 0.5 > zero["default"]  # half of every hard-mix batch
+    root = ET.parse(svg).getroot()  # well-formed
+    assert root.tag.endswith("svg") and "hard-mix" in svg.read_text()
+
+
+def test_two_workers_give_the_same_runs_as_one(quick: tuple[dict[str, Any], Path]) -> None:
+    r, _ = quick
+    two = run_benchmark(
+        "replicate", "--quick", "--jobs", "2", "--regimes", "hard-mix", "--methods", "entropy,gmts"
+    )
+    for m in ("entropy", "gmts"):
+        one_curve = r["regimes"]["hard-mix"]["curves"][m]
+        two_curve = two["regimes"]["hard-mix"]["curves"][m]
+        assert two_curve["accuracy"] == one_curve["accuracy"]
+        assert two_curve["reward"] == one_curve["reward"]
