@@ -20,8 +20,6 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +32,6 @@ from app.schemas.runs import (
     LoggedAnswer,
     LoggedGroup,
     LoggedToken,
-    RunInfo,
     RunOverviewResponse,
     RunsResponse,
     RunStepResponse,
@@ -43,15 +40,15 @@ from app.schemas.runs import (
     TrainerMetricsOut,
 )
 from app.services.analysis import PreparedAnalysis, check_token_limits
-from app.services.errors import Cancelled, RunNotFoundError
+from app.services.errors import Cancelled
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
 from app.services.responses import analysis_response
-from app.services.run_index import RunIndex
+from app.services.run_roots import MAX_CACHED_RUNS, RunRoots
 from gmts_core.config import DEFAULT_METHODS, AnalysisConfig
 from gmts_core.errors import GMTSError, LimitExceededError
 from gmts_core.knobs import knob_default
-from gmts_core.runs import NotARunError, Run, list_formats
+from gmts_core.runs import Run
 from gmts_core.runs.analysis import (
     StepReport,
     analyze_step,
@@ -67,8 +64,6 @@ from gmts_core.stats.decoding import token_texts
 
 logger = logging.getLogger(__name__)
 
-_FORBIDDEN = ("/", "\\", "%", "~", "\x00", "\n", "\r")
-_MAX_CACHED_RUNS = 16
 _MAX_CACHED_REPORTS = 4096
 
 
@@ -87,20 +82,6 @@ class StepOptions:
         return AnalysisConfig(ratio=self.ratio, scope=self.scope, methods=self.methods)
 
 
-def safe_text(text: str) -> str:
-    """``text`` as valid UTF-8: bytes a file name could not decode (surrogate escapes) shown
-    as ``\\xff``; any other lone surrogate as ``\\udcxx``."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        pass
-    try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 class RunService:
     """The runs under ``settings.run_roots``: listing, overviews and step views."""
 
@@ -109,11 +90,7 @@ class RunService:
         self.models = models
         self.jobs = jobs
         self.limits = settings.run_limits
-        # absolute: the run files are read in worker processes that start in "/", where a
-        # relative root (GMTS_RUN_ROOTS=outputs) would name another folder
-        self.roots = [Path(r).expanduser().absolute() for r in settings.run_roots]
         self._lock = threading.Lock()
-        self._runs: OrderedDict[Path, tuple[tuple[float, int], Run | GMTSError]] = OrderedDict()
         self._reports: OrderedDict[tuple[Any, ...], StepReport] = OrderedDict()
         # the trainer's metrics log of each opened run: (the Run it was read for, the log file's
         # (path, size, mtime) or None when the run holds none, the body)
@@ -130,199 +107,32 @@ class RunService:
                 open_files=settings.run_worker_open_files,
             ),
         )
-        self._index = RunIndex(
-            self._index_entry, self._index_failed, max_entries=4 * settings.run_max_folder_entries
-        )
-        prefixes = {str(p) for r in self.roots for p in (r, r.absolute(), r.resolve())}
-        self._prefixes = sorted(prefixes, key=len, reverse=True)  # the longest match first
+        self.run_roots = RunRoots(settings, self.readers)
+        self.roots = self.run_roots.paths
+
+    # --- the runs in the roots (app.services.run_roots) ---
+
+    def list_runs(self) -> RunsResponse:
+        return self.run_roots.list_runs()
+
+    def resolve(self, run_id: str) -> Path:
+        return self.run_roots.resolve(run_id)
+
+    def open(self, run_id: str) -> Run:
+        return self.run_roots.open(run_id)
+
+    def relative(self, text: str) -> str:
+        return self.run_roots.relative(text)
 
     # --- paths relative to the run root ---
 
-    def relative(self, text: str) -> str:
-        """``text`` with every run root's path taken out (``<root>/run/x`` -> ``run/x``)."""
-        for prefix in self._prefixes:
-            text = text.replace(prefix + os.sep, "")
-        for prefix in self._prefixes:
-            text = text.replace(prefix, "<run root>")
-        return safe_text(text)
-
-    @contextmanager
-    def _relative_errors(self) -> Iterator[None]:
-        """Errors leave this service with paths relative to the run root."""
-        try:
-            yield
-        except GMTSError as exc:
-            exc.args = tuple(self.relative(a) if isinstance(a, str) else a for a in exc.args)
-            raise
-
     # --- finding runs ---
-
-    def list_runs(self) -> RunsResponse:
-        """Every entry of the run roots that is (or looks like) a run, from the background
-        index (:class:`~app.services.run_index.RunIndex`): never reads a run itself. One
-        that cannot be opened is listed with ``readable: false`` and the reason; one not
-        indexed yet (after waiting ``run_list_wait_s``) with ``state: indexing``."""
-        with self._relative_errors():
-            ignored, truncated = 0, False
-            seen: set[str] = set()
-            rows: list[tuple[str, Path, tuple[int, int] | None, RunInfo | None]] = []
-            for root in self.roots:
-                entries, cut = self._root_entries(root)
-                truncated |= cut
-                for name, path in entries:
-                    if name in seen:
-                        continue
-                    seen.add(name)
-                    rows.append(self._listed(name, path))
-            pending = [path for _, path, key, row in rows if key is not None and row is None]
-            if pending:
-                self._index.wait(pending, self.settings.run_list_wait_s)
-            runs: list[RunInfo] = []
-            for name, path, key, row in rows:
-                if key is not None and row is None:
-                    known, row = self._index.lookup(path, key)
-                    if not known:
-                        row = _indexing(safe_text(name))
-                if row is None:
-                    ignored += 1
-                else:
-                    runs.append(row)
-            return RunsResponse(
-                runs=runs, formats=list_formats(), ignored=ignored, truncated=truncated
-            )
-
-    def _listed(
-        self, name: str, path: Path
-    ) -> tuple[str, Path, tuple[int, int] | None, RunInfo | None]:
-        """(name, path, key, row) of one root entry: a row at once when the name alone says
-        it cannot be opened or the index knows it; else its key, and the row None (queued)."""
-        shown = safe_text(name)
-        if shown != name:
-            reason = "the name is not valid UTF-8 (shown with \\x escapes); rename it to open it"
-            return name, path, None, _unreadable(shown, reason)
-        if any(c in name for c in _FORBIDDEN):
-            return (
-                name,
-                path,
-                None,
-                _unreadable(shown, "the name holds a character run ids may not contain"),
-            )
-        try:
-            stat = path.stat()
-        except OSError as exc:  # a broken link, a file removed meanwhile, a link loop
-            return name, path, None, _unreadable(shown, f"cannot be read ({exc.strerror or exc})")
-        key = (stat.st_size, stat.st_mtime_ns)
-        known, row = self._index.lookup(path, key)
-        return name, path, None if known else key, row
-
-    def _root_entries(self, root: Path) -> tuple[list[tuple[str, Path]], bool]:
-        """The first ``max_folder_entries`` entries of ``root`` inside it, by name; and
-        whether the root held more."""
-        if not root.is_dir():
-            return [], False
-        cap, truncated = self.limits.max_folder_entries, False
-        found: list[tuple[str, Path]] = []
-        with os.scandir(root) as it:
-            for entry in it:
-                if len(found) >= cap:
-                    truncated = True
-                    break
-                found.append((entry.name, Path(entry.path)))
-        found.sort(key=lambda e: os.fsencode(e[0]))
-        if truncated:
-            logger.warning("%s holds more than %d entries; listing %d", root, cap, cap)
-        return [(n, p) for n, p in found if self._inside(root, p)], truncated
-
-    def _index_entry(self, path: Path) -> RunInfo | None:
-        """The listing row of the run at ``path`` (on the index's thread): None when it is
-        no run; a row saying why when it cannot be opened."""
-        name = path.name
-        try:
-            return self._info(name, self._open(path))
-        except Cancelled:
-            raise
-        except NotARunError as exc:
-            if path.suffix.lower() == ".jsonl":  # meant as a run: say why it is not one
-                return _unreadable(name, self.relative(str(exc)))
-            return None
-        except (GMTSError, OSError) as exc:
-            return _unreadable(name, self.relative(str(exc)))
-
-    def _index_failed(self, path: Path, exc: Exception) -> RunInfo:
-        return _unreadable(path.name, f"cannot be read (an internal error: {type(exc).__name__})")
-
-    @staticmethod
-    def _inside(root: Path, child: Path) -> bool:
-        try:
-            return child.resolve().parent == root.resolve()  # no symlink out of the root
-        except (OSError, RuntimeError):  # a symlink loop
-            return False
-
-    def resolve(self, run_id: str) -> Path:
-        """The path of run ``run_id``; RunNotFoundError (listing the runs) otherwise."""
-        bad = not run_id or len(run_id) > 256 or run_id in (".", "..")
-        if not bad and not any(c in run_id for c in _FORBIDDEN):
-            for root in self.roots:
-                child = root / run_id
-                if child.exists() and self._inside(root, child):
-                    return child
-        listed = [safe_text(n) for root in self.roots for n, _ in self._root_entries(root)[0]]
-        names = ", ".join(listed[:50]) or "none (set GMTS_RUN_ROOTS)"
-        shown = safe_text(run_id if len(run_id) <= 80 else run_id[:77] + "...")
-        raise RunNotFoundError(f"unknown run {shown!r}; runs: {names}")
-
-    def open(self, run_id: str) -> Run:
-        with self._relative_errors():
-            return self._open(self.resolve(run_id))
-
-    def _open(self, path: Path) -> Run:
-        """The run at ``path`` (cached while its size and time stay the same; so is the
-        reason it cannot be opened)."""
-        stat = path.stat()
-        key = (stat.st_mtime, stat.st_size)
-        with self._lock:
-            hit = self._runs.get(path)
-        if hit is None or hit[0] != key:
-            # every file of the run is opened inside the run root (no link leads out of it)
-            limits = replace(self.limits, root=os.path.realpath(path.parent))
-            try:  # outside the lock, in a reading process: a big JSONL's index is one pass
-                value: Run | GMTSError = self.readers.open_run(path, limits)
-            except Cancelled:
-                raise
-            except GMTSError as exc:
-                value = exc
-            except OSError as exc:  # unreadable (permissions, a file removed meanwhile...)
-                value = RunFormatError(path, None, f"cannot be read ({exc.strerror or exc})")
-            with self._lock:
-                self._runs[path] = (key, value)
-                while len(self._runs) > _MAX_CACHED_RUNS:
-                    self._runs.popitem(last=False)
-        else:
-            value = hit[1]
-            with self._lock:
-                if path in self._runs:
-                    self._runs.move_to_end(path)
-        if isinstance(value, GMTSError):
-            raise value
-        return value
-
-    @staticmethod
-    def _info(name: str, run: Run) -> RunInfo:
-        steps = run.steps
-        return RunInfo(
-            id=name,
-            format=run.format,
-            logged=uses_log(run),
-            num_steps=len(steps),
-            first_step=steps[0],
-            last_step=steps[-1],
-        )
 
     # --- a run's steps ---
 
     def overview(self, run_id: str) -> RunOverviewResponse:
         """Model-free numbers of (up to ``run_overview_steps``) steps and the reports known."""
-        with self._relative_errors():
+        with self.run_roots.relative_errors():
             run = self.open(run_id)
             steps = run.steps
             shown = evenly(steps, self.settings.run_overview_steps)
@@ -337,7 +147,7 @@ class RunService:
                 reports = [self._report_out(known[s]) for s in sorted(known)]
             metrics, error = self._trainer_metrics(run)
             return RunOverviewResponse(
-                run=self._info(run_id, run),
+                run=RunRoots.info(run_id, run),
                 steps=steps,
                 overview=overview,
                 reports=reports,
@@ -368,7 +178,7 @@ class RunService:
         with self._lock:
             self._trainer_logs[run.path] = (id(run), signature, body)
             self._trainer_logs.move_to_end(run.path)
-            while len(self._trainer_logs) > _MAX_CACHED_RUNS:
+            while len(self._trainer_logs) > MAX_CACHED_RUNS:
                 self._trainer_logs.popitem(last=False)
         return body, None
 
@@ -376,7 +186,7 @@ class RunService:
         """:meth:`overview` in the job line, for the route: overviews read up to
         ``run_overview_steps`` steps, so they wait their turn instead of stacking up (an
         unknown run answers at once)."""
-        with self._relative_errors():
+        with self.run_roots.relative_errors():
             await anyio.to_thread.run_sync(self.resolve, run_id)
         return await self.jobs.run(lambda: self.overview(run_id))
 
@@ -384,7 +194,7 @@ class RunService:
         """One step's groups and report: the options checked, the run read, the step as logged
         or analysed on demand. Blocking and heavy: the route runs it in the job line
         (:meth:`step_view_queued`), the UI's local backend inside ``jobs.run_blocking``."""
-        with self._relative_errors():
+        with self.run_roots.relative_errors():
             options.config().validate()
             return self._step_view(run_id, self.open(run_id), step, options)
 
@@ -393,7 +203,7 @@ class RunService:
     ) -> RunStepResponse:
         """:meth:`step_view` in the job line, for the route: bad options and an unknown run
         (a 404 listing the root's names) answer at once, off the event loop."""
-        with self._relative_errors():
+        with self.run_roots.relative_errors():
             options.config().validate()
             await anyio.to_thread.run_sync(self.resolve, run_id)
         return await self.jobs.run(lambda: self.step_view(run_id, step, options))
@@ -496,25 +306,6 @@ def _signature(known: tuple[str, int, int] | None) -> tuple[str, int, int] | Non
     except OSError:
         return None
     return known[0], st.st_size, st.st_mtime_ns
-
-
-def _indexing(name: str) -> RunInfo:
-    reason = "being indexed in the background; list the runs again in a moment"
-    return _unreadable(name, reason, state="indexing")
-
-
-def _unreadable(name: str, reason: str, state: str = "unreadable") -> RunInfo:
-    return RunInfo(
-        id=name,
-        readable=False,
-        state=state,
-        reason=reason,
-        format=None,
-        logged=False,
-        num_steps=None,
-        first_step=None,
-        last_step=None,
-    )
 
 
 def evenly(steps: list[int], n: int) -> list[int]:

@@ -454,7 +454,7 @@ def test_a_listing_answers_at_once_while_big_runs_are_indexed(tmp_path: Path) ->
         first = get(live, "/v1/runs").json()["runs"]
         assert {r["state"] for r in first} <= {"indexing", "ready"}
         assert any(r["state"] == "indexing" for r in first)
-        runs = live.app.state.services.runs
+        runs = live.app.state.services.runs.run_roots  # where the listing reads its wait
         runs.settings = runs.settings.model_copy(update={"run_list_wait_s": 300})
         ready = get(live, "/v1/runs").json()["runs"]
         assert [r["state"] for r in ready] == ["ready"] * 4, ready
