@@ -30,21 +30,26 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-try:
-    import orjson
-except ImportError:  # pragma: no cover - the library alone: the standard json
-    orjson = None  # type: ignore[assignment]
-
 from gmts_core.errors import GMTSError, InvalidInputError, LimitExceededError
 from gmts_core.progress import Cancelled, current_token
-from gmts_core.runs import errors as run_errors
-from gmts_core.runs.base import RunGroup, RunStep, StepRef
-from gmts_core.runs.limits import RunLimitError, RunLimits
+from gmts_core.runs.base import RunStep, StepRef
+from gmts_core.runs.limits import RunLimits
 from gmts_core.runs.trainer_metrics import TrainerMetrics, find_trainer_metrics
+from gmts_core.runs.wire import (
+    dumps,
+    error_in,
+    error_out,
+    limits_out,
+    loads,
+    ref_in,
+    ref_out,
+    step_in,
+    step_out,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -75,80 +80,7 @@ class WorkerLimits:
     open_files: int = 64
 
 
-# --- what crosses the pipe (JSON) ---
-
-
-def _ref_out(ref: StepRef) -> list[Any]:
-    return [ref.step, str(ref.path), ref.offset, ref.line, ref.last]
-
-
-def _ref_in(data: list[Any]) -> StepRef:
-    step, path, offset, line, last = data
-    return StepRef(int(step), Path(path), int(offset), int(line), bool(last))
-
-
-def _step_out(step: RunStep) -> dict[str, Any]:
-    # shallow: json.dumps walks the lists itself (asdict's deep copy cost as much again)
-    names = [f.name for f in fields(RunGroup)]
-    groups = [{n: getattr(g, n) for n in names} for g in step.groups]
-    return {"step": step.step, "source": step.source, "groups": groups}
-
-
-def _step_in(data: dict[str, Any]) -> RunStep:
-    names = {f.name for f in fields(RunGroup)}
-    groups = []
-    for g in data["groups"]:
-        group = RunGroup(**{k: v for k, v in g.items() if k in names})
-        for attr in ("rewards", "advantages"):  # orjson writes NaN (abstained) as null
-            values = getattr(group, attr)
-            if values is not None:
-                setattr(group, attr, [math.nan if v is None else float(v) for v in values])
-        groups.append(group)
-    return RunStep(int(data["step"]), groups, str(data["source"]))
-
-
-def _dumps(value: Any) -> bytes:
-    """One JSON line's bytes: orjson where installed (Gradio's dependency: the server has it;
-    a logged step's per-token columns encode 10x faster), else the standard library."""
-    if orjson is not None:
-        return bytes(orjson.dumps(value, default=str))
-    return json.dumps(value, ensure_ascii=False, default=str).encode("utf-8")
-
-
-def _loads(data: bytes) -> Any:
-    return orjson.loads(data) if orjson is not None else json.loads(data)
-
-
-_ERRORS: dict[str, type[GMTSError]] = {
-    "run_format": run_errors.RunFormatError,
-    "not_a_run": run_errors.NotARunError,
-    "unsafe_run_format": run_errors.UnsafeRunFormatError,
-    "unsafe_run_file": run_errors.UnsafeRunFileError,
-    "run_limit_exceeded": RunLimitError,
-    "limit_exceeded": LimitExceededError,
-}
-
-
-def _error_out(exc: GMTSError) -> dict[str, Any]:
-    out: dict[str, Any] = {"code": exc.code, "message": str(exc)}
-    for attr in ("path", "line", "limit", "value", "setting"):
-        if hasattr(exc, attr):
-            out[attr] = getattr(exc, attr)
-    return out
-
-
-def _error_in(data: dict[str, Any]) -> GMTSError:
-    """The child's error as the same class (its message as it was), else InvalidInputError."""
-    cls = _ERRORS.get(str(data.get("code")), InvalidInputError)
-    exc = cls.__new__(cls)
-    Exception.__init__(exc, str(data.get("message", "")))
-    for attr in ("path", "line", "limit", "value", "setting"):
-        if attr in data:
-            setattr(exc, attr, data[attr])
-    return exc
-
-
-# --- the parent's side ---
+# --- the parent's side (what crosses the pipe: gmts_core.runs.wire) ---
 
 
 class _Worker:
@@ -217,7 +149,7 @@ class _Worker:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(request).encode() + b"\n")
         self.proc.stdin.flush()
-        reply: dict[str, Any] = _loads(self._read_line(self.limits.wall_s, cap, where))
+        reply: dict[str, Any] = loads(self._read_line(self.limits.wall_s, cap, where))
         if "memory" in reply:  # MemoryError in the child: it exits, a new one is started
             self.kill()
             what = f"needed more than {self.limits.memory_mb} MB"
@@ -292,7 +224,7 @@ class ReaderPool:
         finally:
             self._slots.release()
         if "error" in reply:
-            raise _error_in(reply["error"])
+            raise error_in(reply["error"])
         return reply
 
     def _count(self, op: str, change: int) -> None:
@@ -311,16 +243,16 @@ class ReaderPool:
         from the child, its steps loaded by a child when asked for."""
         from gmts_core.runs.registry import READERS, Run
 
-        request = {"op": "open", "path": str(path), "format": fmt, "limits": _limits_out(limits)}
+        request = {"op": "open", "path": str(path), "format": fmt, "limits": limits_out(limits)}
         cap = REPLY_SLACK_BYTES + 64 * limits.max_run_steps
         reply = self.call(request, cap, str(path))
-        refs = [_ref_in(r) for r in reply["refs"]]
+        refs = [ref_in(r) for r in reply["refs"]]
         return Run(path, READERS.get(reply["format"]), refs, limits, loader=self._loader)
 
     def trainer_metrics(self, path: Path, limits: RunLimits) -> Any:
         """:func:`~gmts_core.runs.trainer_metrics.find_trainer_metrics` in a worker: the
         trainer's own metrics logged in the run at ``path`` (or None)."""
-        request = {"op": "metrics", "path": str(path), "limits": _limits_out(limits)}
+        request = {"op": "metrics", "path": str(path), "limits": limits_out(limits)}
         # a reply holds at most MAX_POINTS steps of the standard series and MAX_NAMES names
         # of at most MAX_NAME_CHARS characters each
         reply = self.call(request, REPLY_SLACK_BYTES + 4 * (1 << 20), str(path))
@@ -331,16 +263,12 @@ class ReaderPool:
         request = {
             "op": "load",
             "format": run.format,
-            "ref": _ref_out(ref),
-            "limits": _limits_out(run.limits),
+            "ref": ref_out(ref),
+            "limits": limits_out(run.limits),
         }
         # a step's reply: its texts (at most max_step_bytes of file) and their JSON framing
         cap = REPLY_SLACK_BYTES + 2 * run.limits.max_step_bytes
-        return _step_in(self.call(request, cap, str(ref.path))["step"])
-
-
-def _limits_out(limits: RunLimits) -> dict[str, Any]:
-    return asdict(limits)
+        return step_in(self.call(request, cap, str(ref.path))["step"])
 
 
 # --- the child's side ---
@@ -370,14 +298,14 @@ def _handle(request: dict[str, Any]) -> dict[str, Any]:
     limits = replace(RunLimits(), **request["limits"])
     if request["op"] == "open":
         run = open_run(request["path"], request.get("format"), limits)
-        return {"format": run.format, "refs": [_ref_out(r) for r in run.refs]}
+        return {"format": run.format, "refs": [ref_out(r) for r in run.refs]}
     if request["op"] == "metrics":
         found = find_trainer_metrics(Path(request["path"]), limits)
         return {"metrics": None if found is None else found.to_dict()}
     if request["op"] == "load":
         reader = READERS.get(request["format"])
-        step = check_step(reader.load(_ref_in(request["ref"]), limits), limits)
-        return {"step": _step_out(step)}
+        step = check_step(reader.load(ref_in(request["ref"]), limits), limits)
+        return {"step": step_out(step)}
     raise InvalidInputError(f"unknown request {request['op']!r}")
 
 
@@ -395,13 +323,13 @@ def main() -> None:
             request = json.loads(line)
             _cpu_budget(int(request.get("cpu_s", 60)))
             reply = _handle(request)
-            data = _dumps(reply)
+            data = dumps(reply)
         except MemoryError:
             out.write(b'{"memory": true}\n')
             out.flush()
             return  # the parent replaces this process
         except GMTSError as exc:
-            data = json.dumps({"error": _error_out(exc)}, default=str).encode()
+            data = json.dumps({"error": error_out(exc)}, default=str).encode()
         except Exception as exc:  # a reader's bug is one refused file, never a dead loop
             where = request.get("path") or request.get("ref", [None, "a run file"])[1]
             message = f"{where}: cannot be read ({type(exc).__name__})"
