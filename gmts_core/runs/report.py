@@ -21,11 +21,13 @@ import json
 import logging
 import shutil
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gmts_core.analysis.analyze import AnalysisConfig
+from gmts_core.analysis.records import AnalysisResult
 from gmts_core.errors import GMTSError, InvalidInputError
 from gmts_core.model.loading import LoadedModel
 from gmts_core.run_dataset.schema import write_manifest
@@ -144,21 +146,44 @@ def analyze_run_shard(
         if on_step:
             on_step(None)
     count = 0
-    with (out / "parts" / f"steps-{rank}.jsonl").open("a", encoding="utf-8") as part:
+    # a step's dataset files are built and written on a thread of their own while the next
+    # step is analysed (numpy, and pyarrow's compression and writing, release the GIL); at
+    # most one step waits to be written. Its report line (what --resume reads as done)
+    # follows its files.
+    with (
+        (out / "parts" / f"steps-{rank}.jsonl").open("a", encoding="utf-8") as part,
+        ThreadPoolExecutor(1, thread_name_prefix="gmts-dataset-writer") as writer,
+    ):
+        pending: tuple[Future[None] | None, StepReport] | None = None
+
+        def finish(written: Future[None] | None, report: StepReport) -> None:
+            if written is not None:
+                written.result()  # a failed write stops the analysis here
+            part.write(json.dumps(report.to_dict(), ensure_ascii=False) + "\n")
+            part.flush()
+            if on_step:
+                on_step(report)
+
         for step in run.iter_steps(todo):
+            written = None
             if uses_log(run):
                 report = logged_step_report(step)
             else:
                 assert lm is not None
                 report, result = analyze_step(lm, step, config, plan.reward_kind)
                 if step.step in plan.token_steps:
-                    write_step(out, StepColumns.from_result(step.step, result))
-            part.write(json.dumps(report.to_dict(), ensure_ascii=False) + "\n")
-            part.flush()
+                    written = writer.submit(_write_dataset_step, out, step.step, result)
+            if pending is not None:
+                finish(*pending)
+            pending = (written, report)
             count += 1
-            if on_step:
-                on_step(report)
+        if pending is not None:
+            finish(*pending)
     return count
+
+
+def _write_dataset_step(out: Path, step: int, result: AnalysisResult) -> None:
+    write_step(out, StepColumns.from_result(step, result))
 
 
 def merge_report(

@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -238,3 +239,33 @@ def test_two_accelerate_processes_give_the_one_process_report(
     assert pq.read_table(tmp_path / "tokens" / "step_00002.parquet").equals(
         pq.read_table(trl_report / "tokens" / "step_00002.parquet")
     )
+
+
+def test_a_step_whose_files_fail_to_write_is_not_done(
+    tmp_path: Path, models: ModelRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dataset is written on a thread beside the analysis; a step's report line (what
+    --resume reads as done) follows its files, so a failed write stops the analysis there and
+    a resume redoes that step."""
+    import gmts_core.runs.report as report
+
+    real = report.write_step
+
+    def fail_on_step_3(out: Path, cols: Any) -> None:
+        if cols.step == 3:
+            raise OSError("disk full")
+        real(out, cols)
+
+    monkeypatch.setattr(report, "write_step", fail_on_step_3)
+    req = RunAnalysisRequest(RUNS / "run.jsonl", tmp_path, "tiny-arith", steps="1:3:2")
+    with pytest.raises(OSError, match="disk full"):
+        run_analysis(req, models)
+    done = (tmp_path / "parts" / "steps-0.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in done] == [1]
+    monkeypatch.setattr(report, "write_step", real)
+    resumed = run_analysis(
+        RunAnalysisRequest(RUNS / "run.jsonl", tmp_path, "tiny-arith", steps="1:3:2", resume=True),
+        models,
+    )
+    assert resumed.analysed == 1
+    assert AnalysedRun(tmp_path).step_numbers() == [1, 3]
