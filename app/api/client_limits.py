@@ -22,19 +22,9 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.middleware import json_error, send_json
+from app.api.asgi import content_length, json_error, read_body, send_json
 
 MAX_TRACKED_CLIENTS = 10_000  # bound the memory of many addresses
-
-
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", []):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
 
 
 def client_address(scope: Scope) -> str:
@@ -201,7 +191,7 @@ class UploadLimitMiddleware:
         if scope["type"] != "http" or scope["path"] not in self.paths:
             await self.app(scope, receive, send)
             return
-        declared = _content_length(scope)
+        declared = content_length(scope)
         if declared is not None and declared > self.max_bytes:
             await self._too_large(send)
             return
@@ -214,8 +204,8 @@ class UploadLimitMiddleware:
             )
             await _too_many(send, wait, message)
             return
-        body, complete = await self._read(receive)
-        if not complete:
+        body, _ = await read_body(receive, self.max_bytes)
+        if body is None:
             await self._too_large(send)
             return
         self.window.record(client)
@@ -234,19 +224,3 @@ class UploadLimitMiddleware:
         message = f"an upload may hold at most {self.max_bytes} bytes (GMTS_UI_UPLOAD_MAX_BYTES)"
         body = json_error(413, "payload_too_large", message)
         await send_json(send, 413, body, [(b"connection", b"close")])
-
-    async def _read(self, receive: Receive) -> tuple[bytes, bool]:
-        """The body, and False once it passes ``max_bytes`` (the rest is not read)."""
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return b"".join(chunks), True
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                return b"", False
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks), True

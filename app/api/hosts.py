@@ -19,7 +19,7 @@ import ipaddress
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from app.api.middleware import json_error, send_json
+from app.api.asgi import json_error, send_json
 
 FORWARDED = (b"forwarded", b"x-forwarded-")
 

@@ -15,13 +15,12 @@ leaves the queue (or stops at the next stage boundary) instead of running for no
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from typing import Any
 
 import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.asgi import content_length, header, json_error, read_body, send_json
 from app.api.client_limits import client_address
 from app.api.json_body import duplicate_key, is_json
 from app.api.middleware import request_id_var
@@ -56,11 +55,11 @@ class BodySizeLimitMiddleware:
         if scope["type"] != "http" or not self._applies(scope["path"]):
             await self.app(scope, receive, send)
             return
-        declared = _content_length(scope)
+        declared = content_length(scope)
         if declared is not None and declared > self.max_bytes:
             await self._too_large(send, declared)
             return
-        body, more_messages = await self._read_body(receive)
+        body, more_messages = await read_body(receive, self.max_bytes)
         if body is None:
             await self._too_large(send, None)
             return
@@ -87,44 +86,11 @@ class BodySizeLimitMiddleware:
             if watcher is not None:
                 watcher.cancel()
 
-    async def _read_body(self, receive: Receive) -> tuple[bytes | None, list[Message]]:
-        """The whole body, or None once it passes the limit; a disconnect is passed on."""
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return b"".join(chunks), [message]
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                return None, []
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks), []
-
     async def _too_large(self, send: Send, declared: int | None) -> None:
         size = f"{declared} bytes" if declared is not None else "more than the limit"
-        payload: dict[str, Any] = {
-            "error": {
-                "code": "payload_too_large",
-                "message": f"request body is {size}; the limit is {self.max_bytes} bytes "
-                f"({self.setting})",
-            }
-        }
-        data = json.dumps(payload).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(data)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": data})
+        message = f"request body is {size}; the limit is {self.max_bytes} bytes ({self.setting})"
+        body = json_error(413, "payload_too_large", message)
+        await send_json(send, 413, body, [(b"connection", b"close")])
 
 
 DUPLICATE_CHECK_ON_LOOP_BYTES = 64_000  # larger bodies are parsed in a worker thread
@@ -132,9 +98,7 @@ DUPLICATE_CHECK_ON_LOOP_BYTES = 64_000  # larger bodies are parsed in a worker t
 
 async def _has_duplicate_key(scope: Scope, body: bytes, send: Send) -> bool:
     """Answer 422 (and return True) when the JSON body repeats a key within one object."""
-    content_type = next(
-        (v.decode("latin-1") for k, v in scope["headers"] if k == b"content-type"), None
-    )
+    content_type = header(scope, b"content-type")
     if content_type is not None and not is_json(content_type):
         return False
     if len(body) > DUPLICATE_CHECK_ON_LOOP_BYTES:
@@ -145,19 +109,8 @@ async def _has_duplicate_key(scope: Scope, body: bytes, send: Send) -> bool:
         return False
     message = f"body: the key {key!r} appears twice in one object; give each field once"
     detail = {"field": "body", "message": message, "type": "duplicate_key"}
-    payload = {"error": {"code": "validation_error", "message": message, "details": [detail]}}
-    data = json.dumps(payload).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 422,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(data)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": data})
+    error = json_error(422, "validation_error", message, details=[detail])
+    await send_json(send, 422, error, [])
     return True
 
 
@@ -175,16 +128,6 @@ def _with_timing(send: Send, timing: JobTiming) -> Send:
         await send(message)
 
     return timed
-
-
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", []):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
 
 
 async def _watch(receive: Receive, token: CancelToken, gone: asyncio.Event) -> None:

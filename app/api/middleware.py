@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import contextvars
 import hmac
-import json
 import logging
 import re
 import uuid
-from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.api.asgi import header, json_error, send_json
 
 logger = logging.getLogger(__name__)
 
@@ -51,34 +51,6 @@ def install_request_id_logging() -> None:
                 handler.addFilter(RequestIdFilter())
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", []):
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return None
-
-
-def json_error(status: int, code: str, message: str, **extra: Any) -> bytes:
-    return json.dumps({"error": {"code": code, "message": message, **extra}}).encode()
-
-
-async def send_json(
-    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
-) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
 class RequestIdMiddleware:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -87,7 +59,7 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given = _header(scope, b"x-request-id")
+        given = header(scope, b"x-request-id")
         rid = given if given and _VALID_ID.fullmatch(given) else uuid.uuid4().hex
         token = request_id_var.set(rid)
         started = False
@@ -139,7 +111,7 @@ class ApiKeyMiddleware:
         if scope.get("method") == "OPTIONS":  # CORS preflight carries no credentials
             await self.app(scope, receive, send)
             return
-        auth = _header(scope, b"authorization") or ""
+        auth = header(scope, b"authorization") or ""
         scheme, _, given = auth.partition(" ")
         ok = scheme.lower() == "bearer" and hmac.compare_digest(
             given.strip().encode(), self.expected
