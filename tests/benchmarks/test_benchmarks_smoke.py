@@ -172,3 +172,10 @@ def test_run_dataset_scale_smoke(tmp_path) -> None:
     assert r["step_view_count"] == 2 and r["run_filter_count"] == 2 * 10
     assert r["token_ranking_count"] == 2 * 4 and r["healthz_max_s"] is not None
     assert r["server_rss_peak_mb"] >= r["server_rss_start_mb"] > 0
+
+
+def test_dataset_pace_smoke() -> None:
+    r = run_benchmark("dataset_pace", "--steps", "2", "--groups", "2", "--repeats", "1")
+    assert r["answer_tokens"] > 0 and r["parquet_bytes"] > 0
+    assert r["pace"] == pytest.approx(r["with_writing_tokens_per_s"] / r["analysis_tokens_per_s"])
+    assert 0 < r["writer_share_of_a_pass"] < 1
