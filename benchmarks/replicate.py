@@ -13,13 +13,13 @@ The recipe is the classroom recipe (``CLASS_RECIPE``: G = 8, lr 1.5e-4 with 5 wa
 one update a batch) at 16 prompts a step instead of 32 (80 runs must fit in 30 minutes on 2
 shared cores) and with answers capped at 32 tokens (the longest correct solution is 28 tokens
 and its end; the hard prompts' rambling answers would otherwise pad every batch to 48), ratio
-0.2 at batch scope for every method, as ``gmts compare`` runs them. The
-work is split into one compare per (regime, method) over ``--jobs`` processes of one torch
-thread each (a run depends only on its method, seed and regime, so the split changes no number),
-and the runs of a regime are put back together into one ``CompareResult``: its final table
-(accuracy, gain over the start, paired difference to entropy, each with the paired bootstrap
-over seeds and held-out problems of :mod:`gmts_core.experiments.compare_stats`) and its
-one-sentence conclusions. The curves get 95% intervals of a bootstrap over seeds.
+0.2 at batch scope for every method, as ``gmts compare`` runs them. The work is split into one
+compare per (regime, method) over ``--jobs`` processes of one torch thread each (a run depends
+only on its method, seed and regime, so the split changes no number), and the runs of a regime
+are put back together into one ``CompareResult``: its final table (accuracy, gain over the
+start, paired difference to entropy, each with the paired bootstrap over seeds and held-out
+problems of :mod:`gmts_core.experiments.compare_stats`) and its one-sentence conclusions. The
+curves get 95% intervals of a bootstrap over seeds.
 
     .venv/bin/python benchmarks/replicate.py --json docs/replication.json --svg docs/replication.svg
     .venv/bin/python benchmarks/replicate.py --quick --json    # a smoke run, JSON on stdout
@@ -94,9 +94,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--svg", default=None, metavar="PATH", help="write the curves as an SVG")
     p.add_argument(
         "--replot",
+        nargs="+",
         default=None,
         metavar="JSON",
-        help="train nothing: read a report this script wrote, print its summary (and --svg)",
+        help="train nothing: read reports this script wrote (several: the same methods, seeds "
+        "and steps in other regimes, drawn side by side), print the summary, write --svg and "
+        "--json PATH (the merged report)",
     )
     p.add_argument(
         "--compare-out", default=None, metavar="DIR", help="also DIR/<regime>/compare.json"
@@ -174,14 +177,14 @@ def merge(parts: list[CompareResult], config: CompareConfig) -> CompareResult:
     )
 
 
-def _interval(values: np.ndarray) -> dict[str, float]:
+def _interval(values: np.ndarray) -> list[dict[str, float]]:
     """(M, S) per-seed values -> per method: mean and the 95% bootstrap interval over seeds."""
     reps = bootstrap_replicates(values[:, :, None])
     out = []
     for row, rep in zip(values, reps, strict=True):
         lo, hi = percentile_interval(rep, 0.95)
         out.append({"mean": float(row.mean()), "ci_low": float(lo), "ci_high": float(hi)})
-    return out  # type: ignore[return-value]
+    return out
 
 
 def curves(result: CompareResult) -> dict[str, Any]:
@@ -296,6 +299,28 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
         "load_before": load_before,
         "load_after": uptime(),
         "machine": machine(),
+    }
+
+
+def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Reports of other regimes with the same methods and settings, as one report; each run's
+    command, wall time and load are kept in ``runs``."""
+    first = reports[0]
+    if len(reports) == 1:
+        return first
+    for other in reports[1:]:
+        if other["methods"] != first["methods"] or other["settings"] != first["settings"]:
+            raise SystemExit("--replot: the reports differ in methods or settings")
+    regimes = {r: rep for report in reports for r, rep in report["regimes"].items()}
+    keys = ("command", "wall_seconds", "cpu_seconds", "load_before", "load_after")
+    runs = [{k: report.get(k) for k in keys} for report in reports]
+    return {
+        **first,
+        "regimes": regimes,
+        "runs": runs,
+        "wall_seconds": round(sum(r["wall_seconds"] for r in reports), 1),
+        "cpu_seconds": round(sum(r.get("cpu_seconds", 0.0) for r in reports), 1),
+        "load_after": reports[-1]["load_after"],
     }
 
 
@@ -464,9 +489,14 @@ def summary(report: dict[str, Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.replot:
-        report = json.loads(Path(args.replot).read_text(encoding="utf-8"))
+        report = merge_reports([json.loads(Path(p).read_text("utf-8")) for p in args.replot])
         if args.svg:
             write_svg(report, Path(args.svg))
+        if args.json == "-":
+            print(json.dumps(report))
+            return 0
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1) + "\n", "utf-8")
         print("\n".join(summary(report)))
         return 0
     report = run_study(args)

@@ -4,6 +4,7 @@ the split into one compare per (regime, method) over worker processes changes no
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -64,3 +65,19 @@ def test_two_workers_give_the_same_runs_as_one(quick: tuple[dict[str, Any], Path
         two_curve = two["regimes"]["hard-mix"]["curves"][m]
         assert two_curve["accuracy"] == one_curve["accuracy"]
         assert two_curve["reward"] == one_curve["reward"]
+
+
+def test_replot_draws_reports_of_other_regimes_side_by_side(
+    quick: tuple[dict[str, Any], Path], tmp_path: Path
+) -> None:
+    r, _ = quick
+    paths = []
+    for regime in ("default", "hard-mix"):  # one report per regime, as two runs write them
+        path = tmp_path / f"{regime}.json"
+        path.write_text(json.dumps({**r, "regimes": {regime: r["regimes"][regime]}}))
+        paths.append(str(path))
+    svg = tmp_path / "both.svg"
+    merged = run_benchmark("replicate", "--replot", *paths, "--svg", str(svg))
+    assert merged["regimes"] == r["regimes"]  # nothing trained, nothing changed
+    assert merged["wall_seconds"] == round(2 * r["wall_seconds"], 1) and len(merged["runs"]) == 2
+    assert ET.parse(svg).getroot().tag.endswith("svg")
