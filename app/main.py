@@ -38,12 +38,10 @@ from app.api.middleware import (
 from app.api.routes import (
     analysed_runs,
     analyze,
-    capabilities,
+    catalog,
     export,
     gradcheck,
     health,
-    methods,
-    models,
     queue,
     runs,
     sessions,
@@ -98,9 +96,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     auth = [Depends(require_api_key)] if settings.api_key is not None else []
     v1 = APIRouter(prefix="/v1", dependencies=[*auth, Depends(reject_unknown_query)])
     modules = (
-        models,
-        capabilities,
-        methods,
+        catalog,
         queue,
         analyze,
         export,
