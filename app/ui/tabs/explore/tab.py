@@ -67,40 +67,36 @@ class ExploreOutputs:
         ]  # fmt: skip
 
 
-# positions in ``ExploreOutputs.view_list()``: the text views (tokens first: what a reader
-# waits for) and the charts, which a new result sends in a second event so that the browser
-# paints the tokens before it draws any chart
-TEXT_VIEWS = (0, 1, 2, 7, 11, 12)  # notes, tokens, summary, learn, why, spotlight
-CHART_VIEWS = (3, 4, 5, 6, 8, 9, 10)  # the four charts, overview, budget, batch box
+# positions in ``ExploreOutputs.view_list()``: what a reader waits for (the tokens, and the
+# disagreement above them), and the rest (the charts, the groups' overview, the Learn tab's
+# card), which a new result sends in a second event, so that the browser paints the tokens
+# before it draws a chart
+TEXT_VIEWS = (0, 1, 2, 11, 12)  # notes, tokens, summary, why, spotlight
+CHART_VIEWS = (3, 4, 5, 6, 7, 8, 9, 10)  # the four charts, learn, overview, budget, batch box
 
 
 def text_views(result: Any, a: str, b: str, color_by: str, group: Any) -> list[Any]:
     """The text views (``TEXT_VIEWS`` order) of the current result: no chart is built."""
     gi = int(group or 0)
-    v = view.explore_view(result, a, b, color_by, gi, with_figures=False)
+    v = view.explore_view(result, a, b, color_by, gi, with_figures=False, with_learn=False)
     notes = "\n".join(f"- {n}" for n in v.notes)
     batch_view = _is_batch(result) and _has_view(result, a, b)
     if batch_view:
         notes = (batch.batch_notes(result) + "\n" + notes).strip()
     spotlight = spotlight_html(result, (a, b)) if batch_view else ""
-    return [
-        notes,
-        v.tokens_html,
-        charts.summary_html(v.summary_rows),
-        v.learn_html,
-        v.why_html,
-        spotlight,
-    ]
+    return [notes, v.tokens_html, charts.summary_html(v.summary_rows), v.why_html, spotlight]
 
 
 def chart_views(result: Any, a: str, b: str, color_by: str, group: Any) -> list[Any]:
-    """The charts, the groups' overview and the batch box (``CHART_VIEWS`` order)."""
+    """The charts, the Learn tab's card, the groups' overview and the batch box
+    (``CHART_VIEWS`` order)."""
     figures = (
         charts.group_figures(result, (a, b), int(group or 0)) if _has_view(result, a, b) else {}
     )
     is_batch = _is_batch(result) and bool(figures)
     return [
         *(figures.get(k) for k in ("scatter", "distributions", "positions", "advantages")),
+        view.learn_view(result, a, b, int(group or 0)),
         pd.DataFrame(
             batch.overview_rows(result, (a, b)) if is_batch else [],
             columns=batch.overview_headers((a, b)),
@@ -116,8 +112,7 @@ def _is_batch(result: Any) -> bool:
 
 def _has_view(result: Any, a: str, b: str) -> bool:
     """A result computed with both methods (else the views show a placeholder, no charts)."""
-    computed = (result or {}).get("settings", {}).get("methods", []) if result else []
-    return bool(result) and a in computed and b in computed
+    return bool(result) and not view.missing_methods(result, (a, b))
 
 
 def views(result: Any, a: str, b: str, color_by: str, group: Any) -> list[Any]:

@@ -157,6 +157,20 @@ class ExploreView:
     why_html: str = ""  # why Method A and B differ (app.ui.why_differ)
 
 
+def missing_methods(result: Json | None, methods: tuple[str, str]) -> list[str]:
+    """The methods of ``methods`` the result was not computed with."""
+    computed = (result or {}).get("settings", {}).get("methods", []) if result else []
+    return [m for m in methods if m not in computed]
+
+
+def learn_view(result: Json | None, method_a: str, method_b: str, group_index: int = 0) -> str:
+    """The Learn tab's live card of a result (its placeholder when there is none yet)."""
+    methods = (method_a, method_b)
+    if not result or missing_methods(result, methods):
+        return learn.learn_html(None, methods)
+    return learn.learn_html(result, methods, group_index)
+
+
 def explore_view(
     result: Json | None,
     method_a: str,
@@ -164,21 +178,24 @@ def explore_view(
     color_by: str,
     group_index: int = 0,
     with_figures: bool = True,
+    with_learn: bool = True,
 ) -> ExploreView:
-    """Arrange a result (or nothing yet) for display (its charts only ``with_figures``)."""
+    """Arrange a result (or nothing yet) for display (its charts only ``with_figures``, the
+    Learn tab's card only ``with_learn``)."""
     methods = (method_a, method_b)
+    learn_html = learn_view(result, method_a, method_b, group_index) if with_learn else ""
     if not result:
         msg = "Enter a prompt and press Analyze; the answers' tokens appear here."
-        return ExploreView(placeholder(msg), {}, [], learn.learn_html(None, methods), [])
-    missing = [m for m in methods if m not in (result.get("settings") or {}).get("methods", [])]
+        return ExploreView(placeholder(msg), {}, [], learn_html, [])
+    missing = missing_methods(result, methods)
     if missing:
         msg = f"{', '.join(missing)} was not computed for this result: press Analyze again."
-        return ExploreView(placeholder(msg), {}, [], learn.learn_html(None, methods), [])
+        return ExploreView(placeholder(msg), {}, [], learn_html, [])
     return ExploreView(
         tokens_html=render_result(result, methods, color_by, group_index),
         figures=charts.group_figures(result, methods, group_index) if with_figures else {},
         summary_rows=charts.summary_rows(result.get("summary") or {}, methods),
-        learn_html=learn.learn_html(result, methods, group_index),
+        learn_html=learn_html,
         notes=list(result.get("notes") or []),
         why_html=why_differ_html(result, methods),
     )
