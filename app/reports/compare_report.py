@@ -230,6 +230,7 @@ def _settings_html(result: CompareResult) -> str:
         "ratio": c.ratio,
         "steps": c.steps,
         "seeds": c.seeds,
+        "task mix": c.task_mix,
         "group size G": c.rl.group_size,
         "prompts per step": c.rl.prompts_per_step,
         "learning rate": c.rl.learning_rate,

@@ -80,7 +80,8 @@ def summary_markdown(result: CompareResult) -> str:
         + (
             f"**{result.model}** · methods {', '.join(c.methods)} · ratio {c.ratio:g} · "
             f"{c.steps} steps × {c.seeds} seed(s) · G = {c.rl.group_size}, "
-            f"{c.rl.prompts_per_step} prompts per step · held-out problems {c.eval_problems} · "
+            f"{c.rl.prompts_per_step} prompts per step · task mix {c.task_mix} · "
+            f"held-out problems {c.eval_problems} · "
             f"start accuracy **{result.start_accuracy:.3f}** · wall time {result.seconds:.0f} s"
         )
     )
