@@ -37,7 +37,8 @@ def runs_server(
 
 
 def open_runs_tab(chromium: Any, url: str, width: int = 1280, height: int = 900) -> Any:
-    page = chromium.new_context(viewport={"width": width, "height": height}).new_page()
+    viewport = {"width": width, "height": height}
+    page = chromium.new_context(viewport=viewport, accept_downloads=True).new_page()
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(url + "/ui/", wait_until="load")
     page.wait_for_selector("#analyze-btn")
@@ -294,3 +295,33 @@ def test_what_the_trainer_logged_is_charted(chromium: Any, runs_server: LiveServ
         ".some(t => t.name.startsWith('entropy mean (GMTS'))"
     )
     assert "What TRL itself logged" in page.locator("#run-trainer-note").inner_text()
+
+
+def test_the_report_downloads_and_opens_offline(
+    chromium: Any, runs_server: LiveServer, tmp_path: Path
+) -> None:
+    """'Download report (HTML)': the run and the step shown, in one file that opens with the
+    network cut off, its tokens pinnable and its charts drawn from the inlined plotly.js."""
+    page = open_runs_tab(chromium, runs_server.url)
+    pick_run(page, "logged (gmts_trainer_log, 2 steps)", 2)
+    click_step(page, 2)
+    wait_for_step(page, 2)
+    # the button names the step its file holds (the report follows the step shown)
+    page.wait_for_function(
+        "() => (document.querySelector('#run-download') || {}).innerText?.includes('step 2')"
+    )
+    shown = page.locator("#run-step-view .tok").count()
+    with page.expect_download() as info:
+        page.click("#run-download")
+    saved = tmp_path / "report.html"
+    info.value.save_as(saved)
+    offline = chromium.new_context(offline=True).new_page()
+    offline.set_default_timeout(TIMEOUT_MS)
+    offline.goto(saved.as_uri())
+    assert "Step 2" in offline.locator("body").inner_text()
+    assert offline.locator("#run-step-view .tok").count() == shown
+    offline.wait_for_selector(".chart .js-plotly-plot .scatterlayer .trace")  # drawn offline
+    offline.locator("#run-step-view .tok").first.click()  # pinned, as in the tab
+    offline.wait_for_selector("#gmts-pin.visible")
+    offline.context.close()
+    page.context.close()

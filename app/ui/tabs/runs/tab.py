@@ -10,12 +10,14 @@ import gradio as gr
 from app.services.catalog import ANALYSIS_DEFAULTS
 from app.services.errors import GMTSError
 from app.ui.context import Tab, UIContext, call
+from app.ui.downloads import write_download
 from app.ui.render import Json
 from app.ui.tabs.runs.analysed import build_analysed_section
 from app.ui.tabs.runs.view import (
     metrics_figures,
     metrics_status,
     overview_figures,
+    report_page,
     run_choices,
     step_differences,
     step_html,
@@ -74,6 +76,9 @@ def build_runs_tab(ctx: UIContext) -> None:
     with gr.Row():
         prev_btn = gr.Button("◀ previous step", elem_id="run-prev")
         next_btn = gr.Button("next step ▶", elem_id="run-next")
+        download = gr.DownloadButton(
+            "Download report (HTML)", visible=False, elem_id="run-download"
+        )
     summary = gr.Markdown(elem_id="run-step-summary")
     differ = gr.HTML(elem_id="run-step-differences")
     view_html = gr.HTML(step_html(None), elem_id="run-step-view")
@@ -97,17 +102,26 @@ def build_runs_tab(ctx: UIContext) -> None:
         [run, model, ratio],
         [reward_plot, shown, trainer_note, table, *charts],
         **charts_in_order,
-    ).then(h.show_first, [current, run, model, ratio], outputs, **in_order)
+    ).then(h.show_first, [current, run, model, ratio], outputs, **in_order).then(
+        h.report, [run, shown, current], download
+    )
     timer.tick(
         h.poll, [run, model, ratio, shown], charts, show_progress="hidden", **charts_in_order
     )
-    table.select(h.pick, [run, model, ratio], outputs, **in_order)
-    prev_btn.click(
-        lambda v, *a: h.move(v, "previous", *a), [current, run, model, ratio], outputs, **in_order
-    )
-    next_btn.click(
-        lambda v, *a: h.move(v, "next", *a), [current, run, model, ratio], outputs, **in_order
-    )
+    stepped = [
+        table.select(h.pick, [run, model, ratio], outputs, **in_order),
+        prev_btn.click(
+            lambda v, *a: h.move(v, "previous", *a),
+            [current, run, model, ratio],
+            outputs,
+            **in_order,
+        ),
+        next_btn.click(
+            lambda v, *a: h.move(v, "next", *a), [current, run, model, ratio], outputs, **in_order
+        ),
+    ]
+    for event in stepped:  # the report follows the step shown
+        event.then(h.report, [run, shown, current], download)
     with gr.Accordion("Analysed runs (gmts analyze-run)", open=True, elem_id="analysed-runs"):
         build_analysed_section(ctx)
 
@@ -167,6 +181,15 @@ class _Handlers:
             return (gr.skip(),) * 4
         first = call(lambda: self.backend.run_overview(run_id))["steps"][0]
         return self.show(run_id, first, model_name, r)
+
+    def report(self, run_id: str | None, shown: Json | None, view: Json | None) -> Any:
+        """The download of the tab as it is (the run's charts and words, the step shown)."""
+        if not run_id:
+            return gr.DownloadButton(visible=False)
+        page = report_page(run_id, shown, view)
+        label = "Download report (HTML)" + (f": step {view['step']}" if view else "")
+        path = write_download(page, "run", "html")
+        return gr.DownloadButton(label, value=str(path), visible=True)
 
     def pick(self, run_id: str | None, model_name: str, r: float, evt: gr.SelectData) -> tuple:
         row = evt.row_value or []

@@ -10,6 +10,7 @@ with the chosen model (a heavy job, queued like any analysis).
 """
 
 import logging
+import re
 from html import escape
 from typing import Any
 
@@ -25,6 +26,7 @@ from app.reports.run_charts import (
     reward_figure,
     trainer_figure,
 )
+from app.ui.downloads import standalone_page
 from app.ui.render import placeholder, rank_pool, render_group
 from app.ui.why_differ import why_differ_html
 
@@ -225,3 +227,55 @@ def step_summary(view: Json | None) -> str:
         f"zero-signal share {r['zero_signal_share']:.2f}. Marked: {what}.  \n"
         f"Gradient coverage: {cov}.  \nWasted share: {waste}."
     )
+
+
+def _markdown_line(text: str) -> str:
+    """The few Markdown marks these notes use (bold, code, hard breaks) as HTML; the notes
+    escape every value they quote, so the text is HTML-safe already."""
+    text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+    return text.replace("  \n", "<br>")
+
+
+def run_summary(run_id: str, overview: Json) -> str:
+    """The run in words: its steps, its reward from first to last, its zero-signal share."""
+    rows = overview.get("overview") or []
+    if not rows:
+        return f"Run `{escape(run_id)}`: no steps summarised."
+    first, last = rows[0], rows[-1]
+    zero = [r["zero_signal_share"] for r in rows if r.get("zero_signal_share") is not None]
+    reward = (
+        f"mean reward {first['reward_mean']:.3f} at step {first['step']} and "
+        f"{last['reward_mean']:.3f} at step {last['step']}"
+        if first.get("reward_mean") is not None and last.get("reward_mean") is not None
+        else "no rewards in the files"
+    )
+    share = f"; on average {sum(zero) / len(zero):.0%} of groups zero-signal" if zero else ""
+    return (
+        f"Run `{escape(run_id)}`: {len(rows)} steps summarised ({first['step']}–{last['step']}), "
+        f"{reward}{share}."
+    )
+
+
+def report_page(run_id: str, overview: Json | None, view: Json | None) -> str:
+    """The Runs tab as one self-contained HTML page: the run and the shown step in words,
+    "why they differ", the step's tokens (hover and pin as in the tab) and the run's charts
+    (reward, what the trainer logged, gradient coverage per method)."""
+    overview = overview or {}
+    figures: list[go.Figure] = []
+    if overview.get("overview"):
+        reward, cover = overview_figures(overview)
+        figures += [reward] + ([cover] if overview.get("reports") else [])
+    if (trainer := trainer_metrics_figure(overview)) is not None:
+        figures.insert(1, trainer)
+    words = [run_summary(run_id, overview), trainer_metrics_note(overview)]
+    if view:
+        words.append(step_summary(view))
+    body = (
+        "".join(f"<p>{_markdown_line(w)}</p>" for w in words if w)
+        + step_differences(view)
+        + f"<div id='run-step-view'>{step_html(view)}</div>"
+    )
+    step = f" · step {view['step']} ({view['mode']})" if view else ""
+    source = f"run {run_id}{step} — exported from GMTS Explorer's Runs tab"
+    return standalone_page(f"GMTS run {run_id}", source, body, figures)

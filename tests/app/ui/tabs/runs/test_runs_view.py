@@ -158,3 +158,25 @@ def test_spotlight_tooltip_ranks_fit_their_labels() -> None:
     assert 'class="spot-' in html
     # the arrival is analysed with batch scope: ranks count over the whole batch
     assert_ranks_fit_their_labels(html, "batch")
+
+
+def test_the_report_page_holds_the_run_the_step_and_its_tokens_offline(services) -> None:  # type: ignore[no-untyped-def]
+    """The Runs tab's download: the run and the step in words, why they differ, the step's
+    tokens (as the tab renders them), the charts, and nothing loaded from elsewhere."""
+    import re
+
+    from app.ui.tabs.runs.view import report_page, step_differences
+
+    first = services.runs.overview("trl").model_dump()["steps"][0]
+    view = services.runs.step_view("trl", first, StepOptions()).model_dump()
+    overview = services.runs.overview("trl").model_dump()  # with the step's report now
+    page = report_page("trl", overview, view)
+    assert "Run <code>trl</code>:" in page and f"steps summarised ({first}" in page
+    assert f"<b>Step {view['step']}</b>" in page  # the step summary, its Markdown as HTML
+    assert step_html(view) in page and step_differences(view) in page
+    assert "What TRL itself logged" in page  # the trainer's own metrics, named
+    assert overview["reports"]  # the analysed step's report: the coverage chart
+    assert page.count("<div class='chart'>") == 3  # reward, the trainer's chart, coverage
+    assert page.count("plotly.js v") == 1  # plotly.js inlined once
+    markup = re.sub(r"<script>.*?</script>", "", page, flags=re.S)  # the inlined scripts' text
+    assert "<script src" not in page and not re.search(r"(src|href)=.?https?:", markup)
