@@ -8,8 +8,6 @@ its new steps within :data:`POLL_S` seconds (only the new steps' files are read)
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -24,6 +22,7 @@ from app.reports.analysed_report import (
 from app.services.analysed_runs import ANSWER_ORDER_NAMES, TOKEN_ORDER_NAMES
 from app.services.errors import GMTSError
 from app.ui.context import UIContext, call
+from app.ui.downloads import write_download
 from app.ui.render import Json
 
 POLL_S = 5.0
@@ -50,7 +49,6 @@ def _table(items: list[Json], cols: list[str]) -> Any:
 class _Handlers:
     def __init__(self, ctx: UIContext) -> None:
         self.backend = ctx.backend
-        self.folder = Path(tempfile.mkdtemp(prefix="gmts-analysed-"))
 
     def q(self, kind: str, run_id: str = "", **params: Any) -> Json:
         return call(lambda: self.backend.analysed(kind, run_id, params))
@@ -147,9 +145,7 @@ class _Handlers:
         return view, self.report(body, shown, tokens), {"answer": shown, "tokens": tokens}
 
     def report(self, body: Json, answer: Json | None, tokens: list[Json]) -> str:
-        path = self.folder / f"{body['run']['id']}-report.html"
-        path.write_text(report_html(body, answer, tokens), encoding="utf-8")
-        return str(path)
+        return str(write_download(report_html(body, answer, tokens), "analysed-run", "html"))
 
 
 def build_analysed_section(ctx: UIContext) -> None:
