@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from app.main import create_app
 from app.ui.render import fmt
@@ -46,13 +47,32 @@ def set_number(page: Any, elem_id: str, value: int) -> None:
     box.press("Enter")
 
 
+def fill(page: Any, selector: str, text: str, tries: int = 5) -> None:
+    """Fill a textbox until it holds ``text``: a fill into a box still mounting (an accordion
+    opening) is sometimes reset by the component, so it is checked and repeated."""
+    box = page.locator(selector)
+    box.wait_for(state="visible")
+    for _ in range(tries):
+        box.fill(text)
+        try:
+            page.wait_for_function(
+                "([sel, text]) => document.querySelector(sel)?.value === text",
+                arg=[selector, text],
+                timeout=3_000,
+            )
+            return
+        except PlaywrightTimeoutError:
+            continue
+    raise AssertionError(f"{selector} did not keep the text filled in {tries} tries")
+
+
 def run_analysis(page: Any, prompt: str | None = None, answers: list[str] | None = None) -> None:
     """Fill the form, press Analyze and wait until the token view shows the new result."""
     if prompt is not None:
-        page.fill("#prompt textarea", prompt)
+        fill(page, "#prompt textarea", prompt)
     if answers is not None:
         page.get_by_text("Paste answers instead of sampling").click()
-        page.fill("#answers textarea", "\n".join(answers))
+        fill(page, "#answers textarea", "\n".join(answers))
     # the form holds what was typed before Analyze is pressed (a fill into a component still
     # mounting was once lost, and the default prompt was sampled instead)
     if prompt is not None:
