@@ -3,25 +3,11 @@ its exact token ids with the prompts decoded by the model's tokenizer, and rende
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
-import pytest
 
-from app.services.container import build_services
 from app.services.runs import StepOptions
 from app.ui.tabs.runs.view import run_choices, step_html, step_summary, steps_table
-from tests.app.api_helpers import make_settings
-
-DATA = Path(__file__).resolve().parents[4] / "data" / "runs"
-
-
-@pytest.fixture(scope="module")
-def services(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    settings = make_settings(
-        tmp_path_factory.mktemp("m"), run_roots=[DATA], default_model="tiny-arith"
-    )
-    return build_services(settings)
+from tests.app.ui.tabs.runs.conftest import DATA
 
 
 def test_a_miles_run_is_listed_summarised_and_its_step_shown(services) -> None:  # type: ignore[no-untyped-def]

@@ -17,16 +17,7 @@ from app.ui.tabs.runs.view import (
     steps_table,
 )
 from tests.app.api_helpers import make_settings
-
-DATA = Path(__file__).resolve().parents[4] / "data" / "runs"
-
-
-@pytest.fixture(scope="module")
-def services(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    settings = make_settings(
-        tmp_path_factory.mktemp("m"), run_roots=[DATA], default_model="tiny-arith"
-    )
-    return build_services(settings)
+from tests.app.ui.tabs.runs.conftest import DATA
 
 
 def test_run_choices_and_steps_table(services) -> None:  # type: ignore[no-untyped-def]

@@ -11,16 +11,7 @@ import pytest
 from app.services.container import build_services
 from app.ui.tabs.runs.view import trainer_metrics_figure, trainer_metrics_note
 from tests.app.api_helpers import make_settings
-
-DATA = Path(__file__).resolve().parents[4] / "data" / "runs"
-
-
-@pytest.fixture(scope="module")
-def services(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    settings = make_settings(
-        tmp_path_factory.mktemp("m"), run_roots=[DATA], default_model="tiny-arith"
-    )
-    return build_services(settings)
+from tests.app.ui.tabs.runs.conftest import DATA
 
 
 def traces(fig) -> dict:  # type: ignore[no-untyped-def]
