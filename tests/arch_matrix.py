@@ -3,7 +3,7 @@
 ``build_tiny(model_type)`` returns a float32 model with small hidden sizes, few layers and a
 small vocabulary, or raises :class:`Skip` with the reason it cannot be built here (an
 encoder-decoder, a multimodal model, a model that needs packages or remote code...). The
-conformance tests (tests/gmts_core/test_arch_conformance.py) and the table of docs/concepts.md
+conformance tests (tests/gmts_core/model/test_arch_conformance.py) and the table of docs/concepts.md
 use it.
 """
 
