@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from gmts_core.integrations.trl_terms import gather_rows
 from gmts_core.methods.aggregation import loss_weights
 from gmts_core.methods.selection import select
 from gmts_core.runs.trainer_log import FOLDER, SCHEMA
@@ -52,7 +53,7 @@ class SelectionLogger:
             ],
             dim=1,
         )  # (n, 2): token id and advantage of each valid token
-        rows, _ = trainer._gather_rows(local)
+        rows, _ = gather_rows(trainer.accelerator, local)
         texts = gather_object(_answer_texts(trainer.processing_class, batch, valid))
         if not trainer.accelerator.is_main_process:
             return

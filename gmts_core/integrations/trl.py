@@ -57,7 +57,6 @@ rules of its released code, :mod:`gmts_core.methods.gmts_released`).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import math
@@ -69,21 +68,23 @@ from accelerate.utils import is_peft_model
 from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
-from gmts_core.analysis.summaries import gradient_coverage, overlap
 from gmts_core.errors import InvalidInputError
 from gmts_core.integrations.selection_log import SelectionLogger
-from gmts_core.integrations.trl_config import GMTSGRPOConfig, validate_selection
+from gmts_core.integrations.trl_config import CONFIG_DEFAULTS, GMTSGRPOConfig, validate_selection
 from gmts_core.integrations.trl_terms import (
     CONFIDENT_PROB,
     GROUP_IDS,
     AppliedSelection,
     aggregation_for_loss_type,
+    gather_rows,
     generation_group_ids,
+    global_selection_inputs,
     grad_norm_from_logprob,
     per_token_advantages,
+    selection_metrics,
 )
 from gmts_core.methods.aggregation import loss_weights
-from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
+from gmts_core.methods.coefficient import ClipSettings
 from gmts_core.methods.selection import SelectionInputs, default_scope, select
 from gmts_core.model.logit_head import head_path
 from gmts_core.stats.metrics import token_stats_chunked
@@ -122,7 +123,7 @@ class GMTSGRPOTrainer(GRPOTrainer):
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
         if config is not None and not isinstance(config, GMTSGRPOConfig):
             config = None  # a plain GRPOConfig: the GMTS defaults
-        defaults = config if config is not None else _DEFAULTS
+        defaults = config if config is not None else CONFIG_DEFAULTS
         self.token_selection = token_selection or defaults.token_selection
         self.selection_ratio = float(
             defaults.selection_ratio if selection_ratio is None else selection_ratio
@@ -343,21 +344,23 @@ class GMTSGRPOTrainer(GRPOTrainer):
         lengths = valid.sum(dim=1)  # (B,)
         columns = [entropy, logprob, grad_norm, advantage, old, ref]
         local_rows = torch.stack([c.double() for c in columns], dim=1)  # (n, 6)
-        rows, offset = self._gather_rows(local_rows)
-        all_lengths, answer_offset = self._gather_rows(lengths.unsqueeze(1))
-        answer_ids, _ = self._gather_rows((answer_id + answer_offset).unsqueeze(1))
+        rows, offset = gather_rows(self.accelerator, local_rows)
+        all_lengths, answer_offset = gather_rows(self.accelerator, lengths.unsqueeze(1))
+        answer_ids, _ = gather_rows(self.accelerator, (answer_id + answer_offset).unsqueeze(1))
         if group_ids is None:
             group_ids = torch.zeros(valid.shape[0], dtype=torch.long, device=valid.device)
-        groups, _ = self._gather_rows(group_ids.to(valid.device)[answer_id].unsqueeze(1))
+        groups, _ = gather_rows(
+            self.accelerator, group_ids.to(valid.device)[answer_id].unsqueeze(1)
+        )
         rank = torch.full_like(answer_id, self.accelerator.process_index)
-        ranks, _ = self._gather_rows(rank.unsqueeze(1))
+        ranks, _ = gather_rows(self.accelerator, rank.unsqueeze(1))
         x = self._selection_inputs(
             rows.cpu(), all_lengths[:, 0].cpu(), answer_ids[:, 0], groups[:, 0].cpu()
         )
         x.micro_batch = ranks[:, 0].cpu()  # Clip-Cov / KL-Cov means per process, as verl
         # every completion's group, those without a loss token too (G counts them, as
         # Framework1 counts zero-length answers); rows are answer ids (answer_offset is a row one)
-        every_group, _ = self._gather_rows(group_ids.to(valid.device).unsqueeze(1))
+        every_group, _ = gather_rows(self.accelerator, group_ids.to(valid.device).unsqueeze(1))
         x.answer_group = every_group[:, 0].cpu().long()
         sel = select(x, self.token_selection, self.selection_ratio, self.scope)
         local_mask = torch.zeros_like(valid)
@@ -372,11 +375,8 @@ class GMTSGRPOTrainer(GRPOTrainer):
         answer_ids: torch.Tensor,
         group_ids: torch.Tensor,
     ) -> SelectionInputs:
-        """SelectionInputs of the global batch; w_i from TRL's loss type via gmts_core, omega_t
-        from the ratio, clip and KL of TRL's loss (gmts_core.methods.coefficient)."""
-        entropy, logprob, grad_norm, advantage, old, ref = rows.unbind(dim=1)  # each (N,)
-        weights = loss_weights(lengths, self.aggregation, max_length=self.max_completion_length)
-        w = weights[answer_ids.cpu()]  # (N,) per token
+        """SelectionInputs of the global batch under this trainer's loss (its aggregation,
+        clip and KL; a fresh seed per call for the random control)."""
         self._selection_calls += 1
         args: Any = self.args
         settings = ClipSettings(
@@ -386,68 +386,13 @@ class GMTSGRPOTrainer(GRPOTrainer):
             getattr(args, "delta", None),
             bool(getattr(args, "use_bias_correction_kl", False)),
         )
-        coefficient = effective_coefficient(advantage, w, settings, logprob, old, ref)
-        # the paper's KL part beta (rho - 1) for gmts_paper(_verl), where TRL's loss has the
-        # bias-corrected one (its derivative beta r log rho is in coefficient.kl)
-        paper_kl = None
-        if settings.bias_corrected_kl and settings.beta != 0.0:
-            plain = dataclasses.replace(settings, bias_corrected_kl=False)
-            paper_kl = effective_coefficient(advantage, w, plain, logprob, old, ref).kl
-        x = selection_inputs(
-            entropy=entropy,
-            logprob=logprob,
-            grad_norm=grad_norm,
-            weight=w,
-            answer_index=answer_ids.cpu(),
-            group_index=group_ids.long(),
-            coefficient=coefficient,
-            seed=self.args.seed * 1_000_003 + self._selection_calls,
-            advantage=advantage,
-        )
-        x.paper_kl_coef = paper_kl
-        return x
-
-    def _gather_rows(self, local: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """Rows (n_p, F) of every process, concatenated in process order, and this one's offset.
-
-        Processes hold different numbers of rows, so each is padded to the longest before the
-        gather (as TRL's entropy quantile does) and the padding is cut off by the known counts.
-        """
-        acc = self.accelerator
-        count = torch.tensor([local.shape[0]], device=local.device)
-        counts = acc.gather(count).cpu()  # (P,)
-        padded = acc.pad_across_processes(local, dim=0)  # (n_max, F)
-        gathered = acc.gather(padded).view(len(counts), padded.shape[0], -1)  # (P, n_max, F)
-        rows = torch.cat([gathered[p, : int(c)] for p, c in enumerate(counts)])  # (N, F)
-        offset = int(counts[: acc.process_index].sum())
-        return rows, offset
+        weights = loss_weights(lengths, self.aggregation, max_length=self.max_completion_length)
+        seed = self.args.seed * 1_000_003 + self._selection_calls
+        return global_selection_inputs(rows, weights, answer_ids, group_ids, settings, seed)
 
     def _log_selection(self, applied: AppliedSelection) -> None:
         """Selected fraction, gradient coverage, and entropy/GMTS coverage and overlap."""
         mode = "train" if getattr(self.model, "training", False) else "eval"
-        x, sel = applied.inputs, applied.selection
-        if x.num_tokens == 0:
-            return
-        ratio, chosen, scope = self.selection_ratio, self.token_selection, self.scope
-        by_entropy = (
-            sel.selected if chosen == "entropy" else select(x, "entropy", ratio, scope).selected
-        )
-        by_gmts = sel.selected if chosen == "gmts" else select(x, "gmts", ratio, scope).selected
-        metrics = self._metrics[mode]
-        metrics["gmts/selected_fraction"].append(float(sel.selected.double().mean()))
-        if float(x.grad_proxy.sum()) > 0.0:  # GMTS ranks nothing in a zero-signal batch
-            metrics["gmts/overlap_entropy_gmts"].append(overlap(by_entropy, by_gmts)["jaccard"])
-            metrics["gmts/gradient_coverage"].append(gradient_coverage(x.grad_proxy, sel.selected))
-            for name, mask in (("entropy", by_entropy), ("gmts", by_gmts)):
-                cov = gradient_coverage(x.grad_proxy, mask)
-                metrics[f"gmts/gradient_coverage_{name}"].append(cov)
-
-
-class _Defaults:
-    """The GMTS fields' defaults, read from :class:`GMTSGRPOConfig` (one place)."""
-
-    def __getattr__(self, name: str) -> Any:
-        return GMTSGRPOConfig.__dataclass_fields__[name].default
-
-
-_DEFAULTS: Any = _Defaults()
+        found = selection_metrics(applied, self.token_selection, self.selection_ratio, self.scope)
+        for name, value in found.items():
+            self._metrics[mode][name].append(value)

@@ -16,6 +16,7 @@ Each GMTS field is documented once, here (its ``help`` metadata is what the pars
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from trl import GRPOConfig
 
@@ -82,3 +83,13 @@ def validate_selection(method: str, ratio: float, scope: str | None) -> None:
     top_k_count(ratio, 1)  # ValueError outside (0, 1]
     if scope is not None and scope not in SCOPES:
         raise InvalidInputError(f"unknown selection scope {scope!r}; valid: {', '.join(SCOPES)}")
+
+
+class _Defaults:
+    """The GMTS fields' defaults, read from :class:`GMTSGRPOConfig` (one place)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return GMTSGRPOConfig.__dataclass_fields__[name].default
+
+
+CONFIG_DEFAULTS: Any = _Defaults()  # for a trainer given a plain GRPOConfig

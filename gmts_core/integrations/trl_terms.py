@@ -1,16 +1,20 @@
 """The numbers GMTSGRPOTrainer takes from TRL's outputs, in plain torch (no TRL import, so they
 are tested without a trainer): which loss aggregation each TRL ``loss_type`` is, g from the fused
-kernel's log-probabilities, per-token advantages, completions' group ids, and what a micro-batch
-selected."""
+kernel's log-probabilities, per-token advantages, completions' group ids, what a micro-batch
+selected, the rows of every process gathered, and the metrics a selection logs."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from gmts_core.analysis.summaries import gradient_coverage, overlap
 from gmts_core.errors import InvalidInputError
-from gmts_core.methods.selection import Selection, SelectionInputs
+from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
+from gmts_core.methods.selection import Selection, SelectionInputs, select
 
 # TRL loss_type -> gmts_core loss-aggregation mode (the weights w_i of TRL's loss).
 # "grpo"/"sapo": mean over answers of each answer's token mean -> 1 / (G |o_i|).
@@ -95,3 +99,75 @@ def per_token_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.
     """Advantages (B,) or (B, T) -> one value per valid token, flat (n,)."""
     adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
     return adv.expand_as(mask)[mask]
+
+
+def gather_rows(accelerator: Any, local: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Rows (n_p, F) of every process, concatenated in process order, and this one's offset.
+
+    Processes hold different numbers of rows, so each is padded to the longest before the
+    gather (as TRL's entropy quantile does) and the padding is cut off by the known counts.
+    """
+    count = torch.tensor([local.shape[0]], device=local.device)
+    counts = accelerator.gather(count).cpu()  # (P,)
+    padded = accelerator.pad_across_processes(local, dim=0)  # (n_max, F)
+    gathered = accelerator.gather(padded).view(len(counts), padded.shape[0], -1)  # (P, n_max, F)
+    rows = torch.cat([gathered[p, : int(c)] for p, c in enumerate(counts)])  # (N, F)
+    offset = int(counts[: accelerator.process_index].sum())
+    return rows, offset
+
+
+def selection_metrics(
+    applied: AppliedSelection, method: str, ratio: float, scope: str
+) -> dict[str, float]:
+    """What the trainer logs of one selection: the selected fraction and, where GMTS ranks
+    anything (not a zero-signal batch), the gradient coverage of the method, of entropy and of
+    GMTS at the same ratio, and entropy's and GMTS's overlap."""
+    x, sel = applied.inputs, applied.selection
+    if x.num_tokens == 0:
+        return {}
+    found = {"gmts/selected_fraction": float(sel.selected.double().mean())}
+    if float(x.grad_proxy.sum()) > 0.0:
+        by_entropy = (
+            sel.selected if method == "entropy" else select(x, "entropy", ratio, scope).selected
+        )
+        by_gmts = sel.selected if method == "gmts" else select(x, "gmts", ratio, scope).selected
+        found["gmts/overlap_entropy_gmts"] = overlap(by_entropy, by_gmts)["jaccard"]
+        found["gmts/gradient_coverage"] = gradient_coverage(x.grad_proxy, sel.selected)
+        for name, mask in (("entropy", by_entropy), ("gmts", by_gmts)):
+            found[f"gmts/gradient_coverage_{name}"] = gradient_coverage(x.grad_proxy, mask)
+    return found
+
+
+def global_selection_inputs(
+    rows: torch.Tensor,
+    weights: torch.Tensor,
+    answer_ids: torch.Tensor,
+    group_ids: torch.Tensor,
+    settings: ClipSettings,
+    seed: int,
+) -> SelectionInputs:
+    """SelectionInputs of the gathered batch: ``rows`` (N, 6) = entropy, log p, g, advantage,
+    log pi_old, log pi_ref per token; ``weights`` w_i per answer of TRL's loss type; omega_t from
+    the ratio, clip and KL of TRL's loss (:mod:`gmts_core.methods.coefficient`), and the paper's
+    own KL part beta (rho - 1) for gmts_paper(_verl) where TRL's loss has the bias-corrected one
+    (whose derivative beta r log rho is in ``coefficient.kl``)."""
+    entropy, logprob, grad_norm, advantage, old, ref = rows.unbind(dim=1)  # each (N,)
+    w = weights[answer_ids.cpu()]  # (N,) per token
+    coefficient = effective_coefficient(advantage, w, settings, logprob, old, ref)
+    paper_kl = None
+    if settings.bias_corrected_kl and settings.beta != 0.0:
+        plain = dataclasses.replace(settings, bias_corrected_kl=False)
+        paper_kl = effective_coefficient(advantage, w, plain, logprob, old, ref).kl
+    x = selection_inputs(
+        entropy=entropy,
+        logprob=logprob,
+        grad_norm=grad_norm,
+        weight=w,
+        answer_index=answer_ids.cpu(),
+        group_index=group_ids.long(),
+        coefficient=coefficient,
+        seed=seed,
+        advantage=advantage,
+    )
+    x.paper_kl_coef = paper_kl
+    return x
