@@ -71,6 +71,7 @@ __all__ = [
     "attend_one",
     "cache_dir",
     "compiler",
+    "decode_kernels",
     "enabled",
     "library",
     "rms_norm",
@@ -286,3 +287,58 @@ def rotary_attend(
         keys.data_ptr(), values.data_ptr(), keys.shape[2], pos, out.data_ptr(),
     )  # fmt: skip
     return None if status else out
+
+
+class DecodeKernels:
+    """:func:`rms_norm`, :func:`silu_mul` and :func:`rotary_attend` for a caller that checked
+    once per decoding step what the checked wrappers check on every call (the fused decoding
+    step, :mod:`gmts_core.sampling.fused_decode`): weights, cache buffers and rotary rows
+    contiguous float32 on CPU, positions within the buffers. Its activations are then what
+    torch's own ops make of such inputs (contiguous float32 on CPU), so each call here keeps
+    only the shape checks that bound the kernels' memory accesses; on a small model the
+    per-call lookups and checks cost about as much as the kernels."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._lib = lib
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        n, d = x.shape
+        if weight.shape != (d,):
+            raise ValueError("rms_norm: the weight's width is not the rows'")
+        out = torch.empty_like(x)
+        self._lib.gmts_rms_norm(x.data_ptr(), weight.data_ptr(), n, d, eps, out.data_ptr())
+        return out
+
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        n, width = gate_up.shape
+        out = gate_up.new_empty(n, width // 2)
+        self._lib.gmts_silu_mul(gate_up.data_ptr(), n, width // 2, out.data_ptr())
+        return out
+
+    def rotary_attend(
+        self,
+        qkv: torch.Tensor,
+        heads: tuple[int, int, int],
+        rotary: tuple[torch.Tensor, torch.Tensor, float],
+        buffers: tuple[torch.Tensor, torch.Tensor],
+        pos: int,
+    ) -> torch.Tensor:
+        (hq, kv, d), (cos, sin, scaling), (keys, values) = heads, rotary, buffers
+        n = qkv.shape[0]
+        if qkv.shape[1] != (hq + 2 * kv) * d or keys.shape[:2] != (n, kv):
+            raise ValueError("rotary_attend: the projections do not fit the cache buffers")
+        out = qkv.new_empty(n, hq * d)
+        status = self._lib.gmts_rotary_attend(
+            qkv.data_ptr(), n, hq, kv, d, cos.data_ptr(), sin.data_ptr(), scaling,
+            keys.data_ptr(), values.data_ptr(), keys.shape[2], pos, out.data_ptr(),
+        )  # fmt: skip
+        if status:
+            raise ValueError("rotary_attend: a size is outside the kernel's buffers")
+        return out
+
+
+def decode_kernels() -> DecodeKernels | None:
+    """The decoding step's kernels without per-call checks (:class:`DecodeKernels`), or None
+    when the kernels are off."""
+    lib = library()
+    return None if lib is None else DecodeKernels(lib)

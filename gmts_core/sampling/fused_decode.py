@@ -27,27 +27,10 @@ import torch.nn.functional as F
 
 from gmts_core import native
 from gmts_core.model.kv_cache import PreallocatedLayer
-from gmts_core.model.rope_window import rope_window
+from gmts_core.model.llama_layout import NORMS, is_plain_llama
 
-LAYERS = ("LlamaDecoderLayer", "Qwen2DecoderLayer")
-NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm")
 SILU = ("SiLUActivation", "SiLU")  # gates the native step computes itself
 MAX_PARAMETERS = 200_000_000  # larger bodies keep the generic step (no weight copies)
-
-
-def _native_out(out: torch.Tensor | None) -> torch.Tensor:
-    if out is None:  # FusedStep._native checked what the kernels take
-        raise RuntimeError("a native kernel declined a step it was checked to take")
-    return out
-
-
-def _plain(module: Any) -> bool:
-    return (
-        type(module) is torch.nn.Linear
-        and not module._forward_hooks
-        and not module._forward_pre_hooks
-        and "forward" not in vars(module)
-    )
 
 
 def rotation_matrices(cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -146,33 +129,12 @@ class FusedStep:
 
     @staticmethod
     def of(body: Any) -> FusedStep | None:
-        """The fused step for this transformer body, or None if it is not a known layout."""
-        layers = getattr(body, "layers", None)
-        config = getattr(body, "config", None)
-        if not layers or config is None or not hasattr(body, "rotary_emb"):
+        """The fused step for this transformer body, or None if it is not the plain Llama
+        layout (:func:`gmts_core.model.llama_layout.is_plain_llama`) or too large."""
+        if not is_plain_llama(body):
             return None
-        if getattr(config, "use_sliding_window", False) or getattr(config, "pretraining_tp", 1) > 1:
-            return None
-        if rope_window(config) is not None:
-            return None  # frequencies by forward length: one call for all positions would differ
         if sum(p.numel() for p in body.parameters()) > MAX_PARAMETERS:
             return None  # the concatenated projections would copy too much
-        if body._forward_hooks or body._forward_pre_hooks:
-            return None
-        for layer in layers:
-            attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-            if type(layer).__name__ not in LAYERS or attn is None or mlp is None:
-                return None
-            if layer._forward_hooks or layer._forward_pre_hooks:
-                return None
-            if getattr(attn, "sliding_window", None) or hasattr(attn, "q_norm"):
-                return None
-            linears = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
-            if not all(_plain(m) for m in (*linears, mlp.gate_proj, mlp.up_proj, mlp.down_proj)):
-                return None
-            norms = (layer.input_layernorm, layer.post_attention_layernorm)
-            if not all(type(n).__name__ in NORMS for n in norms):
-                return None
         return FusedStep(body)
 
     def _rotary(self, length: int, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -210,11 +172,12 @@ class FusedStep:
         pos = layers[0].length
         h = self.body.embed_tokens(tokens)  # (n, D)
         final: torch.Tensor | None = None
-        if self._native(h, layers, pos):
-            h = self._native_layers(h, layers, pos)
+        kernels = self._native(h, layers, pos)
+        if kernels is not None:
+            h = self._native_layers(kernels, h, layers, pos)
             if self.native_norm:
                 norm = self.body.norm
-                final = native.rms_norm(h, norm.weight, float(norm.variance_epsilon))
+                final = kernels.rms_norm(h, norm.weight, float(norm.variance_epsilon))
         else:
             rot_q, rot_k = self._rotations(pos, layers[0].max_length, h)
             for w, kv in zip(self.layers, layers, strict=True):
@@ -228,42 +191,51 @@ class FusedStep:
             kv._refresh_views()
         return self.body.norm(h) if final is None else final  # (n, D)
 
-    def _native(self, h: torch.Tensor, layers: list[Any], pos: int) -> bool:
-        """Whether the native kernels take this step: float32 on CPU, SiLU gates, contiguous
-        cache buffers and the position within the kernels' score buffer."""
-        return (
+    def _native(self, h: torch.Tensor, layers: list[Any], pos: int) -> native.DecodeKernels | None:
+        """The native kernels, when they take this step: float32 on CPU (activations, norm
+        weights, cache buffers, all contiguous), SiLU gates, and the position within the
+        kernels' score buffer; else None."""
+        if not (
             h.dtype == torch.float32
             and h.device.type == "cpu"
             and pos < native.MAX_KEYS
             and self.native_gates
-            and all(
-                kv._key_buffer is not None
-                and kv._value_buffer is not None
-                and kv._key_buffer.is_contiguous()
-                and kv._value_buffer.is_contiguous()
-                for kv in layers
-            )
-            and native.library() is not None
-        )
+        ):
+            return None
+        tensors = [t for w in self.layers for t in (w.norm1, w.norm2)]
+        if self.native_norm:
+            tensors.append(self.body.norm.weight)
+        for kv in layers:
+            if kv._key_buffer is None or kv._value_buffer is None:
+                return None
+            tensors += [kv._key_buffer, kv._value_buffer]
+        if not all(
+            t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous()
+            for t in tensors
+        ):
+            return None
+        return native.decode_kernels()
 
-    def _native_layers(self, h: torch.Tensor, layers: list[Any], pos: int) -> torch.Tensor:
+    def _native_layers(
+        self, kernels: native.DecodeKernels, h: torch.Tensor, layers: list[Any], pos: int
+    ) -> torch.Tensor:
         """The layers with the C kernels for the norms, the rotary attention with its cache
         writes, and the gate (:mod:`gmts_core.native`); the projections stay torch matmuls."""
         cos, sin, _, _ = (x[pos] for x in self._rotary(layers[0].max_length, h))
         d = self.head_dim
         for w, kv in zip(self.layers, layers, strict=True):
-            qkv = F.linear(_native_out(native.rms_norm(h, w.norm1, w.eps1)), w.qkv, w.qkv_bias)
-            heads = native.rotary_attend(
+            qkv = F.linear(kernels.rms_norm(h, w.norm1, w.eps1), w.qkv, w.qkv_bias)
+            heads = kernels.rotary_attend(
                 qkv,
                 (w.splits[0] // d, w.splits[1] // d, d),
                 (cos, sin, self.scaling),
                 (kv._key_buffer, kv._value_buffer),
                 pos,
             )
-            h = _add_linear(h, _native_out(heads), w.out, w.out_bias)
-            x = _native_out(native.rms_norm(h, w.norm2, w.eps2))
-            gated = native.silu_mul(F.linear(x, w.gate_up, w.gate_up_bias))
-            h = _add_linear(h, _native_out(gated), w.down, w.down_bias)
+            h = _add_linear(h, heads, w.out, w.out_bias)
+            x = kernels.rms_norm(h, w.norm2, w.eps2)
+            gated = kernels.silu_mul(F.linear(x, w.gate_up, w.gate_up_bias))
+            h = _add_linear(h, gated, w.down, w.down_bias)
         return h
 
     def _attention(

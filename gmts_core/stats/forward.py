@@ -16,8 +16,14 @@ import torch
 from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
 from gmts_core.model.logit_head import HeadPath, head_path
 from gmts_core.model.rope_window import RopeWindow, longrope_window, rope_window
+from gmts_core.stats import packed_forward
 from gmts_core.stats.contexts import share_identical_contexts
-from gmts_core.stats.metrics import DEFAULT_CHUNK_SIZE, TokenStats, token_stats_chunked
+from gmts_core.stats.metrics import (
+    DEFAULT_CHUNK_SIZE,
+    TokenStats,
+    rows_per_chunk,
+    token_stats_chunked,
+)
 from gmts_core.stats.shared_prompts import serves, shareable, shared_prompt_hidden
 from gmts_core.stats.vocab_tiled import token_stats_from_hidden
 
@@ -94,13 +100,17 @@ def answer_logits(
     (the training forward of :mod:`gmts_core.grpo.loss` and the RL step use it). The LM head
     runs only on the answer positions, so prompt positions never get logits. With
     ``share_prompts`` (the RL step's training forwards), a batch of several answers to each
-    prompt runs each distinct prompt once (:mod:`gmts_core.stats.shared_prompts`), where the
-    model passes that path's probe.
+    prompt runs each distinct prompt once, where the model passes that path's probe: without
+    padding for plain Llama-layout bodies (:mod:`gmts_core.stats.packed_forward`), else
+    through the model's forward with a cache (:mod:`gmts_core.stats.shared_prompts`).
     """
     path = head_path(model)  # the model's own logits, post-head transforms included
     device = next(model.parameters()).device
     body = path.body
-    if share_prompts and shareable(sequences) and serves(body, _answer_hidden, pad_id):
+    shared = share_prompts and shareable(sequences)
+    if shared and packed_forward.serves(body, _answer_hidden, pad_id):
+        hidden = packed_forward.packed_hidden(body, sequences, device)  # (N, D)
+    elif shared and serves(body, _answer_hidden, pad_id):
         hidden = shared_prompt_hidden(body, sequences, pad_id, device)  # (N, D)
     else:
         hidden = _answer_hidden(body, sequences, pad_id, device)  # (N, D)
@@ -124,8 +134,9 @@ def stats_from_logits(
     """
     logits, hidden = logits.detach(), hidden.detach()
     targets = torch.tensor([t for _, a in sequences for t in a], device=logits.device)  # (N,)
+    rows = rows_per_chunk(chunk_size, logits.shape[-1])  # the logits exist: chunks bound temps
     stats = token_stats_chunked(
-        len(targets), lambda sl: logits[sl], targets, temperature, top_k, chunk_size
+        len(targets), lambda sl: logits[sl], targets, temperature, top_k, rows
     )
     return _per_answer(stats, hidden, sequences)
 

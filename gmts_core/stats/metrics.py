@@ -37,6 +37,15 @@ from gmts_core.stats.softmax_terms import (
 )
 
 DEFAULT_CHUNK_SIZE = 128
+SMALL_VOCAB = 32_768  # a chunk of logits already in memory: chunk_size rows of this width
+
+
+def rows_per_chunk(chunk_size: int, vocab: int) -> int:
+    """Positions per chunk of logits that already exist in full (a training forward's): the
+    chunk only bounds the statistics' temporaries, so a small vocabulary takes more rows, up to
+    ``chunk_size`` rows' worth of a ``SMALL_VOCAB``-wide one. Each position's statistics are
+    its own row's, so the numbers do not depend on the chunking."""
+    return max(chunk_size, chunk_size * SMALL_VOCAB // max(vocab, 1))
 
 
 @dataclass
