@@ -110,23 +110,25 @@ def _selection_inputs(
     The answers were sampled from (or are scored by) the analysed policy, so r = 1; with a
     reference (a session's start) and beta > 0 the coefficient has the KL term.
     """
-    adv, rew, wts, answer_idx, group_idx = [], [], [], [], []
-    a = 0
+    adv, rew, lengths, group_of = [], [], [], []
     for gi, g in enumerate(groups):
         assert g.advantages is not None
-        for ai in range(len(g.answer_ids)):
-            n = len(g.answer_ids[ai])
-            adv.append(torch.full((n,), float(g.advantages[ai]), dtype=torch.float64))
-            rew.append(torch.full((n,), float(g.verdicts[ai].reward), dtype=torch.float64))
-            wts.append(torch.full((n,), float(weights[a]), dtype=torch.float64))
-            answer_idx.append(torch.full((n,), a, dtype=torch.long))
-            group_idx.append(torch.full((n,), gi, dtype=torch.long))
-            a += 1
+        for ai, ids in enumerate(g.answer_ids):
+            adv.append(float(g.advantages[ai]))
+            rew.append(float(g.verdicts[ai].reward))
+            lengths.append(len(ids))
+            group_of.append(gi)
+    counts = torch.tensor(lengths, dtype=torch.long)
+    per_token = partial(torch.repeat_interleave, repeats=counts)  # per answer -> per token
+    adv_t = per_token(torch.tensor(adv, dtype=torch.float64))
+    rew_t = per_token(torch.tensor(rew, dtype=torch.float64))
+    weight = per_token(weights.detach().to(torch.float64).cpu())
+    answer_index = per_token(torch.arange(len(lengths)))
+    group_index = per_token(torch.tensor(group_of, dtype=torch.long))
     cat = lambda f: torch.cat([f(s).double().cpu() for s in stats])  # noqa: E731
     logprob = cat(lambda s: s.stats.logprob)
-    weight = torch.cat(wts)
     coefficient = effective_coefficient(
-        torch.cat(adv),
+        adv_t,
         weight,
         ClipSettings(beta=beta),
         logp=logprob,
@@ -138,12 +140,12 @@ def _selection_inputs(
         logprob=logprob,
         grad_norm=cat(lambda s: s.stats.grad_norm),
         weight=weight,
-        answer_index=torch.cat(answer_idx),
-        group_index=torch.cat(group_idx),
+        answer_index=answer_index,
+        group_index=group_index,
         coefficient=coefficient,
         seed=config.seed,
-        advantage=torch.cat(adv),
-        reward=torch.cat(rew),
+        advantage=adv_t,
+        reward=rew_t,
     )
 
 

@@ -1,6 +1,6 @@
 """CPU kernels in C for the loops that eager PyTorch cannot make cheap, each with a PyTorch path.
 
-``kernels.c`` holds five kernels (its header describes the loops); each wrapper here returns None
+``kernels.c`` holds six kernels (its header describes the loops); each wrapper here returns None
 (or, for :func:`row_sums`, is not offered by :func:`row_sums_supported`) when the kernels are
 off or the tensors are not in its layout, and the caller then uses PyTorch's ops:
 
@@ -23,14 +23,24 @@ off or the tensors are not in its layout, and the caller then uses PyTorch's ops
 - :func:`rotary_attend` (``gmts_rotary_attend``): one decoding step's attention from the
   (n, (H + 2 KV) Dh) projections: keys rotated (rotary embedding) and written with the values
   at ``pos`` of the key/value cache buffers, queries rotated and scaled, each over positions
-  0..pos of its key/value group. Used by the fused decoding step for each layer's attention.
+  0..pos of its key/value group. Used by the fused decoding step for each layer's attention,
+  its rows split over torch's threads (OpenMP, where the compiler has it).
+- :func:`categorical` (``gmts_categorical``): one draw per row of float32 weights from
+  exponential_'s uniforms, as ``torch.multinomial(p, 1)`` draws on CPU, in one pass per row,
+  with the rows it cannot decide exactly flagged for a libm redraw. Used by
+  :mod:`gmts_core.sampling.categorical`; rows split over torch's threads.
+
+The fused decoding step takes the norms, the gate and the attention from :class:`DecodeKernels`,
+which skips the per-call checks of the wrappers for tensors it checked once per step.
 
 Building (:mod:`gmts_core.native.build`). ``gmts native build`` compiles the source ahead of time
 with the system's C compiler (``$CC``, else ``cc``) and ``gmts serve`` builds or checks it at
 startup; otherwise :func:`library` builds it on first use (about 4 s, once per machine). The
-flags are ``-O3 -march=native -fno-fast-math -ffp-contract=off`` (and 512-bit vectors preferred
-where the CPU has them): NaN and infinities propagate, and no multiply-add is fused into an FMA,
-whose rounding differs between CPUs. The library is cached under ``$GMTS_NATIVE_CACHE``
+flags are ``-O3 -march=native -fno-fast-math -ffp-contract=off`` (and, where the compiler takes
+them, 512-bit vectors preferred and ``-fopenmp``: :data:`gmts_core.native.build.VARIANTS`): NaN
+and infinities propagate, and no multiply-add is fused into an FMA, whose rounding differs
+between CPUs. Built with OpenMP, the library shares torch's OpenMP runtime (loaded first); each
+row's numbers are its own, so the thread count never changes a result. The library is cached under ``$GMTS_NATIVE_CACHE``
 (default ``~/.cache/gmts-explorer/native``), named by a hash of the source, the flags, the
 compiler and the CPU's flags, with a record of its SHA-256; a cached library is loaded only when
 it, its record and the folder are the current user's, writable by no one else, and its SHA-256
@@ -69,6 +79,7 @@ __all__ = [
     "FLAGS",
     "WIDE",
     "attend_one",
+    "categorical",
     "cache_dir",
     "compiler",
     "decode_kernels",
@@ -112,8 +123,11 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         i64,
         i64,
         ptr,
+        i32,
     ]
     lib.gmts_rotary_attend.restype = i32
+    lib.gmts_categorical.argtypes = [ptr, ptr, i64, i64, f32, ptr, ptr, ptr, i32]
+    lib.gmts_categorical.restype = None
     return lib
 
 
@@ -223,6 +237,36 @@ def attend_one(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> tor
     return out
 
 
+def categorical(
+    probs: torch.Tensor, uniforms: torch.Tensor, margin: float
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """One draw per row of float32 weights (n, V) from exponential_'s uniforms (n, V) float64:
+    the argmax of p / q with q = -log1p(-u) in float32, as ``torch.multinomial(p, 1)`` draws on
+    CPU; and (n,) bool, the rows whose two largest ratios are within the factor 1 + ``margin``
+    (or that hold a u of 0), which the caller redraws with libm's log1p. None when the kernels
+    are off or the tensors are not contiguous float32 and float64 on CPU of one shape."""
+    lib = library()
+    if (
+        lib is None
+        or probs.dim() != 2
+        or not _cpu_f32(probs)
+        or uniforms.shape != probs.shape
+        or uniforms.dtype != torch.float64
+        or not uniforms.is_contiguous()
+    ):
+        return None
+    n, v = probs.shape
+    threads = torch.get_num_threads()
+    tokens = torch.empty(n, dtype=torch.int64)
+    uncertain = torch.empty(n, dtype=torch.bool)
+    scratch = torch.empty(threads, v, dtype=torch.float32)
+    lib.gmts_categorical(
+        probs.data_ptr(), uniforms.data_ptr(), n, v, float(margin),
+        scratch.data_ptr(), tokens.data_ptr(), uncertain.data_ptr(), threads,
+    )  # fmt: skip
+    return tokens, uncertain
+
+
 def _cpu_f32(*tensors: torch.Tensor) -> bool:
     return all(
         t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors
@@ -285,6 +329,7 @@ def rotary_attend(
     status = lib.gmts_rotary_attend(
         qkv.data_ptr(), n, hq, kv, d, *ptrs, float(scaling),
         keys.data_ptr(), values.data_ptr(), keys.shape[2], pos, out.data_ptr(),
+        torch.get_num_threads(),
     )  # fmt: skip
     return None if status else out
 
@@ -300,6 +345,7 @@ class DecodeKernels:
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self._lib = lib
+        self.threads = torch.get_num_threads()  # the attention's rows split over torch's threads
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         n, d = x.shape
@@ -331,6 +377,7 @@ class DecodeKernels:
         status = self._lib.gmts_rotary_attend(
             qkv.data_ptr(), n, hq, kv, d, cos.data_ptr(), sin.data_ptr(), scaling,
             keys.data_ptr(), values.data_ptr(), keys.shape[2], pos, out.data_ptr(),
+            self.threads,
         )  # fmt: skip
         if status:
             raise ValueError("rotary_attend: a size is outside the kernel's buffers")

@@ -53,6 +53,12 @@ FLAGS = (
 # tried first: full-width vectors where the CPU has AVX-512 (the compiler's default is 256 bits,
 # 1.7x slower on the statistics' sums); a compiler that does not know the flag builds without
 WIDE = ("-mprefer-vector-width=512",)
+# the decoding step's attention and the categorical draw split their rows over torch's threads
+# (OpenMP; the process's one OpenMP runtime is torch's libgomp, loaded first): a compiler
+# without OpenMP builds them serial
+THREADS = ("-fopenmp",)
+VARIANTS = ((*FLAGS, *WIDE, *THREADS), (*FLAGS, *THREADS), (*FLAGS, *WIDE), FLAGS)
+"""The flag sets tried in turn: the first the compiler accepts is built and cached."""
 COMPILE_TIMEOUT_S = 120
 
 _WARNED: set[str] = set()
@@ -236,16 +242,18 @@ def build_with(build: Target, force: bool = False) -> Path:
 
 
 def ensure_built(compiler_path: str, force: bool = False) -> Target:
-    """The build that is cached (checked) or compiled now: with :data:`WIDE` vectors first, and
-    without where the compiler rejects that flag."""
-    try:
-        wide = target(compiler_path, (*FLAGS, *WIDE))
-        build_with(wide, force)
-        return wide
-    except CompileError:
-        plain = target(compiler_path, FLAGS)
-        build_with(plain, force)
-        return plain
+    """The build that is cached (checked) or compiled now: the first of :data:`VARIANTS` (wide
+    vectors and OpenMP first) whose flags the compiler accepts."""
+    for flags in VARIANTS[:-1]:
+        try:
+            build = target(compiler_path, flags)
+            build_with(build, force)
+            return build
+        except CompileError:
+            continue
+    plain = target(compiler_path, VARIANTS[-1])
+    build_with(plain, force)
+    return plain
 
 
 @dataclass(frozen=True)
@@ -270,9 +278,9 @@ def status() -> Status:
         return Status("no compiler", cache_dir(), None, FLAGS, reason="no C compiler ($CC or cc)")
     folder = cache_dir()
     if folder.exists() and (reason := _owned_and_private(folder, "cache folder", True)):
-        return Status("refused", folder, cc, (*FLAGS, *WIDE), reason=reason)
+        return Status("refused", folder, cc, VARIANTS[0], reason=reason)
     refused: tuple[Target, str] | None = None
-    for flags in ((*FLAGS, *WIDE), FLAGS):
+    for flags in VARIANTS:
         build = target(cc, flags)
         if not (build.path.exists() or build.record.exists()):
             continue
@@ -284,4 +292,4 @@ def status() -> Status:
     if refused is not None:
         build, reason = refused
         return Status("refused", cache_dir(), cc, build.flags, build.path, reason=reason)
-    return Status("not built", cache_dir(), cc, (*FLAGS, *WIDE))
+    return Status("not built", cache_dir(), cc, VARIANTS[0])

@@ -10,6 +10,8 @@
  * gmts_silu_mul      silu(gate) * up from the gated MLP's gate-and-up projection.
  * gmts_rotary_attend one decoding step's attention: keys rotated and written with the values into
  *                    the cache at one position, then each rotated query over its group's keys.
+ * gmts_categorical   one categorical draw per row as torch.multinomial(p, 1) makes it on CPU,
+ *                    from the same uniforms, with the rows it cannot decide flagged.
  *
  * Plain C99, no Python or torch headers: the caller passes data pointers and strides.
  * Not built with -ffast-math: NaN and infinities propagate as in torch, so the callers'
@@ -19,6 +21,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define BLOCK 128
 #define MAX_K 128
@@ -209,25 +214,65 @@ int gmts_row_sums(const void *base, int dtype, int64_t row0, int64_t row1, int64
  * in a local array). Each dot product is summed as a tree, each level one vector add: the
  * compiler may not reorder a float sum itself (no -ffast-math), and a serial sum of d products
  * costs d dependent additions. */
+static inline float dot_tree(const float *restrict q, const float *restrict k, int64_t d) {
+    float prod[MAX_D];
+#pragma omp simd
+    for (int64_t c = 0; c < d; c++) prod[c] = q[c] * k[c];
+    int64_t width = d;
+    while (width > 1 && width % 2 == 0) {
+        width /= 2;
+#pragma omp simd
+        for (int64_t c = 0; c < width; c++) prod[c] += prod[c + width];
+    }
+    float acc = prod[0];
+    for (int64_t c = 1; c < width; c++) acc += prod[c];
+    return acc;
+}
+
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define GMTS_VECTOR_TREE 1
+#endif
+#endif
+
+#ifdef GMTS_VECTOR_TREE
+typedef float f8 __attribute__((vector_size(32)));
+typedef float f4 __attribute__((vector_size(16)));
+typedef float f2 __attribute__((vector_size(8)));
+
+/* dot_tree for d a power of two from 8 to MAX_D, in 8-wide vectors: the same products, the
+ * same tree of additions (prod[c] + prod[c + width] at each level), hence the same bits; the
+ * halves of the last vectors are folded with shuffles, not through memory */
+static inline float dot_tree_pow2(const float *restrict q, const float *restrict k, int64_t d) {
+    f8 part[MAX_D / 8];
+    int64_t n = d / 8;
+    for (int64_t i = 0; i < n; i++) {
+        f8 a, b;
+        memcpy(&a, q + 8 * i, sizeof a);
+        memcpy(&b, k + 8 * i, sizeof b);
+        part[i] = a * b;
+    }
+    while (n > 1) {
+        n /= 2;
+        for (int64_t i = 0; i < n; i++) part[i] = part[i] + part[i + n];
+    }
+    f4 s4 = __builtin_shufflevector(part[0], part[0], 0, 1, 2, 3) +
+            __builtin_shufflevector(part[0], part[0], 4, 5, 6, 7);
+    f2 s2 = __builtin_shufflevector(s4, s4, 0, 1) + __builtin_shufflevector(s4, s4, 2, 3);
+    return s2[0] + s2[1];
+}
+#endif
+
 static inline void attend_entry(const float *restrict qv, const float *restrict k,
                                 const float *restrict v, int64_t d, int64_t t,
                                 float *restrict scores, float *restrict o) {
     int64_t j;
-    for (j = 0; j < t; j++) {
-        float prod[MAX_D];
-        const float *kj = k + j * d;
-#pragma omp simd
-        for (int64_t c = 0; c < d; c++) prod[c] = qv[c] * kj[c];
-        int64_t width = d;
-        while (width > 1 && width % 2 == 0) {
-            width /= 2;
-#pragma omp simd
-            for (int64_t c = 0; c < width; c++) prod[c] += prod[c + width];
-        }
-        float acc = prod[0];
-        for (int64_t c = 1; c < width; c++) acc += prod[c];
-        scores[j] = acc;
-    }
+#ifdef GMTS_VECTOR_TREE
+    if (d >= 8 && d <= MAX_D && (d & (d - 1)) == 0) {
+        for (j = 0; j < t; j++) scores[j] = dot_tree_pow2(qv, k + j * d, d);
+    } else
+#endif
+        for (j = 0; j < t; j++) scores[j] = dot_tree(qv, k + j * d, d);
     float m = -INFINITY;
 #pragma omp simd reduction(max : m)
     for (j = 0; j < t; j++) m = scores[j] > m ? scores[j] : m;
@@ -335,12 +380,14 @@ static inline void rotate(const float *restrict x, const float *restrict cos_t,
  * Returns 0, or 1 when a size is out of the buffers' range. */
 int gmts_rotary_attend(const float *qkv, int64_t n, int64_t hq, int64_t kv, int64_t d,
                        const float *cos_t, const float *sin_t, float scaling, float *key_buf,
-                       float *value_buf, int64_t length, int64_t pos, float *out) {
+                       float *value_buf, int64_t length, int64_t pos, float *out, int threads) {
     enum { MAX_T = 8192 };
-    float scores[MAX_T], qrot[MAX_D];
     if (pos + 1 > MAX_T || pos >= length || d > MAX_D || d % 2 || kv < 1 || hq % kv) return 1;
     int64_t g = hq / kv, width = (hq + 2 * kv) * d, t = pos + 1;
+    (void)threads; /* unused where built without OpenMP */
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && n > 1)
     for (int64_t i = 0; i < n; i++) {
+        float scores[MAX_T], qrot[MAX_D];
         const float *row = qkv + i * width;
         for (int64_t j = 0; j < kv; j++) {
             float *k = key_buf + (i * kv + j) * length * d;
@@ -356,4 +403,75 @@ int gmts_rotary_attend(const float *qkv, int64_t n, int64_t hq, int64_t kv, int6
         }
     }
     return 0;
+}
+
+/* log(x) in double for x in (0, 1] (no zero, infinity or NaN), for the vectorizer: x = m 2^e with
+ * m in [sqrt(1/2), sqrt(2)), log m = 2 atanh(f), f = (m - 1) / (m + 1), |f| < 0.1716, by its
+ * series to f^23 (the next term is below 1e-19 of the sum), plus e log 2. Within a few units of
+ * 1e-16 of libm's log. */
+static inline double log_unit(double x) {
+    union { double d; uint64_t i; } b;
+    b.d = x;
+    int64_t e = (int64_t)((b.i >> 52) & 0x7ff) - 1023;
+    b.i = (b.i & 0x000fffffffffffffULL) | 0x3ff0000000000000ULL;
+    double m = b.d;
+    int big = m > 1.4142135623730951;
+    m = big ? m * 0.5 : m;
+    e = big ? e + 1 : e;
+    double f = (m - 1.0) / (m + 1.0), f2 = f * f;
+    double s = 1.0 / 23;
+    s = s * f2 + 1.0 / 21;
+    s = s * f2 + 1.0 / 19;
+    s = s * f2 + 1.0 / 17;
+    s = s * f2 + 1.0 / 15;
+    s = s * f2 + 1.0 / 13;
+    s = s * f2 + 1.0 / 11;
+    s = s * f2 + 1.0 / 9;
+    s = s * f2 + 1.0 / 7;
+    s = s * f2 + 1.0 / 5;
+    s = s * f2 + 1.0 / 3;
+    return (double)e * 0.69314718055994530942 + 2.0 * (f + f * f2 * s);
+}
+
+/* One draw per row of n rows of v float32 weights p (contiguous, finite, non-negative): the
+ * argmax over j of p_j / q_j with q_j = -log1p(-u_j) rounded to float32, exponential_(1)'s
+ * variate from the uniform u_j (u float64 (n, v), from torch.rand), which is how
+ * torch.multinomial(p, 1) draws on CPU. q is formed with log_unit(1 - u) (1 - u is exact),
+ * which may round to a float one ulp from libm's; that moves a ratio by 2^-22 at most, so a row
+ * is decided only when its largest ratio exceeds the second by the factor 1 + margin, and is
+ * flagged (uncertain[i] = 1; the caller redraws it with libm) otherwise, or when a u is 0.
+ * scratch: v floats per thread. out: (n,) token ids. Rows are split over ``threads``. */
+void gmts_categorical(const float *p, const double *u, int64_t n, int64_t v, float margin,
+                      float *scratch_all, int64_t *out, uint8_t *uncertain, int threads) {
+    (void)threads;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && n > 1)
+    for (int64_t i = 0; i < n; i++) {
+        float *scratch = scratch_all;
+#ifdef _OPENMP
+        scratch += (int64_t)omp_get_thread_num() * v;
+#endif
+        const float *pi = p + i * v;
+        const double *ui = u + i * v;
+        int zero = 0;
+        float best = -INFINITY;
+#pragma omp simd reduction(max : best) reduction(| : zero)
+        for (int64_t j = 0; j < v; j++) {
+            zero |= ui[j] == 0.0;
+            double x = ui[j] == 0.0 ? 0.5 : 1.0 - ui[j];
+            float q = (float)(-log_unit(x));
+            float r = pi[j] / q;
+            scratch[j] = r;
+            best = r > best ? r : best;
+        }
+        int64_t arg = 0;
+        while (arg < v && !(scratch[arg] == best)) arg++;
+        float second = -INFINITY;
+#pragma omp simd reduction(max : second)
+        for (int64_t j = 0; j < v; j++) {
+            float r = j == arg ? -INFINITY : scratch[j];
+            second = r > second ? r : second;
+        }
+        out[i] = arg < v ? arg : 0;
+        uncertain[i] = (uint8_t)(zero || arg == v || !(best > second * (1.0f + margin)));
+    }
 }

@@ -26,6 +26,8 @@ from collections.abc import Callable
 
 import torch
 
+from gmts_core import native
+
 logger = logging.getLogger(__name__)
 
 # how much larger than the second a row's largest ratio must be for its argmax to be certain:
@@ -34,31 +36,36 @@ _MARGIN = {torch.float32: 2.0**-16, torch.float64: 2.0**-40}
 
 _BLOCK = 2**17  # elements drawn at a time: their doubles (1 MiB) stay in cache
 
-_verdict: bool | None = None  # the probe's, once per process
+_verdicts: dict[bool, bool] = {}  # the probe's, once per process and path (native or not)
 _lock = threading.Lock()
 
 
-def categorical(probs: torch.Tensor) -> torch.Tensor:
+def categorical(probs: torch.Tensor, softmax_of_finite: bool = False) -> torch.Tensor:
     """One draw per row: (B, V) probabilities (or weights) -> (B,) int64 token ids, those of
-    ``torch.multinomial(probs, 1).squeeze(1)`` from the same global CPU generator state."""
-    if _eligible(probs) and exact() and _ordinary(probs.detach()):
+    ``torch.multinomial(probs, 1).squeeze(1)`` from the same global CPU generator state.
+    ``softmax_of_finite``: the caller made ``probs`` as the softmax of rows whose maximum is
+    finite, so they are ordinary weights (finite, non-negative, each row's largest at least
+    1 / V) and the check for that is skipped."""
+    if _eligible(probs) and exact() and (softmax_of_finite or _ordinary(probs.detach())):
         return _categorical(probs.detach())  # a draw has no gradient
     return torch.multinomial(probs, num_samples=1).squeeze(-1)
 
 
 def exact() -> bool:
-    """Whether :func:`categorical`'s own draws are multinomial's here (probed on first use)."""
-    global _verdict
+    """Whether :func:`categorical`'s own draws are multinomial's here (probed on first use, for
+    the path in use: the native kernel's float32 draws, or the vectorized torch ops')."""
+    path = native.library() is not None
     with _lock:
-        if _verdict is None:
+        if path not in _verdicts:
             try:
-                _verdict = _probe()
+                verdict = _probe()
             except Exception:  # a probe that cannot run is one that failed
                 logger.exception("the categorical draw probe raised")
-                _verdict = False
-            if not _verdict:
+                verdict = False
+            if not verdict:
                 logger.warning("categorical draws differ from torch.multinomial's here: using it")
-        return _verdict
+            _verdicts[path] = verdict
+        return _verdicts[path]
 
 
 def _eligible(probs: torch.Tensor) -> bool:
@@ -95,6 +102,13 @@ def _categorical(probs: torch.Tensor) -> torch.Tensor:
 
 def _draw_block(probs: torch.Tensor) -> torch.Tensor:
     u = _uniforms(probs.shape)  # (b, V): exponential_'s uniforms
+    drawn = native.categorical(probs, u, _MARGIN[probs.dtype])  # one C pass (float32)
+    if drawn is not None:
+        tokens, uncertain = drawn
+        if bool(uncertain.any()):
+            for row in uncertain.nonzero().flatten().tolist():
+                tokens[row] = _exact_row(probs[row], u[row])
+        return tokens
     q = _variates(u, probs.dtype)
     ratio = torch.div(probs, q, out=q)
     first, tokens = ratio.max(1)

@@ -245,7 +245,7 @@ def _draw(scores: torch.Tensor, greedy: bool) -> torch.Tensor:
     if not bool(torch.isfinite(scores.amax(dim=-1)).all()):  # scores: (B, V)
         raise NonFiniteLogitsError("the model produced NaN or infinite logits while sampling")
     probs = torch.softmax(scores, dim=-1)
-    return categorical(probs)  # multinomial's draw, bit for bit
+    return categorical(probs, softmax_of_finite=True)  # multinomial's draw, bit for bit
 
 
 @dataclass

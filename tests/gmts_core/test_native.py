@@ -4,6 +4,7 @@ and out of the way when they cannot be built. Their build and cache: test_native
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,37 @@ def test_rotary_attend_equals_the_rotary_attention(lib: object, hq: int, kv: int
     want = (scores.softmax(-1) @ group_v).reshape(n, hq * d)
     assert_close(out.double(), want, rtol=2e-6, atol=2e-6)
     assert native.rotary_attend(qkv, (hq, kv, d), (cos, sin, scaling), (keys, values), 12) is None
+
+
+@pytest.fixture
+def threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@needs_compiler
+def test_the_kernels_split_over_threads_give_the_same_bits(lib: object, threads: None) -> None:
+    """The decoding step's attention and the categorical draw split their rows over torch's
+    threads (where built with OpenMP): each row's numbers are its own, so 1, 2 and 3 threads
+    give the same bits (and the same cache writes)."""
+    gen = torch.Generator().manual_seed(5)
+    hq, kv, d, n, length, pos = 4, 2, 16, 37, 20, 11
+    qkv = torch.randn(n, (hq + 2 * kv) * d, generator=gen)
+    angles = torch.rand(d // 2, generator=gen) * 6
+    cos, sin = torch.cat([angles.cos()] * 2), torch.cat([angles.sin()] * 2)
+    probs = torch.softmax(3 * torch.randn(n, 300, generator=gen), -1)
+    uniforms = torch.rand(n, 300, generator=gen, dtype=torch.float64)
+    results = []
+    for count in (1, 2, 3):
+        torch.set_num_threads(count)
+        keys, values = torch.zeros(n, kv, length, d), torch.zeros(n, kv, length, d)
+        kernels = native.decode_kernels()
+        assert kernels is not None and kernels.threads == count
+        out = kernels.rotary_attend(qkv, (hq, kv, d), (cos, sin, 0.25), (keys, values), pos)
+        drawn = native.categorical(probs, uniforms, 2.0**-16)
+        assert drawn is not None
+        results.append((out, keys, values, *drawn))
+    for other in results[1:]:
+        for a, b in zip(results[0], other, strict=True):
+            assert torch.equal(a, b)

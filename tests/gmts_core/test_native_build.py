@@ -108,8 +108,11 @@ def test_built_once_recorded_and_cached(
     pristine: tuple[build.Target, list[list[str]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     done, commands = pristine
-    # one compile (two where the compiler rejects the wide-vector flag), the last one cached
-    assert 1 <= len(commands) <= 2 and commands[-1][1 : 1 + len(done.flags)] == list(done.flags)
+    # one compile (up to four where the compiler rejects the wide-vector or OpenMP flags, one
+    # per variant tried), the last one cached
+    assert 1 <= len(commands) <= len(build.VARIANTS)
+    assert commands[-1][1 : 1 + len(done.flags)] == list(done.flags)
+    assert done.flags in build.VARIANTS
     assert sorted(p.name for p in done.path.parent.iterdir()) == sorted(
         [done.path.name, done.record.name]
     )  # no temporary files left
@@ -196,3 +199,40 @@ def test_status_without_a_build_or_compiler(
     assert found.state == "refused" and "writable by its group or by others" in (found.reason or "")
     monkeypatch.setattr(build.shutil, "which", lambda name: None)
     assert build.status().state == "no compiler"
+
+
+def test_a_compiler_without_openmp_builds_the_serial_kernels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compiler that rejects ``-fopenmp`` (as Apple's clang does) still builds the kernels,
+    with the wide-vector flag and without OpenMP; their rows then run serially, with the same
+    numbers at any torch thread count."""
+    real = native.compiler()
+    assert real is not None
+    wrapper = tmp_path / "cc-without-openmp"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do [ "$a" = "-fopenmp" ] && { echo "unsupported: -fopenmp" >&2; exit 1; }; '
+        "done\n"
+        f'exec {real} "$@"\n'
+    )
+    wrapper.chmod(0o700)
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("GMTS_NATIVE_CACHE", str(folder))
+    done = build.ensure_built(str(wrapper))
+    assert "-fopenmp" not in done.flags and done.flags in build.VARIANTS
+    lib = native._declare(native.ctypes.CDLL(str(done.path)))
+    probs = torch.softmax(torch.randn(9, 40, generator=torch.Generator().manual_seed(0)), -1)
+    uniforms = torch.rand(9, 40, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    drawn = []
+    for threads in (1, 2):
+        tokens = torch.empty(9, dtype=torch.int64)
+        uncertain = torch.empty(9, dtype=torch.bool)
+        scratch = torch.empty(threads, 40)
+        lib.gmts_categorical(
+            probs.data_ptr(), uniforms.data_ptr(), 9, 40, 2.0**-16, scratch.data_ptr(),
+            tokens.data_ptr(), uncertain.data_ptr(), threads,
+        )  # fmt: skip
+        drawn.append(tokens)
+    want = torch.argmax(probs / (-torch.log1p(-uniforms)).float(), dim=1)
+    assert torch.equal(drawn[0], drawn[1]) and torch.equal(drawn[0], want)

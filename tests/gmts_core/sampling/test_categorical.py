@@ -1,5 +1,7 @@
 """``categorical`` draws ``torch.multinomial(probs, 1)``'s tokens, bit for bit, and leaves the
-CPU generator in the state multinomial leaves it in; where it cannot, it is multinomial."""
+CPU generator in the state multinomial leaves it in; where it cannot, it is multinomial. The
+draws are checked on both of its paths (``native_path``): the native kernel's float32 pass and
+the vectorized torch ops."""
 
 from __future__ import annotations
 
@@ -61,8 +63,9 @@ def _assert_multinomials(probs: torch.Tensor, seeds: range) -> None:
 
 
 @pytest.fixture
-def fast(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The fast path is taken (on this platform the probe passes): the rows it drew."""
+def fast(monkeypatch: pytest.MonkeyPatch, native_path: str) -> list[int]:
+    """The fast path is taken (on this platform the probe passes), natively or with torch's
+    ops: the rows it drew."""
     assert draw.exact()
     drawn: list[int] = []
     block = draw._draw_block
@@ -75,8 +78,8 @@ def fast(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return drawn
 
 
-def test_the_probe_passes_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(draw, "_verdict", None)
+def test_the_probe_passes_here(monkeypatch: pytest.MonkeyPatch, native_path: str) -> None:
+    monkeypatch.setattr(draw, "_verdicts", {})
     state = torch.get_rng_state()
     assert draw.exact()
     assert torch.equal(torch.get_rng_state(), state)  # the probe leaves the generator alone
@@ -135,17 +138,24 @@ def _late(shape: tuple[int, ...]) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(
-    ("name", "wrong"),
-    [("_variates", lambda u, dtype: torch.log(u).to(dtype).abs_()), ("_uniforms", _late)],
-    ids=["log(u) for log(1 - u)", "one number late"],
+    ("name", "wrong", "path"),
+    [
+        ("_variates", lambda u, dtype: torch.log(u).to(dtype).abs_(), "eager"),
+        ("_uniforms", _late, "eager"),
+        ("_uniforms", _late, "native"),
+    ],
+    ids=["log(u) for log(1 - u)", "one number late", "one number late, native kernel"],
 )
 def test_a_different_transform_or_stream_fails(
-    name: str, wrong: object, monkeypatch: pytest.MonkeyPatch
+    name: str, wrong: object, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What the tests above stand on: such draws are other tokens, and the probe refuses them."""
+    if path == "native" and draw.native.library() is None:
+        pytest.skip("no C compiler here: the native kernels are not built")
+    monkeypatch.setenv("GMTS_NATIVE", "1" if path == "native" else "0")
     monkeypatch.setattr(draw, name, wrong)
     assert not draw._probe()
-    monkeypatch.setattr(draw, "_verdict", True)
+    monkeypatch.setattr(draw, "_verdicts", {path == "native": True})
     probs = _probs(64, 102, 9)
     assert not all(want == got for (want, _), (got, _) in (_draws(probs, s) for s in range(5)))
 
@@ -153,13 +163,13 @@ def test_a_different_transform_or_stream_fails(
 def test_fallback_when_the_probe_fails(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(draw, "_verdict", None)
+    monkeypatch.setattr(draw, "_verdicts", {})
     monkeypatch.setattr(draw, "_probe", lambda: False)
     monkeypatch.setattr(draw, "_categorical", lambda probs: pytest.fail("fast path taken"))
     with caplog.at_level(logging.WARNING, logger="gmts_core.sampling.categorical"):
         for case in ("64x102", "zeros and one-hot float64"):
             _assert_multinomials(CASES[case], range(5))
-    assert draw._verdict is False
+    assert False in draw._verdicts.values()
     # logged once
     assert len([r for r in caplog.records if r.name == "gmts_core.sampling.categorical"]) == 1
 
@@ -175,7 +185,7 @@ def test_fallback_when_the_probe_fails(
     ids=["transposed", "bfloat16", "one token", "tiny weights"],
 )
 def test_other_inputs_are_multinomials(
-    probs: torch.Tensor, monkeypatch: pytest.MonkeyPatch
+    probs: torch.Tensor, monkeypatch: pytest.MonkeyPatch, native_path: str
 ) -> None:
     assert draw.exact()
     monkeypatch.setattr(draw, "_categorical", lambda probs: pytest.fail("fast path taken"))
@@ -183,7 +193,7 @@ def test_other_inputs_are_multinomials(
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0, "zero row"])
-def test_invalid_rows_raise_as_multinomial_does(bad: float | str) -> None:
+def test_invalid_rows_raise_as_multinomial_does(bad: float | str, native_path: str) -> None:
     probs = _probs(4, 30, 14)
     if bad == "zero row":
         probs[2] = 0
