@@ -51,49 +51,45 @@ class _Layout:
         prompt_of = [distinct.setdefault(tuple(p), len(distinct)) for p, _ in seqs]
         self.prompts, self.rows = len(distinct), len(seqs)
         p = self.prompt_len = len(seqs[0][0])
-        inputs = [a[:-1] for _, a in seqs]  # the last answer token predicts nothing
-        self.width = w = max(1, max(len(x) for x in inputs))
-        offsets = [0]
-        for x in inputs:
-            offsets.append(offsets[-1] + len(x))
         first = self.prompts * p  # the answers' tokens follow the prompts' in the flat tensor
-        ids = [t for prompt in distinct for t in prompt] + [t for x in inputs for t in x]
-        positions = list(range(p)) * self.prompts + [p + j for x in inputs for j in range(len(x))]
-        self.ids = torch.tensor(ids, dtype=torch.long, device=device)  # (T,)
-        self.positions = torch.tensor(positions, dtype=torch.long, device=device)  # (T,)
-        # (rows, P + W) flat index of each key: the row's prompt, then its own tokens; padded
-        # slots point at token 0 and are masked out
-        keys, queries, valid = [], [], []
-        for row, x in enumerate(inputs):
-            base = first + offsets[row]
-            keys += [prompt_of[row] * p + i for i in range(p)]
-            keys += [base + j if j < len(x) else 0 for j in range(w)]
-            queries += [base + j if j < len(x) else 0 for j in range(w)]
-            valid.append(len(x))
-        self.key_index = torch.tensor(keys, dtype=torch.long, device=device)  # (R * (P + W),)
-        self.query_index = torch.tensor(queries, dtype=torch.long, device=device)  # (R * W,)
-        lengths = torch.tensor(valid, device=device)  # (R,)
-        i = torch.arange(w, device=device)  # query slot
-        j = torch.arange(w, device=device)  # key slot among the answer's own tokens
-        own = (j[None, None, :] <= i[None, :, None]) & (j[None, None, :] < lengths[:, None, None])
-        prompt_keys = torch.ones(len(seqs), w, p, dtype=torch.bool, device=device)
-        self.mask = torch.cat([prompt_keys, own], dim=2)[:, None]  # (R, 1, W, P + W)
-        # the answers' real query slots, in flat order
-        self.kept = torch.tensor(
-            [row * w + j for row, x in enumerate(inputs) for j in range(len(x))],
-            dtype=torch.long,
-            device=device,
-        )
+        flat = [t for prompt in distinct for t in prompt]
+        flat += [t for _, a in seqs for t in a[:-1]]  # the last answer token predicts nothing
+        self.ids = _longs(flat, device)  # (T,)
+        lengths = _longs([len(a) - 1 for _, a in seqs], device)  # (R,) inputs per row
+        starts = torch.cumsum(lengths, 0) - lengths  # (R,) each row's first, among the inputs
+        owner = _longs(prompt_of, device)  # (R,) the row's distinct prompt
+        self.width = w = max(1, int(lengths.max()))
+        inputs = int(lengths.sum())
+        within = _arange(inputs, device) - torch.repeat_interleave(starts, lengths)
+        self.positions = torch.cat([_arange(p, device).repeat(self.prompts), p + within])
+        # (R, W) the answers' query slots; padded ones point at token 0 (dropped after)
+        slot = _arange(w, device)[None]  # (1, W)
+        valid = slot < lengths[:, None]  # (R, W)
+        own = torch.where(valid, first + starts[:, None] + slot, 0)
+        self.query_index = own.reshape(-1)  # (R * W,)
+        # (R, P + W) each row's keys: its prompt's tokens, then its own (padded ones masked)
+        prompt_keys = owner[:, None] * p + _arange(p, device)[None]  # (R, P)
+        self.key_index = torch.cat([prompt_keys, own], dim=1).reshape(-1)  # (R * (P + W),)
+        causal = slot[:, None, :] <= slot[:, :, None]  # (1, W, W): key j <= query i
+        sees = torch.ones(self.rows, w, p, dtype=torch.bool, device=device)  # prompts: all
+        mask = torch.cat([sees, causal & valid[:, None, :]], dim=2)  # (R, W, P + W)
+        self.mask = mask[:, None]  # (R, 1, W, P + W), one for every head
+        self.kept = valid.reshape(-1).nonzero().squeeze(1)  # the real query slots, flat order
         # token 0 of a row is predicted by its prompt's last position, token j by input j - 1
-        self.outputs = torch.tensor(
-            [
-                prompt_of[row] * p + p - 1 if j == 0 else first + offsets[row] + j - 1
-                for row, (_, a) in enumerate(seqs)
-                for j in range(len(a))
-            ],
-            dtype=torch.long,
-            device=device,
-        )
+        # (each row has one output more than inputs)
+        is_first = torch.zeros(inputs + self.rows, dtype=torch.bool, device=device)
+        is_first[starts + _arange(self.rows, device)] = True
+        self.outputs = torch.empty(inputs + self.rows, dtype=torch.long, device=device)
+        self.outputs[is_first] = owner * p + p - 1
+        self.outputs[~is_first] = first + _arange(inputs, device)
+
+
+def _longs(values: list[int], device: torch.device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.long, device=device)
+
+
+def _arange(n: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(n, dtype=torch.long, device=device)
 
 
 def _heads(x: torch.Tensor, count: int, dim: int) -> torch.Tensor:
