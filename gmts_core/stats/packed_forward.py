@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from gmts_core.model.llama_layout import is_plain_llama
-from gmts_core.model.logit_head import PROBE_TOLERANCE, PROBE_TOLERANCE_LOW_PRECISION
+from gmts_core.stats.shared_prompts import matches_padded
 
 Sequences = list[tuple[list[int], list[int]]]
 
@@ -164,29 +164,8 @@ def serves(body: Any, padded: Any, pad_id: int) -> bool:
     verdict = (
         is_plain_llama(body)
         and not getattr(body, "training", False)
-        and _probe(body, padded, pad_id)
+        and matches_padded(body, packed_hidden, padded, pad_id)
     )
     with _LOCK:
         _VERDICTS[body] = verdict
     return verdict
-
-
-def _probe(body: Any, padded: Any, pad_id: int) -> bool:
-    try:
-        param = next(body.parameters())
-        vocab = int(body.config.vocab_size)
-        tok = lambda i: (3 + 7 * i) % vocab  # noqa: E731
-        seqs = [
-            ([tok(i) for i in range(4)], [tok(10), tok(11), tok(12)]),
-            ([tok(i) for i in range(4)], [tok(13)]),
-            ([tok(20 + i) for i in range(4)], [tok(14), tok(15)]),
-        ]
-        with torch.no_grad():
-            ours = packed_hidden(body, seqs, param.device).float()
-            theirs = padded(body, seqs, pad_id, param.device).float()
-    except Exception:  # noqa: BLE001 - any failure of the model's own layers: not served
-        return False
-    tol = PROBE_TOLERANCE.get(param.dtype, PROBE_TOLERANCE_LOW_PRECISION)
-    size = float(theirs.abs().amax())
-    diff = float((ours - theirs).abs().amax())
-    return ours.shape == theirs.shape and diff <= tol * (1.0 + size)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -98,6 +99,19 @@ def serves(body: Any, padded: Any, pad_id: int) -> bool:
 def _probe(body: Any, padded: Any, pad_id: int) -> bool:
     if getattr(body, "training", False):
         return False  # dropout would make both sides random
+    ours = lambda b, seqs, device: shared_prompt_hidden(b, seqs, pad_id, device)  # noqa: E731
+    return matches_padded(body, ours, padded, pad_id)
+
+
+HiddenForward = Callable[[Any, Sequences, torch.device], torch.Tensor]
+
+
+def matches_padded(body: Any, ours: HiddenForward, padded: Any, pad_id: int) -> bool:
+    """Whether ``ours(body, seqs, device)`` gives the hidden states of the padded forward
+    (``padded(body, seqs, pad_id, device)``) within the load-time tolerance of
+    :mod:`gmts_core.model.logit_head`, on a small probe batch: two prompts of four tokens,
+    answers of 3, 1 and 2 tokens (one row padded, one with no continuation). Any exception of
+    the model's layers counts as a mismatch."""
     try:
         param = next(body.parameters())
         vocab = int(body.config.vocab_size)
@@ -108,11 +122,11 @@ def _probe(body: Any, padded: Any, pad_id: int) -> bool:
             ([tok(20 + i) for i in range(4)], [tok(14), tok(15)]),
         ]
         with torch.no_grad():
-            ours = shared_prompt_hidden(body, seqs, pad_id, param.device).float()
-            theirs = padded(body, seqs, pad_id, param.device).float()
+            got = ours(body, seqs, param.device).float()
+            want = padded(body, seqs, pad_id, param.device).float()
     except Exception:  # noqa: BLE001 - any failure of the model's own layers: not served
         return False
     tol = PROBE_TOLERANCE.get(param.dtype, PROBE_TOLERANCE_LOW_PRECISION)
-    size = float(theirs.abs().amax())
-    diff = float((ours - theirs).abs().amax())
-    return ours.shape == theirs.shape and diff <= tol * (1.0 + size)
+    size = float(want.abs().amax())
+    diff = float((got - want).abs().amax())
+    return got.shape == want.shape and diff <= tol * (1.0 + size)

@@ -23,34 +23,23 @@ from gmts_core.stats.packed_forward import packed_hidden, serves
 PAD = 0
 
 
+def _tiny(model: Any, config: Any, seed: int, **settings: Any) -> Any:
+    """A tiny random causal LM of this class (2 layers, 4 query heads, vocabulary 61)."""
+    base = {
+        "vocab_size": 61,
+        "hidden_size": 32,
+        "intermediate_size": 48,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "max_position_embeddings": 64,
+        "pad_token_id": PAD,
+    }
+    torch.manual_seed(seed)
+    return model(config(**(base | settings))).eval()
+
+
 def _llama(**overrides: Any) -> Any:
-    settings = dict(
-        vocab_size=61,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        pad_token_id=PAD,
-    )
-    torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(**(settings | overrides))).eval()
-
-
-def _qwen2() -> Any:
-    torch.manual_seed(1)
-    config = Qwen2Config(
-        vocab_size=61,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-        pad_token_id=PAD,
-    )
-    return Qwen2ForCausalLM(config).eval()
+    return _tiny(LlamaForCausalLM, LlamaConfig, 0, **({"num_key_value_heads": 2} | overrides))
 
 
 MODELS: dict[str, Callable[[], Any]] = {
@@ -59,7 +48,7 @@ MODELS: dict[str, Callable[[], Any]] = {
     "llama-linear-rope": lambda: _llama(
         rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
     ),
-    "qwen2-mqa": _qwen2,
+    "qwen2-mqa": lambda: _tiny(Qwen2ForCausalLM, Qwen2Config, 1, num_key_value_heads=1),
 }
 
 
