@@ -15,6 +15,7 @@ The size of the head and the time to send it are bounded in the server itself
 from __future__ import annotations
 
 import ipaddress
+from typing import Any, cast
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
@@ -54,7 +55,8 @@ class RequestHeadMiddleware:
         self.allowed = {host_name(h) for h in allowed_hosts}
         self.trusted = list(trusted_proxies)
         self.max_headers = max_headers
-        self.proxied = ProxyHeadersMiddleware(app, trusted_hosts=self.trusted or "")
+        # uvicorn types its ASGI callables more narrowly than Starlette's ASGIApp
+        self.proxied: Any = ProxyHeadersMiddleware(cast(Any, app), trusted_hosts=self.trusted or "")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):

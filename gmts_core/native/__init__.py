@@ -40,12 +40,12 @@ flags are ``-O3 -march=native -fno-fast-math -ffp-contract=off`` (and, where the
 them, 512-bit vectors preferred and ``-fopenmp``: :data:`gmts_core.native.build.VARIANTS`): NaN
 and infinities propagate, and no multiply-add is fused into an FMA, whose rounding differs
 between CPUs. Built with OpenMP, the library shares torch's OpenMP runtime (loaded first); each
-row's numbers are its own, so the thread count never changes a result. The library is cached under ``$GMTS_NATIVE_CACHE``
-(default ``~/.cache/gmts-explorer/native``), named by a hash of the source, the flags, the
-compiler and the CPU's flags, with a record of its SHA-256; a cached library is loaded only when
-it, its record and the folder are the current user's, writable by no one else, and its SHA-256
-matches (else it is refused, logged, and built again). It is loaded with ``ctypes``, which
-releases the GIL during a call.
+row's numbers are its own, so the thread count never changes a result. The library is cached
+under ``$GMTS_NATIVE_CACHE`` (default ``~/.cache/gmts-explorer/native``), named by a hash of the
+source, the flags, the compiler and the CPU's flags, with a record of its SHA-256; a cached
+library is loaded only when it, its record and the folder are the current user's, writable by
+no one else, and its SHA-256 matches (else it is refused, logged, and built again). It is
+loaded with ``ctypes``, which releases the GIL during a call.
 
 ``GMTS_NATIVE=0`` turns the kernels off. Without a compiler, or if the build fails, the callers
 use their eager PyTorch path, and the log says so once. Both paths compute the same quantities

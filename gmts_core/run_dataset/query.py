@@ -188,7 +188,8 @@ class AnalysedRun:
         files = self._files("answers", steps)
         if not files:
             return None
-        where, params = [], [files]
+        where: list[str] = []
+        params: list[Any] = [files]
         if contains:
             where.append("contains(lower(text), lower(?))")
             params.append(contains)

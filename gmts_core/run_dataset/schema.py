@@ -190,5 +190,6 @@ def check_manifest(root: Path) -> Manifest:
     methods = raw.get("methods")
     if not isinstance(methods, list) or not all(isinstance(m, str) for m in methods):
         raise InvalidInputError(f"{root}/{MANIFEST}: 'methods' must be a list of names")
-    settings = raw.get("settings") if isinstance(raw.get("settings"), dict) else {}
+    given = raw.get("settings")
+    settings: dict[str, Any] = given if isinstance(given, dict) else {}
     return Manifest(version, tuple(methods), settings)

@@ -196,9 +196,9 @@ def write_step(root: Path, cols: StepColumns) -> None:
         "zero_signal": zero,
         "entropy_mean": _per_answer(cols.entropy, cols.length, "mean").astype(np.float32),
         "gamma_sum": _per_answer(cols.gamma, cols.length, "sum").astype(np.float32),
-        "disagreement": _per_answer((some & ~every).astype(np.int64), cols.length, "sum").astype(
-            np.int32
-        ),
+        "disagreement": _per_answer(
+            np.asarray(some & ~every, dtype=np.int64), cols.length, "sum"
+        ).astype(np.int32),
         "first_row": np.concatenate([[0], np.cumsum(cols.length)[:-1]]).astype(np.int64),
         **{
             f"selected_count_{k}": _per_answer(
