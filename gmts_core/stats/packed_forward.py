@@ -154,18 +154,17 @@ def packed_hidden(body: Any, seqs: Sequences, device: torch.device) -> torch.Ten
 
 
 def serves(body: Any, padded: Any, pad_id: int) -> bool:
-    """Whether :func:`packed_hidden` runs this body: plain Llama layout, not in training mode
-    (dropout), and its hidden states equal the padded forward's (``padded(body, seqs, pad_id,
+    """Whether :func:`packed_hidden` runs this body: plain Llama layout and not in training mode
+    (dropout), checked on every call (so an adapter or a hook added after the probe is never
+    bypassed), and its hidden states equal the padded forward's (``padded(body, seqs, pad_id,
     device)``) within the load-time tolerance of :mod:`gmts_core.model.logit_head` on a probe
     batch (two prompts of four tokens; answers of 3, 1 and 2 tokens), probed once per body."""
+    if getattr(body, "training", False) or not is_plain_llama(body):
+        return False
     with _LOCK:
         if body in _VERDICTS:
             return _VERDICTS[body]
-    verdict = (
-        is_plain_llama(body)
-        and not getattr(body, "training", False)
-        and matches_padded(body, packed_hidden, padded, pad_id)
-    )
+    verdict = matches_padded(body, packed_hidden, padded, pad_id)
     with _LOCK:
         _VERDICTS[body] = verdict
     return verdict

@@ -133,6 +133,27 @@ def test_bodies_it_does_not_know_keep_the_models_forward(
     assert not serves(head_path(training).body, _answer_hidden, PAD)  # dropout
 
 
+def test_an_adapter_added_after_the_probe_is_never_bypassed() -> None:
+    """The probe's verdict is kept per body, but the layout is checked on every call: a hook or
+    a replaced projection added later (as an adapter library adds them) sends the training
+    forward back to the model's own forward, which runs them."""
+    model = _llama()
+    body = head_path(model).body
+    assert serves(body, _answer_hidden, PAD)
+    seqs = _batch(model.config.vocab_size)
+    with torch.no_grad():
+        before = answer_logits(model, seqs, PAD, share_prompts=True)[1]
+    handle = body.layers[1].self_attn.v_proj.register_forward_hook(lambda m, i, out: out * 2)
+    assert not serves(body, _answer_hidden, PAD)
+    with torch.no_grad():
+        hooked = answer_logits(model, seqs, PAD, share_prompts=True)[1]
+        padded = answer_logits(model, seqs, PAD)[1]
+    assert not torch.allclose(hooked, before)  # the hook ran
+    torch.testing.assert_close(hooked, padded, rtol=1e-5, atol=1e-5)
+    handle.remove()
+    assert serves(body, _answer_hidden, PAD)
+
+
 def test_a_body_whose_packed_path_differs_is_not_served() -> None:
     """The probe compares with the padded forward it is given: one that disagrees (here shifted
     by 1) makes it refuse the packed path, and the training forward then uses the cached one."""
