@@ -279,9 +279,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor 
     lib = library()
     if lib is None or x.dim() != 2 or not _cpu_f32(x, weight) or weight.shape != x.shape[1:]:
         return None
-    out = torch.empty_like(x)
-    lib.gmts_rms_norm(x.data_ptr(), weight.data_ptr(), *x.shape, float(eps), out.data_ptr())
-    return out
+    return DecodeKernels(lib).rms_norm(x, weight, float(eps))
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor | None:
@@ -290,10 +288,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor | None:
     lib = library()
     if lib is None or gate_up.dim() != 2 or gate_up.shape[1] % 2 or not _cpu_f32(gate_up):
         return None
-    n, width = gate_up.shape
-    out = gate_up.new_empty(n, width // 2)
-    lib.gmts_silu_mul(gate_up.data_ptr(), n, width // 2, out.data_ptr())
-    return out
+    return DecodeKernels(lib).silu_mul(gate_up)
 
 
 def rotary_attend(
@@ -324,14 +319,11 @@ def rotary_attend(
         or not pos < min(keys.shape[2], MAX_KEYS)
     ):
         return None
-    out = qkv.new_empty(n, hq * d)
-    ptrs = [t.data_ptr() for t in (cos, sin)]
-    status = lib.gmts_rotary_attend(
-        qkv.data_ptr(), n, hq, kv, d, *ptrs, float(scaling),
-        keys.data_ptr(), values.data_ptr(), keys.shape[2], pos, out.data_ptr(),
-        torch.get_num_threads(),
-    )  # fmt: skip
-    return None if status else out
+    kernels = DecodeKernels(lib)
+    try:
+        return kernels.rotary_attend(qkv, heads, (cos, sin, float(scaling)), buffers, pos)
+    except ValueError:  # a size outside the kernel's buffers: nothing was written
+        return None
 
 
 class DecodeKernels:

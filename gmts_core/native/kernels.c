@@ -214,65 +214,25 @@ int gmts_row_sums(const void *base, int dtype, int64_t row0, int64_t row1, int64
  * in a local array). Each dot product is summed as a tree, each level one vector add: the
  * compiler may not reorder a float sum itself (no -ffast-math), and a serial sum of d products
  * costs d dependent additions. */
-static inline float dot_tree(const float *restrict q, const float *restrict k, int64_t d) {
-    float prod[MAX_D];
-#pragma omp simd
-    for (int64_t c = 0; c < d; c++) prod[c] = q[c] * k[c];
-    int64_t width = d;
-    while (width > 1 && width % 2 == 0) {
-        width /= 2;
-#pragma omp simd
-        for (int64_t c = 0; c < width; c++) prod[c] += prod[c + width];
-    }
-    float acc = prod[0];
-    for (int64_t c = 1; c < width; c++) acc += prod[c];
-    return acc;
-}
-
-#if defined(__has_builtin)
-#if __has_builtin(__builtin_shufflevector)
-#define GMTS_VECTOR_TREE 1
-#endif
-#endif
-
-#ifdef GMTS_VECTOR_TREE
-typedef float f8 __attribute__((vector_size(32)));
-typedef float f4 __attribute__((vector_size(16)));
-typedef float f2 __attribute__((vector_size(8)));
-
-/* dot_tree for d a power of two from 8 to MAX_D, in 8-wide vectors: the same products, the
- * same tree of additions (prod[c] + prod[c + width] at each level), hence the same bits; the
- * halves of the last vectors are folded with shuffles, not through memory */
-static inline float dot_tree_pow2(const float *restrict q, const float *restrict k, int64_t d) {
-    f8 part[MAX_D / 8];
-    int64_t n = d / 8;
-    for (int64_t i = 0; i < n; i++) {
-        f8 a, b;
-        memcpy(&a, q + 8 * i, sizeof a);
-        memcpy(&b, k + 8 * i, sizeof b);
-        part[i] = a * b;
-    }
-    while (n > 1) {
-        n /= 2;
-        for (int64_t i = 0; i < n; i++) part[i] = part[i] + part[i + n];
-    }
-    f4 s4 = __builtin_shufflevector(part[0], part[0], 0, 1, 2, 3) +
-            __builtin_shufflevector(part[0], part[0], 4, 5, 6, 7);
-    f2 s2 = __builtin_shufflevector(s4, s4, 0, 1) + __builtin_shufflevector(s4, s4, 2, 3);
-    return s2[0] + s2[1];
-}
-#endif
-
 static inline void attend_entry(const float *restrict qv, const float *restrict k,
                                 const float *restrict v, int64_t d, int64_t t,
                                 float *restrict scores, float *restrict o) {
     int64_t j;
-#ifdef GMTS_VECTOR_TREE
-    if (d >= 8 && d <= MAX_D && (d & (d - 1)) == 0) {
-        for (j = 0; j < t; j++) scores[j] = dot_tree_pow2(qv, k + j * d, d);
-    } else
-#endif
-        for (j = 0; j < t; j++) scores[j] = dot_tree(qv, k + j * d, d);
+    for (j = 0; j < t; j++) {
+        float prod[MAX_D];
+        const float *kj = k + j * d;
+#pragma omp simd
+        for (int64_t c = 0; c < d; c++) prod[c] = qv[c] * kj[c];
+        int64_t width = d;
+        while (width > 1 && width % 2 == 0) {
+            width /= 2;
+#pragma omp simd
+            for (int64_t c = 0; c < width; c++) prod[c] += prod[c + width];
+        }
+        float acc = prod[0];
+        for (int64_t c = 1; c < width; c++) acc += prod[c];
+        scores[j] = acc;
+    }
     float m = -INFINITY;
 #pragma omp simd reduction(max : m)
     for (j = 0; j < t; j++) m = scores[j] > m ? scores[j] : m;
