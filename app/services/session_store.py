@@ -169,7 +169,12 @@ class SessionStore:
         if self.state_dir is None or session.id not in self._sessions:
             return
         folder = self.state_dir / session.id
-        save_session(session, folder, extra)
+        try:
+            save_session(session, folder, extra)
+        except OSError:
+            if session.id in self._sessions:
+                raise
+            # deleted while it was written: the delete removed the folder under the write
         if session.id not in self._sessions:  # deleted while it was written
             shutil.rmtree(folder, ignore_errors=True)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch
 from app.services.errors import SessionBusyError, SessionNotFoundError
 from app.services.session_store import SessionCapError, SessionStore
 from gmts_core.config import RLConfig
+from gmts_core.experiments import session_state
 from gmts_core.grpo.rollout import RLPrompt
 from gmts_core.model.loading import LoadedModel, load_model
 from tests.tiny_models import save_tiny_model
@@ -108,3 +110,35 @@ def test_memory_cap_evicts_and_counts_five_copies_of_the_trainable_weights(lm: L
     assert store.ids() == ids[1:] and store.evicted == 1  # two fit in 2.5 sessions' memory
     with pytest.raises(SessionNotFoundError, match="evicted"):
         store.get(ids[0])
+
+
+def test_a_delete_during_the_save_of_a_step_is_not_an_error(
+    lm: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session deleted while its state is written (the step's save after each step, the
+    delete from another request) loses the folder under the write: the save ends quietly and
+    leaves nothing behind, so the step stops with the session's 404, not a server error. A
+    write that fails while the session still exists still raises."""
+    store = SessionStore(state_dir=tmp_path)
+    session = store.create(lm, CONFIG)
+    store.save(session)
+    real = session_state._write_json
+
+    def deleted_midway(path: Path, data: dict) -> None:
+        store.delete(session.id)  # removes the folder, as DELETE /v1/sessions/{id} does
+        real(path, data)  # the write of meta.json then finds no folder
+
+    monkeypatch.setattr(session_state, "_write_json", deleted_midway)
+    store.save(session)
+    assert not (tmp_path / session.id).exists()
+    with pytest.raises(SessionNotFoundError):
+        store.get(session.id)
+
+    kept = store.create(lm, CONFIG)
+
+    def fails(path: Path, data: dict) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(session_state, "_write_json", fails)
+    with pytest.raises(OSError, match="disk full"):
+        store.save(kept)
