@@ -171,7 +171,7 @@ class SessionStore:
         folder = self.state_dir / session.id
         try:
             save_session(session, folder, extra)
-        except OSError:
+        except Exception:  # noqa: BLE001 - OSError, or safetensors' own error for a lost folder
             if session.id in self._sessions:
                 raise
             # deleted while it was written: the delete removed the folder under the write

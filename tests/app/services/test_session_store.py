@@ -134,6 +134,20 @@ def test_a_delete_during_the_save_of_a_step_is_not_an_error(
     with pytest.raises(SessionNotFoundError):
         store.get(session.id)
 
+    # the same race at the weights' write (safetensors raises its own error, not OSError)
+    other = store.create(lm, CONFIG)
+    monkeypatch.setattr(session_state, "_write_json", real)
+    real_save_file = session_state.save_file
+
+    def weights_lost(tensors: dict, path: str) -> None:
+        store.delete(other.id)
+        real_save_file(tensors, path)
+
+    monkeypatch.setattr(session_state, "save_file", weights_lost)
+    store.save(other)
+    assert not (tmp_path / other.id).exists()
+    monkeypatch.setattr(session_state, "save_file", real_save_file)
+
     kept = store.create(lm, CONFIG)
 
     def fails(path: Path, data: dict) -> None:
