@@ -1,0 +1,69 @@
+"""`gmts` starts without the heavy libraries: its help (and any command's, until it runs) is
+drawn from the command table, and a command's module is imported only when it is used."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import typer
+
+from app.cli import load_commands
+from app.cli._app import COMMANDS
+
+HEAVY = ("torch", "transformers", "gradio")
+
+# runs `gmts ARGS...` in a fresh interpreter and prints which heavy modules it imported
+_PROBE = """
+import json, sys
+from app.cli import main
+sys.argv = ["gmts", *json.loads(sys.argv[1])]
+try:
+    main()
+except SystemExit:
+    pass
+print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))
+"""
+
+
+def imported_by(args: list[str]) -> tuple[list[str], str]:
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(heavy=HEAVY), json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    *help_lines, last = out.rstrip("\n").split("\n")
+    return json.loads(last), "\n".join(help_lines)
+
+
+@pytest.mark.parametrize("args", [["--help"], [], ["serve", "--help"]])
+def test_help_imports_no_heavy_library(args: list[str]) -> None:
+    heavy, text = imported_by(args)
+    assert heavy == []
+    assert "Usage: gmts" in text
+
+
+def test_help_lists_every_command() -> None:
+    _, text = imported_by(["--help"])
+    for name in COMMANDS:
+        assert f" {name} " in text
+
+
+def _module_of(command: Any) -> str:
+    if command.callback is not None:
+        return str(command.callback.__module__)
+    return _module_of(next(iter(command.commands.values())))  # a group: its first command's
+
+
+def test_command_table_matches_the_commands() -> None:
+    group: Any = typer.main.get_command(load_commands())
+    assert list(group.commands) == list(COMMANDS)
+    for name, command in group.commands.items():
+        module, short_help = COMMANDS[name]
+        assert _module_of(command) == f"app.cli.{module}"
+        assert command.get_short_help_str(limit=1000) == short_help
