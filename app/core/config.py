@@ -224,7 +224,35 @@ class Settings(BaseSettings):
         1024, ge=64, le=1 << 20, description="Memory one analysed run's queries may hold."
     )
     analysed_max_concurrent: int = Field(
-        2, ge=1, le=64, description="Analysed-run queries running at once (others wait)."
+        2,
+        ge=1,
+        le=64,
+        description="Analysed-run queries running at once in each lane (a step's views; "
+        "run-wide rankings): each in a reading process of its own.",
+    )
+    analysed_queue_wait_s: float = Field(
+        30.0, ge=0, le=3600, description="How long a query waits for its lane (then 429)."
+    )
+    analysed_query_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=86_400,
+        description="Seconds one analysed-run query may take; its reading process is killed "
+        "past it (and when the client goes away).",
+    )
+    analysed_worker_open_files: int = Field(
+        131_072,
+        ge=64,
+        le=1 << 20,
+        description="Open files of one analysed-run reading process (a run-wide query holds "
+        "one per step; capped by the system's hard limit).",
+    )
+    analysed_max_cell_chars: int = Field(
+        16_000,
+        ge=100,
+        le=1_000_000,
+        description="Longest text (an answer, a prompt) an analysed-run response carries; "
+        "longer ones are cut, with a marker giving their length.",
     )
 
     @property

@@ -11,12 +11,19 @@ Num = float | None
 
 class AnalysedRunInfo(BaseModel):
     id: str = Field(description="The analysed run's folder name inside its run root.")
-    version: int = Field(description="The dataset schema's version.")
-    methods: list[str]
-    num_steps: int
-    first_step: int | None
-    last_step: int | None
-    num_tokens: int = Field(description="Answer tokens over every written step.")
+    readable: bool = Field(True, description="False: the dataset cannot be read (see reason).")
+    reason: str | None = Field(None, description="Why it cannot be read (paths relative).")
+    state: str = Field("ready", description="ready, or indexing while first read.")
+    version: int | None = Field(None, description="The dataset schema's version.")
+    methods: list[str] = Field(default_factory=list)
+    num_steps: int = 0
+    first_step: int | None = None
+    last_step: int | None = None
+    num_tokens: int = Field(0, description="Answer tokens over every written step.")
+    skipped_steps: dict[str, str] = Field(
+        default_factory=dict,
+        description="Step summaries left out, and why (at most 20 named).",
+    )
 
 
 class AnalysedRunsResponse(BaseModel):

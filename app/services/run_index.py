@@ -16,15 +16,15 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-
-from app.schemas.runs import RunInfo
+from typing import Generic, TypeVar
 
 logger = logging.getLogger(__name__)
 
-Key = tuple[int, int]  # (size, mtime in ns) of the entry
+Key = tuple[int, ...]  # what changes when the entry does: (size, mtime in ns), or more
+RunInfo = TypeVar("RunInfo")  # the listing's row (runs: app.schemas.runs.RunInfo)
 
 
-class RunIndex:
+class RunIndex(Generic[RunInfo]):
     """``rows(paths)``: each path's cached row, or None while it is being indexed."""
 
     def __init__(

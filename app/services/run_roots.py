@@ -32,7 +32,7 @@ from gmts_core.runs.worker import ReaderPool
 
 logger = logging.getLogger(__name__)
 
-_FORBIDDEN = ("/", "\\", "%", "~", "\x00", "\n", "\r")
+FORBIDDEN = ("/", "\\", "%", "~", "\x00", "\n", "\r")
 MAX_CACHED_RUNS = 16
 
 
@@ -128,7 +128,7 @@ class RunRoots:
         if shown != name:
             reason = "the name is not valid UTF-8 (shown with \\x escapes); rename it to open it"
             return name, path, None, _unreadable(shown, reason)
-        if any(c in name for c in _FORBIDDEN):
+        if any(c in name for c in FORBIDDEN):
             return (
                 name,
                 path,
@@ -189,7 +189,7 @@ class RunRoots:
     def resolve(self, run_id: str) -> Path:
         """The path of run ``run_id``; RunNotFoundError (listing the runs) otherwise."""
         bad = not run_id or len(run_id) > 256 or run_id in (".", "..")
-        if not bad and not any(c in run_id for c in _FORBIDDEN):
+        if not bad and not any(c in run_id for c in FORBIDDEN):
             for root in self.paths:
                 child = root / run_id
                 if child.exists() and self._inside(root, child):

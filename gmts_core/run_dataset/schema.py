@@ -28,6 +28,8 @@ format or a newer version.
 from __future__ import annotations
 
 import json
+import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 
 from gmts_core.errors import InvalidInputError
+from gmts_core.run_dataset.folder import DatasetFolder
 
 FORMAT = "gmts-analysed-run"
 VERSION = 1
@@ -170,26 +173,62 @@ def write_manifest(root: Path, methods: tuple[str, ...], settings: dict[str, Any
     tmp.replace(root / MANIFEST)
 
 
+MAX_MANIFEST_BYTES = 1 << 20
+MAX_METHODS = 32
+# a method's name becomes part of a column name (``selected_<m>``): a strict pattern, and the
+# queries quote every column name as an identifier as well
+METHOD_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
+
+
 def is_dataset(root: Path) -> bool:
-    return (root / MANIFEST).is_file() and (root / "steps").is_dir()
-
-
-def check_manifest(root: Path) -> Manifest:
-    """The dataset's manifest; InvalidInputError for another format or a newer version."""
+    """``root`` holds a manifest file and a steps folder (neither a link: not followed)."""
     try:
-        raw = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise InvalidInputError(f"{root}: no readable {MANIFEST} ({e})") from None
+        manifest = (root / MANIFEST).lstat()
+        steps = (root / "steps").lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(manifest.st_mode) and stat.S_ISDIR(steps.st_mode)
+
+
+def parse_manifest(data: bytes, where: str) -> Manifest:
+    """The manifest in ``data`` (``dataset.json``'s bytes, at most MAX_MANIFEST_BYTES), checked
+    strictly: InvalidInputError for another format, a newer version, or anything else the
+    format does not allow (method names that are not plain lower-case names included)."""
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise InvalidInputError(f"{where}: over {MAX_MANIFEST_BYTES:,} bytes")
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise InvalidInputError(f"{where}: not valid JSON (nested too deeply)") from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise InvalidInputError(f"{where}: not valid JSON ({type(e).__name__})") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
-        raise InvalidInputError(f"{root}/{MANIFEST}: not a {FORMAT} dataset")
+        raise InvalidInputError(f"{where}: not a {FORMAT} dataset")
     version = raw.get("version")
-    if not isinstance(version, int) or not 1 <= version <= VERSION:
+    if type(version) is not int or not 1 <= version <= VERSION:
+        shown = repr(version)[:40]
         raise InvalidInputError(
-            f"{root}/{MANIFEST}: version {version!r}; this release reads versions 1-{VERSION}"
+            f"{where}: version {shown}; this release reads versions 1-{VERSION}"
         )
     methods = raw.get("methods")
-    if not isinstance(methods, list) or not all(isinstance(m, str) for m in methods):
-        raise InvalidInputError(f"{root}/{MANIFEST}: 'methods' must be a list of names")
+    if (
+        not isinstance(methods, list)
+        or len(methods) > MAX_METHODS
+        or not all(isinstance(m, str) and METHOD_NAME.fullmatch(m) for m in methods)
+        or len(set(methods)) != len(methods)
+    ):
+        raise InvalidInputError(
+            f"{where}: 'methods' must be a list of at most {MAX_METHODS} distinct names "
+            "of lower-case letters, digits and '_'"
+        )
     given = raw.get("settings")
     settings: dict[str, Any] = given if isinstance(given, dict) else {}
     return Manifest(version, tuple(methods), settings)
+
+
+def check_manifest(root: Path) -> Manifest:
+    """The manifest of the dataset folder ``root``; InvalidInputError for another format or
+    a newer version (read without following links, at most MAX_MANIFEST_BYTES)."""
+    with DatasetFolder.at(root) as folder:
+        data = folder.read_bytes(MANIFEST, MAX_MANIFEST_BYTES)
+        return parse_manifest(data, folder.where(MANIFEST))

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,8 @@ class ReaderPool:
                     self._idle.append(worker)
         finally:
             self._slots.release()
+        if "trace" in reply:  # a reader's own bug: the maintainers get the traceback
+            logger.error("a run reader failed on %s:\n%s", where, reply["trace"])
         if "error" in reply:
             raise error_in(reply["error"])
         return reply
@@ -277,6 +280,9 @@ class ReaderPool:
 def _limit_self(memory_mb: int, open_files: int) -> None:
     memory = memory_mb << 20
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY:
+        open_files = min(open_files, hard)
     resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
 
 
@@ -295,6 +301,8 @@ def _handle(request: dict[str, Any]) -> dict[str, Any]:
     from gmts_core.runs.base import check_step
     from gmts_core.runs.registry import READERS, open_run
 
+    if request["op"] == "analysed":
+        return _analysed(request)
     limits = replace(RunLimits(), **request["limits"])
     if request["op"] == "open":
         run = open_run(request["path"], request.get("format"), limits)
@@ -309,6 +317,19 @@ def _handle(request: dict[str, Any]) -> dict[str, Any]:
     raise InvalidInputError(f"unknown request {request['op']!r}")
 
 
+def _analysed(request: dict[str, Any]) -> dict[str, Any]:
+    """One query of an analysed-run dataset (gmts_core.run_dataset.requests)."""
+    from gmts_core.run_dataset.query import QueryLimits
+    from gmts_core.run_dataset.requests import answer
+
+    query = QueryLimits(**request["query_limits"])
+    if query.temp_dir:  # this process's own spill folder (removed once it is gone)
+        folder = os.path.join(query.temp_dir, str(os.getpid()))
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        query = replace(query, temp_dir=folder)
+    return answer(request["root"], request["name"], request["query"], request["params"], query)
+
+
 def main() -> None:
     """The child's loop: limit itself, then one JSON request per line, one reply per line."""
     memory_mb, open_files = int(sys.argv[1]), int(sys.argv[2])
@@ -319,6 +340,7 @@ def main() -> None:
     print(json.dumps({"ready": True}), flush=True)
     out = sys.stdout.buffer
     for line in sys.stdin:
+        request: Any = None
         try:
             request = json.loads(line)
             _cpu_budget(int(request.get("cpu_s", 60)))
@@ -331,9 +353,12 @@ def main() -> None:
         except GMTSError as exc:
             data = json.dumps({"error": error_out(exc)}, default=str).encode()
         except Exception as exc:  # a reader's bug is one refused file, never a dead loop
-            where = request.get("path") or request.get("ref", [None, "a run file"])[1]
-            message = f"{where}: cannot be read ({type(exc).__name__})"
-            data = json.dumps({"error": {"code": "run_format", "message": message}}).encode()
+            where = _where(request)
+            message = f"{where}: cannot be read (an internal error: {type(exc).__name__})"
+            # the traceback goes to the caller's log (never to the user): a bug is visible
+            trace = traceback.format_exc(limit=30)[-20_000:]
+            error = {"error": {"code": "run_format", "message": message}, "trace": trace}
+            data = json.dumps(error).encode()
         retire = _rss_mb() > RETIRE_RSS_MB
         if retire:  # a large file's heap is not given back: hand over to a fresh process
             data = data[:-1] + b',"retire":true}' if data.endswith(b"}") else data
@@ -341,6 +366,16 @@ def main() -> None:
         out.flush()
         if retire:
             return
+
+
+def _where(request: Any) -> str:
+    """What a request was reading, for a message (never more than a name or a path)."""
+    if not isinstance(request, dict):
+        return "a run file"
+    if request.get("op") == "analysed":
+        return str(request.get("name", "an analysed run"))
+    ref = request.get("ref")
+    return str(request.get("path") or (ref[1] if isinstance(ref, list) and ref else "a run file"))
 
 
 def _rss_mb() -> float:

@@ -44,7 +44,11 @@ def run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(run_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    settings = make_settings(tmp_path_factory.mktemp("models"), run_roots=[run_root])
+    settings = make_settings(
+        tmp_path_factory.mktemp("models"),
+        run_roots=[run_root],
+        run_list_wait_s=300,  # a listing answers once every dataset is indexed
+    )
     with TestClient(create_app(settings)) as c:
         yield c
 

@@ -147,20 +147,20 @@ def _table(root: Path, table: str) -> pd.DataFrame:
 def test_a_step_view_reads_only_its_file_and_the_row_groups_of_its_answer(
     synthetic: Path, tmp_path: Path
 ) -> None:
-    run = AnalysedRun(synthetic, profile_dir=tmp_path)
+    run = AnalysedRun(synthetic, profile=True)
     tokens = pq.read_table(step_file(synthetic, "tokens", 2)).to_pandas()
     last = tokens.iloc[-1]
     page = run.answer_tokens(2, int(last["group"]), int(last["answer"]))
     want = tokens[(tokens["group"] == last["group"]) & (tokens["answer"] == last["answer"])]
     assert [r["position"] for r in page] == want["position"].tolist()
     scan = run.last_scan
-    assert scan is not None and scan.files == (str(step_file(synthetic, "tokens", 2)),)
+    assert scan is not None and scan.files == (f"{synthetic.name}/tokens/step_00002.parquet",)
     total = pq.ParquetFile(step_file(synthetic, "tokens", 2)).num_row_groups
     assert scan.row_groups_total == total and scan.row_groups_scanned < total
 
     groups = run.step_groups(3, offset=5, limit=10)
     assert [g["group"] for g in groups] == list(range(5, 15))
-    assert run.last_scan.files == (str(step_file(synthetic, "answers", 3)),)
+    assert run.last_scan.files == (f"{synthetic.name}/answers/step_00003.parquet",)
     answers = run.group_answers(1, 4)
     assert [a["answer"] for a in answers] == list(range(16))
 
@@ -168,7 +168,7 @@ def test_a_step_view_reads_only_its_file_and_the_row_groups_of_its_answer(
 def test_run_wide_rankings_equal_the_naive_sort_and_read_one_table(
     synthetic: Path, tmp_path: Path
 ) -> None:
-    run = AnalysedRun(synthetic, profile_dir=tmp_path)
+    run = AnalysedRun(synthetic, profile=True)
     answers = _table(synthetic, "answers")
     for by, expr in ANSWER_ORDERS.items():
         key = answers["advantage"].abs() if by == "abs_advantage" else answers[by]
@@ -233,10 +233,9 @@ def test_a_growing_run_shows_new_steps_and_reads_only_them(
     run = AnalysedRun(tmp_path)
     assert run.step_numbers() == [1]
     read: list[str] = []
-    real = pq.read_table
+    real = AnalysedRun.summary
     monkeypatch.setattr(
-        "gmts_core.run_dataset.query.pq.read_table",
-        lambda path, *a, **k: read.append(Path(path).name) or real(path, *a, **k),
+        AnalysedRun, "summary", lambda self, entry: read.append(entry.name) or real(self, entry)
     )
     write_step(tmp_path, synthetic_step(2, 8, 4, rng))
     (tmp_path / "steps" / "step_00003.parquet.tmp").write_bytes(b"half")  # being written
@@ -274,7 +273,7 @@ def test_links_fifos_and_damaged_files_in_a_dataset_are_refused_not_followed(
         run.step_groups(2)
     with pytest.raises(InvalidInputError, match="no analysed step 3"):
         run.answer_tokens(3, 0, 0)
-    with pytest.raises(InvalidInputError, match="cannot be read"):
+    with pytest.raises(InvalidInputError, match="not a readable Parquet file"):
         run.step_groups(1)
     ranked = run.rank_answers("reward", limit=100, steps=(2, 3))
     assert ranked and all(r["step"] == 3 for r in ranked)  # the link is skipped

@@ -53,11 +53,14 @@ class _Handlers:
     def q(self, kind: str, run_id: str = "", **params: Any) -> Json:
         return call(lambda: self.backend.analysed(kind, run_id, params))
 
-    def choices(self) -> list[str]:
+    def choices(self, wait: bool = True) -> list[str]:
+        """The readable analysed runs (building the UI does not wait for them to be read:
+        the first listing answers from what is indexed and starts the rest)."""
         try:
-            return [r["id"] for r in self.backend.analysed("list")["runs"]]
+            runs = self.backend.analysed("list", "", {"wait": wait})["runs"]
         except GMTSError:
             return []
+        return [r["id"] for r in runs if r.get("readable", True)]
 
     def refresh(self) -> Any:
         return gr.update(choices=self.choices())
@@ -157,7 +160,7 @@ def build_analysed_section(ctx: UIContext) -> None:
         "numbers, no model needed."
     )
     with gr.Row():
-        run = gr.Dropdown(h.choices(), value=None, label="Analysed run", elem_id="analysed-pick")
+        run = gr.Dropdown(h.choices(wait=False), value=None, label="Analysed run", elem_id="analysed-pick")
         refresh = gr.Button("Refresh", elem_id="analysed-refresh", scale=0)
         download = gr.DownloadButton("Download report (HTML)", elem_id="analysed-download")
     status = gr.Markdown(elem_id="analysed-status")
