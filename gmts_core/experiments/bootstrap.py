@@ -1,4 +1,4 @@
-"""A paired bootstrap over training seeds and held-out problems, and how many seeds would do.
+"""A paired bootstrap over training seeds and held-out problems (the replication's curves).
 
 A compare measures each method's held-out score on every problem p of one fixed held-out set
 after training from every seed s: an array ``(M, S, P)`` of per-problem accuracies in [0, 1]
@@ -15,16 +15,14 @@ identical runs give a difference of exactly 0 in every replicate.
 Intervals are percentile intervals of the replicates; a mean of values in [0, 1] stays in
 [0, 1], so accuracy intervals do too (clipped only against float rounding).
 
-:func:`seeds_to_separate` answers "how many seeds would separate this difference": it splits
-the paired differences' variance into seed, problem and residual components (two-way ANOVA of
-the seeds x problems table, each component floored at 0) and solves
-``z * sqrt(var_seed / S + var_problem / P + var_residual / (S P)) < |difference|`` for S at
-this run's number of problems (a normal approximation of the interval's half-width).
+The final table of a compare uses the t interval of :mod:`gmts_core.experiments.intervals`
+instead: this two-way bootstrap counts the seed-by-problem residual about three times (each
+replicate redraws it with both the seeds and the problems), so its intervals are wider than
+their level, and it has no studentised seed part for a few seeds.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +30,6 @@ from numpy.typing import NDArray
 
 REPLICATES = 4000
 BOOTSTRAP_SEED = 0  # the bootstrap's own generator: the same data give the same intervals
-Z_95 = 1.959963984540054  # the normal 97.5% quantile
 
 
 @dataclass(frozen=True)
@@ -100,68 +97,3 @@ def percentile_interval(
     tail = 100 * (1 - confidence) / 2
     low, high = np.percentile(replicates, [tail, 100 - tail])
     return float(low), float(high)
-
-
-@dataclass(frozen=True)
-class VarianceComponents:
-    """Variance of one per-(seed, problem) value split as seed + problem + residual."""
-
-    seed: float | None  # None: one seed, the seed-to-seed part is unknown
-    problem: float
-    residual: float
-    num_seeds: int
-    num_problems: int
-
-    def variance_of_mean(self, num_seeds: int) -> float | None:
-        """Var of the mean over ``num_seeds`` seeds and this run's problems."""
-        if self.seed is None:
-            return None
-        p = self.num_problems
-        return self.seed / num_seeds + self.problem / p + self.residual / (num_seeds * p)
-
-
-def variance_components(table: NDArray[np.float64]) -> VarianceComponents:
-    """Two-way ANOVA (seeds x problems, one value per cell) of a (S, P) table.
-
-    Mean squares MS_seed = P sum_s (d_s. - d..)^2 / (S-1), MS_problem = S sum_p (d_.p - d..)^2
-    / (P-1), MS_res = sum (d_sp - d_s. - d_.p + d..)^2 / ((S-1)(P-1)); components
-    var_res = MS_res, var_seed = (MS_seed - MS_res) / P, var_problem = (MS_problem - MS_res) / S,
-    floored at 0. With one problem (a file without per-problem results) the whole spread over
-    seeds is the seed part; with one seed the seed part is unknown (None).
-    """
-    s, p = table.shape
-    grand = table.mean()
-    by_seed, by_problem = table.mean(axis=1), table.mean(axis=0)
-    if p == 1:
-        seed = float(table[:, 0].var(ddof=1)) if s > 1 else None
-        return VarianceComponents(seed, 0.0, 0.0, s, p)
-    ms_problem = s * float(((by_problem - grand) ** 2).sum()) / (p - 1)
-    if s == 1:
-        return VarianceComponents(None, ms_problem, 0.0, s, p)
-    ms_seed = p * float(((by_seed - grand) ** 2).sum()) / (s - 1)
-    resid = table - by_seed[:, None] - by_problem[None, :] + grand
-    ms_res = float((resid**2).sum()) / ((s - 1) * (p - 1))
-    return VarianceComponents(
-        seed=max(0.0, (ms_seed - ms_res) / p),
-        problem=max(0.0, (ms_problem - ms_res) / s),
-        residual=ms_res,
-        num_seeds=s,
-        num_problems=p,
-    )
-
-
-def seeds_to_separate(
-    difference: float, components: VarianceComponents, z: float = Z_95, max_seeds: int = 100_000
-) -> int | None:
-    """The fewest seeds whose interval half-width ``z sqrt(Var(mean))`` is below ``|difference|``
-    at this run's number of problems; None when no number of seeds would (the difference is 0,
-    the problems' own noise is already as wide, or the seed part is unknown)."""
-    c = components
-    target = (abs(difference) / z) ** 2
-    if c.seed is None or difference == 0 or target <= c.problem / c.num_problems:
-        return None
-    per_seed = c.seed + c.residual / c.num_problems  # the part that shrinks as 1 / S
-    if per_seed == 0:
-        return 1
-    needed = math.floor(per_seed / (target - c.problem / c.num_problems)) + 1
-    return needed if needed <= max_seeds else None

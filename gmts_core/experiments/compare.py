@@ -5,7 +5,7 @@ on batches drawn from the demo task in the config's task mix (:mod:`gmts_core.ta
 step n of seed s draws the same prompts for every method), and its held-out accuracy is
 measured every ``eval_every`` steps on one fixed set of held-out problems with common sampling
 seeds; every run keeps its final score on each problem, so the final table's intervals come
-from a paired bootstrap over seeds and problems (:mod:`gmts_core.experiments.compare_stats`).
+from t intervals over seeds and problems (:mod:`gmts_core.experiments.compare_stats`).
 Curves (mean and std over seeds) and the final table per method come out as a
 :class:`CompareResult`; :mod:`app.reports.compare_report` turns it into plotly figures and a
 self-contained HTML page.
@@ -37,6 +37,7 @@ from gmts_core.experiments.evaluation import (
     evaluate_accuracy,
     heldout_problems,
 )
+from gmts_core.experiments.power import PowerAdvice
 from gmts_core.experiments.sessions import step_seed
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
 from gmts_core.grpo.rollout import RLPrompt
@@ -65,11 +66,27 @@ class CompareConfig:
     )
     ratio: float = knob(0.2, "Share of answer tokens each method trains on.", gt=0, le=1)
     steps: int = knob(20, "GRPO steps per run.", ge=1, le=10_000)
-    seeds: int = knob(2, "Runs per method (seeds 0, 1, ...: same start and batches).", ge=1, le=100)
+    seeds: int = knob(
+        2,
+        "Runs per method (training seeds seed_offset, seed_offset + 1, ...: same start and "
+        "batches for every method); at least 2 for a verdict.",
+        ge=1,
+        le=100,
+    )
+    seed_offset: int = knob(
+        0, "First training seed (another offset: other batches, other runs).", ge=0, le=10**9
+    )
     eval_every: int = knob(10, "Evaluate held-out accuracy every this many steps.", ge=1)
     eval_problems: int = knob(200, "Held-out problems per evaluation.", ge=1, le=100_000)
     eval_samples: int = knob(1, "Answers per held-out problem.", ge=1, le=64)
     eval_temperature: float = knob(1.0, "Temperature of the evaluation (0: greedy).", ge=0, le=10)
+    eval_seed: int = knob(
+        10_000,
+        "Sampling seed of the held-out evaluations: step n samples with eval_seed + n, the same "
+        "for every method and seed (common random numbers).",
+        ge=0,
+        le=10**9,
+    )
     task_mix: str = knob(
         DEFAULT_TASK_MIX,
         f"Training prompts of the demo task: {' | '.join(task_mix_names())} (hard-mix: half "
@@ -181,7 +198,7 @@ class CompareResult:
         return n > 0 and all(len(r.final_per_problem) == n for r in self.runs)
 
     def statistics(self) -> CompareStatistics:
-        """The paired bootstrap over seeds and problems of the final table (seeds only for a
+        """The t intervals over seeds and problems of the final table (seeds only for a
         file without per-problem results: each seed's accuracy is then its one "problem")."""
         methods = self.config.methods
         seeds = sorted({r.seed for r in self.runs_of(methods[0])})
@@ -195,7 +212,12 @@ class CompareResult:
             start = np.asarray([self.start_accuracy])
         values = np.asarray(finals, dtype=np.float64)  # (M, S, P)
         return compare_statistics(
-            methods, values, start, self.reference_method(), self.has_per_problem()
+            methods,
+            values,
+            start,
+            self.reference_method(),
+            self.has_per_problem(),
+            answers=self.config.eval_samples,
         )
 
     def conclusions(self) -> list[str]:
@@ -212,13 +234,14 @@ class CompareResult:
     def table(self) -> list[dict[str, Any]]:
         """The final table: one row per method.
 
-        ``final_accuracy`` and ``gain`` (over the start accuracy) are means with 95% percentile
-        intervals of the paired bootstrap over seeds and held-out problems;
+        ``final_accuracy`` and ``gain`` (over the start accuracy) are means with 95% t intervals
+        over seeds and held-out problems (:mod:`gmts_core.experiments.intervals`);
         ``paired_difference`` is the method's final accuracy minus the reference method's on
         the same seeds and problems, with its interval; ``within_noise`` says that interval
-        contains 0 (the two cannot be told apart; None without per-problem scores, where the
-        seeds' spread alone is too narrow to judge), ``conclusion`` says it in one sentence.
-        """
+        contains 0 (the two cannot be told apart; None without per-problem scores or with one
+        seed, where no verdict is given), ``conclusion`` says it in sentences; ``power`` and
+        ``power_observed``: seeds for 80% power at the stated effect and the observed one
+        (:mod:`gmts_core.experiments.power`)."""
         stats = self.statistics()
         out = []
         for m, row in zip(self.config.methods, stats.methods, strict=True):
@@ -233,11 +256,13 @@ class CompareResult:
                     "gain": row.gain.as_dict(),
                     "reference": stats.reference,
                     "paired_difference": None if paired is None else paired.as_dict(),
-                    # no verdict from seeds alone (a file without per-problem scores)
+                    # no verdict from seeds alone (a file without per-problem scores) nor
+                    # from one seed (no seed-to-seed variance)
                     "within_noise": None
-                    if paired is None or not stats.per_problem
+                    if paired is None or not stats.verdicts_allowed()
                     else not paired.excludes_zero(),
-                    "seeds_to_separate": row.seeds_to_separate,
+                    "power": _advice_dict(row.advice),
+                    "power_observed": _advice_dict(row.advice_observed),
                     "conclusion": None if paired is None else conclusion(stats, m),
                     "interval_over": "seeds and problems" if stats.per_problem else "seeds",
                     "train_reward_last5": _mean_std(
@@ -275,6 +300,10 @@ class CompareResult:
         }
 
 
+def _advice_dict(advice: PowerAdvice | None) -> dict[str, Any] | None:
+    return None if advice is None else dataclasses.asdict(advice)
+
+
 def _evaluate(
     policy_model: Any, base: LoadedModel, problems: list[RLPrompt], step: int, c: CompareConfig
 ) -> EvalResult:
@@ -286,7 +315,7 @@ def _evaluate(
         temperature=c.eval_temperature,
         samples_per_problem=c.eval_samples,
         max_new_tokens=c.rl.max_new_tokens,
-        seed=10_000 + step,
+        seed=c.eval_seed + step,
     )
 
 
@@ -347,7 +376,7 @@ def run_compare(
 
     runs = [
         train_run(base, method, seed, config, problems, start_accuracy, tick)
-        for seed in range(config.seeds)
+        for seed in range(config.seed_offset, config.seed_offset + config.seeds)
         for method in config.methods
     ]
     logger.info("compared %d methods x %d seeds", len(config.methods), config.seeds)

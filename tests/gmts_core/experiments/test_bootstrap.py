@@ -1,5 +1,4 @@
-"""The paired bootstrap over seeds and problems against a plain loop, its intervals, and the
-variance components behind the seeds estimate."""
+"""The paired bootstrap over seeds and problems against a plain loop, and its intervals."""
 
 from __future__ import annotations
 
@@ -7,13 +6,10 @@ import numpy as np
 import pytest
 
 from gmts_core.experiments.bootstrap import (
-    Z_95,
     bootstrap_means,
     bootstrap_replicates,
     draw_resamples,
     percentile_interval,
-    seeds_to_separate,
-    variance_components,
 )
 
 
@@ -63,30 +59,3 @@ def test_means_of_proportions_stay_in_unit_range() -> None:
     values = rng.integers(0, 2, size=(2, 2, 10)).astype(np.float64)
     means = bootstrap_means(values, draw_resamples(2, 10, 500))
     assert means.min() >= 0.0 and means.max() <= 1.0 + 1e-12
-
-
-def test_variance_components_recover_a_two_way_layout() -> None:
-    # d_sp = seed effect + problem effect exactly (no residual): ANOVA splits it back
-    seed = np.array([0.0, 0.2, -0.2, 0.1])
-    problem = np.array([0.3, -0.1, 0.0, 0.2, -0.4])
-    table = seed[:, None] + problem[None, :]
-    c = variance_components(table)
-    assert c.residual == pytest.approx(0.0, abs=1e-15)
-    assert c.seed == pytest.approx(seed.var(ddof=1))
-    assert c.problem == pytest.approx(problem.var(ddof=1))
-    assert variance_components(table[:1]).seed is None  # one seed: unknown
-    single = variance_components(table[:, :1])  # one value per seed (no per-problem scores)
-    assert single.seed == pytest.approx(seed.var(ddof=1)) and single.problem == 0.0
-
-
-def test_seeds_to_separate_is_the_smallest_count_whose_half_width_fits() -> None:
-    rng = np.random.default_rng(1)
-    table = rng.normal(0.02, 0.1, size=(3, 40)) + rng.normal(0, 0.05, size=(3, 1))
-    c = variance_components(table)
-    n = seeds_to_separate(0.02, c)
-    assert n is not None
-    half = lambda s: Z_95 * c.variance_of_mean(s) ** 0.5  # noqa: E731
-    assert half(n) < 0.02 and (n == 1 or half(n - 1) >= 0.02)
-    assert seeds_to_separate(0.0, c) is None  # nothing to separate
-    # the problems' own noise alone is wider than the difference: no number of seeds helps
-    assert seeds_to_separate(Z_95 * (c.problem / c.num_problems) ** 0.5 * 0.9, c) is None

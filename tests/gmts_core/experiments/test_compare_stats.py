@@ -10,6 +10,7 @@ from gmts_core.experiments.compare_stats import (
     compare_statistics,
     conclusion,
     conclusions,
+    points,
 )
 
 
@@ -45,8 +46,25 @@ def test_the_sentence_follows_the_interval(seed: int) -> None:
         assert "not separable" not in text
     else:
         assert "not separable with 3 seeds \u00d7 40 problems" in text
-        n = stats.row("gmts").seeds_to_separate
-        assert (f"about {n} seeds would separate" in text) if n else ("no number" in text)
+    if not stats.row("gmts").identical:  # every verdict comes with its power statement
+        a = stats.row("gmts").advice
+        assert a is not None and "Power: " in text and "3.0-point difference 80%" in text
+        assert (f"Power: {a.seeds_needed} seeds" in text) if a.seeds_needed else "no number" in text
+
+
+def test_one_seed_gives_no_verdict() -> None:
+    rng = np.random.default_rng(0)
+    ent = rng.integers(0, 2, size=(1, 200)).astype(np.float64)
+    gmts = np.where(rng.random((1, 200)) < 0.5, 1.0, ent)  # far better on this run's weights
+    stats = _stats(np.stack([ent, gmts]))
+    text = conclusion(stats, "gmts")
+    assert stats.row("gmts").paired_difference.ci_low > 0  # type: ignore[union-attr]
+    assert "no verdict" in text and "separable" not in text and "better" not in text
+    assert "this run's weights" in text and not stats.verdicts_allowed()
+
+
+def test_points_keep_the_sign_of_a_bound_just_below_zero() -> None:
+    assert points(-0.0001) == "\u22120.0" and points(0.0) == "+0.0" and points(0.0001) == "+0.0"
 
 
 def test_accuracy_intervals_stay_in_unit_range_at_the_edges() -> None:
