@@ -2,8 +2,10 @@
 
 Writes ``compare.json`` (every curve and run), ``compare.html`` (self-contained, plotly inline)
 and ``table.md`` (the final table) into ``--out``, and prints the table and one sentence per
-method against the reference. Progress goes to stderr: a bar on a terminal, and one line per
-training step otherwise (a log or a pipe sees each step as it ends, not only the final table).
+method against the reference with its power advice (one seed: no verdict). Progress goes to
+stderr: a bar on a terminal, and one line per training step otherwise (a log or a pipe sees
+each step as it ends, not only the final table). ``--seed-offset``, ``--eval-seed``,
+``--eval-samples`` and ``--eval-temperature`` set the noise's draws and size.
 """
 
 from __future__ import annotations
@@ -76,6 +78,12 @@ def compare_command(
     eval_problems: Annotated[
         int, config_option("compare", "eval_problems")
     ] = COMPARE.eval_problems,
+    seed_offset: Annotated[int, config_option("compare", "seed_offset")] = COMPARE.seed_offset,
+    eval_seed: Annotated[int, config_option("compare", "eval_seed")] = COMPARE.eval_seed,
+    eval_samples: Annotated[int, config_option("compare", "eval_samples")] = COMPARE.eval_samples,
+    eval_temperature: Annotated[
+        float, config_option("compare", "eval_temperature")
+    ] = COMPARE.eval_temperature,
     threads: Annotated[int, typer.Option(help="torch CPU threads (0: torch's default).")] = 0,
     out: Annotated[Path, typer.Option(help="Output folder.")] = Path("compare-out"),
 ) -> None:
@@ -92,6 +100,12 @@ def compare_command(
             eval_problems,
             COMPARE.rl,
             task_mix=task_mix,
+            noise={
+                "seed_offset": seed_offset,
+                "eval_seed": eval_seed,
+                "eval_samples": eval_samples,
+                "eval_temperature": eval_temperature,
+            },
             group_size=group_size,
             prompts_per_step=prompts_per_step,
             learning_rate=lr,

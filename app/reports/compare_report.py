@@ -10,6 +10,7 @@ seeds (one seed has no spread to show). Step axes tick at whole steps. Colours c
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -23,16 +24,24 @@ ColorFn = Callable[[str], str]
 
 
 def _band(
-    fig: go.Figure, x: list[int], rows: list[dict[str, float]], name: str, color: str, band: bool
+    fig: go.Figure,
+    x: list[int],
+    rows: list[dict[str, float]],
+    name: str,
+    color: str,
+    band: bool,
+    bounds: tuple[float, float] = (-math.inf, math.inf),
 ) -> None:
-    """A mean line in ``color``, with a +-std band when ``band`` (several seeds).
+    """A mean line in ``color``, with a +-std band when ``band`` (several seeds), cut to
+    ``bounds`` (a share or an accuracy never leaves [0, 1]).
 
     The band trace is always there (empty for one seed) so the traces keep one layout: band,
     line, band, line ... in method order.
     """
+    low, high = bounds
     mean = [r["mean"] for r in rows]
-    upper = [r["mean"] + r["std"] for r in rows]
-    lower = [r["mean"] - r["std"] for r in rows]
+    upper = [min(high, r["mean"] + r["std"]) for r in rows]
+    lower = [max(low, r["mean"] - r["std"]) for r in rows]
     fig.add_trace(
         go.Scatter(
             x=x + x[::-1] if band else [],
@@ -75,7 +84,8 @@ def compare_figures(result: CompareResult, color: ColorFn | None = None) -> dict
     """``accuracy``, ``reward``, ``wasted_share`` and ``loss`` figures, one line per method."""
     n = result.config.steps
     steps = list(range(1, n + 1))
-    spread = " (mean ± std over seeds)" if result.config.seeds > 1 else " (one seed)"
+    # the band is the seeds' spread at each step, not an interval: the final table has those
+    spread = " (mean; band ± 1 std over seeds)" if result.config.seeds > 1 else " (one seed)"
     figs = {
         "accuracy": _figure(f"Held-out accuracy{spread}", "accuracy", n),
         "reward": _figure(f"Training reward{spread}", "mean reward", n),
@@ -90,9 +100,10 @@ def compare_figures(result: CompareResult, color: ColorFn | None = None) -> dict
     for m in result.config.methods:
         c = (color or method_color)(m)
         acc = result.accuracy_curve(m)
-        _band(figs["accuracy"], [int(r["step"]) for r in acc], acc, m, c, band)
+        unit = (0.0, 1.0)
+        _band(figs["accuracy"], [int(r["step"]) for r in acc], acc, m, c, band, unit)
         _band(figs["reward"], steps, result.curve(m, "reward"), m, c, band)
-        _band(figs["wasted_share"], steps, result.wasted_curve(m), m, c, band)
+        _band(figs["wasted_share"], steps, result.wasted_curve(m), m, c, band, unit)
         _band(figs["loss"], steps, result.curve(m, "loss"), m, c, band)
     return figs
 
@@ -118,8 +129,9 @@ def paired_cell(row: dict[str, Any]) -> str:
     """The paired difference to the reference method and its verdict."""
     if row["paired_difference"] is None:
         return "(reference)"
-    if row["within_noise"] is None:  # seeds only: no verdict
-        return f"{fmt_interval(row['paired_difference'], signed=True)} (seeds only)"
+    if row["within_noise"] is None:  # seeds only, or one seed: no verdict
+        why = "seeds only" if row["interval_over"] == "seeds" else "one seed: no verdict"
+        return f"{fmt_interval(row['paired_difference'], signed=True)} ({why})"
     verdict = "within noise" if row["within_noise"] else "differs"
     return f"{fmt_interval(row['paired_difference'], signed=True)} {verdict}"
 
@@ -161,15 +173,20 @@ TABLE_HEADER = [
     "wasted share (mean over steps; peak)",
 ]
 INTERVALS_NOTE = {
-    True: "95% intervals: paired percentile bootstrap over seeds and held-out problems",
-    False: "95% intervals: percentile bootstrap over seeds only (this file has no "
-    "per-problem results)",
+    "seeds and problems": "95% intervals: t intervals over seeds and held-out problems (seed "
+    "and problem variance, studentised seed part; paired differences on the same seeds and "
+    "problems)",
+    "one seed": "95% intervals over held-out problems only: one seed shows no seed-to-seed "
+    "variance, so they cover this run's weights, not the methods, and give no verdict",
+    "seeds": "95% intervals: t intervals over seeds only (this file has no per-problem results)",
 }
 
 
 def intervals_note(result: CompareResult) -> str:
     """What the table's intervals are computed over."""
-    return INTERVALS_NOTE[result.has_per_problem()]
+    if not result.has_per_problem():
+        return INTERVALS_NOTE["seeds"]
+    return INTERVALS_NOTE["one seed" if result.config.seeds < 2 else "seeds and problems"]
 
 
 def table_markdown(result: CompareResult) -> str:

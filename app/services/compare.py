@@ -36,10 +36,14 @@ from gmts_core.grpo.policy import PolicySettings
 from gmts_core.tasks.mixes import DEFAULT_TASK_MIX
 
 MAX_FILE_BYTES = 50_000_000
+# the knobs that set a compare's noise besides its seeds and problems: which training seeds,
+# which evaluation draws, how many answers per held-out problem and at what temperature
+NOISE_KNOBS = ("seed_offset", "eval_seed", "eval_samples", "eval_temperature")
 
 __all__ = [
     "COMPARE_RECIPE",
     "DEFAULT_COMPARE_METHODS",
+    "NOISE_KNOBS",
     "CompareConfig",
     "CompareResult",
     "CompareService",
@@ -59,10 +63,15 @@ def compare_config(
     eval_problems: int,
     base: RLConfig = COMPARE_RECIPE,
     task_mix: str = DEFAULT_TASK_MIX,
+    noise: dict[str, Any] | None = None,
     **rl: Any,
 ) -> CompareConfig:
-    """A validated CompareConfig: the run knobs, the task mix of its training prompts, and
+    """A validated CompareConfig: the run knobs, the task mix of its training prompts, the
+    controls of its noise (``noise``: any of NOISE_KNOBS; the defaults where left out) and
     ``rl`` overrides of ``base``'s GRPO knobs."""
+    defaults = CompareConfig()
+    extra = {k: type(getattr(defaults, k))((noise or {}).get(k, getattr(defaults, k)))
+             for k in NOISE_KNOBS}  # fmt: skip
     config = CompareConfig(
         methods=tuple(methods),
         ratio=float(ratio),
@@ -72,6 +81,7 @@ def compare_config(
         eval_problems=int(eval_problems),
         task_mix=str(task_mix),
         rl=dataclasses.replace(base, **rl),
+        **extra,
     )
     config.validate()
     return config

@@ -264,7 +264,11 @@ class CompareResult:
                     "power": _advice_dict(row.advice),
                     "power_observed": _advice_dict(row.advice_observed),
                     "conclusion": None if paired is None else conclusion(stats, m),
-                    "interval_over": "seeds and problems" if stats.per_problem else "seeds",
+                    "interval_over": "seeds"
+                    if not stats.per_problem
+                    else "seeds and problems"
+                    if stats.verdicts_allowed()
+                    else "problems (one seed)",
                     "train_reward_last5": _mean_std(
                         [statistics.fmean(r.reward[-tail:]) for r in runs]
                     ),

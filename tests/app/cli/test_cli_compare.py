@@ -48,6 +48,11 @@ def test_cli_writes_json_self_contained_html_and_table(folder: Path, tmp_path: P
     rows = [line for line in table.splitlines() if line.startswith("|")]
     assert len(rows) == 1 + 1 + 2  # header, rule, one row per method
     assert body["conclusions"][0] in table and body["conclusions"][0] in run.output
+    # one seed: no verdict anywhere it prints (issue 46), and the table says why
+    assert any(w in body["conclusions"][0] for w in ("no verdict", "nothing to separate"))
+    for word in ("separable", "is better", "differs", "within noise"):
+        assert word not in run.output and word not in table
+    assert all(row["within_noise"] is None for row in body["table"] if row["paired_difference"])
     bad = CliRunner().invoke(cli, ["compare", "--model", str(folder), "--methods", "nope"])
     assert bad.exit_code == 2 and "valid" in bad.output
 
@@ -56,11 +61,17 @@ def test_two_seeds_intervals_in_unit_range_and_one_progress_line_per_step(
     folder: Path, tmp_path: Path
 ) -> None:
     extra = ("--methods", "entropy,gmts,random", "--steps", "2", "--seeds", "2")
+    noise = ("--seed-offset", "5", "--eval-seed", "7", "--eval-samples", "2")
     run = CliRunner().invoke(
-        load_commands(), _args(folder, tmp_path, *extra, "--eval-problems", "6", "--ratio", "0.5")
+        load_commands(),
+        _args(folder, tmp_path, *extra, *noise, "--eval-problems", "6", "--ratio", "0.5"),
     )
     assert run.exit_code == 0, run.output
     body = json.loads((tmp_path / "compare.json").read_text())
+    assert sorted({r["seed"] for r in body["runs"]}) == [5, 6]  # the training-seed offset
+    assert (body["config"]["eval_seed"], body["config"]["eval_samples"]) == (7, 2)
+    for sentence in body["conclusions"]:  # each verdict comes with its power advice
+        assert "Power: " in sentence or "nothing to separate" in sentence
     for row in body["table"]:
         acc = row["final_accuracy"]
         assert 0.0 <= acc["ci_low"] <= acc["mean"] <= acc["ci_high"] <= 1.0
@@ -68,7 +79,7 @@ def test_two_seeds_intervals_in_unit_range_and_one_progress_line_per_step(
     # CliRunner's output is not a terminal: one plain line per step of every run, in order
     total = 2 * 2 * 3
     done = [
-        int(m) for m in re.findall(rf"^\[(\d+)/{total}\] \w+ seed \d step \d", run.output, re.M)
+        int(m) for m in re.findall(rf"^\[(\d+)/{total}\] \w+ seed [56] step \d", run.output, re.M)
     ]
     assert done == list(range(1, total + 1))
 

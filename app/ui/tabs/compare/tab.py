@@ -15,6 +15,8 @@ from app.ui.limited import LR_CONTROL_MAX, SANE_LR, limit_slider, lr_warning
 from app.ui.tabs.compare.view import (
     FIGURE_LABELS,
     FIGURES,
+    MAX_TAB_SEEDS,
+    NOISE_KNOBS,
     RL_KNOBS,
     RUN_KNOBS,
     UI_COMPARE,
@@ -24,7 +26,7 @@ from app.ui.tabs.compare.view import (
     write_downloads,
 )
 
-FORM_FIELDS = ["model", "methods", *RUN_KNOBS, *RL_KNOBS]
+FORM_FIELDS = ["model", "methods", *RUN_KNOBS, *RL_KNOBS, *NOISE_KNOBS]
 
 
 def _controls(ctx: UIContext) -> dict[str, Any]:
@@ -41,7 +43,10 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
     with gr.Row():
         c["ratio"] = gr.Slider(0.05, 1.0, d("ratio"), step=0.05, label="Ratio")
         c["steps"] = gr.Slider(1, 30, d("steps"), step=1, label="Steps", elem_id="compare-steps")
-        c["seeds"] = gr.Slider(1, 8, d("seeds"), step=1, label="Seeds", elem_id="compare-seeds")
+        c["seeds"] = gr.Slider(
+            1, MAX_TAB_SEEDS, d("seeds"), step=1, label="Seeds", elem_id="compare-seeds",
+            info="1 seed: no verdict (no seed-to-seed variance); more: `gmts compare`",
+        )  # fmt: skip
         c["group_size"] = gr.Slider(
             2, 16, d("group_size"), step=1, label="Group size G", elem_id="compare-g"
         )
@@ -68,14 +73,32 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
         c["eval_problems"] = gr.Slider(
             10, 400, d("eval_problems"), step=10, label="Held-out problems", elem_id="compare-eval"
         )
+    with gr.Row():  # the noise's controls: which runs and which evaluation draws
+        c["seed_offset"] = gr.Number(
+            d("seed_offset"), label="First training seed", precision=0, minimum=0,
+            elem_id="compare-seed-offset",
+        )  # fmt: skip
+        c["eval_seed"] = gr.Number(
+            d("eval_seed"), label="Evaluation seed", precision=0, minimum=0,
+            elem_id="compare-eval-seed",
+        )  # fmt: skip
+        c["eval_samples"] = gr.Slider(
+            1, 8, d("eval_samples"), step=1, label="Answers per problem",
+            elem_id="compare-eval-samples",
+        )  # fmt: skip
+        c["eval_temperature"] = gr.Slider(
+            0.0, 2.0, d("eval_temperature"), step=0.1, label="Evaluation temperature",
+            elem_id="compare-eval-temperature",
+        )  # fmt: skip
     return {name: c[name] for name in FORM_FIELDS}
 
 
 def _outputs() -> list[Any]:
     summary = gr.Markdown(elem_id="compare-summary")
     gr.Markdown(
-        "**Final table**: mean [95% paired bootstrap interval over seeds and held-out problems]; "
-        "the paired difference to entropy, 'within noise' when its interval holds 0.",
+        "**Final table**: mean [95% t interval over seeds and held-out problems]; the paired "
+        "difference to entropy, 'within noise' when its interval holds 0, 'differs' when it "
+        "does not; one seed: no verdict.",
         elem_classes="compare-table-note",
     )
     table = gr.HTML(elem_id="compare-table")

@@ -104,7 +104,7 @@ def test_table_wasted_share_is_what_the_chart_draws(compare_json: dict[str, Any]
         peak = max(range(len(ys)), key=ys.__getitem__)
         assert cell == f"{sum(ys) / len(ys):.2f} (peak {ys[peak]:.2f} at step {line.x[peak]})"
     assert all(sentence in summary for sentence in result.conclusions())
-    assert "bootstrap over seeds and held-out problems" in summary
+    assert "t intervals over seeds and held-out problems" in summary
 
 
 def test_downloads_are_the_json_and_a_self_contained_page(compare_json: dict[str, Any]) -> None:
