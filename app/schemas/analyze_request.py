@@ -19,6 +19,7 @@ from pydantic import (
 
 from app.schemas.knobs import config_field
 from app.schemas.request_base import (
+    MAX_LIST_ITEMS,
     StrictBool,
     StrictRequest,
     check_ratio,
@@ -147,12 +148,16 @@ class GroupRequest(SamplingFields):
 
     prompt: str = Field(min_length=1, description="The prompt text.")
     answers: list[NonEmptyText] | None = Field(
-        None, min_length=1, description="Given answers; omit to sample num_samples answers."
+        None,
+        min_length=1,
+        max_length=MAX_LIST_ITEMS,
+        description="Given answers; omit to sample num_samples answers.",
     )
     answer_ids: list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]] | None = (
         Field(
             None,
             min_length=1,
+            max_length=MAX_LIST_ITEMS,
             description="Given answers as token ids (e.g. a trainer's completion_ids): analysed "
             "as given, so the analysed tokens are the trained ones; the reward rule reads (and "
             "the response shows) their decoded text. Not together with answers.",
@@ -160,7 +165,10 @@ class GroupRequest(SamplingFields):
     )
     reward: RewardRule | None = Field(None, description="A reward rule with its reference.")
     rewards: list[Reward] | None = Field(
-        None, min_length=1, description="Explicit rewards, one per answer (|r| <= 1e9)."
+        None,
+        min_length=1,
+        max_length=MAX_LIST_ITEMS,
+        description="Explicit rewards, one per answer (|r| <= 1e9).",
     )
 
     @model_validator(mode="after")
@@ -207,15 +215,21 @@ class AnalyzeRequest(SamplingFields):
         None, max_length=256, description="Alias or folder (default: the server's)."
     )
     prompt: str | None = Field(None, min_length=1, description="Single form: the prompt.")
-    answers: list[NonEmptyText] | None = Field(None, min_length=1)
+    answers: list[NonEmptyText] | None = Field(None, min_length=1, max_length=MAX_LIST_ITEMS)
     rewards: list[Reward] | None = Field(
-        None, min_length=1, description="Explicit rewards, one per answer (|r| <= 1e9)."
+        None,
+        min_length=1,
+        max_length=MAX_LIST_ITEMS,
+        description="Explicit rewards, one per answer (|r| <= 1e9).",
     )
     reward: RewardRule | None = Field(
         None, description="Reward rule; in the batch form, the default for groups without one."
     )
     groups: list[GroupRequest] | None = Field(
-        None, min_length=1, description="Batch form: several groups analyzed in one call."
+        None,
+        min_length=1,
+        max_length=MAX_LIST_ITEMS,
+        description="Batch form: several groups analyzed in one call.",
     )
     temperature: float = config_field(AnalysisConfig, "temperature")
     advantage: str = config_field(
@@ -226,7 +240,13 @@ class AnalyzeRequest(SamplingFields):
     )
     selection: SelectionOptions = Field(default_factory=SelectionOptions)
     top_alternatives: int = config_field(AnalysisConfig, "top_alternatives")
-    chat_template: StrictBool = config_field(AnalysisConfig, "chat_template")
+    chat_template: StrictBool | None = config_field(
+        AnalysisConfig,
+        "chat_template",
+        default=None,
+        note="Left out: the model's default (on for the packaged instruct models such as "
+        "smollm2-135m, off for the others; GET /v1/models lists it).",
+    )
     answer_special_tokens: StrictBool = config_field(AnalysisConfig, "answer_special_tokens")
     session_id: str | None = Field(
         None,

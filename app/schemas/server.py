@@ -25,6 +25,13 @@ class ModelInfo(BaseModel):
     device: str | None
     dtype: str | None
     architecture: str | None
+    chat_template: bool = Field(
+        False, description="Prompts are wrapped in its chat template unless a request says not."
+    )
+    install: str | None = Field(
+        None,
+        description="For a packaged model that is not installed: the command that installs it.",
+    )
 
 
 class ModelsResponse(BaseModel):

@@ -118,6 +118,7 @@ class AnalysisService:
         group_reqs = req.group_requests()
         check_request_limits(limits, req, group_reqs)
         ref = None
+        chat_default = False  # a session's policy: its base model's tokenizer, as given
         if req.session_id is not None:
             if self.sessions is None:
                 raise SessionNotFoundError(
@@ -126,9 +127,11 @@ class AnalysisService:
         else:
             ref = self.models.resolve(req.model, any_source=limits.any_model_source)
             self.models.ensure_available(ref)
+            chat_default = self.models.chat_template_default(ref.name)
         max_new = min(DEFAULT_MAX_NEW_TOKENS, limits.max_new_tokens)
         groups = [group_input(g, req.temperature, max_new) for g in group_reqs]
-        return PreparedAnalysis(ref, req.session_id, groups, analysis_config(req))
+        config = analysis_config(req, chat_default)
+        return PreparedAnalysis(ref, req.session_id, groups, config)
 
     def _model_for(self, prepared: PreparedAnalysis) -> AbstractContextManager[LoadedModel]:
         if prepared.ref is None:
@@ -153,8 +156,9 @@ def group_input(g: GroupRequest, temperature: float, max_new_tokens: int) -> Gro
     return GroupInput(g.prompt, g.answers, sampling, reward, g.rewards, answer_ids)
 
 
-def analysis_config(req: AnalyzeRequest) -> AnalysisConfig:
-    """The algorithm knobs of a request."""
+def analysis_config(req: AnalyzeRequest, chat_template_default: bool = False) -> AnalysisConfig:
+    """The algorithm knobs of a request (``chat_template_default``: the model's, used when the
+    request leaves ``chat_template`` out)."""
     return AnalysisConfig(
         temperature=req.temperature,
         advantage=req.advantage,
@@ -164,7 +168,7 @@ def analysis_config(req: AnalyzeRequest) -> AnalysisConfig:
         methods=tuple(req.selection.methods),
         top_alternatives=req.top_alternatives,
         seed=req.seed or 0,
-        chat_template=req.chat_template,
+        chat_template=chat_template_default if req.chat_template is None else req.chat_template,
         answer_special_tokens=req.answer_special_tokens,
     )
 

@@ -1,10 +1,13 @@
 """Which models the server may load, and the cache of loaded ones.
 
-A model name resolves, in order, to: a registered alias (the built-in ``tiny-arith`` and
-``GMTS_MODEL_ALIASES``), a folder inside one of the allowed roots (``GMTS_MODEL_ROOTS``; no
-``..``, no percent-encoding, no backslashes, no symlink leading out of the root), or, only when
-``GMTS_ALLOW_HUB_MODELS=1``, a Hugging Face hub id. Anything else is a ModelNotFoundError
-listing the available names. Weights load as safetensors only, once per model, under a lock.
+A model name resolves, in order, to: a registered alias (the built-in ``tiny-arith``, the
+packaged models that are installed, e.g. ``smollm2-135m``, and ``GMTS_MODEL_ALIASES``), a
+folder inside one of the allowed roots (``GMTS_MODEL_ROOTS``; no ``..``, no percent-encoding,
+no backslashes, no symlink leading out of the root), or, only when ``GMTS_ALLOW_HUB_MODELS=1``,
+a Hugging Face hub id. Anything else is a ModelNotFoundError listing the available names (a
+packaged model that is not installed: with the command that installs it). Weights load as
+safetensors only (a GGUF file is converted once to a cached safetensors folder), once per
+model, under a lock.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from safetensors import SafetensorError, safe_open
 from app.core.config import Settings
 from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
 from gmts_core.errors import ModelLoadError, ModelNotFoundError
+from gmts_core.model.gguf import converted_path, find_gguf
 from gmts_core.model.loading import (
     LoadedModel,
     ModelCache,
@@ -27,6 +31,7 @@ from gmts_core.model.loading import (
     load_model,
     resolve_local_model,
 )
+from gmts_core.model.packaged import PACKAGED_MODELS, PackagedModel
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +53,13 @@ class ModelRef:
 
 
 def _is_model_folder(path: Path) -> bool:
-    return (path / "config.json").is_file()
+    """A model folder (``config.json``), a GGUF file or a folder holding one GGUF file."""
+    if (path / "config.json").is_file():
+        return True
+    try:
+        return find_gguf(path) is not None
+    except ModelLoadError:  # several GGUF files: loading it says which
+        return True
 
 
 def _unsafe_name(name: str) -> str | None:
@@ -68,7 +79,18 @@ class ModelRegistry:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.aliases: dict[str, Path] = {DEMO_ALIAS: DEMO_MODEL_DIR}
+        # packaged models: installed ones are aliases, the others are listed with their install
+        self.packaged: dict[str, PackagedModel] = dict(PACKAGED_MODELS)
+        self.not_installed: dict[str, PackagedModel] = {}
+        for alias, packaged in self.packaged.items():
+            path = packaged.path()
+            if path is None:
+                self.not_installed[alias] = packaged
+            else:
+                self.aliases[alias] = path
         self.aliases.update({k: Path(v).expanduser() for k, v in settings.model_aliases.items()})
+        for alias in settings.model_aliases:
+            self.not_installed.pop(alias, None)
         self.roots = [Path(r).expanduser() for r in settings.model_roots]
         self.cache = ModelCache(settings.max_loaded_models)
 
@@ -81,6 +103,11 @@ class ModelRegistry:
         name = self.settings.default_model if name is None else name
         if name in self.aliases:
             return ModelRef(name, str(self.aliases[name]), "alias")
+        if name in self.not_installed:
+            missing = self.not_installed[name]
+            raise ModelNotFoundError(
+                f"model {name!r} is not installed; install it with `{missing.install_command}`"
+            )
         if any_source:
             if _is_model_folder(Path(name)):
                 return ModelRef(name, str(Path(name).resolve()), "folder")
@@ -117,6 +144,16 @@ class ModelRegistry:
     def available_names(self) -> list[str]:
         """Aliases and the model folders directly inside the allowed roots."""
         return list(self.aliases) + [n for n, _ in self._root_folders() if n not in self.aliases]
+
+    def chat_template_default(self, name: str) -> bool:
+        """Whether prompts to ``name`` are wrapped in its chat template unless a request says
+        otherwise: on for the packaged instruct models, off for every other model."""
+        packaged = self.packaged.get(name)
+        return (
+            packaged is not None
+            and packaged.chat_template
+            and name not in self.settings.model_aliases
+        )
 
     def _root_folders(self) -> list[tuple[str, Path]]:
         found: list[tuple[str, Path]] = []
@@ -185,6 +222,8 @@ class ModelRegistry:
     def list_models(self) -> list[dict[str, Any]]:
         """One entry per known model: alias, source, loaded, parameters, vocab size, ..."""
         refs = [ModelRef(n, str(p), "alias") for n, p in self.aliases.items()]
+        # after the demo model: the packaged models that are not installed (source: none)
+        refs[1:1] = [ModelRef(n, "", "alias") for n in self.not_installed]
         refs += [ModelRef(n, str(p), "folder") for n, p in self._root_folders()]
         seen: set[str] = set()
         out = []
@@ -201,17 +240,27 @@ class ModelRegistry:
             "alias": ref.name,
             # a local model shows its folder's name only: server paths stay on the server
             "source": Path(ref.source).name if ref.is_local else ref.source,
+            **({"source": self.not_installed[ref.name].distribution} if not ref.source else {}),
             "kind": ref.kind,
             "default": ref.name == self.settings.default_model,
             "loaded": lm is not None,
-            "available": not ref.is_local or _is_model_folder(Path(ref.source)),
+            "available": not ref.is_local
+            or (bool(ref.source) and _is_model_folder(Path(ref.source))),
+            "chat_template": self.chat_template_default(ref.name),
+            "install": (
+                self.not_installed[ref.name].install_command
+                if ref.name in self.not_installed
+                else None
+            ),
         }
         if lm is not None:
             info = lm.info()
             entry.update({k: info[k] for k in ("parameters", "vocab_size", "device", "dtype")})
             entry["architecture"] = info["architecture"]
+        elif ref.is_local and ref.source:
+            entry.update(describe_folder(_described_folder(Path(ref.source))))
         else:
-            entry.update(describe_folder(Path(ref.source)) if ref.is_local else _EMPTY_INFO)
+            entry.update(_EMPTY_INFO)
         return entry
 
 
@@ -222,6 +271,16 @@ _EMPTY_INFO: dict[str, Any] = {
     "dtype": None,
     "architecture": None,
 }
+
+
+def _described_folder(source: Path) -> Path:
+    """The folder whose files describe ``source``: a GGUF file's conversion (absent until its
+    first load: then nothing is known yet), else the folder itself."""
+    try:
+        gguf_file = find_gguf(source)
+    except ModelLoadError:
+        return source
+    return converted_path(gguf_file) if gguf_file is not None else source
 
 
 def describe_folder(folder: Path) -> dict[str, Any]:

@@ -1,9 +1,10 @@
-"""Loading causal LMs and their tokenizers: by alias, local folder or hub id.
+"""Loading causal LMs and their tokenizers: by alias, local folder, GGUF file or hub id.
 
-Safetensors only, ``trust_remote_code`` off unless asked, device and dtype ``auto``, a pad
-token guaranteed. Works with any ``AutoModelForCausalLM`` architecture whose LM-head path
-:func:`gmts_core.model.logit_head.check_head_path` verifies at load time (others are refused by
-name).
+Safetensors only (a GGUF file is converted once into a cached safetensors folder:
+:mod:`gmts_core.model.gguf`), ``trust_remote_code`` off unless asked, device and dtype
+``auto``, a pad token guaranteed. Works with any ``AutoModelForCausalLM`` architecture whose
+LM-head path :func:`gmts_core.model.logit_head.check_head_path` verifies at load time (others
+are refused by name).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from gmts_core.errors import InvalidInputError, ModelLoadError, ModelNotFoundError
+from gmts_core.model.gguf import Progress, converted_folder, find_gguf
 from gmts_core.model.logit_head import check_head_path
 
 logger = logging.getLogger(__name__)
@@ -105,7 +107,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 def resolve_local_model(name: str, allowed_roots: list[Path]) -> Path | None:
-    """The folder ``name`` names inside one of ``allowed_roots``, or None.
+    """The model folder (or GGUF file) ``name`` names inside one of ``allowed_roots``, or None.
 
     Relative names are taken inside each root; absolute names must lie inside a root. The real
     path (symlinks resolved) must stay inside the root, so ``..`` and symlinks cannot escape.
@@ -117,9 +119,17 @@ def resolve_local_model(name: str, allowed_roots: list[Path]) -> Path | None:
         real = path.resolve()
         if real != real_root and real_root not in real.parents:
             continue
-        if (real / "config.json").is_file():
+        if (real / "config.json").is_file() or _holds_gguf(real):
             return real
     return None
+
+
+def _holds_gguf(path: Path) -> bool:
+    """A GGUF file, or a folder holding GGUF files (several: loading it says which to give)."""
+    try:
+        return find_gguf(path) is not None
+    except ModelLoadError:
+        return True
 
 
 def is_hub_id(name: str) -> bool:
@@ -138,10 +148,17 @@ def load_model(
     dtype: str = "auto",
     trust_remote_code: bool = False,
     device_map: str | None = None,
+    progress: Progress | None = None,
 ) -> LoadedModel:
-    """Load a causal LM and its tokenizer from a local folder or a hub id (safetensors only)."""
+    """Load a causal LM and its tokenizer from a local folder, a GGUF file (or a folder holding
+    one; converted once, then read from the cache) or a hub id (safetensors only).
+    ``progress`` receives a line per stage of a GGUF conversion."""
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
+    name = name or str(source)
+    gguf_file = find_gguf(source)
+    if gguf_file is not None:
+        source = converted_folder(gguf_file, progress)
     local = Path(source).is_dir()
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "local_files_only": local}
     try:
@@ -161,8 +178,8 @@ def load_model(
     model.requires_grad_(False)  # the base model is never trained in place
     ensure_pad_token(tokenizer)
     check_head_path(model)  # refuses architectures whose logits this tool would get wrong
-    logger.info("loaded %s (%s) on %s", name or source, type(model).__name__, dev)
-    return LoadedModel(name or str(source), str(source), model, tokenizer)
+    logger.info("loaded %s (%s) on %s", name, type(model).__name__, dev)
+    return LoadedModel(name, str(source), model, tokenizer)
 
 
 def ensure_pad_token(tokenizer: Any) -> None:

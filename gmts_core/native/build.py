@@ -30,11 +30,18 @@ import logging
 import os
 import platform
 import shutil
-import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from gmts_core.trusted_cache import (  # the cache rule shared with the GGUF conversions
+    UnsafeCache,  # noqa: F401 (raised through make_private_folder; callers catch it from here)
+    make_private_folder,
+    owned_and_private,
+    sha256_file,
+    user_cache_dir,
+)
 
 logger = logging.getLogger("gmts_core.native")
 
@@ -68,18 +75,10 @@ class CompileError(RuntimeError):
     """The compiler failed (or is missing)."""
 
 
-class UnsafeCache(RuntimeError):
-    """The cache folder is not the current user's alone: nothing is built in or loaded from it."""
-
-
 def cache_dir() -> Path:
     """Where the compiled library is kept (``$GMTS_NATIVE_CACHE``, else
     ``$XDG_CACHE_HOME/gmts-explorer/native``, else ``~/.cache/gmts-explorer/native``)."""
-    env = os.environ.get("GMTS_NATIVE_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gmts-explorer" / "native"
+    return user_cache_dir("GMTS_NATIVE_CACHE", "native")
 
 
 def compiler() -> str | None:
@@ -95,14 +94,6 @@ def _cpu_flags() -> str:
     except OSError:
         pass
     return platform.processor()
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -136,28 +127,6 @@ def target(compiler_path: str, flags: tuple[str, ...]) -> Target:
     return Target(compiler_path, version, flags, source, cache_dir() / f"kernels-{key}.so")
 
 
-def _owned_and_private(path: Path, what: str, folder: bool = False) -> str | None:
-    """Why ``path`` cannot be trusted, or None: it must be the current user's, writable by no
-    group or other users, and (a file) a regular file, not a symbolic link."""
-    info = path.stat() if folder else path.lstat()
-    kind_ok = stat.S_ISDIR(info.st_mode) if folder else stat.S_ISREG(info.st_mode)
-    if not kind_ok:
-        return f"the {what} {path} is not a {'folder' if folder else 'regular file'}"
-    if info.st_uid != os.geteuid():
-        return f"the {what} {path} is owned by uid {info.st_uid}, not by this user"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"the {what} {path} is writable by its group or by others"
-    return None
-
-
-def check_folder(folder: Path) -> None:
-    """Raise :class:`UnsafeCache` unless ``folder`` is the current user's and not group- or
-    world-writable."""
-    reason = _owned_and_private(folder, "cache folder", folder=True)
-    if reason is not None:
-        raise UnsafeCache(reason)
-
-
 def verify(build: Target) -> str | None:
     """Why the cached library of ``build`` must not be loaded, or None when it may be: owner and
     permissions of the folder, the library and its record, and the library's SHA-256 against
@@ -168,7 +137,7 @@ def verify(build: Target) -> str | None:
         (build.record, "library's record", False),
     ):
         try:
-            reason = _owned_and_private(path, what, folder)
+            reason = owned_and_private(path, what, folder)
         except FileNotFoundError:
             return f"the {what} {path} is missing"
         if reason is not None:
@@ -202,17 +171,11 @@ def _compile(cmd: list[str]) -> None:
         raise CompileError(done.stderr.strip()[-400:] or f"{cmd[0]} failed")
 
 
-def _make_folder(folder: Path) -> None:
-    if not folder.exists():
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    check_folder(folder)
-
-
 def build_with(build: Target, force: bool = False) -> Path:
     """The library of ``build``: the cached one if :func:`verify` passes it (and not
     ``force``), else compiled now, recorded and cached. Raises :class:`UnsafeCache` or
     :class:`CompileError`."""
-    _make_folder(build.path.parent)
+    make_private_folder(build.path.parent)
     if not force and (build.path.exists() or build.record.exists()):
         reason = verify(build)
         if reason is None:
@@ -277,7 +240,7 @@ def status() -> Status:
     if cc is None:
         return Status("no compiler", cache_dir(), None, FLAGS, reason="no C compiler ($CC or cc)")
     folder = cache_dir()
-    if folder.exists() and (reason := _owned_and_private(folder, "cache folder", True)):
+    if folder.exists() and (reason := owned_and_private(folder, "cache folder", True)):
         return Status("refused", folder, cc, VARIANTS[0], reason=reason)
     refused: tuple[Target, str] | None = None
     for flags in VARIANTS:

@@ -1,0 +1,69 @@
+"""The rule for files this library caches and later trusts: the current user's alone, and
+unchanged since they were written.
+
+Two caches follow it: the native kernels' compiled library (:mod:`gmts_core.native.build`) and
+the safetensors folders converted from GGUF files (:mod:`gmts_core.model.gguf`). A cached file
+is used only when its folder and the file itself are owned by the current user and writable by
+no group or other user (the file a regular file, not a symbolic link), and its SHA-256 equals
+the one recorded when it was written. The trust boundary is the current user: whoever can write
+as that user can change a file and its record alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+
+class UnsafeCache(RuntimeError):
+    """The cache folder is not the current user's alone: nothing is written to or read from it."""
+
+
+def sha256_file(path: Path) -> str:
+    """The file's SHA-256 as hex, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def owned_and_private(path: Path, what: str, folder: bool = False) -> str | None:
+    """Why ``path`` cannot be trusted, or None: it must be the current user's, writable by no
+    group or other users, and (a file) a regular file, not a symbolic link."""
+    info = path.stat() if folder else path.lstat()
+    kind_ok = stat.S_ISDIR(info.st_mode) if folder else stat.S_ISREG(info.st_mode)
+    if not kind_ok:
+        return f"the {what} {path} is not a {'folder' if folder else 'regular file'}"
+    if info.st_uid != os.geteuid():
+        return f"the {what} {path} is owned by uid {info.st_uid}, not by this user"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"the {what} {path} is writable by its group or by others"
+    return None
+
+
+def check_folder(folder: Path) -> None:
+    """Raise :class:`UnsafeCache` unless ``folder`` is the current user's and not group- or
+    world-writable."""
+    reason = owned_and_private(folder, "cache folder", folder=True)
+    if reason is not None:
+        raise UnsafeCache(reason)
+
+
+def make_private_folder(folder: Path) -> None:
+    """Create ``folder`` (mode 0700) if missing, then :func:`check_folder` it."""
+    if not folder.exists():
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    check_folder(folder)
+
+
+def user_cache_dir(env_var: str, name: str) -> Path:
+    """``$<env_var>``, else ``$XDG_CACHE_HOME/gmts-explorer/<name>``, else
+    ``~/.cache/gmts-explorer/<name>``."""
+    env = os.environ.get(env_var)
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gmts-explorer" / name
