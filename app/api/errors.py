@@ -124,11 +124,18 @@ def _where(e: dict[str, Any]) -> str:
 
 async def validation_error_handler(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
     details = [
-        {"field": _where(e), "message": _message(e), "type": e.get("type")} for e in exc.errors()
+        {"field": _where(e), "message": _message(e), "type": e.get("type")}
+        for e in errors[:MAX_DETAILS]
     ]
     message = "; ".join(f"{d['field']}: {d['message']}" for d in details) or "invalid request"
+    if len(errors) > MAX_DETAILS:  # the first few, and how many in all (never every item)
+        message += f"; and {len(errors) - MAX_DETAILS:,} more problems ({len(errors):,} in all)"
     return error_response(422, "validation_error", message, details=details)
+
+
+MAX_DETAILS = 5
 
 
 _UNPARSEABLE = "There was an error parsing the body"  # FastAPI's words for a body it cannot read

@@ -10,6 +10,9 @@
   present and non-null, ``oneOf`` of two forms), so the contract says what the server checks.
 - :func:`registry_enum` lists a registry's names as the field's ``enum`` in the schema.
 - :data:`MIN_RATIO`: a selection ratio below it gives k = ceil(ratio * N) = 0 (nothing selected).
+- A list field longer than its declared ``max_length`` (:data:`MAX_LIST_ITEMS` where none is
+  declared) is refused before any of its items is looked at: the cost of a request's
+  validation is bounded by these caps, not by the body's size.
 """
 
 from __future__ import annotations
@@ -18,9 +21,12 @@ import typing
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 
+from annotated_types import MaxLen
 from pydantic import BaseModel, Strict, model_validator
 
 from gmts_core.bounds import MIN_RATIO
+
+MAX_LIST_ITEMS = 4096  # a list field's items where its model declares no max_length
 
 StrictBool = Annotated[bool, Strict()]
 """A JSON boolean and nothing else (``0``, ``1``, ``"true"`` are refused)."""
@@ -64,6 +70,15 @@ class StrictRequest(BaseModel):
     def _no_lax_scalars(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
+        for name, field in cls.model_fields.items():
+            value = data.get(name)
+            if isinstance(value, list):
+                cap = next(
+                    (m.max_length for m in field.metadata if isinstance(m, MaxLen)),
+                    MAX_LIST_ITEMS,
+                )
+                if len(value) > cap:
+                    raise ValueError(f"{name}: {len(value):,} items; at most {cap:,}")
         for name, field in cls.model_fields.items():
             if name not in data:
                 continue
