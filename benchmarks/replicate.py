@@ -17,12 +17,22 @@ and its end; the hard prompts' rambling answers would otherwise pad every batch 
 compare per (regime, method) over ``--jobs`` processes of one torch thread each (a run depends
 only on its method, seed and regime, so the split changes no number), and the runs of a regime
 are put back together into one ``CompareResult``: its final table (accuracy, gain over the
-start, paired difference to entropy, each with the paired bootstrap over seeds and held-out
-problems of :mod:`gmts_core.experiments.compare_stats`) and its one-sentence conclusions. The
-curves get 95% intervals of a bootstrap over seeds.
+start, paired difference to entropy, each with the t interval over seeds and held-out problems
+of :mod:`gmts_core.experiments.compare_stats`), its conclusions and their power advice (seeds
+for 80% power at 3 points, from this run's own variance components). The curves get 95% t
+intervals over seeds. ``--seed-offset`` and ``--eval-seed`` choose other training seeds and
+other evaluation draws (a re-run with other seeds), ``--eval-samples`` the answers per
+held-out problem.
 
     .venv/bin/python benchmarks/replicate.py --json docs/replication.json --svg docs/replication.svg
     .venv/bin/python benchmarks/replicate.py --quick --json    # a smoke run, JSON on stdout
+
+The designed replication (docs/replication.md: the regime where the selections differ most,
+entropy against gmts, 8 answers per held-out problem, other seeds than the first study's):
+
+    .venv/bin/python benchmarks/replicate.py --regimes hard-mix --methods entropy,gmts \
+        --seeds 20 --steps 30 --eval-every 10 --eval-samples 8 --seed-offset 100 \
+        --eval-seed 20000 --json replication-designed.json
 """
 
 from __future__ import annotations
@@ -43,8 +53,8 @@ from typing import Any
 import numpy as np
 from _common import machine
 
-from gmts_core.experiments.bootstrap import bootstrap_replicates, percentile_interval
 from gmts_core.experiments.compare import CompareConfig, CompareResult, run_compare
+from gmts_core.experiments.intervals import mean_interval
 from gmts_core.grpo.step import CLASS_RECIPE
 from gmts_core.tasks.mixes import task_mix_names
 
@@ -74,6 +84,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--group-size", type=int, default=STUDY_RECIPE.group_size)
     p.add_argument("--max-new-tokens", type=int, default=STUDY_RECIPE.max_new_tokens)
     p.add_argument("--ratio", type=float, default=0.2)
+    p.add_argument(
+        "--seed-offset", type=int, default=0, help="first training seed (runs: offset, +1, ...)"
+    )
+    p.add_argument(
+        "--eval-seed",
+        type=int,
+        default=CompareConfig().eval_seed,
+        help="evaluation sampling seed (step n: this + n)",
+    )
+    p.add_argument("--eval-samples", type=int, default=1, help="answers per held-out problem")
+    p.add_argument("--eval-temperature", type=float, default=1.0)
     p.add_argument(
         "--jobs", type=int, default=None, help="worker processes, 1 torch thread each (default 2)"
     )
@@ -129,6 +150,10 @@ def study_config(args: argparse.Namespace, regime: str, methods: tuple[str, ...]
         eval_problems=args.eval_problems,
         task_mix=regime,
         rl=rl,
+        seed_offset=args.seed_offset,
+        eval_seed=args.eval_seed,
+        eval_samples=args.eval_samples,
+        eval_temperature=args.eval_temperature,
     )
     config.validate()
     return config
@@ -170,7 +195,8 @@ def merge(parts: list[CompareResult], config: CompareConfig) -> CompareResult:
         if part.start_per_problem != first.start_per_problem:
             raise RuntimeError("the parts of a regime evaluated different start models")
     by_key = {(r.method, r.seed): r for part in parts for r in part.runs}
-    runs = [by_key[m, s] for s in range(config.seeds) for m in config.methods]
+    seeds = range(config.seed_offset, config.seed_offset + config.seeds)
+    runs = [by_key[m, s] for s in seeds for m in config.methods]
     seconds = sum(part.seconds for part in parts)
     return CompareResult(
         config, first.model, runs, first.start_accuracy, seconds, first.start_per_problem
@@ -178,21 +204,21 @@ def merge(parts: list[CompareResult], config: CompareConfig) -> CompareResult:
 
 
 def _interval(values: np.ndarray) -> list[dict[str, float]]:
-    """(M, S) per-seed values -> per method: mean and the 95% bootstrap interval over seeds."""
-    reps = bootstrap_replicates(values[:, :, None])
+    """(M, S) per-seed values -> per method: mean and the 95% Student t interval over seeds
+    (S - 1 degrees of freedom; a curve's point, not the final table's seeds x problems)."""
     out = []
-    for row, rep in zip(values, reps, strict=True):
-        lo, hi = percentile_interval(rep, 0.95)
-        out.append({"mean": float(row.mean()), "ci_low": float(lo), "ci_high": float(hi)})
+    for row in values:
+        i = mean_interval(row[:, None])
+        out.append({"mean": i.mean, "ci_low": i.ci_low, "ci_high": i.ci_high})
     return out
 
 
 def curves(result: CompareResult) -> dict[str, Any]:
     """Per method and step: held-out accuracy, its paired difference to entropy, training
     reward, zero-signal share of the groups and the wasted share of the method's own selection,
-    each a mean over seeds with a 95% bootstrap interval over seeds."""
+    each a mean over seeds with a 95% t interval over seeds."""
     c = result.config
-    methods, seeds = c.methods, range(c.seeds)
+    methods, seeds = c.methods, range(c.seed_offset, c.seed_offset + c.seeds)
     runs = {(r.method, r.seed): r for r in result.runs}
     ref = result.reference_method()
 
@@ -286,7 +312,10 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
             "seeds": args.seeds,
             "steps": args.steps,
             "eval_every": args.eval_every,
-            "eval": f"{args.eval_problems} held-out two-digit problems x 1 answer at T=1",
+            "eval": f"{args.eval_problems} held-out two-digit problems x {args.eval_samples} "
+            f"answer(s) at T={args.eval_temperature:g}",
+            "seed_offset": args.seed_offset,
+            "eval_seed": args.eval_seed,
             "ratio": args.ratio,
             "scope": c.rl.scope,
             "recipe": dataclasses.asdict(c.rl),
@@ -386,7 +415,7 @@ def _span(values: list[float], step: float, floor: float | None = None) -> tuple
 def write_svg(report: dict[str, Any], path: Path) -> None:
     """One column per regime: held-out accuracy (top), each method minus entropy on the same
     seeds and problems, in points (middle), and the wasted share of each method's own
-    selection (bottom); means over seeds, shaded: 95% bootstrap intervals over seeds."""
+    selection (bottom); means over seeds, shaded: 95% t intervals over seeds."""
     regimes = list(report["regimes"])
     methods = report["methods"]
     steps = report["settings"]["steps"]

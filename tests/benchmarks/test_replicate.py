@@ -81,3 +81,17 @@ def test_replot_draws_reports_of_other_regimes_side_by_side(
     assert merged["regimes"] == r["regimes"]  # nothing trained, nothing changed
     assert merged["wall_seconds"] == round(2 * r["wall_seconds"], 1) and len(merged["runs"]) == 2
     assert ET.parse(svg).getroot().tag.endswith("svg")
+
+
+def test_seed_offset_and_evaluation_draws_are_the_users(tmp_path: Path) -> None:
+    # a re-run with other seeds (issue 46): training seeds from the offset, other evaluation
+    # draws, several answers per held-out problem
+    out = tmp_path / "cmp"
+    extra = ("--regimes", "hard-mix", "--methods", "entropy,gmts", "--seed-offset", "7")
+    noise = ("--eval-seed", "123", "--eval-samples", "2", "--compare-out", str(out))
+    r = run_benchmark("replicate", "--quick", *extra, *noise)
+    s = r["settings"]
+    assert (s["seed_offset"], s["eval_seed"]) == (7, 123) and "x 2 answer(s)" in s["eval"]
+    body = json.loads((out / "hard-mix" / "compare.json").read_text())
+    assert sorted({run["seed"] for run in body["runs"]}) == [7, 8]
+    assert (body["config"]["eval_seed"], body["config"]["eval_samples"]) == (123, 2)
