@@ -96,6 +96,20 @@ class Settings(BaseSettings):
         "opened (or after its last response) is closed.",
     )
 
+    body_timeout_s: float = Field(
+        30.0,
+        ge=1,
+        le=3600,
+        description="A request body not received whole this long after its head is cut off "
+        "(its connection closed): slow-body clients cannot hold sockets.",
+    )
+    max_connections_per_client: int = Field(
+        64, ge=1, le=100_000, description="Open connections from one client address."
+    )
+    max_connections: int = Field(
+        1024, ge=1, le=1_000_000, description="Open connections in all (more are closed)."
+    )
+
     # --- limits (per request) ---
     max_body_bytes: int = Field(1_000_000, ge=1)
     # --- the UI's own routes (/ui): request bodies and file uploads ---

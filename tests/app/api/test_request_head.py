@@ -85,3 +85,39 @@ def test_a_locked_address_with_the_right_key_gets_in(model_root: Path) -> None:
         right = http.get("/v1/models", headers={"Authorization": f"Bearer {KEY}"})
         assert right.status_code == 200, right.text
         assert http.get("/v1/models", headers=wrong).status_code == 429  # still locked
+
+
+def _slow_body(port: int) -> socket.socket:
+    """A connection that sends a whole head announcing a 1,000-byte body, then one byte."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(
+        b"POST /v1/analyze HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 1000\r\n\r\n{"
+    )
+    return s
+
+
+def test_slow_bodies_are_cut_off_and_one_client_cannot_take_every_socket(
+    model_root: Path,
+) -> None:
+    """1,100 slow-body connections from one address: those over its cap are closed at once,
+    the rest once their body is overdue; meanwhile another address (127.0.0.2) is served, and
+    after the deadline so is the first."""
+    settings = make_settings(model_root, body_timeout_s=2, max_connections_per_client=32)
+    with LiveServer(create_app(settings)) as live:
+        slow = [_slow_body(live.port) for _ in range(1_100)]
+        try:
+            other = httpx.HTTPTransport(local_address="127.0.0.2")
+            with httpx.Client(transport=other, timeout=30) as client:
+                assert client.get(f"{live.url}/healthz").status_code == 200
+            for s in slow:
+                s.settimeout(60)  # far above the deadline: only a server that never cuts fails
+                try:
+                    data = s.recv(1024)
+                except ConnectionResetError:
+                    data = b""
+                assert data == b"" or b"HTTP/1.1" in data  # closed (or answered), never held
+            assert httpx.get(f"{live.url}/healthz", timeout=30).status_code == 200
+        finally:
+            for s in slow:
+                s.close()
