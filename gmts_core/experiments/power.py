@@ -90,10 +90,15 @@ def answer_noise_bound(finals: NDArray[np.float64], samples_per_problem: int) ->
 
     finals: (2, S, P) per-problem accuracies of the method and the reference, each the mean of
     ``samples_per_problem`` answers; the bound is sum over the two methods of
-    mean_p pbar_p (1 - pbar_p) / k (p(1-p) is concave: the seeds' spread of p only lowers it).
+    mean_p pbar_p (1 - pbar_p) n / (n - 1) / k, n = S k the problem's answers (p(1-p) is
+    concave, so the seeds' spread of p only lowers the truth; n / (n - 1) undoes the shrinkage
+    of pbar (1 - pbar) by pbar's own noise, which would otherwise make it a bound no more).
     """
+    _, s, _ = finals.shape
+    n = s * samples_per_problem
     pbar = finals.mean(axis=1)  # (2, P)
-    return float((pbar * (1 - pbar)).mean(axis=1).sum()) / samples_per_problem
+    spread = float((pbar * (1 - pbar)).mean(axis=1).sum())
+    return spread * (n / (n - 1) if n > 1 else 1.0) / samples_per_problem
 
 
 @dataclass(frozen=True)
