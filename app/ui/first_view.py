@@ -13,10 +13,18 @@ The view covers the page (fixed, the page's own background) until Gradio's Explo
 its token view; then it fades out over it, so the interactive UI takes over without a blank
 frame, and it is removed. Its token view is ``#gmts-first-view``, never ``#token-view``, so
 nothing that reads the live view sees two.
+
+Gradio writes its config (the components' first values: ~400 kB) and its API description
+(~180 kB) into the page's ``<head>`` as two classic scripts, which the browser parses and runs
+before it reaches ``<body>``: the first view waited for ~600 kB it does not need. The middleware
+moves them, and Gradio's stylesheet (in ``<head>`` it holds back the first paint until it has
+arrived), to just after the first view; Gradio's own module script (deferred: it runs after the
+whole page is parsed) still finds them.
 """
 
 from __future__ import annotations
 
+import re
 from html import escape
 from typing import Any
 
@@ -101,9 +109,43 @@ def inject_after_body(page: bytes, fragment: bytes) -> bytes:
     return page[: end + 1] + fragment + page[end + 1 :]
 
 
+# Gradio's template writes these two scripts in <head>, one after the other
+_HEAD_DATA = (b"<script>window.gradio_config = ", b"<script>window.gradio_api_info = ")
+_STYLESHEET = re.compile(rb'<link rel="stylesheet"[^>]*>')
+
+
+def defer_head_data(page: bytes) -> tuple[bytes, bytes]:
+    """``page`` without the config and API-info scripts and the stylesheet links of its
+    ``<head>``, and those (empty when the page has none). The scripts' JSON escapes ``</``, so
+    each ends at the first ``</script>`` after its start. A stylesheet in ``<head>`` holds back
+    the page's first paint until it arrives; in ``<body>`` it holds back only what follows."""
+    head_end = page.find(b"</head>")
+    taken: list[bytes] = []
+    for marker in _HEAD_DATA:
+        start = page.find(marker)
+        end = page.find(b"</script>", start) if 0 <= start < head_end else -1
+        if end < 0:
+            continue
+        end += len(b"</script>")
+        taken.append(page[start:end])
+        page = page[:start] + page[end:]
+        head_end -= end - start
+    links = _STYLESHEET.findall(page, 0, max(head_end, 0))
+    head = _STYLESHEET.sub(b"", page[: max(head_end, 0)])
+    return head + page[max(head_end, 0) :], b"".join(links + taken)
+
+
+def rewrite_page(page: bytes, fragment: bytes) -> bytes:
+    """The UI page as sent: ``fragment`` right after ``<body>``, then the stylesheets and
+    config scripts taken out of the head (:func:`defer_head_data`)."""
+    page, data = defer_head_data(page)
+    return inject_after_body(page, fragment + data)
+
+
 class FirstViewMiddleware:
     """Pure ASGI middleware: the UI page (``GET {path}/``, a 200 ``text/html`` response, not
-    content-encoded) gets :func:`first_view_html` after its ``<body>`` tag."""
+    content-encoded) gets :func:`first_view_html` after its ``<body>`` tag, and Gradio's
+    stylesheet and config after it (:func:`rewrite_page`)."""
 
     def __init__(self, app: Any, path: str, fragment: str) -> None:
         self.app = app
@@ -134,7 +176,7 @@ class FirstViewMiddleware:
                 return
             body = b"".join(chunks)
             if _is_plain_html(start):
-                body = inject_after_body(body, self.fragment)
+                body = rewrite_page(body, self.fragment)
             headers = [h for h in start.get("headers", []) if h[0].lower() != b"content-length"]
             headers.append((b"content-length", str(len(body)).encode()))
             await send({**start, "headers": headers})

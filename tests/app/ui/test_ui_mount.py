@@ -132,6 +132,12 @@ def test_first_html_carries_the_example_token_view(root: Path) -> None:
     assert initial_values(example.load_example())[1] in html  # the tab's first render itself
     assert "tok sel-a sel-b mark-both" in html[view:]
     assert FIRST_VIEW_ID not in other.text  # only the page gets it
+    # nothing the first view does not need is parsed (config) or awaited (stylesheets) before it
+    head = html[: html.index("</head>")]
+    assert "window.gradio_config =" not in head and 'rel="stylesheet"' not in head
+    assert view < html.index("window.gradio_config =") < html.index("<gradio-app")
+    assert view < html.index("window.gradio_api_info =") < html.index("<gradio-app")
+    assert view < html.index('rel="stylesheet"')
 
 
 def test_no_first_view_behind_a_login(root: Path) -> None:
@@ -149,3 +155,23 @@ def test_inject_after_body() -> None:
         b'<html><body class="x"><i>a</body>'
     )
     assert inject_after_body(b"<html>no body</html>", b"<i>") == b"<html>no body</html>"
+
+
+def test_rewrite_page_moves_the_head_data_after_the_fragment() -> None:
+    from app.ui.first_view import rewrite_page
+
+    page = (
+        b'<html><head><script>x=1</script><script>window.gradio_config = {"a":"\\u003c/"};'
+        b"</script><script>window.gradio_api_info = {};</script>"
+        b'<link rel="stylesheet" href="a.css"></head><body class="x"><gradio-app></body>'
+    )
+    out = rewrite_page(page, b"<i>")
+    assert out == (
+        b"<html><head><script>x=1</script></head>"
+        b'<body class="x"><i>'
+        b'<link rel="stylesheet" href="a.css">'
+        b'<script>window.gradio_config = {"a":"\\u003c/"};</script>'
+        b"<script>window.gradio_api_info = {};</script><gradio-app></body>"
+    )
+    plain = b"<html><head></head><body>a</body>"  # nothing to move: the fragment only
+    assert rewrite_page(plain, b"<i>") == b"<html><head></head><body><i>a</body>"
