@@ -63,7 +63,7 @@ class RewardRule(StrictRequest):
     )
 
     kind: str = Field(
-        description="numeric | exact | regex | math",
+        description="numeric | final_number | exact | regex | math",
         max_length=64,
         json_schema_extra=registry_enum(list_rewards),
     )

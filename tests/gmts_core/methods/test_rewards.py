@@ -160,5 +160,5 @@ def test_explicit() -> None:
 
 
 def test_unknown_rule_lists_the_valid_ones() -> None:
-    with pytest.raises(UnknownNameError, match="exact, math, numeric, regex"):
+    with pytest.raises(UnknownNameError, match="exact, final_number, math, numeric, regex"):
         compute_reward("fuzzy", "a", "b")
