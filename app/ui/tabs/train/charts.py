@@ -91,15 +91,16 @@ def reward_figure(
 
 
 def gain_label(evaluations: Sequence[Json]) -> str | None:
-    """ "gain +12.5 points [+6.0, +19.0]<br>(95%, ...)" from the first to the last evaluation,
-    paired over their problems (``app.services.train_gain``); None without two evaluations of
-    the same problems."""
+    """ "gain +12.5 points [+6.0, +19.0]<br>(95%, this run: ...)" from the first to the last
+    evaluation, paired over their problems (``app.services.train_gain``): an interval for this
+    run's weights on these problems, not for the recipe (another seed moves it more); None
+    without two evaluations of the same problems."""
     g = evaluation_gain(evaluations)
     if g is None:
         return None
     return (  # two lines, so the label fits a phone's chart
         f"gain {100 * g.gain:+.1f} points [{100 * g.low:+.1f}, {100 * g.high:+.1f}]<br>"
-        f"(95%, paired over {g.num_problems} problems)"
+        f"(95%, this run: paired over {g.num_problems} problems)"
     )
 
 
@@ -129,8 +130,9 @@ def add_baseline_and_gain(
 
 
 def loss_figure(history: list[Json]) -> go.Figure:
-    """Total loss, policy loss and the KL to the starting policy per step."""
-    fig = _figure("Loss", "loss", _last_step(history))
+    """Total loss, policy loss and the KL to the starting policy per step; the KL on its own
+    axis (right), so one outlying step of it (k3 can reach tens) does not flatten the losses."""
+    fig = _figure("Loss (left) and KL to start (right axis)", "loss", _last_step(history))
     steps = [h["step"] for h in history]
     loss, policy = [h.get("loss") for h in history], [h.get("policy_loss") for h in history]
     if loss == policy:  # β = 0: one line, not two drawn on top of each other
@@ -139,7 +141,10 @@ def loss_figure(history: list[Json]) -> go.Figure:
         _line(fig, steps, loss, "loss (policy + β·KL)", LOSS_COLOR)
         _line(fig, steps, policy, "policy loss", PART_COLOR, line_dash="dash")
     _line(fig, steps, [h.get("kl") for h in history], "KL to start (k3)", PART_COLOR,
-          line_dash="dot")  # fmt: skip
+          line_dash="dot", yaxis="y2")  # fmt: skip
+    fig.update_layout(
+        yaxis2=dict(title="KL to start", overlaying="y", side="right", showgrid=False)
+    )
     return fig
 
 

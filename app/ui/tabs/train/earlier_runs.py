@@ -3,22 +3,30 @@
 A run's curves are kept (as plain JSON, in the tab's state) when the person presses Reset or
 switches the method, and drawn faded under the current run, so "entropy vs gmts from the same
 start" is one chart. Warnings are plain sentences: a learning rate outside the range where the
-demo model learns visibly and stably, and a collapse of held-out accuracy. Pure: no Gradio.
+demo model learns visibly and stably, a collapse of held-out accuracy, a fall of it beyond its
+paired interval, and a KL to the start outside the defaults' band; at the end of a run, one
+sentence says what its gain's interval supports. Pure: no Gradio.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
 
 from app.palette import method_color, rgba
+from app.services.train_gain import evaluation_gain
 from app.ui.limited import lr_warning
 
 Json = dict[str, Any]
 MAX_EARLIER = 6  # the oldest faded runs drop off beyond this
 COLLAPSE = 0.5  # held-out accuracy below this share of its start value is called a collapse
+# KL to the start (k3) that the Train tab's defaults stay below over 30 steps (measured:
+# docs/benchmarks.md, "warnings while a run goes wrong"); the median of the last KL_WINDOW steps
+KL_MAX = 1.0
+KL_WINDOW = 5
 
 
 def snapshot(info: Json | None, number: int) -> Json | None:
@@ -94,7 +102,67 @@ def collapse_warning(info: Json | None) -> str | None:
     )
 
 
+def _points(x: float) -> str:
+    return f"{100 * x:+.1f}".replace("-", "\u2212")
+
+
+def decline_warning(info: Json | None) -> str | None:
+    """A plain sentence as soon as held-out accuracy has fallen since the start by more than
+    this run's paired interval allows (its upper end below 0), short of a collapse."""
+    evals = (info or {}).get("evaluations") or []
+    g = evaluation_gain(evals)
+    if g is None or g.high >= 0 or collapse_warning(info) is not None:
+        return None
+    return (
+        f"Held-out accuracy is falling: {_points(g.gain)} points [{_points(g.low)}, "
+        f"{_points(g.high)}] since the start (95%, this run: paired over {g.num_problems} "
+        "problems), more than the evaluation's noise explains. Lower the learning rate or the "
+        "updates per batch, or raise the prompts per step, then press Reset."
+    )
+
+
+def kl_warning(info: Json | None) -> str | None:
+    """A plain sentence when the KL to the starting policy leaves the band the defaults stay in
+    (the median of the last ``KL_WINDOW`` steps, so one outlying step does not set it off)."""
+    history = (info or {}).get("history") or []
+    kls = [h["kl"] for h in history[-KL_WINDOW:] if h.get("kl") is not None]
+    if len(kls) < KL_WINDOW:
+        return None
+    kl = statistics.median(kls)
+    if kl <= KL_MAX:
+        return None
+    return (
+        f"The policy is moving far from the start: KL to the start {kl:.2f} (median of the "
+        f"last {KL_WINDOW} steps), above the {KL_MAX:g} the defaults stay below. Held-out "
+        "accuracy usually falls next; lower the learning rate or the updates per batch."
+    )
+
+
+def run_verdict(info: Json | None) -> str | None:
+    """The end of a run in one sentence: its gain and what its interval lets one say."""
+    g = evaluation_gain((info or {}).get("evaluations") or [])
+    if g is None:
+        return None
+    head = (
+        f"This run: {_points(g.gain)} points [{_points(g.low)}, {_points(g.high)}] held-out "
+        f"accuracy since the start (95%, paired over {g.num_problems} problems)"
+    )
+    if g.low > 0:
+        said = "a gain beyond the evaluation's noise"
+    elif g.high < 0:
+        said = "a loss beyond the evaluation's noise"
+    else:
+        said = "not separable from no change"
+    return (
+        f"{head}: {said}. The interval covers these weights on these problems, not the recipe: "
+        "another seed moves the result by more."
+    )
+
+
 def warnings(learning_rate: float | None, info: Json | None) -> list[str]:
-    """The warnings for the form's learning rate (None: not known, none said) and a run."""
+    """The warnings for the form's learning rate (None: not known, none said) and a run: a
+    collapse, a significant fall of held-out accuracy, a KL outside its band. Shown after
+    every step, so they appear while the run goes wrong."""
     lr = lr_warning(learning_rate) if learning_rate is not None else None
-    return [w for w in (lr, collapse_warning(info)) if w]
+    found = (lr, collapse_warning(info), decline_warning(info), kl_warning(info))
+    return [w for w in found if w]

@@ -170,11 +170,14 @@ class TrainView:
     final: bool = True  # False while a run is going: the tab then updates only the curves
 
     def status(self) -> str:
-        """The session line, the remark, and any warning in plain words (the learning-rate
-        warning only when the form's rate is known: a Reset does not read the form)."""
+        """The session line, the remark, at the end of a run its verdict sentence, and any
+        warning in plain words, mid-run too (the learning-rate warning only when the form's
+        rate is known: a Reset does not read the form)."""
         lr = self.learning_rate
         warns = train_runs.warnings(lr, self.info)
         text = session_markdown(self.info, self.note)
+        verdict = train_runs.run_verdict(self.info) if self.final else None
+        text += f"\n\n{verdict}" if verdict else ""
         return text + "".join(f"\n\n**⚠ {w}**" for w in warns)
 
     def values(self) -> list[Any]:

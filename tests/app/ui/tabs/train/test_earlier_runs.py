@@ -83,3 +83,41 @@ def test_last_batch_view_draws_the_first_prompts_only() -> None:
     html = render_batch_changes(answers, max_groups=4)
     assert html.count('class="answer"') == 8 and "first 4 of the batch's 6 prompts" in html
     assert "first" not in render_batch_changes(answers[:8], max_groups=4)
+
+
+def _evals(before: list[float], after: list[float]) -> list[dict]:
+    return [
+        {"step": 0, "accuracy": sum(before) / len(before), "per_problem": before},
+        {"step": 5, "accuracy": sum(after) / len(after), "per_problem": after},
+    ]
+
+
+def test_a_significant_fall_warns_mid_run_and_a_dip_does_not() -> None:
+    before = [1.0] * 95 + [0.0] * 105  # 0.475 on 200 problems
+    fell = [0.0] * 21 + before[21:]  # 21 problems lost: -10.5 points, beyond the noise
+    run = {"history": [{"step": 5, "method": "gmts"}], "evaluations": _evals(before, fell)}
+    warns = train_runs.warnings(1.5e-4, run)
+    assert len(warns) == 1 and "Held-out accuracy is falling: \u221210.5 points" in warns[0]
+    assert "this run" in warns[0]
+    dip = [0.0] * 2 + before[2:]  # 2 problems: within the paired interval
+    assert train_runs.decline_warning({"evaluations": _evals(before, dip)}) is None
+
+
+def test_kl_warns_on_its_recent_median_not_on_one_outlier() -> None:
+    def run(kls: list[float]) -> dict:
+        return {"history": [{"step": i + 1, "kl": k} for i, k in enumerate(kls)]}
+
+    assert train_runs.kl_warning(run([80.0, 0.1, 0.1, 0.2, 0.1])) is None  # one outlying step
+    hot = train_runs.kl_warning(run([0.1, 2.0, 20.0, 30.0, 40.0, 25.0]))
+    assert hot is not None and "KL to the start 25.00" in hot
+    assert train_runs.kl_warning(run([5.0] * (train_runs.KL_WINDOW - 1))) is None  # too early
+
+
+def test_the_end_of_a_run_has_a_verdict_that_follows_its_interval() -> None:
+    before = [1.0] * 95 + [0.0] * 105
+    gained = [1.0] * 125 + [0.0] * 75  # 30 more problems right
+    text = train_runs.run_verdict({"evaluations": _evals(before, gained)})
+    assert text is not None and "a gain beyond the evaluation's noise" in text
+    assert "not the recipe" in text
+    same = train_runs.run_verdict({"evaluations": _evals(before, before)})
+    assert same is not None and "not separable from no change" in same
