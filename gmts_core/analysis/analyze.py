@@ -11,6 +11,7 @@ overlaps, Spearman correlations, wasted share). Its knobs are
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -37,7 +38,7 @@ from gmts_core.errors import InvalidInputError
 from gmts_core.methods.advantages import compute_advantages
 from gmts_core.methods.aggregation import loss_weights
 from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
-from gmts_core.methods.rewards import compute_reward, explicit_reward
+from gmts_core.methods.rewards import RewardVerdict, compute_reward, explicit_reward
 from gmts_core.methods.selection import Selection, SelectionInputs, select
 from gmts_core.model.loading import LoadedModel
 from gmts_core.model.rope_window import longrope_window
@@ -73,6 +74,10 @@ __all__ = [  # the entry points; the inputs (GroupInput, RewardSpec, TokenLimit)
 ANALYZE_STAGES = 4  # generating/tokenizing, rewards, token statistics, selection
 
 
+# the reward of an answer whose run logged its advantage but no reward the file can tell
+UNKNOWN_REWARD = RewardVerdict(math.nan, "unknown", None, None, "not in the file")
+
+
 def _reward_group(
     lm: LoadedModel, group: GroupWork, spec: GroupInput, advantage: str, as_text: bool = True
 ) -> None:
@@ -81,18 +86,26 @@ def _reward_group(
         group.texts = list(spec.answers)  # given text is rewarded (and shown) as given
     else:
         group.texts = [tok.decode(a, skip_special_tokens=True) for a in group.answer_ids]
+    n = len(group.answer_ids)
     if spec.rewards is not None:
-        if len(spec.rewards) != len(group.answer_ids):
-            raise InvalidInputError(
-                f"got {len(spec.rewards)} rewards for {len(group.answer_ids)} answers"
-            )
+        if len(spec.rewards) != n:
+            raise InvalidInputError(f"got {len(spec.rewards)} rewards for {n} answers")
         group.verdicts = [explicit_reward(r) for r in spec.rewards]
     elif spec.reward is not None:
         group.verdicts = [
             compute_reward(spec.reward.kind, t, spec.reward.reference) for t in group.texts
         ]
+    elif spec.advantages is not None:  # a run whose file has advantages but no readable rewards
+        group.verdicts = [UNKNOWN_REWARD] * n
     else:
         raise InvalidInputError("give either a reward rule (reward) or explicit rewards")
+    if spec.advantages is not None:  # the trainer's own: authoritative
+        if len(spec.advantages) != n:
+            raise InvalidInputError(f"got {len(spec.advantages)} advantages for {n} answers")
+        group.advantages = torch.tensor([float(a) for a in spec.advantages], dtype=torch.float64)
+        if not torch.isfinite(group.advantages).all():
+            raise InvalidInputError("a given advantage is not a finite number")
+        return
     rewards = torch.tensor([v.reward for v in group.verdicts], dtype=torch.float64)
     group.advantages = compute_advantages(rewards, advantage)
 
@@ -135,7 +148,7 @@ def _selection_inputs(
         old_logp=None,
         ref_logp=ref_logp,
     )
-    return selection_inputs(
+    x = selection_inputs(
         entropy=cat(lambda s: s.stats.entropy),
         logprob=logprob,
         grad_norm=cat(lambda s: s.stats.grad_norm),
@@ -145,8 +158,20 @@ def _selection_inputs(
         coefficient=coefficient,
         seed=config.seed,
         advantage=adv_t,
-        reward=rew_t,
+        # unknown rewards (a run that logged only advantages): the paper's methods use A
+        reward=rew_t if bool(torch.isfinite(rew_t).all()) else None,
     )
+    if any(g.trained is not None for g in groups):
+        x.trained = torch.tensor(
+            [
+                t
+                for g in groups
+                for ai, ids in enumerate(g.answer_ids)
+                for t in (g.trained[ai] if g.trained is not None else [True] * len(ids))
+            ],
+            dtype=torch.bool,
+        )
+    return x
 
 
 def _reference_logprobs(

@@ -341,6 +341,8 @@ def difference_inputs(result: AnalysisResult) -> DifferenceInputs:
         zero = all(ans.advantage == 0 for ans in group.answers)
         for ans in group.answers:
             for t in ans.tokens:
+                if not t.trained:  # the loss never counted it: no reason is about it
+                    continue
                 coef = t.coef if math.isfinite(t.coef) else ans.advantage
                 cols["h"].append(t.entropy)
                 cols["g"].append(t.grad_norm)
@@ -365,9 +367,14 @@ def difference_inputs(result: AnalysisResult) -> DifferenceInputs:
 
 
 def _selected(result: AnalysisResult, method: str) -> torch.Tensor:
+    """The method's flags on the trained tokens (the order of :func:`difference_inputs`)."""
+    trained = None if result.inputs is None else result.inputs.trained
     if method in result.selections:
-        return result.selections[method].selected
-    flags = [t.selected[method] for g in result.groups for a in g.answers for t in a.tokens]
+        flags_t = result.selections[method].selected
+        return flags_t if trained is None else flags_t[trained]
+    flags = [
+        t.selected[method] for g in result.groups for a in g.answers for t in a.tokens if t.trained
+    ]
     return torch.tensor(flags, dtype=torch.bool)
 
 

@@ -48,6 +48,12 @@ class GroupInput:
     # the answers' token ids (e.g. a trainer's completion_ids): analysed as given, so the
     # tokens are exactly the trained ones; without them given text answers are tokenized
     answer_ids: list[list[int]] | None = None
+    # the advantages the trainer trained with (a run's logged ones): used as given, not
+    # recomputed from the rewards; rewards may then be None (the file cannot tell them)
+    advantages: list[float] | None = None
+    # per answer, per token: did the trainer's loss count this token (loss_mask 1)? None: all
+    # did. A token it did not count is never selected nor counted in a budget or summary
+    trained: list[list[bool]] | None = None
 
     @property
     def given(self) -> bool:
@@ -67,6 +73,21 @@ class GroupWork:
     verdicts: list[RewardVerdict] = field(default_factory=list)
     advantages: torch.Tensor | None = None  # (G,) float64
     stats: list[AnswerStats] | None = None  # collected while sampling, if asked
+    trained: list[list[bool]] | None = None  # GroupInput.trained, checked against the ids
+
+
+def check_trained(g: GroupInput, work: GroupWork) -> list[list[bool]] | None:
+    """``g.trained`` checked against the answers' token ids (one flag per token); a mask
+    needs the ids it was written for (``answer_ids``): text re-tokenized could differ."""
+    if g.trained is None:
+        return None
+    if g.answer_ids is None:
+        raise InvalidInputError("a loss mask (trained) needs the answers' token ids (answer_ids)")
+    if len(g.trained) != len(work.answer_ids) or any(
+        len(m) != len(a) for m, a in zip(g.trained, work.answer_ids, strict=True)
+    ):
+        raise InvalidInputError("the loss mask (trained) must hold one flag per answer token")
+    return [[bool(t) for t in m] for m in g.trained]
 
 
 def _checked_ids(ids: list[list[int]], vocab_size: int) -> list[list[int]]:
@@ -151,6 +172,8 @@ def tokenize_and_sample(
     sampled = sample_groups(
         lm.model, tok, [prompts[i] for i in to_sample], configs, spec if collect_stats else None
     )
+    for i, w in work.items():
+        w.trained = check_trained(groups[i], w)
     for i, answers in zip(to_sample, sampled, strict=True):
         ids, finished = [a.token_ids for a in answers], [a.finished for a in answers]
         work[i] = GroupWork(groups[i].prompt, prompts[i], ids, finished)

@@ -41,6 +41,7 @@ class TokenRecord:
     ratio: float = 1.0  # pi_theta / pi_old (1: the analysed policy sampled or scores the answer)
     clipped: bool = False  # the clipped objective is flat here (zero policy-gradient)
     coef: float = 0.0  # omega_t: d loss / d log pi = -w_i omega_t (gmts_core.methods.coefficient)
+    trained: bool = True  # the trainer's loss counted it (loss mask 1); else shown, never selected
 
 
 class LazyTokens(Sequence[TokenRecord]):
@@ -172,6 +173,7 @@ def build_tokens(
     ratio = x.ratio[sl].tolist() if x.ratio is not None else [1.0] * n
     clipped = x.clipped[sl].tolist() if x.clipped is not None else [False] * n
     coef = x.coef[sl].tolist() if x.coef is not None else [math.nan] * n
+    trained = x.trained[sl].tolist() if x.trained is not None else [True] * n
     hidden = answer_stats.hidden_norm.tolist()
     per_method = {
         m: (sel.scores[sl].tolist(), sel.ranks[sl].tolist(), sel.selected[sl].tolist())
@@ -202,6 +204,7 @@ def build_tokens(
                 ratio=ratio[t],
                 clipped=bool(clipped[t]),
                 coef=coef[t],
+                trained=bool(trained[t]),
             )
         )
     return tokens

@@ -6,6 +6,7 @@ wasted selection budget, and each group's share of the budget; the batch's summa
 from __future__ import annotations
 
 import math
+from dataclasses import fields, replace
 from itertools import combinations
 from statistics import median
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,34 @@ from gmts_core.methods.selection import Selection, SelectionInputs, selection_bu
 if TYPE_CHECKING:
     from gmts_core.analysis.records import GroupRecord
     from gmts_core.config import AnalysisConfig
+
+
+# SelectionInputs fields indexed by answer, not by token: kept whole in trained_only
+_PER_ANSWER = ("answer_group", "answer_reward")
+
+
+def trained_only(
+    x: SelectionInputs, selections: dict[str, Selection]
+) -> tuple[SelectionInputs, dict[str, Selection]]:
+    """``x`` and ``selections`` restricted to the tokens the trainer's loss counted
+    (``x.trained``): every summary is over those; untouched when every token was trained."""
+    if x.all_trained:
+        return x, selections
+    assert x.trained is not None
+    keep = x.trained
+    changes: dict[str, Any] = {
+        f.name: value[keep]
+        for f in fields(x)
+        if f.name not in (*_PER_ANSWER, "trained")
+        and isinstance(value := getattr(x, f.name), torch.Tensor)
+        and value.dim() == 1
+        and value.numel() == keep.numel()
+    }
+    sub = replace(x, **changes, trained=None)
+    return sub, {
+        m: replace(s, scores=s.scores[keep], ranks=s.ranks[keep], selected=s.selected[keep])
+        for m, s in selections.items()
+    }
 
 
 def gradient_coverage(grad_proxy: torch.Tensor, selected: torch.Tensor) -> float:
@@ -162,6 +191,7 @@ def group_summaries(
     """Every group's summary (the batch summary's figures within the group), for all groups at
     once: one bincount per figure and one rank correlation per answer and per group, instead
     of a pass over the batch per group."""
+    x, selections = trained_only(x, selections)
     n, gi = len(records), x.group_index
     proxy = x.grad_proxy.double()
     tokens = torch.bincount(gi, minlength=n).tolist()
@@ -201,13 +231,17 @@ def group_summaries(
 def summarize(
     x: SelectionInputs, selections: dict[str, Selection], num_groups: int, config: AnalysisConfig
 ) -> dict[str, Any]:
-    """The batch summary: coverage, overlaps, Spearman correlations and wasted shares."""
+    """The batch summary: coverage, overlaps, Spearman correlations and wasted shares, over the
+    tokens the trainer's loss counted (``x.trained``; ``num_untrained_tokens`` the others)."""
     k = selection_budget(x, config.ratio, config.scope)
+    untrained = 0 if x.trained is None else int((~x.trained).sum())
+    x, selections = trained_only(x, selections)
     group_zero = [
         bool((x.signal_scale[x.group_index == gi] == 0).all()) for gi in range(num_groups)
     ]
     return {
         "num_tokens": x.num_tokens,
+        "num_untrained_tokens": untrained,
         "num_answers": int(x.answer_index.max()) + 1 if x.num_tokens else 0,
         "num_groups": num_groups,
         "ratio": config.ratio,

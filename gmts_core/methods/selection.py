@@ -58,10 +58,18 @@ class SelectionInputs:
     # is another (TRL's use_bias_correction_kl): gmts_paper scores with the paper's formula,
     # gmts with the loss's coefficient; None: kl_coef is the paper's
     paper_kl_coef: torch.Tensor | None = None
+    # bool (N,): did the trainer's loss count the token (its loss mask is 1)? None: every token.
+    # A token the loss did not count (a tool output, a template token) is never selected nor
+    # ranked (rank 0) and counts in no budget (select, selection_budget) and no summary
+    trained: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
         return int(self.entropy.numel())
+
+    @property
+    def all_trained(self) -> bool:
+        return self.trained is None or bool(self.trained.all())
 
 
 @dataclass(frozen=True)
@@ -324,8 +332,13 @@ def scope_ids_for(x: SelectionInputs, scope: str) -> torch.Tensor:
 
 
 def selection_budget(x: SelectionInputs, ratio: float, scope: str) -> int:
-    """k: how many tokens a ratio-based method selects in total (ceil(ratio * n) per scope)."""
-    counts = torch.bincount(scope_ids_for(x, scope).cpu())
+    """k: how many tokens a ratio-based method selects in total (ceil(ratio * n) per scope,
+    n counting the trained tokens only)."""
+    ids = scope_ids_for(x, scope).cpu()
+    if not x.all_trained:
+        assert x.trained is not None
+        ids = ids[x.trained.cpu()]
+    counts = torch.bincount(ids)
     return sum(top_k_count(ratio, int(n)) for n in counts if n > 0)
 
 
@@ -337,5 +350,16 @@ def select(x: SelectionInputs, method: str, ratio: float, scope: str | None = No
     scores = spec.score(x)
     keep = spec.keep or rank_and_select
     scope_ids = scope_ids_for(x, spec.default_scope if scope is None else scope)
-    ranks, selected = keep(scores, scope_ids, ratio if spec.uses_ratio else 1.0)
-    return Selection(method, scores, ranks, selected)
+    share = ratio if spec.uses_ratio else 1.0
+    if x.all_trained:
+        ranks, selected = keep(scores, scope_ids, share)
+        return Selection(method, scores, ranks, selected)
+    # the keep rule sees the trained tokens only: the budget is ceil(ratio * trained tokens)
+    assert x.trained is not None
+    idx = x.trained.cpu().nonzero().squeeze(-1)
+    ranks = torch.zeros(x.num_tokens, dtype=torch.long)
+    selected = torch.zeros(x.num_tokens, dtype=torch.bool)
+    if idx.numel():
+        sub_ranks, sub_selected = keep(scores.cpu()[idx], scope_ids.cpu()[idx], share)
+        ranks[idx], selected[idx] = sub_ranks.cpu(), sub_selected.cpu()
+    return Selection(method, scores, ranks.to(scores.device), selected.to(scores.device))

@@ -1,6 +1,7 @@
-"""Training runs: read what trainers dump (TRL, verl, ROLL, AReaL, miles, our JSONL and trainer
-log) as steps -> groups, lazily, one step at a time (:func:`open_run`); and what the trainer
-itself measured per step, from its own metrics log (:func:`find_trainer_metrics`)."""
+"""Training runs: read what trainers dump (TRL, prime-rl, NeMo-RL, open-instruct, verl, ROLL,
+AReaL, miles, our JSONL and trainer log) as steps -> groups, lazily, one step at a time
+(:func:`open_run`); and what the trainer itself measured per step, from its own metrics log
+(:func:`find_trainer_metrics`)."""
 
 from gmts_core.runs.areal import ArealReader
 from gmts_core.runs.base import (
@@ -14,6 +15,9 @@ from gmts_core.runs.base import (
 from gmts_core.runs.jsonl import JSONLReader
 from gmts_core.runs.limits import CLI_LIMITS, LIMIT_NAMES, RunLimitError, RunLimits
 from gmts_core.runs.miles import MilesReader
+from gmts_core.runs.nemo_rl import NeMoRLReader
+from gmts_core.runs.open_instruct import OpenInstructReader
+from gmts_core.runs.prime_rl import PrimeRLReader
 from gmts_core.runs.registry import (
     READERS,
     Run,
@@ -39,6 +43,9 @@ from gmts_core.runs.verl_tracking import VerlTrackingReader
 # log sits next to TRL's completions folder and says more; a JSONL file is the fallback).
 register_reader(TrainerLogReader())
 register_reader(TRLReader())
+register_reader(PrimeRLReader())
+register_reader(NeMoRLReader())
+register_reader(OpenInstructReader())
 register_reader(ROLLReader())
 register_reader(VerlReader())
 register_reader(ArealReader())

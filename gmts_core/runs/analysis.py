@@ -119,8 +119,25 @@ def group_input(group: RunGroup, reward_kind: str | None, tokenizer: Any = None)
     if group.texts_from_ids:
         prompt, answer_ids = _prompt_from_ids(group, tokenizer), group.token_ids
         answers = None
+    trained = trained_mask(group)
+    if trained is not None and answer_ids is None:
+        answer_ids = group.token_ids  # a mask holds one flag per token of these ids
+        answers = None if answer_ids is not None else answers
+    advantages = list(group.advantages) if group.advantages is not None else None
     if group.rewards is not None and not any(math.isnan(r) for r in group.rewards):
-        return GroupInput(prompt, answers, rewards=list(group.rewards), answer_ids=answer_ids)
+        return GroupInput(
+            prompt,
+            answers,
+            rewards=list(group.rewards),
+            answer_ids=answer_ids,
+            advantages=advantages,
+            trained=trained,
+        )
+    if advantages is not None and not any(math.isnan(a) for a in advantages):
+        # the trainer's advantages, its rewards not told by the file (or partly abstained)
+        return GroupInput(
+            prompt, answers, answer_ids=answer_ids, advantages=advantages, trained=trained
+        )
     kind = group.extra.get("reward_kind", [reward_kind])[0] or reward_kind
     if kind is None:
         raise InvalidInputError(
@@ -132,8 +149,31 @@ def group_input(group: RunGroup, reward_kind: str | None, tokenizer: Any = None)
             f"{group.source}: no rewards and no reference to score the answers against"
         )
     return GroupInput(
-        prompt, answers, reward=RewardSpec(kind, group.reference), answer_ids=answer_ids
+        prompt,
+        answers,
+        reward=RewardSpec(kind, group.reference),
+        answer_ids=answer_ids,
+        trained=trained,
     )
+
+
+# per-token columns that say whether the trainer's loss counted a token (1) or not (0)
+MASK_COLUMNS = ("loss_mask", "response_mask", "token_loss_mask")
+
+
+def trained_mask(group: RunGroup) -> list[list[bool]] | None:
+    """The group's loss mask (one flag per answer token: trained or not) from the first
+    per-token mask column the reader gave (:data:`MASK_COLUMNS`); None: every token trained.
+    An answer whose mask is missing (null) counts as trained throughout."""
+    for name in MASK_COLUMNS:
+        column = group.token_columns.get(name)
+        if column is None or group.token_ids is None:
+            continue
+        return [
+            [bool(v) for v in mask] if mask is not None else [True] * len(ids)
+            for mask, ids in zip(column, group.token_ids, strict=True)
+        ]
+    return None
 
 
 def _prompt_from_ids(group: RunGroup, tokenizer: Any) -> str:
@@ -193,11 +233,12 @@ def report_from_result(step: RunStep, result: AnalysisResult) -> StepReport:
 
 
 def _token_mean(result: AnalysisResult) -> float | None:
-    """The mean entropy over every answer token the analysis scored (None: no tokens)."""
+    """The mean entropy over the answer tokens the trainer's loss counted (None: none)."""
     x = result.inputs
-    if x is None or x.entropy.numel() == 0:
+    if x is None:
         return None
-    return float(x.entropy.double().mean())
+    entropy = x.entropy if x.trained is None else x.entropy[x.trained]  # the trained tokens
+    return float(entropy.double().mean()) if entropy.numel() else None
 
 
 def _mean(values: list[float]) -> float | None:

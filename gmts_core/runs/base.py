@@ -79,6 +79,8 @@ class RunStep:
     step: int
     groups: list[RunGroup]
     source: str  # the file (and line) the step was read from
+    # what the reader could not tell from the file, or how it read it (shown with the step)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def num_answers(self) -> int:

@@ -1,20 +1,22 @@
 """TRL ``GRPOTrainer(log_completions=True)``: ``completions/completions_{step:05d}.parquet``.
 
-TRL (``GRPOTrainer.log``) writes one parquet file per logging step with the columns ``step``,
-``prompt``, ``completion`` (strings, or chat message lists), one column per reward function
-(named after it), any extra logged columns, and ``advantage``. Groups are the rows with the
-same prompt. The reward of a completion is the sum of the reward-function columns (NaN skipped,
-TRL's default of unit weights); those are the numeric columns between ``completion`` and
-``advantage``.
+TRL (``GRPOTrainer.log``, ``trl/trainer/grpo_trainer.py``) writes one parquet file per logging
+step with the columns ``step``, ``prompt``, ``completion`` (strings, or chat message lists), one
+column per reward function (named after it), the columns reward functions logged through
+``log_extra`` (any values, numbers too), and ``advantage``: the advantage TRL trained with,
+which is authoritative here. Groups are the rows with the same prompt. Which numeric columns
+are rewards, and their weights, is found by :mod:`gmts_core.runs.trl_rewards` (named by the
+run's ``trainer_state.json``, else recovered from the advantage); the reward of a completion is
+their weighted ``nansum``, TRL's. What could not be told is said in the step's ``notes``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from gmts_core.runs.base import (
@@ -31,6 +33,8 @@ from gmts_core.runs.base import (
     read_parquet_step,
 )
 from gmts_core.runs.limits import RunLimits
+from gmts_core.runs.trl_rewards import RewardColumns, find_reward_columns
+from gmts_core.runs.trl_state import reward_function_names
 
 FILE_PATTERN = r"completions_(\d+)\.parquet"
 _SKIP = {"step", "prompt", "completion", "advantage", "image", "images"}
@@ -58,17 +62,20 @@ class TRLReader(NumberedFilesReader):
                 raise RunFormatError(
                     ref.path, None, f"missing column {col!r} (the file has: {', '.join(names)})"
                 )
-        return RunStep(ref.step, groups_from_table(table, ref.path), str(ref.path))
+        folder = ref.path.parent
+        root = folder.parent if folder.name == "completions" else folder
+        named = reward_function_names(root, limits)
+        groups, found = groups_from_table(table, ref.path, named)
+        return RunStep(ref.step, groups, str(ref.path), notes=[found.note] if found.note else [])
 
 
-def reward_columns(table: pa.Table) -> list[str]:
-    """The numeric columns between ``completion`` and ``advantage`` (TRL's reward columns)."""
+def numeric_columns(table: pa.Table) -> list[str]:
+    """The numeric columns after ``completion`` (rewards and numeric extras, in file order)."""
     names = table.column_names
     start = names.index("completion") + 1
-    stop = names.index("advantage") if "advantage" in names else len(names)
     return [
         n
-        for n in names[start:stop]
+        for n in names[start:]
         if n not in _SKIP
         and (
             pa.types.is_floating(table.schema.field(n).type)
@@ -77,14 +84,25 @@ def reward_columns(table: pa.Table) -> list[str]:
     ]
 
 
-def groups_from_table(table: pa.Table, path: Path) -> list[RunGroup]:
+def _as_array(values: list[Any], name: str, path: Path) -> np.ndarray:
+    return np.array([as_float(v, name, path, row + 1) for row, v in enumerate(values)], np.float64)
+
+
+def groups_from_table(
+    table: pa.Table, path: Path, named: list[str] | None = None
+) -> tuple[list[RunGroup], RewardColumns]:
+    """The step's groups (rows with the same prompt) and how its reward columns were found."""
     cols = {n: table.column(n).to_pylist() for n in table.column_names}
-    rewards_by = reward_columns(table)
-    extra_names = [n for n in cols if n not in _SKIP and n not in rewards_by]
     prompts = [prompt_text(p, path, row + 1) for row, p in enumerate(cols["prompt"])]
     keys = [json.dumps(p, sort_keys=True, default=str) for p in cols["prompt"]]
+    rows_by_group = group_by_key(keys)
+    numeric = {n: _as_array(cols[n], n, path) for n in numeric_columns(table)}
+    advantage = _as_array(cols["advantage"], "advantage", path) if "advantage" in cols else None
+    found = find_reward_columns(numeric, advantage, rows_by_group, named)
+    rewards = found.rewards(numeric)
+    extra_names = [n for n in cols if n not in _SKIP and n not in found.names]
     groups = []
-    for rows in group_by_key(keys):
+    for rows in rows_by_group:
         first = rows[0]
         group = RunGroup(
             prompt=prompts[first][0],
@@ -92,19 +110,11 @@ def groups_from_table(table: pa.Table, path: Path) -> list[RunGroup]:
             answers=[completion_text(cols["completion"][r], path, r + 1) for r in rows],
             source=f"{path}:row {first + 1}",
         )
-        if rewards_by:
-            group.rewards = [_reward_sum(cols, rewards_by, r, path) for r in rows]
-        if "advantage" in cols:
-            group.advantages = [
-                as_float(cols["advantage"][r], "advantage", path, r + 1) for r in rows
-            ]
+        if rewards is not None:
+            group.rewards = [float(rewards[r]) for r in rows]
+        if advantage is not None:
+            group.advantages = [float(advantage[r]) for r in rows]
         group.extra = {n: [cols[n][r] for r in rows] for n in extra_names}
-        group.extra.update({f"reward:{n}": [cols[n][r] for r in rows] for n in rewards_by})
+        group.extra.update({f"reward:{n}": [cols[n][r] for r in rows] for n in found.names})
         groups.append(group)
-    return groups
-
-
-def _reward_sum(cols: dict[str, list[Any]], names: list[str], row: int, path: Path) -> float:
-    values = [as_float(cols[n][row], n, path, row + 1) for n in names]
-    finite = [v for v in values if not math.isnan(v)]
-    return sum(finite) if finite else float("nan")
+    return groups, found

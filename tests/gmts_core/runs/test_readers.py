@@ -185,8 +185,18 @@ def test_trl_chat_completions_read_as_text(tmp_path: Path) -> None:
     step = open_run(tmp_path).step(4)
     first, second = step.groups
     assert (first.prompt, first.chat, first.answers) == ("Q: 2+2=?", True, [" 4", " 5"])
-    assert first.rewards == [1.5, 0.0] and second.rewards == [1.5]  # NaN skipped in the sum
+    # acc_reward alone and acc_reward + fmt_reward both reproduce the advantage: it says so
+    assert first.rewards == [1.0, 0.0] and "cannot tell" in step.notes[0]
     assert first.extra["note"] == ["a", "b"] and first.advantages == [0.7, -0.7]
+    # the run's trainer_state.json names both reward functions: their sum, NaN skipped
+    state = {
+        "log_history": [{"step": 4, "rewards/acc_reward/mean": 0.6, "rewards/fmt_reward/mean": 0.5}]
+    }
+    (tmp_path / "trainer_state.json").write_text(json.dumps(state))
+    step = open_run(tmp_path).step(4)
+    first, second = step.groups
+    assert first.rewards == [1.5, 0.0] and second.rewards == [1.5]
+    assert "named by trainer_state.json" in step.notes[0]
 
 
 def test_every_file_of_a_duplicated_step_is_named(tmp_path: Path) -> None:
