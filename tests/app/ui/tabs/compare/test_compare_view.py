@@ -216,12 +216,16 @@ def test_scatter_is_log_log_per_method_without_zero_points(gradcheck_body: dict)
 
 
 def test_fidelity_table_and_summary(gradcheck_body: dict) -> None:
+    import pandas as pd
+
     summary, table, _fig = proxy.proxy_view(gradcheck_body)
     fid = gradcheck_body["fidelity"]
-    assert list(table.columns) == proxy.FIDELITY_HEADERS
-    assert table["method"].tolist() == list(fid["spearman"])
-    row = table.set_index("method").loc["all"]
+    assert table.count("data-label='cosine to full gradient'") == len(fid["spearman"])
+    frame = pd.DataFrame(proxy.fidelity_rows(fid), columns=proxy.FIDELITY_HEADERS)
+    assert frame["method"].tolist() == list(fid["spearman"])
+    row = frame.set_index("method").loc["all"]
     assert row["cosine to full gradient"] == "1" and row["true norm kept"] == "1"
+    assert "<th scope='row'>all</th><td data-label='Spearman (all tokens)'>" in table
     assert f"{fid['num_tokens']} answer tokens" in summary
 
 
@@ -238,3 +242,19 @@ def test_one_seed_shows_no_spread(compare_json: dict[str, Any]) -> None:
     many = compare.compare_view(result_from_dict(compare_json))[2]
     assert all(len(t.x) > 0 for t in many.data if t.fill == "toself")
     assert {t.line.color for t in many.data if t.name == "gmts"} == {method_color("gmts")}
+
+
+def test_one_seed_gives_no_verdict_in_the_tab(compare_json: dict[str, Any]) -> None:
+    # one seed whose gmts run beats entropy on every problem: still no verdict (issue 46)
+    one = json.loads(json.dumps(compare_json))
+    one["config"]["seeds"] = 1
+    one["runs"] = [r for r in one["runs"] if r["seed"] == 0]
+    for r in one["runs"]:
+        r["final_per_problem"] = [1.0] * 3 if r["method"] == "gmts" else [0.0] * 3
+    result = result_from_dict(one)
+    summary, table, *_ = compare.compare_view(result)
+    assert "no verdict" in summary and "this run's weights" in summary
+    _header, rows = parse_table(table)
+    assert "one seed: no verdict" in rows[1][3]
+    for word in ("separable", "is better", "differs", "within noise"):
+        assert word not in summary and word not in table
