@@ -121,3 +121,20 @@ def test_the_end_of_a_run_has_a_verdict_that_follows_its_interval() -> None:
     assert "not the recipe" in text
     same = train_runs.run_verdict({"evaluations": _evals(before, before)})
     assert same is not None and "not separable from no change" in same
+
+
+def test_a_mid_run_status_carries_the_warning() -> None:
+    # what the tab sends after a step mid-run (final False): the warning is there at once
+    before = [1.0] * 95 + [0.0] * 105
+    fell = [0.0] * 27 + before[27:]  # 0.475 -> 0.34 on the same problems
+    info = {
+        "session_id": "s",
+        "steps_done": 10,
+        "history": [{"step": s, "method": "gmts", "kl": 30.0} for s in range(1, 11)],
+        "evaluations": _evals(before, fell),
+    }
+    status_text = train.TrainView("s", info, final=False).values()[1]
+    assert "⚠ Held-out accuracy is falling" in status_text
+    assert "⚠ The policy is moving far from the start" in status_text
+    assert "This run:" not in status_text  # the verdict waits for the end
+    assert "This run:" in train.TrainView("s", info).values()[1]
