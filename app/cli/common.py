@@ -24,7 +24,7 @@ from app.services.catalog import (
 from app.services.container import Services, build_services
 from app.services.errors import GMTSError
 from app.services.methods import DEFAULT_METHODS, method_names
-from app.services.model_registry import LoadedModel
+from app.services.model_registry import BUILTIN_ALIASES, LoadedModel
 from app.services.policy import LimitsPolicy
 
 Json = dict[str, Any]
@@ -146,7 +146,10 @@ def config_option(config: str, name: str, *decls: str, note: str = "") -> Any:
     return knob_option(config_knob(CONFIGS[config], name), *decls, note=note)
 
 
-ModelOpt = Annotated[str, typer.Option(help="Alias, local folder or hub id.")]
+ModelOpt = Annotated[
+    str,
+    typer.Option(help=f"Alias ({', '.join(BUILTIN_ALIASES)}), local folder, .gguf file or hub id."),
+]
 PromptOpt = Annotated[str, typer.Option(help="The prompt text.")]
 AnswerOpt = Annotated[list[str] | None, typer.Option(help="A given answer (repeat); else sample.")]
 NumSamplesOpt = Annotated[int, config_option("sampling", "num_samples", "-n", "--num-samples")]

@@ -99,7 +99,7 @@ class AnalysisService:
         each stage as it begins."""
         limits = limits or self.limits
         prepared = self.prepare(req, limits)
-        with self._model_for(prepared) as lm:
+        with self._model_for(prepared, on_stage) as lm:
             token_limit = TokenLimit(limits.max_total_tokens, "GMTS_MAX_TOTAL_TOKENS")
             with reward_budget(limits.reward_budget_s, "GMTS_REWARD_BUDGET_S"):
                 result = analyze(lm, prepared.groups, prepared.config, on_stage, token_limit)
@@ -133,11 +133,15 @@ class AnalysisService:
         config = analysis_config(req, chat_default)
         return PreparedAnalysis(ref, req.session_id, groups, config)
 
-    def _model_for(self, prepared: PreparedAnalysis) -> AbstractContextManager[LoadedModel]:
+    def _model_for(
+        self, prepared: PreparedAnalysis, on_stage: StageCallback | None = None
+    ) -> AbstractContextManager[LoadedModel]:
         if prepared.ref is None:
             assert self.sessions is not None and prepared.session_id is not None
             return self.sessions.use_policy(prepared.session_id)
-        return nullcontext(self.models.load(prepared.ref))
+        # a GGUF model's first load converts it (minutes): its lines go out as a stage
+        progress = None if on_stage is None else (lambda line: on_stage(line, 0, 1))
+        return nullcontext(self.models.load(prepared.ref, progress=progress))
 
 
 def group_input(g: GroupRequest, temperature: float, max_new_tokens: int) -> GroupInput:

@@ -23,7 +23,7 @@ from safetensors import SafetensorError, safe_open
 from app.core.config import Settings
 from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
 from gmts_core.errors import ModelLoadError, ModelNotFoundError
-from gmts_core.model.gguf import converted_path, find_gguf
+from gmts_core.model.gguf import Progress, converted_path, find_gguf
 from gmts_core.model.loading import (
     LoadedModel,
     ModelCache,
@@ -35,6 +35,8 @@ from gmts_core.model.packaged import PACKAGED_MODELS, PackagedModel
 
 logger = logging.getLogger(__name__)
 
+BUILTIN_ALIASES: tuple[str, ...] = (DEMO_ALIAS, *PACKAGED_MODELS)
+"""The models every server lists: the demo model and the packaged ones (installed or not)."""
 MAX_NAME_CHARS = 256
 _FORBIDDEN_CHARS = ("%", "\\", "\x00", "\n", "\r", "~")
 
@@ -181,11 +183,13 @@ class ModelRegistry:
         ref = self.resolve(name)
         return self.load(ref)
 
-    def load(self, ref: ModelRef, device: str | None = None) -> LoadedModel:
+    def load(
+        self, ref: ModelRef, device: str | None = None, progress: Progress | None = None
+    ) -> LoadedModel:
         """Load (or reuse) ``ref`` on GMTS_DEVICE; a ModelLoadError names the model, not the
         server's path. Another ``device`` (``gmts analyze-run``'s ``--device``, or the device
         of one of its launched processes) loads a copy there, outside the cache: the cache
-        holds each model once, on GMTS_DEVICE."""
+        holds each model once, on GMTS_DEVICE. ``progress`` hears a GGUF file's conversion."""
         self.ensure_available(ref)
         s = self.settings
         try:
@@ -196,6 +200,7 @@ class ModelRegistry:
                     device=device,
                     dtype=s.dtype,
                     trust_remote_code=s.trust_remote_code,
+                    progress=progress,
                 )
             return self.cache.get(
                 ref.name,
@@ -203,6 +208,7 @@ class ModelRegistry:
                 device=s.device,
                 dtype=s.dtype,
                 trust_remote_code=s.trust_remote_code,
+                progress=progress,
             )
         except ModelLoadError as exc:
             if not ref.is_local:

@@ -97,6 +97,11 @@ def test_installed_is_listed_and_analyses_with_its_chat_template(
         assert entry["available"] is True and entry["install"] is None
         assert entry["kind"] == "alias" and entry["source"] == installed.name
         assert entry["chat_template"] is True and _entry(client, TINY)["chat_template"] is False
+        stages: list[str] = []
+        services = client.app.state.services
+        request = AnalyzeRequest(**given_body(model=SMOLLM2.alias))
+        services.analysis.run(request, on_stage=lambda name, done, total: stages.append(name))
+        assert any(line.startswith("converting SmolLM2-tiny.gguf") for line in stages), stages
         r = client.post("/v1/analyze", json=given_body(model=SMOLLM2.alias))
         assert r.status_code == 200, r.text
         after = _entry(client, SMOLLM2.alias)
