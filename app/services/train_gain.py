@@ -18,3 +18,11 @@ def evaluation_gain(evaluations: Sequence[dict[str, Any]]) -> PairedGain | None:
     if not first or not last or len(first) != len(last):
         return None
     return paired_gain(first, last)
+
+
+def runs_difference(reference: Sequence[float], other: Sequence[float]) -> PairedGain | None:
+    """``other - reference`` held-out accuracy of two runs' evaluations of the same problems
+    (same seed, same step), paired problem by problem; None when they do not pair up."""
+    if not reference or not other or len(reference) != len(other):
+        return None
+    return paired_gain(reference, other)

@@ -17,7 +17,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from app.palette import method_color, rgba
-from app.services.train_gain import evaluation_gain
+from app.services.train_gain import evaluation_gain, runs_difference
 from app.ui.limited import lr_warning
 
 Json = dict[str, Any]
@@ -46,6 +46,8 @@ def snapshot(info: Json | None, number: int) -> Json | None:
         "reward": [h.get("reward_mean") for h in history],
         "eval_steps": [e["step"] for e in evals],
         "accuracy": [e.get("accuracy") for e in evals],
+        # the last evaluation's per-problem scores, to pair with a later run's (same seed)
+        "per_problem": (evals[-1].get("per_problem") or []) if evals else [],
     }
 
 
@@ -157,6 +159,31 @@ def run_verdict(info: Json | None) -> str | None:
         f"{head}: {said}. The interval covers these weights on these problems, not the recipe: "
         "another seed moves the result by more."
     )
+
+
+def difference_to_earlier(info: Json | None, earlier: Sequence[Json]) -> str | None:
+    """The current run minus the latest earlier run of another method, evaluated at the same
+    step on the same problems (same session seed), paired problem by problem, with its
+    interval: one seed each, so it is said to be about these two runs, with no verdict."""
+    history = (info or {}).get("history") or []
+    evals = (info or {}).get("evaluations") or []
+    if len(evals) < 2 or not history:
+        return None
+    method, last = history[-1].get("method"), evals[-1]
+    for run in reversed(earlier):
+        same_point = run.get("eval_steps") and run["eval_steps"][-1] == last["step"]
+        if run.get("method") == method or not same_point:
+            continue
+        d = runs_difference(run.get("per_problem") or [], last.get("per_problem") or [])
+        if d is None:
+            continue
+        return (
+            f"{method} \u2212 {run['method']} ({run['label'].split(':')[0]}) at step "
+            f"{last['step']}: {_points(d.gain)} points [{_points(d.low)}, {_points(d.high)}] "
+            f"(95%, paired over {d.num_problems} problems). These two runs only, one seed each: "
+            "no verdict on the methods (use Compare, with several seeds)."
+        )
+    return None
 
 
 def warnings(learning_rate: float | None, info: Json | None) -> list[str]:

@@ -178,6 +178,8 @@ class TrainView:
         text = session_markdown(self.info, self.note)
         verdict = train_runs.run_verdict(self.info) if self.final else None
         text += f"\n\n{verdict}" if verdict else ""
+        paired = train_runs.difference_to_earlier(self.info, self.earlier) if self.final else None
+        text += f"\n\n{paired}" if paired else ""
         return text + "".join(f"\n\n**⚠ {w}**" for w in warns)
 
     def values(self) -> list[Any]:

@@ -138,3 +138,20 @@ def test_a_mid_run_status_carries_the_warning() -> None:
     assert "⚠ The policy is moving far from the start" in status_text
     assert "This run:" not in status_text  # the verdict waits for the end
     assert "This run:" in train.TrainView("s", info).values()[1]
+
+
+def test_two_runs_overlaid_get_a_paired_difference_without_a_verdict() -> None:
+    before = [1.0] * 95 + [0.0] * 105
+    entropy = {
+        "history": [{"step": 1, "method": "entropy"}],
+        "evaluations": _evals(before, [1.0] * 110 + [0.0] * 90),
+    }
+    earlier = train_runs.keep([], entropy)
+    gmts = {
+        "history": [{"step": 1, "method": "gmts"}],
+        "evaluations": _evals(before, [1.0] * 120 + [0.0] * 80),
+    }
+    text = train_runs.difference_to_earlier(gmts, earlier)
+    assert text is not None and text.startswith("gmts \u2212 entropy (run 1) at step 5: +5.0")
+    assert "no verdict" in text and "separable" not in text
+    assert train_runs.difference_to_earlier(entropy, earlier) is None  # same method: nothing
