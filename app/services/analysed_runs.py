@@ -1,39 +1,29 @@
 """Analysed runs: ``gmts analyze-run -o`` folders under the run roots, queried with DuckDB.
 
 One path for the API routes and the Runs tab: find the analysed runs, resolve one by id (an
-entry's name in a run root, never a path), and answer pages and rankings from its Parquet
-files (gmts_core.run_dataset) as response models. No model is loaded.
-
-A dataset's bytes are untrusted, so this process never opens one: every query is answered by
-a reading process (:mod:`gmts_core.runs.worker`) under hard limits — address space
-(``GMTS_RUN_WORKER_MEMORY_MB``), CPU seconds (``GMTS_RUN_WORKER_CPU_S``) and wall time
-(``GMTS_ANALYSED_QUERY_TIMEOUT_S``; the process is killed past it, or when the client goes
-away) — which opens the files without following links and gives DuckDB only those. Two lanes,
-each of ``GMTS_ANALYSED_MAX_CONCURRENT`` processes: a step's views (groups, answers, tokens,
-summaries) and run-wide rankings, so a step view never waits behind a run-wide search; a query
-waits at most ``GMTS_ANALYSED_QUEUE_WAIT_S`` for its lane (else 429).
-
-Listing never reads a dataset: the run roots' entries are stat-ed and answered from a
-background index (:class:`~app.services.run_index.RunIndex`) cached by the manifest's and the
-steps folder's (inode, size, mtime); a dataset that cannot be read is listed with its reason.
-The step summaries of each run are cached per file by (inode, size, mtime), so a growing run
-reads only its new steps.
+entry's name in a run root, never a path), and answer pages and rankings as response models.
+A dataset's bytes are untrusted, so this process never opens one: a reading process
+(:mod:`gmts_core.runs.worker`) answers each query under hard limits (memory and CPU: the
+``GMTS_RUN_WORKER_*`` settings; wall time: ``GMTS_ANALYSED_QUERY_TIMEOUT_S``, killed past it
+or when the client goes away). Two lanes of ``GMTS_ANALYSED_MAX_CONCURRENT`` processes each,
+a step's views and run-wide rankings, so a step view never waits behind a run-wide search; a
+query waits at most ``GMTS_ANALYSED_QUEUE_WAIT_S`` for its lane (else 429). Listing never
+reads a dataset: it answers from a background index (:class:`~app.services.run_index.RunIndex`)
+keyed by the manifest's and the steps folder's (inode, size, mtime); an unreadable dataset is
+listed with its reason. Step summaries are cached per file, so a growing run reads only its
+new steps.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
-import shutil
-import stat
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypeVar
-
-from pydantic import BaseModel, ValidationError
+from typing import Any
 
 from app.core.config import Settings
 from app.schemas.analysed_runs import (
@@ -51,16 +41,29 @@ from app.schemas.analysed_runs import (
     ZeroSignalGroupOut,
     ZeroSignalResponse,
 )
+from app.services.analysed_folders import (
+    bad_name,
+    clear_stale,
+    dataset_key,
+    spill_dir,
+    unreadable,
+)
+from app.services.analysed_rows import (
+    answer_row,
+    finite,
+    method_names,
+    models,
+    step_row,
+    token_row,
+)
 from app.services.errors import QueueFullError, RunNotFoundError
 from app.services.run_index import RunIndex
-from app.services.run_roots import FORBIDDEN, safe_text
+from app.services.run_roots import safe_text
 from app.services.runs import RunService
-from gmts_core.errors import GMTSError, InvalidInputError
+from gmts_core.errors import GMTSError
 from gmts_core.run_dataset import ANSWER_ORDERS, TOP_ORDERS, QueryLimits
 from gmts_core.run_dataset.query import MAX_PAGE
-from gmts_core.run_dataset.schema import MANIFEST
 from gmts_core.runs.worker import ReaderPool, WorkerLimits
-from gmts_core.trusted_cache import user_cache_dir
 
 ANSWER_ORDER_NAMES = tuple(ANSWER_ORDERS)
 TOKEN_ORDER_NAMES = tuple(TOP_ORDERS)
@@ -69,14 +72,7 @@ __all__ = ["ANSWER_ORDER_NAMES", "MAX_PAGE", "TOKEN_ORDER_NAMES", "AnalysedRunSe
 logger = logging.getLogger(__name__)
 
 REPLY_SLACK_BYTES = 1 << 20
-T = TypeVar("T")
 Summaries = dict[str, tuple[list[int], dict[str, Any]]]  # step file -> (stat key, summary)
-
-
-def spill_dir() -> Path:
-    """Where the reading processes' DuckDB may spill a large sort (``GMTS_QUERY_SPILL_DIR``,
-    else the user's cache): one folder per process, removed when the service closes."""
-    return user_cache_dir("GMTS_QUERY_SPILL_DIR", "query-spill")
 
 
 class AnalysedRunService:
@@ -84,7 +80,7 @@ class AnalysedRunService:
         self.runs = runs
         self.settings = settings
         self._spill = spill_dir()
-        _clear_stale(self._spill)
+        clear_stale(self._spill)
         self.limits = QueryLimits(
             threads=settings.analysed_query_threads,
             memory_limit_mb=settings.analysed_query_memory_mb,
@@ -96,6 +92,7 @@ class AnalysedRunService:
             cpu_s=settings.run_worker_cpu_s,
             wall_s=settings.analysed_query_timeout_s,
             open_files=settings.analysed_worker_open_files,
+            preload=("gmts_core.run_dataset.requests",),
         )
         size = settings.analysed_max_concurrent
         # two lanes: a step's views never wait behind a run-wide ranking or search
@@ -110,7 +107,7 @@ class AnalysedRunService:
     def close(self) -> None:
         for pool in self._lanes.values():
             pool.close()
-        _clear_stale(self._spill)
+        clear_stale(self._spill)
 
     # -- finding runs -----------------------------------------------------------------------
     def _folders(self) -> Iterator[tuple[str, Path, tuple[int, ...]]]:
@@ -130,9 +127,9 @@ class AnalysedRunService:
             except OSError:
                 continue
             for name, path in sorted(entries):
-                if name in seen or _bad_name(name):
+                if name in seen or bad_name(name):
                     continue
-                key = _dataset_key(Path(path))
+                key = dataset_key(Path(path))
                 if key is not None:
                     seen.add(name)
                     yield name, Path(path), key
@@ -158,18 +155,18 @@ class AnalysedRunService:
         try:
             return self._info(path.name, self._refresh(path, "step"))
         except GMTSError as exc:
-            return _unreadable(path.name, self.runs.relative(str(exc)))
+            return unreadable(path.name, self.runs.relative(str(exc)))
 
     def _index_failed(self, path: Path, exc: Exception) -> AnalysedRunInfo:
-        return _unreadable(path.name, f"cannot be read (an internal error: {type(exc).__name__})")
+        return unreadable(path.name, f"cannot be read (an internal error: {type(exc).__name__})")
 
     def _path(self, run_id: str) -> Path:
         """The dataset folder of ``run_id``: an entry of a run root (not a link), holding a
         manifest and a steps folder; RunNotFoundError otherwise."""
-        if not _bad_name(run_id):
+        if not bad_name(run_id):
             for root in self.runs.roots:
                 path = root / run_id
-                if _dataset_key(path) is not None:
+                if dataset_key(path) is not None:
                     return path
         shown = safe_text(run_id if len(run_id) <= 80 else run_id[:77] + "...")
         raise RunNotFoundError(
@@ -196,12 +193,7 @@ class AnalysedRunService:
             "name": path.name,
             "query": query,
             "params": params,
-            "query_limits": {
-                "threads": self.limits.threads,
-                "memory_limit_mb": self.limits.memory_limit_mb,
-                "temp_dir": self.limits.temp_dir,
-                "max_cell_chars": self.limits.max_cell_chars,
-            },
+            "query_limits": asdict(self.limits),
         }
         # a page's rows, each with at most two cut string cells (4 bytes a character)
         cap = REPLY_SLACK_BYTES + rows * (8 * self.limits.max_cell_chars + 4096)
@@ -232,9 +224,7 @@ class AnalysedRunService:
         return reply, rows
 
     @staticmethod
-    def _info(
-        name: str, found: tuple[dict[str, Any], list[dict[str, Any]]]
-    ) -> AnalysedRunInfo:
+    def _info(name: str, found: tuple[dict[str, Any], list[dict[str, Any]]]) -> AnalysedRunInfo:
         reply, steps = found
         return AnalysedRunInfo(
             id=safe_text(name),
@@ -254,7 +244,7 @@ class AnalysedRunService:
         methods = tuple(found[0]["methods"])
         return AnalysedStepsResponse(
             run=self._info(run_id, found),
-            steps=_models(StepSummaryOut, [_step(r, methods) for r in found[1]], run_id),
+            steps=models(StepSummaryOut, [step_row(r, methods) for r in found[1]], run_id),
         )
 
     def groups(self, run_id: str, step: int, offset: int, limit: int) -> GroupsResponse:
@@ -264,7 +254,7 @@ class AnalysedRunService:
         total = self._num_groups(path, step)
         return GroupsResponse(
             page=PageOut(offset=offset, limit=limit, total=total),
-            groups=_models(GroupRowOut, [_finite(r) for r in rows], run_id),
+            groups=models(GroupRowOut, [finite(r) for r in rows], run_id),
         )
 
     def _num_groups(self, path: Path, step: int) -> int | None:
@@ -277,10 +267,10 @@ class AnalysedRunService:
         path = self._path(run_id)
         reply = self._ask(path, "answers", {"step": step, "group": group}, "step", 4 * MAX_PAGE)
         rows = reply["rows"]
-        methods = _method_names(rows, "selected_count_")
+        methods = method_names(rows, "selected_count_")
         return AnswersResponse(
             page=PageOut(offset=0, limit=max(len(rows), 1), total=len(rows)),
-            answers=_models(AnswerRowOut, [_answer(r, methods) for r in rows], run_id),
+            answers=models(AnswerRowOut, [answer_row(r, methods) for r in rows], run_id),
         )
 
     def answer_tokens(
@@ -290,10 +280,10 @@ class AnalysedRunService:
         params = {"step": step, "group": group, "answer": answer, "offset": offset, "limit": limit}
         reply = self._ask(path, "tokens", params, "step", limit)
         rows = reply["rows"]
-        methods = _method_names(rows, "selected_")
+        methods = method_names(rows, "selected_")
         return TokensResponse(
             page=PageOut(offset=offset, limit=limit, total=reply.get("total")),
-            tokens=_models(TokenRowOut, [_token(r, methods) for r in rows], run_id),
+            tokens=models(TokenRowOut, [token_row(r, methods) for r in rows], run_id),
         )
 
     def rank_answers(
@@ -320,7 +310,7 @@ class AnalysedRunService:
         reply = self._ask(path, "rank_answers", params, "run", limit)
         return AnswersResponse(
             page=PageOut(offset=offset, limit=limit, total=reply["total"]),
-            answers=_models(AnswerRowOut, [_answer(r, ()) for r in reply["rows"]], run_id),
+            answers=models(AnswerRowOut, [answer_row(r, ()) for r in reply["rows"]], run_id),
         )
 
     def rank_tokens(
@@ -334,10 +324,10 @@ class AnalysedRunService:
             "steps": list(steps) if steps is not None else None,
         }
         rows = self._ask(path, "rank_tokens", params, "run", limit)["rows"]
-        methods = _method_names(rows, "selected_")
+        methods = method_names(rows, "selected_")
         return TokensResponse(
             page=PageOut(offset=offset, limit=limit),
-            tokens=_models(TokenRowOut, [_token(r, methods) for r in rows], run_id),
+            tokens=models(TokenRowOut, [token_row(r, methods) for r in rows], run_id),
         )
 
     def zero_signal_groups(
@@ -352,111 +342,8 @@ class AnalysedRunService:
         rows = self._ask(path, "zero_signal", params, "run", limit)["rows"]
         return ZeroSignalResponse(
             page=PageOut(offset=offset, limit=limit),
-            groups=_models(ZeroSignalGroupOut, [_finite(r) for r in rows], run_id),
+            groups=models(ZeroSignalGroupOut, [finite(r) for r in rows], run_id),
         )
-
-
-def _bad_name(name: str) -> bool:
-    return not name or len(name) > 256 or name in (".", "..") or any(c in name for c in FORBIDDEN)
-
-
-def _dataset_key(path: Path) -> tuple[int, ...] | None:
-    """The (inode, size, mtime) of the folder, its manifest and its steps folder, none of
-    them followed if a link; None when ``path`` is no dataset folder."""
-    try:
-        folder = path.lstat()
-        manifest = (path / MANIFEST).lstat()
-        steps = (path / "steps").lstat()
-    except OSError:
-        return None
-    if not (
-        stat.S_ISDIR(folder.st_mode)
-        and stat.S_ISREG(manifest.st_mode)
-        and stat.S_ISDIR(steps.st_mode)
-    ):
-        return None
-    return tuple(
-        v for st in (manifest, steps) for v in (st.st_ino, st.st_size, st.st_mtime_ns)
-    )
-
-
-def _unreadable(name: str, reason: str) -> AnalysedRunInfo:
-    return AnalysedRunInfo(id=safe_text(name), readable=False, reason=reason)
-
-
-def _clear_stale(folder: Path) -> None:
-    """Remove the spill folders of reading processes that are gone."""
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return
-    for entry in entries:
-        if entry.name.isdigit() and not _alive(int(entry.name)):
-            shutil.rmtree(entry.path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def _models(model: type[M], rows: list[dict[str, Any]], run_id: str) -> list[M]:
-    """``rows`` as ``model``; a row the format forbids (a null where a value must be) is a
-    422 naming the field, never a 500."""
-    out = []
-    for row in rows:
-        try:
-            out.append(model.model_validate(row))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(p) for p in first.get("loc", ()))
-            raise InvalidInputError(
-                f"{safe_text(run_id)}: a row of the dataset holds a value its format does not "
-                f"allow (field {field!r}: {first.get('msg', 'invalid')})"
-            ) from None
-    return out
-
-
-def _method_names(rows: list[dict[str, Any]], prefix: str) -> tuple[str, ...]:
-    if not rows:
-        return ()
-    return tuple(k[len(prefix) :] for k in rows[0] if k.startswith(prefix))
-
-
-def _finite(row: dict[str, Any]) -> dict[str, Any]:
-    """A row with NaN and infinite floats as None (JSON has no NaN)."""
-    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
-
-
-def _per_method(row: dict[str, Any], prefix: str, methods: tuple[str, ...]) -> dict[str, Any]:
-    return {m: row.pop(f"{prefix}{m}") for m in methods if f"{prefix}{m}" in row}
-
-
-def _step(row: dict[str, Any], methods: tuple[str, ...]) -> dict[str, Any]:
-    row = _finite(row)
-    coverage = _per_method(row, "coverage_", methods)
-    wasted = _per_method(row, "wasted_", methods)
-    return {**row, "coverage": coverage, "wasted": wasted}
-
-
-def _answer(row: dict[str, Any], methods: tuple[str, ...]) -> dict[str, Any]:
-    row = _finite(row)
-    counts = _per_method(row, "selected_count_", methods)
-    return {**row, "selected_count": counts or None}
-
-
-def _token(row: dict[str, Any], methods: tuple[str, ...]) -> dict[str, Any]:
-    row = _finite(row)
-    selected = _per_method(row, "selected_", methods)
-    return {**row, "selected": selected}
 
 
 def _span(params: dict[str, Any]) -> tuple[int, int] | None:

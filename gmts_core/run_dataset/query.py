@@ -2,51 +2,45 @@
 
 Why DuckDB: it runs inside the process (no server), scans Parquet in parallel, pushes filters
 and column selection down into the files (row groups whose min/max statistics cannot match
-are skipped, and only the columns a query names are decoded), computes top-k rankings with a
-bounded heap, and answers in Arrow, so a page of 50 rows is all that reaches Python. Polars'
-lazy scans would do the same for one file; DuckDB also bounds its own memory
-(``memory_limit``) and threads, which a shared server needs.
+are skipped, only the columns a query names are decoded), computes top-k rankings with a
+bounded heap, and bounds its own memory and threads, which a shared server needs.
 
-A dataset's bytes are untrusted (anyone who can write into a run root writes them), so:
-
-- every file is opened by :class:`~gmts_core.run_dataset.folder.DatasetFolder` (no link
-  followed at any component, regular files only, checked on the open descriptor) and DuckDB
-  reads that descriptor (``/proc/self/fd/N``), never a name: what was checked is what is read,
-  and nothing is ever a glob pattern;
-- each query runs on a connection of its own whose configuration is locked after it is set:
-  external access off, the only readable paths that query's descriptors, no extensions, its
-  threads, memory and spill folder bounded;
-- a file's Parquet footer is checked before any data is read: its row count, row groups and
-  bytes within the table's budget (:data:`BUDGETS`), every column of the format's schema
-  present with its type;
-- no text from a file ever becomes SQL: column names come from the format's schema, method
-  names match a strict pattern (:data:`~gmts_core.run_dataset.schema.METHOD_NAME`) and are
-  quoted as identifiers too, orders and filters come from fixed tables, and user text is a
-  bound parameter; one statement per call;
-- string cells longer than ``QueryLimits.max_cell_chars`` come back cut, with a marker.
-
-Run-wide rankings rank keys, not rows: the order and filter columns are sorted, and only the
-page's rows are read whole (their texts) afterwards; the matching count comes from the same
-scan (or, unfiltered, from the steps' summaries).
+A dataset's bytes are untrusted: every file is opened by
+:class:`~gmts_core.run_dataset.folder.DatasetFolder` (no link followed, regular files only,
+checked on the open descriptor) and read through :mod:`gmts_core.run_dataset.reading`
+(footers checked first, a locked connection that reads only the query's descriptors). No text
+from a file becomes SQL: column names come from the format's schema, method names match a
+strict pattern and are quoted too, orders and filters come from fixed tables, user text is a
+bound parameter. Run-wide rankings rank keys, not rows: the order and filter columns are
+sorted, the page's rows read whole afterwards, the count from the same scan (unfiltered: from
+the steps' summaries).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gmts_core.errors import InvalidInputError
 from gmts_core.run_dataset.folder import DatasetFolder, StatKey, StepEntry, fd_path, step_name
+from gmts_core.run_dataset.reading import (
+    BUDGETS,
+    Files,
+    QueryLimits,
+    Scan,
+    checked_footer,
+    cut,
+    rows,
+    select_list,
+    short,
+)
 from gmts_core.run_dataset.schema import (
     MANIFEST,
     MAX_MANIFEST_BYTES,
@@ -56,6 +50,9 @@ from gmts_core.run_dataset.schema import (
     parse_manifest,
     schema,
 )
+
+__all__ = ["ANSWER_ORDERS", "MAX_PAGE", "AnalysedRun", "QueryLimits", "Scan"]
+logger = logging.getLogger(__name__)
 
 ANSWER_ORDERS: dict[str, str] = {
     "reward": "reward",
@@ -95,71 +92,6 @@ _TOKEN_COLS = (
     "gamma_rank",
 )
 MAX_PAGE = 1000
-GiB = 1 << 30
-
-
-@dataclass(frozen=True)
-class Budget:
-    """What one file of a table may hold, checked in its footer before a row is read."""
-
-    bytes: int
-    rows: int
-    row_groups: int
-
-
-BUDGETS: dict[str, Budget] = {
-    "tokens": Budget(16 * GiB, 1 << 27, 4096),  # 134 M tokens in one step
-    "answers": Budget(4 * GiB, 1 << 22, 1024),  # 4 M answers in one step
-    "steps": Budget(1 << 20, 1, 1),  # a step's summary is one row
-    "top": Budget(256 << 20, 4 * TOP_K * len(TOP_ORDERS), 64),
-}
-logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class QueryLimits:
-    """How much of the machine a query may use: DuckDB's threads, memory cap and spill
-    folder (None: no spilling), and the longest string cell a response carries."""
-
-    threads: int = 2
-    memory_limit_mb: int = 1024
-    temp_dir: str | None = None
-    max_cell_chars: int = 20_000
-
-
-@dataclass(frozen=True)
-class Scan:
-    """What one query read, from DuckDB's profile: files (relative to the run root), and row
-    groups of those files."""
-
-    files: tuple[str, ...]
-    row_groups_scanned: int
-    row_groups_total: int
-
-    @classmethod
-    def from_profile(cls, profile: dict[str, Any], names: dict[str, str]) -> Scan:
-        files: list[str] = []
-        scanned = total = 0
-        stack = list(profile.get("children", [])) + list(profile.get("operator", []))
-        while stack:
-            node = stack.pop()
-            stack.extend(node.get("children", []))
-            kind = node.get("operator_type") or node.get("type") or ""
-            if kind == "TABLE_SCAN":
-                info = node.get("extra_info", {})
-                listed = info.get("Filename(s)", "") if isinstance(info, dict) else ""
-                files.extend(names.get(n.strip(), n.strip()) for n in listed.split(",") if n)
-                scanned += int(node.get("row_groups_scanned", 0) or 0)
-                total += int(node.get("total_row_groups_to_scan", 0) or 0)
-        return cls(tuple(sorted(set(files))), scanned, total)
-
-
-@dataclass
-class _Files:
-    """The descriptors one query reads, by their /proc/self/fd names (and names to show)."""
-
-    paths: list[str] = field(default_factory=list)
-    names: dict[str, str] = field(default_factory=dict)
 
 
 class AnalysedRun:
@@ -219,11 +151,11 @@ class AnalysedRun:
         """One step's summary row, its footer and values checked (InvalidInputError)."""
         where = self.folder.where("steps", entry.name)
         with self.folder.opened("steps", entry.name, max_bytes=BUDGETS["steps"].bytes) as fd:
-            self._checked(fd, "steps", where)
+            checked_footer(fd, "steps", self.methods, where)
             try:
                 row = pq.read_table(fd_path(fd)).to_pylist()[0]
             except (OSError, ValueError, IndexError, pa.ArrowException) as exc:
-                raise InvalidInputError(f"{where}: cannot be read ({_short(exc)})") from None
+                raise InvalidInputError(f"{where}: cannot be read ({short(exc)})") from None
         for name in ("step", "num_groups", "num_answers", "num_tokens"):
             if row.get(name) is None or row[name] < 0:
                 raise InvalidInputError(f"{where}: '{name}' is missing or negative")
@@ -273,9 +205,7 @@ class AnalysedRun:
         return numbers
 
     @staticmethod
-    def _answer_filter(
-        contains: str | None, zero_signal: bool | None
-    ) -> tuple[str, list[Any]]:
+    def _answer_filter(contains: str | None, zero_signal: bool | None) -> tuple[str, list[Any]]:
         where: list[str] = []
         params: list[Any] = []
         if contains:
@@ -341,12 +271,11 @@ class AnalysedRun:
             codes = [g * 4294967296 + a for g, a in pairs]
             groups = [g for g, _ in pairs]
             with self._reading("answers", [step]) as files:
-                rows = self._rows(sql, files, [files.paths, min(groups), max(groups), codes])
-            for row in rows:
+                got = self._rows(sql, files, [files.paths, min(groups), max(groups), codes])
+            for row in got:
                 found[(int(row["step"]), int(row["group"]), int(row["answer"]))] = row
-        page = [found[k] for k in ((int(r["step"]), int(r["group"]), int(r["answer"])) for r in keys)
-                if k in found]
-        return page, total
+        wanted = [(int(r["step"]), int(r["group"]), int(r["answer"])) for r in keys]
+        return [found[k] for k in wanted if k in found], total
 
     def count_answers(
         self,
@@ -408,26 +337,16 @@ class AnalysedRun:
 
     # -- reading ----------------------------------------------------------------------------
     def _cut(self, expr: str) -> str:
-        """``expr`` (a string) cut to max_cell_chars characters, with a marker saying so."""
-        n = int(self.limits.max_cell_chars)
-        return (
-            f"CASE WHEN length({expr}) > {n} THEN left({expr}, {n}) || ' …[cut: ' || "
-            f"length({expr}) || ' characters]' ELSE {expr} END"
-        )
+        return cut(expr, self.limits.max_cell_chars)
 
     def _columns(self, names: Sequence[str]) -> str:
-        """The select list of these schema columns: each quoted, strings cut."""
-        out = []
-        for name in names:
-            ident = _ident(name)
-            out.append(f"{self._cut(ident)} AS {ident}" if name in _STRINGS else ident)
-        return ", ".join(out)
+        return select_list(names, self.limits.max_cell_chars)
 
     @contextmanager
-    def _reading(self, table: str, steps: Sequence[int]) -> Iterator[_Files]:
+    def _reading(self, table: str, steps: Sequence[int]) -> Iterator[Files]:
         """The verified descriptors of ``table``'s files of ``steps`` (a file missing is
         'no analysed step'), closed when the query is done."""
-        files = _Files()
+        files = Files()
         with ExitStack() as stack:
             for step in steps:
                 name = step_name(int(step))
@@ -445,7 +364,7 @@ class AnalysedRun:
                         ) from None
                     logger.info("%s", exc)  # a run-wide query leaves a missing file out
                     continue
-                self._checked(fd, table, where)
+                checked_footer(fd, table, self.methods, where)
                 files.paths.append(fd_path(fd))
                 files.names[fd_path(fd)] = where
             yield files
@@ -456,117 +375,11 @@ class AnalysedRun:
                 return True
         return any(e.name == name for e in self.folder.steps("steps"))
 
-    def _checked(self, fd: int, table: str, where: str) -> None:
-        """The Parquet file on ``fd``, its footer within the table's budget and its columns
-        those of the format's schema (InvalidInputError naming the first that is not)."""
-        budget = BUDGETS[table]
-        try:
-            with pq.ParquetFile(fd_path(fd)) as file:
-                meta = file.metadata
-                arrow = file.schema_arrow
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            raise InvalidInputError(f"{where}: not a readable Parquet file ({_short(exc)})") from None
-        if meta.num_rows > budget.rows or meta.num_row_groups > budget.row_groups:
-            raise InvalidInputError(
-                f"{where}: {meta.num_rows:,} rows in {meta.num_row_groups:,} row groups, over "
-                f"the {budget.rows:,} rows and {budget.row_groups:,} row groups it may hold"
-            )
-        size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-        if size > budget.bytes:
-            raise InvalidInputError(f"{where}: {size:,} bytes once decoded, over {budget.bytes:,}")
-        for want in schema(table, self.methods):
-            i = arrow.get_field_index(want.name)
-            if i < 0:
-                raise InvalidInputError(f"{where}: no column '{want.name}'")
-            got = arrow.field(i).type
-            if not _same_type(got, want.type):
-                raise InvalidInputError(
-                    f"{where}: column '{want.name}' is {_short_type(got)}, not {want.type}"
-                )
-
-    def _connect(self, files: _Files) -> duckdb.DuckDBPyConnection:
-        """A connection that can read these descriptors and nothing else, its settings
-        locked."""
-        con = duckdb.connect(
-            ":memory:",
-            config={
-                "threads": self.limits.threads,
-                "memory_limit": f"{self.limits.memory_limit_mb}MB",
-                "autoinstall_known_extensions": False,
-                "autoload_known_extensions": False,
-            },
-        )
-        try:
-            allowed = ", ".join(_literal(p) for p in files.paths)
-            con.execute(f"SET allowed_paths = [{allowed}]")
-            temp = self.limits.temp_dir
-            if self._profile:
-                con.execute("PRAGMA enable_profiling = 'no_output'")
-                con.execute("SET profiling_mode = 'detailed'")
-            if temp:
-                con.execute(f"SET temp_directory = {_literal(temp)}")
-            else:
-                con.execute("SET max_temp_directory_size = '0B'")
-            con.execute("SET enable_external_access = false")
-            con.execute("SET lock_configuration = true")
-        except BaseException:
-            con.close()
-            raise
-        return con
-
-    def _rows(self, sql: str, files: _Files, params: list[Any]) -> list[dict[str, Any]]:
-        if not files.paths:
-            return []
-        con = self._connect(files)
-        try:
-            cur = con.execute(sql, params)
-            names = [d[0] for d in cur.description]
-            rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-            if self._profile:
-                info = json.loads(con.get_profiling_information(format="json"))
-                self.last_scan = Scan.from_profile(info, files.names)
-        except duckdb.Error as exc:  # a damaged or foreign file in the dataset
-            message = _short(exc)
-            for path, name in files.names.items():
-                message = message.replace(path, name)
-            raise InvalidInputError(
-                f"{self.root.name}: the dataset cannot be read ({message})"
-            ) from None
-        finally:
-            con.close()
-        return rows
-
-
-_STRINGS = {"prompt", "text"}
-
-
-def _ident(name: str) -> str:
-    """``name`` quoted as an SQL identifier (the names are the schema's, and a method's name
-    matches METHOD_NAME; the quoting makes any other text one identifier still)."""
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _literal(text: str) -> str:
-    """A string literal of a path this module made (``/proc/self/fd/N``, the spill folder)."""
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _same_type(got: pa.DataType, want: pa.DataType) -> bool:
-    def plain(t: pa.DataType) -> pa.DataType:
-        t = t.value_type if pa.types.is_dictionary(t) else t
-        return pa.string() if pa.types.is_large_string(t) or pa.types.is_string_view(t) else t
-
-    return plain(got) == plain(want)
-
-
-def _short_type(t: pa.DataType) -> str:
-    text = str(t)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
+    def _rows(self, sql: str, files: Files, params: list[Any]) -> list[dict[str, Any]]:
+        found, scan = rows(sql, files, params, self.limits, self.root.name, self._profile)
+        if scan is not None:
+            self.last_scan = scan
+        return found
 
 
 def _page(limit: int) -> int:

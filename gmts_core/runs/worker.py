@@ -19,6 +19,7 @@ loaded by one.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import math
@@ -79,6 +80,8 @@ class WorkerLimits:
     cpu_s: int = 60
     wall_s: float = 60.0
     open_files: int = 64
+    # modules imported before the process says it is ready (not on a request's clock)
+    preload: tuple[str, ...] = ()
 
 
 # --- the parent's side (what crosses the pipe: gmts_core.runs.wire) ---
@@ -94,6 +97,7 @@ class _Worker:
                 "gmts_core.runs.worker",
                 str(limits.memory_mb),
                 str(limits.open_files),
+                *limits.preload,
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -336,6 +340,9 @@ def main() -> None:
     _limit_self(memory_mb, open_files)
     logging.disable(logging.WARNING)
     import gmts_core.runs  # noqa: F401  registers the readers (under the limits already)
+
+    for module in sys.argv[3:]:  # what this pool's requests need, imported before the first
+        importlib.import_module(module)
 
     print(json.dumps({"ready": True}), flush=True)
     out = sys.stdout.buffer

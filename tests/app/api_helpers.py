@@ -37,6 +37,10 @@ def make_settings(root: Path, **overrides: Any) -> Settings:
         session_state_dir=None,  # in memory unless a test asks for a state folder
         # TestClient's host, besides the loopback names a live server is reached by
         allowed_hosts=["127.0.0.1", "localhost", "::1", "testserver"],
+        # a query's time limit far above its time on a loaded 2-core CI machine (the tests of
+        # the limit itself set their own)
+        analysed_query_timeout_s=300.0,
+        analysed_queue_wait_s=300.0,
     )
     values.update(overrides)
     return Settings(**values)

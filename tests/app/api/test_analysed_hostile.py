@@ -39,7 +39,7 @@ SQL_METHODS = [
     "x; INSTALL httpfs",
     "x; SET enable_external_access = true",
     "*",
-    "selected_gmts\"",
+    'selected_gmts"',
 ]
 
 

@@ -17,10 +17,10 @@ with a throwaway reader.
 from __future__ import annotations
 
 import threading
-from urllib.parse import quote
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import psutil
@@ -98,14 +98,14 @@ def test_every_reader_passes_the_corpus_through_a_live_server(
         runs = _get(client, "/v1/runs", root, start).json()["runs"]
         analysed = _get(client, "/v1/analysed-runs", root, start).json()["runs"]
         listed = {r["id"]: r for r in runs} | {r["id"]: r for r in analysed}
-        for target, mutation, run_id, _ in world["cases"]:
+        for _target, mutation, run_id, _ in world["cases"]:
             if mutation is None or mutation.startswith("after-"):
                 assert run_id in listed, (run_id, sorted(listed)[:5])
-        for target, mutation, run_id, victim in world["cases"]:  # swaps after the listing
+        for _target, mutation, _run_id, victim in world["cases"]:  # swaps after the listing
             if mutation is not None and mutation.startswith("after-"):
                 corpus.BEFORE[mutation.removeprefix("after-")](victim, outside)
         before = sorted(p.name for p in outside.iterdir())
-        for target, mutation, run_id, victim in world["cases"]:
+        for target, mutation, run_id, _victim in world["cases"]:
             for route in target.routes:
                 url = route.format(run=_quoted(run_id))
                 resp = _get(client, url, root, start)
@@ -204,9 +204,7 @@ class _CarefulThrowawayReader(_ThrowawayReader):
             raise RunFormatError(ref.path, None, f"not a rollouts.tsv ({exc})") from None
 
 
-def test_a_new_reader_inherits_the_corpus(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_new_reader_inherits_the_corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = tmp_path / "data"
     (data / "throwaway_tsv").mkdir(parents=True)
     (data / "throwaway_tsv" / "rollouts.tsv").write_text("Q: 1+1=?\t 2\t1\nQ: 1+1=?\t 3\t0\n")
