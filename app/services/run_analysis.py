@@ -24,6 +24,7 @@ from gmts_core.config import AnalysisConfig
 from gmts_core.errors import InvalidInputError
 from gmts_core.runs import CLI_LIMITS, LIMIT_NAMES, RunLimits, open_run
 from gmts_core.runs.analysis import StepReport, parse_steps
+from gmts_core.runs.logged_tokens import logged_tokens
 from gmts_core.runs.report import (
     RunAnalysisPlan,
     analyze_run_shard,
@@ -127,9 +128,15 @@ def run_analysis(
     ref = None
     if not uses_log(run):
         if req.model is None:
-            raise InvalidInputError(f"{req.path}: a {run.format} run needs --model to analyse")
-        ref = models.resolve(req.model, any_source=True)
-        models.ensure_available(ref)
+            # a dump with its own per-token numbers is reported from them (no model)
+            if logged_tokens(run.step(steps[0])) is None:
+                raise InvalidInputError(
+                    f"{req.path}: a {run.format} run needs --model to analyse (its dump logs "
+                    "no per-token numbers)"
+                )
+        else:
+            ref = models.resolve(req.model, any_source=True)
+            models.ensure_available(ref)
     if procs.is_main:
         prepare_output(req.out, settings, req.resume)
     procs.wait()

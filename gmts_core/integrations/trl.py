@@ -74,14 +74,18 @@ from gmts_core.integrations.trl_config import CONFIG_DEFAULTS, GMTSGRPOConfig, v
 from gmts_core.integrations.trl_terms import (
     CONFIDENT_PROB,
     GROUP_IDS,
+    PAPER_ADVANTAGES,
+    PAPER_STD,
     AppliedSelection,
     aggregation_for_loss_type,
     gather_rows,
     generation_group_ids,
     global_selection_inputs,
     grad_norm_from_logprob,
+    paper_advantages,
     per_token_advantages,
     selection_metrics,
+    split_group_share,
 )
 from gmts_core.methods.aggregation import loss_weights
 from gmts_core.methods.coefficient import ClipSettings
@@ -144,6 +148,26 @@ class GMTSGRPOTrainer(GRPOTrainer):
         self._hidden: list[torch.Tensor] = []
         self._add_gmts_lm_head()
         self._exact_coefficient = self._coefficient_is_exact()
+        self._rewards_per_func: torch.Tensor | None = None
+        self._warn_if_groups_split()
+
+    def _warn_if_groups_split(self) -> None:
+        """TRL shuffles each generation batch and splits it into ``steps_per_generation``
+        micro-batches (default: ``gradient_accumulation_steps``), so a group-scoped selection
+        sees part of a group; ``gmts/split_group_share`` logs how much per step."""
+        args: Any = self.args
+        if int(getattr(args, "steps_per_generation", 1) or 1) > 1 and self.scope == "group":
+            logger.warning(
+                "GMTSGRPOTrainer: steps_per_generation=%s (gradient_accumulation_steps=%s) "
+                "splits each group across micro-batches, and %s selects within the part of a "
+                "group each one holds (the share of split groups is logged as "
+                "gmts/split_group_share). Keep groups whole with steps_per_generation=1: "
+                "per_device_train_batch_size x processes a multiple of num_generations and "
+                "gradient_accumulation_steps=1, or generation_batch_size equal to that batch",
+                args.steps_per_generation,
+                args.gradient_accumulation_steps,
+                self.token_selection,
+            )
 
     @property
     def scope(self) -> str:
@@ -223,14 +247,28 @@ class GMTSGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
         """TRL's batch, each completion tagged with its group id before TRL shuffles it."""
+        self._rewards_per_func = None
         output = super()._generate_and_score_completions(inputs)
         training = bool(getattr(self.model, "training", False))
         size = (self.num_generations if training else self.num_generations_eval) or 1
         rows = int(output["completion_ids"].shape[0])
-        output[GROUP_IDS] = generation_group_ids(
-            rows, self.accelerator.process_index, size, output["completion_ids"].device
-        )
+        device = output["completion_ids"].device
+        output[GROUP_IDS] = generation_group_ids(rows, self.accelerator.process_index, size, device)
+        std = PAPER_STD.get(self.token_selection)
+        if std is not None and self._rewards_per_func is not None:
+            # the paper's methods rank with their code's advantage, from the rewards of the
+            # whole group (all processes), not TRL's (sample std + 1e-4)
+            every = paper_advantages(self._rewards_per_func, self.reward_weights, size, *std)
+            start = self.accelerator.process_index * rows
+            output[PAPER_ADVANTAGES] = every[start : start + rows].to(device)
         return output
+
+    def _calculate_rewards(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """TRL's rewards of the whole generation batch (gathered), kept for the paper's
+        advantage (:func:`~gmts_core.integrations.trl_terms.paper_advantages`)."""
+        rewards_per_func = super()._calculate_rewards(*args, **kwargs)
+        self._rewards_per_func = rewards_per_func.detach()
+        return rewards_per_func
 
     def _compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
         self._captured, self._capturing, self._batch, self._hidden = [], True, inputs, []
@@ -259,6 +297,11 @@ class GMTSGRPOTrainer(GRPOTrainer):
             ref_logprob=None if ref is None else ref.detach()[valid],
             confident_grad_norm=self._confident_grad_norms(logprob, valid),
             group_ids=self._batch.get(GROUP_IDS),
+            paper_advantage=(
+                per_token_advantages(self._batch[PAPER_ADVANTAGES], valid)
+                if PAPER_ADVANTAGES in self._batch
+                else None
+            ),
         )
         self._log_selection(applied)
         if self.selection_log is not None and getattr(self.model, "training", False):
@@ -324,13 +367,16 @@ class GMTSGRPOTrainer(GRPOTrainer):
         ref_logprob: torch.Tensor | None = None,
         confident_grad_norm: tuple[torch.Tensor, torch.Tensor] | None = None,
         group_ids: torch.Tensor | None = None,
+        paper_advantage: torch.Tensor | None = None,
     ) -> AppliedSelection:
         """Gather this process's valid tokens (flat, (n,)), select globally, return the slice.
 
         ``old_logprob`` (pi_old, None: on-policy) and ``ref_logprob`` (the reference, when
         beta > 0) give the coefficient omega_t; ``confident_grad_norm`` (which tokens, their g)
         replaces the kernel-derived g of confident tokens with the exact one; ``group_ids``
-        (B,) the group of each completion (None: one group).
+        (B,) the group of each completion (None: one group); ``paper_advantage`` (n,) the
+        paper's code's advantage of each valid token's completion (``gmts_paper``,
+        ``gmts_paper_verl``: ranked with it instead of TRL's).
         """
         grad_norm = grad_norm_from_logprob(logprob, log_sum_sq_prob, self.temperature, self._vocab)
         if confident_grad_norm is not None:
@@ -362,6 +408,15 @@ class GMTSGRPOTrainer(GRPOTrainer):
         # Framework1 counts zero-length answers); rows are answer ids (answer_offset is a row one)
         every_group, _ = gather_rows(self.accelerator, group_ids.to(valid.device).unsqueeze(1))
         x.answer_group = every_group[:, 0].cpu().long()
+        if paper_advantage is not None:
+            paper, _ = gather_rows(self.accelerator, paper_advantage.double().unsqueeze(1))
+            x.advantage = paper[:, 0].cpu()
+        size = self.num_generations if getattr(self.model, "training", False) else None
+        if size:
+            mode = "train"
+            self._metrics[mode]["gmts/split_group_share"].append(
+                split_group_share(x.answer_group, int(size))
+            )
         sel = select(x, self.token_selection, self.selection_ratio, self.scope)
         local_mask = torch.zeros_like(valid)
         local_mask[valid] = sel.selected[offset : offset + int(valid.sum())].to(valid.device)

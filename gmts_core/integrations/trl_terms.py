@@ -6,6 +6,7 @@ selected, the rows of every process gathered, and the metrics a selection logs."
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +94,51 @@ def generation_group_ids(
     """
     start = process_index * rows
     return torch.arange(start, start + rows, device=device) // max(num_generations, 1)
+
+
+PAPER_ADVANTAGES = "gmts_paper_advantages"  # batch key: the paper's code's advantage per row
+PAPER_STD = {"gmts_paper": (False, 1e-6), "gmts_paper_verl": (True, 1e-6)}  # (unbiased, eps)
+
+
+def paper_advantages(
+    rewards_per_func: torch.Tensor,
+    weights: torch.Tensor,
+    num_generations: int,
+    unbiased: bool,
+    eps: float,
+) -> torch.Tensor:
+    """The advantage the paper's released code computes from each completion's reward, over
+    the whole generation batch (all processes, every answer of each group), (N,) float64:
+    A = (r - mean r) / (std r + eps) per group of ``num_generations`` consecutive rows, the
+    population std for Framework1 (``np.std``), the unbiased one for its verl code; r the
+    weighted ``nansum`` of the reward functions, as TRL's (a row where every function
+    abstained: NaN, left out of the mean and std, advantage 0).
+
+    TRL's own advantage divides by the sample std + 1e-4, so at beta > 0 (where the KL part
+    does not scale with it) the paper's methods would rank differently with it.
+    """
+    r = rewards_per_func.double()
+    total = (r * weights.double().to(r.device).unsqueeze(0)).nansum(dim=1)
+    total[torch.isnan(r).all(dim=1)] = math.nan
+    grouped = total.view(-1, max(num_generations, 1))  # (groups, G)
+    scored = ~torch.isnan(grouped)
+    count = scored.sum(dim=1, keepdim=True).clamp(min=1)
+    mean = torch.where(scored, grouped, 0.0).sum(dim=1, keepdim=True) / count
+    centred = torch.where(scored, grouped - mean, 0.0)
+    dof = (count - 1).clamp(min=1) if unbiased else count
+    std = (centred.pow(2).sum(dim=1, keepdim=True) / dof).sqrt()
+    return (centred / (std + eps)).reshape(-1)
+
+
+def split_group_share(group_of_answer: torch.Tensor, num_generations: int) -> float:
+    """Share of the groups present in a micro-batch that are not whole (fewer than
+    ``num_generations`` of their answers here): TRL shuffles each generation batch and splits
+    it into ``steps_per_generation`` micro-batches, so a group-scoped selection then sees only
+    part of a group."""
+    if group_of_answer.numel() == 0:
+        return 0.0
+    _, counts = torch.unique(group_of_answer, return_counts=True)
+    return float((counts < num_generations).double().mean())
 
 
 def per_token_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

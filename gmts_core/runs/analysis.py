@@ -36,6 +36,13 @@ from gmts_core.analysis.summaries import (
 from gmts_core.errors import InvalidInputError
 from gmts_core.model.loading import LoadedModel
 from gmts_core.runs.base import RunGroup, RunStep
+from gmts_core.runs.logged_tokens import (
+    compare_with_analysis,
+    logged_tokens,
+    model_free_mismatch,
+    model_free_selections,
+    numbers_note,
+)
 
 _STEPS_RX = re.compile(r"^\s*(-?\d+)?\s*:\s*(-?\d+)?\s*(?::\s*(\d+))?\s*$")
 
@@ -95,6 +102,15 @@ class StepReport:
     extra: dict[str, Any] = field(default_factory=dict)
     # mean entropy (nats) over the step's answer tokens: what a trainer logs as its entropy
     entropy_mean: float | None = None
+    # answer tokens the trainer's loss did not count (loss mask 0): in no figure above
+    untrained_tokens: int = 0
+    # which per-token numbers are logged (the dump's) and which recomputed (the model's)
+    numbers: dict[str, str] = field(default_factory=dict)
+    # mean |logged - recomputed| over trained tokens (entropy, trainer_logprob), with a model
+    logged_vs_recomputed: dict[str, float | None] = field(default_factory=dict)
+    # train/inference mismatch (gmts_core.runs.logged_tokens.mismatch_summary); None: the dump
+    # has no inference log-probs
+    mismatch: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _json_safe(asdict(self))
@@ -204,7 +220,60 @@ def analyze_step(
     groups = [group_input(g, reward_kind, lm.tokenizer) for g in step.groups]
     chat = any(g.chat for g in step.groups) and bool(getattr(lm.tokenizer, "chat_template", None))
     result = analyze(lm, groups, replace(config, chat_template=chat or config.chat_template))
-    return report_from_result(step, result), result
+    report = report_from_result(step, result)
+    tokens = logged_tokens(step)
+    report.numbers = numbers_note(tokens, recomputed=True)
+    if tokens is not None:
+        report.logged_vs_recomputed, report.mismatch = compare_with_analysis(tokens, result)
+    return report, result
+
+
+def dump_step_report(step: RunStep, config: AnalysisConfig) -> StepReport:
+    """The report row of a step from the per-token numbers its dump logged, no model: the
+    model-free selections (``entropy``, ``gmts_entropy``: :func:`~gmts_core.runs.
+    logged_tokens.model_free_selections`) over the trained tokens and the train/inference
+    mismatch; the figures that need the gradient (coverage, wasted share) are absent."""
+    tokens = logged_tokens(step)
+    if tokens is None:
+        raise InvalidInputError(
+            f"{step.source}: the dump holds no per-token numbers; a model is needed"
+        )
+    selections = model_free_selections(tokens, config)
+    trained = tokens.trained
+    rewards = [r for g in step.groups for r in (g.rewards or []) if not math.isnan(r)]
+    zero = sum(all(a == 0 for a in (g.advantages or [math.nan])) for g in step.groups)
+    entropy = tokens.columns.get("entropy")
+    names = list(selections)
+    return StepReport(
+        step=step.step,
+        source=step.source,
+        num_groups=len(step.groups),
+        num_answers=len(tokens.lengths),
+        num_tokens=int(trained.sum()),
+        reward_mean=_mean(rewards),
+        reward_std=_std(rewards),
+        zero_signal_share=zero / max(len(step.groups), 1),
+        mean_answer_length=sum(tokens.lengths) / max(len(tokens.lengths), 1),
+        selected_count={m: int(s.selected.sum()) for m, s in selections.items()},
+        gradient_coverage={},
+        wasted_share={},
+        overlap={
+            f"{a}|{b}": overlap(selections[a].selected[trained], selections[b].selected[trained])[
+                "jaccard"
+            ]
+            for i, a in enumerate(names)
+            for b in names[i + 1 :]
+        },
+        spearman_batch=None,
+        spearman_within_answer_median=None,
+        mode="logged",
+        entropy_mean=float(entropy[trained].mean())
+        if entropy is not None and trained.any()
+        else None,
+        untrained_tokens=int((~trained).sum()),
+        numbers=numbers_note(tokens, recomputed=False),
+        mismatch=model_free_mismatch(tokens, selections),
+    )
 
 
 def report_from_result(step: RunStep, result: AnalysisResult) -> StepReport:
@@ -229,6 +298,7 @@ def report_from_result(step: RunStep, result: AnalysisResult) -> StepReport:
         spearman_batch=rho["batch"],
         spearman_within_answer_median=rho["within_answer_median"],
         entropy_mean=_token_mean(result),
+        untrained_tokens=s.get("num_untrained_tokens", 0),
     )
 
 

@@ -35,9 +35,11 @@ from gmts_core.run_dataset.writer import StepColumns, write_step
 from gmts_core.runs.analysis import (
     StepReport,
     analyze_step,
+    dump_step_report,
     logged_step_report,
 )
 from gmts_core.runs.base import jsonl_records
+from gmts_core.runs.logged_tokens import MODEL_FREE_METHODS
 from gmts_core.runs.registry import Run
 from gmts_core.runs.trainer_metrics import find_trainer_metrics
 
@@ -59,13 +61,19 @@ class RunAnalysisPlan:
 
 
 def settings_of(run: Run, model: str | None, config: AnalysisConfig, plan: RunAnalysisPlan) -> dict:
+    if uses_log(run):
+        mode, methods = "logged", ["applied", "entropy", "gmts"]
+    elif model is None:  # the dump's own per-token numbers (dump_step_report)
+        mode, methods = "logged", list(MODEL_FREE_METHODS)
+    else:
+        mode, methods = "analysis", list(config.methods)
     return {
         "version": REPORT_VERSION,
         "run": str(run.path),
         "format": run.format,
-        "model": model if not uses_log(run) else None,
-        "mode": "logged" if uses_log(run) else "analysis",
-        "methods": list(config.methods) if not uses_log(run) else ["applied", "entropy", "gmts"],
+        "model": model if mode == "analysis" else None,
+        "mode": mode,
+        "methods": methods,
         "ratio": config.ratio,
         "scope": config.scope,
         "advantage": config.advantage,
@@ -137,8 +145,8 @@ def analyze_run_shard(
 
     ``on_step`` is called after each step (None for a step skipped because it was done).
     """
-    if lm is None and not uses_log(run):
-        raise InvalidInputError(f"{run.path}: a {run.format} run needs a model to analyse")
+    # without a model a dump's own per-token numbers are reported (dump_step_report); a step
+    # without them raises there, naming the step
     done = set(done_steps(out))
     mine = plan.shard(rank, world)
     todo = [s for s in mine if s not in done]
@@ -168,6 +176,8 @@ def analyze_run_shard(
             written = None
             if uses_log(run):
                 report = logged_step_report(step)
+            elif lm is None:
+                report = dump_step_report(step, config)
             else:
                 assert lm is not None
                 report, result = analyze_step(lm, step, config, plan.reward_kind)
