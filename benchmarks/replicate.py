@@ -28,11 +28,13 @@ held-out problem.
     .venv/bin/python benchmarks/replicate.py --quick --json    # a smoke run, JSON on stdout
 
 The designed replication (docs/replication.md: the regime where the selections differ most,
-entropy against gmts, 8 answers per held-out problem, other seeds than the first study's):
+entropy against gmts, 8 answers per held-out problem, seeds no earlier run used, as many as the
+power advice of a previous run asked for):
 
     .venv/bin/python benchmarks/replicate.py --regimes hard-mix --methods entropy,gmts \
-        --seeds 20 --steps 30 --eval-every 10 --eval-samples 8 --seed-offset 100 \
-        --eval-seed 20000 --json replication-designed.json
+        --seeds 24 --steps 16 --eval-every 8 --eval-samples 8 --seed-offset 300 \
+        --eval-seed 40000 --jobs 2 --json docs/replication-hardmix-24.json \
+        --svg docs/replication-hardmix-24.svg
 """
 
 from __future__ import annotations

@@ -258,3 +258,18 @@ def test_one_seed_gives_no_verdict_in_the_tab(compare_json: dict[str, Any]) -> N
     assert "one seed: no verdict" in rows[1][3]
     for word in ("separable", "is better", "differs", "within noise"):
         assert word not in summary and word not in table
+
+
+def test_the_tab_points_to_the_cli_when_the_advice_asks_for_more_seeds() -> None:
+    from types import SimpleNamespace
+
+    def stub(needed: int | None) -> Any:
+        row = {"power": {"seeds_needed": needed}}
+        config = CompareConfig(methods=("entropy", "gmts"), seeds=2, seed_offset=0)
+        return SimpleNamespace(table=lambda: [{"power": None}, row], config=config)
+
+    note = compare.more_seeds_note(stub(31))
+    assert "up to 31 seeds" in note and "gmts compare --methods entropy,gmts --seeds 31" in note
+    assert "--seed-offset 2" in note  # fresh seeds, not the ones this compare already used
+    assert compare.more_seeds_note(stub(compare.MAX_TAB_SEEDS)) == ""
+    assert compare.more_seeds_note(stub(None)) == ""
