@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import gradio as gr
+from gradio.context import Context
 
 from app.reports.analysed_report import (
     report_html,
@@ -160,7 +161,7 @@ def build_analysed_section(ctx: UIContext) -> None:
         "numbers, no model needed."
     )
     with gr.Row():
-        run = gr.Dropdown(h.choices(wait=False), value=None, label="Analysed run", elem_id="analysed-pick")
+        run = gr.Dropdown([], value=None, label="Analysed run", elem_id="analysed-pick")
         refresh = gr.Button("Refresh", elem_id="analysed-refresh", scale=0)
         download = gr.DownloadButton("Download report (HTML)", elem_id="analysed-download")
     status = gr.Markdown(elem_id="analysed-status")
@@ -187,6 +188,9 @@ def build_analysed_section(ctx: UIContext) -> None:
     timer = gr.Timer(POLL_S)
 
     refresh.click(h.refresh, None, run)
+    # each page load lists the runs anew (building the UI reads none: startup never waits on
+    # a run root, and a run written since the server started is there after a reload)
+    Context.root_block.load(h.refresh, None, run, show_progress="hidden")
     run.change(h.open, run, [body, status, plot_reward, plot_select, step, download, shown])
     timer.tick(
         h.poll, [run, body], [body, status, plot_reward, plot_select, step], show_progress="hidden"

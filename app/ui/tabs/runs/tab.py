@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 import gradio as gr
+from gradio.context import Context
 
 from app.services.catalog import ANALYSIS_DEFAULTS
 from app.services.errors import GMTSError
@@ -97,6 +98,8 @@ def build_runs_tab(ctx: UIContext) -> None:
     in_order: dict[str, Any] = {"concurrency_id": STEP_VIEW_QUEUE, "concurrency_limit": 1}
     charts_in_order: dict[str, Any] = {"concurrency_id": CHARTS_QUEUE, "concurrency_limit": 1}
     refresh.click(h.list_runs, None, [run, bad_runs])
+    # each page load lists the runs anew: one written since the server started is there
+    Context.root_block.load(h.list_runs, None, [run, bad_runs], show_progress="hidden")
     run.change(
         h.load_run,
         [run, model, ratio],
