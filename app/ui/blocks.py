@@ -31,11 +31,13 @@ logger = logging.getLogger(__name__)
 TABS: tuple[Tab, ...] = (EXPLORE, LEARN, TRAIN, COMPARE, PROXY, RUNS)
 """Every tab of the UI, in order (Learn and Proxy check read what Explore shares)."""
 
+# "Hover" with a mouse, "Tap" on a touch screen (static/gmts.css shows one: `hover: none`)
+POINT_AT = '<span class="on-hover">Hover</span><span class="on-touch">Tap</span>'
 INTRO = (
     "**GMTS Explorer — which answer tokens drive learning?** Sample a group of answers "
     "(or paste your own), reward them, and compare which tokens two "
     "selection methods would train on: **entropy** (the 80/20 rule) vs **gmts** (gradient "
-    "magnitude). Hover a token for its numbers."
+    f"magnitude). {POINT_AT} a token for its numbers."
 )
 
 

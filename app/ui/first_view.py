@@ -87,12 +87,24 @@ def first_view_html(example: Json | None, intro: str, note: str) -> str:
     return (
         f'<div id="{FIRST_VIEW_ID}" aria-busy="true">'
         f"<style>{css}{_STYLE}</style>"
-        f'<p class="fv-intro">{escape(_plain(intro))}</p>'
+        f'<p class="fv-intro">{_intro_html(intro)}</p>'
         f'<p class="fv-note">{escape(_plain(note))}</p>'
         f"{spotlight}{tokens}"
         '<p class="fv-loading">Loading the interactive explorer…</p>'
         f"</div><script>{tips}</script><script>{_HANDOFF}</script>"
     )
+
+
+# the only markup the intro's text keeps here: the "Hover"/"Tap" pair (app.ui.blocks.POINT_AT)
+_KEPT_TAGS = ('<span class="on-hover">', '<span class="on-touch">', "</span>")
+
+
+def _intro_html(markdown: str) -> str:
+    """The intro as plain, escaped text, but for the spans of :data:`_KEPT_TAGS`."""
+    html = escape(_plain(markdown))
+    for tag in _KEPT_TAGS:
+        html = html.replace(escape(tag), tag)
+    return html
 
 
 def _plain(markdown: str) -> str:

@@ -185,8 +185,7 @@ def test_demo_batch_and_drill_down(chromium: Any, ui_server: LiveServer, artifac
     page.wait_for_selector("#json-download", state="visible")
     body = result_json(page)
     assert len(body["groups"]) == 4
-    grid = page.locator("#batch-overview [role=grid]")
-    assert grid.get_attribute("aria-rowcount") == "5"  # a header row and one row per group
+    assert page.locator("#batch-overview tbody tr").count() == 4  # one row per group
     page.wait_for_selector("#budget-plot .js-plotly-plot .barlayer .point")
 
     page.locator("#group-select input").click()

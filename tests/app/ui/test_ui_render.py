@@ -241,7 +241,10 @@ def test_learn_lists_the_literature_family_with_live_coverage(result: dict) -> N
     for name, arxiv in (("clip_cov", "2505.22617"), ("gtpo", "2508.04349"), ("rsi", "2606.31575")):
         assert f"<code>{name}</code>" in html and arxiv in html
     cov = result["summary"]["gradient_coverage"]["gmts"]
-    assert "<td><code>gmts</code></td>" in html and f"{render.fmt(100 * cov, 3)}%" in html
+    assert (
+        '<td data-label="method"><code>gmts</code></td>' in html
+        and f"{render.fmt(100 * cov, 3)}%" in html
+    )
 
 
 def test_chart_coordinates_are_rounded_to_four_digits(result: dict) -> None:

@@ -18,9 +18,10 @@ import plotly.graph_objects as go
 from app.palette import method_color
 from app.services.catalog import demo_problems
 from app.services.errors import InvalidInputError
-from app.ui.charts import LAYOUT
+from app.ui.charts import LAYOUT, TWO_LINE_TITLE_TOP
 from app.ui.choices import EXPLICIT
 from app.ui.render import Json, fmt, groups_of
+from app.ui.tables import card_table
 from app.ui.tabs.explore.view import ExploreForm, common_fields, sampling_fields
 
 BLOCK_SEPARATOR = re.compile(r"^\s*-{3,}\s*$", re.MULTILINE)
@@ -110,6 +111,11 @@ def overview_headers(methods: tuple[str, str]) -> list[str]:
     return [*OVERVIEW_HEADERS[:5], f"budget {methods[0]}", f"budget {methods[1]}"]
 
 
+def overview_html(result: Json, methods: tuple[str, str]) -> str:
+    """The groups' overview as a table (a card per group on a phone)."""
+    return card_table(overview_headers(methods), overview_rows(result, methods), "groups")
+
+
 def group_choices(result: Json | None) -> list[tuple[str, int]]:
     """Drill-down choices: ``(label, group index)``."""
     if not result:
@@ -126,7 +132,7 @@ def budget_chart(result: Json, methods: tuple[str, str]) -> go.Figure:
     shares = (result.get("summary") or {}).get("budget_share", {})
     zero = [bool((g.get("summary") or {}).get("zero_signal")) for g in groups]
     x = [
-        f"group {g.get('index', i)}" + (" (no signal)" if z else "")
+        f"group {g.get('index', i)}" + ("<br>(no signal)" if z else "")  # two lines: a phone
         for i, (g, z) in enumerate(zip(groups, zero, strict=True))
     ]
     fig = go.Figure()
@@ -142,10 +148,11 @@ def budget_chart(result: Json, methods: tuple[str, str]) -> go.Figure:
             )
         )
     wasted = (result.get("summary") or {}).get("wasted_share", {})
-    title = "Selection budget per group — wasted: " + ", ".join(
+    title = "Selection budget per group<br>wasted: " + ", ".join(
         f"{m} {100 * wasted[m]:.0f}%" for m in methods if m in wasted
     )
     fig.update_layout(title=title, barmode="group", yaxis_tickformat=".0%", **LAYOUT)
+    fig.update_layout(margin_t=TWO_LINE_TITLE_TOP)
     return fig
 
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
-import pandas as pd
 
 from app.ui import charts, choices, status
 from app.ui.context import Tab, UIContext, call
@@ -42,7 +41,7 @@ class ExploreOutputs:
     positions: gr.Plot
     advantages: gr.Plot
     learn: gr.HTML  # rendered in the Learn tab
-    overview: gr.Dataframe
+    overview: gr.HTML
     budget: gr.Plot
     batch_box: gr.Column
     why: gr.HTML  # why Method A and B differ
@@ -97,10 +96,7 @@ def chart_views(result: Any, a: str, b: str, color_by: str, group: Any) -> list[
     return [
         *(figures.get(k) for k in ("scatter", "distributions", "positions", "advantages")),
         view.learn_view(result, a, b, int(group or 0)),
-        pd.DataFrame(
-            batch.overview_rows(result, (a, b)) if is_batch else [],
-            columns=batch.overview_headers((a, b)),
-        ),
+        batch.overview_html(result, (a, b)) if is_batch else "",
         batch.budget_chart(result, (a, b)) if is_batch else None,
         gr.Column(visible=is_batch),
     ]
@@ -234,14 +230,9 @@ def _outputs_panel(
             label="Drill into group",
             elem_id="group-select",
         )
-        overview = gr.Dataframe(
-            first[8] if is_batch else None,
-            headers=batch.OVERVIEW_HEADERS,
-            label="Groups",
-            interactive=False,
-            wrap=True,
-            elem_id="batch-overview",
-        )
+        gr.Markdown("#### Groups")
+        # a table on a wide screen, a card per group on a phone (app.ui.tables.card_table)
+        overview = gr.HTML(first[8] if is_batch else "", elem_id="batch-overview")
         budget = gr.Plot(first[9], label="Selection budget per group", elem_id="budget-plot")
     with gr.Row():
         downloads = [

@@ -200,17 +200,33 @@ def selection_section(summary: Json, methods: tuple[str, str]) -> str:
 def family_section(summary: Json) -> str:
     """Every selection criterion: its paper, formula, and what it keeps of this batch's γ."""
     cov = summary.get("gradient_coverage", {})
+    header = ("method", "criterion", "paper", "formula, constants, choices", "γ kept")
     rows = "".join(
-        f"<tr><td><code>{escape(m.name)}</code></td><td>{escape(m.description)}</td>"
-        f"<td>{escape(m.citation)}</td><td>{escape(m.details)}</td>"
-        f"<td>{'—' if cov.get(m.name) is None else fmt(100 * cov[m.name], 3) + '%'}</td></tr>"
+        "<tr>"
+        + "".join(
+            f'<td data-label="{escape(h)}">{v}</td>'
+            for h, v in zip(
+                header,
+                (
+                    f"<code>{escape(m.name)}</code>",
+                    escape(m.description),
+                    escape(m.citation),
+                    escape(m.details),
+                    "—" if cov.get(m.name) is None else fmt(100 * cov[m.name], 3) + "%",
+                ),
+                strict=True,
+            )
+        )
+        + "</tr>"
         for m in list_method_infos()
     )
-    table = (  # wide: it scrolls sideways in its own box on a phone, with a shadow as the cue
-        '<div class="scroll-x"><table class="learn-family"><tr><th>method</th><th>criterion</th>'
-        "<th>paper</th><th>formula, constants, choices</th><th>γ kept</th></tr>"
-        f"{rows}</table></div>"
+    # a table on a wide screen; on a phone one card per method, each value under its column's
+    # name (data-label, static/gmts.css), so nothing scrolls sideways
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    table = (
+        f'<table class="learn-family"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
     )
+
     return _section(
         "7. The family: token criteria of the RLVR literature",
         "score_t = f(H_t, log p_t, A_i, w_i, …);   keep the top k",

@@ -10,7 +10,7 @@ import gradio as gr
 
 from app.ui.context import Tab, UIContext, call
 from app.ui.render import Json
-from app.ui.tabs.proxy.view import FIDELITY_HEADERS, gradcheck_request, proxy_view
+from app.ui.tabs.proxy.view import gradcheck_request, proxy_view
 
 EXPLAIN = (
     "### How good is the proxy?\n"
@@ -31,9 +31,8 @@ def build_proxy_tab(ctx: UIContext) -> None:
         precision = gr.Radio(["float32", "float64"], value="float32", label="Precision")
         run_btn = gr.Button("Check the current group", variant="primary", elem_id="proxy-run-btn")
     summary = gr.Markdown(elem_id="proxy-summary")
-    table = gr.Dataframe(
-        headers=FIDELITY_HEADERS, label="Fidelity", interactive=False, elem_id="proxy-table"
-    )
+    gr.Markdown("#### Fidelity")
+    table = gr.HTML(elem_id="proxy-table")  # a card per method on a phone (fidelity_html)
     scatter = gr.Plot(label="Score vs true gradient norm", elem_id="proxy-scatter")
     group = ctx.group if ctx.group is not None else gr.State(0)  # Explore's drill-down
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -20,8 +19,10 @@ from app.palette import NEUTRAL, method_color
 from app.services.catalog import ANALYSIS_DEFAULTS
 from app.services.errors import InvalidInputError
 from app.ui.render import Json, fmt, groups_of
+from app.ui.tables import card_table
 
-SCATTER_COLUMNS = 3
+SCATTER_COLUMNS = 2  # two panels a row: each ~150 px wide on a phone
+PANEL_HEIGHT_PX = 260
 FIDELITY_HEADERS = [
     "method", "Spearman (all tokens)", "Spearman (median in answer)", "true norm kept",
     "squared norm kept", "cosine to full gradient", "norm ratio",
@@ -82,7 +83,9 @@ def proxy_scatter(body: Json) -> go.Figure:
     """True gradient norm (x) vs each method's score (y), log-log; selected tokens ringed.
 
     Tokens whose true norm or score is 0 (zero-advantage answers) cannot sit on log axes and
-    are left out; the subplot title says how many are shown.
+    are left out; the subplot title says how many are shown. Laid out to read at a phone's
+    width (390 px) as well: two panels a row, each title on three short lines, the axis titles
+    once per column and row, the legend (two entries) in a margin of its own below them.
     """
     methods = scatter_methods(body)
     fid = body.get("fidelity") or {}
@@ -95,18 +98,42 @@ def proxy_scatter(body: Json) -> go.Figure:
             _positive(t.get("true_grad_norm")) and _positive(t["scores"].get(m)) for t in tokens
         )
         rho = (fid.get("spearman", {}).get(m) or {}).get("batch")
-        titles.append(f"{m}: ρ = {fmt(rho, 3)} ({shown} of {len(tokens)} tokens)")
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles or None)
+        titles.append(f"<b>{m}</b><br>ρ = {fmt(rho, 3)}<br>{shown} of {len(tokens)} tokens")
+    height = PANEL_HEIGHT_PX * rows + 160
+    fig = make_subplots(
+        rows=rows,
+        cols=cols,
+        subplot_titles=titles or None,
+        shared_xaxes=True,  # one x (the same tokens' true norms): its labels on the last row
+        horizontal_spacing=0.12,
+        vertical_spacing=min(0.3, 80 / height) if rows > 1 else 0.0,
+    )
     for i, m in enumerate(methods):
         _add_method(fig, tokens, m, i // cols + 1, i % cols + 1, first=i == 0)
-    fig.update_xaxes(type="log", title_text="true gradient norm")
-    fig.update_yaxes(type="log", title_text="score")
+    fig.update_annotations(font_size=11)  # the subplot titles
+    # labels at powers of ten only (a log axis also labels 2 and 5: clutter at 150 px), at
+    # most ~4 across a panel, level
+    norms = [t["true_grad_norm"] for t in tokens if _positive(t.get("true_grad_norm"))]
+    decades = math.log10(max(norms) / min(norms)) if norms else 1.0
+    fig.update_xaxes(type="log", dtick=max(1, math.ceil(decades / 3)), tickangle=0)
+    fig.update_yaxes(type="log", dtick=1)
+    for c in range(1, cols + 1):
+        fig.update_xaxes(title_text="true gradient norm", title_standoff=4, row=rows, col=c)
+    for r in range(1, rows + 1):
+        fig.update_yaxes(title_text="score", title_standoff=2, row=r, col=1)
     fig.update_layout(
         template="plotly_white",
-        height=max(360, 320 * rows),
-        margin=dict(l=55, r=20, t=60, b=60),
-        legend=dict(orientation="h", y=-0.12, x=0),
-        title="Score vs exact per-token gradient norm (log-log)",
+        height=height,
+        margin=dict(l=60, r=16, t=125, b=100),
+        legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0),
+        title=dict(
+            text="Score vs exact per-token gradient norm<br>(log-log)",
+            font_size=15,
+            yref="container",
+            y=1,
+            yanchor="top",
+            pad=dict(t=10),
+        ),
     )
     return fig
 
@@ -127,9 +154,10 @@ def _add_method(
                 x=[t["true_grad_norm"] for t in pts],
                 y=[t["scores"][m] for t in pts],
                 mode="markers",
-                name=f"selected by {m}" if selected else "not selected",
-                legendgroup=m if selected else "not selected",
-                showlegend=selected or first,
+                # the panel's title names the method: two legend entries say the rest
+                name="selected (◆, the method's colour)" if selected else "not selected",
+                legendgroup="selected" if selected else "not selected",
+                showlegend=first,
                 marker=dict(
                     color=color,
                     size=7 if selected else 6,
@@ -178,8 +206,12 @@ def fidelity_markdown(body: Json) -> str:
     return "\n\n".join(lines[:2]) + ("\n\n" + "\n".join(lines[2:]) if lines[2:] else "")
 
 
+def fidelity_html(fid: Json) -> str:
+    """The fidelity table as HTML: a card per method on a phone (:func:`card_table`)."""
+    return card_table(FIDELITY_HEADERS, fidelity_rows(fid), "fidelity of each method's score")
+
+
 def proxy_view(body: Json) -> list[Any]:
-    """Markdown, fidelity table and scatter for a gradcheck response."""
+    """Markdown, fidelity table (HTML) and scatter for a gradcheck response."""
     fid = body.get("fidelity") or {}
-    table = pd.DataFrame(fidelity_rows(fid), columns=FIDELITY_HEADERS)
-    return [fidelity_markdown(body), table, proxy_scatter(body)]
+    return [fidelity_markdown(body), fidelity_html(fid), proxy_scatter(body)]
