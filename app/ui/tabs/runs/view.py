@@ -44,10 +44,25 @@ def run_choices(runs: Json) -> list[tuple[str, str]]:
     ]
 
 
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!<>|~&])")
+
+
+def md_text(text: str) -> str:
+    """``text`` shown literally in Markdown: every character Markdown (or the HTML it
+    allows) would read escaped with a backslash, once (the renderer escapes nothing more)."""
+    return _MD_SPECIAL.sub(r"\\\1", text.replace("\n", " "))
+
+
+def md_code(text: str) -> str:
+    """``text`` as a Markdown code span, shown literally whatever backticks it holds."""
+    fence = "`" * (max((len(m) for m in re.findall("`+", text)), default=0) + 1)
+    return f"{fence} {text.replace(chr(10), ' ')} {fence}"
+
+
 def unreadable_note(runs: Json) -> str:
     """The runs listed but not readable, each with its reason (Markdown; empty if none)."""
     bad = [r for r in runs["runs"] if not r.get("readable", True)]
-    lines = [f"- `{escape(r['id'])}`: {escape(str(r['reason']))}" for r in bad[:20]]
+    lines = [f"- {md_code(r['id'])}: {md_text(str(r['reason']))}" for r in bad[:20]]
     if len(bad) > 20:
         lines.append(f"- ... and {len(bad) - 20} more")
     if runs.get("truncated"):
