@@ -23,9 +23,9 @@ from app.ui.limited import lr_warning
 Json = dict[str, Any]
 MAX_EARLIER = 6  # the oldest faded runs drop off beyond this
 COLLAPSE = 0.5  # held-out accuracy below this share of its start value is called a collapse
-# KL to the start (k3) that the Train tab's defaults stay below over 30 steps (measured:
+# KL to the start (k3): the Train tab defaults stayed below 0.03 over 30 steps on seed 0 (measured:
 # docs/benchmarks.md, "warnings while a run goes wrong"); the median of the last KL_WINDOW steps
-KL_MAX = 1.0
+KL_MAX = 0.1
 KL_WINDOW = 5
 
 
