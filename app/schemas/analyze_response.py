@@ -49,6 +49,12 @@ class TokenOut(BaseModel):
     ranks: dict[str, int]
     selected: dict[str, bool]
     alternatives: list[Alternative]
+    trained: bool = Field(
+        True,
+        description="Whether the trainer's loss counted this token (its loss mask is 1). A "
+        "token it did not count (a tool output, an environment message) is shown with its "
+        "text but never selected (rank 0) nor counted in any budget or summary.",
+    )
     grad_head: Num = Field(None, description="gamma * ||h_t||: this token's LM-head gradient norm.")
     true_grad_norm: Num = Field(
         None, description="/v1/gradcheck only: exact full-parameter gradient norm of its loss term."
@@ -59,7 +65,7 @@ class TokenOut(BaseModel):
 
 
 class RewardDetail(BaseModel):
-    reward: float
+    reward: Num = Field(description="null: the run logged an advantage but no reward it tells.")
     rule: str
     extracted: str | None
     reference: str | None
@@ -69,7 +75,7 @@ class RewardDetail(BaseModel):
 class AnswerOut(BaseModel):
     index: int
     text: str
-    reward: float
+    reward: Num = Field(description="null: the run logged an advantage but no reward it tells.")
     reward_detail: RewardDetail
     advantage: float
     weight: float

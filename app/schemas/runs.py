@@ -129,6 +129,11 @@ class RunStepResponse(BaseModel):
         description="Logged mode: why the logged selections (applied, entropy, gmts) differ, "
         "every pair, from the log's own numbers (analysis mode: in `analysis.differences`).",
     )
+    notes: list[str] = Field(
+        default_factory=list,
+        description="What the reader could not tell from the step's file, or how it read it "
+        "(e.g. which TRL columns are the rewards, and whether the file can tell).",
+    )
 
 
 class RunMetricsResponse(BaseModel):

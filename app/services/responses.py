@@ -120,6 +120,7 @@ def token_out(t: TokenRecord, extra: dict[str, float | None] | None = None) -> T
         "ranks": t.ranks,
         "selected": t.selected,
         "alternatives": t.alternatives,
+        "trained": t.trained,
     }
     if t.grad_head is not None:
         fields["grad_head"] = num(t.grad_head)

@@ -219,6 +219,7 @@ class RunService:
             run=run_id,
             step=number,
             format=run.format,
+            notes=[self.relative(n) for n in step.notes],
             previous=steps[i - 1] if i > 0 else None,
             next=steps[i + 1] if i + 1 < len(steps) else None,
         )

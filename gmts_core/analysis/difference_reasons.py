@@ -370,12 +370,10 @@ def _selected(result: AnalysisResult, method: str) -> torch.Tensor:
     """The method's flags on the trained tokens (the order of :func:`difference_inputs`)."""
     trained = None if result.inputs is None else result.inputs.trained
     if method in result.selections:
-        flags_t = result.selections[method].selected
-        return flags_t if trained is None else flags_t[trained]
-    flags = [
-        t.selected[method] for g in result.groups for a in g.answers for t in a.tokens if t.trained
-    ]
-    return torch.tensor(flags, dtype=torch.bool)
+        flags = result.selections[method].selected
+        return flags if trained is None else flags[trained]
+    tokens = (t for g in result.groups for a in g.answers for t in a.tokens if t.trained)
+    return torch.tensor([t.selected[method] for t in tokens], dtype=torch.bool)
 
 
 def why_they_differ(result: AnalysisResult, method_a: str, method_b: str) -> Differences:

@@ -35,19 +35,17 @@ How it hooks into TRL (1.16), with no copy of TRL's loss code:
   takes back its own slice.
 - Groups: TRL shuffles each generation batch before splitting it into micro-batches, so the
   trainer tags every completion with its group id (global row // ``num_generations``) when the
-  batch is generated, and selection runs in the scope of ``GMTSGRPOConfig.selection_scope``
-  (unset: the method's default, ``group`` for ``gmts_paper``/``gmts_paper_verl``, as the API
-  does). A group is the answers of one prompt present in the micro-batch (all of them with
-  ``steps_per_generation = 1``). Selection runs on every micro-batch at the current policy.
-- ``gmts_paper``/``gmts_paper_verl`` take TRL's advantages as given here, not re-standardised
-  by the paper's std (TRL does not hand its rewards to the loss); within a group without KL that
-  ranks exactly as the rewards' own standardisation. With ``beta`` > 0 they score with the
-  paper's KL part beta (pi_ref / pi_theta - 1) (Framework1's, k3's derivative), also where TRL's
-  loss is the bias-corrected KL (``use_bias_correction_kl``, TRL's default), whose derivative
-  beta r log(pi_ref / pi_theta) ``gmts`` and the other methods rank by: ``gmts_paper`` is the
-  paper's formula, ``gmts`` the coefficient of the loss TRL optimises. Completions with no loss
-  token (``mask_truncated_completions``) still count in their group's G, as Framework1 counts
-  zero-length answers.
+  batch is generated; selection runs in ``GMTSGRPOConfig.selection_scope`` (unset: the method's
+  default, ``group`` for the paper's methods). A group is its answers present in the
+  micro-batch: all of them only with ``steps_per_generation = 1``; else the trainer warns and
+  logs ``gmts/split_group_share`` (groups are not gathered across micro-batches).
+- ``gmts_paper``/``gmts_paper_verl`` rank with their code's advantage, computed at generation
+  from TRL's rewards over every answer of each group (``trl_terms.paper_advantages``), and
+  with beta > 0 the paper's KL part beta (pi_ref / pi_theta - 1) (Framework1's, k3's
+  derivative), also where TRL's loss is the bias-corrected KL, whose derivative
+  beta r log(pi_ref / pi_theta) ``gmts`` ranks by (the coefficient of the loss TRL
+  optimises). Completions with no loss token still count in their group's G, as Framework1
+  counts zero-length answers.
 
 Unlike TRL's ``top_entropy_quantile`` (a ``torch.quantile`` threshold, which keeps every token
 tied at the threshold), selection keeps exactly k = ceil(ratio * N) tokens per scope, ties broken
@@ -59,7 +57,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import types
 from typing import Any
 
@@ -72,26 +69,24 @@ from gmts_core.errors import InvalidInputError
 from gmts_core.integrations.selection_log import SelectionLogger
 from gmts_core.integrations.trl_config import CONFIG_DEFAULTS, GMTSGRPOConfig, validate_selection
 from gmts_core.integrations.trl_terms import (
-    CONFIDENT_PROB,
     GROUP_IDS,
     PAPER_ADVANTAGES,
     PAPER_STD,
     AppliedSelection,
     aggregation_for_loss_type,
+    confident_grad_norms,
     gather_rows,
     generation_group_ids,
-    global_selection_inputs,
     grad_norm_from_logprob,
     paper_advantages,
     per_token_advantages,
     selection_metrics,
     split_group_share,
+    split_groups_warning,
+    trainer_selection_inputs,
 )
-from gmts_core.methods.aggregation import loss_weights
-from gmts_core.methods.coefficient import ClipSettings
 from gmts_core.methods.selection import SelectionInputs, default_scope, select
 from gmts_core.model.logit_head import head_path
-from gmts_core.stats.metrics import token_stats_chunked
 
 logger = logging.getLogger(__name__)
 
@@ -149,25 +144,9 @@ class GMTSGRPOTrainer(GRPOTrainer):
         self._add_gmts_lm_head()
         self._exact_coefficient = self._coefficient_is_exact()
         self._rewards_per_func: torch.Tensor | None = None
-        self._warn_if_groups_split()
-
-    def _warn_if_groups_split(self) -> None:
-        """TRL shuffles each generation batch and splits it into ``steps_per_generation``
-        micro-batches (default: ``gradient_accumulation_steps``), so a group-scoped selection
-        sees part of a group; ``gmts/split_group_share`` logs how much per step."""
-        args: Any = self.args
-        if int(getattr(args, "steps_per_generation", 1) or 1) > 1 and self.scope == "group":
-            logger.warning(
-                "GMTSGRPOTrainer: steps_per_generation=%s (gradient_accumulation_steps=%s) "
-                "splits each group across micro-batches, and %s selects within the part of a "
-                "group each one holds (the share of split groups is logged as "
-                "gmts/split_group_share). Keep groups whole with steps_per_generation=1: "
-                "per_device_train_batch_size x processes a multiple of num_generations and "
-                "gradient_accumulation_steps=1, or generation_batch_size equal to that batch",
-                args.steps_per_generation,
-                args.gradient_accumulation_steps,
-                self.token_selection,
-            )
+        warning = split_groups_warning(self.args, self.scope, self.token_selection)
+        if warning:
+            logger.warning(warning)
 
     @property
     def scope(self) -> str:
@@ -326,33 +305,13 @@ class GMTSGRPOTrainer(GRPOTrainer):
     def _confident_grad_norms(
         self, logprob: torch.Tensor, valid: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Exact g of the valid tokens with p >= CONFIDENT_PROB from their logits: (which of the
-        valid tokens (n,) bool, their g (m,)); None when the hidden states were not captured."""
+        """Exact g of the valid tokens with p >= CONFIDENT_PROB (``trl_terms.
+        confident_grad_norms``); None when the hidden states were not captured."""
         if len(self._hidden) != len(self._captured) or not self._hidden:
             return None
-        width = logprob.shape[1]
-        hidden = torch.cat([h[:, :-1][:, -width:] for h in self._hidden])  # (B, T, D)
         ids = self._batch["completion_ids"] if self._batch is not None else None
-        if ids is None or hidden.shape[:2] != valid.shape:
-            return None
-        confident = valid & (logprob >= math.log(CONFIDENT_PROB))  # (B, T)
-        which = confident[valid]  # (n,)
-        if not bool(which.any()):
-            return which, torch.empty(0, dtype=torch.float64)
         path = head_path(self._base_model())
-        h = hidden[confident]  # (m, D)
-        try:
-            with torch.no_grad():
-                stats = token_stats_chunked(
-                    h.shape[0],
-                    lambda sl: path.logits(h[sl].to(path.head.weight.dtype)),
-                    ids[confident],
-                    self.temperature,
-                )
-        except RuntimeError as exc:  # e.g. a sharded head (FSDP2 DTensor) outside its forward
-            logger.warning("exact g of confident tokens unavailable (%s); using the bound", exc)
-            return None
-        return which, stats.grad_norm.double()
+        return confident_grad_norms(self._hidden, ids, logprob, valid, path, self.temperature)
 
     # --- selection -----------------------------------------------------------------------------
 
@@ -411,12 +370,9 @@ class GMTSGRPOTrainer(GRPOTrainer):
         if paper_advantage is not None:
             paper, _ = gather_rows(self.accelerator, paper_advantage.double().unsqueeze(1))
             x.advantage = paper[:, 0].cpu()
-        size = self.num_generations if getattr(self.model, "training", False) else None
-        if size:
-            mode = "train"
-            self._metrics[mode]["gmts/split_group_share"].append(
-                split_group_share(x.answer_group, int(size))
-            )
+        if getattr(self.model, "training", False):
+            share = split_group_share(x.answer_group, int(self.num_generations or 1))
+            self._metrics["train"]["gmts/split_group_share"].append(share)
         sel = select(x, self.token_selection, self.selection_ratio, self.scope)
         local_mask = torch.zeros_like(valid)
         local_mask[valid] = sel.selected[offset : offset + int(valid.sum())].to(valid.device)
@@ -424,26 +380,13 @@ class GMTSGRPOTrainer(GRPOTrainer):
         return self.last_selection
 
     def _selection_inputs(
-        self,
-        rows: torch.Tensor,
-        lengths: torch.Tensor,
-        answer_ids: torch.Tensor,
-        group_ids: torch.Tensor,
+        self, rows: torch.Tensor, lengths: torch.Tensor, answers: torch.Tensor, groups: torch.Tensor
     ) -> SelectionInputs:
-        """SelectionInputs of the global batch under this trainer's loss (its aggregation,
-        clip and KL; a fresh seed per call for the random control)."""
+        """SelectionInputs of the global batch under this trainer's loss (a fresh seed per call
+        for the random control): ``trl_terms.trainer_selection_inputs``."""
         self._selection_calls += 1
-        args: Any = self.args
-        settings = ClipSettings(
-            self.epsilon_low,
-            self.epsilon_high,
-            self.beta,
-            getattr(args, "delta", None),
-            bool(getattr(args, "use_bias_correction_kl", False)),
-        )
-        weights = loss_weights(lengths, self.aggregation, max_length=self.max_completion_length)
         seed = self.args.seed * 1_000_003 + self._selection_calls
-        return global_selection_inputs(rows, weights, answer_ids, group_ids, settings, seed)
+        return trainer_selection_inputs(self, rows, lengths, answers, groups, seed)
 
     def _log_selection(self, applied: AppliedSelection) -> None:
         """Selected fraction, gradient coverage, and entropy/GMTS coverage and overlap."""

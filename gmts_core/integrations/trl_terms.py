@@ -6,6 +6,7 @@ selected, the rows of every process gathered, and the metrics a selection logs."
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -14,8 +15,12 @@ import torch
 
 from gmts_core.analysis.summaries import gradient_coverage, overlap
 from gmts_core.errors import InvalidInputError
+from gmts_core.methods.aggregation import loss_weights
 from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
 from gmts_core.methods.selection import Selection, SelectionInputs, select
+from gmts_core.stats.metrics import token_stats_chunked
+
+logger = logging.getLogger(__name__)
 
 # TRL loss_type -> gmts_core loss-aggregation mode (the weights w_i of TRL's loss).
 # "grpo"/"sapo": mean over answers of each answer's token mean -> 1 / (G |o_i|).
@@ -141,6 +146,58 @@ def split_group_share(group_of_answer: torch.Tensor, num_generations: int) -> fl
     return float((counts < num_generations).double().mean())
 
 
+def split_groups_warning(args: Any, scope: str, method: str) -> str | None:
+    """Why a group-scoped selection sees part of each group (TRL shuffles each generation batch
+    and splits it into ``steps_per_generation`` micro-batches, by default the accumulation
+    steps), and the settings that keep groups whole; None where they are whole."""
+    steps = int(getattr(args, "steps_per_generation", 1) or 1)
+    if steps <= 1 or scope != "group":
+        return None
+    return (
+        f"GMTSGRPOTrainer: steps_per_generation={steps} (gradient_accumulation_steps="
+        f"{args.gradient_accumulation_steps}) splits each group across micro-batches, and "
+        f"{method} selects within the part of a group each one holds (logged as "
+        "gmts/split_group_share). Keep groups whole with steps_per_generation=1: "
+        "gradient_accumulation_steps=1 and per_device_train_batch_size x processes a multiple "
+        "of num_generations"
+    )
+
+
+def confident_grad_norms(
+    hidden_states: list[torch.Tensor],
+    ids: torch.Tensor | None,
+    logprob: torch.Tensor,
+    valid: torch.Tensor,
+    path: Any,
+    temperature: float,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Exact g of the valid tokens with p >= CONFIDENT_PROB from their logits, recomputed from
+    the captured final hidden states through the LM head ``path``: (which of the valid tokens
+    (n,) bool, their g (m,)); None where the shapes do not line up or the head cannot run
+    outside its forward (e.g. a sharded FSDP2 head)."""
+    width = logprob.shape[1]
+    hidden = torch.cat([h[:, :-1][:, -width:] for h in hidden_states])  # (B, T, D)
+    if ids is None or hidden.shape[:2] != valid.shape:
+        return None
+    confident = valid & (logprob >= math.log(CONFIDENT_PROB))  # (B, T)
+    which = confident[valid]  # (n,)
+    if not bool(which.any()):
+        return which, torch.empty(0, dtype=torch.float64)
+    h = hidden[confident]  # (m, D)
+    try:
+        with torch.no_grad():
+            stats = token_stats_chunked(
+                h.shape[0],
+                lambda sl: path.logits(h[sl].to(path.head.weight.dtype)),
+                ids[confident],
+                temperature,
+            )
+    except RuntimeError as exc:  # e.g. a sharded head (FSDP2 DTensor) outside its forward
+        logger.warning("exact g of confident tokens unavailable (%s); using the bound", exc)
+        return None
+    return which, stats.grad_norm.double()
+
+
 def per_token_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Advantages (B,) or (B, T) -> one value per valid token, flat (n,)."""
     adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
@@ -217,3 +274,26 @@ def global_selection_inputs(
     )
     x.paper_kl_coef = paper_kl
     return x
+
+
+def trainer_selection_inputs(
+    trainer: Any,
+    rows: torch.Tensor,
+    lengths: torch.Tensor,
+    answer_ids: torch.Tensor,
+    group_ids: torch.Tensor,
+    seed: int,
+) -> SelectionInputs:
+    """SelectionInputs of the gathered batch under ``trainer``'s loss: its aggregation
+    (``trainer.aggregation``), clip (``epsilon_low``/``epsilon_high``, ``delta``) and KL
+    (``beta``, ``use_bias_correction_kl``)."""
+    args: Any = trainer.args
+    settings = ClipSettings(
+        trainer.epsilon_low,
+        trainer.epsilon_high,
+        trainer.beta,
+        getattr(args, "delta", None),
+        bool(getattr(args, "use_bias_correction_kl", False)),
+    )
+    weights = loss_weights(lengths, trainer.aggregation, max_length=trainer.max_completion_length)
+    return global_selection_inputs(rows, weights, answer_ids, group_ids, settings, seed)

@@ -36,13 +36,8 @@ from gmts_core.analysis.summaries import (
 from gmts_core.errors import InvalidInputError
 from gmts_core.model.loading import LoadedModel
 from gmts_core.runs.base import RunGroup, RunStep
-from gmts_core.runs.logged_tokens import (
-    compare_with_analysis,
-    logged_tokens,
-    model_free_mismatch,
-    model_free_selections,
-    numbers_note,
-)
+from gmts_core.runs.logged_tokens import compare_with_analysis, logged_tokens, numbers_note
+from gmts_core.runs.token_samples import trained_mask
 
 _STEPS_RX = re.compile(r"^\s*(-?\d+)?\s*:\s*(-?\d+)?\s*(?::\s*(\d+))?\s*$")
 
@@ -173,25 +168,6 @@ def group_input(group: RunGroup, reward_kind: str | None, tokenizer: Any = None)
     )
 
 
-# per-token columns that say whether the trainer's loss counted a token (1) or not (0)
-MASK_COLUMNS = ("loss_mask", "response_mask", "token_loss_mask")
-
-
-def trained_mask(group: RunGroup) -> list[list[bool]] | None:
-    """The group's loss mask (one flag per answer token: trained or not) from the first
-    per-token mask column the reader gave (:data:`MASK_COLUMNS`); None: every token trained.
-    An answer whose mask is missing (null) counts as trained throughout."""
-    for name in MASK_COLUMNS:
-        column = group.token_columns.get(name)
-        if column is None or group.token_ids is None:
-            continue
-        return [
-            [bool(v) for v in mask] if mask is not None else [True] * len(ids)
-            for mask, ids in zip(column, group.token_ids, strict=True)
-        ]
-    return None
-
-
 def _prompt_from_ids(group: RunGroup, tokenizer: Any) -> str:
     """The prompt of a group stored as token ids, decoded (special tokens kept: a chat
     template's markers tokenize back to themselves)."""
@@ -226,54 +202,6 @@ def analyze_step(
     if tokens is not None:
         report.logged_vs_recomputed, report.mismatch = compare_with_analysis(tokens, result)
     return report, result
-
-
-def dump_step_report(step: RunStep, config: AnalysisConfig) -> StepReport:
-    """The report row of a step from the per-token numbers its dump logged, no model: the
-    model-free selections (``entropy``, ``gmts_entropy``: :func:`~gmts_core.runs.
-    logged_tokens.model_free_selections`) over the trained tokens and the train/inference
-    mismatch; the figures that need the gradient (coverage, wasted share) are absent."""
-    tokens = logged_tokens(step)
-    if tokens is None:
-        raise InvalidInputError(
-            f"{step.source}: the dump holds no per-token numbers; a model is needed"
-        )
-    selections = model_free_selections(tokens, config)
-    trained = tokens.trained
-    rewards = [r for g in step.groups for r in (g.rewards or []) if not math.isnan(r)]
-    zero = sum(all(a == 0 for a in (g.advantages or [math.nan])) for g in step.groups)
-    entropy = tokens.columns.get("entropy")
-    names = list(selections)
-    return StepReport(
-        step=step.step,
-        source=step.source,
-        num_groups=len(step.groups),
-        num_answers=len(tokens.lengths),
-        num_tokens=int(trained.sum()),
-        reward_mean=_mean(rewards),
-        reward_std=_std(rewards),
-        zero_signal_share=zero / max(len(step.groups), 1),
-        mean_answer_length=sum(tokens.lengths) / max(len(tokens.lengths), 1),
-        selected_count={m: int(s.selected.sum()) for m, s in selections.items()},
-        gradient_coverage={},
-        wasted_share={},
-        overlap={
-            f"{a}|{b}": overlap(selections[a].selected[trained], selections[b].selected[trained])[
-                "jaccard"
-            ]
-            for i, a in enumerate(names)
-            for b in names[i + 1 :]
-        },
-        spearman_batch=None,
-        spearman_within_answer_median=None,
-        mode="logged",
-        entropy_mean=float(entropy[trained].mean())
-        if entropy is not None and trained.any()
-        else None,
-        untrained_tokens=int((~trained).sum()),
-        numbers=numbers_note(tokens, recomputed=False),
-        mismatch=model_free_mismatch(tokens, selections),
-    )
 
 
 def report_from_result(step: RunStep, result: AnalysisResult) -> StepReport:

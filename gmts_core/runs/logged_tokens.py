@@ -75,7 +75,12 @@ def logged_tokens(step: RunStep) -> LoggedTokens | None:
             for c in names:
                 column = g.token_columns.get(c)
                 row = column[ai] if column is not None else None
-                values[c] += [float(v) for v in row] if row is not None else [math.nan] * n
+                # None: a value the dump could not hold (and NaN after the reading worker's wire)
+                values[c] += (
+                    [math.nan if v is None else float(v) for v in row]
+                    if row is not None
+                    else [math.nan] * n
+                )
             masks = g.token_columns.get("loss_mask")
             mask = masks[ai] if masks is not None else None
             trained += [bool(m) for m in mask] if mask is not None else [True] * n

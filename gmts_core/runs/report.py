@@ -35,10 +35,10 @@ from gmts_core.run_dataset.writer import StepColumns, write_step
 from gmts_core.runs.analysis import (
     StepReport,
     analyze_step,
-    dump_step_report,
     logged_step_report,
 )
 from gmts_core.runs.base import jsonl_records
+from gmts_core.runs.dump_report import dump_step_report
 from gmts_core.runs.logged_tokens import MODEL_FREE_METHODS
 from gmts_core.runs.registry import Run
 from gmts_core.runs.trainer_metrics import find_trainer_metrics

@@ -148,3 +148,22 @@ def answer_advantage(per_token: list[float], mask: list[int]) -> float:
         if m:
             return a
     return math.nan
+
+
+# per-token columns that say whether the trainer's loss counted a token (1) or not (0)
+MASK_COLUMNS = ("loss_mask", "response_mask", "token_loss_mask")
+
+
+def trained_mask(group: RunGroup) -> list[list[bool]] | None:
+    """The group's loss mask (one flag per answer token: trained or not) from the first
+    per-token mask column the reader gave (:data:`MASK_COLUMNS`); None: every token trained.
+    An answer whose mask is missing (null) counts as trained throughout."""
+    for name in MASK_COLUMNS:
+        column = group.token_columns.get(name)
+        if column is None or group.token_ids is None:
+            continue
+        return [
+            [bool(v) for v in mask] if mask is not None else [True] * len(ids)
+            for mask, ids in zip(column, group.token_ids, strict=True)
+        ]
+    return None

@@ -34,7 +34,7 @@ def step_out(step: RunStep) -> dict[str, Any]:
     # shallow: json.dumps walks the lists itself (asdict's deep copy cost as much again)
     names = [f.name for f in fields(RunGroup)]
     groups = [{n: getattr(g, n) for n in names} for g in step.groups]
-    return {"step": step.step, "source": step.source, "groups": groups}
+    return {"step": step.step, "source": step.source, "groups": groups, "notes": step.notes}
 
 
 def step_in(data: dict[str, Any]) -> RunStep:
@@ -47,7 +47,8 @@ def step_in(data: dict[str, Any]) -> RunStep:
             if values is not None:
                 setattr(group, attr, [math.nan if v is None else float(v) for v in values])
         groups.append(group)
-    return RunStep(int(data["step"]), groups, str(data["source"]))
+    notes = [str(n) for n in data.get("notes", [])]
+    return RunStep(int(data["step"]), groups, str(data["source"]), notes)
 
 
 def dumps(value: Any) -> bytes:

@@ -14,7 +14,8 @@ import pytest
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.model.loading import load_model
 from gmts_core.runs import open_run
-from gmts_core.runs.analysis import AnalysisConfig, analyze_step, dump_step_report
+from gmts_core.runs.analysis import AnalysisConfig, analyze_step
+from gmts_core.runs.dump_report import dump_step_report
 from gmts_core.runs.logged_tokens import MISMATCH_THRESHOLD
 from gmts_core.runs.report import (
     RunAnalysisPlan,

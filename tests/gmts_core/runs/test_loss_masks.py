@@ -26,7 +26,8 @@ from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.methods.selection import METHODS, top_k_count
 from gmts_core.model.loading import LoadedModel, load_model
 from gmts_core.runs import READERS, detect_format, open_run
-from gmts_core.runs.analysis import AnalysisConfig, analyze_step, trained_mask
+from gmts_core.runs.analysis import AnalysisConfig, analyze_step
+from gmts_core.runs.token_samples import trained_mask
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "runs"
 FIXTURES = {

@@ -1,0 +1,95 @@
+"""GET /v1/runs/...: the per-token dumps (prime-rl, NeMo-RL, open-instruct) open through the API
+(read in the reading processes), and a token their trainer's loss did not count comes back with
+its text, ``trained`` false, selected by no method and counted in no figure; the step's report
+carries the logged-vs-recomputed numbers and the train/inference mismatch; a TRL step says how
+its reward columns were found."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from tests.app.api_helpers import make_settings
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "runs"
+DUMPS = ("prime_rl", "nemo_rl", "open_instruct")
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    root = tmp_path_factory.mktemp("runs")
+    for name in DUMPS:
+        shutil.copytree(DATA / name, root / name)
+    folder = root / "trl-extra" / "completions"
+    folder.mkdir(parents=True)
+    pd.DataFrame(
+        {
+            "step": [1] * 4,
+            "prompt": ["Q: 1+1=?"] * 4,
+            "completion": [" 2", " 3", " 2", " 4"],
+            "accuracy_reward": [1.0, 0.0, 1.0, 0.0],
+            "num_reasoning_steps": [3, 7, 2, 9],
+            "advantage": [0.866, -0.866, 0.866, -0.866],
+        }
+    ).to_parquet(folder / "completions_00001.parquet")
+    settings = make_settings(
+        tmp_path_factory.mktemp("models"),
+        run_roots=[root],
+        default_model="tiny-arith",
+        max_total_tokens=8192,
+        run_max_step_answers=12,
+    )
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def test_the_dumps_are_listed_with_their_formats(client: TestClient) -> None:
+    runs = {r["id"]: r for r in client.get("/v1/runs").json()["runs"]}
+    for name in DUMPS:
+        assert runs[name]["readable"] and runs[name]["format"] == name
+
+
+@pytest.mark.parametrize("name", ["prime_rl", "nemo_rl"])
+def test_untrained_tokens_come_back_greyed_and_never_selected(
+    client: TestClient, name: str
+) -> None:
+    r = client.get(
+        f"/v1/runs/{name}/steps/1",
+        params={"model": "tiny-arith", "methods": "entropy,gmts,gmts_entropy"},
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    tokens = [t for g in body["analysis"]["groups"] for a in g["answers"] for t in a["tokens"]]
+    untrained = [t for t in tokens if not t["trained"]]
+    assert untrained and all(t["text"] for t in untrained)
+    assert not any(any(t["selected"].values()) for t in untrained)
+    assert all(set(t["ranks"].values()) == {0} for t in untrained)
+    summary = body["analysis"]["summary"]
+    assert summary["num_tokens"] == len(tokens) - len(untrained)
+    report = body["report"]
+    assert report["untrained_tokens"] == len(untrained)
+    assert report["mismatch"]["share_above"] is not None
+    assert report["numbers"]["inference_logprob"] == "logged"
+
+
+def test_open_instruct_rollouts_open(client: TestClient) -> None:
+    r = client.get("/v1/runs/open_instruct/steps/2", params={"model": "tiny-arith"})
+    assert r.status_code == 200, r.text
+    answers = [a for g in r.json()["analysis"]["groups"] for a in g["answers"]]
+    assert len(answers) == 12 and all(t["trained"] for a in answers for t in a["tokens"])
+
+
+def test_a_trl_step_says_how_its_rewards_were_read(client: TestClient) -> None:
+    r = client.get("/v1/runs/trl-extra/steps/1", params={"model": "tiny-arith"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert any("recovered" in n for n in body["notes"])
+    analysis = body["analysis"]  # one group: the single form (prompt, answers)
+    rewards = [a["reward"] for a in analysis["answers"]]
+    assert rewards == [1.0, 0.0, 1.0, 0.0]  # the logged count is not added
