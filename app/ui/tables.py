@@ -10,17 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from html import escape
+from typing import Any
 
 
-def card_table(headers: Sequence[str], rows: Sequence[Sequence[str]], label: str = "") -> str:
-    """``rows`` (their first cell names the row) under ``headers``; ``label``, if given, is the
-    table's accessible name."""
+def _text(value: Any) -> str:
+    return "—" if value is None else escape(str(value))
+
+
+def card_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], label: str = "") -> str:
+    """``rows`` (their first cell names the row; None shows as —) under ``headers``;
+    ``label``, if given, is the table's accessible name."""
     head = "".join(f"<th scope='col'>{escape(h)}</th>" for h in headers)
     body = []
     for row in rows:
-        cells = [f"<th scope='row'>{escape(row[0])}</th>"]
+        cells = [f"<th scope='row'>{_text(row[0])}</th>"]
         cells += [
-            f"<td data-label='{escape(h)}'>{escape(v)}</td>"
+            f"<td data-label='{escape(h)}'>{_text(v)}</td>"
             for h, v in zip(headers[1:], row[1:], strict=True)
         ]
         body.append("<tr>" + "".join(cells) + "</tr>")

@@ -74,15 +74,14 @@ def wait_for_run(page: Any, expected_done: int) -> None:
     # the history table is written only by the run's last update (after its evaluation): the
     # curves and the status above also move mid-run
     page.wait_for_function(
-        "([sel, n]) => Number(document.querySelector(sel + ' [role=grid]')"
-        "?.getAttribute('aria-rowcount')) === n + 1",
+        "([sel, n]) => document.querySelectorAll(sel + ' tbody tr').length === n",
         arg=["#train-history", expected_done],
     )
 
 
 def table_rows(page: Any, elem_id: str) -> int:
-    """Data rows of a Gradio dataframe (its grid's row count less the header row)."""
-    return int(page.locator(f"#{elem_id} [role=grid]").get_attribute("aria-rowcount")) - 1
+    """Data rows of an HTML table (app.ui.tables.card_table)."""
+    return int(page.locator(f"#{elem_id} tbody tr").count())
 
 
 def session_id(page: Any) -> str:

@@ -17,7 +17,6 @@ from app.ui.limited import LR_CONTROL_MAX, SANE_LR, limit_slider
 from app.ui.render import Json, placeholder
 from app.ui.tabs.train.view import (
     DELTA_LOGP_NOTE,
-    HISTORY_HEADERS,
     SKIP,
     TrainForm,
     reset_session,
@@ -111,9 +110,9 @@ def _outputs() -> list[Any]:
     batch = gr.HTML(
         placeholder("Run a step to see the batch it trained on."), elem_id="train-batch"
     )
-    table = gr.Dataframe(
-        headers=HISTORY_HEADERS, label="Step history", interactive=False, elem_id="train-history"
-    )
+    gr.Markdown("#### Step history")
+    # a table on a wide screen, a card per step on a phone (app.ui.tables.card_table)
+    table = gr.HTML(elem_id="train-history")
     gr.Markdown(DELTA_LOGP_NOTE, elem_id="train-delta-note")
     return [status, reward, loss, wasted, table, batch]
 

@@ -16,13 +16,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
-
 from app.services.catalog import CLASS_RECIPE
 from app.services.errors import SessionNotFoundError
 from app.ui import status
 from app.ui.client import Backend
 from app.ui.render import Json, fmt, placeholder
+from app.ui.tables import card_table
 from app.ui.tabs.train import earlier_runs as train_runs
 from app.ui.tabs.train.changes import render_batch_changes
 from app.ui.tabs.train.charts import loss_figure, reward_figure, wasted_figure
@@ -215,7 +214,7 @@ class TrainView:
             reward_figure(history, evals, self.earlier),
             loss_figure(history),
             wasted_figure(history),
-            pd.DataFrame(history_rows(history), columns=HISTORY_HEADERS),
+            card_table(HISTORY_HEADERS, history_rows(history), "step history"),
             batch,
             self.earlier,
         ]
