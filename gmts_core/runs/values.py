@@ -12,6 +12,7 @@ the line and the field (``rewards[1]``), which the server answers with a 422.
 from __future__ import annotations
 
 import math
+import numbers
 from pathlib import Path
 from typing import Any
 
@@ -83,19 +84,13 @@ def as_float(value: Any, what: str, path: Path | str, line: int | None) -> float
     refused unless finite (or NaN) and at most :data:`MAX_ABS_NUMBER` in magnitude."""
     if value is None:
         return float("nan")
-    number: float | None = None
-    if isinstance(value, (bool, int, float)):
-        try:
-            number = float(value)
-        except OverflowError:  # an integer literal such as 10**400
-            raise RunFormatError(path, line, f"{what} {_short(value)} is out of range") from None
-    elif isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            pass
-    if number is None:
+    # a number's own type only: true/false and "1"/"0" are a writer's bug, not a reward
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise RunFormatError(path, line, f"{what} must be a number, got {_short(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer literal such as 10**400
+        raise RunFormatError(path, line, f"{what} {_short(value)} is out of range") from None
     if math.isinf(number) or abs(number) > MAX_ABS_NUMBER:
         raise RunFormatError(
             path, line, f"{what} {_short(value)} is out of range (at most {MAX_ABS_NUMBER:g})"
