@@ -4,7 +4,8 @@ TRL (``GRPOTrainer.log``, ``trl/trainer/grpo_trainer.py``) writes one parquet fi
 step with the columns ``step``, ``prompt``, ``completion`` (strings, or chat message lists), one
 column per reward function (named after it), the columns reward functions logged through
 ``log_extra`` (any values, numbers too), and ``advantage``: the advantage TRL trained with,
-which is authoritative here. Groups are the rows with the same prompt. Which numeric columns
+which is authoritative here. Groups are the runs of rows with the same prompt, cut into
+blocks of ``num_generations`` (:func:`trl_groups`). Which numeric columns
 are rewards, and their weights, is found by :mod:`gmts_core.runs.trl_rewards` (named by the
 run's ``trainer_state.json``, else recovered from the advantage); the reward of a completion is
 their weighted ``nansum``, TRL's. What could not be told is said in the step's ``notes``.
@@ -13,6 +14,7 @@ their weighted ``nansum``, TRL's. What could not be told is said in the step's `
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,6 @@ from gmts_core.runs.base import (
     StepRef,
     as_float,
     completion_text,
-    group_by_key,
     has_match,
     prompt_text,
     read_parquet_step,
@@ -84,6 +85,23 @@ def numeric_columns(table: pa.Table) -> list[str]:
     ]
 
 
+def trl_groups(keys: list[str]) -> list[list[int]]:
+    """The rows of each group. TRL logs a generation batch's rows in order, each prompt's
+    ``num_generations`` answers one after the other, and a batch may draw one prompt twice
+    (adjacent, or apart): groups are the runs of equal prompts, each cut into blocks of G, the
+    greatest common divisor of the runs' lengths (every run is a multiple of G)."""
+    runs: list[list[int]] = []
+    for row, key in enumerate(keys):
+        if runs and keys[runs[-1][0]] == key:
+            runs[-1].append(row)
+        else:
+            runs.append([row])
+    size = math.gcd(*(len(r) for r in runs)) if runs else 1
+    if size <= 1:  # a run of one answer: no common G to cut by, the runs are the groups
+        return runs
+    return [run[i : i + size] for run in runs for i in range(0, len(run), size)]
+
+
 def _as_array(values: list[Any], name: str, path: Path) -> np.ndarray:
     return np.array([as_float(v, name, path, row + 1) for row, v in enumerate(values)], np.float64)
 
@@ -95,7 +113,7 @@ def groups_from_table(
     cols = {n: table.column(n).to_pylist() for n in table.column_names}
     prompts = [prompt_text(p, path, row + 1) for row, p in enumerate(cols["prompt"])]
     keys = [json.dumps(p, sort_keys=True, default=str) for p in cols["prompt"]]
-    rows_by_group = group_by_key(keys)
+    rows_by_group = trl_groups(keys)
     numeric = {n: _as_array(cols[n], n, path) for n in numeric_columns(table)}
     advantage = _as_array(cols["advantage"], "advantage", path) if "advantage" in cols else None
     found = find_reward_columns(numeric, advantage, rows_by_group, named)

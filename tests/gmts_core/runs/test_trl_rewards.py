@@ -190,3 +190,13 @@ def test_an_unreadable_trainer_state_leaves_the_completions_readable(
     (tmp_path / "trainer_state.json").write_text(broken)
     (group,) = open_run(tmp_path).step(1).groups
     assert group.rewards == [1.0, 0.0]
+
+
+def test_a_prompt_drawn_twice_in_a_batch_is_two_groups() -> None:
+    """TRL writes each group's G answers in a row; a prompt drawn twice gives a run of 2G rows
+    (or two runs apart): two groups of G, never one of 2G."""
+    from gmts_core.runs.trl import trl_groups
+
+    keys = ["a"] * 8 + ["b"] * 4 + ["a"] * 4
+    assert trl_groups(keys) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+    assert trl_groups(["a", "a", "b"]) == [[0, 1], [2]]  # no common G: the runs
