@@ -106,7 +106,8 @@ def compare_statistics(
         diff_table = finals[i] - ref  # (S, P)
         diff = _interval(diff_table, -1.0, 1.0)
         advice = observed = None
-        if name != reference and s >= MIN_SEEDS_FOR_VERDICT and per_problem:
+        identical = bool(np.array_equal(finals[i], ref))
+        if name != reference and s >= MIN_SEEDS_FOR_VERDICT and per_problem and not identical:
             components = variance_components(diff_table)
             noise = answer_noise_bound(finals[[i, ref_index]], answers)
             advice = advise(effect, components, noise, design)
@@ -118,7 +119,7 @@ def compare_statistics(
                 final_accuracy=_interval(finals[i], 0.0, 1.0),
                 gain=_interval(finals[i] - start[None, :], -1.0, 1.0),
                 paired_difference=None if name == reference else diff,
-                identical=bool(np.array_equal(finals[i], ref)),
+                identical=identical,
                 advice=advice,
                 advice_observed=observed,
             )
