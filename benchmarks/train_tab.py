@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -94,10 +95,12 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
     form = tab_form(args, seed)
     start = time.perf_counter()
     view = None
+    sent: list[tuple[int, int]] = []  # per update: (bytes of all values, bytes of batch HTML)
     for view in train.run_steps(backend, None, form):
         t = time.perf_counter()
-        view.values()  # what the tab sends to the browser after every step
+        values = view.values()  # what the tab sends to the browser after every step
         timed.seconds["figures_and_tables"] += time.perf_counter() - t
+        sent.append((sum(map(_payload_bytes, values)), _payload_bytes(values[BATCH_VALUE])))
     wall = time.perf_counter() - start
     assert view is not None and view.info is not None
     evals = view.info["evaluations"]
@@ -117,7 +120,29 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
         # what it sends now (the first prompts, once per run)
         "batch_html_bytes_all": len(render_batch_changes(view.last_batch, 10**6).encode()),
         "batch_html_bytes_shown": len(render_batch_changes(view.last_batch).encode()),
+        # what the tab's updates carry, measured: the median update mid-run (all values, and
+        # its batch HTML), and the batch HTML summed over the whole run
+        "update_bytes_mid_run_median": median([a for a, _ in sent[:-1]]) if len(sent) > 1 else 0,
+        "batch_html_bytes_mid_run_median": median([b for _, b in sent[:-1]])
+        if len(sent) > 1
+        else 0,
+        "batch_html_bytes_run_total": sum(b for _, b in sent),
+        "updates": len(sent),
     }
+
+
+BATCH_VALUE = 6  # TrainView.values(): state, status, three figures, table, batch HTML, runs
+
+
+def _payload_bytes(value: Any) -> int:
+    """Bytes of one output value as sent (a figure as its JSON; a skipped one sends nothing)."""
+    if value is train.SKIP or value is None:
+        return 0
+    if hasattr(value, "to_json"):
+        return len(value.to_json().encode())
+    if isinstance(value, str):
+        return len(value.encode())
+    return len(json.dumps(value, default=str).encode())
 
 
 def _interval(evals: list[Any]) -> list[float] | None:
@@ -220,7 +245,10 @@ def main() -> int:
             f"{r['gain_interval_points']}) in {r['seconds']} s "
             f"[{', '.join(f'{k} {v:.1f} s' for k, v in r['seconds_by_part'].items())}; "
             f"last batch HTML {r['batch_html_bytes_all'] / 1e3:.0f} kB all, "
-            f"{r['batch_html_bytes_shown'] / 1e3:.0f} kB shown]"
+            f"{r['batch_html_bytes_shown'] / 1e3:.0f} kB shown; per update mid-run "
+            f"{r['update_bytes_mid_run_median'] / 1e3:.0f} kB, of it batch HTML "
+            f"{r['batch_html_bytes_mid_run_median'] / 1e3:.0f} kB; batch HTML over the run "
+            f"{r['batch_html_bytes_run_total'] / 1e3:.0f} kB in {r['updates']} updates]"
             for r in runs
         ),
         f"  median gain {report['gain_points_median']:+.1f} points, median time "

@@ -100,6 +100,8 @@ def test_train_tab_smoke() -> None:
     parts = run["seconds_by_part"]
     assert {"step_session", "evaluate_session", "figures_and_tables"} <= set(parts)
     assert run["batch_html_bytes_shown"] <= run["batch_html_bytes_all"]
+    # the batch view goes out once, with the run's last update, never mid-run
+    assert run["batch_html_bytes_mid_run_median"] == 0 < run["batch_html_bytes_run_total"]
     from app.ui.tabs.train.view import TrainForm
 
     form = TrainForm()  # the benchmark runs the tab's own defaults
