@@ -13,7 +13,11 @@ components come from the two-way ANOVA's mean squares, each floored at 0, and th
 ``mean +- t * sqrt(Var(mean))`` with Satterthwaite's degrees of freedom for the combination of
 mean squares: with few seeds and a large seed part the degrees of freedom fall towards S - 1 and
 the t quantile widens the interval as a studentised seed component must (with 2 seeds and a
-seed-dominated difference, t has about 1 degree of freedom: 12.7 instead of 1.96).
+seed-dominated difference, t has about 1 degree of freedom: 12.7 instead of 1.96). The interval
+is the wider of that one and the per-seed means' own t interval (S - 1 degrees of freedom):
+Satterthwaite's degrees of freedom are estimated, and too many exactly when a small seed mean
+square has shrunk the variance; alone, the first covered 87% with 2 seeds of a seed-dominated
+difference in simulation, the pair at least 93% in every simulated setting.
 
 One seed shows no seed-to-seed variance: its interval (``seed_variance_seen`` False) counts the
 problems and the answers only, so it covers *this run's weights*, not the recipe; no verdict
