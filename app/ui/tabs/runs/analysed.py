@@ -27,6 +27,8 @@ from app.ui.downloads import write_download
 from app.ui.render import Json
 
 POLL_S = 5.0
+GROUP_PAGE = 200  # groups shown at once (a step's others: the page buttons)
+TOKEN_PAGE = 1000  # tokens of an answer shown at once (MAX_PAGE of the API)
 ZERO_CHOICES = ("any group", "zero-signal groups only", "groups with signal only")
 ORDER_CHOICES = [f"answers by {o}" for o in ANSWER_ORDER_NAMES] + [
     f"tokens by {o}" for o in TOKEN_ORDER_NAMES
@@ -41,6 +43,21 @@ def _rows(items: list[Json], cols: list[str]) -> list[list[Any]]:
         return round(v, 4) if isinstance(v, float) else v
 
     return [[cell(item.get(c)) for c in cols] for item in items]
+
+
+def page_note(what: str, offset: int, body: Json) -> str:
+    """``groups 201-400 of 512``: which rows of how many a page shows."""
+    rows = body.get("groups", body.get("tokens", []))
+    total = body["page"].get("total")
+    if not rows:
+        return f"no {what} here" + (f" ({total:,} in all)" if total else "")
+    last = offset + len(rows)
+    of = f" of {total:,}" if total is not None else ""
+    return f"{what} {offset + 1:,}–{last:,}{of}"
+
+
+def _number(value: Any) -> str:
+    return "—" if value is None else f"{value:.4g}"
 
 
 def _table(items: list[Json], cols: list[str]) -> Any:
@@ -116,13 +133,26 @@ class _Handlers:
             zero_signal=zero_signal,
         )
         total = body["page"]["total"]
+        if not total:
+            return _table([], ANSWER_COLS), "no answer matches"
         note = f"{total:,} answers match; the first {len(body['answers'])} by {by} are shown"
         return _table(body["answers"], ANSWER_COLS), note
 
-    def groups(self, run_id: str | None, step: int | None) -> Any:
+    def groups(self, run_id: str | None, step: int | None, offset: int = 0) -> tuple:
+        """A page of the step's groups (GROUP_PAGE of them from ``offset``), its note and the
+        offset shown."""
         if not run_id or step is None:
-            return _table([], GROUP_COLS)
-        return _table(self.q("groups", run_id, step=int(step), limit=200)["groups"], GROUP_COLS)
+            return _table([], GROUP_COLS), "", 0
+        offset = max(0, int(offset))
+        body = self.q("groups", run_id, step=int(step), offset=offset, limit=GROUP_PAGE)
+        total = body["page"].get("total")
+        if total is not None and offset >= total > 0:  # past the last page: the last one
+            offset = (total - 1) // GROUP_PAGE * GROUP_PAGE
+            body = self.q("groups", run_id, step=int(step), offset=offset, limit=GROUP_PAGE)
+        return _table(body["groups"], GROUP_COLS), page_note("groups", offset, body), offset
+
+    def group_page(self, run_id: str | None, step: int | None, offset: int, move: int) -> tuple:
+        return self.groups(run_id, step, int(offset or 0) + move * GROUP_PAGE)
 
     def pick_group(self, run_id: str | None, step: int | None, evt: gr.SelectData) -> Any:
         row = evt.row_value or []
@@ -139,14 +169,34 @@ class _Handlers:
         step, group, answer = (int(v) for v in row[:3])
         answers = self.q("answers", run_id, step=step, group=group)["answers"]
         shown = next(a for a in answers if a["answer"] == answer)
-        tokens = self.q("tokens", run_id, step=step, group=group, answer=answer)["tokens"]
+        return self.token_page(run_id, body, {"answer": shown}, 0)
+
+    def token_page(self, run_id: str | None, body: Json | None, shown: Json | None, at: int):
+        """The tokens of the shown answer from position ``at`` (TOKEN_PAGE of them), with
+        "tokens 1,001-2,000 of 4,096" above them."""
+        if not run_id or body is None or not shown:
+            return gr.skip(), gr.skip(), gr.skip()
+        a = shown["answer"]
+        step, group, answer = a["step"], a["group"], a["answer"]
+        at = max(0, min(int(at), max(0, int(a.get("length") or 0) - 1)))
+        at -= at % TOKEN_PAGE
+        page = self.q(
+            "tokens", run_id, step=step, group=group, answer=answer, offset=at, limit=TOKEN_PAGE
+        )
+        tokens = page["tokens"]
         num = next((r["num_tokens"] for r in body["steps"] if r["step"] == step), None)
         view = (
-            f"<p><b>Step {step}, group {group}, answer {answer}</b>: reward {shown['reward']}, "
-            f"advantage {shown['advantage']:.3f}</p>"
+            f"<p><b>Step {step}, group {group}, answer {answer}</b>: reward "
+            f"{_number(a['reward'])}, advantage {_number(a['advantage'])}; "
+            f"{page_note('tokens', at, page)}</p>"
             + tokens_html(tokens, body["run"]["methods"], num)
         )
-        return view, self.report(body, shown, tokens), {"answer": shown, "tokens": tokens}
+        state = {"answer": a, "tokens": tokens, "offset": at}
+        return view, self.report(body, a, tokens), state
+
+    def token_move(self, run_id: str | None, body: Json | None, shown: Json | None, move: int):
+        at = int((shown or {}).get("offset", 0)) + move * TOKEN_PAGE
+        return self.token_page(run_id, body, shown, at)
 
     def report(self, body: Json, answer: Json | None, tokens: list[Json]) -> str:
         return str(write_download(report_html(body, answer, tokens), "analysed-run", "html"))
@@ -178,11 +228,19 @@ def build_analysed_section(ctx: UIContext) -> None:
         interactive=False, elem_id="analysed-results", label="Across the run (click a row)"
     )
     step = gr.Dropdown([], label="Step", elem_id="analysed-step")
+    with gr.Row():
+        group_prev = gr.Button("◀ previous groups", elem_id="analysed-groups-prev", scale=0)
+        group_note = gr.Markdown(elem_id="analysed-groups-note")
+        group_next = gr.Button("next groups ▶", elem_id="analysed-groups-next", scale=0)
+    group_at = gr.State(0)
     groups = gr.Dataframe(interactive=False, elem_id="analysed-groups", label="Groups (click one)")
     answers = gr.Dataframe(
         interactive=False, elem_id="analysed-answers", label="Answers (click one)"
     )
     tokens = gr.HTML(tokens_html([], []), elem_id="analysed-tokens")
+    with gr.Row():
+        token_prev = gr.Button("◀ previous tokens", elem_id="analysed-tokens-prev", scale=0)
+        token_next = gr.Button("next tokens ▶", elem_id="analysed-tokens-next", scale=0)
     body = gr.State(None)
     shown = gr.State(None)
     timer = gr.Timer(POLL_S)
@@ -197,7 +255,23 @@ def build_analysed_section(ctx: UIContext) -> None:
     )
     find.click(h.find, [run, order, contains, zero], [results, note])
     contains.submit(h.find, [run, order, contains, zero], [results, note])
-    step.change(h.groups, [run, step], groups)
+    step.change(h.groups, [run, step], [groups, group_note, group_at])
+    group_prev.click(
+        lambda r, s, at: h.group_page(r, s, at, -1),
+        [run, step, group_at],
+        [groups, group_note, group_at],
+    )
+    group_next.click(
+        lambda r, s, at: h.group_page(r, s, at, 1),
+        [run, step, group_at],
+        [groups, group_note, group_at],
+    )
+    token_prev.click(
+        lambda r, b, sh: h.token_move(r, b, sh, -1), [run, body, shown], [tokens, download, shown]
+    )
+    token_next.click(
+        lambda r, b, sh: h.token_move(r, b, sh, 1), [run, body, shown], [tokens, download, shown]
+    )
     groups.select(h.pick_group, [run, step], answers)
     answers.select(h.pick_answer, [run, body], [tokens, download, shown])
     results.select(h.pick_answer, [run, body], [tokens, download, shown])
