@@ -86,7 +86,11 @@ ANSWER_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "zero_signal": (pa.bool_(), "every answer of the group has the same reward (A = 0)"),
     "entropy_mean": (pa.float32(), "mean entropy over the answer's tokens, nats"),
     "gamma_sum": (pa.float32(), "sum of gamma over the answer's tokens"),
-    "disagreement": (pa.int32(), "tokens selected by at least one method but not by all"),
+    "disagreement": (
+        pa.int32(),
+        "tokens one of the compared pair (compared_pair: entropy and gmts where both were "
+        "run) selects and the other does not",
+    ),
     "first_row": (pa.int64(), "row of the answer's first token in the step's tokens file"),
 }
 STEP_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
@@ -97,7 +101,7 @@ STEP_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "reward_mean": (pa.float32(), "mean reward over the step's answers"),
     "entropy_mean": (pa.float32(), "mean entropy over the step's tokens, nats"),
     "zero_signal_share": (pa.float32(), "share of groups whose rewards are all equal"),
-    "overlap": (pa.float32(), "Jaccard index of the first two methods' selections"),
+    "overlap": (pa.float32(), "Jaccard index of the compared pair's selections"),
 }
 
 
@@ -106,6 +110,17 @@ TOP_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "score": (pa.float64(), "the value it is ranked by"),
     **{k: v for k, v in TOKEN_COLUMNS.items()},
 }
+
+
+COMPARED = ("entropy", "gmts")  # the pair the tool is about: the 80/20 rule against GMTS
+
+
+def compared_pair(methods: tuple[str, ...]) -> tuple[str, str] | None:
+    """The two methods whose disagreement and overlap a dataset stores: entropy and gmts
+    where both were run, else the first two; None with fewer than two."""
+    if all(m in methods for m in COMPARED):
+        return COMPARED
+    return (methods[0], methods[1]) if len(methods) > 1 else None
 
 
 def method_columns(methods: tuple[str, ...]) -> dict[str, dict[str, tuple[pa.DataType, str]]]:

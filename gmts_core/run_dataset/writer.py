@@ -24,6 +24,7 @@ from gmts_core.run_dataset.schema import (
     ROW_GROUP_ROWS,
     TOP_K,
     TOP_ORDERS,
+    compared_pair,
     schema,
     step_file,
 )
@@ -176,9 +177,11 @@ def write_step(root: Path, cols: StepColumns) -> None:
     _write(tokens, step_file(root, "tokens", cols.step))
     _write(top_table(tokens, methods), step_file(root, "top", cols.step))
 
-    stacked = np.stack([cols.selected[k] for k in methods]) if methods else np.zeros((0, n), bool)
-    some = stacked.any(axis=0) if methods else np.zeros(n, bool)
-    every = stacked.all(axis=0) if methods else np.zeros(n, bool)
+    pair = compared_pair(methods)
+    if pair is None:
+        differ = np.zeros(n, bool)
+    else:  # a token one of the pair selects and the other does not
+        differ = cols.selected[pair[0]].astype(bool) != cols.selected[pair[1]].astype(bool)
     reward_by_group: dict[int, set[float]] = {}
     for g, r in zip(cols.answer_group.tolist(), cols.reward.tolist(), strict=True):
         reward_by_group.setdefault(g, set()).add(r)
@@ -196,9 +199,9 @@ def write_step(root: Path, cols: StepColumns) -> None:
         "zero_signal": zero,
         "entropy_mean": _per_answer(cols.entropy, cols.length, "mean").astype(np.float32),
         "gamma_sum": _per_answer(cols.gamma, cols.length, "sum").astype(np.float32),
-        "disagreement": _per_answer(
-            np.asarray(some & ~every, dtype=np.int64), cols.length, "sum"
-        ).astype(np.int32),
+        "disagreement": _per_answer(differ.astype(np.int64), cols.length, "sum").astype(
+            np.int32
+        ),
         "first_row": np.concatenate([[0], np.cumsum(cols.length)[:-1]]).astype(np.int64),
         **{
             f"selected_count_{k}": _per_answer(
@@ -226,9 +229,7 @@ def write_step(root: Path, cols: StepColumns) -> None:
             else None
         ],
         "overlap": [
-            _jaccard(cols.selected[methods[0]], cols.selected[methods[1]])
-            if len(methods) > 1
-            else None
+            _jaccard(cols.selected[pair[0]], cols.selected[pair[1]]) if pair is not None else None
         ],
     }
     for k in methods:
