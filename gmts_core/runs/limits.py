@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from gmts_core.errors import InvalidInputError, LimitExceededError
 from gmts_core.progress import checkpoint
+from gmts_core.runs.errors import RunFormatError
 from gmts_core.runs.files import confined_folder, resolved_inside
 
 MiB = 1 << 20
@@ -196,6 +197,9 @@ def check_text(value: str, limits: RunLimits, where: str, what: str) -> str:
 # Each value of a column costs at least this many bytes once decoded (an 8-byte number, or a
 # string's offset and index): run-length encoding stores a million of them in a few bytes.
 DECODED_BYTES_PER_VALUE = 8
+# row groups of one parquet step file: a writer's are few (pandas and polars write one per
+# 64 Mi rows); thousands of one-row groups would cost a reading per group
+MAX_ROW_GROUPS = 1024
 
 
 def check_parquet_footer(metadata: Any, columns: list[str], limits: RunLimits, path: Path) -> None:
@@ -204,6 +208,13 @@ def check_parquet_footer(metadata: Any, columns: list[str], limits: RunLimits, p
     its uncompressed bytes and its values (leaf values, at any nesting depth: a map or list
     cell holds many) times :data:`DECODED_BYTES_PER_VALUE`."""
     limits.check("max_step_rows", metadata.num_rows, f"{path}", f"{metadata.num_rows:,} rows")
+    if metadata.num_row_groups > MAX_ROW_GROUPS:  # each is read (and checked) on its own
+        raise RunFormatError(
+            path,
+            None,
+            f"{metadata.num_row_groups:,} row groups; a step file of at most "
+            f"{MAX_ROW_GROUPS:,} is read (rewrite it with larger row groups)",
+        )
     wanted = set(columns)
     total = 0
     for rg in range(metadata.num_row_groups):

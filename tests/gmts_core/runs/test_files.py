@@ -109,3 +109,22 @@ def test_a_reward_is_a_number_of_its_own_type(value: object) -> None:
 def test_rewards_in_range_and_abstentions_are_kept() -> None:
     assert as_float(None, "reward", "f", 1) != as_float(None, "reward", "f", 1)  # NaN
     assert as_float(0.5, "reward", "f", 1) == 0.5 and as_float(1, "reward", "f", 1) == 1.0
+
+
+def test_a_parquet_step_of_thousands_of_row_groups_is_refused_by_its_footer(
+    tmp_path: Path,
+) -> None:
+    """16,000 one-row groups (within the row budget) would cost a reading per group: the
+    footer alone refuses them, naming the count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gmts_core.runs.limits import MAX_ROW_GROUPS, check_parquet_footer
+
+    path = tmp_path / "completions.parquet"
+    pq.write_table(pa.table({"prompt": ["q"] * 16_000}), path, row_group_size=1)
+    with pytest.raises(RunFormatError, match=f"16,000 row groups; .* at most {MAX_ROW_GROUPS:,}"):
+        check_parquet_footer(pq.read_metadata(path), ["prompt"], RunLimits(), path)
+    few = tmp_path / "few.parquet"
+    pq.write_table(pa.table({"prompt": ["q"] * 16_000}), few, row_group_size=4_000)
+    check_parquet_footer(pq.read_metadata(few), ["prompt"], RunLimits(), few)
