@@ -12,7 +12,10 @@ GPUs, Ray or vLLM and cannot run on this machine):
   "idx": i}, default=str)``);
 - open-instruct @ e6c3044aa6201c8bfa4573c1b03142af599e730d, ``open_instruct/rl_utils.py``
   ``RolloutRecord`` / ``_save_rollouts`` / ``save_rollout_metadata`` (``json.dumps(asdict(
-  record))``, appended per step) with the advantages of ``open_instruct/data_loader.py``.
+  record))``, appended per step) with the advantages of ``open_instruct/data_loader.py``;
+- slime @ 624b824a898ab0ec1fcb4d373004c7f3852bf515, ``slime/observability/rollout_data_utils.py``
+  ``save_debug_rollout_data`` (``torch.save({"rollout_id", "samples"})``) with
+  ``slime/utils/types.py`` ``Sample.to_dict``.
 
 The samples are the real TRL run's (tests/data/runs/trl: 3 steps, 3 prompts x 4 answers) as in
 scripts/make_miles_fixture.py, tokenized with the demo model's tokenizer. An agentic turn is
@@ -89,6 +92,8 @@ def samples(tok, model32, model16) -> list[tuple[int, list[dict]]]:
                     advantage=float(row.advantage),
                     prompt_idx=prompts.index(row.prompt),
                     text=row.prompt + row.completion,
+                    prompt_text=row.prompt,
+                    completion_text=row.completion,
                 )
             )
         out.append((int(df["step"].iloc[0]), rows))
@@ -261,17 +266,78 @@ def write_open_instruct(root: Path, steps: list[tuple[int, list[dict]]]) -> None
                 f.write(json.dumps(record) + "\n")
 
 
+# --- slime: rollout_data_utils.save_debug_rollout_data + Sample.to_dict ------------------------
+
+
+def write_slime(root: Path, steps: list[tuple[int, list[dict]]]) -> None:
+    """``torch.save({"rollout_id": N, "samples": [sample.to_dict() ...]}, path)``, each dict
+    the ``Sample`` dataclass's ``__dict__`` (its fields in declaration order, defaults where a
+    CPU run has no value) with ``status`` as its value and the two info dataclasses as dicts."""
+    folder = root / "rollout_data"
+    folder.mkdir(parents=True, exist_ok=True)
+    for step, rows in steps:
+        rollout_id = step - 1
+        samples = []
+        for i, r in enumerate(rows):
+            samples.append(
+                {
+                    "group_index": rollout_id * 3 + r["prompt_idx"],
+                    "index": rollout_id * len(rows) + i,
+                    "rollout_id": None,
+                    "prompt": r["prompt_text"],
+                    "tokens": r["prompt"] + r["answer"],
+                    "multimodal_inputs": None,
+                    "multimodal_train_inputs": None,
+                    "multimodal_train_input_id": None,
+                    "apply_chat_template_kwargs": {},
+                    "response": r["completion_text"],
+                    "response_length": len(r["answer"]),
+                    "label": None,
+                    "reward": r["reward"],
+                    "loss_mask": r["mask"][len(r["prompt"]) :],
+                    "weight_versions": [],
+                    "rollout_log_probs": r["inference_lp"][len(r["prompt"]) :],
+                    "rollout_top_p_token_ids": None,
+                    "rollout_top_p_token_offsets": None,
+                    "rollout_routed_experts": None,
+                    "remove_sample": False,
+                    "teacher_log_probs": None,
+                    "status": "completed",
+                    "metadata": {},
+                    "generate_function_path": None,
+                    "custom_rm_path": None,
+                    "train_metadata": None,
+                    "session_id": None,
+                    "non_generation_time": 0.0,
+                    "spec_info": {
+                        "spec_accept_token_num": 0,
+                        "spec_draft_token_num": 0,
+                        "spec_verify_ct": 0,
+                        "completion_token_num": 0,
+                    },
+                    "prefix_cache_info": {"cached_tokens": 0, "total_prompt_tokens": 0},
+                }
+            )
+        torch.save({"rollout_id": rollout_id, "samples": samples}, folder / f"{rollout_id}.pt")
+
+
 def main(root: Path) -> None:
     tok = AutoTokenizer.from_pretrained(DEMO_MODEL_DIR)
     model32 = AutoModelForCausalLM.from_pretrained(DEMO_MODEL_DIR).eval()
     model16 = AutoModelForCausalLM.from_pretrained(DEMO_MODEL_DIR, dtype=torch.bfloat16).eval()
     steps = samples(tok, model32, model16)
-    for name in ("prime_rl", "nemo_rl", "open_instruct"):
+    for name in ("prime_rl", "nemo_rl", "open_instruct", "slime"):
+        readme = root / name / "README.md"  # the fixture's citation stays
+        kept = readme.read_text() if readme.is_file() else None
         shutil.rmtree(root / name, ignore_errors=True)
+        if kept is not None:
+            readme.parent.mkdir(parents=True)
+            readme.write_text(kept)
     write_prime_rl(root / "prime_rl", steps)
     write_nemo_rl(root / "nemo_rl", steps, tok.pad_token_id or tok.eos_token_id)
     write_open_instruct(root / "open_instruct", steps)
-    print(f"wrote {root}/prime_rl, nemo_rl, open_instruct")
+    write_slime(root / "slime", steps)
+    print(f"wrote {root}/prime_rl, nemo_rl, open_instruct, slime")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Training runs: read what trainers dump (TRL, prime-rl, NeMo-RL, open-instruct, verl, ROLL,
-AReaL, miles, our JSONL and trainer log) as steps -> groups, lazily, one step at a time
+AReaL, miles, slime, our JSONL and trainer log) as steps -> groups, lazily, one step at a time
 (:func:`open_run`); and what the trainer itself measured per step, from its own metrics log
 (:func:`find_trainer_metrics`)."""
 
@@ -27,6 +27,7 @@ from gmts_core.runs.registry import (
     register_reader,
 )
 from gmts_core.runs.roll import ROLLReader
+from gmts_core.runs.slime import SlimeReader
 from gmts_core.runs.trainer_log import TrainerLogReader
 from gmts_core.runs.trainer_metrics import (
     METRICS_READERS,
@@ -50,6 +51,7 @@ register_reader(ROLLReader())
 register_reader(VerlReader())
 register_reader(ArealReader())
 register_reader(MilesReader())
+register_reader(SlimeReader())  # after miles: a miles dump's Parquet mirror is read, not its .pt
 register_reader(JSONLReader())
 
 # The trainers' own metrics logs, in the order a run folder is searched for them.

@@ -49,10 +49,12 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
         yield c
 
 
-def test_the_dumps_are_listed_with_their_formats(client: TestClient) -> None:
-    runs = {r["id"]: r for r in client.get("/v1/runs").json()["runs"]}
+def test_the_dumps_open_with_their_formats(client: TestClient) -> None:
     for name in DUMPS:
-        assert runs[name]["readable"] and runs[name]["format"] == name
+        r = client.get(f"/v1/runs/{name}")
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["run"]["format"] == name and body["steps"] == [1, 2, 3]
 
 
 @pytest.mark.parametrize("name", ["prime_rl", "nemo_rl"])

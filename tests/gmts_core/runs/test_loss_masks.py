@@ -40,6 +40,7 @@ FIXTURES = {
     "verl": DATA / "verl",
     "areal": DATA / "areal",
     "miles": DATA / "miles",
+    "slime": DATA / "slime",
     "jsonl": DATA / "run.jsonl",
 }
 # every method that scores from an analysis's own numbers (no trainer-only inputs)
@@ -91,7 +92,7 @@ def test_untrained_tokens_are_never_selected_nor_counted(
     tmp_path: Path, demo_lm: LoadedModel
 ) -> None:
     found = masked_formats(tmp_path)
-    assert {"prime_rl", "nemo_rl", "miles"} <= {name for name, _ in found}
+    assert {"prime_rl", "nemo_rl", "miles", "slime"} <= {name for name, _ in found}
     for name, path in found:
         run = open_run(path)
         step = run.step(run.steps[0])

@@ -106,9 +106,17 @@ def test_pickle_dumps_are_refused_and_never_loaded(tmp_path: Path) -> None:
     (dump / "train_data").mkdir()
     (dump / "rollout_data" / "0.pt").write_bytes(PAYLOAD)
     (dump / "train_data" / "0_0.pt").write_bytes(PAYLOAD)
-    with pytest.raises(UnsafeRunFormatError, match=r"0\.pt: .*pickle.*dashboard_columns") as err:
+    # without the mirror the rollout pickles are slime's format, unpickled only with
+    # torch.load(weights_only=True): a payload needing full pickle is refused, never run
+    run = open_run(dump)
+    assert run.format == "slime"
+    with pytest.raises(UnsafeRunFormatError, match=r"0\.pt: .*weights_only=True"):
+        run.step(0)
+    (dump / "rollout_data" / "0.pt").unlink()  # the train side alone: refused as pickle
+    with pytest.raises(UnsafeRunFormatError, match=r"0_0\.pt: .*pickle.*dashboard_columns") as err:
         open_run(dump)
     assert "arbitrary code" in str(err.value) and "miles" in str(err.value)
+    (dump / "rollout_data" / "0.pt").write_bytes(PAYLOAD)
     with pytest.raises(UnsafeRunFormatError):
         open_run(dump / "rollout_data" / "0.pt")
     shutil.copytree(MILES / "dashboard_columns", dump / "dashboard_columns")  # the mirror: read

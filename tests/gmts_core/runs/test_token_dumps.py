@@ -9,13 +9,15 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
-from gmts_core.runs import RunFormatError, detect_format, open_run
+from gmts_core.runs import RunFormatError, UnsafeRunFormatError, detect_format, open_run
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "runs"
 PRIME = DATA / "prime_rl"
 NEMO = DATA / "nemo_rl"
 OPEN_INSTRUCT = DATA / "open_instruct"
+SLIME = DATA / "slime"
 
 
 def lines(path: Path) -> list[dict]:
@@ -117,3 +119,43 @@ def test_an_unfinished_prime_rl_step_drops_a_half_written_line(tmp_path: Path) -
     file.write_bytes(data + data.splitlines()[0][:100])  # a writer killed mid-line
     loaded = open_run(run).step(3)
     assert loaded.num_answers == 12
+
+
+def test_slime_dumps_read_as_written() -> None:
+    assert detect_format(SLIME) == "slime"
+    run = open_run(SLIME)
+    assert run.steps == [0, 1, 2]
+    for step in run.iter_steps():
+        raw = torch.load(SLIME / "rollout_data" / f"{step.step}.pt", weights_only=True)
+        got = {
+            g.extra["index"][i]: (g.prompt_token_ids + ids, g.rewards[i], g.token_columns, i)
+            for g in step.groups
+            for i, ids in enumerate(g.token_ids or [])
+            if g.rewards is not None
+        }
+        assert len(got) == len(raw["samples"])
+        for sample in raw["samples"]:
+            tokens, reward, cols, i = got[sample["index"]]
+            assert tokens == sample["tokens"] and reward == sample["reward"]
+            assert cols["loss_mask"][i] == sample["loss_mask"]
+            assert cols["inference_logprob"][i] == sample["rollout_log_probs"]
+
+
+class Payload:
+    """An object only full pickle can rebuild: its __reduce__ would run a command."""
+
+    def __reduce__(self) -> tuple:
+        return (print, ("pickle-was-loaded",))
+
+
+def test_a_slime_dump_needing_full_pickle_is_refused_unrun(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "slime" / "rollout_data"
+    folder.mkdir(parents=True)
+    raw = torch.load(SLIME / "rollout_data" / "0.pt", weights_only=True)
+    raw["samples"][0]["metadata"] = {"x": Payload()}
+    torch.save(raw, folder / "0.pt")
+    with pytest.raises(UnsafeRunFormatError, match=r"weights_only=True"):
+        open_run(tmp_path / "slime").step(0)
+    assert "pickle-was-loaded" not in capsys.readouterr().out
