@@ -46,6 +46,7 @@ from _common import emit, machine, median
 from app.core.config import Settings
 from app.live_server import CHROMIUM_ARGS, CHROMIUM_PATH, LiveServer
 from app.main import create_app
+from app.ui import first_view
 
 TARGET_CLICK_RATIO = 2.0
 
@@ -80,6 +81,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--height", type=int, default=768)
     p.add_argument("--threads", type=int, default=2, help="torch threads of the server")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--old-page",
+        action="store_true",
+        help="the page as before issue 48 (Gradio's config and stylesheet in <head>, before "
+        "the first view), to compare",
+    )
     return p.parse_args()
 
 
@@ -203,6 +210,11 @@ def main() -> int:
     args = parse_args()
     from playwright.sync_api import sync_playwright
 
+    if args.old_page:  # the middleware looks the function up when it serves the page
+        first_view.rewrite_page = lambda page, fragment: first_view.inject_after_body(
+            page, fragment
+        )
+
     app = create_app(Settings(ui_enabled=True, torch_threads=args.threads))
     clock = ServerClock(app)
     with LiveServer(app) as server, sync_playwright() as p:
@@ -219,6 +231,7 @@ def main() -> int:
         "benchmark": "ui_first_result",
         "viewport": [args.width, args.height],
         "repeats": args.repeats,
+        "old_page": args.old_page,
         "first_result": first,
         "warm_analyze": analyze,
         "sizes": sizes,

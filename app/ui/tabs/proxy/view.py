@@ -124,7 +124,7 @@ def proxy_scatter(body: Json) -> go.Figure:
     fig.update_layout(
         template="plotly_white",
         height=height,
-        margin=dict(l=60, r=16, t=125, b=100),
+        margin=dict(l=60, r=16, t=150, b=100),
         legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0),
         title=dict(
             text="Score vs exact per-token gradient norm<br>(log-log)",
@@ -132,7 +132,7 @@ def proxy_scatter(body: Json) -> go.Figure:
             yref="container",
             y=1,
             yanchor="top",
-            pad=dict(t=10),
+            pad=dict(t=34),  # below the label Gradio draws over the chart's top left
         ),
     )
     return fig
