@@ -85,6 +85,11 @@ class RunOverviewResponse(BaseModel):
     trainer_metrics_error: str | None = Field(
         None, description="Why the trainer's metrics log in the run could not be read."
     )
+    unreadable_steps: dict[int, str] = Field(
+        default_factory=dict,
+        description="Steps of the overview that could not be read, and why (the others are "
+        "shown; opening one of these answers 422 with the same reason).",
+    )
 
 
 class LoggedToken(BaseModel):

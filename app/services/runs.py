@@ -137,7 +137,15 @@ class RunService:
             steps = run.steps
             shown = evenly(steps, self.settings.run_overview_steps)
             overview, reports = [], []
-            for step in run.iter_steps(shown):
+            unreadable: dict[int, str] = {}
+            for number in shown:
+                try:  # one bad step file is named, the others still shown
+                    step = run.step(number)
+                except Cancelled:
+                    raise
+                except GMTSError as exc:
+                    unreadable[number] = self.relative(str(exc))
+                    continue
                 overview.append(StepOverviewOut.model_validate(step_overview(step).to_dict()))
                 if uses_log(run):
                     reports.append(self._report_out(logged_step_report(step)))
@@ -153,6 +161,7 @@ class RunService:
                 reports=reports,
                 trainer_metrics=metrics,
                 trainer_metrics_error=error,
+                unreadable_steps=unreadable,
             )
 
     def _trainer_metrics(self, run: Run) -> tuple[TrainerMetricsOut | None, str | None]:

@@ -217,3 +217,12 @@ def test_a_valid_miles_run_and_trainer_log_after_all_of_it(server: LiveServer) -
     assert get(server, "/v1/runs/miles-valid/steps/0", model="tiny-arith").status_code == 200
     body = get(server, "/v1/runs/verl").json()
     assert body["trainer_metrics"]["keys"]["entropy"] == "actor/entropy"
+
+
+def test_one_unreadable_step_is_named_and_the_overview_still_answers(server: LiveServer) -> None:
+    resp = get(server, "/v1/runs/miles-deep")
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert "too deeply nested" in body["unreadable_steps"]["0"]
+    assert body["overview"] and 0 not in [s["step"] for s in body["overview"]]
+    assert str(server.app.state.services.runs.roots[0]) not in resp.text
