@@ -125,8 +125,9 @@ def _refuse_pickle(files: list[Path]) -> UnsafeRunFormatError:
     return UnsafeRunFormatError(
         files[0],
         None,
-        "a pickle-based dump (torch.save / pickle: slime's --save-debug-rollout-data and "
-        "miles' --dump-details .pt files) is refused: loading pickle can run arbitrary code. "
+        "a pickle-based dump (torch.save / pickle, e.g. miles' and slime's train_data .pt "
+        "files) is refused: loading pickle can run arbitrary code (slime's rollout_data/N.pt "
+        "are read, only with torch.load(weights_only=True): open the folder holding them). "
         "miles also writes a Parquet mirror of the per-token columns, "
         "dashboard_columns/rollout_N.parquet (with polars installed: pip install "
         "'miles[dashboard]'), which this tool reads (format miles); else convert the dump to "

@@ -176,14 +176,15 @@ def test_a_fifo_swapped_into_a_miles_run_is_refused_at_once(
     assert_line_free(server)
 
 
-def test_pickle_files_alone_are_listed_unreadable_and_never_loaded(
+def test_pickle_files_alone_are_refused_and_never_loaded(
     paths: tuple[Path, Path], server: LiveServer
 ) -> None:
+    """A dump of pickles only: its rollout_data/N.pt are slime's format (issue 45), unpickled
+    only with torch.load(weights_only=True), which refuses the payload; nothing runs."""
     row = listing(server)["miles-pickles"]
-    assert (
-        not row["readable"] and "pickle" in row["reason"] and "dashboard_columns" in row["reason"]
-    )
-    assert get(server, "/v1/runs/miles-pickles").status_code == 422
+    assert row["format"] == "slime" or not row["readable"], row
+    resp = get(server, "/v1/runs/miles-pickles/steps/0", model="tiny-arith")
+    assert resp.status_code == 422 and "weights_only=True" in message(resp), resp.text
     assert not any(p.name == "pickle-was-loaded" for p in paths[0].rglob("*"))
     assert not Path("/pickle-was-loaded").exists()
 
