@@ -35,6 +35,7 @@ from _common import LiveServer, emit, machine, median, ui_tab
 
 from app.core.config import Settings
 from app.main import create_app
+from app.services.catalog import CompareConfig
 from app.services.container import build_services
 from app.services.train_gain import evaluation_gain
 from app.ui.local_backend import LocalBackend
@@ -55,6 +56,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--eval-problems", type=int, default=train.TrainForm.eval_problems)
     p.add_argument("--min-gain", type=float, default=0.0, help="exit 1 at or below (points)")
     p.add_argument("--browser", action="store_true", help="also run it in real Chromium")
+    p.add_argument(
+        "--vs-compare",
+        action="store_true",
+        help="also run the same recipe through the compare core (gmts compare's path) and "
+        "report its seconds per step against the tab's",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args()
 
@@ -145,6 +152,27 @@ def _payload_bytes(value: Any) -> int:
     return len(json.dumps(value, default=str).encode())
 
 
+def compare_per_step(seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The tab's recipe through the compare core (what `gmts compare` and the Compare tab run):
+    one run of the tab's method from ``seed``, one held-out problem at the end only (so the
+    run's time is its steps); seconds per step."""
+    form = tab_form(args, seed)
+    services = build_services(Settings())
+    rl = dataclasses.replace(
+        train.TRAIN_RECIPE,
+        prompts_per_step=form.prompts_per_step,
+        group_size=form.group_size,
+        max_new_tokens=form.max_new_tokens,
+    )
+    config = CompareConfig(
+        methods=(form.method,), ratio=form.ratio, steps=form.steps, seeds=1, seed_offset=seed,
+        eval_every=form.steps, eval_problems=1, rl=rl,
+    )  # fmt: skip
+    result = services.compare.run(None, config)
+    (run,) = result.runs
+    return {"compare_seconds_per_step": round(run.seconds / form.steps, 3)}
+
+
 def _interval(evals: list[Any]) -> list[float] | None:
     """The gain's 95% paired interval in points, as the tab's label gives it."""
     g = evaluation_gain(evals)
@@ -220,6 +248,15 @@ def main() -> int:
     runs, browser_runs = [], []
     for seed in args.seeds:  # the loop, then the browser, seed by seed: both see similar load
         runs.append(run_seed(seed, args))
+        if args.vs_compare:  # right after the loop: similar load for both
+            r = runs[-1]
+            r.update(compare_per_step(seed, args))
+            r["tab_step_seconds_per_step"] = round(
+                r["seconds_by_part"]["step_session"] / args.steps, 3
+            )
+            r["tab_over_compare_per_step"] = round(
+                r["tab_step_seconds_per_step"] / r["compare_seconds_per_step"], 2
+            )
         if args.browser:
             seen = browser_run(seed, args)
             seen["browser_over_loop"] = round(seen["browser_seconds"] / runs[-1]["seconds"], 2)
@@ -250,6 +287,13 @@ def main() -> int:
             f"{r['batch_html_bytes_mid_run_median'] / 1e3:.0f} kB; batch HTML over the run "
             f"{r['batch_html_bytes_run_total'] / 1e3:.0f} kB in {r['updates']} updates]"
             for r in runs
+        ),
+        *(
+            f"  seed {r['seed']}: a step in the tab {r['tab_step_seconds_per_step']} s, through "
+            f"the compare core {r['compare_seconds_per_step']} s: "
+            f"{r['tab_over_compare_per_step']}x (goal <= 1.3x)"
+            for r in runs
+            if "compare_seconds_per_step" in r
         ),
         f"  median gain {report['gain_points_median']:+.1f} points, median time "
         f"{report['seconds_median']:.0f} s",
