@@ -16,6 +16,7 @@ with a throwaway reader.
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -218,3 +219,72 @@ def test_a_new_reader_inherits_the_corpus(tmp_path: Path, monkeypatch: pytest.Mo
     # ... and passes it once it refuses bad files with the format's own error
     register_reader(_CarefulThrowawayReader())
     assert corpus_in_process(tmp_path / "careful", ["throwaway_tsv"]) == ["throwaway_tsv"]
+
+
+def _resign(folder: Path, session_id: str) -> None:
+    """meta.json naming ``session_id`` with the checksums of the folder's regular files now:
+    the checks then pass and the hostile bytes reach the parser."""
+    import json
+    import stat
+
+    from gmts_core.experiments.session_state import _meta_digest, _sha256_file
+
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["session_id"] = session_id
+    for name in meta["checksums"]:
+        path = folder / name
+        if stat.S_ISREG(path.lstat().st_mode) and path.stat().st_size < (1 << 30):
+            meta["checksums"][name] = _sha256_file(path)
+    meta["sha256"] = _meta_digest(meta)
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
+SESSION_KNOBS = {"group_size": 2, "prompts_per_step": 2, "max_new_tokens": 6}
+
+
+def test_saved_session_state_passes_the_corpus(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Saved sessions are bytes from outside too (a shared state folder): a session saved by
+    the server after a step, copied once per mutation of each of its files, in a state folder
+    a new server starts on (UI on). It starts; each session answers 200 (valid) or a clean 4xx;
+    none of the server's paths or outside text in any answer; RSS within 200 MB."""
+    models = tmp_path_factory.mktemp("models")
+    state, outside = tmp_path / "state", tmp_path / "outside"
+    state.mkdir()
+    outside.mkdir()
+    settings = hostile_settings(models, tmp_path / "no-runs", session_state_dir=state)
+    with LiveServer(create_app(settings)) as live, httpx.Client(base_url=live.url) as http:
+        sid = http.post("/v1/sessions", json=SESSION_KNOBS, timeout=300).json()["session_id"]
+        step = http.post(f"/v1/sessions/{sid}/step", json={"steps": 1}, timeout=300)
+        assert step.status_code == 200, step.text
+    saved = state / sid
+    files = sorted(p.relative_to(saved) for p in saved.rglob("*") if p.is_file())
+    assert files, "the session saved no files"
+    cases: list[tuple[str, str | None]] = [(sid, None)]
+    for i, rel in enumerate(files):
+        for j, mutation in enumerate(corpus.BEFORE):
+            copy = f"{sid[:-6]}{i:02d}{j:04d}"[-len(sid) :]
+            shutil.copytree(saved, state / copy, symlinks=True)
+            _resign(state / copy, copy)
+            victim = state / copy / rel
+            if mutation == "folder-link" and victim.parent == state / copy:
+                corpus.BEFORE["link-out"](victim, outside)
+            else:
+                corpus.BEFORE[mutation](victim, outside)
+            if rel != Path("meta.json"):  # signed again, as whoever wrote the bytes would
+                _resign(state / copy, copy)
+            cases.append((copy, f"{rel}:{mutation}"))
+    settings = hostile_settings(
+        models, tmp_path / "no-runs", session_state_dir=state, ui_enabled=True
+    )
+    with LiveServer(create_app(settings), start_timeout_s=300) as live:
+        with httpx.Client(base_url=live.url, timeout=120) as client:
+            start = _rss_mb()
+            for session, mutation in cases:
+                resp = _get(client, f"/v1/sessions/{session}", state, start)
+                if mutation is None:
+                    assert resp.status_code == 200, resp.text
+                step = client.post(f"/v1/sessions/{session}/step", json={"steps": 1})
+                corpus.check(step.text, step.status_code, state, corpus.json_or_none(step.text))
+            assert client.get("/healthz").status_code == 200
