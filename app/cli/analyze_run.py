@@ -83,7 +83,11 @@ def analyze_run_command(
     run: Annotated[Path, typer.Argument(exists=True, help="The run's folder or JSONL file.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Output folder.")],
     model: Annotated[
-        str | None, typer.Option(help="Alias, local folder or hub id (not for trainer logs).")
+        str | None,
+        typer.Option(
+            help="Alias, local folder or hub id (not for trainer logs); 'none': a dump's own "
+            "logged per-token numbers only, no model (prime-rl: entropy selections, mismatch)."
+        ),
     ] = "tiny-arith",
     fmt: Annotated[str | None, typer.Option("--format", help="Force a run format.")] = None,
     steps: Annotated[
@@ -126,7 +130,7 @@ def analyze_run_command(
     req = RunAnalysisRequest(
         path=run,
         out=output,
-        model=model,
+        model=None if model is None or model.lower() == "none" else model,
         fmt=fmt,
         steps=steps,
         tokens=tokens,
