@@ -136,42 +136,67 @@ def summary_text(body: Json) -> str:
     return " ".join(parts)
 
 
+def _num(value: Any, digits: int = 3) -> str:
+    """A number rounded for reading (``—`` where the file holds none)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:.{digits}g}"
+
+
+def marked_pair(methods: list[str]) -> list[str]:
+    """The two methods a token view marks (entropy and gmts where both were run, else the
+    first two); the others are named in each token's tooltip."""
+    if "entropy" in methods and "gmts" in methods:
+        return ["entropy", "gmts"]
+    return list(methods[:2])
+
+
 def token_title(tok: Json, num_tokens: int | None) -> str:
-    """A token's tooltip: its numbers, and ranks labelled with the pool they are ranks in."""
+    """A token's tooltip: its numbers rounded, its probability, and ranks labelled with the
+    pool they are ranks in."""
     pool = f" of {num_tokens:,} in the step" if num_tokens else " in the step"
     picked = [m for m, on in tok["selected"].items() if on] or ["none"]
+    logprob = tok.get("logprob")
+    prob = "—" if logprob is None else f"{math.exp(logprob):.1%}"
     return (
-        f"{tok['text']!r} (position {tok['position']})\n"
-        f"entropy {tok['entropy']:.3g} nats: rank #{tok['entropy_rank']:,}{pool}\n"
-        f"γ {tok['gamma']:.3g}: rank #{tok['gamma_rank']:,}{pool}\n"
-        f"log π {tok['logprob']:.3g}, g {tok['grad_norm']:.3g}\n"
+        f"{tok['text']!r} (position {tok['position']:,})\n"
+        f"probability {prob} (log π {_num(logprob)})\n"
+        f"entropy {_num(tok.get('entropy'))} nats: rank #{tok['entropy_rank']:,}{pool}\n"
+        f"γ {_num(tok.get('gamma'))}: rank #{tok['gamma_rank']:,}{pool}\n"
+        f"g {_num(tok.get('grad_norm'))}\n"
         f"selected by: {', '.join(picked)}"
     )
 
 
 def tokens_html(tokens: list[Json], methods: list[str], num_tokens: int | None = None) -> str:
-    """An answer's tokens, each underlined in the colour of every method that selects it."""
+    """An answer's tokens with two marks, as in Explore: the first of :func:`marked_pair`
+    underlines a token, the second draws a bar above it (both: both); every method's pick,
+    the numbers and the ranks are in the token's tooltip."""
     if not tokens:
         return "<p class='analysed-empty'>Pick an answer to see its tokens.</p>"
+    pair = marked_pair(methods)
+    edges = ("-3px", "3px")  # below the text for the first, above it for the second
     spans = []
     for tok in tokens:
-        picked = [m for m in methods if tok["selected"].get(m)]
+        picked = [m for m in pair if tok["selected"].get(m)]
         shadows = ", ".join(
-            f"inset 0 -{3 * (i + 1)}px 0 {method_color(m)}" for i, m in enumerate(picked)
+            f"inset 0 {edges[pair.index(m)]} 0 {method_color(m)}" for m in picked
         )
         style = f"box-shadow: {shadows};" if shadows else ""
-        cls = "tok " + " ".join(f"sel-{m}" for m in picked)
+        cls = "tok " + " ".join(f"sel-{m}" for m in tok["selected"] if tok["selected"][m])
         title = html.escape(token_title(tok, num_tokens), quote=True)
         spans.append(
             f"<span class='{cls}' style='{style}' title='{title}'>{html.escape(tok['text'])}</span>"
         )
-    legend = " ".join(
-        f"<span style='border-bottom:3px solid {method_color(m)}'>{html.escape(m)}</span>"
-        for m in methods
+    where = ("underlined", "barred above")
+    legend = "; ".join(
+        f"<span style='box-shadow: inset 0 {edges[i]} 0 {method_color(m)}'>{where[i]}: "
+        f"{html.escape(m)}</span>"
+        for i, m in enumerate(pair)
     )
     return (
-        f"<div class='analysed-legend'>underlined: selected by {legend}</div>"
-        f"<div class='analysed-tokens' style='white-space:pre-wrap;line-height:2'>"
+        f"<div class='analysed-legend'>{legend} (every method's pick: hover or tap a token)</div>"
+        f"<div class='analysed-tokens' style='white-space:pre-wrap;line-height:2.2'>"
         f"{''.join(spans)}</div>"
     )
 
@@ -189,7 +214,7 @@ def report_html(body: Json, answer: Json | None, tokens: list[Json]) -> str:
         step_part = (
             f"<h2>Step {answer['step']}, group {answer['group']}, answer {answer['answer']}</h2>"
             f"<p>Prompt: {html.escape(str(answer.get('prompt', '')))}</p>"
-            f"<p>Reward {answer.get('reward')}, advantage {answer.get('advantage')}</p>"
+            f"<p>Reward {_num(answer.get('reward'))}, advantage {_num(answer.get('advantage'))}</p>"
             + tokens_html(tokens, run["methods"], num)
         )
     return (

@@ -84,6 +84,15 @@ def test_every_group_and_every_token_is_reachable(
     tokens = page.locator("#analysed-tokens")
     page.get_by_text(re.compile("tokens 1–1,000 of 4,096")).wait_for()
     assert tokens.locator(".tok").count() == 1000
+    marks = page.evaluate(
+        """() => [...document.querySelectorAll('#analysed-tokens .tok')].map(t =>
+            [(t.style.boxShadow.match(/inset/g) || []).length, t.title])"""
+    )
+    assert max(n for n, _ in marks) <= 2  # two marks at most: the text stays legible
+    assert any(n == 2 for n, _ in marks) and any(n == 1 for n, _ in marks)
+    title = marks[0][1]
+    assert re.search(r"probability [\d.]+%", title) and "selected by:" in title, title
+    assert re.search(r"rank #[\d,]+ of [\d,]+ in the step", title), title
     for first in (1001, 2001, 3001, 4001):
         page.click("#analysed-tokens-next")
         page.get_by_text(re.compile(f"tokens {first:,}–")).wait_for()
