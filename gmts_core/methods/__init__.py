@@ -4,9 +4,10 @@ aggregations, and verifiable reward rules (with the math verifier's helper proce
 
 Every selection method is registered here, when the package is first imported, whichever of
 its modules is asked for: the core methods in :mod:`.selection`, the paper's rules beside them,
-the literature's criteria in :mod:`.literature`.
+the literature's criteria in :mod:`.literature`. So is every reward rule: those of
+:mod:`.rewards` and ``final_number`` (:mod:`.final_number`).
 """
 
-from gmts_core.methods import other_papers, selection
+from gmts_core.methods import final_number, other_papers, selection
 
-__all__ = ["other_papers", "selection"]
+__all__ = ["final_number", "other_papers", "selection"]

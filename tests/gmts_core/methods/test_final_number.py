@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gmts_core.methods.rewards import compute_reward, extract_stated_number, list_rewards
+from gmts_core.methods.final_number import extract_stated_number
+from gmts_core.methods.rewards import compute_reward, list_rewards
 
 FORMS = {
     "boxed": "So we get \\boxed{{{n}}}.",

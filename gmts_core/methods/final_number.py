@@ -1,0 +1,81 @@
+"""The ``final_number`` reward rule: the number a natural-language answer states as its result.
+
+A small instruct model answers "What is 47 + 38?" in prose: "47 + 38 = 85. So Tom has 85
+apples.", "The answer is 85. Check: 85 - 38 = 47", "**85**", "\\boxed{85}". The ``numeric`` rule
+takes the last number, which a check written after the answer replaces; this rule takes the
+number the answer *states* (:func:`extract_stated_number`) and compares it exactly, as
+``numeric`` does. Registered with the other rules when :mod:`gmts_core.methods` is imported.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import regex
+
+from gmts_core.methods.rewards import (
+    _LATEX_FRAC,
+    _NUMBER,
+    RewardVerdict,
+    _last_boxed,
+    _numeric_reference,
+    _short,
+    _verdict,
+    extract_final_number,
+    parse_number,
+    register_reward,
+)
+
+# "the answer is 85", "Answer: 85", "the final answer is $85$", "the answer is 47 + 38 = 85":
+# what follows the marker, to the end of its sentence (at most _STATED_WINDOW characters)
+_ANSWER_MARKER = regex.compile(r"\banswer\b\s*(?:is|was|would be|:|=)", regex.IGNORECASE)
+_STATED_WINDOW = 60
+_SENTENCE_END = regex.compile(r"\n|[.!?](?:\s|$)")
+_BOLD = regex.compile(r"\*\*([^*\n]{1,40})\*\*")
+
+
+def extract_stated_number(text: str) -> tuple[str | None, str]:
+    """The number a natural-language answer gives as its result, and the form it was found in.
+
+    In order: the last ``\\boxed{N}``; the number right after the last "answer is", "answer:"
+    or "answer =", in its sentence (after its last "=": "the answer is 47 + 38 = 85"), so a
+    check written after the stated answer does not replace it; the last
+    number in bold, ``**N**``; else the last number in the text (which reads "= N" at the end of
+    a worked line). Returns ``(None, "none")`` when there is no number at all.
+    """
+    boxed = _last_boxed(text)
+    if boxed is not None:
+        found = extract_final_number(boxed)
+        if found is not None:
+            return found, "boxed"
+    for marker in reversed(list(_ANSWER_MARKER.finditer(text))):
+        window = text[marker.end() : marker.end() + _STATED_WINDOW]
+        end = _SENTENCE_END.search(window)
+        window = window[: end.start()] if end is not None else window
+        window = _LATEX_FRAC.sub(r"\1/\2", window.rpartition("=")[2])  # a sum's result
+        numbers = _NUMBER.findall(window.replace("$", " ").replace("*", " "))
+        if numbers:
+            return str(numbers[0]).strip(), "answer is"
+    for bold in reversed(list(_BOLD.finditer(text))):
+        numbers = _NUMBER.findall(bold.group(1).replace("$", " "))
+        if numbers:
+            return str(numbers[-1]).strip(), "bold"
+    last = _NUMBER.findall(_LATEX_FRAC.sub(r"\1/\2", text))
+    return (str(last[-1]).strip(), "last number") if last else (None, "none")
+
+
+@register_reward("final_number")
+def final_number_reward(answer: str, reference: Any, tolerance: float = 1e-6) -> RewardVerdict:
+    """1.0 if the number a natural-language answer states (:func:`extract_stated_number`:
+    boxed, "the answer is N", bold, else the last number) equals the reference."""
+    ref_text = str(reference).strip()
+    ref = _numeric_reference(ref_text)
+    extracted, _ = extract_stated_number(answer)
+    if extracted is None:
+        return RewardVerdict(0.0, "final_number", None, ref_text, "no answer found")
+    value = parse_number(extracted)
+    if value is None:
+        return RewardVerdict(0.0, "final_number", _short(extracted), ref_text, "unparsable")
+    ok = abs(value - ref) <= Fraction(tolerance) * max(Fraction(1), abs(ref))
+    return RewardVerdict(float(ok), "final_number", extracted, ref_text, _verdict(ok))
