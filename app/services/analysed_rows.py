@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from app.schemas.analysed_runs import AnalysedRunInfo
 from app.services.run_roots import safe_text
 from gmts_core.errors import InvalidInputError
 
@@ -63,3 +64,17 @@ def token_row(row: dict[str, Any], methods: tuple[str, ...]) -> dict[str, Any]:
     row = finite(row)
     selected = per_method(row, "selected_", methods)
     return {**row, "selected": selected}
+
+
+def run_info(name: str, found: tuple[dict[str, Any], list[dict[str, Any]]]) -> AnalysedRunInfo:
+    reply, steps = found
+    return AnalysedRunInfo(
+        id=safe_text(name),
+        version=reply["version"],
+        methods=reply["methods"],
+        num_steps=len(steps),
+        first_step=steps[0]["step"] if steps else None,
+        last_step=steps[-1]["step"] if steps else None,
+        num_tokens=sum(int(s["num_tokens"]) for s in steps),
+        skipped_steps={k: v for k, v in list(reply["skipped"].items())[:20]},
+    )

@@ -53,6 +53,7 @@ from app.services.analysed_rows import (
     finite,
     method_names,
     models,
+    run_info,
     step_row,
     token_row,
 )
@@ -100,6 +101,8 @@ class AnalysedRunService:
         self._slots = {lane: threading.BoundedSemaphore(size) for lane in self._lanes}
         self._lock = threading.Lock()
         self._summaries: dict[Path, Summaries] = {}
+        # each dataset's last answer, by its key (dataset_key): a poll of an unchanged run
+        self._seen: dict[Path, tuple[tuple[int, ...], Any]] = {}
         self._index: RunIndex[AnalysedRunInfo] = RunIndex(
             self._index_entry, self._index_failed, max_entries=4 * settings.run_max_folder_entries
         )
@@ -153,7 +156,7 @@ class AnalysedRunService:
 
     def _index_entry(self, path: Path) -> AnalysedRunInfo:
         try:
-            return self._info(path.name, self._refresh(path, "step"))
+            return run_info(path.name, self._refresh(path, "step"))
         except GMTSError as exc:
             return unreadable(path.name, self.runs.relative(str(exc)))
 
@@ -204,8 +207,13 @@ class AnalysedRunService:
 
     def _refresh(self, path: Path, lane: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """(manifest and skipped steps, summaries by step) of the dataset at ``path``, reading
-        only the step files that changed since the last call."""
+        only the step files that changed since the last call; nothing at all while the
+        manifest and the steps folder are unchanged (a poll of an idle run costs 3 stats)."""
+        key = dataset_key(path)
         with self._lock:
+            seen = self._seen.get(path)
+            if seen is not None and key is not None and seen[0] == key:
+                return seen[1]
             cached = dict(self._summaries.get(path, {}))
         known = {name: key for name, (key, _) in cached.items()}
         reply = self._ask(path, "info", {"known": known}, lane)
@@ -221,21 +229,12 @@ class AnalysedRunService:
             while len(self._summaries) > 4 * self.settings.run_max_folder_entries:
                 self._summaries.pop(next(iter(self._summaries)))
         rows = sorted((row for _, row in merged.values()), key=lambda r: r["step"])
+        if key is not None and not reply["skipped"]:  # a skipped file is tried again
+            with self._lock:
+                self._seen[path] = (key, (reply, rows))
+                while len(self._seen) > 4 * self.settings.run_max_folder_entries:
+                    self._seen.pop(next(iter(self._seen)))
         return reply, rows
-
-    @staticmethod
-    def _info(name: str, found: tuple[dict[str, Any], list[dict[str, Any]]]) -> AnalysedRunInfo:
-        reply, steps = found
-        return AnalysedRunInfo(
-            id=safe_text(name),
-            version=reply["version"],
-            methods=reply["methods"],
-            num_steps=len(steps),
-            first_step=steps[0]["step"] if steps else None,
-            last_step=steps[-1]["step"] if steps else None,
-            num_tokens=sum(int(s["num_tokens"]) for s in steps),
-            skipped_steps={k: v for k, v in list(reply["skipped"].items())[:20]},
-        )
 
     # -- answers ----------------------------------------------------------------------------
     def steps(self, run_id: str) -> AnalysedStepsResponse:
@@ -243,7 +242,7 @@ class AnalysedRunService:
         found = self._refresh(path, "step")
         methods = tuple(found[0]["methods"])
         return AnalysedStepsResponse(
-            run=self._info(run_id, found),
+            run=run_info(run_id, found),
             steps=models(StepSummaryOut, [step_row(r, methods) for r in found[1]], run_id),
         )
 

@@ -39,6 +39,7 @@ def client(run_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         default_model="tiny-arith",
         max_total_tokens=4096,
         run_max_step_answers=12,
+        run_list_wait_s=300,  # a listing answers once every entry is indexed (event-driven)
     )
     with TestClient(create_app(settings)) as c:
         yield c

@@ -248,7 +248,9 @@ def build_analysed_section(ctx: UIContext) -> None:
     refresh.click(h.refresh, None, run)
     # each page load lists the runs anew (building the UI reads none: startup never waits on
     # a run root, and a run written since the server started is there after a reload)
-    Context.root_block.load(h.refresh, None, run, show_progress="hidden")
+    blocks = Context.root_block
+    assert blocks is not None  # built inside the app's gr.Blocks
+    blocks.load(h.refresh, None, run, show_progress="hidden")
     run.change(h.open, run, [body, status, plot_reward, plot_select, step, download, shown])
     timer.tick(
         h.poll, [run, body], [body, status, plot_reward, plot_select, step], show_progress="hidden"

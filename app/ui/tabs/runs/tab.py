@@ -99,7 +99,9 @@ def build_runs_tab(ctx: UIContext) -> None:
     charts_in_order: dict[str, Any] = {"concurrency_id": CHARTS_QUEUE, "concurrency_limit": 1}
     refresh.click(h.list_runs, None, [run, bad_runs])
     # each page load lists the runs anew: one written since the server started is there
-    Context.root_block.load(h.list_runs, None, [run, bad_runs], show_progress="hidden")
+    blocks = Context.root_block
+    assert blocks is not None  # built inside the app's gr.Blocks
+    blocks.load(h.list_runs, None, [run, bad_runs], show_progress="hidden")
     run.change(
         h.load_run,
         [run, model, ratio],
