@@ -33,7 +33,8 @@ Progress = Callable[..., Any]  # gr.Progress-like: progress((done, total), desc=
 
 # The tab's defaults: a small-batch version of the demo recipe that visibly learns in one run
 # of 30 steps on 2 CPU cores (benchmarks/train_tab.py measures it: see docs/benchmarks.md;
-# 20 steps gained 11.5-16 points over seeds 0-4, 30 steps 16-17.5, every interval above 0).
+# 20 steps gained 11.5-16 points over seeds 0-4, 30 steps 8.5-17.5 over seeds 0-9 (10th
+# percentile 10.3), every interval above 0).
 # 32 prompts x 1 update costs about what 16 x 2 did and averages the ±1-slip noise over twice
 # the prompts (docs/live-rl.md): seed 0 went 0.475 -> 0.590 instead of 0.580 with greedy
 # accuracy holding (0.925 -> 0.945, against 0.925 -> 0.89).
