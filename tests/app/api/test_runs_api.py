@@ -186,7 +186,9 @@ def test_a_relative_root_is_read_from_the_current_folder(
     """GMTS_RUN_ROOTS=outputs (as the first-five-minutes page starts the server): the runs are
     read in worker processes that start in "/", so the root is taken from the current folder."""
     monkeypatch.chdir(run_root.parent)
-    settings = make_settings(tmp_path_factory.mktemp("models"), run_roots=[Path(run_root.name)])
+    settings = make_settings(
+        tmp_path_factory.mktemp("models"), run_roots=[Path(run_root.name)], run_list_wait_s=300
+    )
     with TestClient(create_app(settings)) as c:
         runs = {r["id"]: r for r in c.get("/v1/runs").json()["runs"]}
         assert runs["logged"]["state"] == "ready" and runs["logged"]["num_steps"] == 2
