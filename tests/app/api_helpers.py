@@ -41,6 +41,9 @@ def make_settings(root: Path, **overrides: Any) -> Settings:
         # the limit itself set their own)
         analysed_query_timeout_s=300.0,
         analysed_queue_wait_s=300.0,
+        # a listing waits for the background index (it answers as soon as that is done): the
+        # tests of the "indexing" state set their own wait
+        run_list_wait_s=300.0,
     )
     values.update(overrides)
     return Settings(**values)

@@ -135,7 +135,11 @@ def test_the_ui_backends_agree_local_and_remote(run_root: Path, tmp_path: Path) 
     from app.ui.remote_backend import RemoteBackend
     from tests.app.api_helpers import LiveServer
 
-    app = create_app(make_settings(tmp_path, run_roots=[run_root], default_model="tiny-arith"))
+    app = create_app(
+        make_settings(
+            tmp_path, run_roots=[run_root], default_model="tiny-arith", run_list_wait_s=300
+        )
+    )
     local = LocalBackend(app.state.services)
     with LiveServer(app) as server:
         remote = RemoteBackend(server.url)
