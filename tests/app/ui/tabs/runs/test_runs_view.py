@@ -96,7 +96,7 @@ def test_metrics_figures_and_unreadable_runs(services, tmp_path: Path) -> None: 
         "truncated": False,
     }
     assert run_choices(runs) == [("ok (verl, 2 steps)", "ok")]
-    assert "`bad\\xff.jsonl`: not valid UTF-8" in unreadable_note(runs)
+    assert "` bad\\xff.jsonl `: not valid UTF\\-8" in unreadable_note(runs)  # escaped once
 
 
 def _rank_labels(html: str) -> list[tuple[str, list[int]]]:
