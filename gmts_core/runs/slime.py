@@ -24,8 +24,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from gmts_core.runs.base import NumberedFilesReader, RunFormatError, RunStep, StepRef, as_float
 from gmts_core.runs.errors import UnsafeRunFormatError
 from gmts_core.runs.files import open_run_file
@@ -39,6 +37,8 @@ FILE_PATTERN = r"(\d+)\.pt"
 
 def _plain(value: Any) -> Any:
     """A tensor as a list (slime keeps some per-token columns as tensors)."""
+    import torch  # only where a .pt file is read (importing the readers stays light)
+
     return value.detach().cpu().reshape(-1).tolist() if isinstance(value, torch.Tensor) else value
 
 
@@ -70,6 +70,8 @@ class SlimeReader(NumberedFilesReader):
 def load_restricted(path: Path, limits: RunLimits) -> Any:
     """``torch.load(weights_only=True)`` of a run file opened inside the run root, its bytes
     held to ``max_step_bytes``; anything the restricted unpickler refuses is refused."""
+    import torch  # only where a .pt file is read (importing the readers stays light)
+
     with open_run_file(path, limits, "max_step_bytes") as f:
         try:
             return torch.load(f, map_location="cpu", weights_only=True)
