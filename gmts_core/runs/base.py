@@ -224,13 +224,14 @@ def numbered_files(folder: Path, pattern: str, limits: RunLimits) -> list[StepRe
     one group: the step number, ASCII digits), sorted by step; the last one is marked
     ``last``. Two files of one step (``1.jsonl``, ``01.jsonl``) are an error naming them. An
     entry that is no regular file (a FIFO, a device, a link out of the root) is a step all the
-    same: reading it refuses it, naming what it is, rather than the step going missing. The
-    folder listing stops (refused) past ``max_folder_entries``."""
+    same: reading it refuses it, naming what it is, rather than the step going missing; so is a
+    folder with a step file's name (``1.jsonl/``). The folder listing stops (refused) past
+    ``max_folder_entries``."""
     rx = re.compile(pattern, re.ASCII)
     found = sorted(
         (int(m.group(1)), Path(e.path))
         for e in scan_folder(folder, limits)
-        if (m := rx.fullmatch(e.name)) and not e.is_dir()
+        if (m := rx.fullmatch(e.name))
     )
     refuse_duplicates(found, folder, "step", "files")
     for step, path in found:

@@ -128,3 +128,20 @@ def test_a_parquet_step_of_thousands_of_row_groups_is_refused_by_its_footer(
     few = tmp_path / "few.parquet"
     pq.write_table(pa.table({"prompt": ["q"] * 16_000}), few, row_group_size=4_000)
     check_parquet_footer(pq.read_metadata(few), ["prompt"], RunLimits(), few)
+
+
+def test_a_folder_named_as_a_step_file_is_a_step_refused_when_read(tmp_path: Path) -> None:
+    """``9.jsonl/`` in a verl run: counted (the run says it has step 9) and refused when read,
+    naming what it is, never silently left out."""
+    import shutil
+
+    from gmts_core.runs import open_run
+
+    data = Path(__file__).resolve().parents[2] / "data" / "runs" / "verl"
+    run = tmp_path / "run"
+    shutil.copytree(data, run)
+    (run / "9.jsonl").mkdir()
+    opened = open_run(run, limits=RunLimits(root=str(tmp_path)))
+    assert opened.steps[-1] == 9
+    with pytest.raises(UnsafeRunFileError, match="a folder, not a file"):
+        opened.step(9)
