@@ -136,7 +136,10 @@ def jsonl_records(
             if step_file:
                 limits.check("max_step_rows", rows, f"{path}:{number}", f"{rows:,} lines or more")
             try:
-                obj = json.loads(text.lstrip("\ufeff") if isinstance(text, str) else text)
+                obj = json.loads(
+                    text.lstrip("\ufeff") if isinstance(text, str) else text,
+                    object_pairs_hook=_one_value_per_key,
+                )
             except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
                 if tolerate_tail and not raw.endswith(newline):
                     logger.warning("%s:%d: dropping a half-written last line", path, number)
@@ -217,6 +220,17 @@ def group_by_key(keys: list[str]) -> list[list[int]]:
     for i, key in enumerate(keys):
         groups.setdefault(key, []).append(i)
     return list(groups.values())
+
+
+def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused (ValueError) when a key appears twice: which value the writer
+    meant cannot be told, so neither is read silently."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"the key {twice[:80]!r} appears twice in one object")
+    return obj
 
 
 def numbered_files(folder: Path, pattern: str, limits: RunLimits) -> list[StepRef]:

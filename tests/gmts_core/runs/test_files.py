@@ -145,3 +145,14 @@ def test_a_folder_named_as_a_step_file_is_a_step_refused_when_read(tmp_path: Pat
     assert opened.steps[-1] == 9
     with pytest.raises(UnsafeRunFileError, match="a folder, not a file"):
         opened.step(9)
+
+
+def test_a_key_twice_in_one_jsonl_object_is_refused(tmp_path: Path) -> None:
+    """Which of two values the writer meant cannot be told: the line is refused, naming the
+    key, not read with the last value."""
+    from gmts_core.runs import open_run
+
+    run = tmp_path / "run.jsonl"
+    run.write_text('{"prompt": "Q", "completion": "a", "reward": 1, "reward": 0, "step": 1}\n')
+    with pytest.raises(RunFormatError, match="the key 'reward' appears twice"):
+        open_run(run, limits=RunLimits(root=str(tmp_path))).step(1)
