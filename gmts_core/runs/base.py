@@ -283,14 +283,20 @@ def has_match(folder: Path, pattern: str, limits: RunLimits) -> bool:
 
 
 def readable_parquet(path: Path, limits: RunLimits) -> bool:
-    """Whether ``path`` has a complete parquet footer (a file still being written has none).
-    A file that is not a regular file inside the run root raises UnsafeRunFileError."""
+    """Whether ``path`` is a whole parquet file: its footer reads, or it ends with the footer's
+    magic bytes (then it is complete, and reading it names what is wrong with it: a schema
+    nested too deeply, say); a file still being written has no footer yet. A file that is not
+    a regular file inside the run root raises UnsafeRunFileError."""
     with open_run_file(path, limits, "max_step_bytes") as f:
         try:
             pq.read_metadata(f)
             return True
         except (OSError, pa.ArrowException):
-            return False
+            size = f.seek(0, 2)
+            if size < 12:
+                return False
+            f.seek(size - 4)
+            return bool(f.read(4) == b"PAR1")
 
 
 def read_parquet_step(path: Path, columns: list[str] | None, limits: RunLimits) -> Any:

@@ -156,3 +156,37 @@ def test_a_key_twice_in_one_jsonl_object_is_refused(tmp_path: Path) -> None:
     run.write_text('{"prompt": "Q", "completion": "a", "reward": 1, "reward": 0, "step": 1}\n')
     with pytest.raises(RunFormatError, match="the key 'reward' appears twice"):
         open_run(run, limits=RunLimits(root=str(tmp_path))).step(1)
+
+
+def test_a_whole_parquet_step_whose_footer_cannot_be_read_is_named_not_dropped(
+    tmp_path: Path,
+) -> None:
+    """A TRL step with an extra column nested 60 lists deep: pyarrow cannot read its footer,
+    but the file is whole (it ends with the footer's magic), so the step is listed and reading
+    it says why, instead of the run having "no steps" (a half-written file is left out)."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gmts_core.runs import open_run
+
+    run = tmp_path / "trl"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "data" / "runs" / "trl", run)
+    files = sorted((run / "completions").glob("*.parquet"))
+    table = pq.read_table(files[-1])
+    kind: pa.DataType = pa.string()
+    value: object = "x"
+    for _ in range(60):
+        kind, value = pa.list_(kind), [value]
+    pq.write_table(table.append_column("deep", pa.array([value] * len(table), kind)), files[-1])
+    for f in files[:-1]:
+        f.unlink()
+    opened = open_run(run, limits=RunLimits(root=str(tmp_path)))
+    assert len(opened.steps) == 1
+    with pytest.raises(RunFormatError, match="too deeply nested"):
+        opened.step(opened.steps[0])
+    half = files[-1].read_bytes()[:-100]  # still being written: no footer yet
+    files[-1].write_bytes(half)
+    with pytest.raises(RunFormatError, match="no steps found"):
+        open_run(run, limits=RunLimits(root=str(tmp_path)))
