@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import stat
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from app.core.config import Settings
 from app.reports.compare_report import compare_html, table_markdown
-from app.services.errors import InvalidInputError
+from app.services.errors import GMTSError, InvalidInputError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
 from app.services.policy import LimitsPolicy
@@ -191,17 +192,37 @@ def result_from_dict(data: dict[str, Any]) -> CompareResult:
 
 
 def load_compare_file(path: str | Path) -> CompareResult:
-    """Read a compare.json (size-limited) into a result, with a clear error otherwise."""
+    """Read a compare.json (size-limited, a regular file) into a result, with a clear error
+    otherwise: an upload is bytes from outside, so any JSON that is not a `gmts compare` result
+    (nested too deeply, fields of another type) is an InvalidInputError naming the file."""
     p = Path(path)
-    if p.stat().st_size > MAX_FILE_BYTES:
+    try:
+        st = p.lstat()
+    except OSError as exc:
+        raise InvalidInputError(f"{p.name} cannot be read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InvalidInputError(f"{p.name} is not a regular file")
+    if st.st_size > MAX_FILE_BYTES:
         raise InvalidInputError(f"{p.name} is over {MAX_FILE_BYTES // 1_000_000} MB")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json.loads(p.read_bytes()[: MAX_FILE_BYTES + 1].decode("utf-8"))
+    except RecursionError:
+        raise InvalidInputError(
+            f"{p.name} is not JSON this tool reads (nested too deeply)"
+        ) from None
+    except (UnicodeDecodeError, ValueError) as exc:
         raise InvalidInputError(f"{p.name} is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidInputError(f"{p.name}: not a `gmts compare` JSON (expected an object)")
-    return result_from_dict(data)
+    try:
+        return result_from_dict(data)
+    except GMTSError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:
+        what = f"{type(exc).__name__}: {str(exc)[:120]}"
+        raise InvalidInputError(
+            f"{p.name}: not a `gmts compare` result this version reads ({what})"
+        ) from None
 
 
 def write_outputs(result: CompareResult, out: Path) -> list[Path]:

@@ -288,3 +288,32 @@ def test_saved_session_state_passes_the_corpus(
                 step = client.post(f"/v1/sessions/{session}/step", json={"steps": 1})
                 corpus.check(step.text, step.status_code, state, corpus.json_or_none(step.text))
             assert client.get("/healthz").status_code == 200
+
+
+def test_compare_uploads_pass_the_corpus_in_process(tmp_path: Path) -> None:
+    """An uploaded compare.json (the Compare tab's "load compare.json") is bytes from outside:
+    each mutation of the corpus, and each top-level field of a real one replaced by a value of
+    another JSON type, is refused with the library's own error, never another exception."""
+    import json
+
+    from app.services.compare import load_compare_file
+
+    sample = Path(__file__).resolve().parents[3] / "docs" / "compare" / "compare.json"
+    load_compare_file(sample)  # the real one loads
+    victims = []
+    for mutation in ("garbage", "empty", "deep", "long-line", "control-bytes", "parquet-bomb"):
+        victim = tmp_path / f"{mutation}.json"
+        shutil.copy(sample, victim)
+        corpus.BEFORE[mutation](victim, tmp_path)
+        victims.append(victim)
+    data = json.loads(sample.read_text())
+    for key in data:
+        for other in ([], {}, "x", 1e308, None, -1, [[[]]], {"a": {"b": []}}):
+            victim = tmp_path / f"{key}-{type(other).__name__}-{len(victims)}.json"
+            victim.write_text(json.dumps({**data, key: other}))
+            victims.append(victim)
+    for victim in victims:
+        try:
+            load_compare_file(victim)
+        except GMTSError:
+            pass
