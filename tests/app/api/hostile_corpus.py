@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gmts_core.run_dataset.schema import step_file, write_manifest
+from gmts_core.run_dataset.schema import write_manifest
 from gmts_core.run_dataset.synthetic import synthetic_step
 from gmts_core.run_dataset.writer import write_step
 from gmts_core.runs import READERS, RunLimits, open_run
@@ -114,8 +114,13 @@ ANALYSED_ROUTES = (
 
 
 def analysed_targets(sample: Path) -> list[Target]:
-    victims = ("dataset.json", "steps/step_00001.parquet", "answers/step_00001.parquet",
-               "tokens/step_00001.parquet", "top/step_00001.parquet")
+    victims = (
+        "dataset.json",
+        "steps/step_00001.parquet",
+        "answers/step_00001.parquet",
+        "tokens/step_00001.parquet",
+        "top/step_00001.parquet",
+    )
     names = ("manifest", "steps", "answers", "tokens", "top")
     return [
         Target(f"analysed-{n}", sample, v, ANALYSED_ROUTES)
