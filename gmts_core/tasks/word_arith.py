@@ -10,8 +10,9 @@ Three levels, easiest first (:data:`LEVELS`):
 
 The two-digit levels draw from the demo task's generator (:func:`arith.problem_pool`), so they
 share its held-out split (one problem in ten, by a hash of ``a op b``); single-digit problems
-are split by the same hash (81 sums: about 8 held out, so they repeat in a held-out draw). A model answers in prose; the reward reads the number it states
-(``\\boxed{N}``, "the answer is N", ``**N**``, else the last number), not a fixed format.
+are split by the same hash (81 sums: about 8 held out, so they repeat in a held-out draw).
+A model answers in prose; the reward reads the number it states (``\\boxed{N}``, "the answer
+is N", ``**N**``, else the last number), not a fixed format.
 """
 
 from __future__ import annotations
