@@ -74,6 +74,7 @@ def main() -> None:
         assert again == first
         service.close()
     out = {
+        "benchmark": "analysed_listing",
         "runs": args.runs,
         "steps_per_run": args.steps,
         "ready_after_first_scan": ready,

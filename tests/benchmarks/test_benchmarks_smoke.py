@@ -181,3 +181,9 @@ def test_dataset_pace_smoke() -> None:
     assert r["answer_tokens"] > 0 and r["parquet_bytes"] > 0
     assert r["pace"] == pytest.approx(r["with_writing_tokens_per_s"] / r["analysis_tokens_per_s"])
     assert 0 < r["writer_share_of_a_pass"] < 1
+
+
+def test_analysed_listing_smoke() -> None:
+    r = run_benchmark("analysed_listing", "--runs", "12", "--steps", "2", "--repeats", "3")
+    assert r["runs"] == 12 and r["ready_after_first_scan"] == 12
+    assert r["first_scan_s"] > 0 and 0 < r["listing_median_s"] <= r["listing_max_s"]
