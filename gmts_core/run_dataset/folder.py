@@ -113,7 +113,7 @@ class DatasetFolder:
             except OSError as exc:
                 raise _refused(where, exc, "a file") from None
             if not stat.S_ISREG(before.st_mode):
-                raise DatasetFileError(f"{where}: {_kind(before.st_mode)}, not a file: refused")
+                raise DatasetFileError(f"{where}: {file_kind(before.st_mode)}, not a file: refused")
             try:
                 fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=parent)
             except OSError as exc:
@@ -123,7 +123,7 @@ class DatasetFolder:
         try:
             after = os.fstat(fd)  # what was opened, whatever the name points at now
             if not stat.S_ISREG(after.st_mode):
-                raise DatasetFileError(f"{where}: {_kind(after.st_mode)}, not a file: refused")
+                raise DatasetFileError(f"{where}: {file_kind(after.st_mode)}, not a file: refused")
             if after.st_size > max_bytes:
                 raise DatasetFileError(
                     f"{where}: {after.st_size:,} bytes, over the {max_bytes:,} this file may hold"
@@ -207,7 +207,8 @@ _KINDS = (
 )
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file of this ``st_mode`` is, in words (``a FIFO``, ``a folder``...)."""
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 

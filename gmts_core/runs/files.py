@@ -19,6 +19,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from gmts_core.run_dataset.folder import file_kind
 from gmts_core.runs.errors import UnsafeRunFileError
 
 
@@ -34,18 +35,6 @@ class RunLimits(Protocol):
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_KINDS = (
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISLNK, "a symbolic link"),
-)
-
-
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def resolved_inside(path: Path | str, limits: RunLimits) -> tuple[str, list[str]]:
@@ -100,7 +89,9 @@ def open_run_file(path: Path | str, limits: RunLimits, budget: str = "max_file_b
         except OSError as exc:
             raise _changed(path, exc) from None
         if not stat.S_ISREG(before.st_mode):
-            raise UnsafeRunFileError(path, None, f"{_kind(before.st_mode)}, not a file: refused")
+            raise UnsafeRunFileError(
+                path, None, f"{file_kind(before.st_mode)}, not a file: refused"
+            )
         try:
             fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=folder)
         except OSError as exc:
@@ -110,7 +101,7 @@ def open_run_file(path: Path | str, limits: RunLimits, budget: str = "max_file_b
     try:
         after = os.fstat(fd)  # what was opened, whatever the name points at now
         if not stat.S_ISREG(after.st_mode):
-            raise UnsafeRunFileError(path, None, f"{_kind(after.st_mode)}, not a file: refused")
+            raise UnsafeRunFileError(path, None, f"{file_kind(after.st_mode)}, not a file: refused")
         limits.check(budget, after.st_size, str(path), f"the file has {after.st_size:,} bytes")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
@@ -126,5 +117,5 @@ def confined_folder(folder: Path | str, limits: RunLimits) -> str:
     real = os.path.join(base, *parts)
     mode = os.stat(real, follow_symlinks=False).st_mode
     if not stat.S_ISDIR(mode):
-        raise UnsafeRunFileError(folder, None, f"{_kind(mode)}, not a folder: refused")
+        raise UnsafeRunFileError(folder, None, f"{file_kind(mode)}, not a folder: refused")
     return real
