@@ -216,20 +216,10 @@ class AnalysedRun:
             params.append(bool(zero_signal))
         return ("WHERE " + " AND ".join(where) if where else ""), params
 
-    def rank_answers(
-        self,
-        by: str = "reward",
-        descending: bool = True,
-        limit: int = 50,
-        offset: int = 0,
-        contains: str | None = None,
-        zero_signal: bool | None = None,
-        steps: tuple[int, int] | None = None,
-    ) -> list[dict[str, Any]]:
-        """Answers across the run ranked by ``by`` (:data:`ANSWER_ORDERS`), optionally only
-        those whose text contains ``contains`` (case-insensitive, literally) or those of
-        zero-signal groups (``zero_signal=True``) or of the others (``False``)."""
-        return self.ranked_answers(by, descending, limit, offset, contains, zero_signal, steps)[0]
+    def rank_answers(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        """:meth:`ranked_answers`' page alone."""
+        page: list[dict[str, Any]] = self.ranked_answers(*args, **kwargs)[0]
+        return page
 
     def ranked_answers(
         self,
@@ -241,14 +231,21 @@ class AnalysedRun:
         zero_signal: bool | None = None,
         steps: tuple[int, int] | None = None,
     ) -> tuple[list[dict[str, Any]], int]:
-        """:meth:`rank_answers`' page and how many answers match, from one scan of the
-        order and filter columns; the page's rows are read whole afterwards."""
+        """Answers across the run ranked by ``by`` (:data:`ANSWER_ORDERS`), optionally only
+        those whose text contains ``contains`` (case-insensitive, literally) or those of
+        zero-signal groups (``zero_signal=True``) or of the others (``False``); and how many
+        match. One scan of the order and filter columns; the page's rows are read whole
+        afterwards."""
         order = _choice(by, ANSWER_ORDERS, "answer order")
         where, params = self._answer_filter(contains, zero_signal)
         direction = "DESC" if descending else "ASC"
         numbers = self._numbers(steps)
         if not numbers:
             return [], 0
+        if not where:  # an offset past every answer: an empty page from the summaries
+            total = self.count_answers(None, None, steps)
+            if offset >= total:
+                return [], total
         keys_sql = f"""SELECT step, "group", answer, count(*) OVER () AS total
                        FROM read_parquet(?) {where}
                        ORDER BY {order} {direction} NULLS LAST, step, "group", answer

@@ -279,3 +279,11 @@ def test_links_fifos_and_damaged_files_in_a_dataset_are_refused_not_followed(
     assert ranked and all(r["step"] == 3 for r in ranked)  # the link is skipped
     (root / "steps" / "step_00004.parquet").write_bytes(b"junk")  # a damaged summary
     assert run.step_numbers() == [1, 2, 3]
+
+
+def test_an_offset_past_every_answer_is_an_empty_page_without_a_scan(synthetic: Path) -> None:
+    run = AnalysedRun(synthetic, profile=True)
+    total = run.count_answers()
+    run.last_scan = None
+    assert run.ranked_answers("reward", offset=10_000_000) == ([], total)
+    assert run.last_scan is None  # answered from the steps' summaries: no query ran
