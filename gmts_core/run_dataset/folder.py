@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gmts_core.errors import InvalidInputError
+from gmts_core.special_files import file_kind
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -195,21 +196,6 @@ def fd_path(fd: int) -> str:
 
 def step_name(step: int) -> str:
     return f"step_{step:05d}.parquet"
-
-
-_KINDS = (
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISLNK, "a symbolic link"),
-)
-
-
-def file_kind(mode: int) -> str:
-    """What a file of this ``st_mode`` is, in words (``a FIFO``, ``a folder``...)."""
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def _refused(where: str, exc: OSError, what: str) -> DatasetFileError:

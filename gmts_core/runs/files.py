@@ -19,8 +19,8 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from gmts_core.run_dataset.folder import file_kind
 from gmts_core.runs.errors import UnsafeRunFileError
+from gmts_core.special_files import file_kind
 
 
 class RunLimits(Protocol):
