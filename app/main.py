@@ -70,6 +70,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     takes its first request (the compile takes seconds; a request must not pay for it)."""
     await asyncio.to_thread(prepare_native)
     yield
+    # shutdown: the analysed-run reading processes stopped, their spill folders removed
+    await asyncio.to_thread(app.state.services.analysed_runs.close)
 
 
 def create_app(settings: Settings | None = None, services: Services | None = None) -> FastAPI:
