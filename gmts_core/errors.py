@@ -40,7 +40,8 @@ class ModelLoadError(GMTSError, RuntimeError):
 
 
 class NonFiniteLogitsError(GMTSError, ArithmeticError):
-    """The model produced NaN or infinite logits; its statistics would be meaningless."""
+    """The model produced NaN or +inf logits; its statistics would be meaningless (a token at a
+    -inf logit is not one: :func:`gmts_core.stats.forward.check_finite`)."""
 
     code = "non_finite_logits"
 

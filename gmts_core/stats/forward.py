@@ -130,7 +130,8 @@ def stats_from_logits(
     the answer tokens of ``sequences`` (as :func:`answer_logits` returns them), e.g. by a
     training forward: the statistics then cost no forward of their own. Never differentiable.
 
-    Raises NonFiniteLogitsError if any answer token's logits hold NaN/Inf.
+    Raises NonFiniteLogitsError if any answer token's logits hold NaN or +inf (a target at a
+    -inf logit is analysed: :func:`check_finite`).
     """
     logits, hidden = logits.detach(), hidden.detach()
     targets = torch.tensor([t for _, a in sequences for t in a], device=logits.device)  # (N,)
@@ -145,7 +146,7 @@ def _per_answer(
     stats: TokenStats, hidden: torch.Tensor, sequences: list[tuple[list[int], list[int]]]
 ) -> list[AnswerStats]:
     """Flat statistics (N,) and hidden states (N, D) split into one AnswerStats per answer
-    (views, no copies); raises NonFiniteLogitsError on NaN/Inf."""
+    (views, no copies); raises NonFiniteLogitsError on NaN or +inf logits (:func:`check_finite`)."""
     check_finite(stats)
     norms = hidden.detach().float().norm(dim=-1)  # (N,)
     out, start = [], 0
@@ -158,7 +159,14 @@ def _per_answer(
 
 
 def check_finite(stats: TokenStats) -> None:
-    if not (torch.isfinite(stats.logprob).all() and torch.isfinite(stats.entropy).all()):
+    """Raise NonFiniteLogitsError where a NaN or +inf logit made the statistics undefined.
+
+    A given answer token at a -inf logit (a model that masks part of its vocabulary) is not an
+    error: its statistics are defined, log p = -inf, H the entropy of the distribution and
+    g = ||e_y - pi|| / tau (all finite but log p), and they are analysed as such."""
+    finite = torch.isfinite(stats.entropy) & torch.isfinite(stats.grad_norm)
+    masked_target = stats.logprob == float("-inf")
+    if not bool((finite & (torch.isfinite(stats.logprob) | masked_target)).all()):
         raise NonFiniteLogitsError("the model produced NaN or infinite logits for this input")
 
 
@@ -173,7 +181,8 @@ def answer_token_stats(
 ) -> list[AnswerStats]:
     """Statistics of every answer token for (prompt_ids, answer_ids) pairs.
 
-    Raises NonFiniteLogitsError if the model produces NaN/Inf logits for any answer token.
+    Raises NonFiniteLogitsError if the model produces NaN or +inf logits for any answer token
+    (a target at a -inf logit is analysed: :func:`check_finite`).
     """
     if any(not p for p, _ in sequences):
         raise InvalidInputError("every prompt needs at least one token")
