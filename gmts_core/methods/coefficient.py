@@ -12,22 +12,26 @@ Its derivative with respect to logp_t is -w_i omega_t with
 
     omega_t = m_t r_t I_t A_i + beta (pi_ref / pi_theta - 1)
 
-where I_t = 0 where the clipped objective is flat (r > 1 + eps_high with A > 0, or
-r < 1 - eps_low with A < 0; with TRL's two-sided ``delta``, also r > delta with A < 0) and 1
-elsewhere. As d logp_t / d z = (e_y - pi) / tau has norm g, the exact norm of the loss gradient
-at the token's logits is  w_i |omega_t| g  (``grad_proxy``). ``coef`` below is omega_t with
-m_t = 1: the token's multiplier if it is trained; a token left out of the selection keeps only
-the KL part. (With TRL's ``use_bias_correction_kl`` the KL term is r_t kl_t and its part of
-omega_t is beta r_t log(pi_ref / pi_theta) instead.) At the on-policy point (r = 1) with
-beta = 0, omega_t = A_i and the norm is |A_i| w_i g.
+where I_t = 0 where the clipped objective is flat (r > 1 + eps_high with A > 0, or r < 1 -
+eps_low with A < 0; with TRL's two-sided ``delta`` or verl's dual clip ``clip_ratio_c``, also r
+> delta with A < 0) and 1 elsewhere. As d logp_t / d z = (e_y - pi) / tau has norm g, the exact
+norm of the loss gradient at the token's logits is w_i |omega_t| g (``grad_proxy``). ``coef``
+below is omega_t with m_t = 1: the token's multiplier if it is trained; a token left out of the
+selection keeps only the KL part. (With TRL's ``use_bias_correction_kl`` the KL term is r_t kl_t
+and its part of omega_t is beta r_t log(pi_ref / pi_theta) instead.) At the on-policy point (r =
+1) with beta = 0, omega_t = A_i and the norm is |A_i| w_i g.
 
 The GMTS paper's released code scores with the same coefficient: Framework1 divides all of it
 (advantage and KL part) by G |o_i|, Framework2 (verl) takes it raw; both multiply by the
 entropy (:mod:`gmts_core.methods.gmts_released`). ``kl`` below is the KL part on its own.
+The released code's indicator (I_trust) has the PPO clip only, never the dual clip, so a token
+with A < 0 and r > delta keeps its score r A there (``ppo_clipped``), while the loss's own
+omega_t (``coef``, which ``gmts`` ranks by) is 0 for it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -57,6 +61,10 @@ class EffectiveCoefficient:
     clipped: torch.Tensor  # I_t = 0: the clipped objective is flat at this token
     coef: torch.Tensor  # omega_t = r I A + beta (pi_ref / pi_theta - 1)
     kl: torch.Tensor  # the KL part of omega_t: beta (pi_ref / pi_theta - 1), 0 without KL
+    # I_t = 0 by the PPO clip alone, without the dual clip ``delta``: the released GMTS code's
+    # I_trust (both frameworks), which the paper's methods score with; None: no dual clip, so
+    # ``clipped`` is that already
+    ppo_clipped: torch.Tensor | None = None
 
 
 def clip_flat(ratio: torch.Tensor, advantage: torch.Tensor, settings: ClipSettings) -> torch.Tensor:
@@ -88,6 +96,7 @@ def effective_coefficient(
     else:
         ratio = torch.exp(logp.double() - old_logp.double())
     flat = clip_flat(ratio, adv, settings)
+    ppo_flat = None if settings.delta is None else clip_flat(ratio, adv, _no_dual_clip(settings))
     active = ratio * (~flat).double()  # r_t I_t
     kl = torch.zeros_like(adv)
     if settings.beta != 0.0 and ref_logp is not None:
@@ -98,7 +107,13 @@ def effective_coefficient(
             kl = settings.beta * ratio * log_rho
         else:
             kl = settings.beta * torch.expm1(log_rho)  # beta (rho - 1)
-    return EffectiveCoefficient(ratio=ratio, clipped=flat, coef=active * adv + kl, kl=kl)
+    return EffectiveCoefficient(
+        ratio=ratio, clipped=flat, coef=active * adv + kl, kl=kl, ppo_clipped=ppo_flat
+    )
+
+
+def _no_dual_clip(settings: ClipSettings) -> ClipSettings:
+    return dataclasses.replace(settings, delta=None)
 
 
 def selection_inputs(
@@ -130,6 +145,7 @@ def selection_inputs(
         advantage=None if advantage is None else advantage.double(),
         ratio=coefficient.ratio,
         clipped=coefficient.clipped,
+        paper_clipped=coefficient.ppo_clipped,
         coef=coefficient.coef,
         kl_coef=coefficient.kl,
         reward=None if reward is None else reward.double(),

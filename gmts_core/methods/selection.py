@@ -58,6 +58,10 @@ class SelectionInputs:
     # is another (TRL's use_bias_correction_kl): gmts_paper scores with the paper's formula,
     # gmts with the loss's coefficient; None: kl_coef is the paper's
     paper_kl_coef: torch.Tensor | None = None
+    # the released code's I_trust, bool (N,): flat by the PPO clip alone, where the loss also
+    # has a dual clip (verl's clip_ratio_c, TRL's delta) that ``clipped`` includes; the paper's
+    # methods score with it (a token with A < 0 and r > delta keeps r A); None: ``clipped``
+    paper_clipped: torch.Tensor | None = None
     # bool (N,): did the trainer's loss count the token (its loss mask is 1)? None: every token.
     # A token the loss did not count (a tool output, a template token) is never selected nor
     # ranked (rank 0) and counts in no budget (select, selection_budget) and no summary
@@ -217,7 +221,10 @@ def gmts_paper_score(x: SelectionInputs) -> torch.Tensor:
         "dp_actor.py, DataParallelPPOActor.update_policy() with doing_entropy_clipping_type="
         "GMTS (script examples/dapo_trainer/run_qwen3_8b_qwa.sh: percent 0.8, token-mean, no "
         "KL loss). score = H_t |r_t I_t A_i + beta (pi_ref/pi_theta - 1)| with the raw "
-        "advantage, no length normalisation whatever the loss aggregation; A_i with the "
+        "advantage, no length normalisation whatever the loss aggregation; I_t = 0 by the PPO "
+        "clip only, as its I_trust: under verl's dual clip (clip_ratio_c) or TRL's delta a "
+        "token with A < 0 and r > c keeps its score r A (its loss term is flat there; gmts "
+        "ranks it 0); A_i with the "
         "unbiased std, eps 1e-6 (verl's GRPO advantage), from each answer's reward; H at the "
         "rollout temperature (as _forward_micro_batch divides the logits by it). Keep rule, "
         "per scope (default group): with p the script's percent (the share removed, the "
@@ -267,7 +274,8 @@ def _paper_score(
             "the paper's methods need each token's reward, advantage or coefficient "
             "(SelectionInputs.reward / advantage / coef); analyses and trainers supply them"
         )
-    return paper.paper_score(x.entropy, adv, x.ratio, x.clipped, kl, scale)
+    clipped = x.paper_clipped if x.paper_clipped is not None else x.clipped
+    return paper.paper_score(x.entropy, adv, x.ratio, clipped, kl, scale)
 
 
 @register_method("surprisal", "surprisal -log p: low-probability tokens carry large gradients")

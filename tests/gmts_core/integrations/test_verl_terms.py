@@ -99,3 +99,99 @@ def test_selection_is_per_group_and_in_the_batch_layout():
         score = (adv.abs() * ent)[rows][mask[rows].bool()]
         kept = (adv.abs() * ent)[rows][sel.mask[rows]]
         assert kept.min() >= score.sort(descending=True).values[math.ceil(0.25 * n) - 1]
+
+
+# --- gmts_paper_verl under verl's dual clip, against Framework2's update_policy() ------------
+
+
+def framework2_selected(
+    batch: TokenBatch, low: float, high: float, beta: float, percent: float
+) -> list[list[bool]]:
+    """outongyiLv/GMTS GMTS-Framework2/verl/workers/actor/dp_actor.py update_policy(), GMTS
+    branch, in float64 Python: I_trust from the PPO clip only (mask1: r > 1 + high, A > 0;
+    mask2: r < 1 - low, A < 0; no clip_ratio_c), score = H |r I A + beta pi_ref/pi - beta|,
+    per group the non-zero scores sorted, threshold = the int(n percent)-th smallest, kept
+    where score > threshold; groups by uid here (the released code takes blocks of 16 rows)."""
+    rows, width = batch.response_mask.shape
+    score = [[0.0] * width for _ in range(rows)]
+    for b in range(rows):
+        for t in range(width):
+            if not batch.response_mask[b, t]:
+                continue
+            r = math.exp(float(batch.log_prob[b, t]) - float(batch.old_log_prob[b, t]))
+            a = float(batch.advantages[b, t])
+            trust = 0.0 if (r > 1 + high and a > 0) or (r < 1 - low and a < 0) else 1.0
+            s = r * a * trust
+            if beta and batch.ref_log_prob is not None:
+                rho = math.exp(float(batch.ref_log_prob[b, t]) - float(batch.log_prob[b, t]))
+                s += beta * rho - beta
+            score[b][t] = float(batch.entropy[b, t]) * abs(s)
+    kept = [[False] * width for _ in range(rows)]
+    for uid in dict.fromkeys(batch.uids):
+        members = [b for b in range(rows) if batch.uids[b] == uid]
+        nonzero = sorted(score[b][t] for b in members for t in range(width) if score[b][t] != 0)
+        num_to_remove = int(len(nonzero) * percent)
+        threshold = 0.0 if num_to_remove == 0 else nonzero[num_to_remove - 1]
+        for b in members:
+            for t in range(width):
+                kept[b][t] = bool(batch.response_mask[b, t]) and score[b][t] > threshold
+    return kept
+
+
+def dual_clip_batch(seed: int, with_kl: bool) -> TokenBatch:
+    """Four groups of four rows; about a third of the tokens have r > 3 (verl's clip_ratio_c),
+    half the answers A < 0."""
+    gen = torch.Generator().manual_seed(seed)
+    rows, width = 16, 12
+    lengths = torch.randint(3, width + 1, (rows,), generator=gen)
+    mask = torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T)
+    adv = torch.randn(rows, 1, generator=gen, dtype=torch.float64) * mask
+    old = -torch.rand(rows, width, generator=gen, dtype=torch.float64) * 3 * mask
+    shift = torch.where(torch.rand(rows, width, generator=gen) < 0.35, 2.5, 0.1)  # log 3 = 1.1
+    logp = (old + shift * torch.rand(rows, width, generator=gen)).clamp_max(0) * mask
+    ent = torch.rand(rows, width, generator=gen, dtype=torch.float64) * 2 * mask
+    ref = (logp - 0.3 * torch.randn(rows, width, generator=gen)) * mask if with_kl else None
+    uids = [f"q{(i * 3) % 4}" for i in range(rows)]  # interleaved groups
+    return TokenBatch(mask, ent, logp, old, adv, uids, ref_log_prob=ref)
+
+
+@pytest.mark.parametrize("with_kl", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_gmts_paper_verl_under_the_dual_clip_is_framework2s_rule(seed: int, with_kl: bool) -> None:
+    """verl's loss is flat for A < 0 and r > clip_ratio_c, but Framework2's I_trust has no dual
+    clip: such a token keeps its score H |r A| and can be selected, as there."""
+    batch = dual_clip_batch(seed, with_kl)
+    r = (batch.log_prob - batch.old_log_prob).exp()
+    dual = batch.response_mask & (r > 3.0) & (batch.advantages < 0)
+    assert int(dual.sum()) >= 5  # the edge is in the batch
+    beta = 0.01 if with_kl else 0.0
+    clip = ClipSettings(0.2, 0.28, beta, delta=3.0)  # verl's clip_ratio_c default
+    sel = select_tokens(batch, GMTSSettings("gmts_paper_verl", 0.2, "group"), LossSettings(clip))
+    want = torch.tensor(framework2_selected(batch, 0.2, 0.28, beta, 0.8))
+    assert torch.equal(sel.mask, want)
+    assert bool(sel.mask[dual].any())  # some dual-clipped tokens are trained, as in Framework2
+    # the loss's own coefficient (what gmts ranks by) is still flat there
+    flat_dual = dual[sel.order][sel.valid[sel.order]]
+    assert bool(sel.inputs.clipped[flat_dual].all())
+
+
+def test_the_issues_token_scores_as_framework2_does() -> None:
+    """One token H = 2, A = -0.75, r = 3.5 beside verl's clip_ratio_c = 3: Framework2 scores it
+    2 |3.5 * -0.75| = 5.25 (its loss term is flat: verl trains it with gradient 0)."""
+    mask = torch.ones(2, 1, dtype=torch.bool)
+    old = torch.tensor([[-2.0], [-1.0]], dtype=torch.float64)
+    logp = old + torch.tensor([[math.log(3.5)], [0.0]], dtype=torch.float64)
+    batch = TokenBatch(
+        mask,
+        torch.tensor([[2.0], [1.0]], dtype=torch.float64),
+        logp,
+        old,
+        torch.tensor([[-0.75], [0.75]], dtype=torch.float64),
+        ["q", "q"],
+    )
+    sel = select_tokens(
+        batch,
+        GMTSSettings("gmts_paper_verl", 0.2, "group"),
+        LossSettings(ClipSettings(0.2, 0.2, 0.0, delta=3.0)),
+    )
+    assert sel.selection.scores.tolist() == pytest.approx([5.25, 0.75], rel=1e-12)
