@@ -38,13 +38,18 @@ def _token_text(result: Json, ref: Json, prefix: str = "") -> str:
 
 
 def _token_button(result: Json, r: Json) -> str:
-    """A token's button; its title names the token it is compared with (its reference)."""
-    versus = escape(repr(_token_text(result, r, "reference_")))
-    title = (
-        f"group {int(r['group'])}, answer #{int(r['answer'])}, position {int(r['position'])}; "
-        f"compared with {versus} (group {int(r['reference_group'])}, answer "
-        f"#{int(r['reference_answer'])}), the token the other method picks instead"
-    )
+    """A token's button; its title names the token it is compared with (the other method's
+    cut token), or says the other method keeps none there."""
+    where = f"group {int(r['group'])}, answer #{int(r['answer'])}, position {int(r['position'])}"
+    if int(r["reference_group"]) < 0:
+        title = f"{where}; the other method keeps no token where this one competes"
+    else:
+        versus = escape(repr(_token_text(result, r, "reference_")))
+        title = (
+            f"{where}; compared with {versus} (group {int(r['reference_group'])}, answer "
+            f"#{int(r['reference_answer'])}), the last token the other method keeps there "
+            "(its cut)"
+        )
     return (
         f'<button type="button" class="why-tok" data-group="{int(r["group"])}" '
         f'data-answer="{int(r["answer"])}" data-pos="{int(r["position"])}" '
@@ -90,8 +95,9 @@ def why_differ_html(
     lead = (
         f'<p class="why-lead">{ea} selects <b>{sel[0]}</b> tokens, {eb} <b>{sel[1]}</b>; both '
         f"<b>{d['both']}</b>. Only {ea}: <b>{only[0]}</b> · only {eb}: <b>{only[1]}</b>. "
-        "Each token is compared with the one the other method picks instead: the factor of "
-        "w·|A|·g that sets them apart is its reason. Open a row for its tokens.</p>"
+        "Each token is compared with the last token the other method keeps where it competes "
+        "(its cut): the factor of w·|A|·g that sets them apart is its reason. Open a row for "
+        "its tokens.</p>"
     )
     rows, absent = [], []
     for r in d.get("reasons") or []:

@@ -1,30 +1,32 @@
 """Why two selection methods differ: the tokens only one of them selects, grouped by the factor
-that actually moves each one across the other method's cut.
+that sets each one apart from the other method's cut.
 
 A token's exact logit-gradient norm in the GRPO loss is  grad_proxy = w |omega_t| g_t
 (``gmts_core.methods.coefficient``; on-policy without KL, |omega_t| = |A_i|): the answer's
 aggregation weight, its advantage and the token's gradient norm g = ||e_y - p|| / tau. Entropy
 H_t sees none of the first two and only part of the third.
 
-The rule, for a token t that method X selects and method Y does not: t is compared with the
-**reference token** r, the token Y selects *instead* -- of the tokens Y selects and X does not,
-those in t's group (else in the batch; else Y's selected tokens; else the batch), the one with
-the median w |omega| g. Each factor's log-ratio d_f = log f_t - log f_r (f in |omega|, w, g) says
+The rule, for a token t that method X selects and method Y does not: t is compared with Y's
+**cut token** r, the last token Y keeps where t competes -- of the tokens Y selects in t's scope
+under Y (the batch, t's group or t's answer), the one Y ranks last (:class:`Cut`). Without Y's
+ranks (a trainer's logged mask) r is the token of the smallest w |omega| g Y keeps in t's group
+(else in the batch). Each factor's log-ratio d_f = log f_t - log f_r (f in |omega|, w, g) says
 how that factor sets t apart from r:
 
 * t's gradient is smaller than r's: the factor with the most negative d_f is the reason --
   ``zero_advantage`` (|omega_t| is 0, r's is not: a zero-signal group), ``smaller_advantage``,
   ``aggregation_weight`` or ``low_gradient`` (the sampled token holds more of the mass);
-* t's gradient is larger: the factor with the largest positive d_f -- ``larger_advantage``,
-  ``aggregation_weight`` or ``high_gradient`` (a less expected sampled token);
+* t's gradient is larger: the factor with the largest positive d_f -- ``cut_zero_advantage``
+  (r's |omega| is 0), ``larger_advantage``, ``aggregation_weight`` or ``high_gradient``;
 * ``mixed`` when the runner-up factor moves t in the same direction by at least half as much;
 * ``same_gradient`` when w |omega| g is equal: the gradient cannot tell t from r, the other
-  method's own score (entropy, a random draw, a tie rule) decides.
+  method's own score (entropy, a random draw, a tie rule) decides;
+* ``no_cut`` when Y keeps no token in t's scope (no reference token: -1).
 
 A factor whose d_f is within ``EQUAL_LOG`` of 0 is never a reason, so a factor equal across the
 batch (w under ``token_mean``, |A| when every answer's is the same) is never named. The rule
 reads only the numbers, so it explains any two methods (entropy vs gmts, random vs gmts_paper,
-a trainer's logged mask vs gmts, ...) in the same terms; every token carries its reference
+a trainer's logged mask vs gmts, ...) in the same terms; every token carries its cut token
 (:class:`TokenRef`), so a reader can check each stated reason against it.
 """
 
@@ -36,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from gmts_core.analysis.reason_texts import REASON_KEYS, REASONS
 from gmts_core.analysis.records import AnalysisResult
 
 # |omega| (|A| on-policy) at or below this counts as zero: advantages are in reward-std units
@@ -44,74 +47,6 @@ ZERO_SIGNAL = 1e-6
 EQUAL_LOG = 1e-5
 # the runner-up factor makes a case ``mixed`` when it moves the token at least this share as far
 MIXED_SHARE = 0.5
-
-
-@dataclass(frozen=True)
-class Reason:
-    """One reason a token can be selected by only one method."""
-
-    key: str
-    label: str
-    explanation: str
-
-
-REASONS: tuple[Reason, ...] = (
-    Reason(
-        "zero_advantage",
-        "zero advantage",
-        "Its answer's advantage A is 0 (a zero-signal group, where every reward is equal) "
-        "while the token picked instead has one: its gradient w·|A|·g is 0 however high its "
-        "entropy, so selecting it spends budget that cannot move the model.",
-    ),
-    Reason(
-        "smaller_advantage",
-        "smaller advantage",
-        "Its answer's |A| is smaller than that of the token picked instead (its reward is "
-        "nearer the group's mean), so its gradient w·|A|·g is smaller, however high its "
-        "entropy.",
-    ),
-    Reason(
-        "larger_advantage",
-        "larger advantage",
-        "Its answer's |A| is larger than that of the token picked instead (its reward is far "
-        "from the group's mean), so even a confident, low-entropy token there carries a large "
-        "gradient w·|A|·g.",
-    ),
-    Reason(
-        "low_gradient",
-        "smaller gradient norm g",
-        "The sampled token holds more of its distribution's mass than the token picked "
-        "instead, so g = ‖e_y − p‖ is smaller, while the spread of the other tokens can keep "
-        "its entropy H high.",
-    ),
-    Reason(
-        "high_gradient",
-        "larger gradient norm g",
-        "The sampled token was less expected (lower p of the token drawn) than the token "
-        "picked instead, so g = ‖e_y − p‖ is larger, even where the entropy is low.",
-    ),
-    Reason(
-        "aggregation_weight",
-        "aggregation weight",
-        "The loss aggregation weighs its answer differently from the token picked instead "
-        "(w = 1/L for 'sample': long answers diluted, short ones weighted up), and that moves "
-        "it across the other method's cut.",
-    ),
-    Reason(
-        "mixed",
-        "several factors together",
-        "Two of w, |A| and g set it apart from the token picked instead by comparable "
-        "amounts, in the same direction; no single factor is the reason.",
-    ),
-    Reason(
-        "same_gradient",
-        "equal gradient",
-        "Its gradient w·|A|·g equals that of the token picked instead, so the gradient cannot "
-        "tell them apart: the other method's own score (entropy, a random draw, a tie rule) "
-        "decides.",
-    ),
-)
-REASON_KEYS = tuple(r.key for r in REASONS)
 
 
 @dataclass
@@ -131,8 +66,8 @@ class DifferenceInputs:
 @dataclass(frozen=True)
 class TokenRef:
     """Where a token is (for click-through), which of the two methods selected it, and where
-    its reference token is (the token the other method selects instead, the one it is compared
-    with)."""
+    its reference token is (the other method's cut token, the one it is compared with; -1 each
+    where the other method keeps no token in its scope)."""
 
     group: int
     answer: int
@@ -197,39 +132,64 @@ def _log_ratio(a: float, b: float) -> float:
     return a - b
 
 
-def reference_tokens(x: DifferenceInputs, mine: torch.Tensor, other: torch.Tensor) -> np.ndarray:
-    """For every token (N,), the flat index of the token compared with it when ``mine`` selects
-    it and ``other`` does not: of the tokens ``other`` selects and ``mine`` does not, those in
-    its group (else in the batch; else ``other``'s selected tokens; else the batch), the one of
-    median w |omega| g (the lower median; ties by flat order). -1 where ``mine`` does not select
-    the token alone."""
+@dataclass(frozen=True)
+class Cut:
+    """Where a method's selection stops: each token's rank within its scope (1 = kept first)
+    and the id of that scope (the whole batch, a group, an answer), both (N,)."""
+
+    ranks: torch.Tensor
+    scope: torch.Tensor
+
+
+def scope_ids(x: DifferenceInputs, scope: str) -> torch.Tensor:
+    """Each token's scope id under ``scope`` (batch, group or answer)."""
+    if scope == "batch":
+        return torch.zeros_like(x.group_index)
+    if scope == "group":
+        return x.group_index.clone()
+    span = int(x.answer_index.max()) + 1 if x.answer_index.numel() else 1
+    return x.group_index * span + x.answer_index
+
+
+def cut_tokens(
+    x: DifferenceInputs, mine: torch.Tensor, other: torch.Tensor, cut: Cut | None = None
+) -> np.ndarray:
+    """For every token (N,), the flat index of ``other``'s cut token when ``mine`` selects it
+    and ``other`` does not: of the tokens ``other`` selects in the token's scope, the one
+    ``cut`` ranks last. Without ``cut``: the one of smallest w |omega| g (ties: the later) in
+    the token's group, else in the batch. -1 where ``mine`` does not select the token alone,
+    -2 where ``other`` keeps no token in its scope."""
     mine_np, other_np = mine.bool().cpu().numpy(), other.bool().cpu().numpy()
-    proxy = _factors(x)[1]
-    groups = x.group_index.cpu().numpy()
-    n = proxy.size
+    n = mine_np.size
     out = np.full(n, -1, dtype=np.int64)
     alone = mine_np & ~other_np
     if not alone.any():
         return out
+    if cut is None:
+        proxy = _factors(x)[1]
+        # rank by w |omega| g, highest first, ties by flat order: the last kept is the smallest
+        order = np.lexsort((np.arange(n), -proxy))
+        ranks = np.empty(n, dtype=np.int64)
+        ranks[order] = np.arange(1, n + 1)
+        scopes = x.group_index.cpu().numpy()
+    else:
+        ranks = cut.ranks.cpu().numpy().astype(np.int64)
+        scopes = cut.scope.cpu().numpy()
+    kept = np.flatnonzero(other_np)
 
-    def median_of(members: np.ndarray) -> int:
-        order = members[np.lexsort((members, proxy[members]))]
-        return int(order[(order.size - 1) // 2])
+    def last_kept(members: np.ndarray) -> int:
+        return int(members[np.argmax(ranks[members])]) if members.size else -2
 
-    instead = other_np & ~mine_np
-    fallback = next(
-        (m for m in (instead, other_np, np.ones(n, dtype=bool)) if m.any()),
-        np.ones(n, dtype=bool),
-    )
-    batch_ref = median_of(np.flatnonzero(fallback))
-    for g in np.unique(groups[alone]).tolist():
-        in_group = groups == g
-        members = np.flatnonzero(instead & in_group)
-        out[alone & in_group] = median_of(members) if members.size else batch_ref
+    batch_last = last_kept(kept)
+    for s in np.unique(scopes[alone]).tolist():
+        found = last_kept(kept[scopes[kept] == s])
+        if found == -2 and cut is None:
+            found = batch_last
+        out[alone & (scopes == s)] = found
     return out
 
 
-def _reason(d: dict[str, float], signal_t: float, direction: int) -> str:
+def _reason(d: dict[str, float], signal_t: float, signal_r: float, direction: int) -> str:
     """The reason key from the factors' log-ratios ``d`` (token over reference) and whether the
     token's gradient is smaller (-1), larger (+1) or equal (0) to the reference's."""
     if direction == 0:
@@ -247,28 +207,37 @@ def _reason(d: dict[str, float], signal_t: float, direction: int) -> str:
     if factor == "signal":
         if direction < 0:
             return "zero_advantage" if signal_t <= ZERO_SIGNAL else "smaller_advantage"
-        return "larger_advantage"
+        return "cut_zero_advantage" if signal_r <= ZERO_SIGNAL else "larger_advantage"
     return "low_gradient" if direction < 0 else "high_gradient"
 
 
 def token_reasons(
-    x: DifferenceInputs, selected_a: torch.Tensor, selected_b: torch.Tensor
+    x: DifferenceInputs,
+    selected_a: torch.Tensor,
+    selected_b: torch.Tensor,
+    cut_a: Cut | None = None,
+    cut_b: Cut | None = None,
 ) -> tuple[list[str], list[int]]:
-    """The reason key and the reference token (flat index) of every token exactly one of the
-    two selections (bool (N,) each) keeps, in flat order."""
+    """The reason key and the cut token (flat index; -1: none) of every token exactly one of
+    the two selections (bool (N,) each) keeps, in flat order; ``cut_a``/``cut_b``: where each
+    selection stops (None: by w |omega| g, see :func:`cut_tokens`)."""
     a, b = selected_a.bool().cpu(), selected_b.bool().cpu()
-    ref = np.maximum(reference_tokens(x, a, b), reference_tokens(x, b, a))
+    ref = np.maximum(cut_tokens(x, a, b, cut_b), cut_tokens(x, b, a, cut_a))
     raw, proxy = _factors(x)
     signal = raw["signal"]
     factors = {f: _log(v) for f, v in raw.items()}
     keys, refs = [], []
     for i in (a ^ b).nonzero().flatten().tolist():
         r = int(ref[i])
+        if r < 0:
+            keys.append("no_cut")
+            refs.append(-1)
+            continue
         d = {f: _log_ratio(float(v[i]), float(v[r])) for f, v in factors.items()}
         big = max(abs(proxy[i]), abs(proxy[r]))
         gap = proxy[i] - proxy[r]
         direction = 0 if abs(gap) <= 3 * EQUAL_LOG * big else (1 if gap > 0 else -1)
-        keys.append(_reason(d, float(signal[i]), direction))
+        keys.append(_reason(d, float(signal[i]), float(signal[r]), direction))
         refs.append(r)
     return keys, refs
 
@@ -279,14 +248,17 @@ def explain(
     selected_a: torch.Tensor,
     method_b: str,
     selected_b: torch.Tensor,
+    cut_a: Cut | None = None,
+    cut_b: Cut | None = None,
 ) -> Differences:
-    """The tokens only one of two selections (bool (N,) each) keeps, grouped by reason."""
+    """The tokens only one of two selections (bool (N,) each) keeps, grouped by reason; each
+    compared with the other's cut (``cut_a``/``cut_b``, see :func:`token_reasons`)."""
     a, b = selected_a.bool().cpu(), selected_b.bool().cpu()
-    keys, ref_of = token_reasons(x, a, b)
+    keys, ref_of = token_reasons(x, a, b, cut_a, cut_b)
     idx = (a ^ b).nonzero().flatten().tolist()
     n_a, n_b = int(a.sum()), int(b.sum())
     zero_group = x.zero_signal_group.bool().cpu()
-    g, ans, pos = (t.tolist() for t in (x.group_index, x.answer_index, x.position))
+    g, ans, pos = ([*t.tolist(), -1] for t in (x.group_index, x.answer_index, x.position))
     by_reason: dict[str, list[int]] = {k: [] for k in REASON_KEYS}
     reference = dict(zip(idx, ref_of, strict=True))
     for i, k in zip(idx, keys, strict=True):
@@ -366,14 +338,23 @@ def difference_inputs(result: AnalysisResult) -> DifferenceInputs:
     )
 
 
-def _selected(result: AnalysisResult, method: str) -> torch.Tensor:
-    """The method's flags on the trained tokens (the order of :func:`difference_inputs`)."""
+def _selection(
+    result: AnalysisResult, method: str, x: DifferenceInputs
+) -> tuple[torch.Tensor, Cut]:
+    """The method's flags on the trained tokens (the order of :func:`difference_inputs`) and
+    its cut: its ranks within the analysis's scope."""
     trained = None if result.inputs is None else result.inputs.trained
+    scopes = scope_ids(x, result.config.scope)
     if method in result.selections:
-        flags = result.selections[method].selected
-        return flags if trained is None else flags[trained]
-    tokens = (t for g in result.groups for a in g.answers for t in a.tokens if t.trained)
-    return torch.tensor([t.selected[method] for t in tokens], dtype=torch.bool)
+        sel = result.selections[method]
+        flags, ranks = sel.selected.cpu(), sel.ranks.cpu()
+        if trained is not None:
+            flags, ranks = flags[trained.cpu()], ranks[trained.cpu()]
+        return flags, Cut(ranks, scopes)
+    tokens = [t for g in result.groups for a in g.answers for t in a.tokens if t.trained]
+    flags = torch.tensor([t.selected[method] for t in tokens], dtype=torch.bool)
+    ranks = torch.tensor([t.ranks[method] for t in tokens], dtype=torch.long)
+    return flags, Cut(ranks, scopes)
 
 
 def why_they_differ(result: AnalysisResult, method_a: str, method_b: str) -> Differences:
@@ -383,7 +364,8 @@ def why_they_differ(result: AnalysisResult, method_a: str, method_b: str) -> Dif
         if m not in methods:
             raise ValueError(f"method {m!r} is not in this analysis; it has: {', '.join(methods)}")
     x = difference_inputs(result)
-    return explain(x, method_a, _selected(result, method_a), method_b, _selected(result, method_b))
+    (sa, ca), (sb, cb) = _selection(result, method_a, x), _selection(result, method_b, x)
+    return explain(x, method_a, sa, method_b, sb, ca, cb)
 
 
 def all_differences(result: AnalysisResult) -> list[Differences]:
@@ -394,7 +376,9 @@ def all_differences(result: AnalysisResult) -> list[Differences]:
     if len(methods) < 2:
         return []
     x = difference_inputs(result)
-    sel = {m: _selected(result, m) for m in methods}
+    sel = {m: _selection(result, m, x) for m in methods}
     return [
-        explain(x, a, sel[a], b, sel[b]) for i, a in enumerate(methods) for b in methods[i + 1 :]
+        explain(x, a, sel[a][0], b, sel[b][0], sel[a][1], sel[b][1])
+        for i, a in enumerate(methods)
+        for b in methods[i + 1 :]
     ]

@@ -141,6 +141,18 @@ def _settings_column(c: dict[str, Any], ctx: UIContext) -> None:
             list(choices.SCOPE_INFO), value=analysis_knob_default("scope"), label="Scope",
             info=analysis_knob("scope")[0] + " (see below)",
         )  # fmt: skip
+        with gr.Row():
+            # the reasons "why they differ" name |A| and w: both come from these two
+            c["advantage"] = gr.Dropdown(
+                ctx.capabilities["advantages"], value=analysis_knob_default("advantage"),
+                label="Advantage estimator", info=analysis_knob("advantage")[0],
+                elem_id="advantage",
+            )  # fmt: skip
+            c["loss_aggregation"] = gr.Dropdown(
+                ctx.capabilities["loss_aggregations"],
+                value=analysis_knob_default("loss_aggregation"), label="Loss aggregation",
+                info=analysis_knob("loss_aggregation")[0], elem_id="loss-aggregation",
+            )  # fmt: skip
         c["top_alternatives"] = knob_slider(
             "top_alternatives", 0, 20, step=1, label="Alternatives per token"
         )

@@ -44,6 +44,8 @@ class ExploreForm:
     method_a: str = "entropy"
     method_b: str = "gmts"
     top_alternatives: int = ANALYSIS_DEFAULTS.top_alternatives
+    advantage: str = ANALYSIS_DEFAULTS.advantage
+    loss_aggregation: str = ANALYSIS_DEFAULTS.loss_aggregation
 
 
 def parse_answers(text: str) -> list[str] | None:
@@ -119,6 +121,8 @@ def common_fields(form: ExploreForm, available: Sequence[str] = ()) -> dict[str,
             "methods": methods_for(form.method_a, form.method_b, available),
         },
         "top_alternatives": int(form.top_alternatives),
+        "advantage": form.advantage,
+        "loss_aggregation": form.loss_aggregation,
     }
     if form.model:
         body["model"] = form.model

@@ -36,6 +36,17 @@ def test_sampling_request_is_a_valid_api_body() -> None:
     assert set(req.selection.methods) == set(list_methods())
 
 
+def test_the_advantage_and_aggregation_pickers_reach_the_request() -> None:
+    """The reasons "why they differ" name |A| and w: Explore sets both, from the backend's
+    registries."""
+    assert CAPS["advantages"] and CAPS["loss_aggregations"]
+    for adv in CAPS["advantages"]:
+        for agg in CAPS["loss_aggregations"]:
+            body = explore.build_request(form(advantage=adv, loss_aggregation=agg))
+            req = AnalyzeRequest.model_validate(body)
+            assert (req.advantage, req.loss_aggregation) == (adv, agg)
+
+
 def test_pasted_answers_replace_sampling_and_explicit_rewards_replace_the_rule() -> None:
     body = explore.build_request(
         form(answers_text=" 85\n\n 75\n", reward_kind=choices.EXPLICIT, explicit_rewards="1, 0")
