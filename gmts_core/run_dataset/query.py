@@ -50,6 +50,7 @@ from gmts_core.run_dataset.schema import (
     parse_manifest,
     schema,
 )
+from gmts_core.run_dataset.search import answer_keys
 
 __all__ = ["ANSWER_ORDERS", "MAX_PAGE", "AnalysedRun", "QueryLimits", "Scan"]
 logger = logging.getLogger(__name__)
@@ -246,12 +247,8 @@ class AnalysedRun:
             total = self.count_answers(None, None, steps)
             if offset >= total:
                 return [], total
-        keys_sql = f"""SELECT step, "group", answer, count(*) OVER () AS total
-                       FROM read_parquet(?) {where}
-                       ORDER BY {order} {direction} NULLS LAST, step, "group", answer
-                       LIMIT {_page(limit)} OFFSET {_offset(offset)}"""
-        with self._reading("answers", numbers) as files:
-            keys = self._rows(keys_sql, files, [files.paths, *params])
+        page = f"LIMIT {_page(limit)} OFFSET {_offset(offset)}"
+        keys = answer_keys(self, order, direction, page, contains, zero_signal, numbers)
         if not keys:
             total = 0 if where or offset == 0 else self.count_answers(contains, zero_signal, steps)
             return [], total
@@ -288,12 +285,8 @@ class AnalysedRun:
         if not contains and zero_signal is None:
             wanted = set(numbers)
             return sum(int(r["num_answers"]) for r in self.steps() if r["step"] in wanted)
-        where, params = self._answer_filter(contains, zero_signal)
-        with self._reading("answers", numbers) as files:
-            rows = self._rows(
-                f"SELECT count(*) AS n FROM read_parquet(?) {where}", files, [files.paths, *params]
-            )
-        return int(rows[0]["n"])
+        keys = answer_keys(self, "step", "ASC", "LIMIT 1", contains, zero_signal, numbers)
+        return int(keys[0]["total"]) if keys else 0
 
     def rank_tokens(
         self,
@@ -372,7 +365,9 @@ class AnalysedRun:
                 return True
         return any(e.name == name for e in self.folder.steps("steps"))
 
-    def _rows(self, sql: str, files: Files, params: list[Any]) -> list[dict[str, Any]]:
+    def _rows(
+        self, sql: str, files: Files, params: list[Any] | dict[str, Any]
+    ) -> list[dict[str, Any]]:
         found, scan = rows(sql, files, params, self.limits, self.root.name, self._profile)
         if scan is not None:
             self.last_scan = scan

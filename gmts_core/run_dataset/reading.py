@@ -45,6 +45,7 @@ BUDGETS: dict[str, Budget] = {
     "answers": Budget(4 * GiB, 1 << 22, 1024),  # 4 M answers in one step
     "steps": Budget(1 << 20, 1, 1),  # a step's summary is one row
     "top": Budget(256 << 20, 4 * TOP_K * len(TOP_ORDERS), 64),
+    "words": Budget(4 * GiB, 1 << 26, 1024),  # the answers' word index
 }
 
 
@@ -153,7 +154,12 @@ def connect(files: Files, limits: QueryLimits, profile: bool) -> duckdb.DuckDBPy
 
 
 def rows(
-    sql: str, files: Files, params: list[Any], limits: QueryLimits, run: str, profile: bool
+    sql: str,
+    files: Files,
+    params: list[Any] | dict[str, Any],
+    limits: QueryLimits,
+    run: str,
+    profile: bool,
 ) -> tuple[list[dict[str, Any]], Scan | None]:
     """The rows of one statement over ``files`` (and, with ``profile``, what it scanned)."""
     if not files.paths:

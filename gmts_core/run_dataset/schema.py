@@ -9,6 +9,7 @@ touching the old ones::
     OUT/answers/step_NNNNN.parquet   one row per answer, sorted by (group, answer)
     OUT/steps/step_NNNNN.parquet     one row: the step's summary numbers (the charts' source)
     OUT/top/step_NNNNN.parquet       the step's TOP_K tokens by each of TOP_ORDERS
+    OUT/words/step_NNNNN.parquet     the answers' word index (text search; text_index.py)
 
 Precision: every statistic is float32. float16 keeps 3 significant digits, too few to rank
 tokens whose γ differ in the fourth digit (a selection's cut is often there), while float32 is
@@ -42,7 +43,7 @@ from gmts_core.run_dataset.folder import DatasetFolder
 FORMAT = "gmts-analysed-run"
 VERSION = 1
 MANIFEST = "dataset.json"
-TABLES = ("tokens", "answers", "steps", "top")
+TABLES = ("tokens", "answers", "steps", "top", "words")
 TOP_K = 1000
 # order key -> what it ranks by (highest first); rank_gap: how far apart the entropy and the
 # gamma rankings put a token (the tokens the two criteria disagree on most)
@@ -112,6 +113,14 @@ TOP_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
 }
 
 
+# the answers' word index (gmts_core.run_dataset.text_index), written since it was added:
+# a dataset without it is searched by reading the texts
+WORD_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
+    "step": (pa.int32(), "the run's step number"),
+    "word": (pa.string(), "a run of [0-9a-z_] in an answer's lower-cased text"),
+    "answers": (pa.list_(pa.int32()), "rows of the answers file whose text holds the word"),
+}
+
 COMPARED = ("entropy", "gmts")  # the pair the tool is about: the 80/20 rule against GMTS
 
 
@@ -128,6 +137,7 @@ def method_columns(methods: tuple[str, ...]) -> dict[str, dict[str, tuple[pa.Dat
     return {
         "tokens": {f"selected_{m}": (pa.bool_(), f"{m} selects the token") for m in methods},
         "top": {f"selected_{m}": (pa.bool_(), f"{m} selects the token") for m in methods},
+        "words": {},
         "answers": {f"selected_count_{m}": (pa.int32(), f"tokens {m} selects") for m in methods},
         "steps": {
             **{f"coverage_{m}": (pa.float32(), f"share of sum gamma {m} keeps") for m in methods},
@@ -146,6 +156,7 @@ def schema(table: str, methods: tuple[str, ...]) -> pa.Schema:
         "answers": ANSWER_COLUMNS,
         "steps": STEP_COLUMNS,
         "top": TOP_COLUMNS,
+        "words": WORD_COLUMNS,
     }[table]
     cols = {**base, **method_columns(methods)[table]}
     return pa.schema(

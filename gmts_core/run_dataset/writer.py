@@ -28,6 +28,7 @@ from gmts_core.run_dataset.schema import (
     schema,
     step_file,
 )
+from gmts_core.run_dataset.text_index import word_table
 
 
 @dataclass
@@ -55,7 +56,7 @@ class StepColumns:
     answer_group: np.ndarray
     answer_index: np.ndarray
     prompt: list[str]
-    answer_text: list[str]
+    answer_text: list[str] | pa.Array
     reward: np.ndarray
     advantage: np.ndarray
     weight: np.ndarray
@@ -148,7 +149,7 @@ def _per_answer(values: np.ndarray, lengths: np.ndarray, how: str) -> np.ndarray
 
 
 def write_step(root: Path, cols: StepColumns) -> None:
-    """Write the step's tokens, answers and (last) steps files under ``root``."""
+    """Write the step's tokens, top, answers, words and (last) steps files under ``root``."""
     methods = cols.methods
     n, m = len(cols.gamma), len(cols.length)
     if int(cols.length.sum()) != n:
@@ -199,9 +200,7 @@ def write_step(root: Path, cols: StepColumns) -> None:
         "zero_signal": zero,
         "entropy_mean": _per_answer(cols.entropy, cols.length, "mean").astype(np.float32),
         "gamma_sum": _per_answer(cols.gamma, cols.length, "sum").astype(np.float32),
-        "disagreement": _per_answer(differ.astype(np.int64), cols.length, "sum").astype(
-            np.int32
-        ),
+        "disagreement": _per_answer(differ.astype(np.int64), cols.length, "sum").astype(np.int32),
         "first_row": np.concatenate([[0], np.cumsum(cols.length)[:-1]]).astype(np.int64),
         **{
             f"selected_count_{k}": _per_answer(
@@ -214,6 +213,8 @@ def write_step(root: Path, cols: StepColumns) -> None:
         pa.table(answer_cols, schema=schema("answers", methods)),
         step_file(root, "answers", cols.step),
     )
+
+    _write(word_table(cols.step, answer_cols["text"]), step_file(root, "words", cols.step))
 
     total = float(cols.gamma.astype(np.float64).sum())
     step_row: dict[str, list] = {

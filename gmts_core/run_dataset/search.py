@@ -1,0 +1,95 @@
+"""Run-wide answer rankings and searches as keys: which answers, in which order, how many.
+
+:meth:`~gmts_core.run_dataset.query.AnalysedRun.ranked_answers` asks :func:`answer_keys` for
+the page's (step, group, answer) keys and the count of matches, from one scan of the narrow
+order and filter columns, then reads the page's rows. A text search uses the answers' word
+index (:mod:`gmts_core.run_dataset.text_index`) where every searched step has one: the
+candidates come from the index, and only where the index is not exact are the candidates'
+texts read to check them. Otherwise (a dataset written before the index, a step without its
+words file, a search with no word character) every answer's text is read, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, ExitStack
+from typing import Any, Protocol
+
+from gmts_core.run_dataset.folder import DatasetFolder
+from gmts_core.run_dataset.reading import Files
+from gmts_core.run_dataset.text_index import WordPlan, candidates_sql, named, plan
+
+
+class AnalysedRun(Protocol):
+    """What of :class:`~gmts_core.run_dataset.query.AnalysedRun` a search uses."""
+
+    folder: DatasetFolder
+
+    def _answer_filter(
+        self, contains: str | None, zero_signal: bool | None
+    ) -> tuple[str, list[Any]]: ...
+
+    def _reading(self, table: str, steps: Sequence[int]) -> AbstractContextManager[Files]: ...
+
+    def _rows(
+        self, sql: str, files: Files, params: list[Any] | dict[str, Any]
+    ) -> list[dict[str, Any]]: ...
+
+
+def indexed(run: AnalysedRun, numbers: list[int]) -> bool:
+    """Every one of these steps has a words file (the index covers the search)."""
+    if not run.folder.has_folder("words"):
+        return False
+    have = {e.step for e in run.folder.steps("words")}
+    return all(n in have for n in numbers)
+
+
+def answer_keys(
+    run: AnalysedRun,
+    order: str,
+    direction: str,
+    page: str,
+    contains: str | None,
+    zero_signal: bool | None,
+    numbers: list[int],
+) -> list[dict[str, Any]]:
+    """The ranked keys of one page (``page``: its LIMIT/OFFSET clause), each row with
+    ``total``, the number of matches."""
+    ranking = f"""ORDER BY {order} {direction} NULLS LAST, step, "group", answer {page}"""
+    words = plan(contains) if contains else None
+    if words is None or not indexed(run, numbers):
+        where, params = run._answer_filter(contains, zero_signal)
+        sql = f"""SELECT step, "group", answer, count(*) OVER () AS total
+                  FROM read_parquet(?) {where} {ranking}"""
+        with run._reading("answers", numbers) as files:
+            return run._rows(sql, files, [files.paths, *params])
+    return _from_index(run, words, ranking, contains or "", zero_signal, numbers)
+
+
+def _from_index(
+    run: AnalysedRun,
+    words: WordPlan,
+    ranking: str,
+    contains: str,
+    zero_signal: bool | None,
+    numbers: list[int],
+) -> list[dict[str, Any]]:
+    where: list[str] = []
+    params: dict[str, Any] = named(words)
+    if zero_signal is not None:
+        where.append("a.zero_signal = $zero")
+        params["zero"] = bool(zero_signal)
+    if not words.exact:  # the candidates' texts checked: only theirs are read
+        where.append("contains(lower(a.text), lower($q))")
+        params["q"] = contains
+    sql = f"""WITH cand AS ({candidates_sql(words)})
+              SELECT a.step, a."group", a.answer, count(*) OVER () AS total
+              FROM read_parquet($answers, file_row_number = true) AS a
+              SEMI JOIN cand ON a.step = cand.c_step AND a.file_row_number = cand.c_row
+              {"WHERE " + " AND ".join(where) if where else ""} {ranking}"""
+    with ExitStack() as stack:
+        index = stack.enter_context(run._reading("words", numbers))
+        answers = stack.enter_context(run._reading("answers", numbers))
+        files = Files([*index.paths, *answers.paths], {**index.names, **answers.names})
+        params.update(words=index.paths, answers=answers.paths)
+        return run._rows(sql, files, params)

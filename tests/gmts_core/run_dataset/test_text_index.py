@@ -1,0 +1,103 @@
+"""The answers' word index: a search through it finds exactly what reading every text finds,
+on realistic texts, and a dataset without it is still searched (by reading the texts)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from gmts_core.run_dataset import AnalysedRun, write_step
+from gmts_core.run_dataset.realistic import (
+    MAX_LENGTH,
+    ZERO_SIGNAL_SHARE,
+    lognormal_lengths,
+    realistic_step,
+    vocabulary,
+)
+from gmts_core.run_dataset.schema import step_file, write_manifest
+from gmts_core.run_dataset.text_index import plan
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[str]]:
+    """The same realistic run with its word index and (a copy) without it."""
+    root = tmp_path_factory.mktemp("realistic")
+    with_index = root / "indexed"
+    write_manifest(with_index, ("entropy", "gmts"), {})
+    rng, vocab = np.random.default_rng(5), vocabulary(size=3000)
+    texts: list[str] = []
+    for step in (1, 2, 3):
+        cols = realistic_step(step, 12, 4, rng, vocab)
+        texts += cols.answer_text.to_pylist()  # type: ignore[union-attr]
+        write_step(with_index, cols)
+    without = root / "old"
+    shutil.copytree(with_index, without)
+    shutil.rmtree(without / "words")
+    return with_index, without, texts
+
+
+QUERIES = [
+    "the",  # one piece: inside a word, exact from the index
+    "THE",
+    "an",
+    " of the",  # a whole word, then a word's start
+    "er ",  # a word's end
+    ", and",
+    "9",
+    "zzzzq",  # in no answer
+    "+ ",  # no word character: the texts are read
+    "%",
+]
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_an_indexed_search_equals_reading_every_text(runs, query: str) -> None:
+    indexed, old, texts = runs
+    want = sum(query.lower() in t.lower() for t in texts)
+    for root in (indexed, old):
+        run = AnalysedRun(root)
+        rows, total = run.ranked_answers("length", limit=1000, contains=query)
+        assert total == want == len(rows)
+        assert all(query.lower() in r["text"].lower() for r in rows)
+        assert run.count_answers(contains=query) == want
+        page, _ = run.ranked_answers("reward", limit=3, offset=2, contains=query, zero_signal=True)
+        full, _ = run.ranked_answers("reward", limit=1000, contains=query, zero_signal=True)
+        assert page == full[2:5]
+
+
+def test_the_plan_of_a_search_reads_its_pieces_as_word_conditions() -> None:
+    assert plan("+ ") is None
+    one = plan("Sum")
+    assert one is not None and one.exact and one.conditions == ("contains(word, ?)",)
+    many = plan("x of y")
+    assert many is not None and not many.exact
+    assert many.conditions == ("suffix(word, ?)", "word = ?", "prefix(word, ?)")
+    assert many.params == ("x", "of", "y")
+
+
+def test_a_step_without_its_words_file_searches_by_reading_the_texts(runs, tmp_path) -> None:
+    indexed, _, texts = runs
+    partial = tmp_path / "partial"
+    shutil.copytree(indexed, partial)
+    step_file(partial, "words", 2).unlink()
+    rows, total = AnalysedRun(partial).ranked_answers("length", limit=1000, contains=" the")
+    assert total == sum(" the" in t.lower() for t in texts) == len(rows)
+
+
+def test_realistic_texts_have_the_stated_lengths_vocabulary_and_zero_signal(runs) -> None:
+    lengths = lognormal_lengths(np.random.default_rng(0), 200_000)
+    assert 150 <= np.median(lengths) <= 162 and 226 <= lengths.mean() <= 246
+    assert lengths.max() == MAX_LENGTH
+    vocab = vocabulary()
+    assert len(vocab) == len(set(vocab.to_pylist())) == 30_000
+    cols = realistic_step(1, 400, 8, np.random.default_rng(1), vocab)
+    assert "".join(cols.text.to_pylist()[: cols.length[0]]) == cols.answer_text[0].as_py()
+    groups = cols.reward.reshape(400, 8)
+    zero = (groups.min(axis=1) == groups.max(axis=1)).mean()
+    assert abs(zero - ZERO_SIGNAL_SHARE) < 0.01
+    indexed, _, _ = runs
+    assert pq.read_table(step_file(indexed, "words", 1)).num_rows > 100
