@@ -94,7 +94,9 @@ def group_standardised_advantages(
     ones included, which then count in their group's mean and std as in Framework1 (None: the
     answers with tokens). A group whose rewards are all equal gets exact zeros (as
     :func:`gmts_core.methods.advantages.compute_advantages`: rounding noise in r - mean r is not
-    a signal); a group of one answer gets 0.
+    a signal). A group of one answer: with the unbiased std (verl), mean 0 and std 1, as verl's
+    ``compute_grpo_outcome_advantage`` sets them, so A = r / (1 + eps) and its tokens train;
+    with the population std (Framework1) std 0, so A = (r - r) / eps = 0.
     """
     if (answer_reward is None) != (answer_group is None):
         raise ValueError("answer_reward and answer_group come together")
@@ -105,6 +107,9 @@ def group_standardised_advantages(
     for g in torch.unique(g_answer):
         idx = (g_answer == g).nonzero().squeeze(-1)
         rg = r_answer[idx]
+        if rg.numel() == 1 and unbiased:
+            adv[idx] = (rg - 0.0) / (1.0 + eps)  # verl: id2mean 0, id2std 1 for one answer
+            continue
         if rg.numel() < 2 or bool((rg == rg[0]).all()):
             continue
         adv[idx] = (rg - rg.mean()) / (rg.std(unbiased=unbiased) + eps)

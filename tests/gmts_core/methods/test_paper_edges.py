@@ -208,23 +208,37 @@ def test_equal_rewards_give_an_exact_zero_advantage() -> None:
         assert bool((select(x, method, 0.5).scores == 0).all()), method
 
 
-def test_a_single_answer_group_has_advantage_zero() -> None:
-    """A group of one answer: Framework1 asserts 16 answers per group, and the unbiased std
-    (verl's) of one reward is NaN; both paper methods give it A = 0 (score 0 at beta 0), while
-    the other group keeps its signal."""
-    with pytest.warns(RuntimeWarning):
-        assert math.isnan(float(np.std(np.array([1.0]), ddof=1)))
+def verl_grpo_advantages(scores: list[float], index: list[str], eps: float = 1e-6) -> list[float]:
+    """verl's ``compute_grpo_outcome_advantage`` (volcengine/verl trainer/ppo/core_algos.py,
+    norm_adv_by_std_in_grpo=True) in float64: a uid with one score gets id2mean 0 and id2std 1,
+    more get torch.mean / torch.std (unbiased); (score - mean) / (std + eps)."""
+    by_uid: dict[str, list[float]] = {}
+    for s, u in zip(scores, index, strict=True):
+        by_uid.setdefault(u, []).append(s)
+    stats = {}
+    for u, group in by_uid.items():
+        if len(group) == 1:
+            stats[u] = (0.0, 1.0)
+        else:
+            stats[u] = (float(np.mean(group)), float(np.std(group, ddof=1)))
+    return [(s - stats[u][0]) / (stats[u][1] + eps) for s, u in zip(scores, index, strict=True)]
+
+
+def test_a_single_answer_group_is_standardised_as_each_code_does() -> None:
+    """A group of one answer: verl sets mean 0 and std 1, so gmts_paper_verl scores its tokens
+    with A = r / (1 + 1e-6) and trains them; Framework1 (population std 0) gives A = 0. The
+    other group is standardised as usual by both."""
     ans = torch.tensor([0, 0, 1, 1, 2, 2])
     grp = torch.tensor([0, 0, 1, 1, 1, 1])
-    x = _inputs(
-        torch.tensor([0.4, 0.5, 0.6, 0.7, 0.8, 0.9]),
-        ans,
-        group_index=grp,
-        reward=torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 0.0], dtype=torch.float64),
-    )
-    for method in ("gmts_paper", "gmts_paper_verl"):
-        scores = select(x, method, 0.5).scores
-        assert scores[:2].tolist() == [0.0, 0.0] and bool((scores[2:] > 0).all()), method
+    h = torch.tensor([0.4, 0.5, 0.6, 0.7, 0.8, 0.9], dtype=torch.float64)
+    reward = torch.tensor([0.75, 0.75, 1.0, 1.0, 0.0, 0.0], dtype=torch.float64)
+    x = _inputs(h, ans, group_index=grp, reward=reward)
+    a = verl_grpo_advantages([0.75, 1.0, 0.0], ["g0", "g1", "g1"])
+    assert a[0] == 0.75 / (1 + 1e-6)
+    want = h * torch.tensor([abs(a[i]) for i in ans.tolist()], dtype=torch.float64)
+    assert_close(select(x, "gmts_paper_verl", 0.5).scores, want, rtol=1e-12, atol=0)
+    framework1 = select(x, "gmts_paper", 0.5).scores
+    assert framework1[:2].tolist() == [0.0, 0.0] and bool((framework1[2:] > 0).all())
 
 
 # --- the default scope -----------------------------------------------------------------------
