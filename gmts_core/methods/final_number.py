@@ -3,13 +3,13 @@
 A small instruct model answers "What is 47 + 38?" in prose: "47 + 38 = 85. So Tom has 85
 apples.", "The answer is 85. Check: 85 - 38 = 47", "**85**", "\\boxed{85}". The ``numeric`` rule
 takes the last number, which a check written after the answer replaces; this rule takes the
-number the answer *states* (:func:`extract_stated_number`) and compares it exactly, as
-``numeric`` does. Registered with the other rules when :mod:`gmts_core.methods` is imported.
+number the answer *states* (:func:`extract_stated_number`) and compares it as ``numeric``
+does (read exactly, equal within ``NUMERIC_TOLERANCE``). Registered with the other rules
+when :mod:`gmts_core.methods` is imported.
 """
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import Any
 
 import regex
@@ -17,12 +17,14 @@ import regex
 from gmts_core.methods.rewards import (
     _LATEX_FRAC,
     _NUMBER,
+    NUMERIC_TOLERANCE,
     RewardVerdict,
     _last_boxed,
     _numeric_reference,
     _short,
     _verdict,
     extract_final_number,
+    numbers_equal,
     parse_number,
     register_reward,
 )
@@ -66,7 +68,9 @@ def extract_stated_number(text: str) -> tuple[str | None, str]:
 
 
 @register_reward("final_number")
-def final_number_reward(answer: str, reference: Any, tolerance: float = 1e-6) -> RewardVerdict:
+def final_number_reward(
+    answer: str, reference: Any, tolerance: float = NUMERIC_TOLERANCE
+) -> RewardVerdict:
     """1.0 if the number a natural-language answer states (:func:`extract_stated_number`:
     boxed, "the answer is N", bold, else the last number) equals the reference."""
     ref_text = str(reference).strip()
@@ -77,5 +81,5 @@ def final_number_reward(answer: str, reference: Any, tolerance: float = 1e-6) ->
     value = parse_number(extracted)
     if value is None:
         return RewardVerdict(0.0, "final_number", _short(extracted), ref_text, "unparsable")
-    ok = abs(value - ref) <= Fraction(tolerance) * max(Fraction(1), abs(ref))
+    ok = numbers_equal(value, ref, tolerance)
     return RewardVerdict(float(ok), "final_number", extracted, ref_text, _verdict(ok))

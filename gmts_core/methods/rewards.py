@@ -269,9 +269,26 @@ def extract_final_number(text: str) -> str | None:
     return str(matches[-1]).strip()
 
 
+# The numeric rules' tolerance: numbers are read exactly (as fractions) and equal when
+# |answer - reference| <= NUMERIC_TOLERANCE * max(1, |reference|), relative above 1 and
+# absolute below: "85.000085" is 85, "85.0000851" is not (a printed float's last digits pass,
+# a different answer does not)
+NUMERIC_TOLERANCE = 1e-6
+
+
+def numbers_equal(value: Fraction, reference: Fraction, tolerance: float) -> bool:
+    """Whether ``value`` equals ``reference`` within ``tolerance`` (see NUMERIC_TOLERANCE), in
+    exact arithmetic: no float overflow for large values, no rounding for small ones; the
+    tolerance as its decimal form says (1e-6 is 1/10^6, not the float just below it)."""
+    return abs(value - reference) <= Fraction(repr(tolerance)) * max(Fraction(1), abs(reference))
+
+
 @register_reward("numeric")
-def numeric_reward(answer: str, reference: Any, tolerance: float = 1e-6) -> RewardVerdict:
-    """1.0 if the final number equals the reference within a relative/absolute tolerance."""
+def numeric_reward(
+    answer: str, reference: Any, tolerance: float = NUMERIC_TOLERANCE
+) -> RewardVerdict:
+    """1.0 if the final number equals the reference within ``tolerance`` (NUMERIC_TOLERANCE:
+    relative above 1, absolute below)."""
     ref_text = str(reference).strip()
     ref = _numeric_reference(ref_text)
     extracted = extract_final_number(answer)
@@ -280,8 +297,7 @@ def numeric_reward(answer: str, reference: Any, tolerance: float = 1e-6) -> Rewa
     value = parse_number(extracted)
     if value is None:  # e.g. a 400-digit number: beyond what is read exactly
         return RewardVerdict(0.0, "numeric", _short(extracted), ref_text, "unparsable")
-    # exact arithmetic: no float overflow for large values, no rounding for small ones
-    ok = abs(value - ref) <= Fraction(tolerance) * max(Fraction(1), abs(ref))
+    ok = numbers_equal(value, ref, tolerance)
     return RewardVerdict(float(ok), "numeric", extracted, ref_text, _verdict(ok))
 
 

@@ -7,6 +7,7 @@ import pytest
 from gmts_core.errors import InvalidInputError, UnknownNameError
 from gmts_core.methods.rewards import (
     MAX_REGEX_PATTERN_CHARS,
+    NUMERIC_TOLERANCE,
     compute_reward,
     explicit_reward,
     extract_final_number,
@@ -84,6 +85,27 @@ def test_numeric(answer: str, reference: object, reward: float) -> None:
     v = compute_reward("numeric", answer, reference)
     assert v.reward == reward and v.rule == "numeric"
     assert v.verdict == ("correct" if reward else "incorrect")
+
+
+@pytest.mark.parametrize("rule", ["numeric", "final_number"])
+@pytest.mark.parametrize(
+    ("answer", "reference", "reward"),
+    [
+        ("85.000085", "85", 1.0),  # |d| = 1e-6 * 85: on the edge, relative above 1
+        ("84.999915", "85", 1.0),
+        ("85.0000851", "85", 0.0),  # just past it (a 1,000x looser tolerance would pass it)
+        ("84.9999149", "85", 0.0),
+        ("0.500001", "0.5", 1.0),  # |d| = 1e-6: absolute below 1
+        ("0.5000011", "0.5", 0.0),
+        ("-2.000002", "-2", 1.0),
+        ("-2.0000021", "-2", 0.0),
+    ],
+)
+def test_numeric_tolerance_at_its_edge(rule: str, answer: str, reference: str, reward: float):
+    """The documented tolerance (docs/settings.md), NUMERIC_TOLERANCE = 1e-6 times max(1,
+    |reference|), exactly at its edge, on both sides and for both number rules."""
+    assert NUMERIC_TOLERANCE == 1e-6
+    assert compute_reward(rule, answer, reference).reward == reward
 
 
 def test_numeric_tolerance_and_explanations() -> None:
