@@ -101,12 +101,36 @@ class StepColumns:
 
 
 def batch_ranks(values: np.ndarray) -> np.ndarray:
-    """1-based ranks, highest first, ties in flat order (the selection's own rule); NaN last."""
-    clean = np.where(np.isnan(values), -np.inf, values.astype(np.float64))
-    order = np.argsort(-clean, kind="stable")
-    ranks = np.empty(len(values), dtype=np.int32)
-    ranks[order] = np.arange(1, len(values) + 1, dtype=np.int32)
+    """1-based ranks, highest first, ties in flat order (the selection's own rule); NaN last.
+
+    One sort of 64-bit keys (the value's order-preserving bits, then the token's index), not
+    a stable sort of floats: the same ranks, several times faster."""
+    n = len(values)
+    if n >= 1 << 32 or values.dtype.itemsize > 4:
+        clean = np.where(np.isnan(values), -np.inf, values.astype(np.float64))
+        order = np.argsort(-clean, kind="stable")
+    else:
+        clean32 = np.where(np.isnan(values), -np.inf, values.astype(np.float32)) + np.float32(0)
+        bits = clean32.view(np.uint32)  # + 0 made -0.0 into 0.0: equal values, equal bits
+        ascending = np.where(bits >> 31 == 1, ~bits, bits | np.uint32(1 << 31))
+        keys = (~ascending).astype(np.uint64) << np.uint64(32) | np.arange(n, dtype=np.uint64)
+        order = (np.sort(keys) & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    ranks = np.empty(n, dtype=np.int32)
+    ranks[order] = np.arange(1, n + 1, dtype=np.int32)
     return ranks
+
+
+def top_indices(score: np.ndarray, k: int) -> np.ndarray:
+    """The indices of the ``k`` highest of ``score`` (NaN lowest), highest first, ties in
+    flat order: a partition, then a sort of those ``k`` only."""
+    clean = np.where(np.isnan(score), -np.inf, score.astype(np.float64))
+    if len(clean) <= k:
+        return np.argsort(-clean, kind="stable")
+    kth = np.partition(clean, len(clean) - k)[len(clean) - k]
+    above = np.flatnonzero(clean > kth)
+    tied = np.flatnonzero(clean == kth)[: k - len(above)]
+    idx = np.concatenate([above, tied])
+    return idx[np.lexsort((idx, -clean[idx]))]
 
 
 def prompt_key(text: str) -> int:
@@ -257,7 +281,7 @@ def top_table(tokens: pa.Table, methods: tuple[str, ...]) -> pa.Table:
     parts = []
     for key, score in scores.items():
         clean = np.where(np.isnan(score), -np.inf, score.astype(np.float64))
-        idx = np.argsort(-clean, kind="stable")[:TOP_K]
+        idx = top_indices(clean, TOP_K)
         part = tokens.take(pa.array(idx))
         part = part.add_column(0, "score", pa.array(clean[idx], pa.float64()))
         keys = pa.DictionaryArray.from_arrays(
