@@ -31,9 +31,11 @@ def _band(
     color: str,
     band: bool,
     bounds: tuple[float, float] = (-math.inf, math.inf),
+    seeds: int = 1,
 ) -> None:
     """A mean line in ``color``, with a +-std band when ``band`` (several seeds), cut to
-    ``bounds`` (a share or an accuracy never leaves [0, 1]).
+    ``bounds`` (a share or an accuracy never leaves [0, 1]). Each point says what it is on
+    hover: the mean over ``seeds`` seeds at that step (one seed: that run's value).
 
     The band trace is always there (empty for one seed) so the traces keep one layout: band,
     line, band, line ... in method order.
@@ -62,8 +64,14 @@ def _band(
             mode="lines+markers",
             line={"color": color},
             legendgroup=name,
+            hovertemplate=f"{html.escape(name)}: {_what(seeds)}<br>step %{{x}}: %{{y:.3f}}"
+            "<extra></extra>",
         )
     )
+
+
+def _what(seeds: int) -> str:
+    return f"mean of {seeds} seeds" if seeds > 1 else "one seed's run"
 
 
 def _figure(title: str, y_title: str, steps: int) -> go.Figure:
@@ -101,10 +109,11 @@ def compare_figures(result: CompareResult, color: ColorFn | None = None) -> dict
         c = (color or method_color)(m)
         acc = result.accuracy_curve(m)
         unit = (0.0, 1.0)
-        _band(figs["accuracy"], [int(r["step"]) for r in acc], acc, m, c, band, unit)
-        _band(figs["reward"], steps, result.curve(m, "reward"), m, c, band)
-        _band(figs["wasted_share"], steps, result.wasted_curve(m), m, c, band, unit)
-        _band(figs["loss"], steps, result.curve(m, "loss"), m, c, band)
+        s = result.config.seeds
+        _band(figs["accuracy"], [int(r["step"]) for r in acc], acc, m, c, band, unit, s)
+        _band(figs["reward"], steps, result.curve(m, "reward"), m, c, band, seeds=s)
+        _band(figs["wasted_share"], steps, result.wasted_curve(m), m, c, band, unit, s)
+        _band(figs["loss"], steps, result.curve(m, "loss"), m, c, band, seeds=s)
     return figs
 
 

@@ -42,7 +42,7 @@ def open_tab(chromium: Any, url: str, tab: str, viewport: tuple[int, int] = (128
     return page
 
 
-def set_number(page: Any, elem_id: str, value: int) -> None:
+def set_number(page: Any, elem_id: str, value: float) -> None:
     box = page.locator(f"#{elem_id} input[type=number]")
     box.fill(str(value))
     box.press("Enter")
@@ -168,6 +168,38 @@ def test_two_students_runs_take_turns_step_by_step(chromium: Any, ui_server: Liv
     assert order.index(sid_b) < len(order) - 1, "b's step waited for the whole of a's run"
     a.context.close()
     b.context.close()
+
+
+RULE_WARNING_JS = """() => {
+    const t = (document.querySelector('#train-session') || {}).innerText || '';
+    const rule = ['moving far from the start', 'Held-out accuracy is falling',
+                  'Held-out accuracy collapsed'];
+    return rule.some(r => t.includes(r)) ? t : null;
+}"""
+
+
+def test_train_extremes_warn_during_the_run(chromium: Any, ui_server: LiveServer) -> None:
+    """The Train tab at its extremes (lr 3e-4, ratio 0.05, 8 updates a batch, no warm-up) on
+    small batches: a warning from a rule on what the run measured (KL to the start above its
+    band, or held-out accuracy falling beyond its interval), not from the settings, is on screen
+    while the run goes, before its last step. Measured on the demo model (seeds 0-2): KL to the
+    start's 5-step median 0.6-2.4 by step 5 against the band's 0.1, accuracy 0.4-0.8 -> 0.0."""
+    from app.ui.tabs.train.earlier_runs import KL_WINDOW
+    from tests.browser.conftest import demo_model_ready
+
+    if not demo_model_ready():
+        pytest.skip("the bundled demo model is not trained (make demo-model)")
+    steps = KL_WINDOW + 1  # the KL rule can first speak after KL_WINDOW steps
+    page = open_tab(chromium, ui_server.url, "Train")
+    extremes = {"train-lr": 3e-4, "train-ratio": 0.05, "train-inner": 8, "train-warmup": 0}
+    for elem_id, value in {**SMALL, **extremes, "train-steps": steps}.items():
+        set_number(page, elem_id, value)
+    page.click("#train-run-btn")
+    text = page.wait_for_function(RULE_WARNING_JS).json_value()
+    done = int(text.split("steps done ")[1].split()[0])
+    assert done < steps, f"the warning came only at the end ({done} of {steps} steps)"
+    wait_for_run(page, steps)
+    page.context.close()
 
 
 def test_compare_runs_and_loads_back(

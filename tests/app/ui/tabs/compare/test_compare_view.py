@@ -92,6 +92,10 @@ def test_compare_view_has_table_and_bands_per_method(compare_json: dict[str, Any
     runs = [r["reward"] for r in compare_json["runs"] if r["method"] == "gmts"]
     assert list(means.y) == pytest.approx([(a + b) / 2 for a, b in zip(*runs, strict=True)])
     assert list(acc.data[1].x) == [0, 1, 2]  # evaluated every step
+    # every point says on hover that it is a mean over the seeds, not one seed's value
+    for fig in (acc, reward, wasted, loss):
+        lines = [t for t in fig.data if t.showlegend is not False]
+        assert all(t.hovertemplate.startswith(f"{t.name}: mean of 2 seeds") for t in lines)
 
 
 def test_table_wasted_share_is_what_the_chart_draws(compare_json: dict[str, Any]) -> None:
@@ -239,6 +243,7 @@ def test_one_seed_shows_no_spread(compare_json: dict[str, Any]) -> None:
     bands = [t for t in acc.data if t.fill == "toself"]
     assert bands and all(len(t.x) == 0 for t in bands)
     assert "one seed" in acc.layout.title.text
+    assert "one seed's run" in [t for t in acc.data if t.name == "gmts"][0].hovertemplate
     many = compare.compare_view(result_from_dict(compare_json))[2]
     assert all(len(t.x) > 0 for t in many.data if t.fill == "toself")
     assert {t.line.color for t in many.data if t.name == "gmts"} == {method_color("gmts")}
