@@ -21,6 +21,7 @@ from html import escape
 from typing import Any
 
 from app.palette import css_vars
+from app.ui.ranks import UNKNOWN_POOL, RankPool, rank_lines, rank_pool
 
 Json = dict[str, Any]
 
@@ -50,8 +51,6 @@ COLOR_BY: dict[str, ScoreSpec] = {
     ),
 }
 
-# what a rank counts over where the result does not say
-UNKNOWN_POOL = "(1 = highest score)"
 ZERO_SIGNAL_TEXT = (
     "No learning signal: every answer got the same reward, so every advantage is 0 and no "
     "token of this group has a gradient. Any selection here spends budget on tokens that "
@@ -134,23 +133,6 @@ def token_detail(tok: Json) -> Json:
     """
     alts = [[a.get("text", ""), _short(a.get("prob"))] for a in tok.get("alternatives", [])]
     return {"text": tok.get("text", ""), "prob": _short(tok.get("prob")), "alternatives": alts}
-
-
-def rank_lines(tok: Json, methods: tuple[str, str], pool: str, zero: bool) -> list[str]:
-    """Each method's rank of this token, with what the rank is out of and the verdict spelt out.
-
-    ``pool`` says what the rank counts over (e.g. "of 214 tokens, top k = 43 selected").
-    In a zero-signal group every gradient score ties at 0, so no rank there means anything.
-    """
-    if zero:
-        return ["ranks: none that matter — all rewards equal, so A = 0 and no token has a gradient"]
-    ranks, sel = tok.get("ranks", {}), tok.get("selected", {})
-    shown = list(dict.fromkeys(methods)) + (["gmts"] if "gmts" in ranks else [])
-    lines = [f"rank {pool}:"]
-    for m in dict.fromkeys(shown):
-        verdict = "selected" if sel.get(m) else "not selected"
-        lines.append(f"  {m}: #{ranks.get(m, '—')} — {verdict}")
-    return lines
 
 
 def tooltip_text(
@@ -277,7 +259,10 @@ def render_answer(
     spec = COLOR_BY[color_by]
     idx = int(ans.get("index", 0))
     toks = ans.get("tokens", [])
-    where = pool or f"within answer #{idx} of {len(toks)} tokens"
+    where = pool or RankPool(
+        f"within answer #{idx} of {len(toks)} tokens",
+        {m: sum(bool((t.get("selected") or {}).get(m)) for t in toks) for m in methods},
+    )
     spans = [
         render_token(
             t,
@@ -327,8 +312,9 @@ def render_group(
 ) -> str:
     """A whole group: prompt, legend, zero-signal banner if any, and every answer.
 
-    ``pool`` says what a rank counts over ("of 214 tokens, top k = 43 selected"); empty for
-    answer scope, where each answer is its own pool. Method colours come from the palette.
+    ``pool`` says what a rank counts over ("of 214 tokens in the batch", with each method's
+    kept count); empty for answer scope, where each answer is its own pool. Method colours come
+    from the palette.
     """
     if color_by not in COLOR_BY:
         raise ValueError(f"unknown colour-by {color_by!r}; valid: {', '.join(COLOR_BY)}")
@@ -361,28 +347,6 @@ def render_result(
         return placeholder("The analysis has no groups.")
     gi = min(max(group_index, 0), len(groups) - 1)
     return render_group(groups[gi], methods, color_by, pool=rank_pool(result, groups[gi]))
-
-
-def rank_pool(result: Json, group: Json) -> str:
-    """What the ranks of ``group``'s tokens count over, from the result's selection scope: ""
-    for answer scope (each answer its own pool, which :func:`render_answer` names), the
-    group's or the batch's token count otherwise, and no count where the result does not say
-    (never "within answer" for ranks counted over more)."""
-    scope = (result.get("settings") or {}).get("scope") or (result.get("summary") or {}).get(
-        "scope"
-    )
-    if scope == "answer":
-        return ""
-    # batch scope over several groups ranks across all of them; group scope within the group
-    summary = (result if scope == "batch" else group).get("summary") or {}
-    n, k = summary.get("num_tokens"), summary.get("k")
-    if scope not in ("batch", "group") or n is None:
-        return UNKNOWN_POOL
-    if scope == "group":
-        where = " in its group" if "groups" in result else ""
-    else:
-        where = " in the batch" if "groups" in result else ""
-    return f"of {n} tokens{where}" + (f", top k = {k} selected" if k is not None else "")
 
 
 def placeholder(message: str) -> str:

@@ -85,11 +85,11 @@ def test_rank_line_reads_as_a_rank_not_a_verdict(result: dict) -> None:
     group = result["groups"][0]
     tok = group["answers"][0]["tokens"][0]
     html = render.render_result(result, ("entropy", "gmts"))
-    n, k = result["summary"]["num_tokens"], result["summary"]["k"]
+    n, kept = result["summary"]["num_tokens"], result["summary"]["selected_count"]
     tip = render.tooltip_text(tok, 0, ("entropy", "gmts"), render.rank_pool(result, group))
-    assert f"rank of {n} tokens in the batch, top k = {k} selected:" in tip
+    assert f"rank of {n} tokens in the batch:" in tip
     verdict = "selected" if tok["selected"]["gmts"] else "not selected"
-    assert f"gmts: #{tok['ranks']['gmts']} — {verdict}" in tip
+    assert f"gmts: #{tok['ranks']['gmts']} — {verdict} (it keeps the top {kept['gmts']})" in tip
     assert "(✓ selected)" not in tip
     assert 'tabindex="0"' in html  # tokens are reachable by keyboard
 
