@@ -18,6 +18,11 @@ class Alternative(BaseModel):
     id: int
     text: str
     prob: float
+    logprob: Num = Field(
+        None,
+        description="log pi of this token, from the log-softmax (not the log of `prob`: a "
+        "near-certain token's log p keeps its digits); null at a -inf logit.",
+    )
 
 
 class TokenOut(BaseModel):
@@ -54,6 +59,13 @@ class TokenOut(BaseModel):
         description="Whether the trainer's loss counted this token (its loss mask is 1). A "
         "token it did not count (a tool output, an environment message) is shown with its "
         "text but never selected (rank 0) nor counted in any budget or summary.",
+    )
+    logged: dict[str, float] | None = Field(
+        None,
+        description="What the trainer's dump logged for this token (entropy, trainer_logprob, "
+        "inference_logprob, advantage, ...) and its train/inference mismatch (logprob_diff = "
+        "log pi_trainer - log pi_inference, importance_ratio; without a logged trainer_logprob "
+        "the trainer side is this analysis's recomputed logprob). None: the dump logs none.",
     )
     grad_head: Num = Field(None, description="gamma * ||h_t||: this token's LM-head gradient norm.")
     true_grad_norm: Num = Field(

@@ -101,13 +101,20 @@ class LoggedToken(BaseModel):
     grad_norm: Num
     grad_proxy: Num
     omega: Num = None
-    selected: dict[str, bool] = Field(description="applied (the trained mask), entropy, gmts.")
+    selected: dict[str, bool] = Field(
+        description="applied (the trained mask), entropy, gmts; in dump mode entropy and "
+        "gmts_entropy, computed from the logged numbers."
+    )
+    trained: bool = Field(True, description="The trainer's loss counted it (its loss mask is 1).")
+    logged: dict[str, float] | None = Field(
+        None, description="Dump mode: the dump's numbers for this token (see TokenOut.logged)."
+    )
 
 
 class LoggedAnswer(BaseModel):
     index: int
     text: str
-    advantage: float
+    advantage: Num = Field(description="None: the dump logs no advantage for it.")
     length: int
     selected_count: dict[str, int]
     tokens: list[LoggedToken]
@@ -123,12 +130,15 @@ class RunStepResponse(BaseModel):
     run: str
     step: int
     format: str
-    mode: Literal["analysis", "logged"]
+    mode: Literal["analysis", "logged", "dump"] = Field(
+        description="analysis: recomputed with the model; logged: a GMTSGRPOTrainer token log; "
+        "dump: the numbers a trainer's per-token dump logged, no model (numbers=logged)."
+    )
     previous: int | None
     next: int | None
     report: StepReportOut
     analysis: AnalyzeResponse | None = Field(None, description="Analysis mode: the groups.")
-    logged: list[LoggedGroup] | None = Field(None, description="Logged mode: the groups.")
+    logged: list[LoggedGroup] | None = Field(None, description="Logged and dump modes: the groups.")
     differences: list[DifferencesOut] | None = Field(
         None,
         description="Logged mode: why the logged selections (applied, entropy, gmts) differ, "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -95,6 +96,8 @@ class ModelRegistry:
             self.not_installed.pop(alias, None)
         self.roots = [Path(r).expanduser() for r in settings.model_roots]
         self.cache = ModelCache(settings.max_loaded_models)
+        self._tokenizers: dict[str, Any] = {}  # tokenizers loaded without their model
+        self._tokenizers_lock = threading.Lock()
 
     # --- resolution (cheap, no loading) ---
 
@@ -215,6 +218,29 @@ class ModelRegistry:
                 raise
             message = str(exc).replace(str(Path(ref.source).resolve()), ref.name)
             raise ModelLoadError(message.replace(ref.source, ref.name)) from exc
+
+    def tokenizer(self, name: str | None = None) -> Any:
+        """The tokenizer of ``name`` without its weights where it can (a local model folder:
+        a view of a dump's logged numbers turns token ids into text, no forward pass); the
+        loaded model's when it is loaded; else the model is loaded (a GGUF file, a hub id)."""
+        ref = self.resolve(name)
+        if (loaded := self.loaded_model(ref)) is not None:
+            return loaded.tokenizer
+        with self._tokenizers_lock:
+            if ref.source in self._tokenizers:
+                return self._tokenizers[ref.source]
+        self.ensure_available(ref)
+        folder = Path(ref.source)
+        if not (ref.is_local and (folder / "config.json").is_file()):
+            return self.load(ref).tokenizer
+        from transformers import AutoTokenizer  # the heavy import, only where it is needed
+
+        found = AutoTokenizer.from_pretrained(
+            str(folder), local_files_only=True, trust_remote_code=self.settings.trust_remote_code
+        )
+        with self._tokenizers_lock:
+            self._tokenizers[ref.source] = found
+        return found
 
     def is_loaded(self, ref: ModelRef) -> bool:
         return self.cache.peek(ref.name, ref.source) is not None

@@ -44,9 +44,10 @@ from app.services.errors import Cancelled
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
 from app.services.responses import analysis_response
+from app.services.run_dump_view import attach_logged, dump_groups, step_tokens
 from app.services.run_roots import MAX_CACHED_RUNS, RunRoots
 from gmts_core.config import DEFAULT_METHODS, AnalysisConfig
-from gmts_core.errors import GMTSError, LimitExceededError
+from gmts_core.errors import GMTSError, InvalidInputError, LimitExceededError
 from gmts_core.knobs import knob_default
 from gmts_core.runs import Run
 from gmts_core.runs.analysis import (
@@ -58,6 +59,7 @@ from gmts_core.runs.analysis import (
     step_overview,
 )
 from gmts_core.runs.base import RunFormatError, RunStep
+from gmts_core.runs.dump_report import dump_step_report
 from gmts_core.runs.report import uses_log
 from gmts_core.runs.worker import ReaderPool, WorkerLimits
 from gmts_core.stats.decoding import token_texts
@@ -65,6 +67,7 @@ from gmts_core.stats.decoding import token_texts
 logger = logging.getLogger(__name__)
 
 _MAX_CACHED_REPORTS = 4096
+NUMBERS = ("recomputed", "logged")  # a step's per-token numbers: the model's, or the dump's
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,14 @@ class StepOptions:
     scope: str = knob_default(AnalysisConfig, "scope")
     methods: tuple[str, ...] = DEFAULT_METHODS
     reward_kind: str | None = None
+    # "recomputed": the model's forward pass; "logged": the dump's own per-token numbers only
+    numbers: str = "recomputed"
+
+    def __post_init__(self) -> None:
+        if self.numbers not in NUMBERS:
+            raise InvalidInputError(
+                f"unknown numbers {self.numbers!r}; valid: {', '.join(NUMBERS)}"
+            )
 
     def config(self) -> AnalysisConfig:
         return AnalysisConfig(ratio=self.ratio, scope=self.scope, methods=self.methods)
@@ -223,7 +234,7 @@ class RunService:
         step = run.step(number)
         steps = run.steps
         i = steps.index(number)
-        lm = self.models.get(options.model)
+        lm = self.models.get(options.model) if uses_log(run) else None
         head: dict[str, Any] = dict(
             run=run_id,
             step=number,
@@ -245,8 +256,16 @@ class RunService:
                 logged=_logged(step, lm),
                 differences=differences,
             )
+        if options.numbers == "logged":  # the dump's numbers, no forward pass
+            report, _ = self.analyse(run, step, options)
+            tokenizer = self.models.tokenizer(options.model)
+            groups = dump_groups(step, step_tokens(step), options.config(), tokenizer)
+            return RunStepResponse(
+                **head, mode="dump", report=self._report_out(report), logged=groups
+            )
         report, result = self.analyse(run, step, options, lm)
         body = analysis_response(result)
+        attach_logged(body, step, result)
         return RunStepResponse(
             **head, mode="analysis", report=self._report_out(report), analysis=body
         )
@@ -256,9 +275,14 @@ class RunService:
     ) -> tuple[StepReport, Any]:
         """Analyse one step of ``run`` (sizes checked first, before tokenizing); the report
         is remembered for the run's charts."""
+        config = options.config()
+        if options.numbers == "logged":  # the dump's own numbers: no model, no size limit
+            step_tokens(step)
+            report = dump_step_report(step, config)
+            self.remember(run, step.step, options, report)
+            return report, None
         self._check_step_size(step)
         lm = lm or self.models.get(options.model)
-        config = options.config()
         groups = [group_input(g, options.reward_kind, lm.tokenizer) for g in step.groups]
         check_token_limits(self.settings, lm, PreparedAnalysis(None, None, groups, config))
         report, result = analyze_step(lm, step, config, options.reward_kind)

@@ -124,4 +124,5 @@ def _step_options(params: Json) -> StepOptions:
         model=params.get("model"),
         ratio=float(params.get("ratio", ANALYSIS_DEFAULTS.ratio)),
         methods=tuple(str(params.get("methods", "entropy,gmts")).split(",")),
+        numbers=str(params.get("numbers", "recomputed")),
     )

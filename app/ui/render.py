@@ -22,6 +22,8 @@ from typing import Any
 
 from app.palette import css_vars
 from app.ui.ranks import UNKNOWN_POOL, RankPool, rank_lines, rank_pool
+from app.ui.token_numbers import UNTRAINED_TEXT, logged_lines, logprob_diff, ratio_distance
+from app.ui.token_numbers import untrained as is_untrained
 
 Json = dict[str, Any]
 
@@ -48,6 +50,12 @@ COLOR_BY: dict[str, ScoreSpec] = {
     ),
     "logprob": ScoreSpec(
         "log-probability log p", lambda t: t.get("logprob"), False, "darker = less likely"
+    ),
+    "logprob_diff": ScoreSpec(
+        "|Δ log p| trainer vs inference (nats)", logprob_diff, True, "darker = more mismatch"
+    ),
+    "importance_ratio": ScoreSpec(
+        "|importance ratio − 1|", ratio_distance, True, "darker = further from on-policy"
     ),
 }
 
@@ -144,11 +152,13 @@ def tooltip_text(
     )
     return "\n".join(
         [
+            *([UNTRAINED_TEXT] if is_untrained(tok) else []),
             f"answer #{answer_index} · position {tok.get('position')} · id {tok.get('id')} · "
             f"{tok.get('text', '')!r}",
             f"prob {fmt(tok.get('prob'), 3)} · logprob {fmt(tok.get('logprob'), 3)}",
             f"entropy {fmt(tok.get('entropy'), 3)} nats",
             f"grad_norm {fmt(tok.get('grad_norm'), 3)} · grad_proxy {fmt(tok.get('grad_proxy'))}",
+            *logged_lines(tok),
             *rank_lines(tok, methods, pool or UNKNOWN_POOL, zero),
             f"top alternatives: {alts or '—'}",
         ]
@@ -185,9 +195,9 @@ def render_token(
     see :func:`render_group`) and the arrow keys move within it (static/gmts.js).
     """
     a, b = methods
-    sel = tok.get("selected", {})
+    sel = {} if (masked := is_untrained(tok)) else tok.get("selected", {})  # never marked
     sel_a, sel_b = bool(sel.get(a)), bool(sel.get(b))
-    classes = ["tok"]
+    classes = ["tok"] + (["tok-untrained"] if masked else [])
     classes += ["sel-a"] if sel_a else []
     classes += ["sel-b"] if sel_b else []
     classes += [c] if (c := mark_class(sel_a, sel_b)) else []

@@ -211,3 +211,31 @@ def model_free_mismatch(tokens: LoggedTokens, selections: dict[str, Selection]) 
         return None
     chosen = {m: s.selected for m, s in selections.items()}
     return mismatch_summary(trainer - inference, tokens.trained, chosen, "logged")
+
+
+def token_numbers(
+    tokens: LoggedTokens, recomputed_logprob: torch.Tensor | None = None
+) -> list[dict[str, float]]:
+    """Each token's logged numbers (the dump's columns; NaN left out) and its train/inference
+    mismatch: ``logprob_diff`` = log pi_trainer - log pi_inference (nats) and
+    ``importance_ratio`` (the dump's own where it logs one, else exp of the difference). The
+    trainer side is the logged ``trainer_logprob``, else ``recomputed_logprob`` (the model's;
+    the token's dict then has no ``trainer_logprob``, which is how a view tells the two apart).
+    One dict per token, in :func:`logged_tokens`' order."""
+    names = sorted(tokens.columns)
+    values = {c: tokens.columns[c].tolist() for c in names}
+    inference = tokens.inference
+    trainer = tokens.columns.get("trainer_logprob", recomputed_logprob)
+    diff = (
+        (trainer.double().cpu() - inference).tolist()
+        if inference is not None and trainer is not None
+        else None
+    )
+    out: list[dict[str, float]] = []
+    for i in range(tokens.trained.numel()):
+        row = {c: values[c][i] for c in names if not math.isnan(values[c][i])}
+        if diff is not None and not math.isnan(diff[i]):
+            row["logprob_diff"] = diff[i]
+            row.setdefault("importance_ratio", math.exp(min(diff[i], 50.0)))
+        out.append(row)
+    return out

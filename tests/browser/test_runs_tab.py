@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from app.main import create_app
+from app.services.runs import StepOptions
 from tests.app.api_helpers import LiveServer
 from tests.browser.conftest import ui_settings
 
@@ -29,7 +30,7 @@ def runs_server(
     browser_model_root: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveServer]:
     root = tmp_path_factory.mktemp("ui-runs")
-    for name in ("logged", "trl"):
+    for name in ("logged", "trl", "prime_rl", "miles"):
         shutil.copytree(DATA / name, root / name)
     settings = ui_settings(browser_model_root, run_roots=[root])
     with LiveServer(create_app(settings)) as server:
@@ -324,4 +325,71 @@ def test_the_report_downloads_and_opens_offline(
     offline.locator("#run-step-view .tok").first.click()  # pinned, as in the tab
     offline.wait_for_selector("#gmts-pin.visible")
     offline.context.close()
+    page.context.close()
+
+
+# --- a trainer's per-token dump: masked tokens, the mismatch view, the dump's own numbers ----
+
+TOKENS_JS = """() => [...document.querySelectorAll('#run-step-view .tok')].map(t => ({
+    classes: [...t.classList], tip: t.getAttribute('data-tip'), text: t.innerText,
+    level: parseFloat(t.style.getPropertyValue('--lv'))}))"""
+
+
+def choose(page: Any, elem_id: str, label: str) -> None:
+    page.locator(f"#{elem_id} label", has_text=label).click()
+
+
+def test_a_dump_shows_masked_tokens_mismatch_and_its_own_numbers(
+    chromium: Any, runs_server: LiveServer
+) -> None:
+    """prime-rl's export: a tool output (loss mask 0) is greyed with its text and a tooltip
+    saying why, never marked; the tokens shade by the logged |Δ log p|; the dump's numbers
+    stand beside GMTS's, then alone (no model: entropy vs gmts_entropy). miles' dump: the
+    importance ratio against the model's recomputed trainer side, and said so."""
+    runs = runs_server.app.state.services.runs
+    body = runs.step_view("prime_rl", 1, StepOptions(model="tiny-arith", numbers="logged"))
+    dump = [t for g in body.logged or [] for a in g.answers for t in a.tokens]
+    masked = sum(not t.trained for t in dump)
+    page = open_runs_tab(chromium, runs_server.url)
+    pick_run(page, "prime_rl (prime_rl, 3 steps)", 3)
+    wait_for_step(page, 1)
+    page.wait_for_selector("#run-step-view .tok.sel-b")
+    tokens = page.evaluate(TOKENS_JS)
+    grey = [t for t in tokens if "tok-untrained" in t["classes"]]
+    assert len(grey) == masked > 0 and all(t["text"] for t in grey)
+    assert not any(c.startswith(("sel-", "mark-")) for t in grey for c in t["classes"])
+    assert all("loss mask 0 in the trainer's dump" in t["tip"] for t in grey)
+    trained = [t for t in tokens if "tok-untrained" not in t["classes"]]
+    assert all("logged by the trainer: " in t["tip"] and "GMTS recomputed" in t["tip"]
+               for t in trained)  # fmt: skip
+    summary = page.locator("#run-step-summary").inner_text()
+    assert "Logged: " in summary and "Recomputed: " in summary and "mismatch" in summary
+    # the mismatch as the shade: the largest logged |Δ log p| is the darkest token
+    choose(page, "run-colour", "|Δ log p|")
+    page.wait_for_selector("#run-step-view .legend-scale:has-text('|Δ log p|')")
+    tokens = page.evaluate(TOKENS_JS)
+    diffs = [abs(t.logged["logprob_diff"]) for t in dump if t.trained]
+    darkest = max(range(len(diffs)), key=diffs.__getitem__)
+    shaded = [t["level"] for t in tokens if "tok-untrained" not in t["classes"]]
+    assert shaded[darkest] == 1.0 and min(shaded) == 0.0
+    assert all(t["level"] == 0.0 for t in tokens if "tok-untrained" in t["classes"])
+    # the dump's numbers alone: no model, the selections they suffice for
+    choose(page, "run-numbers", "logged by the trainer")
+    page.wait_for_function(
+        "document.querySelector('#run-step-summary').innerText.includes('dump logged')"
+    )
+    tokens = page.evaluate(TOKENS_JS)
+    assert sum("sel-a" in t["classes"] for t in tokens) == sum(t.selected["entropy"] for t in dump)
+    assert sum("tok-untrained" in t["classes"] for t in tokens) == masked
+    assert not any("GMTS recomputed" in t["tip"] for t in tokens)
+    # miles: rollout log-probs only; the trainer side is the model's, and the view says so
+    choose(page, "run-numbers", "recomputed by the model")
+    choose(page, "run-colour", "importance ratio")
+    page.locator("#run-pick input").click()
+    page.get_by_role("option", name="miles (miles, 3 steps)").click()
+    wait_for_step(page, 0)
+    page.wait_for_selector("#run-step-view .legend-scale:has-text('importance ratio')")
+    tips = [t["tip"] for t in page.evaluate(TOKENS_JS) if "tok-untrained" not in t["classes"]]
+    assert tips and all("trainer side recomputed by the model" in tip for tip in tips)
+    assert "trainer side recomputed by the model" in page.locator("#run-step-summary").inner_text()
     page.context.close()

@@ -69,13 +69,30 @@ def run_metrics(
     reward: Annotated[
         str | None, Query(max_length=64, description="Rule for groups without rewards.")
     ] = None,
+    numbers: NumbersQuery = "recomputed",
 ) -> RunMetricsResponse:
-    options = _options(model, ratio, "batch", methods, reward)
+    options = _options(model, ratio, "batch", methods, reward, numbers)
     return services.run_metrics.get(run_id, options)
 
 
+NumbersQuery = Annotated[
+    Literal["recomputed", "logged"],
+    Query(
+        description="recomputed: the model's forward pass (the dump's own per-token numbers "
+        "beside them, as TokenOut.logged); logged: the numbers the trainer's dump logged, no "
+        "forward pass (mode dump: entropy and gmts_entropy selections; the model's tokenizer "
+        "only turns token ids into text). 422 for a dump that logs no per-token numbers."
+    ),
+]
+
+
 def _options(
-    model: str | None, ratio: float, scope: str, methods: str, reward: str | None
+    model: str | None,
+    ratio: float,
+    scope: str,
+    methods: str,
+    reward: str | None,
+    numbers: str = "recomputed",
 ) -> StepOptions:
     return StepOptions(
         model=model,
@@ -83,6 +100,7 @@ def _options(
         scope=scope,
         methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
         reward_kind=reward,
+        numbers=numbers,
     )
 
 
@@ -103,6 +121,7 @@ async def run_step(
     reward: Annotated[
         str | None, Query(max_length=64, description="Rule for groups without rewards.")
     ] = None,
+    numbers: NumbersQuery = "recomputed",
 ) -> RunStepResponse:
-    options = _options(model, ratio, scope, methods, reward)
+    options = _options(model, ratio, scope, methods, reward, numbers)
     return await services.runs.step_view_queued(run_id, step, options)

@@ -95,3 +95,41 @@ def test_a_trl_step_says_how_its_rewards_were_read(client: TestClient) -> None:
     analysis = body["analysis"]  # one group: the single form (prompt, answers)
     rewards = [a["reward"] for a in analysis["answers"]]
     assert rewards == [1.0, 0.0, 1.0, 0.0]  # the logged count is not added
+
+
+def test_a_dump_opens_from_its_own_numbers_without_the_model(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """numbers=logged: a prime-rl step is shown from the numbers its export logged, the model
+    never loaded (its tokenizer turns ids into text): gmts_entropy selects the trained tokens of
+    largest |A|·H (token-mean: w equal), no tool token is selected, every token carries its
+    logged numbers and the logged train/inference difference."""
+    root = tmp_path_factory.mktemp("dump-runs")
+    shutil.copytree(DATA / "prime_rl", root / "prime_rl")
+    settings = make_settings(
+        tmp_path_factory.mktemp("m"), run_roots=[root], default_model="tiny-arith"
+    )
+    with TestClient(create_app(settings)) as c:
+        r = c.get("/v1/runs/prime_rl/steps/2", params={"numbers": "logged"})
+        assert r.status_code == 200, r.text
+        assert c.app.state.services.models.cache.loaded_names() == []  # type: ignore[attr-defined]
+        bad = c.get("/v1/runs/prime_rl/steps/2", params={"numbers": "guessed"})
+        assert bad.status_code == 422
+    body = r.json()
+    assert body["mode"] == "dump" and body["report"]["mode"] == "logged"
+    tokens = [(a, t) for g in body["logged"] for a in g["answers"] for t in a["tokens"]]
+    trained = [(a["advantage"], t) for a, t in tokens if t["trained"]]
+    assert len(trained) < len(tokens)
+    assert not any(any(t["selected"].values()) for _, t in tokens if not t["trained"])
+    assert all(t["text"] and "logprob_diff" in t["logged"] for _, t in trained)
+    for _, t in trained:
+        logged = t["logged"]
+        diff = logged["trainer_logprob"] - logged["inference_logprob"]
+        assert logged["logprob_diff"] == pytest.approx(diff)
+    score = [abs(adv) * t["logged"]["entropy"] for adv, t in trained]
+    chosen = [s for s, (_, t) in zip(score, trained, strict=True) if t["selected"]["gmts_entropy"]]
+    others = [
+        s for s, (_, t) in zip(score, trained, strict=True) if not t["selected"]["gmts_entropy"]
+    ]
+    assert chosen and min(chosen) >= max(others)
+    assert len(chosen) == body["report"]["selected_count"]["gmts_entropy"]

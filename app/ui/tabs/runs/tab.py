@@ -12,7 +12,7 @@ from app.services.catalog import ANALYSIS_DEFAULTS
 from app.services.errors import GMTSError
 from app.ui.context import Tab, UIContext, call
 from app.ui.downloads import write_download
-from app.ui.render import Json
+from app.ui.render import COLOR_BY, Json
 from app.ui.tabs.runs.analysed import build_analysed_section
 from app.ui.tabs.runs.view import (
     metrics_figures,
@@ -31,6 +31,11 @@ from app.ui.tabs.runs.view import (
 
 logger = logging.getLogger(__name__)
 METRICS_POLL_S = 2.0  # how often an open run's background metrics are asked for
+# a step's per-token numbers: the model's forward pass, or the dump's own (no model)
+NUMBER_CHOICES = [
+    ("recomputed by the model (the dump's beside them)", "recomputed"),
+    ("logged by the trainer's dump (no model)", "logged"),
+]
 STEP_VIEW_QUEUE = "runs-step-view"  # the one queue of the events that show a step
 CHARTS_QUEUE = "runs-charts"  # the one queue of the events that draw a run's metrics charts
 
@@ -62,6 +67,16 @@ def build_runs_tab(ctx: UIContext) -> None:
         ratio = gr.Slider(
             0.05, 1.0, ANALYSIS_DEFAULTS.ratio, step=0.05, label="Selection ratio", scale=2
         )
+    with gr.Row():
+        numbers = gr.Radio(
+            NUMBER_CHOICES, value="recomputed", label="Per-token numbers", elem_id="run-numbers"
+        )
+        colour = gr.Radio(
+            [(spec.label, key) for key, spec in COLOR_BY.items()],
+            value="entropy",
+            label="Shade tokens by",
+            elem_id="run-colour",
+        )
     bad_runs = gr.Markdown(unreadable_note(listing), elem_id="run-unreadable")
     status = gr.Markdown(elem_id="run-metrics-status")
     with gr.Row():
@@ -90,6 +105,7 @@ def build_runs_tab(ctx: UIContext) -> None:
     h = _Handlers(ctx)
     charts = [cover_plot, waste_plot, overlap_plot, trainer_plot, status, timer]
     outputs = [current, summary, differ, view_html]
+    asked = [model, ratio, numbers, colour]  # how every step is shown
     # Every event that fills the step view joins one queue, run one at a time in the order it
     # was asked for: a step clicked while the run's first step is still being analysed is shown
     # last, instead of being overwritten by the first step's later answer. (Analysing a step
@@ -104,27 +120,33 @@ def build_runs_tab(ctx: UIContext) -> None:
     blocks.load(h.list_runs, None, [run, bad_runs], show_progress="hidden")
     run.change(
         h.load_run,
-        [run, model, ratio],
+        [run, model, ratio, numbers],
         [reward_plot, shown, trainer_note, table, *charts],
         **charts_in_order,
-    ).then(h.show_first, [current, run, model, ratio], outputs, **in_order).then(
+    ).then(h.show_first, [current, run, *asked], outputs, **in_order).then(
         h.report, [run, shown, current], download
     )
     timer.tick(
-        h.poll, [run, model, ratio, shown], charts, show_progress="hidden", **charts_in_order
+        h.poll,
+        [run, model, ratio, shown, numbers],
+        charts,
+        show_progress="hidden",
+        **charts_in_order,
     )
     stepped = [
-        table.select(h.pick, [run, model, ratio], outputs, **in_order),
+        table.select(h.pick, [run, *asked], outputs, **in_order),
         prev_btn.click(
-            lambda v, *a: h.move(v, "previous", *a),
-            [current, run, model, ratio],
-            outputs,
-            **in_order,
+            lambda v, *a: h.move(v, "previous", *a), [current, run, *asked], outputs, **in_order
         ),
         next_btn.click(
-            lambda v, *a: h.move(v, "next", *a), [current, run, model, ratio], outputs, **in_order
+            lambda v, *a: h.move(v, "next", *a), [current, run, *asked], outputs, **in_order
+        ),
+        # the step shown, again, with the other numbers (the dump's, or the model's)
+        numbers.change(
+            lambda v, *a: h.move(v, "step", *a), [current, run, *asked], outputs, **in_order
         ),
     ]
+    colour.change(step_html, [current, colour], view_html, show_progress="hidden")
     for event in stepped:  # the report follows the step shown
         event.then(h.report, [run, shown, current], download)
     with gr.Accordion("Analysed runs (gmts analyze-run)", open=True, elem_id="analysed-runs"):
@@ -138,26 +160,36 @@ class _Handlers:
         self.backend = ctx.backend
 
     @staticmethod
-    def params(model_name: str, r: float) -> Json:
-        return {"model": model_name, "ratio": r, "methods": "entropy,gmts"}
+    def params(model_name: str, r: float, numbers: str = "recomputed") -> Json:
+        return {"model": model_name, "ratio": r, "methods": "entropy,gmts", "numbers": numbers}
 
     def list_runs(self) -> tuple[Any, str]:
         runs = call(self.backend.runs)
         return gr.update(choices=run_choices(runs), value=None), unreadable_note(runs)
 
-    def poll(self, run_id: str | None, model_name: str, r: float, shown: Json | None) -> tuple:
+    def poll(
+        self,
+        run_id: str | None,
+        model_name: str,
+        r: float,
+        shown: Json | None,
+        numbers: str = "recomputed",
+    ) -> tuple:
         """The background metrics' charts, and the trainer's chart with the entropy GMTS
         computed for the steps analysed so far (``shown``: the run's overview, trimmed)."""
         if not run_id:
             return (*(gr.update(),) * 4, "", gr.update(active=False))
-        metrics = call(lambda: self.backend.run_metrics(run_id, self.params(model_name, r)))
+        params = self.params(model_name, r, numbers)
+        metrics = call(lambda: self.backend.run_metrics(run_id, params))
         cover, waste, overlap = metrics_figures(metrics)
         reports = metrics["reports"] or (shown or {}).get("reports") or []
         trainer = trainer_metrics_figure(shown or {}, reports)
         running = gr.update(active=metrics["running"])
         return cover, waste, overlap, trainer, metrics_status(metrics), running
 
-    def load_run(self, run_id: str | None, model_name: str, r: float) -> tuple:
+    def load_run(
+        self, run_id: str | None, model_name: str, r: float, numbers: str = "recomputed"
+    ) -> tuple:
         if not run_id:
             return (None, None, "", None, *self.poll(None, model_name, r, None))
         overview = call(lambda: self.backend.run_overview(run_id))
@@ -168,24 +200,27 @@ class _Handlers:
             shown,
             trainer_metrics_note(overview),
             steps_table(overview),
-            *self.poll(run_id, model_name, r, shown),
+            *self.poll(run_id, model_name, r, shown, numbers),
         )
 
-    def show(self, run_id: str | None, step: int | None, model_name: str, r: float) -> tuple:
+    def show(self, run_id: str | None, step: int | None, *asked: Any) -> tuple:
+        """Step ``step`` of the run, as ``asked`` (model, ratio, numbers, colour)."""
+        model_name, r, numbers, colour = asked
         if not run_id or step is None:
             return None, step_summary(None), "", step_html(None)
-        view = call(lambda: self.backend.run_step(run_id, int(step), self.params(model_name, r)))
-        return view, step_summary(view), step_differences(view), step_html(view)
+        params = self.params(model_name, r, numbers)
+        view = call(lambda: self.backend.run_step(run_id, int(step), params))
+        return view, step_summary(view), step_differences(view), step_html(view, colour)
 
-    def show_first(self, view: Json | None, run_id: str | None, model_name: str, r: float) -> tuple:
+    def show_first(self, view: Json | None, run_id: str | None, *asked: Any) -> tuple:
         """The run's first step, unless a step of this run is already shown (one the user
         clicked got there first: the state is read when this event runs, not when it fired)."""
         if not run_id:
-            return self.show(None, None, model_name, r)
+            return self.show(None, None, *asked)
         if view and view.get("run") == run_id:
             return (gr.skip(),) * 4
         first = call(lambda: self.backend.run_overview(run_id))["steps"][0]
-        return self.show(run_id, first, model_name, r)
+        return self.show(run_id, first, *asked)
 
     def report(self, run_id: str | None, shown: Json | None, view: Json | None) -> Any:
         """The download of the tab as it is (the run's charts and words, the step shown)."""
@@ -196,17 +231,26 @@ class _Handlers:
         path = write_download(page, "run", "html")
         return gr.DownloadButton(label, value=str(path), visible=True)
 
-    def pick(self, run_id: str | None, model_name: str, r: float, evt: gr.SelectData) -> tuple:
-        row = evt.row_value or []
-        return self.show(run_id, int(row[0]) if row else None, model_name, r)
-
-    def move(
-        self, view: Json | None, key: str, run_id: str | None, model_name: str, r: float
+    def pick(
+        self,
+        run_id: str | None,
+        model_name: str,
+        r: float,
+        numbers: str,
+        colour: str,
+        evt: gr.SelectData,
     ) -> tuple:
+        row = evt.row_value or []
+        step = int(row[0]) if row else None
+        return self.show(run_id, step, model_name, r, numbers, colour)
+
+    def move(self, view: Json | None, key: str, run_id: str | None, *asked: Any) -> tuple:
+        """The step before or after the one shown (``key``: previous, next), or the one
+        shown again (``step``: other numbers asked)."""
         target = view.get(key) if view else None
-        if target is None:
-            return view, step_summary(view), step_differences(view), step_html(view)
-        return self.show(run_id, target, model_name, r)
+        if view is None or target is None or view.get("run") != run_id:
+            return view, step_summary(view), step_differences(view), step_html(view, asked[-1])
+        return self.show(run_id, target, *asked)
 
 
 TAB = Tab("Runs", "runs", build_runs_tab)

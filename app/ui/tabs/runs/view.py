@@ -172,6 +172,8 @@ def step_methods(view: Json) -> tuple[str, str]:
     """The two selections marked: the applied mask vs GMTS, else entropy vs GMTS."""
     if view["mode"] == "logged":
         return ("applied", "gmts")
+    if view["mode"] == "dump":  # the selections the dump's own numbers suffice for
+        return ("entropy", "gmts_entropy")
     methods = view["analysis"]["settings"]["methods"]
     a = "entropy" if "entropy" in methods else methods[0]
     b = "gmts" if "gmts" in methods else methods[-1]
@@ -181,7 +183,7 @@ def step_methods(view: Json) -> tuple[str, str]:
 def step_groups(view: Json) -> list[Json]:
     """The step's groups, whatever form the analysis came in: a step with one prompt (a TRL
     run with one prompt per step) is an analysis in single form, its answers at top level."""
-    if view["mode"] == "logged":
+    if view["mode"] in ("logged", "dump"):
         return list(view["logged"] or [])
     analysis = view["analysis"]
     if analysis.get("groups"):
@@ -196,8 +198,9 @@ def step_groups(view: Json) -> list[Json]:
     ]
 
 
-def step_html(view: Json | None) -> str:
-    """Every group of the step in the token renderer."""
+def step_html(view: Json | None, color_by: str = "entropy") -> str:
+    """Every group of the step in the token renderer, shaded by ``color_by`` (a key of
+    ``app.ui.render.COLOR_BY``: entropy, or the train/inference mismatch)."""
     if not view:
         return placeholder("Pick a run, then click a step in the table.")
     methods = step_methods(view)
@@ -206,7 +209,7 @@ def step_html(view: Json | None) -> str:
         return placeholder("This step has no groups.")
     # the ranks count over the pool the analysis' scope ranks in (logged steps carry no ranks)
     analysis = view.get("analysis") or {}
-    return "".join(render_group(g, methods, pool=rank_pool(analysis, g)) for g in groups)
+    return "".join(render_group(g, methods, color_by, pool=rank_pool(analysis, g)) for g in groups)
 
 
 def step_differences(view: Json | None) -> str:
@@ -228,20 +231,52 @@ def step_summary(view: Json | None) -> str:
         return ""
     r = view["report"]
     a, b = step_methods(view)
-    what = (
-        f"the mask **the trainer applied** (method `{escape(str(r['extra'].get('method')))}`) vs "
-        "GMTS at the same ratio"
-        if view["mode"] == "logged"
-        else f"`{a}` vs `{b}`, analysed now with the chosen model"
-    )
+    what = {
+        "logged": f"the mask **the trainer applied** (method "
+        f"`{escape(str(r['extra'].get('method')))}`) vs GMTS at the same ratio",
+        "dump": f"`{a}` (H) vs `{b}` (|A|·w·H) from **the numbers the trainer's dump logged**, "
+        "no model (g and γ need it: pick recomputed numbers for `gmts`)",
+    }.get(view["mode"], f"`{a}` vs `{b}`, analysed now with the chosen model")
     cov = ", ".join(f"{m} {v:.3f}" for m, v in r["gradient_coverage"].items() if v is not None)
     waste = ", ".join(f"{m} {v:.3f}" for m, v in r["wasted_share"].items() if v is not None)
     return (
         f"**Step {view['step']}** of `{escape(view['run'])}` ({view['format']}): "
         f"{r['num_groups']} groups, {r['num_answers']} answers, {r['num_tokens']} tokens; "
         f"zero-signal share {r['zero_signal_share']:.2f}. Marked: {what}.  \n"
-        f"Gradient coverage: {cov}.  \nWasted share: {waste}."
+        f"Gradient coverage: {cov or '— (needs the model)'}.  \n"
+        f"Wasted share: {waste or '— (needs the model)'}." + numbers_note(r)
     )
+
+
+def numbers_note(report: Json) -> str:
+    """Which numbers are the trainer's (logged) and which GMTS's (recomputed), how far apart
+    they are where both exist, the untrained tokens and the train/inference mismatch."""
+    numbers = report.get("numbers") or {}
+    lines = []
+    for kind in ("logged", "recomputed"):
+        names = [f"`{escape(n)}`" for n, k in numbers.items() if k == kind]
+        if names:
+            lines.append(f"{kind.capitalize()}: {', '.join(names)}.")
+    gaps = report.get("logged_vs_recomputed") or {}
+    if gaps:
+        shown = ", ".join(f"{escape(n)} {v:.3g}" for n, v in gaps.items() if v is not None)
+        lines.append(f"Logged vs recomputed, mean |difference| over trained tokens: {shown}.")
+    if report.get("untrained_tokens"):
+        lines.append(
+            f"{report['untrained_tokens']} tokens not trained (loss mask 0 in the dump): greyed, "
+            "never selected, counted nowhere."
+        )
+    m = report.get("mismatch")
+    if m and m.get("share_above") is not None:
+        per = ", ".join(
+            f"{escape(k)} {v:.0%}" for k, v in m["selected_share_above"].items() if v is not None
+        )
+        lines.append(
+            f"Train/inference mismatch (trainer side {escape(str(m['trainer_side']))}): "
+            f"{m['share_above']:.0%} of trained tokens have |Δ log p| > {m['threshold']:g} nats "
+            f"(mean |Δ| {m['mean_abs_logprob_diff']:.3g}); of each selection: {per or '—'}."
+        )
+    return "".join(f"  \n{line}" for line in lines)
 
 
 def _markdown_line(text: str) -> str:
