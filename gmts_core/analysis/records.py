@@ -36,6 +36,8 @@ class TokenRecord:
     scores: dict[str, float]
     ranks: dict[str, int]
     selected: dict[str, bool]
+    # the top-k tokens: id, text, prob and logprob (from the log-softmax, not the log of the
+    # rounded prob: a near-certain token's log p keeps its digits)
     alternatives: list[dict[str, Any]]
     grad_head: float | None = None
     ratio: float = 1.0  # pi_theta / pi_old (1: the analysed policy sampled or scores the answer)
@@ -183,7 +185,7 @@ def build_tokens(
     tokens = []
     for t, tok_id in enumerate(ids):
         alts = [
-            {"id": i, "text": token_text(tokenizer, i), "prob": math.exp(v)}
+            {"id": i, "text": token_text(tokenizer, i), "prob": math.exp(v), "logprob": v}
             for i, v in zip(top_ids[t], top_lp[t], strict=True)
         ]
         tokens.append(

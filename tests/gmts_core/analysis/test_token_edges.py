@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -74,3 +75,36 @@ def test_a_nan_logit_still_aborts_the_analysis(tiny_llama: LoadedModel) -> None:
     lm = masked_copy(tiny_llama, 7, float("nan"))
     with pytest.raises(NonFiniteLogitsError):
         analyze(lm, [GroupInput(PROMPT, answers=ANSWERS, rewards=[1.0, 0.0])], AnalysisConfig())
+
+
+def test_alternatives_carry_log_probs_from_the_log_softmax(tiny_llama: LoadedModel) -> None:
+    """A near-certain alternative (one logit 36 above the rest): its log p is about -1.2e-13.
+    float64 has it as -log1p(sum_{v != A} exp(z_v - z_A)); the log of its probability (1 - 1.2e-13
+    rounded to float64) and even float64's z_A - logsumexp(z) (z_A is 36) miss it by about
+    1e-3 relative. The alternative's ``logprob`` matches the log1p form to 1e-5, every other
+    alternative's too, and the JSON carries it."""
+    tok = tiny_llama.tokenizer
+    p = list(tok(PROMPT)["input_ids"])
+    a = list(tok(ANSWERS[0], add_special_tokens=False)["input_ids"])
+    lm = masked_copy(tiny_llama, a[0], 36.0)
+    res = analyze(
+        lm,
+        [GroupInput(PROMPT, answers=ANSWERS, rewards=[1.0, 0.0])],
+        AnalysisConfig(top_alternatives=3),
+    )
+    with torch.no_grad():
+        z = lm.model(torch.tensor([p + a])).logits[0, len(p) - 1].double()  # (V,) predicts a[0]
+    top = int(z.argmax())
+    rest = torch.cat([z[:top], z[top + 1 :]]) - z[top]  # (V - 1,) all < 0
+    log_z = float(torch.log1p(rest.exp().sum()))  # log sum_v exp(z_v - z_A)
+    want_ids = z.topk(3).indices.tolist()
+    want = [float(z[i] - z[top]) - log_z for i in want_ids]
+    alts = res.groups[0].answers[0].tokens[0].alternatives
+    assert [alt["id"] for alt in alts] == want_ids and want_ids[0] == top
+    assert -1e-12 < want[0] < 0
+    for alt, lp in zip(alts, want, strict=True):
+        assert alt["logprob"] == pytest.approx(lp, rel=1e-5, abs=0)
+        assert alt["prob"] == math.exp(alt["logprob"])
+    assert abs(math.log(alts[0]["prob"]) - want[0]) > 1e-4 * abs(want[0])  # the prob alone
+    body = analysis_json(res)["answers"][0]["tokens"][0]["alternatives"]
+    assert [b["logprob"] for b in body] == [alt["logprob"] for alt in alts]
