@@ -105,6 +105,33 @@ STEP_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "overlap": (pa.float32(), "Jaccard index of the compared pair's selections"),
 }
 
+# Optional columns (written since issue 45, read where present; a dataset without them, or a
+# run whose dump logs no per-token numbers, simply lacks them, and the footer check asks only
+# for the columns above). Tokens: ``trained`` always; ``logged_<name>`` for each per-token
+# number the trainer's dump logged (gmts_core.runs.token_samples.TOKEN_COLUMNS: entropy,
+# trainer_logprob, inference_logprob, advantage, importance_ratio, mismatch_kl; miles'
+# rollout_log_probs), and ``logprob_diff`` where the dump logs the inference side. Steps: the
+# train/inference mismatch (gmts_core.runs.logged_tokens.mismatch_summary), per method
+# ``mismatch_selected_share_<m>``.
+OPTIONAL_TOKEN_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
+    "trained": (pa.bool_(), "the trainer's loss counted the token (its loss mask is 1)"),
+    "logged_<name>": (pa.float32(), "the number <name> the trainer's dump logged for it"),
+    "logprob_diff": (
+        pa.float32(),
+        "log pi_trainer - log pi_inference, nats (trainer side: the logged one, else logprob)",
+    ),
+}
+OPTIONAL_STEP_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
+    "untrained_tokens": (pa.int64(), "answer tokens the trainer did not train (loss mask 0)"),
+    "mismatch_threshold": (pa.float32(), "|logprob_diff| above it is high-mismatch, nats"),
+    "mismatch_share_above": (pa.float32(), "share of trained tokens above the threshold"),
+    "mismatch_mean_abs": (pa.float32(), "mean |logprob_diff| over trained tokens, nats"),
+    "mismatch_selected_share_<m>": (
+        pa.float32(),
+        "share of the tokens method <m> selects whose |logprob_diff| is above the threshold",
+    ),
+}
+
 
 TOP_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "order_key": (pa.dictionary(pa.int8(), pa.string()), "which ranking the row belongs to"),
@@ -184,6 +211,10 @@ class Manifest:
             "methods": list(self.methods),
             "settings": self.settings,
             "tables": {t: schema_doc(t, self.methods) for t in TABLES},
+            "optional_columns": {
+                "tokens": {k: f"{t}: {d}" for k, (t, d) in OPTIONAL_TOKEN_COLUMNS.items()},
+                "steps": {k: f"{t}: {d}" for k, (t, d) in OPTIONAL_STEP_COLUMNS.items()},
+            },
         }
 
 

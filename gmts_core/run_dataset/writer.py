@@ -10,7 +10,7 @@ reader of a growing run never sees half a step.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +61,10 @@ class StepColumns:
     advantage: np.ndarray
     weight: np.ndarray
     length: np.ndarray
+    # optional columns (schema.OPTIONAL_*_COLUMNS): per token (N,) float32 or bool, and the
+    # step row's numbers; written where given, after the required ones
+    token_extra: dict[str, np.ndarray] = field(default_factory=dict)
+    step_extra: dict[str, float | int | None] = field(default_factory=dict)
 
     @classmethod
     def from_result(cls, step: int, result: AnalysisResult) -> StepColumns:
@@ -199,8 +203,13 @@ def write_step(root: Path, cols: StepColumns) -> None:
         **{f"selected_{k}": cols.selected[k].astype(bool) for k in methods},
     }
     tokens = pa.table(token_cols, schema=schema("tokens", methods))
+    top = top_table(tokens, methods)
+    for name, values in cols.token_extra.items():  # optional: after the schema's columns
+        if len(values) != n:
+            raise InvalidInputError(f"step {cols.step}: column {name} has {len(values)} values")
+        tokens = tokens.append_column(name, pa.array(values))
     _write(tokens, step_file(root, "tokens", cols.step))
-    _write(top_table(tokens, methods), step_file(root, "top", cols.step))
+    _write(top, step_file(root, "top", cols.step))
 
     pair = compared_pair(methods)
     if pair is None:
@@ -263,7 +272,11 @@ def write_step(root: Path, cols: StepColumns) -> None:
         step_row[f"coverage_{k}"] = [kept / total if total > 0 else (1.0 if sel.all() else 0.0)]
         picks = int(sel.sum())
         step_row[f"wasted_{k}"] = [int(((cols.gamma == 0) & sel).sum()) / picks if picks else 0.0]
-    _write(pa.table(step_row, schema=schema("steps", methods)), step_file(root, "steps", cols.step))
+    steps = pa.table(step_row, schema=schema("steps", methods))
+    for name, value in cols.step_extra.items():
+        kind = pa.int64() if isinstance(value, int) else pa.float32()
+        steps = steps.append_column(name, pa.array([value], kind))
+    _write(steps, step_file(root, "steps", cols.step))
 
 
 def top_table(tokens: pa.Table, methods: tuple[str, ...]) -> pa.Table:

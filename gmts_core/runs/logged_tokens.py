@@ -239,3 +239,38 @@ def token_numbers(
             row.setdefault("importance_ratio", math.exp(min(diff[i], 50.0)))
         out.append(row)
     return out
+
+
+def dataset_columns(
+    tokens: LoggedTokens | None, trained: torch.Tensor | None, recomputed_logprob: torch.Tensor
+) -> dict[str, Any]:
+    """The analysed dataset's optional per-token columns (gmts_core.run_dataset.schema's
+    OPTIONAL_TOKEN_COLUMNS): ``trained``, the dump's ``logged_<name>`` numbers and
+    ``logprob_diff`` (the trainer side logged, else ``recomputed_logprob``). ``tokens`` None
+    (the dump logs none) or of another length gives ``trained`` alone."""
+    n = recomputed_logprob.numel()
+    mask = trained if trained is not None else torch.ones(n, dtype=torch.bool)
+    out: dict[str, Any] = {"trained": mask.cpu().numpy().astype(bool)}
+    if tokens is None or tokens.trained.numel() != n:
+        return out
+    for name, values in tokens.columns.items():
+        out[f"logged_{name}"] = values.float().numpy()
+    inference = tokens.inference
+    if inference is not None:
+        trainer = tokens.columns.get("trainer_logprob", recomputed_logprob.double().cpu())
+        out["logprob_diff"] = (trainer - inference).float().numpy()
+    return out
+
+
+def mismatch_columns(mismatch: dict[str, Any] | None, untrained: int) -> dict[str, Any]:
+    """The analysed dataset's optional step columns (OPTIONAL_STEP_COLUMNS) from a step's
+    :func:`mismatch_summary` (none of the mismatch's where the dump has no inference side)."""
+    out: dict[str, Any] = {"untrained_tokens": int(untrained)}
+    if mismatch is None:
+        return out
+    out["mismatch_threshold"] = float(mismatch["threshold"])
+    out["mismatch_share_above"] = mismatch["share_above"]
+    out["mismatch_mean_abs"] = mismatch["mean_abs_logprob_diff"]
+    for method, share in mismatch["selected_share_above"].items():
+        out[f"mismatch_selected_share_{method}"] = share
+    return out

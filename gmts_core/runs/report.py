@@ -37,9 +37,14 @@ from gmts_core.runs.analysis import (
     analyze_step,
     logged_step_report,
 )
-from gmts_core.runs.base import jsonl_records
+from gmts_core.runs.base import RunStep, jsonl_records
 from gmts_core.runs.dump_report import dump_step_report
-from gmts_core.runs.logged_tokens import MODEL_FREE_METHODS
+from gmts_core.runs.logged_tokens import (
+    MODEL_FREE_METHODS,
+    dataset_columns,
+    logged_tokens,
+    mismatch_columns,
+)
 from gmts_core.runs.registry import Run
 from gmts_core.runs.trainer_metrics import find_trainer_metrics
 
@@ -182,7 +187,7 @@ def analyze_run_shard(
                 assert lm is not None
                 report, result = analyze_step(lm, step, config, plan.reward_kind)
                 if step.step in plan.token_steps:
-                    written = writer.submit(_write_dataset_step, out, step.step, result)
+                    written = writer.submit(_write_dataset_step, out, step, result, report)
             if pending is not None:
                 finish(*pending)
             pending = (written, report)
@@ -192,8 +197,18 @@ def analyze_run_shard(
     return count
 
 
-def _write_dataset_step(out: Path, step: int, result: AnalysisResult) -> None:
-    write_step(out, StepColumns.from_result(step, result))
+def _write_dataset_step(
+    out: Path, step: RunStep, result: AnalysisResult, report: StepReport
+) -> None:
+    """The step's dataset files, with the optional columns of what its dump logged: each
+    token's loss mask, logged numbers and train/inference difference, and the step's
+    mismatch (schema.OPTIONAL_*_COLUMNS)."""
+    cols = StepColumns.from_result(step.step, result)
+    x = result.inputs
+    if x is not None:
+        cols.token_extra = dataset_columns(logged_tokens(step), x.trained, x.logprob)
+    cols.step_extra = mismatch_columns(report.mismatch, report.untrained_tokens)
+    write_step(out, cols)
 
 
 def merge_report(
