@@ -7,6 +7,10 @@ is used only when its folder and the file itself are owned by the current user a
 no group or other user (the file a regular file, not a symbolic link), and its SHA-256 equals
 the one recorded when it was written. The trust boundary is the current user: whoever can write
 as that user can change a file and its record alike.
+
+Large cached files (a converted model's 500 MB of weights) are hashed once, when written; the
+record also keeps each file's :func:`file_stamp`, and a later check hashes only the files whose
+stamp differs (a changed file, or one copied or restored: its status-change time is new).
 """
 
 from __future__ import annotations
@@ -30,10 +34,21 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def file_stamp(info: os.stat_result) -> list[int]:
+    """What changes whenever a file's bytes, mode or place change: inode, size, modification
+    and status-change times (ns). The status-change time cannot be set back from user space
+    (``utime`` sets it to now), so a file rewritten and given its old mtime still differs."""
+    return [info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+
+
 def owned_and_private(path: Path, what: str, folder: bool = False) -> str | None:
     """Why ``path`` cannot be trusted, or None: it must be the current user's, writable by no
     group or other users, and (a file) a regular file, not a symbolic link."""
-    info = path.stat() if folder else path.lstat()
+    return private_reason(path.stat() if folder else path.lstat(), path, what, folder)
+
+
+def private_reason(info: os.stat_result, path: Path, what: str, folder: bool = False) -> str | None:
+    """:func:`owned_and_private` of an ``info`` already taken (``lstat`` for a file)."""
     kind_ok = stat.S_ISDIR(info.st_mode) if folder else stat.S_ISREG(info.st_mode)
     if not kind_ok:
         return f"the {what} {path} is not a {'folder' if folder else 'regular file'}"

@@ -13,8 +13,8 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,9 +177,30 @@ def load_model(
     model.eval()
     model.requires_grad_(False)  # the base model is never trained in place
     ensure_pad_token(tokenizer)
-    check_head_path(model)  # refuses architectures whose logits this tool would get wrong
+    with one_thread():  # an 8-token probe: more threads only wait on each other
+        check_head_path(model)  # refuses architectures whose logits this tool would get wrong
     logger.info("loaded %s (%s) on %s", name, type(model).__name__, dev)
     return LoadedModel(name, str(source), model, tokenizer)
+
+
+_THREADS_LOCK = threading.Lock()
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run tiny torch work (the load-time probe) in one intra-op thread, then restore the
+    count. With two threads on a busy 2-core machine the probe of a 30-layer model took 5-28 s
+    (each small matrix product waits for a thread the kernel has not scheduled), in one 1-2 s.
+    One change at a time (the lock), so concurrent loads restore the count they found."""
+    with _THREADS_LOCK:
+        threads = torch.get_num_threads()
+        if threads > 1:
+            torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            if threads > 1:
+                torch.set_num_threads(threads)
 
 
 def ensure_pad_token(tokenizer: Any) -> None:

@@ -170,9 +170,12 @@ def test_run_dataset_scale_smoke(tmp_path) -> None:
         "run_dataset_scale", *("--steps", "2", "--answers", "256", "--rounds", "2"),
         *("--out", str(tmp_path)),
     )  # fmt: skip
-    assert r["rollouts"] == 512 and r["tokens"] > 512
-    assert r["step_view_count"] == 2 and r["run_filter_count"] == 2 * 10
+    assert r["rollouts"] == 512 and r["tokens"] > 512 and r["texts"] == "realistic"
+    assert r["step_view_count"] == 2 and r["ranking_count"] == 2 * 8
+    assert r["filter_count"] == 2 * 2 and r["text_search_count"] == 2 * 5
     assert r["token_ranking_count"] == 2 * 4 and r["healthz_max_s"] is not None
+    assert r["text_search_cpu_p95_s"] >= 0 and r["step_view_contended_p95_s"] > 0
+    assert r["contention_errors"] == []
     assert r["server_rss_peak_mb"] >= r["server_rss_start_mb"] > 0
 
 
@@ -187,3 +190,13 @@ def test_analysed_listing_smoke() -> None:
     r = run_benchmark("analysed_listing", "--runs", "12", "--steps", "2", "--repeats", "3")
     assert r["runs"] == 12 and r["ready_after_first_scan"] == 12
     assert r["first_scan_s"] > 0 and 0 < r["listing_median_s"] <= r["listing_max_s"]
+
+
+def test_model_load_smoke(tmp_path) -> None:
+    from tests.gguf_files import write_tiny_gguf
+
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", "Q8_0")
+    r = run_benchmark("model_load", "--model", str(path), "--repeats", "1")
+    assert r["first"]["converted"] is True and r["later"][0]["converted"] is False
+    assert r["first"]["parameters"] == r["later"][0]["parameters"] > 0
+    assert r["second_load_median_s"] == r["later"][0]["load_s"] > 0

@@ -7,6 +7,7 @@ weights are compared with transformers' own reading of the same file."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from pathlib import Path
@@ -95,6 +96,16 @@ def _tamper_bytes(folder: Path) -> None:
     weights.write_bytes(bytes(data))
 
 
+def _tamper_keeping_times(folder: Path) -> None:
+    """Change one byte and put the file's access and modification times back: only its
+    status-change time (which user space cannot set back) tells."""
+    weights = folder / "model.safetensors"
+    before = weights.stat()
+    _tamper_bytes(folder)
+    os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert weights.stat().st_mtime_ns == before.st_mtime_ns
+
+
 def _group_writable(folder: Path) -> None:
     os.chmod(folder / "config.json", 0o664)
 
@@ -111,6 +122,7 @@ def _no_record(folder: Path) -> None:
     ("spoil", "reason"),
     [
         (_tamper_bytes, "does not match its recorded SHA-256"),
+        (_tamper_keeping_times, "does not match its recorded SHA-256"),
         (_group_writable, "writable by its group or by others"),
         (_extra_file, "other files than its record lists"),
         (_no_record, "is missing"),
@@ -128,6 +140,38 @@ def test_a_spoiled_conversion_is_refused_and_redone(
         load_model(path, device="cpu")
     assert done == [path] and reason in caplog.text
     assert gguf.verify(folder, gguf.source_sha256(path)) is None
+
+
+def test_a_checked_folder_is_hashed_only_where_a_file_changed(
+    files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = files["Q8_0"]
+    folder = Path(load_model(path, device="cpu").source)
+    digest = gguf.source_sha256(path)
+    hashed: list[str] = []
+    real = gguf.sha256_file
+
+    def counted(target: Path) -> str:
+        hashed.append(target.name)
+        return real(target)
+
+    monkeypatch.setattr(gguf, "sha256_file", counted)
+    assert gguf.verify(folder, digest) is None and hashed == []  # stamps unchanged: no hashing
+    weights = folder / "model.safetensors"
+    copy = folder.parent / "copy"
+    copy.write_bytes(weights.read_bytes())
+    copy.chmod(0o644)
+    os.replace(copy, weights)  # the same bytes in a new file (a restore): hashed once, re-stamped
+    assert gguf.verify(folder, digest) is None and hashed == ["model.safetensors"]
+    assert gguf.verify(folder, digest) is None and hashed == ["model.safetensors"]
+    record = json.loads((folder / gguf.RECORD).read_text())
+    del record["stamps"]  # a record written before stamps existed: every file hashed once
+    (folder / gguf.RECORD).write_text(json.dumps(record))
+    hashed.clear()
+    assert gguf.verify(folder, digest) is None and sorted(hashed) == sorted(record["files"])
+    hashed.clear()
+    assert gguf.verify(folder, digest) is None and hashed == []
+    assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name]  # no leftovers
 
 
 def test_a_cache_folder_others_may_write_is_not_used(files: dict[str, Path], _cache: Path) -> None:

@@ -17,6 +17,7 @@ from gmts_core.model.loading import (
     ensure_pad_token,
     is_hub_id,
     load_model,
+    one_thread,
     resolve_dtype,
     resolve_local_model,
 )
@@ -41,6 +42,32 @@ def test_loads_each_architecture_frozen(arch: str, tiny_lm: Callable[[str], Load
     assert info["architecture"] == ARCHITECTURES[arch]
     assert info["dtype"] == "float32" and info["device"] == "cpu"
     assert info["parameters"] == sum(p.numel() for p in lm.model.parameters()) > 0
+
+
+def test_the_load_time_probe_runs_in_one_thread_and_the_count_comes_back(
+    tiny_model_dir: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gmts_core.model.loading as loading
+
+    seen: list[int] = []
+    real = loading.check_head_path
+
+    def probe(model: object) -> object:
+        seen.append(torch.get_num_threads())
+        return real(model)
+
+    monkeypatch.setattr(loading, "check_head_path", probe)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        load_model(tiny_model_dir("llama"), device="cpu")
+        assert seen == [1] and torch.get_num_threads() == 2
+        with pytest.raises(RuntimeError, match="inside"), one_thread():
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("inside")
+        assert torch.get_num_threads() == 2  # restored after an error too
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_dtype_choice(tiny_model_dir: Callable[[str], Path]) -> None:
