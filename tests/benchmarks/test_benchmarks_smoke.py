@@ -170,12 +170,9 @@ def test_run_dataset_scale_smoke(tmp_path) -> None:
         "run_dataset_scale", *("--steps", "2", "--answers", "256", "--rounds", "2"),
         *("--out", str(tmp_path)),
     )  # fmt: skip
-    assert r["rollouts"] == 512 and r["tokens"] > 512 and r["texts"] == "realistic"
-    assert r["step_view_count"] == 2 and r["ranking_count"] == 2 * 8
-    assert r["filter_count"] == 2 * 2 and r["text_search_count"] == 2 * 5
+    assert r["rollouts"] == 512 and r["tokens"] > 512
+    assert r["step_view_count"] == 2 and r["run_filter_count"] == 2 * 10
     assert r["token_ranking_count"] == 2 * 4 and r["healthz_max_s"] is not None
-    assert r["text_search_cpu_p95_s"] >= 0 and r["step_view_contended_p95_s"] > 0
-    assert r["contention_errors"] == []
     assert r["server_rss_peak_mb"] >= r["server_rss_start_mb"] > 0
 
 
