@@ -286,6 +286,10 @@
     if (!isNaN(hi) && v > hi) msg = labelOf(input) + ": " + v + " is above the maximum " + hi + "; using " + hi + ".";
     if (!isNaN(lo) && v < lo) msg = labelOf(input) + ": " + v + " is below the minimum " + lo + "; using " + lo + ".";
     if (!msg) return;
+    // the page clamps, so the value the server gets is the one the note says (a slider's own
+    // box clamps as well; a number box would send the typed value on)
+    input.value = String(v > hi ? hi : lo);
+    input.dispatchEvent(new Event("input", { bubbles: true }));
     var note = element("gmts-clamp", "status");
     note.className = "gmts-note";
     note.textContent = msg;

@@ -12,6 +12,8 @@ from typing import Any
 
 import gradio as gr
 
+from app.ui import numbers
+
 
 def limit_slider(low: float, high: float, value: float, **kwargs: Any) -> gr.Slider | gr.Number:
     """A slider over ``[low, high]`` (``high``: the server's limit, which wins over ``low``)
@@ -20,8 +22,8 @@ def limit_slider(low: float, high: float, value: float, **kwargs: Any) -> gr.Sli
     value = min(max(value, low), high)
     if high <= low:  # one value: Gradio refuses a slider whose ends are equal
         kwargs.pop("step", None)
-        return gr.Number(value, minimum=low, maximum=high, interactive=False, **kwargs)
-    return gr.Slider(low, high, value, **kwargs)
+        return numbers.number(value, minimum=low, maximum=high, interactive=False, **kwargs)
+    return numbers.slider(low, high, value, **kwargs)
 
 
 # below: too slow to see in a run; above: held-out accuracy falls in a run of the defaults

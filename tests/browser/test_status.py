@@ -1,5 +1,6 @@
 """Honest status in a real Chromium: results of a failed run are marked out of date (and the
-mark goes with the next good run), and a number typed out of range is said to be clamped."""
+mark goes with the next good run), and a number typed out of range is clamped and said to be
+(a slider's box and a number box)."""
 
 from __future__ import annotations
 
@@ -44,4 +45,14 @@ def test_failed_run_marks_results_stale_and_clamps_are_said(
         "() => (document.getElementById('gmts-clamp')?.innerText || '')"
         ".includes('above the maximum 32')"
     )
+    # a number box (not a slider): the page clamps the value it sends, and says so
+    page.get_by_role("tab", name="Train").first.click()
+    lr = page.locator("#train-lr input[type=number]")
+    lr.fill("1")
+    lr.press("Enter")
+    page.wait_for_function(
+        "() => (document.getElementById('gmts-clamp')?.innerText || '')"
+        ".includes('Learning rate: 1 is above the maximum 0.0003; using 0.0003')"
+    )
+    assert float(lr.input_value()) == 0.0003
     page.context.close()

@@ -9,6 +9,7 @@ from typing import Any
 import gradio as gr
 
 from app.services.compare import CompareResult, load_compare_file, result_from_dict
+from app.ui import numbers
 from app.ui.choices import method_choices
 from app.ui.context import Tab, UIContext, call
 from app.ui.limited import LR_CONTROL_MAX, SANE_LR, limit_slider, lr_warning
@@ -41,13 +42,15 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
     )
     d = form_default
     with gr.Row():
-        c["ratio"] = gr.Slider(0.05, 1.0, d("ratio"), step=0.05, label="Ratio")
-        c["steps"] = gr.Slider(1, 30, d("steps"), step=1, label="Steps", elem_id="compare-steps")
-        c["seeds"] = gr.Slider(
+        c["ratio"] = numbers.slider(0.05, 1.0, d("ratio"), step=0.05, label="Ratio")
+        c["steps"] = numbers.slider(
+            1, 30, d("steps"), step=1, label="Steps", elem_id="compare-steps"
+        )
+        c["seeds"] = numbers.slider(
             1, MAX_TAB_SEEDS, d("seeds"), step=1, label="Seeds", elem_id="compare-seeds",
             info="1 seed: no verdict (no seed-to-seed variance); more: `gmts compare`",
         )  # fmt: skip
-        c["group_size"] = gr.Slider(
+        c["group_size"] = numbers.slider(
             2, 16, d("group_size"), step=1, label="Group size G", elem_id="compare-g"
         )
         # up to this server's limit (GMTS_MAX_STEP_PROMPTS), as the Train tab's control
@@ -57,36 +60,36 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
             elem_id="compare-prompts",
         )  # fmt: skip
     with gr.Row():
-        c["max_new_tokens"] = gr.Slider(
+        c["max_new_tokens"] = numbers.slider(
             8, 128, d("max_new_tokens"), step=4, label="Max new tokens", elem_id="compare-max-new"
         )
         # the range stops where the demo model still learns (as the Train tab's control)
-        c["learning_rate"] = gr.Number(
+        c["learning_rate"] = numbers.number(
             d("learning_rate"), label="Learning rate", minimum=0, maximum=LR_CONTROL_MAX,
             step=1e-5, elem_id="compare-lr",
             info=f"{d('learning_rate'):g} learns on the demo model; above {SANE_LR[1]:g} a "
             f"warning (held-out accuracy falls); at most {LR_CONTROL_MAX:g}",
         )  # fmt: skip
-        c["eval_every"] = gr.Slider(
+        c["eval_every"] = numbers.slider(
             1, 30, d("eval_every"), step=1, label="Evaluate every", elem_id="compare-ee"
         )
-        c["eval_problems"] = gr.Slider(
+        c["eval_problems"] = numbers.slider(
             10, 400, d("eval_problems"), step=10, label="Held-out problems", elem_id="compare-eval"
         )
     with gr.Row():  # the noise's controls: which runs and which evaluation draws
-        c["seed_offset"] = gr.Number(
+        c["seed_offset"] = numbers.number(
             d("seed_offset"), label="First training seed", precision=0, minimum=0,
             elem_id="compare-seed-offset",
         )  # fmt: skip
-        c["eval_seed"] = gr.Number(
+        c["eval_seed"] = numbers.number(
             d("eval_seed"), label="Evaluation seed", precision=0, minimum=0,
             elem_id="compare-eval-seed",
         )  # fmt: skip
-        c["eval_samples"] = gr.Slider(
+        c["eval_samples"] = numbers.slider(
             1, 8, d("eval_samples"), step=1, label="Answers per problem",
             elem_id="compare-eval-samples",
         )  # fmt: skip
-        c["eval_temperature"] = gr.Slider(
+        c["eval_temperature"] = numbers.slider(
             0.0, 2.0, d("eval_temperature"), step=0.1, label="Evaluation temperature",
             elem_id="compare-eval-temperature",
         )  # fmt: skip

@@ -19,7 +19,7 @@ from app.services.catalog import (
     config_knob,
     demo_examples,
 )
-from app.ui import choices
+from app.ui import choices, numbers
 from app.ui.context import UIContext
 from app.ui.tabs.explore import example, view
 
@@ -130,7 +130,7 @@ def _settings_column(c: dict[str, Any], ctx: UIContext) -> None:
         with gr.Row():
             c["ratio"] = knob_slider("ratio", 0.05, 1.0, step=0.05, label="Selection ratio")
             _, bounds = analysis_knob("seed")  # also the sampling seed: the label says enough
-            c["seed"] = gr.Number(
+            c["seed"] = numbers.number(
                 config_default(SamplingConfig, "seed"),
                 precision=0,
                 label="Seed",
@@ -164,7 +164,7 @@ def config_slider(config: type, name: str, low: float, high: float, **kwargs: An
     help_text, bounds = config_knob(config, name)
     low = max(low, bounds.get("ge", bounds.get("gt", low)))
     high = min(high, bounds.get("le", bounds.get("lt", high)))
-    return gr.Slider(low, high, config_default(config, name), info=help_text, **kwargs)
+    return numbers.slider(low, high, config_default(config, name), info=help_text, **kwargs)
 
 
 def knob_slider(name: str, low: float, high: float, **kwargs: Any) -> gr.Slider:

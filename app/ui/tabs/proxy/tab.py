@@ -8,6 +8,7 @@ from typing import Any
 
 import gradio as gr
 
+from app.ui import numbers
 from app.ui.context import Tab, UIContext, call
 from app.ui.render import Json
 from app.ui.tabs.proxy.view import gradcheck_request, proxy_view
@@ -27,7 +28,9 @@ def build_proxy_tab(ctx: UIContext) -> None:
     """The proxy check of Explore's current group (the drill-down group of a batch)."""
     gr.Markdown(EXPLAIN)
     with gr.Row():
-        max_tokens = gr.Slider(16, 1024, 256, step=16, label="Token limit", elem_id="proxy-max")
+        max_tokens = numbers.slider(
+            16, 1024, 256, step=16, label="Token limit", elem_id="proxy-max"
+        )
         precision = gr.Radio(["float32", "float64"], value="float32", label="Precision")
         run_btn = gr.Button("Check the current group", variant="primary", elem_id="proxy-run-btn")
     summary = gr.Markdown(elem_id="proxy-summary")

@@ -12,6 +12,7 @@ from app.services.catalog import ANALYSIS_DEFAULTS
 from app.services.errors import GMTSError
 from app.ui.context import Tab, UIContext, call
 from app.ui.downloads import write_download
+from app.ui.numbers import slider
 from app.ui.render import COLOR_BY, Json
 from app.ui.tabs.runs.analysed import build_analysed_section
 from app.ui.tabs.runs.view import (
@@ -64,7 +65,7 @@ def build_runs_tab(ctx: UIContext) -> None:
         model = gr.Dropdown(
             models, value=default_model, label="Model", allow_custom_value=True, scale=2
         )
-        ratio = gr.Slider(
+        ratio = slider(
             0.05, 1.0, ANALYSIS_DEFAULTS.ratio, step=0.05, label="Selection ratio", scale=2
         )
     with gr.Row():

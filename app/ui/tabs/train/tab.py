@@ -11,6 +11,7 @@ from typing import Any
 import gradio as gr
 
 from app.services.catalog import rl_knob
+from app.ui import numbers
 from app.ui.choices import method_choices
 from app.ui.context import Tab, UIContext, call
 from app.ui.limited import LR_CONTROL_MAX, SANE_LR, limit_slider
@@ -54,19 +55,19 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
             label="Selection method",
             elem_id="train-method",
         )
-        c["ratio"] = gr.Slider(
+        c["ratio"] = numbers.slider(
             0.05, 1.0, d.ratio, step=0.05, label="Ratio", info=help_of("ratio"),
             elem_id="train-ratio",
         )  # fmt: skip
         # the control's range stops where the demo model's held-out accuracy still holds
         # (docs/live-rl.md); above SANE_LR's top the status warns before the run
-        c["learning_rate"] = gr.Number(
+        c["learning_rate"] = numbers.number(
             d.learning_rate, label="Learning rate", minimum=0, maximum=LR_CONTROL_MAX,
             step=1e-5, elem_id="train-lr", info=LR_INFO,
         )  # fmt: skip
     with gr.Row():
-        c["group_size"] = gr.Slider(2, 16, d.group_size, step=1, label="Group size G",
-                                    info=help_of("group_size"), elem_id="train-g")  # fmt: skip
+        c["group_size"] = numbers.slider(2, 16, d.group_size, step=1, label="Group size G",
+                                         info=help_of("group_size"), elem_id="train-g")  # fmt: skip
         c["prompts_per_step"] = limit_slider(
             1, max_prompts, d.prompts_per_step, step=1,
             label="Prompts per step", elem_id="train-prompts",
@@ -82,21 +83,23 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
             elem_id="train-steps",
         )  # fmt: skip
     with gr.Row():
-        c["eval_problems"] = gr.Slider(
+        c["eval_problems"] = numbers.slider(
             0, 400, d.eval_problems, step=8, label="Held-out problems (0: skip)",
             elem_id="train-eval",
         )  # fmt: skip
-        c["eval_every"] = gr.Slider(
+        c["eval_every"] = numbers.slider(
             1, 20, d.eval_every, step=1, label="Held-out accuracy every N steps",
             elem_id="train-eval-every",
         )  # fmt: skip
-        c["inner_steps"] = gr.Slider(
+        c["inner_steps"] = numbers.slider(
             1, 8, d.inner_steps, step=1, label="Updates per batch", elem_id="train-inner"
         )
-        c["warmup_steps"] = gr.Slider(
+        c["warmup_steps"] = numbers.slider(
             0, 20, d.warmup_steps, step=1, label="Warm-up steps", elem_id="train-warmup"
         )
-        c["seed"] = gr.Number(d.seed, precision=0, label="Seed", minimum=0, elem_id="train-seed")
+        c["seed"] = numbers.number(
+            d.seed, precision=0, label="Seed", minimum=0, elem_id="train-seed"
+        )
     return {name: c[name] for name in FORM_FIELDS}
 
 
