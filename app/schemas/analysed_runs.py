@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-Num = float | None
+from app.schemas.numbers import Num
 
 
 class AnalysedRunInfo(BaseModel):

@@ -17,7 +17,7 @@ from gmts_core.analysis.difference_reasons import Differences, ReasonCount, Toke
 class Alternative(BaseModel):
     id: int
     text: str
-    prob: float
+    prob: Num
     logprob: Num = Field(
         None,
         description="log pi of this token, from the log-softmax (not the log of `prob`: a "
@@ -60,7 +60,7 @@ class TokenOut(BaseModel):
         "token it did not count (a tool output, an environment message) is shown with its "
         "text but never selected (rank 0) nor counted in any budget or summary.",
     )
-    logged: dict[str, float] | None = Field(
+    logged: dict[str, Num] | None = Field(
         None,
         description="What the trainer's dump logged for this token (entropy, trainer_logprob, "
         "inference_logprob, advantage, ...) and its train/inference mismatch (logprob_diff = "
@@ -89,8 +89,8 @@ class AnswerOut(BaseModel):
     text: str
     reward: Num = Field(description="null: the run logged an advantage but no reward it tells.")
     reward_detail: RewardDetail
-    advantage: float
-    weight: float
+    advantage: Num
+    weight: Num
     length: int
     finished: bool
     tokenization: str = Field(
@@ -111,7 +111,7 @@ class Spearman(BaseModel):
 
 class Overlap(BaseModel):
     count: int
-    jaccard: float
+    jaccard: Num
 
 
 class Summary(BaseModel):
@@ -120,15 +120,15 @@ class Summary(BaseModel):
     num_tokens: int
     num_answers: int
     num_groups: int
-    ratio: float
+    ratio: Num
     scope: str
     k: int
     zero_signal: bool = Field(description="True when every advantage is 0: no learning signal.")
     num_zero_signal_groups: int
     selected_count: dict[str, int]
-    gradient_coverage: dict[str, float]
-    wasted_share: dict[str, float]
-    budget_share: dict[str, list[float]]
+    gradient_coverage: dict[str, Num]
+    wasted_share: dict[str, Num]
+    budget_share: dict[str, list[Num]]
     overlap: dict[str, Overlap]
     spearman_entropy_grad: Spearman
 
@@ -138,9 +138,9 @@ class GroupSummary(BaseModel):
 
     num_tokens: int
     zero_signal: bool
-    reward_mean: float
+    reward_mean: Num
     selected_count: dict[str, int]
-    gradient_coverage: dict[str, float]
+    gradient_coverage: dict[str, Num]
     spearman_entropy_grad: Spearman
 
 
@@ -152,10 +152,10 @@ class GroupOut(BaseModel):
 
 
 class AnalysisSettingsOut(BaseModel):
-    temperature: float
+    temperature: Num
     advantage: str
     loss_aggregation: str
-    ratio: float
+    ratio: Num
     scope: str
     methods: list[str]
 

@@ -71,7 +71,7 @@ class FidelityOut(BaseModel):
     )
     norm_ratio_to_full: dict[str, Num]
     max_abs_logprob_diff: Num
-    seconds: float
+    seconds: Num
     notes: list[str]
 
 

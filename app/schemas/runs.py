@@ -10,11 +10,10 @@ from pydantic import BaseModel, Field
 
 from app.schemas.analyze_response import AnalyzeResponse, DifferencesOut
 from app.schemas.from_dataclass import fields_from
+from app.schemas.numbers import Num
 from gmts_core.methods.selection import METHODS
 from gmts_core.runs.analysis import StepOverview, StepReport
 from gmts_core.runs.trainer_metrics import TrainerMetrics
-
-Num = float | None
 
 # the runs routes' `methods` parameter: a comma-separated list of registered selection methods
 METHOD_NAMES = METHODS.names()
@@ -106,7 +105,7 @@ class LoggedToken(BaseModel):
         "gmts_entropy, computed from the logged numbers."
     )
     trained: bool = Field(True, description="The trainer's loss counted it (its loss mask is 1).")
-    logged: dict[str, float] | None = Field(
+    logged: dict[str, Num] | None = Field(
         None, description="Dump mode: the dump's numbers for this token (see TokenOut.logged)."
     )
 

@@ -11,6 +11,7 @@ from pydantic import (
 )
 
 from app.schemas.methods import MethodOut
+from app.schemas.numbers import Num
 
 
 class ModelInfo(BaseModel):
@@ -51,7 +52,7 @@ class Readiness(BaseModel):
     message: str | None = None
     jobs_running: int
     jobs_waiting: int
-    estimated_wait_s: float | None = Field(
+    estimated_wait_s: Num = Field(
         None, description="A new heavy request's estimated wait for a slot (see GET /v1/queue)."
     )
 
@@ -63,11 +64,11 @@ class QueueOut(BaseModel):
     waiting: int
     max_concurrent: int = Field(description="Jobs run at once (GMTS_MAX_CONCURRENT_JOBS).")
     max_queued: int = Field(description="Jobs that may wait (GMTS_MAX_QUEUED_JOBS).")
-    mean_job_s: float | None = Field(
+    mean_job_s: Num = Field(
         description="Running mean of recent jobs' durations (null before the first)."
     )
     next_place: int = Field(description="The place a request sent now would take (1 = next).")
-    estimated_wait_s: float | None = Field(
+    estimated_wait_s: Num = Field(
         description="Its estimated wait: place x mean_job_s / max_concurrent (null: no job "
         "has finished yet)."
     )
@@ -79,7 +80,7 @@ class JobStatusOut(BaseModel):
     request_id: str
     state: Literal["waiting", "running"]
     place: int = Field(description="1 = next; 0 = running.")
-    estimated_wait_s: float | None
+    estimated_wait_s: Num
 
 
 class ErrorDetail(BaseModel):

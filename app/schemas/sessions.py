@@ -271,13 +271,13 @@ class AnswerChangeOut(BaseModel):
 
 class EvaluationOut(BaseModel):
     step: int
-    accuracy: float
+    accuracy: Num
     num_problems: int
     num_answers: int
-    temperature: float
+    temperature: Num
     # each problem's mean reward, in the held-out set's fixed order: two evaluations of one
     # session pair up problem by problem (the Train tab's gain interval)
-    per_problem: list[float] = Field(default_factory=list)
+    per_problem: list[Num] = Field(default_factory=list)
 
 
 class SessionOut(BaseModel):

@@ -10,7 +10,6 @@ their JSON form (:func:`as_json`), so each front end shows exactly what ``POST /
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -28,6 +27,7 @@ from app.schemas.analyze_response import (
 )
 from app.schemas.gradcheck import FidelityOut, GradcheckResponse
 from app.schemas.methods import MethodOut
+from app.schemas.numbers import finite, num
 from app.schemas.sessions import (
     AnswerChangeOut,
     EvaluationOut,
@@ -44,22 +44,6 @@ from gmts_core.methods.catalog import MethodInfo
 
 M = TypeVar("M", bound=BaseModel)
 TokenExtras = list[dict[str, float | None]]  # per answer token, in (group, answer, position) order
-
-
-def num(x: float) -> float | None:
-    """JSON cannot carry NaN or infinity: such numbers become null."""
-    return float(x) if math.isfinite(x) else None
-
-
-def finite(value: Any) -> Any:
-    """:func:`num` applied to every float inside dicts and lists."""
-    if isinstance(value, float):
-        return num(value)
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(v) for v in value]
-    return value
 
 
 def as_json(model: BaseModel) -> dict[str, Any]:
