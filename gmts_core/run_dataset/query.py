@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gmts_core.errors import InvalidInputError
+from gmts_core.run_dataset import steps_index
 from gmts_core.run_dataset.folder import DatasetFolder, StatKey, StepEntry, fd_path, step_name
 from gmts_core.run_dataset.reading import (
     BUDGETS,
@@ -134,13 +135,16 @@ class AnalysedRun:
         A summary that cannot be read is left out, its reason in :attr:`skipped`."""
         seen: dict[str, tuple[StatKey, dict[str, Any]]] = {}
         skipped: dict[str, str] = {}
-        for entry in self.folder.steps("steps"):
+        entries = self.folder.steps("steps")
+        new = [e for e in entries if e.name not in self._steps or self._steps[e.name][0] != e.key]
+        indexed = steps_index.read(self.folder, new, schema("steps", self.methods).names)
+        for entry in entries:
             cached = self._steps.get(entry.name)
             if cached is not None and cached[0] == entry.key:
                 seen[entry.name] = cached
                 continue
             try:
-                seen[entry.name] = (entry.key, self.summary(entry))
+                seen[entry.name] = (entry.key, indexed.get(entry.name) or self.summary(entry))
             except InvalidInputError as exc:
                 logger.info("%s", exc)
                 skipped[entry.name] = str(exc)
@@ -157,12 +161,7 @@ class AnalysedRun:
                 row = pq.read_table(fd_path(fd)).to_pylist()[0]
             except (OSError, ValueError, IndexError, pa.ArrowException) as exc:
                 raise InvalidInputError(f"{where}: cannot be read ({short(exc)})") from None
-        for name in ("step", "num_groups", "num_answers", "num_tokens"):
-            if row.get(name) is None or row[name] < 0:
-                raise InvalidInputError(f"{where}: '{name}' is missing or negative")
-        if row["step"] != entry.step:
-            raise InvalidInputError(f"{where}: holds step {row['step']}, not {entry.step}")
-        return {k: row[k] for k in schema("steps", self.methods).names}
+        return steps_index.checked_row(row, schema("steps", self.methods).names, where, entry.step)
 
     def step_numbers(self) -> list[int]:
         return [int(r["step"]) for r in self.steps()]

@@ -13,8 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from gmts_core.errors import InvalidInputError
+from gmts_core.run_dataset import steps_index
 from gmts_core.run_dataset.folder import DatasetFolder
 from gmts_core.run_dataset.query import AnalysedRun, QueryLimits
+from gmts_core.run_dataset.schema import schema
 
 INT32 = 2**31 - 1
 
@@ -41,11 +43,12 @@ def _info(run: AnalysedRun, params: dict[str, Any]) -> dict[str, Any]:
     entries = run.folder.steps("steps")
     changed: dict[str, Any] = {}
     skipped: dict[str, str] = {}
-    for entry in entries:
-        if known.get(entry.name) == list(entry.key):
-            continue
+    new = [e for e in entries if known.get(e.name) != list(e.key)]
+    indexed = steps_index.read(run.folder, new, schema("steps", run.methods).names) if new else {}
+    for entry in new:
         try:
-            changed[entry.name] = [list(entry.key), run.summary(entry)]
+            row = indexed.get(entry.name) or run.summary(entry)
+            changed[entry.name] = [list(entry.key), row]
         except InvalidInputError as exc:
             skipped[entry.name] = str(exc)
     return {

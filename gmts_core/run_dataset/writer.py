@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from gmts_core.analysis.records import AnalysisResult
 from gmts_core.errors import InvalidInputError
+from gmts_core.run_dataset import steps_index
 from gmts_core.run_dataset.schema import (
     COMPRESSION,
     ROW_GROUP_ROWS,
@@ -277,6 +278,7 @@ def write_step(root: Path, cols: StepColumns) -> None:
         kind = pa.int64() if isinstance(value, int) else pa.float32()
         steps = steps.append_column(name, pa.array([value], kind))
     _write(steps, step_file(root, "steps", cols.step))
+    steps_index.append(root, cols.step, steps.to_pylist()[0])
 
 
 def top_table(tokens: pa.Table, methods: tuple[str, ...]) -> pa.Table:

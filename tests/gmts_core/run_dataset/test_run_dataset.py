@@ -4,6 +4,7 @@ naive pandas/numpy answer, the files and row groups each query reads, and a grow
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -240,8 +241,18 @@ def test_a_growing_run_shows_new_steps_and_reads_only_them(
     write_step(tmp_path, synthetic_step(2, 8, 4, rng))
     (tmp_path / "steps" / "step_00003.parquet.tmp").write_bytes(b"half")  # being written
     assert run.step_numbers() == [1, 2]
-    assert read == ["step_00002.parquet"]
+    assert read == []  # the new step's summary came from the steps index, one file
     assert run.rank_answers("reward", limit=100)[-1]["step"] in (1, 2)
+    summary = step_file(tmp_path, "steps", 2)
+    os.utime(summary, ns=(1, 1))  # the file changed since its index line: the line is stale
+    (tmp_path / "steps.jsonl").open("a").write('{"file": "step_00001.parquet", "key": [1')
+    assert AnalysedRun(tmp_path).step_numbers() == [1, 2]  # a half-written line is skipped
+    assert read == ["step_00002.parquet"]
+    (tmp_path / "steps.jsonl").unlink()  # a dataset written before the index
+    read.clear()
+    fresh = AnalysedRun(tmp_path).steps()
+    assert read == ["step_00001.parquet", "step_00002.parquet"]
+    assert fresh == run.steps()
 
 
 def test_synthetic_lengths_have_a_long_tail_and_rows_fill_row_groups() -> None:
