@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.table import Table
 
 from app.cli._app import cli
-from app.services.methods import list_method_infos
 
 
 @cli.command("methods")
@@ -24,6 +23,8 @@ def methods_command(
     ] = False,
 ) -> None:
     """List the selection methods: name, kind, one-line description, citation."""
+    from app.services.methods import list_method_infos  # the registry imports torch: not for --help
+
     infos = list_method_infos()
     if as_json:
         typer.echo(json.dumps({"methods": [dataclasses.asdict(m) for m in infos]}, indent=1))

@@ -11,7 +11,6 @@ from typing import Annotated
 import typer
 
 from app.cli._app import cli
-from app.services.native import build_native, native_info
 
 native_cli = typer.Typer(
     help="The C kernels of the statistics and the sampler: build them ahead, or see their state.",
@@ -27,6 +26,8 @@ def build_command(
     ] = False,
 ) -> None:
     """Compile the kernels for this machine's CPU into the cache and print where they went."""
+    from app.services.native import build_native  # imports torch: not for --help
+
     try:
         info = build_native(force=force)
     except RuntimeError as exc:
@@ -44,6 +45,8 @@ def build_command(
 def info_command() -> None:
     """Whether a compiled kernel library is cached and valid, with its flags and the cache
     folder; compiles nothing. Exit code 0 when ready, 1 otherwise."""
+    from app.services.native import native_info  # imports torch: not for --help
+
     info = native_info()
     for line in info.lines():
         typer.echo(line)
