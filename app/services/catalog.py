@@ -24,8 +24,15 @@ from gmts_core.methods.advantages import ADVANTAGES
 from gmts_core.methods.aggregation import AGGREGATIONS
 from gmts_core.methods.rewards import list_rewards
 from gmts_core.methods.selection import SCOPES
+from gmts_core.model.packaged import SMOLLM2
 from gmts_core.sampling.answers import SamplingConfig
+from gmts_core.tasks import word_arith
 from gmts_core.tasks.arith import ArithProblem, ExamplePrompt, example_prompts, generate_problems
+
+REAL_MODEL = SMOLLM2.alias
+"""The bundled real pretrained model."""
+WORD_ARITH_REWARD = word_arith.REWARD_RULE
+"""The reward rule of the real model's task (natural-language arithmetic)."""
 
 ANALYSIS_DEFAULTS = AnalysisConfig()
 """The analysis knobs' defaults (ratio, scope, temperature, ...): every front end takes them from

@@ -7,6 +7,10 @@ one group has no learning signal, so entropy and GMTS visibly disagree -- stored
 still matches a fresh analysis with the bundled model; after retraining the model, regenerate
 it with ``scripts/choose_arrival_example.py --regenerate``. The form itself starts on the demo
 task's "carry" prompt (what Analyze runs).
+
+One click away sits the same view on a real pretrained model: :func:`real_model_values` fills
+the form with a word problem for ``smollm2-135m`` (its chat template on, as the model's
+default; the ``final_number`` reward rule; 8 answers x 96 tokens) and the tab runs it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from app.services import arrival_example as arrival
-from app.services.catalog import demo_examples
+from app.services.catalog import REAL_MODEL, WORD_ARITH_REWARD, demo_examples
 from app.ui.tabs.explore import view as explore
 
 EXAMPLE_PATH = arrival.RESULT_PATH
@@ -27,6 +31,28 @@ def example_form() -> explore.ExploreForm:
     examples = demo_examples()
     first = next((e for e in examples if e.label == EXAMPLE_LABEL), examples[0])
     return explore.ExploreForm(prompt=first.prompt, reference=first.reference)
+
+
+REAL_MODEL_EXAMPLE = explore.ExploreForm(
+    prompt="Tom has 47 apples and buys 38 more. How many apples does he have?",
+    model=REAL_MODEL,
+    reference="85",
+    reward_kind=WORD_ARITH_REWARD,
+    group_size=8,
+    max_new_tokens=96,
+)
+"""The real-model example: a one-step word problem of the word-arithmetic task."""
+REAL_MODEL_FIELDS = (
+    "model", "prompt", "reference", "reward_kind", "group_size", "max_new_tokens",
+    "answers_text", "explicit_rewards",
+)  # fmt: skip
+"""The form fields the real-model example sets (pasted answers and rewards emptied)."""
+REAL_MODEL_BUTTON = f"Same view on a real model: {REAL_MODEL} (8 answers x 96 tokens)"
+
+
+def real_model_values() -> list[object]:
+    """Values of ``REAL_MODEL_FIELDS`` for the real-model example."""
+    return [getattr(REAL_MODEL_EXAMPLE, name) for name in REAL_MODEL_FIELDS]
 
 
 def load_example(path: Path = EXAMPLE_PATH) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ import gradio as gr
 
 from app.ui import charts, choices, status
 from app.ui.context import Tab, UIContext, call
-from app.ui.tabs.explore import batch, view
+from app.ui.tabs.explore import batch, example, view
 from app.ui.tabs.explore.controls import FORM_FIELDS, explore_controls
 from app.ui.tabs.explore.export import write_exports
 from app.ui.tabs.explore.spotlight import spotlight_html
@@ -268,6 +268,7 @@ def build_explore_tab(ctx: UIContext) -> None:
     """Explore: the form, Analyze, the batch view and every output."""
     first = initial_values(ctx.result.value)  # the shipped example
     row = disagreement_row(first)
+    real_model = gr.Button(example.REAL_MODEL_BUTTON, elem_id="real-model-btn", size="sm")
     controls = explore_controls(ctx)
     form, buttons = controls.form, controls.buttons
     with gr.Column(elem_id="explore-results"):  # marked out of date when a run fails
@@ -300,12 +301,20 @@ def build_explore_tab(ctx: UIContext) -> None:
         (buttons.analyze, run_single, []),
         (buttons.batch, run_batch, [buttons.batch_text]),
     ]
-    for btn, fn, extra in runs:
-        event = btn.click(fn, [*inputs, *extra, color_by], new_outputs)
+
+    def then_draw(event: Any) -> None:
         drawn = event.success(chart_views, view_inputs, out.chart_list(), js=SCROLL_TO_RESULTS)
         done = drawn.then(exports, [ctx.result], [out.csv, out.json])
         done.then(html_export, view_inputs, out.html)
         event.failure(None, None, None, js=MARK_STALE)
+
+    for btn, fn, extra in runs:
+        then_draw(btn.click(fn, [*inputs, *extra, color_by], new_outputs))
+    # the real-model example: fill the form, then run it as Analyze does
+    filled = real_model.click(
+        example.real_model_values, None, [form[name] for name in example.REAL_MODEL_FIELDS]
+    )
+    then_draw(filled.then(run_single, [*inputs, color_by], new_outputs))
     buttons.demo.click(
         lambda seed: batch.demo_batch_text(int(seed or 0)), [form["seed"]], buttons.batch_text
     )

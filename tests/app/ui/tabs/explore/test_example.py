@@ -60,3 +60,20 @@ def test_exported_report_carries_summary_why_and_charts() -> None:
     assert 'id="why-differ"' in page and 'data-reason="zero_advantage"' in page
     assert page.count('class="plotly-graph-div"') == 5
     assert not re.search(r"<(script|link)[^>]+(src|href)=['\"]?https?:", page)
+
+
+def test_the_real_model_example_is_a_valid_request_for_the_real_model() -> None:
+    from app.schemas.analyze_request import AnalyzeRequest
+    from app.ui.tabs.explore.controls import FORM_FIELDS
+    from app.ui.tabs.explore.view import build_request
+    from gmts_core.methods.rewards import get_reward
+
+    assert set(example.REAL_MODEL_FIELDS) <= set(FORM_FIELDS)
+    values = dict(zip(example.REAL_MODEL_FIELDS, example.real_model_values(), strict=True))
+    assert values["model"] == "smollm2-135m" and values["answers_text"] == ""
+    body = build_request(example.REAL_MODEL_EXAMPLE, ["entropy", "gmts"])
+    req = AnalyzeRequest.model_validate(body)
+    assert req.model == "smollm2-135m" and req.chat_template is None  # the model's default: on
+    assert req.num_samples == 8 and req.max_new_tokens == 96
+    assert get_reward("final_number")("Tom has 85 apples.", "85").reward == 1.0
+    assert example.REAL_MODEL_BUTTON.startswith("Same view on a real model: smollm2-135m")
