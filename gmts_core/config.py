@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from gmts_core.bounds import MAX_SEED, MIN_RATIO, MIN_TEMPERATURE
 from gmts_core.errors import InvalidInputError
 from gmts_core.knobs import knob
+from gmts_core.methods.budget import check_budget_over
 from gmts_core.methods.selection import SCOPES, list_methods
 
 if TYPE_CHECKING:
@@ -47,6 +48,12 @@ class AnalysisConfig:
         "Which tokens compete for the top-k places: batch (all together), group or answer.",
     )
     methods: tuple[str, ...] = knob(DEFAULT_METHODS, "Selection methods to compare.")
+    budget_over: str = knob(
+        "trained",
+        "What the budget k = ceil(ratio * n) counts: trained (the tokens the trainer's loss "
+        "counts), content (those less the tokenizer's special tokens: chat-template markers, "
+        "EOS) or all (every answer token; untrained ones still never selected).",
+    )
     top_alternatives: int = knob(5, "Most likely alternatives listed per token.", ge=0, le=100)
     seed: int = knob(0, "Seed of the random method's scores.", ge=0, le=MAX_SEED)
     chat_template: bool = knob(False, "Wrap prompts in the tokenizer's chat template.")
@@ -84,6 +91,7 @@ class AnalysisConfig:
             )
         if self.scope not in SCOPES:
             raise InvalidInputError(f"unknown scope {self.scope!r}; valid: {', '.join(SCOPES)}")
+        check_budget_over(self.budget_over)
         valid = list_methods()
         for m in self.methods:
             if m not in valid:

@@ -100,6 +100,8 @@ class SelectionOptions(StrictRequest):
         json_schema_extra=registry_enum(METHODS.names),
     )
 
+    budget_over: Literal["trained", "content", "all"] = config_field(AnalysisConfig, "budget_over")
+
     @field_validator("ratio")
     @classmethod
     def _selects_something(cls, v: float) -> float:

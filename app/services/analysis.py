@@ -170,6 +170,7 @@ def analysis_config(req: AnalyzeRequest, chat_template_default: bool = False) ->
         ratio=req.selection.ratio,
         scope=req.selection.scope or default_scope(req.selection.methods),
         methods=tuple(req.selection.methods),
+        budget_over=req.selection.budget_over,
         top_alternatives=req.top_alternatives,
         seed=req.seed or 0,
         chat_template=chat_template_default if req.chat_template is None else req.chat_template,

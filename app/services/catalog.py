@@ -22,6 +22,7 @@ from gmts_core.grpo.step import CLASS_RECIPE as CLASS_RECIPE
 from gmts_core.knobs import knob_default, knob_info
 from gmts_core.methods.advantages import ADVANTAGES
 from gmts_core.methods.aggregation import AGGREGATIONS
+from gmts_core.methods.budget import BUDGET_OVER as BUDGET_OVER
 from gmts_core.methods.rewards import list_rewards
 from gmts_core.methods.selection import SCOPES
 from gmts_core.model.packaged import SMOLLM2

@@ -105,4 +105,4 @@ def attach_logged(body: AnalyzeResponse, step: RunStep, result: Any) -> None:
     if len(flat) != tokens.trained.numel():
         return
     for tok, row in zip(flat, token_numbers(tokens, inputs.logprob), strict=True):
-        tok.logged = row
+        tok.logged = {name: value for name, value in row.items()}  # noqa: C416

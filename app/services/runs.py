@@ -82,6 +82,7 @@ class StepOptions:
     reward_kind: str | None = None
     # "recomputed": the model's forward pass; "logged": the dump's own per-token numbers only
     numbers: str = "recomputed"
+    budget_over: str = knob_default(AnalysisConfig, "budget_over")
 
     def __post_init__(self) -> None:
         if self.numbers not in NUMBERS:
@@ -90,7 +91,9 @@ class StepOptions:
             )
 
     def config(self) -> AnalysisConfig:
-        return AnalysisConfig(ratio=self.ratio, scope=self.scope, methods=self.methods)
+        return AnalysisConfig(
+            ratio=self.ratio, scope=self.scope, methods=self.methods, budget_over=self.budget_over
+        )
 
 
 class RunService:

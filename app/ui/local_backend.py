@@ -125,4 +125,5 @@ def _step_options(params: Json) -> StepOptions:
         ratio=float(params.get("ratio", ANALYSIS_DEFAULTS.ratio)),
         methods=tuple(str(params.get("methods", "entropy,gmts")).split(",")),
         numbers=str(params.get("numbers", "recomputed")),
+        budget_over=str(params.get("budget_over", "trained")),
     )

@@ -37,6 +37,7 @@ from gmts_core.config import AnalysisConfig
 from gmts_core.errors import InvalidInputError
 from gmts_core.methods.advantages import compute_advantages
 from gmts_core.methods.aggregation import loss_weights
+from gmts_core.methods.budget import flat_ids, special_ids, special_mask, with_budget
 from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
 from gmts_core.methods.rewards import RewardVerdict, compute_reward, explicit_reward
 from gmts_core.methods.selection import Selection, SelectionInputs, select
@@ -246,6 +247,11 @@ def finish_analysis(
     weights = loss_weights(lengths, config.loss_aggregation)  # over the whole batch, as trainers do
     ref_logp = _reference_logprobs(lm, prepared.sequences, config)
     x = _selection_inputs(prepared.groups, stats, weights, config, config.beta_for(lm), ref_logp)
+    special = None
+    if config.budget_over == "content":  # the chat template's special tokens leave the budget
+        ids = flat_ids([a for _, a in prepared.sequences])
+        special = special_mask(ids, special_ids(lm.tokenizer))
+    x = with_budget(x, config.budget_over, special)
     (stages or Stages()).begin(SELECTION)
     selections = {m: select(x, m, config.ratio, config.scope) for m in config.methods}
     return _assemble(lm, prepared.groups, stats, weights, x, selections, config)

@@ -74,6 +74,7 @@ from gmts_core.integrations.trl_terms import (
     PAPER_STD,
     AppliedSelection,
     aggregation_for_loss_type,
+    budgeted_inputs,
     confident_grad_norms,
     gather_rows,
     generation_group_ids,
@@ -373,6 +374,7 @@ class GMTSGRPOTrainer(GRPOTrainer):
         if getattr(self.model, "training", False):
             share = split_group_share(x.answer_group, int(self.num_generations or 1))
             self._metrics["train"]["gmts/split_group_share"].append(share)
+        x = budgeted_inputs(self, x, valid)  # selection_budget_over: what k counts
         sel = select(x, self.token_selection, self.selection_ratio, self.scope)
         local_mask = torch.zeros_like(valid)
         local_mask[valid] = sel.selected[offset : offset + int(valid.sum())].to(valid.device)

@@ -21,6 +21,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from gmts_core.errors import InvalidInputError
+from gmts_core.methods.budget import check_budget_over
 from gmts_core.methods.selection import METHODS, SCOPES, default_scope, top_k_count
 
 
@@ -59,6 +60,16 @@ class GMTSGRPOConfig(GRPOConfig):
             "and gmts_paper_verl, as in the paper; batch for the others)."
         },
     )
+    selection_budget_over: str = field(
+        default="trained",
+        metadata={
+            "help": "What the budget k = ceil(ratio * N) counts (gmts_core.methods.budget): "
+            "trained (every completion token TRL's loss counts; the paper's rule), content "
+            "(those less the tokenizer's special tokens: chat-template markers, EOS, tool-call "
+            "tags registered as special tokens, which are then never selected) or all (in TRL "
+            "the same as trained: its completion mask is the loss's)."
+        },
+    )
     log_selection: bool = field(
         default=False,
         metadata={
@@ -71,6 +82,7 @@ class GMTSGRPOConfig(GRPOConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         validate_selection(self.token_selection, self.selection_ratio, self.selection_scope)
+        check_budget_over(self.selection_budget_over)
 
     def resolved_scope(self) -> str:
         """The scope selection runs in: the explicit one, else the method's default."""

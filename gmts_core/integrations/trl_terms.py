@@ -16,6 +16,7 @@ import torch
 from gmts_core.analysis.summaries import gradient_coverage, overlap
 from gmts_core.errors import InvalidInputError
 from gmts_core.methods.aggregation import loss_weights
+from gmts_core.methods.budget import special_ids, special_mask, with_budget
 from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
 from gmts_core.methods.selection import Selection, SelectionInputs, select
 from gmts_core.stats.metrics import token_stats_chunked
@@ -297,3 +298,19 @@ def trainer_selection_inputs(
     )
     weights = loss_weights(lengths, trainer.aggregation, max_length=trainer.max_completion_length)
     return global_selection_inputs(rows, weights, answer_ids, group_ids, settings, seed)
+
+
+def budgeted_inputs(trainer: Any, x: SelectionInputs, valid: torch.Tensor) -> SelectionInputs:
+    """``x`` under the trainer's ``selection_budget_over`` (gmts_core.methods.budget): with
+    ``content``, the tokenizer's special tokens among every process's completion tokens
+    (gathered in the rows' order) leave the budget and are never selected."""
+    from gmts_core.integrations.trl_config import CONFIG_DEFAULTS
+
+    rule = getattr(trainer.args, "selection_budget_over", CONFIG_DEFAULTS.selection_budget_over)
+    special = None
+    batch = getattr(trainer, "_batch", None)
+    if rule == "content" and batch is not None and "completion_ids" in batch:
+        ids = batch["completion_ids"].to(valid.device)[valid]  # (n,) this process's
+        local = special_mask(ids, special_ids(trainer.processing_class)).to(valid.device)
+        special = gather_rows(trainer.accelerator, local.unsqueeze(1).long())[0][:, 0].bool()
+    return with_budget(x, rule, None if special is None else special.cpu())

@@ -21,7 +21,7 @@ from verl.utils import tensordict_utils as tu
 from verl.workers import engine_workers
 from verl.workers.utils.padding import no_padding_2_padding
 
-from gmts_core.integrations.verl_log import VerlSelectionLog, row_texts
+from gmts_core.integrations.verl_log import VerlSelectionLog, row_texts, special_rows
 from gmts_core.integrations.verl_settings import gmts_settings, loss_settings
 from gmts_core.integrations.verl_terms import (
     LOSS_MODES,
@@ -127,6 +127,8 @@ def apply_selection(worker: Any, data: Any, config: Any) -> TokenSelection:
     local: dict[str, Any] = {k: v[:, :width].detach().float().cpu() for k, v in stats.items()}
     local.update({k: padded[k].detach().float().cpu() for k in fields})
     local["uid"] = list(data["uid"])
+    if settings.budget_over == "content":  # the tokenizer's special tokens leave the budget
+        local["special"] = special_rows(worker, data, width).float()
     log_dir = config.policy_loss.get("gmts_log_dir", None)
     if log_dir:
         local["responses"], local["texts"] = row_texts(worker, data, width)
@@ -145,6 +147,7 @@ def apply_selection(worker: Any, data: Any, config: Any) -> TokenSelection:
         ref_log_prob=cat.get("ref_log_prob") if config.get("use_kl_loss", False) else None,
         sum_pi_squared=cat.get("sum_pi_squared"),
         num_answers=tu.get_non_tensor_data(data, "global_batch_size", None),
+        special=cat["special"].bool() if "special" in cat else None,
     )
     temperature = float(tu.get_non_tensor_data(data, "temperature", 1.0) or 1.0)
     vocab = int(getattr(getattr(worker.model_config, "hf_config", None), "vocab_size", 2) or 2)

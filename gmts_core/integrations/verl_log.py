@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import torch
 
 from gmts_core.integrations.verl_terms import TokenSelection
+from gmts_core.methods.budget import special_ids, special_mask
 from gmts_core.methods.selection import select
 from gmts_core.runs.trainer_log import FOLDER, SCHEMA
 
@@ -49,6 +50,14 @@ def row_texts(worker: Any, data: Any, width: int) -> tuple[torch.Tensor, list[tu
         for i, p in enumerate(prompt_rows)
     ]
     return responses, texts
+
+
+def special_rows(worker: Any, data: Any, width: int) -> torch.Tensor:
+    """bool (B, width): which response tokens are the tokenizer's special tokens."""
+    tok = worker.model_config.tokenizer
+    tok = getattr(tok, "tokenizer", tok)  # a processor wraps its tokenizer
+    responses = _rows(data["responses"], width)
+    return special_mask(responses.reshape(-1), special_ids(tok)).view(responses.shape)
 
 
 class VerlSelectionLog:

@@ -27,6 +27,7 @@ def gmts_settings(policy_loss: Any) -> GMTSSettings:
         ratio=float(policy_loss.get("gmts_ratio", 0.2)),
         scope=str(policy_loss.get("gmts_scope", "group")),
         reselect=str(policy_loss.get("gmts_reselect", "mini_batch")),
+        budget_over=str(policy_loss.get("gmts_budget_over", "trained")),
     )
 
 

@@ -26,6 +26,7 @@ import torch
 from gmts_core.errors import InvalidInputError
 from gmts_core.integrations.trl_terms import grad_norm_from_logprob
 from gmts_core.methods.aggregation import loss_weights
+from gmts_core.methods.budget import check_budget_over, with_budget
 from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
 from gmts_core.methods.selection import SCOPES, Selection, SelectionInputs, select
 
@@ -59,8 +60,13 @@ class GMTSSettings:
     ratio: float = 0.2
     scope: str = "group"  # "group" (as the paper), "batch" (the mini-batch) or "answer"
     reselect: str = "mini_batch"  # "mini_batch" (Framework2) or "step"
+    # what k counts (gmts_core.methods.budget): trained (response_mask), content (less the
+    # tokenizer's special tokens) or all (in verl the same as trained: the rows hold the
+    # response_mask's tokens)
+    budget_over: str = "trained"
 
     def __post_init__(self) -> None:
+        check_budget_over(self.budget_over)
         if not 0.0 < self.ratio <= 1.0:
             raise InvalidInputError(f"gmts_ratio must be in (0, 1], got {self.ratio}")
         if self.scope not in SCOPES:
@@ -149,6 +155,7 @@ class TokenBatch:
     ref_log_prob: torch.Tensor | None = None  # (B, T), with use_kl_loss
     sum_pi_squared: torch.Tensor | None = None  # sum_v pi_v^2 (B, T), needed by "gmts"
     num_answers: int | None = None  # G of the seq-mean modes (verl's global_batch_size)
+    special: torch.Tensor | None = None  # bool (B, T): the tokenizer's special tokens
 
 
 @dataclass
@@ -219,6 +226,8 @@ def select_tokens(
         seed=seed,
         advantage=flat(batch.advantages),
     )
+    special = None if batch.special is None else batch.special[order][v].bool()
+    x = with_budget(x, settings.budget_over, special)
     sel = select(x, settings.method, settings.ratio, settings.scope)
     mask_flat = torch.zeros_like(v)
     mask_flat[v] = sel.selected

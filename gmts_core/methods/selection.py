@@ -66,6 +66,10 @@ class SelectionInputs:
     # A token the loss did not count (a tool output, a template token) is never selected nor
     # ranked (rank 0) and counts in no budget (select, selection_budget) and no summary
     trained: torch.Tensor | None = None
+    # the budget rule (gmts_core.methods.budget, budget_over): bool (N,) the tokens a method may
+    # select (None: the trained ones) and the tokens its budget counts (None: the candidates)
+    candidates: torch.Tensor | None = None
+    counted: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -74,6 +78,17 @@ class SelectionInputs:
     @property
     def all_trained(self) -> bool:
         return self.trained is None or bool(self.trained.all())
+
+    def pools(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(the tokens a method may select, the tokens its budget counts), on the CPU; None
+        for every token (and the second None where it is the first)."""
+        chosen = self.candidates if self.candidates is not None else self.trained
+        chosen = None if chosen is None or bool(chosen.all()) else chosen.cpu()
+        counted = self.counted
+        counted = None if counted is None or bool(counted.all()) else counted.cpu()
+        if self.counted is None:
+            return chosen, chosen
+        return chosen, counted
 
 
 @dataclass(frozen=True)
@@ -344,9 +359,9 @@ def selection_budget(x: SelectionInputs, ratio: float, scope: str) -> int:
     """k: how many tokens a ratio-based method selects in total (ceil(ratio * n) per scope,
     n counting the trained tokens only)."""
     ids = scope_ids_for(x, scope).cpu()
-    if not x.all_trained:
-        assert x.trained is not None
-        ids = ids[x.trained.cpu()]
+    counted = x.pools()[1]
+    if counted is not None:
+        ids = ids[counted]
     counts = torch.bincount(ids)
     return sum(top_k_count(ratio, int(n)) for n in counts if n > 0)
 
@@ -360,15 +375,23 @@ def select(x: SelectionInputs, method: str, ratio: float, scope: str | None = No
     keep = spec.keep or rank_and_select
     scope_ids = scope_ids_for(x, spec.default_scope if scope is None else scope)
     share = ratio if spec.uses_ratio else 1.0
-    if x.all_trained:
+    chosen, counted = x.pools()
+    if counted is None and chosen is None:
         ranks, selected = keep(scores, scope_ids, share)
         return Selection(method, scores, ranks, selected)
-    # the keep rule sees the trained tokens only: the budget is ceil(ratio * trained tokens)
-    assert x.trained is not None
-    idx = x.trained.cpu().nonzero().squeeze(-1)
+    # the keep rule sees the counted tokens only: the budget is ceil(ratio * counted tokens);
+    # a counted token that may not be selected (budget_over "all": an untrained one) scores
+    # NaN, last in every ranking, and is dropped from the selection
+    pool = counted if counted is not None else torch.ones(x.num_tokens, dtype=torch.bool)
+    idx = pool.nonzero().squeeze(-1)
     ranks = torch.zeros(x.num_tokens, dtype=torch.long)
     selected = torch.zeros(x.num_tokens, dtype=torch.bool)
     if idx.numel():
-        sub_ranks, sub_selected = keep(scores.cpu()[idx], scope_ids.cpu()[idx], share)
+        sub = scores.detach().cpu()[idx]
+        if chosen is not counted and chosen is not None:
+            sub = torch.where(chosen[idx], sub, torch.full_like(sub, math.nan))
+        sub_ranks, sub_selected = keep(sub, scope_ids.cpu()[idx], share)
         ranks[idx], selected[idx] = sub_ranks.cpu(), sub_selected.cpu()
+    if chosen is not None:
+        ranks[~chosen], selected[~chosen] = 0, False
     return Selection(method, scores, ranks.to(scores.device), selected.to(scores.device))

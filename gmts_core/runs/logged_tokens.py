@@ -26,6 +26,7 @@ import torch
 from gmts_core.analysis.records import AnalysisResult
 from gmts_core.config import AnalysisConfig
 from gmts_core.methods.aggregation import loss_weights
+from gmts_core.methods.budget import with_budget
 from gmts_core.methods.selection import Selection, SelectionInputs, select
 from gmts_core.runs.base import RunStep
 
@@ -161,6 +162,7 @@ def model_free_selections(tokens: LoggedTokens, config: AnalysisConfig) -> dict[
         trained=tokens.trained,
     )
     methods = ["entropy"] + (["gmts_entropy"] if not torch.isnan(tokens.advantage).any() else [])
+    x = with_budget(x, config.budget_over)  # no tokenizer here: content is the mask's
     return {m: select(x, m, config.ratio, config.scope) for m in methods}
 
 

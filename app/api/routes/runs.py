@@ -17,7 +17,7 @@ from app.schemas.runs import (
     RunsResponse,
     RunStepResponse,
 )
-from app.services.catalog import ANALYSIS_DEFAULTS
+from app.services.catalog import ANALYSIS_DEFAULTS, analysis_knob
 from app.services.runs import DEFAULT_METHODS, StepOptions
 
 Scope = Literal["batch", "group", "answer"]
@@ -70,8 +70,9 @@ def run_metrics(
         str | None, Query(max_length=64, description="Rule for groups without rewards.")
     ] = None,
     numbers: NumbersQuery = "recomputed",
+    budget_over: BudgetQuery = "trained",
 ) -> RunMetricsResponse:
-    options = _options(model, ratio, "batch", methods, reward, numbers)
+    options = _options(model, ratio, "batch", methods, reward, numbers, budget_over)
     return services.run_metrics.get(run_id, options)
 
 
@@ -86,6 +87,12 @@ NumbersQuery = Annotated[
 ]
 
 
+BudgetQuery = Annotated[
+    Literal["trained", "content", "all"],
+    Query(description=analysis_knob("budget_over")[0]),
+]
+
+
 def _options(
     model: str | None,
     ratio: float,
@@ -93,6 +100,7 @@ def _options(
     methods: str,
     reward: str | None,
     numbers: str = "recomputed",
+    budget_over: str = "trained",
 ) -> StepOptions:
     return StepOptions(
         model=model,
@@ -101,6 +109,7 @@ def _options(
         methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
         reward_kind=reward,
         numbers=numbers,
+        budget_over=budget_over,
     )
 
 
@@ -122,6 +131,7 @@ async def run_step(
         str | None, Query(max_length=64, description="Rule for groups without rewards.")
     ] = None,
     numbers: NumbersQuery = "recomputed",
+    budget_over: BudgetQuery = "trained",
 ) -> RunStepResponse:
-    options = _options(model, ratio, scope, methods, reward, numbers)
+    options = _options(model, ratio, scope, methods, reward, numbers, budget_over)
     return await services.runs.step_view_queued(run_id, step, options)

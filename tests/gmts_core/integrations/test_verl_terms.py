@@ -101,6 +101,29 @@ def test_selection_is_per_group_and_in_the_batch_layout():
         assert kept.min() >= score.sort(descending=True).values[math.ceil(0.25 * n) - 1]
 
 
+def test_content_budget_leaves_special_tokens_out():
+    """gmts_budget_over=content: the special tokens (an EOS at the end of each response) are
+    never selected and counted in no group's k; an unknown rule is refused."""
+    gen = torch.Generator().manual_seed(1)
+    uids = ["q0", "q0", "q1", "q1"]
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
+    special = torch.zeros_like(mask, dtype=torch.bool)
+    for row, last in enumerate([3, 2, 3, 1]):
+        special[row, last] = True
+    adv = torch.tensor([0.5, -1.0, 0.7, -0.2]).unsqueeze(1) * mask
+    ent = (torch.rand(4, 4, generator=gen) + special * 10.0) * mask  # the EOS would win
+    logp = -torch.rand(4, 4, generator=gen) * mask
+    batch = TokenBatch(mask, ent, logp, logp.clone(), adv, uids, special=special)
+    for rule, counted in (("trained", mask.bool()), ("content", mask.bool() & ~special)):
+        settings = GMTSSettings("entropy", 0.5, "group", budget_over=rule)
+        sel = select_tokens(batch, settings, LossSettings(ClipSettings()))
+        assert bool(sel.mask[special].any()) == (rule == "trained")
+        for rows in ([0, 1], [2, 3]):
+            assert int(sel.mask[rows].sum()) == math.ceil(0.5 * int(counted[rows].sum()))
+    with pytest.raises(InvalidInputError, match="budget_over"):
+        GMTSSettings(budget_over="tokens")
+
+
 # --- gmts_paper_verl under verl's dual clip, against Framework2's update_policy() ------------
 
 

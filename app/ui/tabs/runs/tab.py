@@ -8,7 +8,7 @@ from typing import Any
 import gradio as gr
 from gradio.context import Context
 
-from app.services.catalog import ANALYSIS_DEFAULTS
+from app.services.catalog import ANALYSIS_DEFAULTS, BUDGET_OVER, analysis_knob
 from app.services.errors import GMTSError
 from app.ui.context import Tab, UIContext, call
 from app.ui.downloads import write_download
@@ -78,6 +78,13 @@ def build_runs_tab(ctx: UIContext) -> None:
             label="Shade tokens by",
             elem_id="run-colour",
         )
+        budget = gr.Radio(
+            list(BUDGET_OVER),
+            value=ANALYSIS_DEFAULTS.budget_over,
+            label="Budget counts",
+            info=analysis_knob("budget_over")[0],
+            elem_id="run-budget",
+        )
     bad_runs = gr.Markdown(unreadable_note(listing), elem_id="run-unreadable")
     status = gr.Markdown(elem_id="run-metrics-status")
     with gr.Row():
@@ -106,7 +113,7 @@ def build_runs_tab(ctx: UIContext) -> None:
     h = _Handlers(ctx)
     charts = [cover_plot, waste_plot, overlap_plot, trainer_plot, status, timer]
     outputs = [current, summary, differ, view_html]
-    asked = [model, ratio, numbers, colour]  # how every step is shown
+    asked = [model, ratio, numbers, budget, colour]  # how every step is shown
     # Every event that fills the step view joins one queue, run one at a time in the order it
     # was asked for: a step clicked while the run's first step is still being analysed is shown
     # last, instead of being overwritten by the first step's later answer. (Analysing a step
@@ -121,7 +128,7 @@ def build_runs_tab(ctx: UIContext) -> None:
     blocks.load(h.list_runs, None, [run, bad_runs], show_progress="hidden")
     run.change(
         h.load_run,
-        [run, model, ratio, numbers],
+        [run, model, ratio, numbers, budget],
         [reward_plot, shown, trainer_note, table, *charts],
         **charts_in_order,
     ).then(h.show_first, [current, run, *asked], outputs, **in_order).then(
@@ -129,7 +136,7 @@ def build_runs_tab(ctx: UIContext) -> None:
     )
     timer.tick(
         h.poll,
-        [run, model, ratio, shown, numbers],
+        [run, model, ratio, shown, numbers, budget],
         charts,
         show_progress="hidden",
         **charts_in_order,
@@ -144,6 +151,9 @@ def build_runs_tab(ctx: UIContext) -> None:
         ),
         # the step shown, again, with the other numbers (the dump's, or the model's)
         numbers.change(
+            lambda v, *a: h.move(v, "step", *a), [current, run, *asked], outputs, **in_order
+        ),
+        budget.change(
             lambda v, *a: h.move(v, "step", *a), [current, run, *asked], outputs, **in_order
         ),
     ]
@@ -161,8 +171,14 @@ class _Handlers:
         self.backend = ctx.backend
 
     @staticmethod
-    def params(model_name: str, r: float, numbers: str = "recomputed") -> Json:
-        return {"model": model_name, "ratio": r, "methods": "entropy,gmts", "numbers": numbers}
+    def params(model_name: str, r: float, numbers: str = "recomputed", budget: str = "") -> Json:
+        return {
+            "model": model_name,
+            "ratio": r,
+            "methods": "entropy,gmts",
+            "numbers": numbers,
+            "budget_over": budget or ANALYSIS_DEFAULTS.budget_over,
+        }
 
     def list_runs(self) -> tuple[Any, str]:
         runs = call(self.backend.runs)
@@ -175,12 +191,13 @@ class _Handlers:
         r: float,
         shown: Json | None,
         numbers: str = "recomputed",
+        budget: str = "",
     ) -> tuple:
         """The background metrics' charts, and the trainer's chart with the entropy GMTS
         computed for the steps analysed so far (``shown``: the run's overview, trimmed)."""
         if not run_id:
             return (*(gr.update(),) * 4, "", gr.update(active=False))
-        params = self.params(model_name, r, numbers)
+        params = self.params(model_name, r, numbers, budget)
         metrics = call(lambda: self.backend.run_metrics(run_id, params))
         cover, waste, overlap = metrics_figures(metrics)
         reports = metrics["reports"] or (shown or {}).get("reports") or []
@@ -189,7 +206,12 @@ class _Handlers:
         return cover, waste, overlap, trainer, metrics_status(metrics), running
 
     def load_run(
-        self, run_id: str | None, model_name: str, r: float, numbers: str = "recomputed"
+        self,
+        run_id: str | None,
+        model_name: str,
+        r: float,
+        numbers: str = "recomputed",
+        budget: str = "",
     ) -> tuple:
         if not run_id:
             return (None, None, "", None, *self.poll(None, model_name, r, None))
@@ -201,15 +223,15 @@ class _Handlers:
             shown,
             trainer_metrics_note(overview),
             steps_table(overview),
-            *self.poll(run_id, model_name, r, shown, numbers),
+            *self.poll(run_id, model_name, r, shown, numbers, budget),
         )
 
     def show(self, run_id: str | None, step: int | None, *asked: Any) -> tuple:
-        """Step ``step`` of the run, as ``asked`` (model, ratio, numbers, colour)."""
-        model_name, r, numbers, colour = asked
+        """Step ``step`` of the run, as ``asked`` (model, ratio, numbers, budget, colour)."""
+        model_name, r, numbers, budget, colour = asked
         if not run_id or step is None:
             return None, step_summary(None), "", step_html(None)
-        params = self.params(model_name, r, numbers)
+        params = self.params(model_name, r, numbers, budget)
         view = call(lambda: self.backend.run_step(run_id, int(step), params))
         return view, step_summary(view), step_differences(view), step_html(view, colour)
 
@@ -238,12 +260,13 @@ class _Handlers:
         model_name: str,
         r: float,
         numbers: str,
+        budget: str,
         colour: str,
         evt: gr.SelectData,
     ) -> tuple:
         row = evt.row_value or []
         step = int(row[0]) if row else None
-        return self.show(run_id, step, model_name, r, numbers, colour)
+        return self.show(run_id, step, model_name, r, numbers, budget, colour)
 
     def move(self, view: Json | None, key: str, run_id: str | None, *asked: Any) -> tuple:
         """The step before or after the one shown (``key``: previous, next), or the one
