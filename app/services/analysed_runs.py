@@ -237,6 +237,10 @@ class AnalysedRunService:
         return reply, rows
 
     # -- answers ----------------------------------------------------------------------------
+    def run(self, run_id: str) -> AnalysedRunInfo:
+        """The run's row alone: what a poll compares (an unchanged run: three stats)."""
+        return run_info(run_id, self._refresh(self._path(run_id), "step"))
+
     def steps(self, run_id: str) -> AnalysedStepsResponse:
         path = self._path(run_id)
         found = self._refresh(path, "step")
@@ -333,11 +337,8 @@ class AnalysedRunService:
         self, run_id: str, offset: int, limit: int, steps: tuple[int, int] | None
     ) -> ZeroSignalResponse:
         path = self._path(run_id)
-        params = {
-            "offset": offset,
-            "limit": limit,
-            "steps": list(steps) if steps is not None else None,
-        }
+        span = list(steps) if steps is not None else None
+        params = {"offset": offset, "limit": limit, "steps": span}
         rows = self._ask(path, "zero_signal", params, "run", limit)["rows"]
         return ZeroSignalResponse(
             page=PageOut(offset=offset, limit=limit),
@@ -370,6 +371,7 @@ Query = Callable[[AnalysedRunService, str, dict[str, Any]], Any]
 # the UI's backend asks by name; each entry calls the method its route calls
 QUERIES: dict[str, Query] = {
     "list": lambda s, _run, p: s.list_runs(wait=bool(p.get("wait", True))),
+    "run": lambda s, run, _p: s.run(run),
     "steps": lambda s, run, _p: s.steps(run),
     "groups": lambda s, run, p: s.groups(
         run, int(p["step"]), int(p.get("offset", 0)), int(p.get("limit", 50))

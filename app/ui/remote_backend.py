@@ -190,6 +190,7 @@ class RemoteBackend:
         base = f"/v1/analysed-runs/{_quoted(run_id)}"
         paths = {
             "list": lambda: "/v1/analysed-runs",
+            "run": lambda: base,
             "steps": lambda: f"{base}/steps",
             "groups": lambda: f"{base}/steps/{int(p.pop('step'))}/groups",
             "answers": lambda: (

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Path, Query
 from app.api.deps import ServicesDep
 from app.api.routes.common import error_responses
 from app.schemas.analysed_runs import (
+    AnalysedRunInfo,
     AnalysedRunsResponse,
     AnalysedStepsResponse,
     AnswersResponse,
@@ -44,6 +45,16 @@ def _steps(first: int | None, last: int | None) -> tuple[int, int] | None:
 )
 def list_analysed_runs(services: ServicesDep) -> AnalysedRunsResponse:
     return services.analysed_runs.list_runs()
+
+
+@router.get(
+    "/{run_id}",
+    response_model=AnalysedRunInfo,
+    summary="One analysed run's row: steps, first and last step, tokens (a cheap poll).",
+    responses=error_responses(401, 404, 422),
+)
+def analysed_run(run_id: str, services: ServicesDep) -> AnalysedRunInfo:
+    return services.analysed_runs.run(run_id)
 
 
 @router.get(

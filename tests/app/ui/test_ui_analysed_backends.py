@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gradio as gr
 import numpy as np
 import pytest
 
@@ -21,6 +22,7 @@ from tests.app.api_helpers import make_settings
 
 QUERY_PARAMS = {
     "list": {},
+    "run": {},
     "steps": {},
     "groups": {"step": 2, "offset": 3, "limit": 5},
     "answers": {"step": 1, "group": 4},
@@ -50,3 +52,38 @@ def test_local_and_remote_backends_give_the_same_bodies(tmp_path: Path) -> None:
             remote.analysed("groups", "a-run", {"step": 9})
         with pytest.raises(GMTSError, match="no analysed step 9"):
             local.analysed("groups", "a-run", {"step": 9})
+
+
+class _Recording:
+    """The real local backend, recording which analysed-run queries the UI asks."""
+
+    def __init__(self, backend: LocalBackend) -> None:
+        self.backend, self.asked = backend, []
+
+    def analysed(self, kind, run_id="", params=None):  # type: ignore[no-untyped-def]
+        self.asked.append(kind)
+        return self.backend.analysed(kind, run_id, params)
+
+
+def test_an_idle_tab_polls_the_runs_row_and_fetches_steps_only_when_they_change(
+    tmp_path: Path,
+) -> None:
+    from types import SimpleNamespace
+
+    from app.ui.tabs.runs.analysed import _Handlers
+
+    run = tmp_path / "runs" / "a-run"
+    write_manifest(run, ("entropy", "gmts"), {})
+    rng = np.random.default_rng(4)
+    write_step(run, synthetic_step(1, 4, 4, rng))
+    settings = make_settings(tmp_path / "models", run_roots=[tmp_path / "runs"], ui_enabled=False)
+    backend = _Recording(LocalBackend(create_app(settings).state.services))
+    h = _Handlers(SimpleNamespace(backend=backend))  # type: ignore[arg-type]
+    body = h.q("steps", "a-run")
+    backend.asked.clear()
+    assert h.poll("a-run", body) == (gr.skip(),) * 5
+    assert backend.asked == ["run"]  # unchanged: the run's row only, no step fetched
+    write_step(run, synthetic_step(2, 4, 4, rng))
+    new = h.poll("a-run", body)[0]
+    assert backend.asked == ["run", "run", "steps"]
+    assert [r["step"] for r in new["steps"]] == [1, 2]

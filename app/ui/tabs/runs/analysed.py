@@ -99,12 +99,14 @@ class _Handlers:
         )
 
     def poll(self, run_id: str | None, body: Json | None) -> tuple:
-        """A growing run: redraw only when the number of steps changed."""
+        """A growing run: the run's row (steps, last step) is compared first; every step is
+        fetched and redrawn only when it changed."""
         if not run_id or body is None:
             return (gr.skip(),) * 5
-        new = self.q("steps", run_id)
-        if len(new["steps"]) == len(body["steps"]):
+        row, shown = self.q("run", run_id), body["run"]
+        if all(row.get(k) == shown.get(k) for k in ("num_steps", "last_step", "num_tokens")):
             return (gr.skip(),) * 5
+        new = self.q("steps", run_id)
         steps = [r["step"] for r in new["steps"]]
         return (
             new,
