@@ -14,6 +14,29 @@ pytestmark = pytest.mark.browser
 
 TIMEOUT_MS = 180_000
 
+# two looks that broke unseen: bold capitals drawn from a fallback typeface (a theme's bold file
+# without them: a capital as wide as in monospace), and a scroll box's edge shadow repeated
+# across it (grey stripes)
+LOOKS_JS = """async () => {
+  const family = getComputedStyle(document.querySelector('#analyze-btn')).fontFamily;
+  const c = document.createElement('canvas').getContext('2d'), fallback = [];
+  for (const w of [600, 700]) {
+    await document.fonts.load(`${w} 20px ${family}`, 'AEMRSW');
+    for (const ch of 'AEMRSW') {
+      c.font = `${w} 20px ${family.split(',')[0]}, monospace`; const x = c.measureText(ch).width;
+      c.font = `${w} 20px monospace`; const y = c.measureText(ch).width;
+      if (Math.abs(x - y) < 0.01) fallback.push(w + ' ' + ch);
+    }
+  }
+  const stripes = [...document.querySelectorAll('*')].filter(e => {
+    const s = getComputedStyle(e);
+    const layers = s.backgroundRepeat.split(',');
+    return s.backgroundImage.includes('gradient(') && layers.length > 1
+      && layers.some(r => r.trim() !== 'no-repeat');
+  }).map(e => e.className);
+  return {bold_capitals_fall_back: fallback, repeating_shadows: stripes};
+}"""
+
 
 def test_failed_run_marks_results_stale_and_clamps_are_said(
     chromium: Any, ui_server: LiveServer
@@ -24,6 +47,7 @@ def test_failed_run_marks_results_stale_and_clamps_are_said(
     page.wait_for_selector("#token-view .tok")
     results = page.locator("#explore-results")
     assert "stale" not in (results.get_attribute("class") or "")
+    assert page.evaluate(LOOKS_JS) == {"bold_capitals_fall_back": [], "repeating_shadows": []}
 
     page.locator("#reference").locator("textarea, input").first.fill("")
     page.click("#analyze-btn")
