@@ -86,6 +86,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--group-size", type=int, default=STUDY_RECIPE.group_size)
     p.add_argument("--max-new-tokens", type=int, default=STUDY_RECIPE.max_new_tokens)
     p.add_argument("--ratio", type=float, default=0.2)
+    p.add_argument("--lr", type=float, default=STUDY_RECIPE.learning_rate, help="AdamW lr")
+    p.add_argument("--warmup-steps", type=int, default=STUDY_RECIPE.warmup_steps)
+    p.add_argument(
+        "--inner-steps", type=int, default=STUDY_RECIPE.inner_steps, help="updates per batch"
+    )
     p.add_argument(
         "--seed-offset", type=int, default=0, help="first training seed (runs: offset, +1, ...)"
     )
@@ -127,6 +132,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--compare-out", default=None, metavar="DIR", help="also DIR/<regime>/compare.json"
     )
+    p.add_argument(
+        "--merge-seeds",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="train nothing: reports of one design run in blocks of consecutive seeds (each "
+        "with --compare-out) as one report of all their seeds; writes --json PATH and --svg",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.seeds, args.steps, args.eval_every, args.eval_problems = 2, 2, 1, 8
@@ -142,6 +155,9 @@ def study_config(args: argparse.Namespace, regime: str, methods: tuple[str, ...]
         prompts_per_step=args.prompts_per_step,
         group_size=args.group_size,
         max_new_tokens=args.max_new_tokens,
+        learning_rate=args.lr,
+        warmup_steps=args.warmup_steps,
+        inner_steps=args.inner_steps,
     )
     config = CompareConfig(
         methods=methods,
@@ -248,6 +264,27 @@ def curves(result: CompareResult) -> dict[str, Any]:
     return out
 
 
+def plateau(result: CompareResult) -> dict[str, Any]:
+    """Per method, the training reward's slope (reward per 10 steps, a least-squares line per
+    seed) over the first and the last quarter of the steps, each a mean over seeds with its 95%
+    t interval over seeds: a plateau is a last-quarter slope whose interval holds 0 (or is
+    small against the first quarter's)."""
+    c = result.config
+    if c.steps < 2:
+        return {}
+    quarter = min(c.steps, max(2, c.steps // 4))
+    spans = {"first_quarter": (0, quarter), "last_quarter": (c.steps - quarter, c.steps)}
+    out: dict[str, Any] = {}
+    for m in c.methods:
+        runs = result.runs_of(m)
+        out[m] = {}
+        for name, (a, b) in spans.items():
+            x = np.arange(a + 1, b + 1, dtype=np.float64)
+            slopes = np.asarray([10 * np.polyfit(x, r.reward[a:b], 1)[0] for r in runs])
+            out[m][name] = {"steps": [a + 1, b], **_interval(slopes[None, :])[0]}
+    return out
+
+
 def regime_report(result: CompareResult) -> dict[str, Any]:
     c = result.config
     zero = [z / c.rl.prompts_per_step for r in result.runs for z in r.zero_signal_groups]
@@ -258,6 +295,7 @@ def regime_report(result: CompareResult) -> dict[str, Any]:
         "table": result.table(),
         "conclusions": result.conclusions(),
         "curves": curves(result),
+        "reward_slope_per_10_steps": plateau(result),
         "seconds_of_compute": round(result.seconds, 1),
     }
 
@@ -330,6 +368,61 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
         "load_before": load_before,
         "load_after": uptime(),
         "machine": machine(),
+        "compare_out": str(Path(args.compare_out).resolve()) if args.compare_out else None,
+    }
+
+
+def merge_seeds(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Reports of one design run in blocks of consecutive training seeds (each written with
+    --compare-out), as the one report of all their seeds: the runs are put back together from
+    each block's compare.json, so the table, its intervals, conclusions and curves are those of
+    the whole; each block's command, wall time and load are kept in ``runs``."""
+    from app.services.compare import load_compare_file  # reads each block's compare.json
+
+    if any(not r.get("compare_out") for r in reports):
+        raise SystemExit("--merge-seeds: every report needs its --compare-out folder")
+    reports = sorted(reports, key=lambda r: r["settings"]["seed_offset"])
+    first, regimes = reports[0], list(reports[0]["regimes"])
+    out: dict[str, Any] = {}
+    for regime in regimes:
+        parts = [
+            load_compare_file(Path(r["compare_out"]) / regime / "compare.json") for r in reports
+        ]
+        offset = parts[0].config.seed_offset
+        for part in parts:
+            same = dataclasses.replace(part.config, seeds=1, seed_offset=0)
+            if same != dataclasses.replace(parts[0].config, seeds=1, seed_offset=0):
+                raise SystemExit("--merge-seeds: the blocks differ in more than their seeds")
+            if (
+                part.config.seed_offset != offset
+                or part.start_per_problem != parts[0].start_per_problem
+            ):
+                raise SystemExit(
+                    "--merge-seeds: the blocks' seeds are not consecutive, or their "
+                    "start models were evaluated differently"
+                )
+            offset += part.config.seeds
+        config = dataclasses.replace(parts[0].config, seeds=offset - parts[0].config.seed_offset)
+        runs = [run for part in parts for run in part.runs]
+        merged = CompareResult(
+            config,
+            parts[0].model,
+            runs,
+            parts[0].start_accuracy,
+            sum(p.seconds for p in parts),
+            parts[0].start_per_problem,
+        )
+        out[regime] = regime_report(merged)
+    keys = ("command", "wall_seconds", "cpu_seconds", "load_before", "load_after")
+    settings = {**first["settings"], "seeds": sum(r["settings"]["seeds"] for r in reports)}
+    return {
+        **first,
+        "regimes": out,
+        "settings": settings,
+        "runs": [{k: r.get(k) for k in keys} for r in reports],
+        "wall_seconds": round(sum(r["wall_seconds"] for r in reports), 1),
+        "cpu_seconds": round(sum(r.get("cpu_seconds", 0.0) for r in reports), 1),
+        "load_after": reports[-1]["load_after"],
     }
 
 
@@ -514,13 +607,22 @@ def summary(report: dict[str, Any]) -> list[str]:
                 f"wasted {row['wasted_share']['mean']:.2f}"
             )
         lines += [f"  {sentence}" for sentence in rep["conclusions"]]
+        for m, q in (rep.get("reward_slope_per_10_steps") or {}).items():
+            a, b = q["first_quarter"], q["last_quarter"]
+            lines.append(
+                f"  {m:<11} training reward per 10 steps: steps {a['steps'][0]}-{a['steps'][1]} "
+                f"{a['mean']:+.3f} [{a['ci_low']:+.3f}, {a['ci_high']:+.3f}], steps "
+                f"{b['steps'][0]}-{b['steps'][1]} {b['mean']:+.3f} [{b['ci_low']:+.3f}, "
+                f"{b['ci_high']:+.3f}]"
+            )
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.replot:
-        report = merge_reports([json.loads(Path(p).read_text("utf-8")) for p in args.replot])
+    if args.replot or args.merge_seeds:
+        read = [json.loads(Path(p).read_text("utf-8")) for p in args.replot or args.merge_seeds]
+        report = merge_reports(read) if args.replot else merge_seeds(read)
         if args.svg:
             write_svg(report, Path(args.svg))
         if args.json == "-":

@@ -4,6 +4,7 @@ the split into one compare per (regime, method) over worker processes changes no
 
 from __future__ import annotations
 
+import importlib
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from gmts_core.demo import DEMO_MODEL_DIR
-from tests.benchmarks.runner import run_benchmark
+from tests.benchmarks.runner import REPO, run_benchmark
 
 pytestmark = pytest.mark.skipif(
     not (DEMO_MODEL_DIR / "config.json").is_file(), reason="the demo model is not trained yet"
@@ -83,7 +84,9 @@ def test_replot_draws_reports_of_other_regimes_side_by_side(
     assert ET.parse(svg).getroot().tag.endswith("svg")
 
 
-def test_seed_offset_and_evaluation_draws_are_the_users(tmp_path: Path) -> None:
+def test_seed_offset_and_evaluation_draws_are_the_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # a re-run with other seeds (issue 46): training seeds from the offset, other evaluation
     # draws, several answers per held-out problem
     out = tmp_path / "cmp"
@@ -95,3 +98,34 @@ def test_seed_offset_and_evaluation_draws_are_the_users(tmp_path: Path) -> None:
     body = json.loads((out / "hard-mix" / "compare.json").read_text())
     assert sorted({run["seed"] for run in body["runs"]}) == [7, 8]
     assert (body["config"]["eval_seed"], body["config"]["eval_samples"]) == (123, 2)
+    assert r["compare_out"] == str(out.resolve())
+    # the slope of the training reward over the first and last quarter, per method
+    slope = r["regimes"]["hard-mix"]["reward_slope_per_10_steps"]["gmts"]["last_quarter"]
+    assert slope["ci_low"] <= slope["mean"] <= slope["ci_high"] and slope["steps"] == [1, 2]
+
+    # a second block of seeds (9, 10) merges with the first into one report of seeds 7-10,
+    # whose runs are the blocks' own
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    first.write_text(json.dumps(r))
+    out2 = tmp_path / "cmp2"
+    more = ("--seed-offset", "9", "--lr", str(r["settings"]["recipe"]["learning_rate"]))
+    r2 = run_benchmark(
+        "replicate", "--quick", *extra[:4], *noise[:4], *more, "--compare-out", str(out2)
+    )
+    second.write_text(json.dumps(r2))
+    merged = run_benchmark("replicate", "--merge-seeds", str(second), str(first))
+    assert merged["settings"]["seeds"] == 4 and len(merged["runs"]) == 2
+    regime = merged["regimes"]["hard-mix"]
+    assert "with 4 seeds" in regime["conclusions"][0]
+    gmts = [p["mean"] for p in regime["curves"]["gmts"]["reward"]]
+    parts = [b["regimes"]["hard-mix"]["curves"]["gmts"]["reward"] for b in (r, r2)]
+    assert gmts == pytest.approx([(a["mean"] + b["mean"]) / 2 for a, b in zip(*parts, strict=True)])
+    # a block of another recipe refuses to merge (in process: the same function the CLI calls)
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    replicate = importlib.import_module("replicate")
+    other = json.loads((out2 / "hard-mix" / "compare.json").read_text())
+    other["config"]["rl"]["learning_rate"] *= 2
+    (tmp_path / "other" / "hard-mix").mkdir(parents=True)
+    (tmp_path / "other" / "hard-mix" / "compare.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="differ in more than their seeds"):
+        replicate.merge_seeds([r, {**r2, "compare_out": str(tmp_path / "other")}])

@@ -306,6 +306,7 @@ def test_reward_figure_draws_the_start_line_and_the_paired_gain() -> None:
     assert gain is not None and gain.low > 0
     assert label.startswith("gain +12.5 points")
     assert f"[{100 * gain.low:+.1f}, {100 * gain.high:+.1f}]" in label and "200 problems" in label
+    assert "this run" in label  # what the interval covers: these weights, not the recipe
 
 
 def test_no_gain_label_without_paired_problems() -> None:
