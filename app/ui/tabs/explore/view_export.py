@@ -19,6 +19,12 @@ from app.ui.tabs.explore.batch import budget_chart
 from app.ui.why_differ import why_differ_html
 
 
+def group_label(index: int, count: int) -> str:
+    """Which group the page shows, numbered as the live page numbers them (from 0): "group 2 of
+    groups 0–3" (never "group 3 of 4" for the last of four)."""
+    return "its one group" if count == 1 else f"group {index} of groups 0–{count - 1}"
+
+
 def view_html(
     result: dict[str, Any], methods: tuple[str, str], color_by: str = "entropy", group: int = 0
 ) -> str:
@@ -28,7 +34,7 @@ def view_html(
     summary = result.get("summary") or groups[gi].get("summary") or {}
     source = (
         f"model {result.get('model', '?')} · methods {methods[0]} vs {methods[1]} · shade "
-        f"{color_by} · group {gi} of {len(groups)} — exported from GMTS Explorer"
+        f"{color_by} · {group_label(gi, len(groups))} — exported from GMTS Explorer"
     )
     figures = list(group_figures(result, methods, gi).values())
     if len(groups) > 1:
