@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from gmts_core.bounds import MAX_SEED, MIN_RATIO, MIN_TEMPERATURE
 from gmts_core.errors import InvalidInputError
-from gmts_core.knobs import knob
+from gmts_core.knobs import DEFAULT_RATIO, DEFAULT_SCOPE, DEFAULT_TEMPERATURE, knob
 from gmts_core.methods.budget import check_budget_over
 from gmts_core.methods.selection import SCOPES, list_methods
 
@@ -28,7 +28,7 @@ class AnalysisConfig:
     """Algorithm knobs of an analysis (:func:`gmts_core.analysis.analyze.analyze`)."""
 
     temperature: float = knob(
-        1.0,
+        DEFAULT_TEMPERATURE,
         "Sampling temperature and tau of the token statistics, pi = softmax(z / tau) "
         "(at least 0.001).",
         ge=MIN_TEMPERATURE,
@@ -41,10 +41,13 @@ class AnalysisConfig:
         "seq_mean_token_sum_norm.",
     )
     ratio: float = knob(
-        0.2, "Share of tokens each method selects (k = ceil(ratio * N)).", ge=MIN_RATIO, le=1
+        DEFAULT_RATIO,
+        "Share of tokens each method selects (k = ceil(ratio * N)).",
+        ge=MIN_RATIO,
+        le=1,
     )
     scope: str = knob(
-        "batch",
+        DEFAULT_SCOPE,
         "Which tokens compete for the top-k places: batch (all together), group or answer.",
     )
     methods: tuple[str, ...] = knob(DEFAULT_METHODS, "Selection methods to compare.")
@@ -110,10 +113,10 @@ class RLConfig:
 
     method: str = knob("gmts", "Selection method whose mask the loss uses.")
     ratio: float = knob(
-        0.2, "Share of answer tokens selected (k = ceil(ratio * N)).", ge=MIN_RATIO, le=1
+        DEFAULT_RATIO, "Share of answer tokens selected (k = ceil(ratio * N)).", ge=MIN_RATIO, le=1
     )
     scope: str = knob(
-        "batch",
+        DEFAULT_SCOPE,
         "Selection scope: batch | group | answer (left out with a method given: the method's "
         "default, group for gmts_paper and gmts_paper_verl as in the paper, batch for the others).",
     )
@@ -137,7 +140,7 @@ class RLConfig:
         1e-8, "AdamW's epsilon (larger values damp parameters with tiny gradients)."
     )
     temperature: float = knob(
-        1.0,
+        DEFAULT_TEMPERATURE,
         "Sampling temperature and tau of the loss's log-probs (at least 0.001).",
         ge=MIN_TEMPERATURE,
         le=10,

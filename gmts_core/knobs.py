@@ -9,6 +9,13 @@ from __future__ import annotations
 from dataclasses import MISSING, Field, field, fields
 from typing import Any
 
+# The defaults the library's functions share with the config knobs, each written once: the config
+# dataclasses' knobs, the plain reference, the trainers' integrations and the math helpers' keyword
+# defaults all import them (tests/app/test_no_retyped_defaults.py refuses a retyped literal)
+DEFAULT_RATIO = 0.2  # share of tokens selected: the GMTS paper's (and the 80/20 rule's) 20%
+DEFAULT_SCOPE = "batch"  # which tokens compete for the top-k places
+DEFAULT_TEMPERATURE = 1.0  # tau of pi = softmax(z / tau): 1 is the model's own distribution
+
 
 def knob(default: Any, help: str, **bounds: float) -> Any:
     """A documented config field: its default, one line of help and its bounds (``ge``, ``gt``,

@@ -30,11 +30,13 @@ import math
 
 import torch
 
+from gmts_core.knobs import DEFAULT_RATIO, DEFAULT_SCOPE, DEFAULT_TEMPERATURE
+
 GRPO_EPS = 1e-4
 
 
 def token_statistics(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float = DEFAULT_TEMPERATURE
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(log pi(y_t), H_t, g_t), each (N,), from logits (N, V) and targets (N,)."""
     z = logits.double() / temperature  # (N, V)
@@ -50,7 +52,7 @@ def token_statistics(
 
 
 def top_alternatives(
-    logits: torch.Tensor, k: int, temperature: float = 1.0
+    logits: torch.Tensor, k: int, temperature: float = DEFAULT_TEMPERATURE
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The k most probable tokens of each row (N, k), by logit, equal logits by lower token id,
     and their log pi (N, k), from logits (N, V) (sorted in plain Python)."""
@@ -145,10 +147,10 @@ def reference_batch(
     targets: list[torch.Tensor],
     rewards: list[float],
     group_of_answer: list[int],
-    ratio: float = 0.2,
-    scope: str = "batch",
+    ratio: float = DEFAULT_RATIO,
+    scope: str = DEFAULT_SCOPE,
     aggregation: str = "token_mean",
-    temperature: float = 1.0,
+    temperature: float = DEFAULT_TEMPERATURE,
 ) -> dict[str, torch.Tensor]:
     """Everything an on-policy analysis (beta = 0) computes for a batch of M answers.
 

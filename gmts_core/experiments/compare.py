@@ -43,7 +43,7 @@ from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
 from gmts_core.grpo.rollout import RLPrompt
 from gmts_core.grpo.step import DEMO_RECIPE, grpo_step
 from gmts_core.grpo.update import make_optimizer
-from gmts_core.knobs import knob, knob_factory
+from gmts_core.knobs import DEFAULT_RATIO, knob, knob_factory
 from gmts_core.methods.selection import list_methods
 from gmts_core.model.loading import LoadedModel
 from gmts_core.tasks.mixes import DEFAULT_TASK_MIX, TASK_MIXES, task_mix_names
@@ -64,7 +64,7 @@ class CompareConfig:
     methods: tuple[str, ...] = knob(
         DEFAULT_COMPARE_METHODS, "Selection methods trained side by side."
     )
-    ratio: float = knob(0.2, "Share of answer tokens each method trains on.", gt=0, le=1)
+    ratio: float = knob(DEFAULT_RATIO, "Share of answer tokens each method trains on.", gt=0, le=1)
     steps: int = knob(20, "GRPO steps per run.", ge=1, le=10_000)
     seeds: int = knob(
         2,

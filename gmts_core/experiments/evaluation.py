@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from gmts_core.errors import InvalidInputError
 from gmts_core.grpo.rollout import RLPrompt
+from gmts_core.knobs import DEFAULT_TEMPERATURE
 from gmts_core.methods.rewards import compute_reward
 from gmts_core.sampling.answers import SamplingConfig, sample_groups
 from gmts_core.stats.tokenization import encode_prompt
@@ -64,7 +65,7 @@ def evaluate_accuracy(
     model: Any,
     tokenizer: Any,
     problems: Sequence[Problem],
-    temperature: float = 1.0,
+    temperature: float = DEFAULT_TEMPERATURE,
     samples_per_problem: int = 1,
     max_new_tokens: int = 48,
     seed: int = 0,

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from gmts_core.knobs import DEFAULT_TEMPERATURE
 from gmts_core.stats.forward import answer_logits
 
 
@@ -28,7 +29,7 @@ def answer_logprobs(
     model: Any,
     sequences: list[tuple[list[int], list[int]]],
     pad_id: int,
-    temperature: float = 1.0,
+    temperature: float = DEFAULT_TEMPERATURE,
     share_prompts: bool = False,
 ) -> torch.Tensor:
     """log pi(y_t) of every answer token, flat (N,) in (answer, position) order, float32.
@@ -49,7 +50,7 @@ def answer_targets(
 
 
 def logprobs_from_logits(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float = DEFAULT_TEMPERATURE
 ) -> torch.Tensor:
     """log softmax(z / tau)_y for logits (N, V) and targets (N,): (N,), differentiable."""
     logp = torch.log_softmax(logits / temperature, dim=-1)  # (N, V)

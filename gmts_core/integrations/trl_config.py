@@ -21,6 +21,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from gmts_core.errors import InvalidInputError
+from gmts_core.knobs import DEFAULT_RATIO
 from gmts_core.methods.budget import check_budget_over
 from gmts_core.methods.selection import METHODS, SCOPES, default_scope, top_k_count
 
@@ -43,7 +44,7 @@ class GMTSGRPOConfig(GRPOConfig):
         },
     )
     selection_ratio: float = field(
-        default=0.2,
+        default=DEFAULT_RATIO,
         metadata={
             "help": "Share of completion tokens kept, in (0, 1]: k = ceil(ratio * N) per "
             "selection scope (gmts_paper keeps N - max(1, ceil(N p)) per group and "

@@ -59,6 +59,7 @@ from gmts_core.integrations.verl_settings import gmts_settings, validate_actor_c
 from gmts_core.integrations.verl_terms import (
     LOSS_MODES,
 )
+from gmts_core.knobs import DEFAULT_RATIO
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ logger = logging.getLogger(__name__)
 class GMTSPolicyLossConfig(PolicyLossConfig):
     """verl's policy-loss config plus the GMTS settings (``policy_loss.gmts_*``)."""
 
-    gmts_ratio: float = 0.2  # k = ceil(ratio * n) tokens kept per scope (20%: the paper)
+    gmts_ratio: float = DEFAULT_RATIO  # k = ceil(ratio * n) tokens kept per scope (20%: the paper)
     gmts_scope: str = "group"  # "group" (one uid), "batch" (the mini-batch) or "answer"
     gmts_reselect: str = "mini_batch"  # "mini_batch": at the current policy; "step": once
     gmts_log_dir: str | None = None  # write gmts_selection/selection_NNNNN.parquet here

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import torch
 
 from gmts_core.integrations.verl_terms import TokenSelection
+from gmts_core.knobs import DEFAULT_RATIO
 from gmts_core.methods.budget import special_ids, special_mask
 from gmts_core.methods.selection import select
 from gmts_core.runs.trainer_log import FOLDER, SCHEMA
@@ -63,7 +64,9 @@ def special_rows(worker: Any, data: Any, width: int) -> torch.Tensor:
 class VerlSelectionLog:
     """Collects the selections of a step; :meth:`flush` writes them as the step's file."""
 
-    def __init__(self, log_dir: str | Path, ratio: float = 0.2, scope: str = "group") -> None:
+    def __init__(
+        self, log_dir: str | Path, ratio: float = DEFAULT_RATIO, scope: str = "group"
+    ) -> None:
         self.folder = Path(log_dir) / FOLDER
         self.ratio, self.scope = ratio, scope
         self._tables: list[pa.Table] = []

@@ -17,6 +17,7 @@ from gmts_core.integrations.verl_terms import (
     check_aggregation,
     method_for_loss_mode,
 )
+from gmts_core.knobs import DEFAULT_RATIO
 from gmts_core.methods.coefficient import ClipSettings
 
 
@@ -24,7 +25,7 @@ def gmts_settings(policy_loss: Any) -> GMTSSettings:
     """The GMTS settings of a policy-loss config (defaults where a plain config has none)."""
     return GMTSSettings(
         method=method_for_loss_mode(policy_loss.get("loss_mode")),
-        ratio=float(policy_loss.get("gmts_ratio", 0.2)),
+        ratio=float(policy_loss.get("gmts_ratio", DEFAULT_RATIO)),
         scope=str(policy_loss.get("gmts_scope", "group")),
         reselect=str(policy_loss.get("gmts_reselect", "mini_batch")),
         budget_over=str(policy_loss.get("gmts_budget_over", "trained")),

@@ -25,6 +25,7 @@ import torch
 
 from gmts_core.errors import InvalidInputError
 from gmts_core.integrations.trl_terms import grad_norm_from_logprob
+from gmts_core.knobs import DEFAULT_RATIO, DEFAULT_TEMPERATURE
 from gmts_core.methods.aggregation import loss_weights
 from gmts_core.methods.budget import check_budget_over, with_budget
 from gmts_core.methods.coefficient import ClipSettings, effective_coefficient, selection_inputs
@@ -57,7 +58,7 @@ class GMTSSettings:
     """What to select: the method, k = ceil(ratio * n) per scope, and when."""
 
     method: str = "gmts_paper_verl"
-    ratio: float = 0.2
+    ratio: float = DEFAULT_RATIO
     scope: str = "group"  # "group" (as the paper), "batch" (the mini-batch) or "answer"
     reselect: str = "mini_batch"  # "mini_batch" (Framework2) or "step"
     # what k counts (gmts_core.methods.budget): trained (response_mask), content (less the
@@ -178,7 +179,7 @@ class LossSettings:
     clip: ClipSettings
     loss_agg_mode: str = "token-mean"
     loss_scale_factor: float | None = None
-    temperature: float = 1.0
+    temperature: float = DEFAULT_TEMPERATURE
     vocab_size: int = 2
 
 

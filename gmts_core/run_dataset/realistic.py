@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gmts_core.knobs import DEFAULT_RATIO
 from gmts_core.run_dataset.writer import StepColumns
 
 VOCAB_SIZE = 30_000
@@ -102,7 +103,7 @@ def realistic_step(
     group_size: int,
     rng: np.random.Generator,
     vocab: pa.Array,
-    ratio: float = 0.2,
+    ratio: float = DEFAULT_RATIO,
 ) -> StepColumns:
     """One step of ``num_groups`` × ``group_size`` answers with realistic texts, entropy and
     gmts selections (each method's rule on the step's numbers)."""

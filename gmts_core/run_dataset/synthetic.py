@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from gmts_core.knobs import DEFAULT_RATIO
 from gmts_core.run_dataset.writer import StepColumns
 
 VOCAB = 32_000
@@ -26,7 +27,7 @@ def synthetic_step(
     rng: np.random.Generator,
     median_length: float = 70.0,
     max_length: int = 8192,
-    ratio: float = 0.2,
+    ratio: float = DEFAULT_RATIO,
 ) -> StepColumns:
     """One step of ``num_groups`` × ``group_size`` answers with entropy and gmts selections."""
     m = num_groups * group_size

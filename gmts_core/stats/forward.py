@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
+from gmts_core.knobs import DEFAULT_TEMPERATURE
 from gmts_core.model.logit_head import HeadPath, head_path
 from gmts_core.model.rope_window import RopeWindow, longrope_window, rope_window
 from gmts_core.stats import packed_forward
@@ -122,7 +123,7 @@ def stats_from_logits(
     logits: torch.Tensor,
     hidden: torch.Tensor,
     sequences: list[tuple[list[int], list[int]]],
-    temperature: float = 1.0,
+    temperature: float = DEFAULT_TEMPERATURE,
     top_k: int = 0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> list[AnswerStats]:
@@ -174,7 +175,7 @@ def answer_token_stats(
     model: Any,
     sequences: list[tuple[list[int], list[int]]],
     pad_id: int,
-    temperature: float = 1.0,
+    temperature: float = DEFAULT_TEMPERATURE,
     top_k: int = 0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     max_batch_tokens: int = 8192,

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from gmts_core import native
+from gmts_core.knobs import DEFAULT_TEMPERATURE
 from gmts_core.stats.softmax_terms import (
     RowSums,
     finish_stats,
@@ -65,7 +66,7 @@ class TokenStats:
 
 
 def grad_norm_from_probs(
-    prob: torch.Tensor, sum_sq_prob: torch.Tensor, temperature: float = 1.0
+    prob: torch.Tensor, sum_sq_prob: torch.Tensor, temperature: float = DEFAULT_TEMPERATURE
 ) -> torch.Tensor:
     """Exact ||d log pi_y / d z||_2 = (1/tau) sqrt(1 - 2 p + sum pi^2).
 
@@ -159,7 +160,7 @@ def token_stats_chunked(
     n_positions: int,
     logits_fn: Callable[[slice], torch.Tensor],
     targets: torch.Tensor,
-    temperature: float = 1.0,
+    temperature: float = DEFAULT_TEMPERATURE,
     top_k: int = 0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> TokenStats:
@@ -193,7 +194,7 @@ def token_stats_chunked(
 def token_stats(
     logits: torch.Tensor,
     targets: torch.Tensor,
-    temperature: float = 1.0,
+    temperature: float = DEFAULT_TEMPERATURE,
     top_k: int = 0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> TokenStats:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import torch
 
+from gmts_core.knobs import DEFAULT_TEMPERATURE
 from gmts_core.stats.metrics import TokenStats
 from gmts_core.stats.softmax_terms import (
     RowSums,
@@ -132,7 +133,7 @@ def token_stats_from_hidden(
     weight: torch.Tensor,
     bias: torch.Tensor | None,
     targets: torch.Tensor,
-    temperature: float = 1.0,
+    temperature: float = DEFAULT_TEMPERATURE,
     top_k: int = 0,
     chunk_size: int = 128,
 ) -> TokenStats:
