@@ -250,7 +250,7 @@ def learn_html(result: Json | None, methods: tuple[str, str], group_index: int =
     settings: dict[str, Any] = result.get("settings") or {}
     summary = result.get("summary") or {}
     return (
-        lesson_html(group, summary, methods)
+        lesson_html(group, summary, methods, groups)
         + '<div class="learn">'
         + advantage_section(group, settings.get("advantage", ANALYSIS_DEFAULTS.advantage))
         + weight_section(

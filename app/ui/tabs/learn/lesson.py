@@ -7,6 +7,7 @@ rule, why a group with equal rewards teaches nothing (γ = 0), and what GMTS cha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
 
 from app.ui.render import Json, fmt
@@ -69,8 +70,31 @@ def _gmts_change(group: Json, summary: Json, methods: tuple[str, str]) -> str:
     return "; ".join(parts) + f". Spearman(H, γ) over the group: {fmt(rho, 3)}."
 
 
-def lesson_html(group: Json, summary: Json, methods: tuple[str, str]) -> str:
-    """The six steps for ``group`` (one group of the current analysis)."""
+def _equal_rewards(group: Json, zero: bool, batch: Sequence[Json]) -> str:
+    """Step 5's live line: this group when its rewards are equal, else a group of the batch
+    whose rewards are (its own numbers), else what would make one."""
+    if zero:
+        return "all rewards are equal: <b>no gradient here</b>."
+    other = next((g for g in batch if is_zero_signal(g)), None)
+    if other is None:
+        return (
+            "no group of this analysis has equal rewards: each has a learning signal. Give "
+            "equal explicit rewards (1, 1, 1, 1) in Explore to see one that teaches nothing."
+        )
+    rewards = ", ".join(fmt(a.get("reward")) for a in other.get("answers", []))
+    advs = ", ".join(fmt(a.get("advantage"), 3) for a in other.get("answers", []))
+    return (
+        f"group {other.get('index')} of this batch ({escape(repr(other.get('prompt', '')))}) "
+        f"has rewards {rewards}: advantages {advs}, so <b>no gradient there</b>. This group's "
+        "rewards differ: it has a learning signal."
+    )
+
+
+def lesson_html(
+    group: Json, summary: Json, methods: tuple[str, str], batch: Sequence[Json] = ()
+) -> str:
+    """The six steps for ``group`` (one group of the current analysis; ``batch``: all of its
+    groups, for the step on equal rewards)."""
     answers = group.get("answers", [])
     rewards = [a.get("reward") for a in answers]
     right = sum(1 for r in rewards if r is not None and r > 0)
@@ -104,8 +128,7 @@ def lesson_html(group: Json, summary: Json, methods: tuple[str, str]) -> str:
               "If every answer gets the same reward, every advantage is 0, so every token's "
               "gradient γ = |A|·w·g is 0, however uncertain the token. Entropy still ranks "
               "those tokens high; GMTS gives them nothing.",
-              "all rewards are equal: <b>no gradient here</b>." if zero else
-              "the rewards differ, so this group has a learning signal."),
+              _equal_rewards(group, zero, batch)),
         _step(6, "What GMTS changes",
               "GMTS ranks tokens by their gradient magnitude γ = |A|·w·g instead of entropy H: "
               "within one answer the two agree (A and w are fixed), but across answers and "

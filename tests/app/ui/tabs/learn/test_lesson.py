@@ -21,7 +21,14 @@ def test_lesson_walks_through_the_users_group(result: dict) -> None:
                   "equal rewards teaches nothing", "What GMTS changes"):  # fmt: skip
         assert title in html
     assert "<b>2</b> of 3 rewarded" in html  # 85 and 85 are right, 84 is not
-    assert "the rewards differ" in html and "of the gradient mass" in html
+    assert "of the gradient mass" in html
+    # the step on equal rewards shows the batch's group that has them (group 1), not this one's
+    step5 = html.split("equal rewards teaches nothing")[1].split("What GMTS changes")[0]
+    assert "group 1 of this batch" in step5 and "<b>no gradient there</b>" in step5
+    assert "advantages 0, 0" in step5 and "This group's rewards differ" in step5
+    alone = {**result, "groups": result["groups"][:1]}  # no group with equal rewards
+    step5 = learn.learn_html(alone, METHODS, 0).split("equal rewards teaches nothing")[1]
+    assert "no group of this analysis has equal rewards" in step5.split("What GMTS changes")[0]
 
 
 def test_zero_signal_group_is_never_called_gmts_choice(result: dict) -> None:
