@@ -36,9 +36,8 @@ How it hooks into TRL (1.16), with no copy of TRL's loss code:
 - Groups: TRL shuffles each generation batch before splitting it into micro-batches, so the
   trainer tags every completion with its group id (global row // ``num_generations``) when the
   batch is generated; selection runs in ``GMTSGRPOConfig.selection_scope`` (unset: the method's
-  default, ``group`` for the paper's methods). A group is its answers present in the
-  micro-batch: all of them only with ``steps_per_generation = 1``; else the trainer warns and
-  logs ``gmts/split_group_share`` (groups are not gathered across micro-batches).
+  default, ``group`` for the paper's methods). Groups split across micro-batches are selected
+  whole, once per generation batch (:mod:`~.trl_groups`); ``gmts/split_group_share`` logged.
 - ``gmts_paper``/``gmts_paper_verl`` rank with their code's advantage, computed at generation
   from TRL's rewards over every answer of each group (``trl_terms.paper_advantages``), and
   with beta > 0 the paper's KL part beta (pi_ref / pi_theta - 1) (Framework1's, k3's
@@ -66,6 +65,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
 from gmts_core.errors import InvalidInputError
+from gmts_core.integrations import trl_groups
 from gmts_core.integrations.selection_log import SelectionLogger
 from gmts_core.integrations.trl_config import CONFIG_DEFAULTS, GMTSGRPOConfig, validate_selection
 from gmts_core.integrations.trl_terms import (
@@ -105,11 +105,9 @@ class GMTSGRPOTrainer(GRPOTrainer):
     come from ``TrlParser`` or a YAML recipe. A plain ``GRPOConfig`` gets the defaults; the
     keyword arguments of the same names (the older interface) override either.
 
-    Logged per step (``self._metrics``): ``gmts/selected_fraction``, ``gmts/gradient_coverage``
-    (share of sum gamma the applied selection keeps), ``gmts/gradient_coverage_entropy`` and
-    ``gmts/gradient_coverage_gmts`` (the same for entropy and GMTS selection at the same ratio
-    and scope) and ``gmts/overlap_entropy_gmts`` (Jaccard index of those two selections).
-    """
+    Logged per step: ``gmts/selected_fraction``, ``gmts/gradient_coverage`` (of sum gamma, the
+    applied selection's; ``_entropy``, ``_gmts``: theirs at the same ratio and scope) and
+    ``gmts/overlap_entropy_gmts`` (Jaccard). Split groups: :mod:`~.trl_groups`."""
 
     def __init__(
         self,
@@ -241,6 +239,8 @@ class GMTSGRPOTrainer(GRPOTrainer):
             every = paper_advantages(self._rewards_per_func, self.reward_weights, size, *std)
             start = self.accelerator.process_index * rows
             output[PAPER_ADVANTAGES] = every[start : start + rows].to(device)
+        if trl_groups.gathers_whole_groups(self):  # groups split across micro-batches
+            output[trl_groups.WHOLE_GROUP_MASK] = trl_groups.select_whole_groups(self, output)
         return output
 
     def _calculate_rewards(self, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -264,6 +264,8 @@ class GMTSGRPOTrainer(GRPOTrainer):
         if self._batch is None:
             raise RuntimeError("get_high_entropy_mask is only called from _compute_loss")
         valid = mask.bool()  # (B, T)
+        if trl_groups.WHOLE_GROUP_MASK in self._batch:  # selected at generation, groups whole
+            return self._batch[trl_groups.WHOLE_GROUP_MASK].to(valid.device) & valid
         logprob, log_sum_sq = self._captured_stats(entropies.shape)
         old = self._batch.get("old_per_token_logps")
         ref = self._batch.get("ref_per_token_logps") if self.beta != 0.0 else None

@@ -150,17 +150,21 @@ def split_group_share(group_of_answer: torch.Tensor, num_generations: int) -> fl
 def split_groups_warning(args: Any, scope: str, method: str) -> str | None:
     """Why a group-scoped selection sees part of each group (TRL shuffles each generation batch
     and splits it into ``steps_per_generation`` micro-batches, by default the accumulation
-    steps), and the settings that keep groups whole; None where they are whole."""
+    steps), and the settings that keep groups whole; None where they are whole, or gathered
+    whole before selecting (``trl_groups``: the policy fixed within a generation batch)."""
     steps = int(getattr(args, "steps_per_generation", 1) or 1)
     if steps <= 1 or scope != "group":
         return None
+    iterations = int(getattr(args, "num_iterations", 1) or 1)
+    if steps == int(args.gradient_accumulation_steps) and iterations == 1:
+        return None  # selected once per generation batch, over whole groups
     return (
         f"GMTSGRPOTrainer: steps_per_generation={steps} (gradient_accumulation_steps="
-        f"{args.gradient_accumulation_steps}) splits each group across micro-batches, and "
-        f"{method} selects within the part of a group each one holds (logged as "
-        "gmts/split_group_share). Keep groups whole with steps_per_generation=1: "
-        "gradient_accumulation_steps=1 and per_device_train_batch_size x processes a multiple "
-        "of num_generations"
+        f"{args.gradient_accumulation_steps}, num_iterations={iterations}) splits each group "
+        f"across micro-batches between which the policy moves, and {method} selects within "
+        "the part of a group each one holds (logged as gmts/split_group_share). Groups are "
+        "selected whole with steps_per_generation equal to gradient_accumulation_steps and "
+        "num_iterations=1, or with steps_per_generation=1"
     )
 
 
