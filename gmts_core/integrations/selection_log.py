@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 from gmts_core.integrations.trl_terms import gather_rows
 from gmts_core.methods.aggregation import loss_weights
 from gmts_core.methods.selection import select
-from gmts_core.runs.trainer_log import FOLDER, SCHEMA
+from gmts_core.runs.trainer_log import FOLDER, SCHEMA, write_log_step
 
 if TYPE_CHECKING:
     from gmts_core.integrations.trl_terms import AppliedSelection
@@ -103,17 +102,7 @@ class SelectionLogger:
 
     def flush(self, step: int) -> Path | None:
         """Write the rows since the last flush as this logging step's file (main process)."""
-        if not self._tables:
-            return None
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"selection_{step:05d}.parquet"
-        table = pa.concat_tables(self._tables).replace_schema_metadata(None)
-        table = table.set_column(
-            table.schema.get_field_index("step"), "step", pa.array([step] * len(table), pa.int64())
-        )
-        tmp = path.with_suffix(".parquet.tmp")
-        pq.write_table(table, tmp)
-        tmp.replace(path)  # readers never see a half-written file
+        path = write_log_step(self.folder, self._tables, step)
         self._tables = []
         return path
 

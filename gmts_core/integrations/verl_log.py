@@ -16,14 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 from gmts_core.integrations.verl_terms import TokenSelection
 from gmts_core.knobs import DEFAULT_RATIO
 from gmts_core.methods.budget import special_ids, special_mask
 from gmts_core.methods.selection import select
-from gmts_core.runs.trainer_log import FOLDER, SCHEMA
+from gmts_core.runs.trainer_log import FOLDER, SCHEMA, write_log_step
 
 
 def _rows(t: Any, width: int) -> torch.Tensor:
@@ -110,16 +109,6 @@ class VerlSelectionLog:
 
     def flush(self, step: int) -> Path | None:
         """Write the selections since the last flush as step ``step``'s file."""
-        if not self._tables:
-            return None
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"selection_{step:05d}.parquet"
-        table = pa.concat_tables(self._tables)
-        table = table.set_column(
-            table.schema.get_field_index("step"), "step", pa.array([step] * len(table), pa.int64())
-        )
-        tmp = path.with_suffix(".parquet.tmp")
-        pq.write_table(table, tmp)
-        tmp.replace(path)  # readers never see a half-written file
+        path = write_log_step(self.folder, self._tables, step)
         self._tables = []
         return path

@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from gmts_core.runs.base import (
     NumberedFilesReader,
@@ -66,6 +67,25 @@ PER_TOKEN = (
     "selected_entropy",
     "selected_gmts",
 )
+
+
+def write_log_step(folder: Path, tables: list[pa.Table], step: int) -> Path | None:
+    """The one writer of the token log (TRL's and verl's loggers call it): ``tables`` (rows of
+    :data:`SCHEMA`) as ``folder/selection_{step:05d}.parquet``, each row's ``step`` set to
+    ``step``, pandas' or any other schema metadata dropped (the file's schema is SCHEMA alone),
+    written to a temporary name and renamed so that readers never see a half-written file.
+    None when there are no rows to write."""
+    if not tables:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"selection_{step:05d}.parquet"
+    table = pa.concat_tables(tables).replace_schema_metadata(None)
+    steps = pa.array([step] * len(table), pa.int64())
+    table = table.set_column(table.schema.get_field_index("step"), "step", steps)
+    tmp = path.with_suffix(".parquet.tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+    return path
 
 
 def log_folder(path: Path, limits: RunLimits) -> Path:
