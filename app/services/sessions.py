@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from app.core.config import Settings
 from app.schemas.sessions import (
@@ -40,7 +40,8 @@ from app.services.model_registry import ModelRegistry
 from app.services.responses import evaluation_out, session_out, step_out
 from app.services.session_store import SessionStore
 from gmts_core.config import RLConfig
-from gmts_core.errors import InvalidInputError
+from gmts_core.errors import InvalidInputError, ModelNotFoundError
+from gmts_core.experiments.evaluation import TASK_BATCHES
 from gmts_core.experiments.session_state import CorruptSessionError, load_session
 from gmts_core.experiments.sessions import Session
 from gmts_core.grpo.policy import PolicySettings
@@ -143,10 +144,26 @@ class SessionService:
                 f"server's limit is {limit} (GMTS_MAX_TOTAL_TOKENS)"
             )
 
+    def model_defaults(self, name: str | None) -> tuple[str, dict[str, Any]]:
+        """A session's task on the model ``name`` and its RL defaults there: a packaged model's
+        (smollm2-135m: word problems, its chat template, a small batch), else the demo task's."""
+        try:
+            ref = self.models.resolve(name)
+        except ModelNotFoundError:
+            return "arith", {}
+        packaged = self.models.packaged.get(ref.name)
+        if packaged is None or ref.name in self.settings.model_aliases:
+            return "arith", {}
+        knobs: dict[str, Any] = dict(packaged.rl_defaults)
+        knobs["chat_template"] = self.models.chat_template_default(ref.name)
+        return packaged.task, knobs
+
     def _initial_config(self, req: SessionCreateRequest) -> RLConfig:
-        """The request's knobs over defaults that fit this server's limits."""
+        """The request's knobs over the model's defaults, within this server's limits."""
         s = self.settings
-        config = req.apply(RLConfig(max_new_tokens=min(RLConfig.max_new_tokens, s.max_new_tokens)))
+        _, knobs = self.model_defaults(req.model)
+        tokens = min(int(knobs.pop("max_new_tokens", RLConfig.max_new_tokens)), s.max_new_tokens)
+        config = req.apply(RLConfig(max_new_tokens=tokens, **knobs))
         if req.prompts_per_step is None:  # as many demo prompts as the answer limit allows
             fit = max(1, min(s.max_step_prompts, s.max_step_answers // config.group_size))
             config = dataclasses.replace(config, prompts_per_step=min(config.prompts_per_step, fit))
@@ -169,6 +186,8 @@ class SessionService:
                 session = load_session(saved, lm)
             except CorruptSessionError as exc:
                 raise self.store.quarantine(session_id, str(exc)) from None
+            task = saved.extra.get("task", "arith")
+            session.task = task if task in TASK_BATCHES else "arith"
             self.store.restored(session)
 
     async def _restored(self, session_id: str) -> None:
@@ -177,7 +196,11 @@ class SessionService:
             await self.jobs.run(lambda: self._restore(session_id))
 
     def _save(self, session: Session) -> None:
-        extra = {"model": session.policy.base.name, "owner": self.store.owner(session.id)}
+        extra = {
+            "model": session.policy.base.name,
+            "owner": self.store.owner(session.id),
+            "task": session.task,
+        }
         self.store.save(session, extra)
 
     # --- the cores: checks, then the work, in the caller's thread ---
@@ -201,6 +224,7 @@ class SessionService:
         )
         lm = self.models.load(self.models.resolve(req.model))
         session = self.store.create(lm, self._initial_config(req), policy, req.seed, client)
+        session.task = self.model_defaults(req.model)[0]
         self._save(session)
         return session_out(session)
 

@@ -18,7 +18,7 @@ from gmts_core.knobs import DEFAULT_TEMPERATURE
 from gmts_core.methods.rewards import compute_reward
 from gmts_core.sampling.answers import SamplingConfig, sample_groups
 from gmts_core.stats.tokenization import encode_prompt
-from gmts_core.tasks import arith
+from gmts_core.tasks import arith, word_arith
 from gmts_core.tasks.mixes import DEFAULT_TASK_MIX, mixed_prompts
 
 DEFAULT_EVAL_PROBLEMS = 200
@@ -56,6 +56,21 @@ def demo_batch(
     ]
 
 
+def word_problem_batch(n: int, seed: int, split: str = "train") -> list[RLPrompt]:
+    """``n`` prompts of the word-arithmetic task (:mod:`gmts_core.tasks.word_arith`, the real
+    model's task: natural-language questions, the ``final_number`` reward), levels in turn."""
+    return [
+        RLPrompt(p.prompt, p.reference, word_arith.REWARD_RULE)
+        for p in word_arith.generate_word_problems(n, seed=seed, split=split)
+    ]
+
+
+TASK_BATCHES = {"arith": demo_batch, "word_arith": word_problem_batch}
+"""A task's batch of ``(n, seed, split)`` prompts, by task name (``PackagedModel.task``)."""
+TASK_REWARDS = {"arith": arith.REWARD_RULE, "word_arith": word_arith.REWARD_RULE}
+"""A task's reward rule, by task name."""
+
+
 def heldout_problems(n: int = DEFAULT_EVAL_PROBLEMS, seed: int = 0) -> list[RLPrompt]:
     """A fixed evaluation set: ``n`` problems of the demo task's held-out split."""
     return demo_batch(n, seed=seed, split="heldout")
@@ -70,8 +85,10 @@ def evaluate_accuracy(
     max_new_tokens: int = 48,
     seed: int = 0,
     reward_kind: str = arith.REWARD_RULE,
+    chat_template: bool = False,
 ) -> EvalResult:
     """Mean reward of ``model``'s answers on ``problems``; temperature 0 is greedy decoding.
+    ``chat_template``: the prompts wrapped in the tokenizer's chat template (an instruct model).
 
     ``model`` is any causal LM (a :class:`~gmts_core.grpo.policy.TrainablePolicy`'s ``.model``
     or a base model). The same ``seed`` gives the same answers for the same weights. Answers
@@ -82,7 +99,7 @@ def evaluate_accuracy(
         raise InvalidInputError("evaluation needs at least one problem")
     if samples_per_problem < 1:
         raise InvalidInputError("samples_per_problem must be >= 1")
-    encoded = [encode_prompt(tokenizer, p.prompt, chat_template=False) for p in problems]
+    encoded = [encode_prompt(tokenizer, p.prompt, chat_template=chat_template) for p in problems]
     configs = [
         SamplingConfig(samples_per_problem, temperature, 1.0, 0, max_new_tokens, seed + i)
         for i in range(len(problems))

@@ -17,10 +17,10 @@ from typing import Any
 
 from gmts_core.config import RLConfig
 from gmts_core.experiments.evaluation import (
+    TASK_BATCHES,
+    TASK_REWARDS,
     EvalResult,
-    demo_batch,
     evaluate_accuracy,
-    heldout_problems,
 )
 from gmts_core.grpo.policy import TrainablePolicy
 from gmts_core.grpo.records import StepMetrics, StepResult
@@ -58,6 +58,9 @@ class Session:
     history: list[StepMetrics] = field(default_factory=list)
     evaluations: list[SessionEvaluation] = field(default_factory=list)
     last_result: StepResult | None = None
+    # the task its steps draw batches from when given no prompts, and its held-out problems:
+    # arith (the demo model's), word_arith (the real model's: gmts_core.model.packaged)
+    task: str = "arith"
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # while a step with a ``progress`` callback (the server's save) runs: the history entries
     # that callback has heard, the only ones :attr:`shown_history` gives; None: all of them
@@ -95,7 +98,7 @@ class Session:
         progress: Callable[[int, StepResult], None] | None = None,
         on_stage: StageCallback | None = None,
     ) -> list[StepResult]:
-        """Run ``num_steps`` GRPO steps; without ``prompts`` each draws a demo-task batch.
+        """Run ``num_steps`` GRPO steps; without ``prompts`` each draws a batch of its task.
         ``progress(done, result)`` hears each finished step, ``on_stage`` each step's stages
         (:func:`gmts_core.grpo.step.grpo_step`).
 
@@ -112,7 +115,8 @@ class Session:
                 checkpoint()  # a cancelled job stops between steps
                 n = self.steps_done
                 seed = step_seed(self.seed, n)
-                batch = list(prompts) if prompts else demo_batch(cfg.prompts_per_step, seed)
+                draw = TASK_BATCHES[self.task]
+                batch = list(prompts) if prompts else draw(cfg.prompts_per_step, seed, "train")
                 result = grpo_step(
                     self.policy, self.optimizer, batch, cfg, seed, step=n + 1, on_stage=on_stage
                 )
@@ -130,9 +134,10 @@ class Session:
         """Held-out accuracy of the policy now; recorded with the current step number."""
         kwargs.setdefault("temperature", self.config.temperature)
         kwargs.setdefault("max_new_tokens", self.config.max_new_tokens)
-        result = evaluate_accuracy(
-            self.policy.model, self.policy.tokenizer, heldout_problems(num_problems), **kwargs
-        )
+        kwargs.setdefault("reward_kind", TASK_REWARDS[self.task])
+        kwargs.setdefault("chat_template", self.config.chat_template)
+        problems = TASK_BATCHES[self.task](num_problems, 0, "heldout")
+        result = evaluate_accuracy(self.policy.model, self.policy.tokenizer, problems, **kwargs)
         self.evaluations.append(SessionEvaluation(self.steps_done, result))
         return result
 

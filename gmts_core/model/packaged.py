@@ -23,6 +23,10 @@ class PackagedModel:
     file: str  # the model file's path inside site-packages, as the RECORD lists it
     chat_template: bool  # whether prompts are wrapped in its chat template by default
     description: str
+    task: str = "arith"  # what a live-RL session on it draws batches from by default
+    # a live-RL session's default batch on it (knobs a request leaves out): small, as its steps
+    # cost far more than the demo model's
+    rl_defaults: tuple[tuple[str, int], ...] = ()
 
     @property
     def install_command(self) -> str:
@@ -48,6 +52,8 @@ SMOLLM2 = PackagedModel(
     chat_template=True,
     description="SmolLM2-135M-Instruct (Apache-2.0), a 135 M-parameter Llama-architecture "
     "instruct model, as GGUF Q4_1 (converted once to float32 safetensors)",
+    task="word_arith",
+    rl_defaults=(("prompts_per_step", 4), ("group_size", 4), ("max_new_tokens", 64)),
 )
 
 PACKAGED_MODELS: dict[str, PackagedModel] = {SMOLLM2.alias: SMOLLM2}

@@ -15,6 +15,8 @@ from app.main import create_app
 from app.schemas.analyze_request import AnalyzeRequest
 from app.services.policy import LimitsPolicy
 from gmts_core.demo import DEMO_ALIAS
+from gmts_core.experiments.evaluation import word_problem_batch
+from gmts_core.experiments.sessions import step_seed
 from gmts_core.model import packaged
 from gmts_core.model.packaged import SMOLLM2, PackagedModel
 from tests.app.api_helpers import TINY, given_body, make_settings
@@ -117,3 +119,33 @@ def test_installed_is_listed_and_analyses_with_its_chat_template(
         assert chat(given_body(model=SMOLLM2.alias, chat_template=False)) is False
         assert chat(given_body(model=TINY)) is False
         assert chat(given_body(model=TINY, chat_template=True)) is True
+
+
+def test_a_session_on_it_trains_on_word_problems_at_a_small_batch(
+    installed: Path, model_root: Path
+) -> None:
+    """A live-RL session on the real model (here its tiny stand-in) starts at the model's small
+    batch with its chat template, draws the word-arithmetic task and evaluates on it; a
+    request's knobs still win; the demo model's sessions are unchanged."""
+    with TestClient(create_app(make_settings(model_root, max_new_tokens=64))) as client:
+        made = client.post("/v1/sessions", json={"model": SMOLLM2.alias, "seed": 1})
+        assert made.status_code == 201, made.text
+        config = made.json()["settings"]
+        assert (config["prompts_per_step"], config["group_size"]) == (4, 4)
+        assert config["max_new_tokens"] == 64 and config["chat_template"] is True
+        sid = made.json()["session_id"]
+        session = client.app.state.services.sessions.get(sid)
+        assert session.task == "word_arith"
+        r = client.post(f"/v1/sessions/{sid}/step", json={"steps": 1, "max_new_tokens": 4})
+        assert r.status_code == 200, r.text
+        prompts = {a["prompt"] for a in r.json()["last_batch"]}
+        assert len(prompts) == 4 and not any(p.startswith("Q:") for p in prompts), prompts
+        words = {p.prompt for p in word_problem_batch(4, step_seed(1, 0))}
+        assert prompts == words  # step 0's batch of the word-arithmetic task
+        result = session.evaluate(num_problems=3, max_new_tokens=4)
+        assert result.num_problems == 3
+        mine = client.post("/v1/sessions", json={"model": SMOLLM2.alias, "group_size": 6})
+        assert mine.json()["settings"]["group_size"] == 6  # a request's knob wins
+        demo = client.post("/v1/sessions", json={"model": TINY}).json()
+        assert demo["settings"]["chat_template"] is False and demo["settings"]["group_size"] == 8
+        assert client.app.state.services.sessions.get(demo["session_id"]).task == "arith"

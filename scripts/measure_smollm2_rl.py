@@ -1,0 +1,95 @@
+"""Live GRPO on the real model ``smollm2-135m``: does a short run raise its training reward and
+held-out accuracy, and what does one step cost?
+
+The settings are what a live-RL session on the model uses by default (the server's policy
+rule: a LoRA adapter above 100 M parameters; RLConfig's learning rate; the model's chat
+template; the word-arithmetic task with the ``final_number`` reward) at the small batch
+``--prompts`` x ``--group-size`` x ``--max-new-tokens``. Held-out accuracy: greedy answers to
+``--eval-problems`` problems of the task's held-out split, before and after the run. Each line
+of output is one JSON object (a step, or an evaluation), so a long run can be read as it goes.
+
+    python scripts/measure_smollm2_rl.py --steps 20 --threads 1 > smollm2-rl.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import time
+
+import torch
+
+from gmts_core.config import RLConfig
+from gmts_core.experiments.evaluation import evaluate_accuracy, word_problem_batch
+from gmts_core.experiments.sessions import step_seed
+from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
+from gmts_core.grpo.step import grpo_step
+from gmts_core.grpo.update import make_optimizer
+from gmts_core.model.loading import load_model
+from gmts_core.model.packaged import SMOLLM2
+from gmts_core.tasks.word_arith import REWARD_RULE
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def say(**fields: object) -> None:
+    print(json.dumps({**fields, "load": round(os.getloadavg()[0], 2)}), flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--prompts", type=int, default=4)
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--eval-problems", type=int, default=48)
+    p.add_argument("--learning-rate", type=float, default=RLConfig.learning_rate)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    path = SMOLLM2.path()
+    if path is None:
+        raise SystemExit(SMOLLM2.install_command)
+    lm = load_model(path, name=SMOLLM2.alias, device="cpu", dtype="float32")
+    policy = TrainablePolicy(lm, PolicySettings(kind="auto", lora_threshold=100_000_000))
+    config = RLConfig(
+        group_size=args.group_size,
+        prompts_per_step=args.prompts,
+        max_new_tokens=args.max_new_tokens,
+        learning_rate=args.learning_rate,
+        chat_template=True,
+    )
+    optimizer = make_optimizer(policy, config)
+    heldout = word_problem_batch(args.eval_problems, seed=0, split="heldout")
+    say(event="start", policy=policy.kind, rss_mb=rss_mb(), config=vars(args))
+
+    def evaluate(step: int) -> None:
+        start = time.perf_counter()
+        result = evaluate_accuracy(
+            policy.model, policy.tokenizer, heldout, temperature=0.0,
+            max_new_tokens=args.max_new_tokens, reward_kind=REWARD_RULE, chat_template=True,
+        )  # fmt: skip
+        say(event="eval", step=step, accuracy=result.accuracy,
+            seconds=time.perf_counter() - start, rss_mb=rss_mb())  # fmt: skip
+
+    evaluate(0)
+    for n in range(args.steps):
+        seed = step_seed(args.seed, n)
+        batch = word_problem_batch(args.prompts, seed)
+        start, cpu = time.perf_counter(), time.process_time()
+        result = grpo_step(policy, optimizer, batch, config, seed, step=n + 1)
+        m = result.metrics
+        say(event="step", step=n + 1, seconds=time.perf_counter() - start,
+            cpu_s=time.process_time() - cpu, reward=m.reward_mean,
+            zero_signal_groups=m.num_zero_signal_groups, tokens=m.num_tokens,
+            rss_mb=rss_mb())  # fmt: skip
+    evaluate(args.steps)
+
+
+if __name__ == "__main__":
+    main()
