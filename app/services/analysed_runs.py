@@ -1,17 +1,14 @@
 """Analysed runs: ``gmts analyze-run -o`` folders under the run roots, queried with DuckDB.
 
-One path for the API routes and the Runs tab: find the analysed runs, resolve one by id (an
-entry's name in a run root, never a path), and answer pages and rankings as response models.
-A dataset's bytes are untrusted, so this process never opens one: a reading process
-(:mod:`gmts_core.runs.worker`) answers each query under hard limits (memory and CPU: the
-``GMTS_RUN_WORKER_*`` settings; wall time: ``GMTS_ANALYSED_QUERY_TIMEOUT_S``, killed past it
-or when the client goes away). Two lanes of ``GMTS_ANALYSED_MAX_CONCURRENT`` processes each,
-a step's views and run-wide rankings, so a step view never waits behind a run-wide search; a
-query waits at most ``GMTS_ANALYSED_QUEUE_WAIT_S`` for its lane (else 429). Listing never
-reads a dataset: it answers from a background index (:class:`~app.services.run_index.RunIndex`)
-keyed by the manifest's and the steps folder's (inode, size, mtime); an unreadable dataset is
-listed with its reason. Step summaries are cached per file, so a growing run reads only its
-new steps.
+One path for the API routes and the Runs tab. A dataset's bytes are untrusted, so this process
+never opens one: a reading process (:mod:`gmts_core.runs.worker`) answers each query under
+hard limits (memory and CPU: ``GMTS_RUN_WORKER_*``; wall time:
+``GMTS_ANALYSED_QUERY_TIMEOUT_S``, killed past it or when the client goes away). Two lanes of
+``GMTS_ANALYSED_MAX_CONCURRENT`` processes each, a step's views and run-wide rankings, so a
+step view never waits behind a run-wide search; a query waits at most
+``GMTS_ANALYSED_QUEUE_WAIT_S`` for its lane (else 429). Listing answers from a background
+index (:class:`~app.services.run_index.RunIndex`) keyed by the manifest's and the steps
+folder's (inode, size, mtime); step summaries are cached per file.
 """
 
 from __future__ import annotations
@@ -64,6 +61,7 @@ from app.services.runs import RunService
 from gmts_core.errors import GMTSError
 from gmts_core.run_dataset import ANSWER_ORDERS, TOP_ORDERS, QueryLimits
 from gmts_core.run_dataset.query import MAX_PAGE
+from gmts_core.run_dataset.schema import compared_pair as compared_pair  # the UI's
 from gmts_core.runs.worker import ReaderPool, WorkerLimits
 
 ANSWER_ORDER_NAMES = tuple(ANSWER_ORDERS)
@@ -299,9 +297,11 @@ class AnalysedRunService:
         contains: str | None,
         zero_signal: bool | None,
         steps: tuple[int, int] | None,
+        pair: tuple[str, str] | None = None,
     ) -> AnswersResponse:
         path = self._path(run_id)
         params = {
+            "pair": list(pair) if pair else None,
             "by": by,
             "descending": bool(descending),
             "offset": offset,
@@ -364,6 +364,7 @@ def _rank_answers(service: AnalysedRunService, run_id: str, p: dict[str, Any]) -
         p.get("contains") or None,
         None if zero is None else bool(zero),
         _span(p),
+        tuple(str(p["pair"]).split(",", 1)) if p.get("pair") else None,  # type: ignore[arg-type]
     )
 
 

@@ -1,19 +1,14 @@
 """Query an analysed-run dataset with DuckDB, without loading a step into Python.
 
-Why DuckDB: it runs inside the process (no server), scans Parquet in parallel, pushes filters
-and column selection down into the files (row groups whose min/max statistics cannot match
-are skipped, only the columns a query names are decoded), computes top-k rankings with a
-bounded heap, and bounds its own memory and threads, which a shared server needs.
-
-A dataset's bytes are untrusted: every file is opened by
-:class:`~gmts_core.run_dataset.folder.DatasetFolder` (no link followed, regular files only,
-checked on the open descriptor) and read through :mod:`gmts_core.run_dataset.reading`
-(footers checked first, a locked connection that reads only the query's descriptors). No text
-from a file becomes SQL: column names come from the format's schema, method names match a
-strict pattern and are quoted too, orders and filters come from fixed tables, user text is a
-bound parameter. Run-wide rankings rank keys, not rows: the order and filter columns are
-sorted, the page's rows read whole afterwards, the count from the same scan (unfiltered: from
-the steps' summaries).
+DuckDB runs in the process, scans Parquet in parallel, pushes filters and column choices into
+the files, keeps top-k rankings in a bounded heap and bounds its memory and threads. A
+dataset's bytes are untrusted: every file is opened by
+:class:`~gmts_core.run_dataset.folder.DatasetFolder` and read through
+:mod:`gmts_core.run_dataset.reading` (footers checked, a locked connection reading only the
+query's descriptors). No text from a file becomes SQL: column names come from the schema,
+method names match a strict pattern and are quoted, user text is a bound parameter. Run-wide
+rankings rank keys, not rows (:mod:`gmts_core.run_dataset.search`): the page's rows are read
+afterwards, the count from the same scan (unfiltered: from the steps' summaries).
 """
 
 from __future__ import annotations
@@ -48,6 +43,7 @@ from gmts_core.run_dataset.schema import (
     TOP_K,
     TOP_ORDERS,
     Manifest,
+    compared_pair,
     parse_manifest,
     schema,
 )
@@ -230,6 +226,7 @@ class AnalysedRun:
         contains: str | None = None,
         zero_signal: bool | None = None,
         steps: tuple[int, int] | None = None,
+        pair: tuple[str, str] | None = None,
     ) -> tuple[list[dict[str, Any]], int]:
         """Answers across the run ranked by ``by`` (:data:`ANSWER_ORDERS`), optionally only
         those whose text contains ``contains`` (case-insensitive, literally) or those of
@@ -247,7 +244,8 @@ class AnalysedRun:
             if offset >= total:
                 return [], total
         page = f"LIMIT {_page(limit)} OFFSET {_offset(offset)}"
-        keys = answer_keys(self, order, direction, page, contains, zero_signal, numbers)
+        pair = self._other_pair(pair)
+        keys = answer_keys(self, order, direction, page, contains, zero_signal, numbers, pair)
         if not keys:
             total = 0 if where or offset == 0 else self.count_answers(contains, zero_signal, steps)
             return [], total
@@ -267,8 +265,19 @@ class AnalysedRun:
                 got = self._rows(sql, files, [files.paths, min(groups), max(groups), codes])
             for row in got:
                 found[(int(row["step"]), int(row["group"]), int(row["answer"]))] = row
-        wanted = [(int(r["step"]), int(r["group"]), int(r["answer"])) for r in keys]
+        wanted = {(int(r["step"]), int(r["group"]), int(r["answer"])): r for r in keys}
+        for code, key in wanted.items():  # another pair's disagreement, from the tokens
+            if code in found and "pair_disagreement" in key:
+                found[code]["disagreement"] = int(key["pair_disagreement"])
         return [found[k] for k in wanted if k in found], total
+
+    def _other_pair(self, pair: tuple[str, str] | None) -> tuple[str, str] | None:
+        """``pair`` when it is not the stored one (None: the stored disagreement serves)."""
+        if pair is None or set(pair) == set(compared_pair(self.methods) or ()):
+            return None
+        if len(set(pair)) != 2 or not set(pair) <= set(self.methods):
+            raise InvalidInputError(f"a pair is two of this run's methods: {self.methods}")
+        return pair
 
     def count_answers(
         self,

@@ -90,6 +90,11 @@ def _rank_answers(run: AnalysedRun, p: dict[str, Any]) -> dict[str, Any]:
         raise InvalidInputError("contains must be text of at most 200 characters")
     if zero is not None and not isinstance(zero, bool):
         raise InvalidInputError("zero_signal must be true, false or absent")
+    pair = p.get("pair")
+    if pair is not None and not (
+        isinstance(pair, list) and len(pair) == 2 and all(isinstance(m, str) for m in pair)
+    ):
+        raise InvalidInputError("pair must be two method names")
     rows, total = run.ranked_answers(
         str(p.get("by", "reward")),
         bool(p.get("descending", True)),
@@ -98,6 +103,7 @@ def _rank_answers(run: AnalysedRun, p: dict[str, Any]) -> dict[str, Any]:
         contains or None,
         zero,
         _span(p),
+        (pair[0], pair[1]) if pair else None,
     )
     return {"rows": rows, "total": total}
 

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager, ExitStack
 from typing import Any, Protocol
 
 from gmts_core.run_dataset.folder import DatasetFolder
-from gmts_core.run_dataset.reading import Files
+from gmts_core.run_dataset.reading import Files, ident
 from gmts_core.run_dataset.text_index import WordPlan, candidates_sql, named, plan
 
 
@@ -52,10 +52,14 @@ def answer_keys(
     contains: str | None,
     zero_signal: bool | None,
     numbers: list[int],
+    pair: tuple[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The ranked keys of one page (``page``: its LIMIT/OFFSET clause), each row with
-    ``total``, the number of matches."""
+    ``total``, the number of matches. ``pair``: rank by the disagreement of these two methods
+    instead of the stored pair's (:func:`pair_keys`)."""
     ranking = f"""ORDER BY {order} {direction} NULLS LAST, step, "group", answer {page}"""
+    if pair is not None and order == "disagreement":
+        return pair_keys(run, pair, direction, page, contains, zero_signal, numbers)
     words = plan(contains) if contains else None
     if words is None or not indexed(run, numbers):
         where, params = run._answer_filter(contains, zero_signal)
@@ -93,3 +97,34 @@ def _from_index(
         files = Files([*index.paths, *answers.paths], {**index.names, **answers.names})
         params.update(words=index.paths, answers=answers.paths)
         return run._rows(sql, files, params)
+
+
+def pair_keys(
+    run: AnalysedRun,
+    pair: tuple[str, str],
+    direction: str,
+    page: str,
+    contains: str | None,
+    zero_signal: bool | None,
+    numbers: list[int],
+) -> list[dict[str, Any]]:
+    """Keys ranked by the disagreement of ``pair`` (tokens one selects and the other does
+    not), counted from every token's selections: the tokens files' two selection columns are
+    read (the stored ``disagreement`` is the pair chosen at analysis only), each row with
+    ``pair_disagreement``."""
+    a, b = (ident(f"selected_{m}") for m in pair)
+    where, params = run._answer_filter(contains, zero_signal)
+    sql = f"""WITH d AS (
+                SELECT step AS d_step, "group" AS d_group, answer AS d_answer,
+                       count_if({a} <> {b}) AS pair_disagreement
+                FROM read_parquet(?) GROUP BY ALL)
+              SELECT step, "group", answer, pair_disagreement, count(*) OVER () AS total
+              FROM read_parquet(?) JOIN d
+                ON step = d_step AND "group" = d_group AND answer = d_answer
+              {where}
+              ORDER BY pair_disagreement {direction} NULLS LAST, step, "group", answer {page}"""
+    with ExitStack() as stack:
+        tokens = stack.enter_context(run._reading("tokens", numbers))
+        answers = stack.enter_context(run._reading("answers", numbers))
+        files = Files([*tokens.paths, *answers.paths], {**tokens.names, **answers.names})
+        return run._rows(sql, files, [tokens.paths, answers.paths, *params])

@@ -126,9 +126,25 @@ def analysed_rank_answers(
     step_to: StepTo = None,
     offset: Offset = 0,
     limit: Limit = 50,
+    pair: Annotated[
+        str | None,
+        Query(
+            pattern=r"^[a-z][a-z0-9_]{0,47},[a-z][a-z0-9_]{0,47}$",
+            description="by=disagreement: the two methods compared, 'entropy,gmts' (default: "
+            "the pair stored at analysis; another is counted from every token's selections).",
+        ),
+    ] = None,
 ) -> AnswersResponse:
     return services.analysed_runs.rank_answers(
-        run_id, by, descending, offset, limit, contains, zero_signal, _steps(step_from, step_to)
+        run_id,
+        by,
+        descending,
+        offset,
+        limit,
+        contains,
+        zero_signal,
+        _steps(step_from, step_to),
+        (pair.split(",")[0], pair.split(",")[1]) if pair else None,
     )
 
 

@@ -87,3 +87,12 @@ def test_an_idle_tab_polls_the_runs_row_and_fetches_steps_only_when_they_change(
     new = h.poll("a-run", body)[0]
     assert backend.asked == ["run", "run", "steps"]
     assert [r["step"] for r in new["steps"]] == [1, 2]
+
+
+def test_the_pair_picker_lists_every_pair_the_stored_one_first() -> None:
+    from app.ui.tabs.runs.analysed import disagreement_note, pair_choices
+
+    picked = pair_choices(["random", "entropy", "gmts"])
+    assert picked["choices"] == ["entropy vs gmts", "random vs entropy", "random vs gmts"]
+    assert picked["value"] == "entropy vs gmts"
+    assert "counted from every token's selections" in disagreement_note(("random", "gmts"))

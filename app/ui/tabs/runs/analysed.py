@@ -20,7 +20,7 @@ from app.reports.analysed_report import (
     summary_text,
     tokens_html,
 )
-from app.services.analysed_runs import ANSWER_ORDER_NAMES, TOKEN_ORDER_NAMES
+from app.services.analysed_runs import ANSWER_ORDER_NAMES, TOKEN_ORDER_NAMES, compared_pair
 from app.services.errors import GMTSError
 from app.ui.context import UIContext, call
 from app.ui.downloads import write_download
@@ -56,6 +56,26 @@ def page_note(what: str, offset: int, body: Json) -> str:
     return f"{what} {offset + 1:,}–{last:,}{of}"
 
 
+def pair_choices(methods: list[str]) -> Any:
+    """Every pair of the run's methods as "a vs b", the pair stored at analysis first."""
+    stored = compared_pair(tuple(methods))
+    pairs = [f"{a} vs {b}" for i, a in enumerate(methods) for b in methods[i + 1 :]]
+    first = f"{stored[0]} vs {stored[1]}" if stored else None
+    ordered = ([first] if first else []) + [p for p in pairs if p != first]
+    return gr.update(choices=ordered, value=first)
+
+
+def disagreement_note(pair: tuple[str, ...]) -> str:
+    """What "disagreement" counted: the stored pair's column, or another pair's tokens."""
+    if not pair:
+        return " (disagreement: tokens the pair stored at analysis disagree on)"
+    return (
+        f" (disagreement of {pair[0]} vs {pair[1]}: tokens one selects and the other does not; "
+        "for a pair other than the one stored at analysis it is counted from every token's "
+        "selections, which reads the run's token files: seconds to minutes on a long run)"
+    )
+
+
 def _number(value: Any) -> str:
     return "—" if value is None else f"{value:.4g}"
 
@@ -85,7 +105,8 @@ class _Handlers:
 
     def open(self, run_id: str | None) -> tuple:
         if not run_id:
-            return (None, "", None, None, gr.update(choices=[], value=None), None, None)
+            empty = gr.update(choices=[], value=None)
+            return (None, "", None, None, empty, None, None, empty)
         body = self.q("steps", run_id)
         steps = [r["step"] for r in body["steps"]]
         return (
@@ -96,6 +117,7 @@ class _Handlers:
             gr.update(choices=steps, value=steps[0] if steps else None),
             self.report(body, None, []),
             None,
+            pair_choices(body["run"]["methods"]),
         )
 
     def poll(self, run_id: str | None, body: Json | None) -> tuple:
@@ -116,7 +138,9 @@ class _Handlers:
             gr.update(choices=steps),
         )
 
-    def find(self, run_id: str | None, order: str, contains: str, zero: str) -> tuple:
+    def find(
+        self, run_id: str | None, order: str, contains: str, zero: str, pair: str | None = None
+    ) -> tuple:
         if not run_id:
             return _table([], ANSWER_COLS), ""
         kind, _, by = order.partition(" by ")
@@ -126,6 +150,7 @@ class _Handlers:
                 body["tokens"], TOKEN_COLS
             ), f"the run's {len(body['tokens'])} tokens with the highest {by}"
         zero_signal = {ZERO_CHOICES[1]: True, ZERO_CHOICES[2]: False}.get(zero)
+        pair_names = tuple(pair.split(" vs ")) if pair and by == "disagreement" else ()
         body = self.q(
             "rank_answers",
             run_id,
@@ -133,11 +158,14 @@ class _Handlers:
             limit=100,
             contains=contains or None,
             zero_signal=zero_signal,
+            **({"pair": ",".join(pair_names)} if pair_names else {}),
         )
         total = body["page"]["total"]
         if not total:
             return _table([], ANSWER_COLS), "no answer matches"
         note = f"{total:,} answers match; the first {len(body['answers'])} by {by} are shown"
+        if by == "disagreement":
+            note += disagreement_note(pair_names)
         return _table(body["answers"], ANSWER_COLS), note
 
     def groups(self, run_id: str | None, step: int | None, offset: int = 0) -> tuple:
@@ -224,6 +252,9 @@ def build_analysed_section(ctx: UIContext) -> None:
         order = gr.Dropdown(ORDER_CHOICES, value=ORDER_CHOICES[0], label="Rank across the run")
         contains = gr.Textbox(label="Answer text contains", elem_id="analysed-contains")
         zero = gr.Radio(list(ZERO_CHOICES), value=ZERO_CHOICES[0], label="Groups")
+        pair = gr.Dropdown(
+            [], value=None, label="Disagreement of", elem_id="analysed-pair", scale=0
+        )
         find = gr.Button("Find", elem_id="analysed-find", variant="primary", scale=0)
     note = gr.Markdown(elem_id="analysed-note")
     results = gr.Dataframe(
@@ -253,12 +284,13 @@ def build_analysed_section(ctx: UIContext) -> None:
     blocks = Context.root_block
     assert blocks is not None  # built inside the app's gr.Blocks
     blocks.load(h.refresh, None, run, show_progress="hidden")
-    run.change(h.open, run, [body, status, plot_reward, plot_select, step, download, shown])
+    opened = [body, status, plot_reward, plot_select, step, download, shown, pair]
+    run.change(h.open, run, opened)
     timer.tick(
         h.poll, [run, body], [body, status, plot_reward, plot_select, step], show_progress="hidden"
     )
-    find.click(h.find, [run, order, contains, zero], [results, note])
-    contains.submit(h.find, [run, order, contains, zero], [results, note])
+    find.click(h.find, [run, order, contains, zero, pair], [results, note])
+    contains.submit(h.find, [run, order, contains, zero, pair], [results, note])
     step.change(h.groups, [run, step], [groups, group_note, group_at])
     group_prev.click(
         lambda r, s, at: h.group_page(r, s, at, -1),
