@@ -76,6 +76,7 @@ lint: setup-dev
 	$(VENV)/bin/ruff check gmts_core app tests benchmarks
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/python scripts/unused_code.py
 
 clean:
 	rm -rf $(VENV) $(VERL_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -22,8 +22,6 @@ os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="gmts-test-state-")
 from gmts_core.model.loading import LoadedModel, load_model
 from tests.tiny_models import save_tiny_model
 
-ARCHS = ("llama", "qwen2", "gpt2")
-
 
 @pytest.fixture(scope="session", autouse=True)
 def _one_torch_thread() -> None:

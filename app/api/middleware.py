@@ -25,7 +25,6 @@ from app.api.asgi import header, json_error, send_json
 
 logger = logging.getLogger(__name__)
 
-REQUEST_ID_HEADER = "X-Request-ID"
 _VALID_ID = re.compile(r"[A-Za-z0-9._\-]{1,64}")
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 

@@ -95,9 +95,6 @@ class StrictRequest(BaseModel):
         return data
 
 
-NoBoolNumbers = StrictRequest  # the former name
-
-
 def refuse_together(model: BaseModel, pairs: Iterable[tuple[str, str, str]]) -> None:
     """A 422 naming both fields of the first pair ``(a, b, why)`` that are both given."""
     for a, b, why in pairs:

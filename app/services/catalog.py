@@ -39,9 +39,6 @@ ANALYSIS_DEFAULTS = AnalysisConfig()
 """The analysis knobs' defaults (ratio, scope, temperature, ...): every front end takes them from
 here (tests/app/test_no_retyped_defaults.py)."""
 
-RL_DEFAULTS = RLConfig()
-"""The GRPO knobs' defaults (the UI's forms start from them)."""
-
 SAMPLING_DEFAULTS = SamplingConfig()
 """How a group is sampled when the request says nothing (answers, max new tokens, seed)."""
 

@@ -9,7 +9,6 @@ single-process run of the same steps.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -157,7 +156,3 @@ def write_html(out: Path, report: dict[str, Any]) -> Path:
     path = out / "report.html"
     path.write_text(run_report_html(report), encoding="utf-8")
     return path
-
-
-def read_report(out: Path) -> dict[str, Any]:
-    return json.loads((out / "report.json").read_text())

@@ -312,10 +312,6 @@ class SessionStore:
         why = self._gone.get(session_id, "does not exist")
         return SessionNotFoundError(f"session {session_id!r} {why}; create a new one")
 
-    def purge_expired(self) -> None:
-        with self._lock:
-            self._purge_locked()
-
     def get(self, session_id: str) -> Session:
         """The session (marked as just used), or SessionNotFoundError saying why not."""
         with self._lock:

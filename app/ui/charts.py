@@ -191,9 +191,6 @@ def _num(x: Any) -> str:
     return "—" if x is None else f"{float(x):.3f}"
 
 
-SUMMARY_HEADERS = ["quantity", "value"]
-
-
 def summary_rows(summary: Json, methods: tuple[str, str]) -> list[list[str]]:
     """The summary table: coverage, wasted share, overlap and Spearman correlations."""
     a, b = methods

@@ -189,9 +189,6 @@ class CompareResult:
         rule GMTS argues against), else the first method."""
         return "entropy" if "entropy" in self.config.methods else self.config.methods[0]
 
-    def final_by_seed(self, method: str) -> dict[int, float]:
-        return {r.seed: r.accuracy[self.config.steps] for r in self.runs_of(method)}
-
     def has_per_problem(self) -> bool:
         """Whether every run (and the start) kept its final score on each held-out problem."""
         n = len(self.start_per_problem)

@@ -241,15 +241,6 @@ def check_saved(folder: Path) -> SavedSession:
     )
 
 
-def read_saved(folder: Path) -> SavedSession | None:
-    """The saved session in ``folder`` (None when there is none or it cannot be read)."""
-    try:
-        return check_saved(folder)
-    except CorruptSessionError as exc:
-        logger.warning("cannot read the session state in %s: %s", folder, exc)
-        return None
-
-
 def _checked_tensors(saved: SavedSession, part: str) -> dict[str, torch.Tensor]:
     """The tensors of ``files[part]``, after its sha256 matched the one in meta.json."""
     name = saved.meta["files"][part]

@@ -76,10 +76,6 @@ class LossTerms:
     clip_high: int  # selected tokens with rho > 1 + eps_high and A > 0
 
     @property
-    def kl_mean(self) -> float:
-        return self.kl_sum / max(self.num_tokens, 1)
-
-    @property
     def clip_low_fraction(self) -> float:
         return self.clip_low / max(self.num_selected, 1)
 

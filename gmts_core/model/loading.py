@@ -10,7 +10,6 @@ are refused by name).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -247,7 +246,3 @@ class ModelCache:
     def loaded_names(self) -> list[str]:
         with self._lock:
             return [k.split("\0")[0] for k in self._models]
-
-
-def offline_mode() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")

@@ -269,11 +269,6 @@ class StringBudget:
             checkpoint()
 
 
-def check_arrow_strings(table: Any, limits: RunLimits, path: Path) -> None:
-    """:class:`StringBudget` of one table (all its strings at once)."""
-    StringBudget(limits, path).add(table)
-
-
 def _lengths(chunk: Any) -> tuple[int, int]:
     """(longest cell, sum of all cells) of one string/binary array, in characters for
     strings (bytes for binary); a dictionary array is measured on its dictionary."""

@@ -33,19 +33,6 @@ SILU = ("SiLUActivation", "SiLU")  # gates the native step computes itself
 MAX_PARAMETERS = 200_000_000  # larger bodies keep the generic step (no weight copies)
 
 
-def rotation_matrices(cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """(L, Dh, Dh) matrices M with x @ M[t] = x * cos[t] + rotate_half(x) * sin[t], the rotary
-    embedding at position t as one matmul (rotate_half(x) = cat(-x[h:], x[:h]), h = Dh / 2)."""
-    length, dim = cos.shape
-    half = dim // 2
-    eye = torch.arange(dim, device=cos.device)
-    m = cos.new_zeros(length, dim, dim)
-    m[:, eye, eye] = cos  # x_i cos_i
-    m[:, eye[:half] + half, eye[:half]] = -sin[:, :half]  # - x_{i+h} sin_i for i < h
-    m[:, eye[half:] - half, eye[half:]] = sin[:, half:]  # + x_{i-h} sin_i for i >= h
-    return m
-
-
 @dataclass
 class _LayerWeights:
     """One decoder layer's weights as the fused step uses them: the query/key/value and

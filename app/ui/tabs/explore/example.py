@@ -58,9 +58,3 @@ def real_model_values() -> list[object]:
 def load_example(path: Path = EXAMPLE_PATH) -> dict[str, Any] | None:
     """The stored arrival body, or None if unreadable."""
     return arrival.load_arrival(path)
-
-
-def compute_example(backend: Any) -> dict[str, Any]:
-    """The arrival example, freshly analysed by ``backend``."""
-    result: dict[str, Any] = backend.analyze(arrival.arrival_request())
-    return result
