@@ -17,18 +17,27 @@ import plotly.io as pio
 from app.palette import OKABE_ITO, method_color
 
 Json = dict[str, Any]
+# the legend sits below the x axis's tick labels and title (about 50 px together), not on them
 LAYOUT = dict(
     template="plotly_white",
-    margin=dict(l=55, r=20, t=70, b=50),
-    legend=dict(orientation="h", yanchor="top", y=-0.18, x=0),
-    height=340,
+    margin=dict(l=55, r=20, t=70, b=120),
+    legend=dict(orientation="h", yanchor="top", y=-0.3, x=0),
+    height=400,
 )
 
 
+def step_ticks(steps: list[int]) -> dict[str, Any]:
+    """Whole-step ticks, at most about 10, each step label once: linear from the first step
+    in a whole stride (plotly's automatic ticks put 1.5 between steps 1 and 2, and "d"
+    formatting then prints "1, 1, 2, 2")."""
+    if not steps:
+        return dict(tickmode="auto", tickformat="d")
+    span = max(steps) - min(steps)
+    return dict(tickmode="linear", tick0=min(steps), dtick=max(1, math.ceil(span / 10)))
+
+
 def _steps_axis(fig: go.Figure, steps: list[int]) -> go.Figure:
-    # whole steps only: no tick at 1.5 between steps 1 and 2
-    fig.update_xaxes(title="training step", tickmode="auto", dtick=max(1, len(steps) // 10 or 1))
-    fig.update_xaxes(tickformat="d")
+    fig.update_xaxes(title="training step", tickformat="d", **step_ticks(steps))
     return fig
 
 
@@ -179,9 +188,7 @@ def tokens_html(tokens: list[Json], methods: list[str], num_tokens: int | None =
     spans = []
     for tok in tokens:
         picked = [m for m in pair if tok["selected"].get(m)]
-        shadows = ", ".join(
-            f"inset 0 {edges[pair.index(m)]} 0 {method_color(m)}" for m in picked
-        )
+        shadows = ", ".join(f"inset 0 {edges[pair.index(m)]} 0 {method_color(m)}" for m in picked)
         style = f"box-shadow: {shadows};" if shadows else ""
         cls = "tok " + " ".join(f"sel-{m}" for m in tok["selected"] if tok["selected"][m])
         title = html.escape(token_title(tok, num_tokens), quote=True)
