@@ -171,7 +171,7 @@ class GMTSGRPOTrainer(GRPOTrainer):
 
     # --- hooks into TRL ------------------------------------------------------------------------
 
-    @property  # type: ignore[override]
+    @property
     def top_entropy_quantile(self) -> float:
         """Always < 1, so TRL's ``_compute_loss`` asks ``get_high_entropy_mask`` for a mask."""
         return 0.0

@@ -135,8 +135,8 @@ def _check(answer: str, reference: str) -> dict[str, Any]:
 
     # no signal-based timeouts: the parent bounds this process's time by killing it
     gold_text = reference if "$" in reference or "\\" in reference else f"${reference}$"
-    gold = parse(gold_text, parsing_timeout=None)  # type: ignore[arg-type]
-    pred = parse(answer, parsing_timeout=None)  # type: ignore[arg-type]
+    gold = parse(gold_text, parsing_timeout=None)
+    pred = parse(answer, parsing_timeout=None)
     if not pred:
         return {"found": False, "correct": False, "extracted": None}
     ok = bool(verify(gold, pred, timeout_seconds=None))
