@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,7 +83,7 @@ class GMTSPolicyLossConfig(PolicyLossConfig):
             gmts_settings(self)  # raises InvalidInputError on a bad ratio, scope or reselect
 
 
-def _wrap_actor_post_init(original):  # type: ignore[no-untyped-def]
+def _wrap_actor_post_init(original: Callable[[Any], None]) -> Callable[[Any], None]:
     @functools.wraps(original)
     def __post_init__(self: Any) -> None:
         original(self)
@@ -104,7 +105,7 @@ def install_config_check(config_cls: Any = ActorConfig) -> None:
 # ---- the registered losses -------------------------------------------------------------
 
 
-def _gmts_policy_loss(mode: str):  # type: ignore[no-untyped-def]
+def _gmts_policy_loss(mode: str) -> Callable[..., tuple[torch.Tensor, dict[str, Any]]]:
     def loss(
         old_log_prob: torch.Tensor,
         log_prob: torch.Tensor,

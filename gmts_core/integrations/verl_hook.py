@@ -13,6 +13,7 @@ carries with its rows and the loss reads (:data:`STATE`)."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,7 +213,7 @@ def _micro_batch_selected(data: Any) -> torch.Tensor | None:
     return data.select(SELECTED_FIELD).to_padded_tensor()[SELECTED_FIELD] != 0
 
 
-def _reading_selection(loss_fn):  # type: ignore[no-untyped-def]
+def _reading_selection(loss_fn: Callable[..., Any]) -> Callable[..., Any]:
     """``loss_fn`` that first hands its micro-batch's selection to the registered loss."""
 
     @functools.wraps(loss_fn)
@@ -226,7 +227,7 @@ def _reading_selection(loss_fn):  # type: ignore[no-untyped-def]
     return loss
 
 
-def _wrap_train_batch(original):  # type: ignore[no-untyped-def]
+def _wrap_train_batch(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def train_batch(self: Any, data: Any) -> Any:
         config = _actor_config(self)
@@ -245,7 +246,7 @@ def _wrap_train_batch(original):  # type: ignore[no-untyped-def]
     return train_batch
 
 
-def _wrap_train_mini_batch(original):  # type: ignore[no-untyped-def]
+def _wrap_train_mini_batch(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def train_mini_batch(self: Any, data: Any) -> Any:
         config = _actor_config(self)
