@@ -111,6 +111,7 @@ def test_results_scroll_into_view_after_analyze(chromium: Any, ui_server: LiveSe
     assert "Example" not in page.locator("#notes").inner_text()  # the new result replaced it
     # the results were brought into view: the notes above the tokens reach the top of the screen
     page.wait_for_function(
-        "() => Math.abs(document.getElementById('notes').getBoundingClientRect().top) < 40"
+        "() => { const n = document.getElementById('notes');"
+        " return !!n && Math.abs(n.getBoundingClientRect().top) < 40; }"
     )
     page.context.close()

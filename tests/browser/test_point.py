@@ -186,11 +186,13 @@ def test_method_pickers_show_names_and_list_descriptions(
 ) -> None:
     page = open_page(chromium, ui_server.url, width, height)
     box = page.locator("#method-b input")
-    page.wait_for_function("() => document.querySelector('#method-b input').value === 'gmts'")
+    page.wait_for_function("() => document.querySelector('#method-b input')?.value === 'gmts'")
     assert page.locator("#method-a input").input_value() == "entropy"
     assert box.get_attribute("title").startswith("gmts: GMTS")  # the whole label on hover
     box.click()  # the open list keeps the descriptions
     option = page.get_by_role("option", name="gmts_paper: GMTS paper, Framework1 code", exact=False)
     option.first.click()
-    page.wait_for_function("() => document.querySelector('#method-b input').value === 'gmts_paper'")
+    page.wait_for_function(
+        "() => document.querySelector('#method-b input')?.value === 'gmts_paper'"
+    )
     page.context.close()

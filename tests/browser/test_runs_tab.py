@@ -75,7 +75,7 @@ def wait_for_step(page: Any, step: int) -> None:
     """Wait until the step summary shows `step` with no event of the step view still pending
     (its progress overlay says "processing" or the place in the queue while one is)."""
     page.wait_for_function(
-        "(step) => { const t = document.querySelector('#run-step-summary').innerText;"
+        "(step) => { const t = document.querySelector('#run-step-summary')?.innerText ?? '';"
         " return t.includes('Step ' + step + ' ') && !/processing|queue|waiting/.test(t); }",
         arg=step,
     )
@@ -95,7 +95,7 @@ def test_click_a_logged_step_shows_the_applied_mask(chromium: Any, runs_server: 
     page.wait_for_selector("#run-step-differences .why-differ")  # applied vs GMTS, by reason
     page.click("#run-next")
     page.wait_for_function(
-        "document.querySelector('#run-step-summary').innerText.includes('Step 2')"
+        "(document.querySelector('#run-step-summary')?.innerText ?? '').includes('Step 2')"
     )
     df2 = pd.read_parquet(DATA / "logged" / "gmts_selection" / "selection_00002.parquet")
     page.wait_for_function(
@@ -238,7 +238,8 @@ def test_a_run_written_by_trl_shows_step_1_tokens_and_metrics_over_steps(
     page.wait_for_selector("#run-step-differences .why-differ")
     # metrics over steps: computed in the background, charted as they come (3 steps)
     page.wait_for_function(
-        "document.querySelector('#run-metrics-status').innerText.includes('3 of 3 steps analysed')"
+        "(document.querySelector('#run-metrics-status')?.innerText ?? '')"
+        ".includes('3 of 3 steps analysed')"
     )
     for plot in ("#run-coverage-plot", "#run-waste-plot", "#run-overlap-plot"):
         page.wait_for_function(
@@ -268,7 +269,7 @@ def test_verl_roll_areal_and_jsonl_runs_show_their_tokens(
     page.wait_for_selector("#run-step-differences .why-differ")
     click_step(page, 2)
     page.wait_for_function(
-        "document.querySelector('#run-step-summary').innerText.includes('Step 2')"
+        "(document.querySelector('#run-step-summary')?.innerText ?? '').includes('Step 2')"
     )
     assert page.locator("#run-step-view .tok").count() > 0
 
@@ -292,8 +293,8 @@ def test_what_the_trainer_logged_is_charted(chromium: Any, runs_server: LiveServ
     assert "reward mean (GMTS, from the rollouts)" in traces
     # the entropy GMTS recomputes for the steps it analyses in the background joins it
     page.wait_for_function(
-        "() => [...document.querySelector('#run-trainer-plot .js-plotly-plot').data]"
-        ".some(t => t.name.startsWith('entropy mean (GMTS'))"
+        "() => [...(document.querySelector('#run-trainer-plot .js-plotly-plot')?.data ?? [])]"
+        ".some(t => (t.name ?? '').startsWith('entropy mean (GMTS'))"
     )
     assert "What TRL itself logged" in page.locator("#run-trainer-note").inner_text()
 
@@ -376,7 +377,7 @@ def test_a_dump_shows_masked_tokens_mismatch_and_its_own_numbers(
     # the dump's numbers alone: no model, the selections they suffice for
     choose(page, "run-numbers", "logged by the trainer")
     page.wait_for_function(
-        "document.querySelector('#run-step-summary').innerText.includes('dump logged')"
+        "(document.querySelector('#run-step-summary')?.innerText ?? '').includes('dump logged')"
     )
     tokens = page.evaluate(TOKENS_JS)
     assert sum("sel-a" in t["classes"] for t in tokens) == sum(t.selected["entropy"] for t in dump)

@@ -66,7 +66,7 @@ def wait_for_run(page: Any, expected_done: int) -> None:
     page.wait_for_function(
         """([sel, n]) => {
             const d = document.querySelector(sel + ' .js-plotly-plot');
-            return d && d.data && d.data[2].x.length === n && d.data[0].x.length >= 2;
+            return d?.data?.[2]?.x?.length === n && d.data[0]?.x?.length >= 2;
         }""",
         arg=["#train-reward-plot", expected_done],
     )

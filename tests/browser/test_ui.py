@@ -178,7 +178,7 @@ def test_demo_batch_and_drill_down(chromium: Any, ui_server: LiveServer, artifac
     set_number(page, "max-new-tokens", 24)
     page.click("#demo-batch-btn")
     page.wait_for_function(
-        "document.querySelector('#batch-text textarea').value.split('---').length === 4"
+        "(document.querySelector('#batch-text textarea')?.value ?? '').split('---').length === 4"
     )
     page.click("#analyze-batch-btn")
     page.wait_for_selector("#batch-box", state="visible")
