@@ -24,7 +24,7 @@ DUMPS = ("prime_rl", "nemo_rl", "open_instruct")
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     root = tmp_path_factory.mktemp("runs")
-    for name in DUMPS:
+    for name in (*DUMPS, "slime", "miles"):
         shutil.copytree(DATA / name, root / name)
     folder = root / "trl-extra" / "completions"
     folder.mkdir(parents=True)
@@ -133,3 +133,32 @@ def test_a_dump_opens_from_its_own_numbers_without_the_model(
     ]
     assert chosen and min(chosen) >= max(others)
     assert len(chosen) == body["report"]["selected_count"]["gmts_entropy"]
+
+
+@pytest.mark.parametrize("name", ["nemo_rl", "open_instruct", "slime", "miles"])
+def test_every_per_token_dump_opens_from_its_own_numbers(client: TestClient, name: str) -> None:
+    """numbers=logged on every other per-token dump: the step opens from what its trainer
+    logged (each token's logged numbers, its loss mask; untrained tokens never selected), and
+    with the model each analysed token carries the same logged numbers beside GMTS's."""
+    first = client.get(f"/v1/runs/{name}").json()["steps"][0]
+    dump = client.get(f"/v1/runs/{name}/steps/{first}", params={"numbers": "logged"})
+    assert dump.status_code == 200, dump.text
+    model = client.get(f"/v1/runs/{name}/steps/{first}", params={"model": "tiny-arith"})
+    assert model.status_code == 200, model.text
+    body = dump.json()
+    assert body["mode"] == "dump"
+    tokens = [t for g in body["logged"] for a in g["answers"] for t in a["tokens"]]
+    assert tokens and all(t["text"] and t["logged"] for t in tokens)
+    assert not any(any(t["selected"].values()) for t in tokens if not t["trained"])
+    assert body["report"]["untrained_tokens"] == sum(not t["trained"] for t in tokens)
+    analysis = model.json()["analysis"]
+    answers = (
+        [a for g in analysis["groups"] for a in g["answers"]]
+        if analysis["groups"]
+        else (analysis["answers"])
+    )
+    analysed = [t for a in answers for t in a["tokens"]]
+    assert [t["trained"] for t in analysed] == [t["trained"] for t in tokens]
+    for mine, logged in zip(analysed, tokens, strict=True):
+        shared = set(logged["logged"]) - {"logprob_diff", "importance_ratio"}
+        assert {k: mine["logged"][k] for k in shared} == {k: logged["logged"][k] for k in shared}
