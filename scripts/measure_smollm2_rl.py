@@ -9,6 +9,11 @@ template; the word-arithmetic task with the ``final_number`` reward) at the smal
 of output is one JSON object (a step, or an evaluation), so a long run can be read as it goes.
 
     python scripts/measure_smollm2_rl.py --steps 20 --threads 1 > smollm2-rl.jsonl
+    python scripts/measure_smollm2_rl.py --summarize smollm2-rl.jsonl \
+        --out static/real-model-rl.json
+
+The summary (``--summarize``) is what the Train tab says a step on the model costs before it
+runs (:mod:`app.ui.tabs.train.real_model`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import time
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -40,6 +48,38 @@ def say(**fields: object) -> None:
     print(json.dumps({**fields, "load": round(os.getloadavg()[0], 2)}), flush=True)
 
 
+def summarize(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of a run's JSON lines: step time and memory, reward and accuracy trends."""
+    start = next(x for x in lines if x["event"] == "start")
+    steps = [x for x in lines if x["event"] == "step"]
+    evals = [x for x in lines if x["event"] == "eval"]
+    rewards = [x["reward"] for x in steps]
+    loads = [x["load"] for x in lines]
+    config = start["config"]
+    return {
+        "model": SMOLLM2.alias,
+        "policy": start["policy"],
+        "threads": config["threads"],
+        "batch": [config["prompts"], config["group_size"], config["max_new_tokens"]],
+        "learning_rate": config["learning_rate"],
+        "steps": len(steps),
+        "step_median_s": statistics.median(x["seconds"] for x in steps),
+        "step_cpu_median_s": statistics.median(x["cpu_s"] for x in steps),
+        "peak_rss_mb": max(x["rss_mb"] for x in lines if "rss_mb" in x),
+        "load_min": min(loads),
+        "load_max": max(loads),
+        "rewards": rewards,
+        "reward_first_5": statistics.fmean(rewards[:5]),
+        "reward_last_5": statistics.fmean(rewards[-5:]),
+        "zero_signal_groups": [x["zero_signal_groups"] for x in steps],
+        "eval_problems": config["eval_problems"],
+        "accuracy_before": evals[0]["accuracy"],
+        "accuracy_after": evals[-1]["accuracy"],
+        "eval_s_per_problem": statistics.fmean(x["seconds"] for x in evals)
+        / config["eval_problems"],
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--steps", type=int, default=20)
@@ -50,7 +90,17 @@ def main() -> None:
     p.add_argument("--learning-rate", type=float, default=RLConfig.learning_rate)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--summarize", type=Path, help="a run's JSON lines: write their summary")
+    p.add_argument("--out", type=Path, help="where --summarize writes (else stdout)")
     args = p.parse_args()
+    if args.summarize:
+        lines = [json.loads(x) for x in args.summarize.read_text().splitlines() if x.strip()]
+        text = json.dumps(summarize(lines), indent=1) + "\n"
+        if args.out:
+            args.out.write_text(text)
+        else:
+            print(text, end="")
+        return
     torch.set_num_threads(args.threads)
     path = SMOLLM2.path()
     if path is None:

@@ -34,6 +34,8 @@ REAL_MODEL = SMOLLM2.alias
 """The bundled real pretrained model."""
 WORD_ARITH_REWARD = word_arith.REWARD_RULE
 """The reward rule of the real model's task (natural-language arithmetic)."""
+REAL_MODEL_RL_DEFAULTS = dict(SMOLLM2.rl_defaults)
+"""A live-RL session's default batch on the real model (prompts, G, max new tokens)."""
 
 ANALYSIS_DEFAULTS = AnalysisConfig()
 """The analysis knobs' defaults (ratio, scope, temperature, ...): every front end takes them from

@@ -16,6 +16,7 @@ from app.ui.choices import method_choices
 from app.ui.context import Tab, UIContext, call
 from app.ui.limited import LR_CONTROL_MAX, SANE_LR, limit_slider
 from app.ui.render import Json, placeholder
+from app.ui.tabs.train import real_model
 from app.ui.tabs.train.view import (
     DELTA_LOGP_NOTE,
     SKIP,
@@ -47,8 +48,9 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
     c: dict[str, Any] = {}
     with gr.Row():
         c["model"] = gr.Dropdown(
-            models, value=default_model, label="Model", allow_custom_value=True
-        )
+            models, value=default_model, label="Model", allow_custom_value=True,
+            elem_id="train-model",
+        )  # fmt: skip
         c["method"] = gr.Dropdown(
             method_choices(ctx.capabilities),
             value=d.method,
@@ -135,6 +137,14 @@ def build_train_tab(ctx: UIContext) -> None:
         "faded, for comparison."
     )
     form = _controls(ctx)
+    note = gr.Markdown("", elem_id="train-model-note")  # the real model's batch and cost
+
+    def on_model(model: str | None) -> list[Any]:
+        return [*real_model.model_knobs(model).values(), real_model.cost_note(model, cost)]
+
+    cost = real_model.load_cost()
+    model_outputs = [form[name] for name in real_model.MODEL_FIELDS]
+    form["model"].change(on_model, [form["model"]], [*model_outputs, note])
     with gr.Row():
         run_btn = gr.Button("Run steps", variant="primary", elem_id="train-run-btn")
         reset_btn = gr.Button("Reset to the start", elem_id="train-reset-btn")
