@@ -16,6 +16,7 @@ import pytest
 
 from app.main import create_app
 from app.services.runs import StepOptions
+from gmts_core.methods.selection import top_k_count
 from tests.app.api_helpers import LiveServer
 from tests.browser.conftest import ui_settings
 
@@ -374,6 +375,20 @@ def test_a_dump_shows_masked_tokens_mismatch_and_its_own_numbers(
     shaded = [t["level"] for t in tokens if "tok-untrained" not in t["classes"]]
     assert shaded[darkest] == 1.0 and min(shaded) == 0.0
     assert all(t["level"] == 0.0 for t in tokens if "tok-untrained" in t["classes"])
+    # budget over content: the answers' EOS (the tokenizer's special token) leaves the budget
+    eos_id = runs_server.app.state.services.models.tokenizer("tiny-arith").eos_token_id
+    trained_n = sum(t.trained for t in dump)
+    eos = sum(t.trained and t.id == eos_id for t in dump)
+    assert eos > 0
+    marked = f"#run-step-view .tok[data-id='{eos_id}']:is(.sel-a, .sel-b)"
+    for rule, counted in (("content", trained_n - eos), ("trained", trained_n)):
+        choose(page, "run-budget", rule)
+        page.wait_for_function(
+            "(k) => document.querySelectorAll('#run-step-view .tok.sel-a').length === k",
+            arg=top_k_count(0.2, counted),
+        )
+        if rule == "content":
+            assert page.locator(marked).count() == 0
     # the dump's numbers alone: no model, the selections they suffice for
     choose(page, "run-numbers", "logged by the trainer")
     page.wait_for_function(
