@@ -10,6 +10,7 @@ use it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import warnings
@@ -98,6 +99,28 @@ def causal_lm_types() -> list[str]:
     return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
 
 
+def out_of_scope(model_type: str) -> str | None:
+    """Why ``model_type`` is outside what the tool analyses (an encoder-decoder, or a multimodal
+    model whose text model is another entry of the mapping), from its default config; None when
+    it is a decoder-only language model. Out-of-scope architectures are listed, not tested."""
+    try:
+        with _quiet():
+            config = AutoConfig.for_model(model_type)
+    except Exception:  # noqa: BLE001 - in scope; tiny_config states why it cannot be built
+        return None
+    if getattr(config, "is_encoder_decoder", False):
+        return "encoder-decoder"
+    if config.to_dict().get("text_config") is not None or hasattr(config, "vision_config"):
+        return "multimodal (text, vision or audio sub-configs)"
+    return None
+
+
+@functools.cache
+def in_scope_types() -> list[str]:
+    """The decoder-only architectures of the mapping: the ones the conformance tests run on."""
+    return [t for t in causal_lm_types() if out_of_scope(t) is None]
+
+
 def _quiet() -> contextlib.AbstractContextManager[Any]:
     stack = contextlib.ExitStack()
     stack.enter_context(warnings.catch_warnings())
@@ -113,10 +136,9 @@ def tiny_config(model_type: str) -> Any:
         config = AutoConfig.for_model(model_type)
     except Exception as exc:  # noqa: BLE001 - any failure is a stated skip
         raise Skip(f"its default config cannot be made ({type(exc).__name__})") from None
-    if getattr(config, "is_encoder_decoder", False):
-        raise Skip("encoder-decoder")
-    if config.to_dict().get("text_config") is not None or hasattr(config, "vision_config"):
-        raise Skip("multimodal (text, vision or audio sub-configs)")
+    scope = out_of_scope(model_type)
+    if scope is not None:
+        raise Skip(scope)
     try:
         for key, value in _SMALL.items():
             if hasattr(config, key) and not isinstance(getattr(config, key), dict | list):
@@ -189,6 +211,10 @@ if __name__ == "__main__":  # the table of docs/concepts.md: python -m tests.arc
     torch.set_num_threads(1)
     groups: dict[str, list[str]] = defaultdict(list)
     for t in causal_lm_types():
+        scope = out_of_scope(t)
+        if scope is not None:
+            groups[f"out of scope, not tested: {_reason_class(scope)}"].append(t)
+            continue
         kind, value = outcome(t)
         key = "verified" if kind == "verified" else f"{kind}: {_reason_class(str(value))}"
         groups[key].append(t)

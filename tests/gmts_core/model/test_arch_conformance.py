@@ -1,7 +1,9 @@
 """Every causal-LM architecture of the installed transformers: the tool's numbers are the model's.
 
-For each architecture in ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` that can be built as a tiny
-random decoder (tests/arch_matrix.py says why the others are skipped):
+For each decoder-only architecture in ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``
+(``in_scope_types``: encoder-decoder and multimodal ones are out of scope, listed by
+``python -m tests.arch_matrix`` and in docs/concepts.md, not parametrised) that can be built as a
+tiny random decoder (tests/arch_matrix.py says why the others are skipped):
 
 - the load-time probe (:func:`gmts_core.model.logit_head.check_head_path`) either verifies the
   tool's LM-head path or refuses the architecture by name (never silently wrong numbers);
@@ -33,7 +35,7 @@ from gmts_core.sampling.kv_sampler import DecodeRequest, decode
 from gmts_core.sampling.sampler_probe import unserved_reason
 from gmts_core.stats.forward import answer_token_stats
 from gmts_core.stats.sampling_stats import StatsWhileSampling
-from tests.arch_matrix import VOCAB, build_tiny, causal_lm_types, outcome
+from tests.arch_matrix import VOCAB, build_tiny, causal_lm_types, in_scope_types, outcome
 
 TAU = 0.7
 PROMPTS = [[5, 9, 14], [5, 9, 14], [21, 8]]
@@ -83,7 +85,7 @@ def _reference_fields(z: torch.Tensor, answer: list[int]) -> dict[str, torch.Ten
     }
 
 
-@pytest.mark.parametrize("model_type", causal_lm_types())
+@pytest.mark.parametrize("model_type", in_scope_types())
 def test_head_probe_verifies_or_refuses_by_name(model_type: str) -> None:
     kind, value = _outcome(model_type)
     if kind == "skipped":
@@ -98,7 +100,7 @@ def test_head_probe_verifies_or_refuses_by_name(model_type: str) -> None:
     assert diff <= 1e-4 * (1 + size)
 
 
-@pytest.mark.parametrize("model_type", causal_lm_types())
+@pytest.mark.parametrize("model_type", in_scope_types())
 def test_analysis_fields_equal_autograd_through_own_forward(model_type: str) -> None:
     model = _model(model_type)
     stats = answer_token_stats(model, list(zip(PROMPTS, ANSWERS, strict=True)), 0, TAU)
@@ -108,7 +110,7 @@ def test_analysis_fields_equal_autograd_through_own_forward(model_type: str) -> 
             assert_close(getattr(got.stats, name).double(), want, atol=2e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("model_type", causal_lm_types())
+@pytest.mark.parametrize("model_type", in_scope_types())
 def test_live_rl_loss_equals_loss_on_own_forward(model_type: str) -> None:
     model = _model(model_type)
     head = model.get_output_embeddings().weight
@@ -136,7 +138,7 @@ def test_live_rl_loss_equals_loss_on_own_forward(model_type: str) -> None:
     assert_close(g_ours, g_theirs, atol=1e-6, rtol=1e-3)
 
 
-@pytest.mark.parametrize("model_type", causal_lm_types())
+@pytest.mark.parametrize("model_type", in_scope_types())
 def test_sampling_round_trip(model_type: str) -> None:
     """The distribution ``generate`` samples from (its own logits / tau, KV-cached) is the one
     the analysis reports for the sampled tokens, both from a forward pass and as collected
@@ -167,7 +169,7 @@ def test_sampling_round_trip(model_type: str) -> None:
     assert_close(collected.stats.entropy, stats.stats.entropy, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("model_type", causal_lm_types())
+@pytest.mark.parametrize("model_type", in_scope_types())
 def test_kv_sampler_round_trip(model_type: str) -> None:
     """Our sampler draws ``generate``'s tokens for the same seed (the same multinomial draws on
     the same probabilities) and the statistics it collects from the logits of each draw equal
