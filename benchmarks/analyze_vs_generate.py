@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import resource
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -72,9 +73,12 @@ def request_body(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def bare_generate(lm: LoadedModel, args: argparse.Namespace) -> Callable[[], torch.Tensor]:
-    """The reference: one batched, KV-cached ``generate`` with the analysis' settings."""
-    prompt_ids = encode_prompt(lm.tokenizer, args.prompt, chat_template=False)
+def bare_generate(
+    lm: LoadedModel, args: argparse.Namespace, chat_template: bool = False
+) -> Callable[[], torch.Tensor]:
+    """The reference: one batched, KV-cached ``generate`` with the analysis' settings (the
+    prompt in the model's chat template where the analysis puts it there by default)."""
+    prompt_ids = encode_prompt(lm.tokenizer, args.prompt, chat_template=chat_template)
     input_ids = torch.tensor([prompt_ids]).repeat(args.num_samples, 1)  # (G, P)
 
     def run() -> torch.Tensor:
@@ -130,11 +134,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         max_answers=max(args.num_samples, 1),
     )
     app = create_app(settings)
-    lm = app.state.services.models.get(args.model)
+    models = app.state.services.models
+    lm = models.get(args.model)
     # force full-length answers in both paths (generate reads this config on every call)
     lm.model.generation_config.min_new_tokens = args.max_new_tokens
     body = request_body(args)
-    generate = bare_generate(lm, args)
+    generate = bare_generate(lm, args, models.chat_template_default(args.model))
     times: dict[str, list[float]] = {"analyze": [], "generate": []}
     cpu: dict[str, list[float]] = {"analyze": [], "generate": []}
     with poster(app, args.transport) as post:
@@ -179,6 +184,7 @@ def report(
         "generate_cpu_median_s": cg,
         "cpu_ratio": ca / cg if cg else float("nan"),
         "analyze_times_s": times["analyze"],
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "generate_times_s": times["generate"],
         "machine": machine(),
     }
@@ -200,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         f"  CPU time: analyze {rep['analyze_cpu_median_s']:.3f} s, generate "
         f"{rep['generate_cpu_median_s']:.3f} s, ratio {rep['cpu_ratio']:.2f}",
         f"  same token ids in both paths: {rep['same_tokens_as_generate']}",
+        f"  peak resident memory of the process: {rep['peak_rss_mb']:.0f} MB",
     ]
     emit(rep, args.json, lines)
     return 0
