@@ -177,13 +177,17 @@
   }
   new MutationObserver(linkCharts).observe(document.documentElement, {childList: true, subtree: true});
 
+  function hiddenPicks(t) {  // predicting: the tooltip would give the ranks away
+    var scope = t.closest(".predict-scope");
+    return !!scope && scope.classList.contains("predicting");
+  }
   document.addEventListener("mouseover", function (ev) {
     var t = tokenOf(ev.target);
-    if (t) show(t); else hide();
+    if (t && !hiddenPicks(t)) show(t); else hide();
   });
   document.addEventListener("focusin", function (ev) {
     var t = tokenOf(ev.target);
-    if (t) { rove(t); show(t); }
+    if (t) { rove(t); if (!hiddenPicks(t)) show(t); }
   });
   document.addEventListener("click", function (ev) {
     var t = tokenOf(ev.target);
@@ -248,6 +252,11 @@
   document.addEventListener("keydown", function (ev) {
     if (ev.key === "Escape") { hide(); unpin(); return; }
     var t = tokenOf(ev.target);
+    if (t && hiddenPicks(t) && (ev.key === "Enter" || ev.key === " ")) {
+      ev.preventDefault();
+      t.click();  // a guess (the capture handler below), never the panel with the ranks
+      return;
+    }
     if (t && t.hasAttribute("data-detail") && (ev.key === "Enter" || ev.key === " ")) {
       ev.preventDefault();
       pin(t);
@@ -304,4 +313,80 @@
       sayClamped(t);
     }, true);  // capture: before the control clamps the value
   });
+  // --- predict, then reveal (app/ui/predict.py): hide the marks, guess, then score ---
+  function predictScope(node) {
+    return node && node.closest ? node.closest(".predict-scope") : null;
+  }
+  function predictReset(scope) {
+    scope.querySelectorAll(".tok.guess, .tok.guess-hit, .tok.guess-miss, .tok.guess-missed")
+      .forEach(function (t) { t.classList.remove("guess", "guess-hit", "guess-miss", "guess-missed"); });
+    scope.classList.remove("revealed");
+    scope.querySelector(".predict-score").textContent = "";
+    scope.querySelector(".predict-count").textContent = "";
+  }
+  function tokenLabel(t) {
+    return "\u201c" + t.textContent + "\u201d";
+  }
+  function ranked(list, which) {  // by the method's rank, best first
+    return list.slice().sort(function (x, y) {
+      return Number(x.getAttribute("data-rank-" + which)) - Number(y.getAttribute("data-rank-" + which));
+    });
+  }
+  function predictReveal(scope) {
+    var select = scope.querySelector(".predict-method");
+    var which = select.value, name = select.options[select.selectedIndex].textContent;
+    var all = Array.prototype.slice.call(scope.querySelectorAll(".gmts-view .tok[data-tip]"));
+    var picks = all.filter(function (t) { return t.classList.contains("sel-" + which); });
+    var guesses = all.filter(function (t) { return t.classList.contains("guess"); });
+    var hits = guesses.filter(function (t) { return t.classList.contains("sel-" + which); });
+    guesses.forEach(function (t) { t.classList.add(t.classList.contains("sel-" + which) ? "guess-hit" : "guess-miss"); });
+    var missed = picks.filter(function (t) { return !t.classList.contains("guess"); });
+    missed.forEach(function (t) { t.classList.add("guess-missed"); });
+    var out = scope.querySelector(".predict-score");
+    out.textContent = "";
+    var lines = [
+      "Score: " + hits.length + " of your " + guesses.length + " picks are " + name + "\u2019s; " +
+        name + " picks " + picks.length + " tokens here and you found " + hits.length + " of them.",
+    ];
+    var top = ranked(missed, which).slice(0, 3);
+    if (top.length) {
+      lines.push("Its best-ranked picks you missed: " + top.map(function (t) {
+        return tokenLabel(t) + " (rank " + t.getAttribute("data-rank-" + which) + ")";
+      }).join(", ") + ".");
+    }
+    var wrong = ranked(guesses.filter(function (t) { return !t.classList.contains("sel-" + which); }), which).slice(0, 3);
+    if (wrong.length) {
+      lines.push("Your picks it left out: " + wrong.map(function (t) {
+        var r = t.getAttribute("data-rank-" + which);
+        return tokenLabel(t) + (r ? " (rank " + r + ")" : " (not ranked)");
+      }).join(", ") + ".");
+    }
+    lines.push("Each token\u2019s tooltip gives its ranks and numbers; \u201cWhy they differ\u201d says where the two methods part and why.");
+    lines.forEach(function (text) { var p = document.createElement("p"); p.textContent = text; out.appendChild(p); });
+    scope.classList.remove("predicting");
+    scope.classList.add("revealed");
+    scope.querySelector(".predict-toggle").checked = false;
+    scope.querySelector(".predict-reveal").disabled = true;
+  }
+  document.addEventListener("change", function (ev) {
+    var t = ev.target;
+    if (!t || !t.classList || !t.classList.contains("predict-toggle")) return;
+    var scope = predictScope(t);
+    if (!scope) return;
+    predictReset(scope);
+    scope.classList.toggle("predicting", t.checked);
+    scope.querySelector(".predict-reveal").disabled = !t.checked;
+  });
+  document.addEventListener("click", function (ev) {
+    var scope = predictScope(ev.target);
+    if (!scope) return;
+    if (ev.target.closest(".predict-reveal")) { predictReveal(scope); return; }
+    if (!scope.classList.contains("predicting")) return;
+    var t = tokenOf(ev.target);
+    if (!t) return;
+    ev.stopPropagation();  // a guess, not the detail panel
+    t.classList.toggle("guess");
+    var n = scope.querySelectorAll(".tok.guess").length;
+    scope.querySelector(".predict-count").textContent = n + " picked";
+  }, true);  // capture: before the token's own click (the pinned panel)
 })();

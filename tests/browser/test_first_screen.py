@@ -97,7 +97,43 @@ def test_page_opens_on_a_highlighted_example(
     # the pinned panel works on the example too (its numbers and ranks come with the page)
     first.click()
     assert "rank of" in page.locator("#gmts-pin").inner_text()
+    page.keyboard.press("Escape")
+    predict_then_reveal(page)
     page.context.close()
+
+
+def predict_then_reveal(page: Any) -> None:
+    """Predict, then reveal on the example (the demo model): the marks and tooltips hidden,
+    three guesses (two of gmts's picks, one token it leaves), then the score and the marks."""
+    scope = page.locator("#token-view .predict-scope")
+    scope.locator(".predict-toggle").check()
+    assert "predicting" in (scope.get_attribute("class") or "")
+    mark = scope.locator(".tok.mark-b, .tok.mark-both").first
+    hidden = mark.evaluate("t => getComputedStyle(t).borderTopColor")
+    assert hidden == "rgba(0, 0, 0, 0)", hidden  # gmts's mark hidden while predicting
+    picks = scope.locator(".gmts-view .tok[data-tip].sel-b")
+    total = picks.count()
+    assert total >= 2
+    for guess in (
+        picks.nth(0),
+        picks.nth(1),
+        scope.locator(".gmts-view .tok[data-tip]:not(.sel-b)").first,
+    ):
+        guess.click()
+    assert page.locator("#gmts-pin").is_hidden()  # a guess, not the panel
+    assert scope.locator(".predict-count").inner_text() == "3 picked"
+    scope.locator(".predict-reveal").click()
+    score = scope.locator(".predict-score").inner_text()
+    want = (
+        f"Score: 2 of your 3 picks are gmts\u2019s; gmts picks {total} tokens here and you found 2"
+    )
+    assert want in score, score
+    assert "Why they differ" in score and "Your picks it left out" in score
+    assert scope.locator(".tok.guess-hit").count() == 2
+    assert scope.locator(".tok.guess-miss").count() == 1
+    assert scope.locator(".tok.guess-missed").count() == total - 2
+    shown = mark.evaluate("t => getComputedStyle(t).borderTopColor")
+    assert shown != "rgba(0, 0, 0, 0)"  # the marks are back
 
 
 def test_results_scroll_into_view_after_analyze(chromium: Any, ui_server: LiveServer) -> None:

@@ -17,6 +17,7 @@ from app.services.catalog import ANALYSIS_DEFAULTS, SAMPLING_DEFAULTS
 from app.services.errors import InvalidInputError
 from app.ui import charts
 from app.ui.choices import EXPLICIT
+from app.ui.predict import with_predict_bar
 from app.ui.render import Json, placeholder, render_result
 from app.ui.tabs.learn import learn
 from app.ui.why_differ import why_differ_html
@@ -196,7 +197,9 @@ def explore_view(
         msg = f"{', '.join(missing)} was not computed for this result: press Analyze again."
         return ExploreView(placeholder(msg), {}, [], learn_html, [])
     return ExploreView(
-        tokens_html=render_result(result, methods, color_by, group_index),
+        tokens_html=with_predict_bar(
+            render_result(result, methods, color_by, group_index), methods
+        ),
         figures=charts.group_figures(result, methods, group_index) if with_figures else {},
         summary_rows=charts.summary_rows(result.get("summary") or {}, methods),
         learn_html=learn_html,
