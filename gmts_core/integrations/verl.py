@@ -72,6 +72,7 @@ class GMTSPolicyLossConfig(PolicyLossConfig):
     gmts_ratio: float = DEFAULT_RATIO  # k = ceil(ratio * n) tokens kept per scope (20%: the paper)
     gmts_scope: str = "group"  # "group" (one uid), "batch" (the mini-batch) or "answer"
     gmts_reselect: str = "mini_batch"  # "mini_batch": at the current policy; "step": once
+    gmts_budget_over: str = "trained"  # what k counts: trained, content (less special tokens), all
     gmts_log_dir: str | None = None  # write gmts_selection/selection_NNNNN.parquet here
     gmts_seed: int = 0  # for the random control only
 

@@ -141,3 +141,26 @@ def test_selection_log_opens_in_the_runs_reader(tmp_path):
     assert len(step.groups) == 3
     trained = sum(sum(map(bool, a)) for g in step.groups for a in g.token_columns["selected"])
     assert trained == int(sel.mask.sum())
+
+
+def test_content_budget_leaves_the_tokenizers_special_tokens_out():
+    """gmts_budget_over=content through the hook: response tokens that are the tokenizer's
+    special tokens (two ids made special here) are never selected and take no share of any
+    group's k; the selection equals verl_terms' with those tokens flagged."""
+    rows = make_rows([4, 4, 4], max_len=6, seed=7)
+    config = actor_config(loss_mode="gmts_entropy", gmts_ratio=0.5, gmts_budget_over="content")
+    worker = cpu_worker(config)
+    special = [int(rows.responses[0, 0]), int(rows.responses[1, 0])]
+
+    class Tok:
+        all_special_ids = special
+
+    worker.model_config.tokenizer = Tok()
+    sel = hook.apply_selection(worker, to_tensordict(rows), config)
+    valid = rows.response_mask.bool()
+    flagged = torch.isin(rows.responses, torch.tensor(special)) & valid
+    assert flagged.any() and not sel.mask[flagged].any()
+    for uid in set(rows.uids):
+        in_group = torch.tensor([u == uid for u in rows.uids])
+        counted = int((valid & ~flagged)[in_group].sum())
+        assert int(sel.mask[in_group].sum()) == math.ceil(0.5 * counted)
