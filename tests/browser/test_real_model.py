@@ -1,5 +1,5 @@
 """The real pretrained model in a real Chromium: Explore's "Same view on a real model" button
-fills the form for ``smollm2-135m`` and analyses 8 answers x 96 tokens of a word problem; the
+fills the form for ``smollm2-135m`` and analyses 8 answers x 96 tokens of a question; the
 tokens come back highlighted, in the model's own BPE pieces, and the view holds at 1366 px and
 at 390 px. Then the Train tab on the model: its small batch and measured cost are shown before
 the run, and one live RL step runs on it. The time from the click to the highlighted tokens is
@@ -31,7 +31,7 @@ TIMEOUT_MS = 900_000
 NEW_RESULT_JS = """() => {
   const view = document.querySelector('#token-view');
   const prompt = view && view.querySelector('.prompt-text');
-  return !!prompt && prompt.textContent.replace(/\u00b7/g, ' ').includes('Tom has 47 apples')
+  return !!prompt && prompt.textContent.replace(/\u00b7/g, ' ').includes('What is 2 + 2?')
     && !!view.querySelector('.tok.sel-b');
 }"""
 
@@ -59,7 +59,7 @@ def test_the_real_model_example_one_click_away(
     button.click()
     page.wait_for_function(NEW_RESULT_JS, polling=250, timeout=TIMEOUT_MS)
     seconds = time.perf_counter() - start
-    assert page.locator("#prompt textarea").input_value().startswith("Tom has 47 apples")
+    assert page.locator("#prompt textarea").input_value().startswith("What is 2 + 2?")
     tokens = page.locator("#token-view .answer").first.locator(".tok")
     texts = tokens.evaluate_all("els => els.map(e => e.textContent)")
     assert len(texts) >= 8  # BPE pieces, not characters: a word is one token

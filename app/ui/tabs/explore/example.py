@@ -9,8 +9,9 @@ it with ``scripts/choose_arrival_example.py --regenerate``. The form itself star
 task's "carry" prompt (what Analyze runs).
 
 One click away sits the same view on a real pretrained model: :func:`real_model_values` fills
-the form with a word problem for ``smollm2-135m`` (its chat template on, as the model's
-default; the ``final_number`` reward rule; 8 answers x 96 tokens) and the tab runs it.
+the form with a question of the word-arithmetic task for ``smollm2-135m`` (its chat template
+on, as the model's default; the ``final_number`` reward rule; 8 answers x 96 tokens) and the
+tab runs it.
 """
 
 from __future__ import annotations
@@ -34,14 +35,16 @@ def example_form() -> explore.ExploreForm:
 
 
 REAL_MODEL_EXAMPLE = explore.ExploreForm(
-    prompt="Tom has 47 apples and buys 38 more. How many apples does he have?",
+    prompt="What is 2 + 2?",
     model=REAL_MODEL,
-    reference="85",
+    reference="4",
     reward_kind=WORD_ARITH_REWARD,
     group_size=8,
     max_new_tokens=96,
 )
-"""The real-model example: a one-step word problem of the word-arithmetic task."""
+"""The real-model example: a single-digit question of the word-arithmetic task, one the model
+gets right only some of the time (3 of 8 sampled answers right at seed 0 when chosen; the
+word problem "Tom has 47 apples and buys 38 more..." got 0 of 8, a group with no signal)."""
 REAL_MODEL_FIELDS = (
     "model", "prompt", "reference", "reward_kind", "group_size", "max_new_tokens",
     "answers_text", "explicit_rewards",
