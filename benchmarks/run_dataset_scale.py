@@ -1,22 +1,26 @@
-"""An analysed run at real scale: write a synthetic dataset of a million rollouts, serve it, and
-time what the Runs tab asks for, with the server's memory and /healthz meanwhile.
+"""An analysed run at real scale, with realistic texts: write a dataset of a million rollouts,
+serve it, and time what the Runs tab asks for, in wall and CPU seconds.
 
-    python benchmarks/run_dataset_scale.py                      # 128 steps x 8,192 answers
-    python benchmarks/run_dataset_scale.py --steps 4 --answers 512 --json   # a smoke run
+    python benchmarks/run_dataset_scale.py --out /work/data/realistic_1m --jobs 2
+    python benchmarks/run_dataset_scale.py --steps 2 --answers 256 --rounds 2 --json  # smoke
 
-The dataset (gmts_core.run_dataset.synthetic: log-normal answer lengths, median 70 tokens,
-~105 on average, so ~110M tokens) is written with the writer `gmts analyze-run` uses, into
-``--out`` (kept and reused when it was made with the same sizes). Then ``gmts serve`` runs as
-a separate process (its RSS is its own, read from /proc) with the dataset's folder under
+The dataset (128 steps x 512 prompts x 16 answers: gmts_core.run_dataset.realistic — answer
+lengths log-normal, median 156 and mean 236 tokens, up to 4,096; a BPE-like vocabulary of
+30,000 strings with Zipf-Mandelbrot frequencies; 37% zero-signal groups; ~247M tokens) is
+written with the writer `gmts analyze-run` uses, into ``--out`` (kept: a later call reuses it,
+or writes only the steps it lacks). ``--short-texts`` writes the old 30-character answers.
+Then ``gmts serve`` runs as a separate process with the dataset's folder under
 GMTS_RUN_ROOTS, and one client asks, in turn:
 
 - step views: a page of a random step's groups, one group's answers, one answer's tokens;
-- whole-run queries: answers ranked by each order, a text search, the zero-signal filter and
-  groups, tokens ranked by each order;
+- run-wide rankings of answers by each order (and one at a random offset up to 500,000);
+- filters: zero-signal answers ranked by length, a page of zero-signal groups;
+- text searches: a frequent word, a word piece, a rare word, two phrases;
+- tokens ranked by each order;
 
-while a second client asks /healthz every 0.2 s. Printed: p50/p95 of each kind, the worst
-/healthz, the server's peak and final RSS, the writer's tokens/s and the disk size per million
-tokens.
+each timed in wall seconds and in CPU seconds of the server and its reading processes (load
+independent), while a second client asks /healthz every 0.2 s. Then the contention figure:
+step views while 3 other clients ask run-wide rankings, filters and searches without pause.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +44,8 @@ import pyarrow.parquet as pq
 from _common import emit, free_port, machine, percentile
 
 from gmts_core.run_dataset import ANSWER_ORDERS, TOP_ORDERS, write_step
-from gmts_core.run_dataset.schema import write_manifest
+from gmts_core.run_dataset.realistic import realistic_step, vocabulary
+from gmts_core.run_dataset.schema import step_file, write_manifest
 from gmts_core.run_dataset.synthetic import synthetic_step
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,37 +56,60 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=128)
     p.add_argument("--answers", type=int, default=8192, help="Answers per step.")
     p.add_argument("--group-size", type=int, default=16)
-    p.add_argument("--median-length", type=float, default=70.0)
+    p.add_argument(
+        "--short-texts",
+        action="store_true",
+        help="The old synthetic data (30-character answers, median 70 tokens) instead of "
+        "realistic texts.",
+    )
+    p.add_argument("--jobs", type=int, default=1, help="Processes writing steps.")
     p.add_argument("--rounds", type=int, default=20, help="Rounds of every query kind.")
     p.add_argument("--out", type=Path, default=Path("/tmp/gmts-scale-runs"))
     p.add_argument("--json", action="store_true")
     return p.parse_args(argv)
 
 
+def write_one(root: Path, step: int, args: argparse.Namespace) -> tuple[int, float]:
+    """Write step ``step`` (its own seed: steps can be written in any order, in parallel);
+    (its tokens, the writer's seconds)."""
+    rng = np.random.default_rng((0, step))
+    groups = args.answers // args.group_size
+    if args.short_texts:
+        cols = synthetic_step(step, groups, args.group_size, rng)
+    else:
+        cols = realistic_step(step, groups, args.group_size, rng, vocabulary())
+    start = time.perf_counter()
+    write_step(root, cols)
+    return len(cols.gamma), time.perf_counter() - start
+
+
 def build(root: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Write the dataset (or reuse one of the same sizes); the writer's throughput."""
+    """Write the dataset, or the steps it lacks when one of the same sizes is there (a
+    generation that was stopped goes on); the writer's throughput over what it wrote."""
     sizes = {
         "steps": args.steps,
         "answers": args.answers,
         "group_size": args.group_size,
-        "median_length": args.median_length,
+        "texts": "short" if args.short_texts else "realistic",
     }
     manifest = root / "dataset.json"
-    if manifest.is_file() and json.loads(manifest.read_text())["settings"] == sizes:
+    if not (manifest.is_file() and json.loads(manifest.read_text())["settings"] == sizes):
+        shutil.rmtree(root, ignore_errors=True)
+        write_manifest(root, ("entropy", "gmts"), sizes)
+    todo = [s for s in range(1, args.steps + 1) if not step_file(root, "steps", s).is_file()]
+    if not todo:
         return {"reused": True}
-    shutil.rmtree(root, ignore_errors=True)
-    write_manifest(root, ("entropy", "gmts"), sizes)
-    rng = np.random.default_rng(0)
-    tokens, write_s = 0, 0.0
-    for step in range(1, args.steps + 1):
-        cols = synthetic_step(
-            step, args.answers // args.group_size, args.group_size, rng, args.median_length
-        )
-        start = time.perf_counter()
-        write_step(root, cols)
-        write_s += time.perf_counter() - start
-        tokens += len(cols.gamma)
-    return {"reused": False, "write_tokens_per_s": tokens / write_s, "write_s": write_s}
+    start = time.perf_counter()
+    with ProcessPoolExecutor(max(1, args.jobs)) as pool:
+        done = list(pool.map(write_one, [root] * len(todo), todo, [args] * len(todo)))
+    tokens, write_s = sum(d[0] for d in done), sum(d[1] for d in done)
+    return {
+        "reused": False,
+        "steps_written": len(todo),
+        "write_tokens_per_s": tokens / write_s,
+        "write_s": write_s,
+        "generate_wall_s": time.perf_counter() - start,
+    }
 
 
 def disk(root: Path) -> int:
@@ -96,10 +125,38 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` and every descendant, the children it
+    has reaped included: the server and its reading processes."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        parents[int(entry)] = int(fields[1])
+        own = int(fields[11]) + int(fields[12])
+        times[int(entry)] = (
+            own + (int(fields[13]) + int(fields[14]) if int(entry) == pid else 0)
+        ) / tick
+    total, stack = 0.0, [pid]
+    while stack:
+        p = stack.pop()
+        total += times.get(p, 0.0)
+        stack.extend(c for c, parent in parents.items() if parent == p)
+    return total
+
+
 class Health(threading.Thread):
     def __init__(self, url: str) -> None:
         super().__init__(daemon=True)
-        self.url, self.times, self.stop = url, [], threading.Event()
+        self.url, self.stop = url, threading.Event()
+        self.times: list[float] = []
 
     def run(self) -> None:
         with httpx.Client(base_url=self.url, timeout=30) as http:
@@ -113,38 +170,103 @@ def timed(http: httpx.Client, path: str, params: dict[str, Any] | None = None) -
     start = time.perf_counter()
     r = http.get(path, params=params)
     seconds = time.perf_counter() - start
-    r.raise_for_status()
+    if r.status_code != 200:
+        raise QueryFailed(f"{r.status_code} {path} {params}: {r.text[:300]}")
     return seconds, r.json()
 
 
-def measure(url: str, run_id: str, args: argparse.Namespace) -> dict[str, list[float]]:
+class QueryFailed(RuntimeError):
+    pass
+
+
+# what a researcher searches for: a frequent word, a word piece, rarer words (one word each:
+# answered by the word index alone) and phrases (the index's candidates, their texts checked)
+SEARCHES = ("the", "ber", "zufi", "therefore")
+PHRASES = ("total of the", "answer, ")
+
+
+def run_wide(rnd: random.Random) -> list[tuple[str, str, dict[str, Any]]]:
+    """One round of run-wide queries: (kind, path under the run, parameters)."""
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    for by in ANSWER_ORDERS:
+        out.append(("ranking", "/answers", {"by": by, "limit": 50}))
+    out.append(("ranking", "/answers", {"by": "reward", "offset": rnd.randrange(500_000)}))
+    out.append(("filter", "/answers", {"zero_signal": True, "by": "length"}))
+    out.append(("filter", "/zero-signal-groups", {"offset": rnd.randrange(100)}))
+    for q in SEARCHES:
+        out.append(("text_search", "/answers", {"contains": q, "by": "reward"}))
+    for q in PHRASES:
+        out.append(("phrase_search", "/answers", {"contains": q, "by": "reward"}))
+    for by in TOP_ORDERS:
+        out.append(("token_ranking", "/tokens", {"by": by, "offset": 100}))
+    return out
+
+
+def step_view(http: httpx.Client, base: str, rnd: random.Random, args: argparse.Namespace) -> float:
+    """A random step's page of groups, one group's answers, one answer's first tokens."""
+    step = rnd.randint(1, args.steps)
+    group = rnd.randrange(args.answers // args.group_size)
+    t1, _ = timed(http, f"{base}/steps/{step}/groups", {"offset": group // 50 * 50})
+    t2, body = timed(http, f"{base}/steps/{step}/groups/{group}/answers")
+    answer = rnd.randrange(len(body["answers"]))
+    t3, _ = timed(http, f"{base}/steps/{step}/groups/{group}/answers/{answer}/tokens")
+    return t1 + t2 + t3
+
+
+def measure(url: str, pid: int, run_id: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Alone: each query's wall and CPU seconds (the server's and its reading processes').
+    Then the contention figure: step views while 3 other clients ask run-wide queries."""
     rnd = random.Random(0)
-    times: dict[str, list[float]] = {"step_view": [], "run_filter": [], "token_ranking": []}
+    wall: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
+    failed: list[str] = []
     base = f"/v1/analysed-runs/{run_id}"
-    groups_per_step = args.answers // args.group_size
     with httpx.Client(base_url=url, timeout=120) as http:
         timed(http, f"{base}/steps")  # the run's first open
         for _ in range(args.rounds):
-            step = rnd.randint(1, args.steps)
-            group = rnd.randrange(groups_per_step)
-            t1, _ = timed(http, f"{base}/steps/{step}/groups", {"offset": group // 50 * 50})
-            t2, body = timed(http, f"{base}/steps/{step}/groups/{group}/answers")
-            answer = rnd.randrange(len(body["answers"]))
-            t3, _ = timed(http, f"{base}/steps/{step}/groups/{group}/answers/{answer}/tokens")
-            times["step_view"].append(t1 + t2 + t3)
-            for by in ANSWER_ORDERS:
-                t, _ = timed(http, f"{base}/answers", {"by": by, "limit": 50})
-                times["run_filter"].append(t)
-            t, _ = timed(http, f"{base}/answers", {"contains": f"answer {rnd.randrange(99)} "})
-            times["run_filter"].append(t)
-            t, _ = timed(http, f"{base}/answers", {"zero_signal": True, "by": "length"})
-            times["run_filter"].append(t)
-            t, _ = timed(http, f"{base}/zero-signal-groups")
-            times["run_filter"].append(t)
-            for by in TOP_ORDERS:
-                t, _ = timed(http, f"{base}/tokens", {"by": by, "offset": 100})
-                times["token_ranking"].append(t)
-    return times
+            before = tree_cpu_s(pid)
+            wall.setdefault("step_view", []).append(step_view(http, base, rnd, args))
+            cpu.setdefault("step_view", []).append(tree_cpu_s(pid) - before)
+            for kind, path, params in run_wide(rnd):
+                before = tree_cpu_s(pid)
+                try:
+                    t, _ = timed(http, base + path, params)
+                except QueryFailed as exc:  # a limit (time, memory) reached: counted, shown
+                    failed.append(str(exc))
+                    continue
+                wall.setdefault(kind, []).append(t)
+                cpu.setdefault(kind, []).append(tree_cpu_s(pid) - before)
+    busy = threading.Event()
+    errors: list[str] = []
+
+    def heavy(seed: int) -> None:
+        r = random.Random(seed)
+        with httpx.Client(base_url=url, timeout=120) as client:
+            while not busy.is_set():
+                kind, path, params = r.choice(
+                    [q for q in run_wide(r) if q[0] in ("ranking", "text_search", "filter")]
+                )
+                got = client.get(base + path, params=params)
+                if got.status_code not in (200, 429):
+                    errors.append(f"{got.status_code} {path}")
+
+    others = [threading.Thread(target=heavy, args=(i,), daemon=True) for i in range(3)]
+    for thread in others:
+        thread.start()
+    contended: list[float] = []
+    with httpx.Client(base_url=url, timeout=120) as http:
+        for _ in range(args.rounds):
+            contended.append(step_view(http, base, rnd, args))
+    busy.set()
+    for thread in others:
+        thread.join()
+    return {
+        "wall": wall,
+        "cpu": cpu,
+        "failed": failed,
+        "contended": contended,
+        "contention_errors": errors,
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -182,7 +304,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         start_rss, _ = rss_mb(server.pid)
         health = Health(url)
         health.start()
-        times = measure(url, "synthetic-1m", args)
+        load_before = os.getloadavg()[0]
+        got = measure(url, server.pid, "synthetic-1m", args)
+        load_after = os.getloadavg()[0]
         health.stop.set()
         health.join()
         rss, peak = rss_mb(server.pid)
@@ -193,6 +317,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {
         "benchmark": "run_dataset_scale",
         "machine": machine(),
+        "load_average_1m_before_after": [load_before, load_after],
+        "texts": "short" if args.short_texts else "realistic",
         "steps": args.steps,
         "rollouts": args.steps * args.answers,
         "tokens": num_tokens,
@@ -204,33 +330,48 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "server_rss_peak_mb": peak,
         "healthz_max_s": max(health.times) if health.times else None,
         "healthz_count": len(health.times),
+        "contention_errors": got["contention_errors"][:5],
+        "failed_queries": len(got["failed"]),
+        "failed_examples": got["failed"][:5],
     }
-    for kind, values in times.items():
+    for kind, values in got["wall"].items():
         report[f"{kind}_p50_s"] = percentile(values, 0.5)
         report[f"{kind}_p95_s"] = percentile(values, 0.95)
+        report[f"{kind}_cpu_p50_s"] = percentile(got["cpu"][kind], 0.5)
+        report[f"{kind}_cpu_p95_s"] = percentile(got["cpu"][kind], 0.95)
         report[f"{kind}_count"] = len(values)
+    report["step_view_contended_p50_s"] = percentile(got["contended"], 0.5)
+    report["step_view_contended_p95_s"] = percentile(got["contended"], 0.95)
     return report
+
+
+KINDS = ("step_view", "ranking", "filter", "text_search", "phrase_search", "token_ranking")
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     r = run(args)
     lines = [
-        f"{r['rollouts']:,} rollouts, {r['tokens']:,} tokens in {r['steps']} steps; "
-        f"{r['disk_mb']:.0f} MB on disk ({r['disk_mb_per_million_tokens']:.1f} MB per 1M tokens)",
+        f"{r['rollouts']:,} rollouts, {r['tokens']:,} tokens in {r['steps']} steps "
+        f"({r['texts']} texts); {r['disk_mb']:.0f} MB on disk",
         *(
             [f"writer: {r['write_tokens_per_s']:,.0f} tokens/s"]
             if "write_tokens_per_s" in r
             else []
         ),
-        f"step view p50 {r['step_view_p50_s']:.3f} s, p95 {r['step_view_p95_s']:.3f} s",
-        f"run-wide filter/ranking of answers p50 {r['run_filter_p50_s']:.3f} s, "
-        f"p95 {r['run_filter_p95_s']:.3f} s",
-        f"token ranking p50 {r['token_ranking_p50_s']:.3f} s, p95 {r['token_ranking_p95_s']:.3f} s",
+        *(
+            f"{kind}: p50 {r[kind + '_p50_s']:.3f} s, p95 {r[kind + '_p95_s']:.3f} s wall; "
+            f"CPU p50 {r[kind + '_cpu_p50_s']:.3f} s, p95 {r[kind + '_cpu_p95_s']:.3f} s"
+            for kind in KINDS
+            if kind + "_p50_s" in r
+        ),
+        f"failed: {r['failed_queries']} {r['failed_examples']}",
+        f"step view while 3 clients run run-wide queries: p50 "
+        f"{r['step_view_contended_p50_s']:.3f} s, p95 {r['step_view_contended_p95_s']:.3f} s",
         f"server RSS {r['server_rss_start_mb']:.0f} MB at start, "
         f"peak {r['server_rss_peak_mb']:.0f} MB",
         f"/healthz worst {r['healthz_max_s']:.3f} s over {r['healthz_count']} probes",
-        f"load average {r['machine']['load_average_1m']}",
+        f"load average before/after {r['load_average_1m_before_after']}",
     ]
     emit(r, args.json, lines)
 

@@ -83,3 +83,13 @@ def read(folder: DatasetFolder, entries: list[StepEntry], names: list[str]) -> d
         except (ValueError, KeyError, TypeError, RecursionError, InvalidInputError):
             continue  # a half-written, stale or foreign line: the step's own file is read
     return found
+
+
+def read_row(root: Path, step: int) -> dict[str, Any]:
+    """Step ``step``'s row in the index of the dataset at ``root`` (a trusted path: the
+    writer's own, for tools), KeyError without one."""
+    for raw in reversed((root / INDEX).read_bytes().splitlines()):
+        line = json.loads(raw)
+        if line["file"] == step_name(step):
+            return dict(line["row"])
+    raise KeyError(step)

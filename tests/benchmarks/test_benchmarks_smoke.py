@@ -170,10 +170,22 @@ def test_run_dataset_scale_smoke(tmp_path) -> None:
         "run_dataset_scale", *("--steps", "2", "--answers", "256", "--rounds", "2"),
         *("--out", str(tmp_path)),
     )  # fmt: skip
-    assert r["rollouts"] == 512 and r["tokens"] > 512
-    assert r["step_view_count"] == 2 and r["run_filter_count"] == 2 * 10
+    assert r["rollouts"] == 512 and r["tokens"] > 512 and r["texts"] == "realistic"
+    assert r["step_view_count"] == 2 and r["ranking_count"] == 2 * 8
+    assert r["filter_count"] == 2 * 2 and r["text_search_count"] == 2 * 4
     assert r["token_ranking_count"] == 2 * 4 and r["healthz_max_s"] is not None
+    assert r["text_search_cpu_p95_s"] >= 0 and r["step_view_contended_p95_s"] > 0
+    assert r["contention_errors"] == [] and r["failed_queries"] == 0
+    assert r["phrase_search_count"] == 2 * 2
     assert r["server_rss_peak_mb"] >= r["server_rss_start_mb"] > 0
+
+
+def test_long_run_smoke(tmp_path) -> None:
+    args = ("--steps", "30", "--polls", "3", "--no-ui", "--no-empty-start", "--out", str(tmp_path))
+    r = run_benchmark("long_run", *args)
+    assert r["num_steps"] == 30 and r["steps_bytes"] > 0 and r["first_scan_s"] >= 0
+    assert r["ready_with_run_s"] > 0 and r["poll_cpu_s"] >= 0 and "ready_empty_s" not in r
+    assert 0 <= r["idle_tab_core_share"] < 1 and r["listing_median_s"] <= r["listing_max_s"]
 
 
 def test_dataset_pace_smoke() -> None:
