@@ -235,9 +235,14 @@ class ModelRegistry:
             return self.load(ref).tokenizer
         from transformers import AutoTokenizer  # the heavy import, only where it is needed
 
-        found = AutoTokenizer.from_pretrained(
-            str(folder), local_files_only=True, trust_remote_code=self.settings.trust_remote_code
-        )
+        try:
+            found = AutoTokenizer.from_pretrained(
+                str(folder),
+                local_files_only=True,
+                trust_remote_code=self.settings.trust_remote_code,
+            )
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelLoadError(f"could not load the tokenizer of model {ref.name!r}") from exc
         with self._tokenizers_lock:
             self._tokenizers[ref.source] = found
         return found
