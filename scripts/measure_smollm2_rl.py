@@ -69,14 +69,16 @@ def summarize(lines: list[dict[str, Any]]) -> dict[str, Any]:
         "load_min": min(loads),
         "load_max": max(loads),
         "rewards": rewards,
-        "reward_first_5": statistics.fmean(rewards[:5]),
-        "reward_last_5": statistics.fmean(rewards[-5:]),
         "zero_signal_groups": [x["zero_signal_groups"] for x in steps],
         "eval_problems": config["eval_problems"],
-        "accuracy_before": evals[0]["accuracy"],
-        "accuracy_after": evals[-1]["accuracy"],
         "eval_s_per_problem": statistics.fmean(x["seconds"] for x in evals)
         / config["eval_problems"],
+        "accuracy_before": evals[0]["accuracy"],
+        # a run stopped before its last evaluation has none after
+        "accuracy_after": evals[-1]["accuracy"] if len(evals) > 1 else None,
+        # the trend, only where there are two disjoint windows of 5 steps to compare
+        "reward_first_5": statistics.fmean(rewards[:5]) if len(rewards) >= 10 else None,
+        "reward_last_5": statistics.fmean(rewards[-5:]) if len(rewards) >= 10 else None,
     }
 
 

@@ -54,15 +54,24 @@ def cost_note(model: str | None, cost: dict[str, Any] | None) -> str:
     head = f"**{REAL_MODEL}**, a 135 M-parameter model: {batch} per step, on word problems."
     if not cost:
         return head + " What a step costs here has not been measured."
-    return (
+    text = (
         f"{head} Measured ({cost['threads']} torch thread, a shared 2-core machine at load "
         f"{cost['load_min']:.0f}–{cost['load_max']:.0f}): one step "
         f"**{cost['step_median_s']:.0f} s** "
         f"(median of {cost['steps']}; {cost['step_cpu_median_s']:.0f} CPU-s), peak memory "
         f"**{cost['peak_rss_mb'] / 1024:.1f} GB**; held-out accuracy takes "
-        f"{cost['eval_s_per_problem']:.1f} s a problem, so it is off here. "
-        f"Over {cost['steps']} steps the training reward went {cost['reward_first_5']:.2f} → "
-        f"{cost['reward_last_5']:.2f} (mean of the first and last 5 steps) and held-out accuracy "
-        f"{cost['accuracy_before']:.3f} → {cost['accuracy_after']:.3f} on "
-        f"{cost['eval_problems']} problems (docs/demo-model.md)."
+        f"{cost['eval_s_per_problem']:.1f} s a problem, so it is off here."
     )
+    if cost.get("reward_first_5") is not None and cost.get("reward_last_5") is not None:
+        text += (
+            f" Over {cost['steps']} steps the training reward went "
+            f"{cost['reward_first_5']:.2f} → {cost['reward_last_5']:.2f} (mean of the first "
+            "and last 5 steps)"
+        )
+        if cost.get("accuracy_after") is not None:
+            text += (
+                f" and held-out accuracy {cost['accuracy_before']:.3f} → "
+                f"{cost['accuracy_after']:.3f} on {cost['eval_problems']} problems"
+            )
+        text += " (docs/demo-model.md)."
+    return text

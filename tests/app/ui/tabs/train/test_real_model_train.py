@@ -43,6 +43,10 @@ def test_the_note_states_the_measured_cost_before_a_run(tmp_path: Path) -> None:
     )  # fmt: skip
     for text in wanted:
         assert text in note, (text, note)
+    short = {**COST, "steps": 4, "reward_first_5": None, "reward_last_5": None}
+    short["accuracy_after"] = None  # a run stopped early: its cost, no trend claimed
+    brief = real_model.cost_note(SMOLLM2.alias, short)
+    assert "**41 s**" in brief and "median of 4" in brief and "→" not in brief
     assert real_model.cost_note("tiny-arith", COST) == ""
     assert "not been measured" in real_model.cost_note(SMOLLM2.alias, None)
     assert real_model.load_cost(tmp_path / "absent.json") is None
