@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
+from gradio.context import Context
 
 from app.ui import charts, choices, status
 from app.ui.context import Tab, UIContext, call
@@ -72,6 +73,7 @@ class ExploreOutputs:
 # before it draws a chart
 TEXT_VIEWS = (0, 1, 2, 11, 12)  # notes, tokens, summary, why, spotlight
 CHART_VIEWS = (3, 4, 5, 6, 7, 8, 9, 10)  # the four charts, learn, overview, budget, batch box
+DEFERRED = (3, 4, 5, 6, 7, 9)  # of the first render: the charts and the Learn card
 
 
 def text_views(result: Any, a: str, b: str, color_by: str, group: Any) -> list[Any]:
@@ -266,7 +268,10 @@ def _outputs_panel(
 
 def build_explore_tab(ctx: UIContext) -> None:
     """Explore: the form, Analyze, the batch view and every output."""
-    first = initial_values(ctx.result.value)  # the shipped example
+    # the shipped example; its charts and the Learn card (below the fold, Learn in another
+    # tab) are not in the first page: the page's load event draws them, so the config the
+    # browser parses before the first interactive token is smaller
+    first = [None if i in DEFERRED else v for i, v in enumerate(initial_values(ctx.result.value))]
     row = disagreement_row(first)
     real_model = gr.Button(example.REAL_MODEL_BUTTON, elem_id="real-model-btn", size="sm")
     controls = explore_controls(ctx)
@@ -320,6 +325,8 @@ def build_explore_tab(ctx: UIContext) -> None:
     )
     for trigger in (a, b, color_by, out.group):
         trigger.input(views, view_inputs, out.view_list()).then(html_export, view_inputs, out.html)
+    if ctx.result.value:  # the deferred charts and Learn card of the shipped example
+        Context.root_block.load(chart_views, view_inputs, out.chart_list(), show_progress="hidden")
 
 
 TAB = Tab("Explore", "explore", build_explore_tab)
