@@ -195,5 +195,6 @@ class AnalyzeResponse(BaseModel):
         default_factory=list,
         description="Why they differ: for every pair of methods (the summary's overlap order), "
         "the tokens only one selects, grouped by the factor of w·|A|·g that sets each apart "
-        "from its reference token (the one the other method selects instead).",
+        "from its reference token: the other method's cut token, the last one it keeps in the "
+        "token's scope (-1 where it keeps none there).",
     )
