@@ -88,12 +88,24 @@ def session_id(page: Any) -> str:
     return str(page.locator("#train-session code").first.inner_text())
 
 
+PROGRESS_SEEN_JS = """() => {
+  window.__gmtsProgress = {box: 0, status: 0};
+  new MutationObserver(() => {
+    if (document.querySelector('#train-progress .progress-text')) window.__gmtsProgress.box++;
+    if (document.querySelector('#train-session .progress-text')) window.__gmtsProgress.status++;
+  }).observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
 def test_two_steps_move_the_reward_curve(
     chromium: Any, ui_server: LiveServer, artifacts: Path
 ) -> None:
     page = open_tab(chromium, ui_server.url, "Train")
     assert page.evaluate(POINTS_JS, "#train-reward-plot") in (None, [0, 0, 0])
+    page.evaluate(PROGRESS_SEEN_JS)  # notes where the run's progress text is drawn
     run_train(page, steps=2, expected_done=2)
+    seen = page.evaluate("() => window.__gmtsProgress")
+    assert seen["box"] > 0 and seen["status"] == 0, seen  # its own box, never over the status
     # held-out accuracy (points at 0 and 2), the reward's moving average, its raw points, and
     # the starting accuracy as a line from step 0 to the last step
     accuracy_points, smooth, reward_points, start = page.evaluate(POINTS_JS, "#train-reward-plot")

@@ -150,6 +150,9 @@ def build_train_tab(ctx: UIContext) -> None:
         reset_btn = gr.Button("Reset to the start", elem_id="train-reset-btn")
     session = gr.State(None)  # this browser tab's session id, created on the first run
     earlier = gr.State([])  # curves of earlier runs, drawn faded (app.ui.tabs.train.earlier_runs)
+    # the run's progress (stage, step n of N) in a box of its own, above the status line: drawn
+    # over the status line, its text and the faded status read as one
+    progress_box = gr.HTML("", elem_id="train-progress")
     outputs = [session, *_outputs(), earlier]
 
     def run(
@@ -159,10 +162,15 @@ def build_train_tab(ctx: UIContext) -> None:
         steps = run_steps(ctx.backend, session_id, f, progress, runs or [])
         while (view := call(lambda: next(steps, None))) is not None:
             # mid-run only what moves is sent (TrainView.values); the rest stays as shown
-            yield [gr.skip() if v is SKIP else v for v in view.values()]
+            yield [*(gr.skip() if v is SKIP else v for v in view.values()), gr.skip()]
 
-    # the progress overlay sits on the status line only: the charts stay visible and move
-    run_btn.click(run, [session, earlier, *form.values()], outputs, show_progress_on=[outputs[1]])
+    # the progress overlay sits on its own box only: the charts and the status stay readable
+    run_btn.click(
+        run,
+        [session, earlier, *form.values()],
+        [*outputs, progress_box],
+        show_progress_on=[progress_box],
+    )
     reset_btn.click(
         lambda sid, runs: call(lambda: reset_session(ctx.backend, sid, runs or [])).values(),
         [session, earlier],
