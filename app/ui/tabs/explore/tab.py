@@ -325,8 +325,9 @@ def build_explore_tab(ctx: UIContext) -> None:
     )
     for trigger in (a, b, color_by, out.group):
         trigger.input(views, view_inputs, out.view_list()).then(html_export, view_inputs, out.html)
-    if ctx.result.value:  # the deferred charts and Learn card of the shipped example
-        Context.root_block.load(chart_views, view_inputs, out.chart_list(), show_progress="hidden")
+    blocks = Context.root_block
+    if ctx.result.value and blocks is not None:  # the shipped example's deferred charts, Learn
+        blocks.load(chart_views, view_inputs, out.chart_list(), show_progress="hidden")
 
 
 TAB = Tab("Explore", "explore", build_explore_tab)
