@@ -15,6 +15,13 @@ the same polars calls as miles:
   columns of ``DumpReader._summary_row`` (reward and advantage: the TRL run's; the fields a CPU
   run has no value for, null).
 
+Every second answer of a step is an agentic one: a tool's output (`` [tool: 7]``) spliced into
+its middle as miles' multi-turn rollout appends it (``miles/rollout/generate_hub/multi_turn.py``
+calls ``update_sample_with_tool_responses`` of ``miles/rollout/generate_utils/tool_call_utils.py``
+@ ce05e49a5: the tool's tokens join ``tokens`` and ``response_length`` with ``loss_mask`` 0 and
+``rollout_log_probs`` 0.0); the answer's own tokens after it are scored with the tool's tokens in
+their context. The tool text is tokenized plainly (the demo tokenizer has no tool template).
+
 miles' pickle files (``rollout_data/{N}.pt``, ``train_data/{N}_{rank}.pt``) are not written:
 this tool never reads them. Rollout ids count from 0 (TRL step N is rollout N - 1).
 
@@ -40,7 +47,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from gmts_core.demo import DEMO_MODEL_DIR
 
 TRL = Path("tests/data/runs/trl/completions")
-SUMMARISED = {0, 1}  # rollouts the dashboard has summarised (its cache exists)
+SUMMARISED = {0, 1}
+TOOL = " [tool: 7]"  # a tool's output inside every second answer (loss_mask 0)  # rollouts the dashboard has summarised (its cache exists)
 
 
 def save_dashboard_columns(samples: list[dict], path: Path) -> None:
@@ -114,21 +122,31 @@ def samples_of(df: pd.DataFrame, rollout_id: int, tok, model) -> list[dict]:
     out = []
     for i, row in enumerate(df.itertuples()):
         prompt = tok(row.prompt, add_special_tokens=False)["input_ids"]
-        answer = tok(row.completion, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        answer = tok(row.completion, add_special_tokens=False)["input_ids"]
+        mask = [1] * len(answer)
+        if i % 2 == 1:  # an agentic turn: update_sample_with_tool_responses' span
+            tool = tok(TOOL, add_special_tokens=False)["input_ids"]
+            cut = len(answer) // 2
+            answer = answer[:cut] + tool + answer[cut:]
+            mask = mask[:cut] + [0] * len(tool) + mask[cut:]
+        answer, mask = answer + [tok.eos_token_id], mask + [1]
         ids = torch.tensor([prompt + answer])
         with torch.no_grad():
             logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
         logp = torch.log_softmax(logits, -1)
         entropy = -(logp.exp() * logp).sum(-1)
         chosen = logp.gather(1, torch.tensor(answer)[:, None])[:, 0]
+        trained = torch.tensor(mask, dtype=torch.bool)
+        entropy = entropy[trained]  # the dashboard's statistics are over trained tokens
         out.append(
             dict(
                 index=rollout_id * len(df) + i,
                 group_index=prompts.index(row.prompt),
                 tokens=prompt + answer,
                 response_length=len(answer),
-                loss_mask=[1] * len(answer),
-                rollout_log_probs=[float(v) for v in chosen],
+                loss_mask=mask,
+                # miles appends 0.0 as the rollout log-prob of a tool's token
+                rollout_log_probs=[float(v) if m else 0.0 for v, m in zip(chosen, mask, strict=True)],
                 reward=float(row.numeric_reward),
                 advantage=float(row.advantage),
                 mean_entropy=float(entropy.mean()),
@@ -139,8 +157,9 @@ def samples_of(df: pd.DataFrame, rollout_id: int, tok, model) -> list[dict]:
 
 
 def main(out: Path) -> None:
-    if out.exists():
-        shutil.rmtree(out)
+    for folder in (out / "dashboard_columns", out / "dashboard"):  # README.md stays
+        if folder.exists():
+            shutil.rmtree(folder)
     tok = AutoTokenizer.from_pretrained(DEMO_MODEL_DIR)
     model = AutoModelForCausalLM.from_pretrained(DEMO_MODEL_DIR).eval()
     for f in sorted(TRL.glob("completions_*.parquet")):

@@ -5,19 +5,15 @@ record says so (``trained`` False) with its text.
 
 Registry-driven: every registered reader must name its fixture here (a new reader fails
 :func:`test_every_registered_format_has_a_fixture_that_opens` until it does), and every format
-whose groups carry a mask is analysed by the property test. miles' fixture has no tool spans,
-so its mirror is re-written with some tokens' ``loss_mask`` set to 0 (the agentic case of
-issue 45: 30-character tool outputs inside two answers).
+whose groups carry a mask is analysed by the property test (each such fixture must mask some
+tokens: miles' has tool outputs with ``loss_mask`` 0, as its multi-turn rollout writes them).
 """
 
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -54,29 +50,10 @@ def test_every_registered_format_has_a_fixture_that_opens() -> None:
         assert open_run(path).steps
 
 
-def miles_with_tool_spans(tmp_path: Path) -> Path:
-    """miles' mirror with a 0 loss mask on the middle third of every second answer."""
-    run = tmp_path / "miles"
-    shutil.copytree(DATA / "miles", run)
-    for file in sorted((run / "dashboard_columns").glob("rollout_*.parquet")):
-        table = pq.read_table(file)
-        masks = table.column("loss_mask").to_pylist()
-        for i, mask in enumerate(masks):
-            if i % 2 == 1:
-                n = len(mask)
-                masks[i] = [0 if n // 3 <= t < 2 * n // 3 else 1 for t in range(n)]
-        column = pa.array(masks, type=table.schema.field("loss_mask").type)
-        table = table.set_column(table.column_names.index("loss_mask"), "loss_mask", column)
-        pq.write_table(table, file, row_group_size=8)
-    return run
-
-
-def masked_formats(tmp_path: Path) -> list[tuple[str, Path]]:
+def masked_formats() -> list[tuple[str, Path]]:
     """Every registered format whose first step's groups carry a loss mask."""
     out = []
     for name, path in FIXTURES.items():
-        if name == "miles":
-            path = miles_with_tool_spans(tmp_path)
         step = open_run(path).step(open_run(path).steps[0])
         if any(trained_mask(g) is not None for g in step.groups):
             out.append((name, path))
@@ -88,10 +65,8 @@ def demo_lm() -> LoadedModel:
     return load_model(DEMO_MODEL_DIR, name="tiny-arith", device="cpu", dtype="float32")
 
 
-def test_untrained_tokens_are_never_selected_nor_counted(
-    tmp_path: Path, demo_lm: LoadedModel
-) -> None:
-    found = masked_formats(tmp_path)
+def test_untrained_tokens_are_never_selected_nor_counted(demo_lm: LoadedModel) -> None:
+    found = masked_formats()
     assert {"prime_rl", "nemo_rl", "miles", "slime"} <= {name for name, _ in found}
     for name, path in found:
         run = open_run(path)
