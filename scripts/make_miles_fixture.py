@@ -47,8 +47,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from gmts_core.demo import DEMO_MODEL_DIR
 
 TRL = Path("tests/data/runs/trl/completions")
-SUMMARISED = {0, 1}
-TOOL = " [tool: 7]"  # a tool's output inside every second answer (loss_mask 0)  # rollouts the dashboard has summarised (its cache exists)
+SUMMARISED = {0, 1}  # rollouts the dashboard has summarised (its cache exists)
+TOOL = " [tool: 7]"  # a tool's output inside every second answer (loss_mask 0)
 
 
 def save_dashboard_columns(samples: list[dict], path: Path) -> None:
@@ -146,7 +146,9 @@ def samples_of(df: pd.DataFrame, rollout_id: int, tok, model) -> list[dict]:
                 response_length=len(answer),
                 loss_mask=mask,
                 # miles appends 0.0 as the rollout log-prob of a tool's token
-                rollout_log_probs=[float(v) if m else 0.0 for v, m in zip(chosen, mask, strict=True)],
+                rollout_log_probs=[
+                    float(v) if m else 0.0 for v, m in zip(chosen, mask, strict=True)
+                ],
                 reward=float(row.numeric_reward),
                 advantage=float(row.advantage),
                 mean_entropy=float(entropy.mean()),
