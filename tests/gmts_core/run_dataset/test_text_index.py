@@ -101,3 +101,24 @@ def test_realistic_texts_have_the_stated_lengths_vocabulary_and_zero_signal(runs
     assert abs(zero - ZERO_SIGNAL_SHARE) < 0.01
     indexed, _, _ = runs
     assert pq.read_table(step_file(indexed, "words", 1)).num_rows > 100
+
+
+def test_a_foreign_index_is_refused_or_ignored_never_trusted(runs, tmp_path) -> None:
+    import json
+
+    import pyarrow as pa
+
+    from gmts_core.errors import InvalidInputError
+
+    indexed, _, _ = runs
+    bad = tmp_path / "bad"
+    shutil.copytree(indexed, bad)
+    words = pa.table({"step": pa.array([1], pa.int32()), "word": ["the"], "answers": ["0,1"]})
+    pq.write_table(words, step_file(bad, "words", 1))
+    with pytest.raises(InvalidInputError, match="words/step_00001.parquet: column 'answers'"):
+        AnalysedRun(bad).ranked_answers("reward", contains="the")
+    lines = (bad / "steps.jsonl").read_text().splitlines()
+    forged = json.loads(lines[0])
+    forged["row"]["num_answers"] = -5  # a line with the file's key but a value out of range
+    (bad / "steps.jsonl").write_text(json.dumps(forged) + "\n" + "[1, 2]\n")
+    assert AnalysedRun(bad).steps() == AnalysedRun(indexed).steps()  # read from the files
