@@ -96,3 +96,24 @@ def test_the_pair_picker_lists_every_pair_the_stored_one_first() -> None:
     assert picked["choices"] == ["entropy vs gmts", "random vs entropy", "random vs gmts"]
     assert picked["value"] == "entropy vs gmts"
     assert "counted from every token's selections" in disagreement_note(("random", "gmts"))
+
+
+def test_a_run_written_while_the_server_is_up_is_listed_by_the_page_loads_refresh(
+    tmp_path: Path,
+) -> None:
+    """What each page load asks (the picker's refresh) lists a run written after the server
+    started; a search that matches nothing says so instead of "0 answers match"."""
+    from types import SimpleNamespace
+
+    from app.ui.tabs.runs.analysed import ORDER_CHOICES, ZERO_CHOICES, _Handlers
+
+    roots = tmp_path / "runs"
+    roots.mkdir()
+    settings = make_settings(tmp_path / "models", run_roots=[roots], ui_enabled=False)
+    h = _Handlers(SimpleNamespace(backend=LocalBackend(create_app(settings).state.services)))  # type: ignore[arg-type]
+    assert h.refresh()["choices"] == []
+    write_manifest(roots / "later", ("entropy", "gmts"), {})
+    write_step(roots / "later", synthetic_step(1, 4, 4, np.random.default_rng(0)))
+    assert [c[0] if isinstance(c, tuple) else c for c in h.refresh()["choices"]] == ["later"]
+    _, note = h.find("later", ORDER_CHOICES[0], "no such text anywhere", ZERO_CHOICES[0])
+    assert note == "no answer matches"
