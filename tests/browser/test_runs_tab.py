@@ -19,6 +19,7 @@ from app.services.runs import StepOptions
 from gmts_core.methods.selection import top_k_count
 from tests.app.api_helpers import LiveServer
 from tests.browser.conftest import ui_settings
+from tests.run_fixtures import FIXTURES, first_step_traits
 
 pytestmark = pytest.mark.browser
 
@@ -26,12 +27,23 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "runs"
 TIMEOUT_MS = 120_000
 
 
+def dump_fixtures() -> list[tuple[str, Path, tuple[int, int, int | None, bool]]]:
+    """Every registered format whose fixture's first step carries a loss mask or per-token
+    numbers of its own (registry-driven: tests/run_fixtures.py), with its first step's traits."""
+    out = []
+    for name, path in FIXTURES.items():
+        traits = first_step_traits(path)
+        if traits[2] is not None or traits[3]:
+            out.append((name, path, traits))
+    return out
+
+
 @pytest.fixture(scope="module")
 def runs_server(
     browser_model_root: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveServer]:
     root = tmp_path_factory.mktemp("ui-runs")
-    for name in ("logged", "trl", "prime_rl", "miles"):
+    for name in {"logged", "trl", *(path.name for _, path, _ in dump_fixtures())}:
         shutil.copytree(DATA / name, root / name)
     settings = ui_settings(browser_model_root, run_roots=[root])
     with LiveServer(create_app(settings)) as server:
@@ -347,7 +359,8 @@ def test_a_dump_shows_masked_tokens_mismatch_and_its_own_numbers(
     """prime-rl's export: a tool output (loss mask 0) is greyed with its text and a tooltip
     saying why, never marked; the tokens shade by the logged |Δ log p|; the dump's numbers
     stand beside GMTS's, then alone (no model: entropy vs gmts_entropy). miles' dump: the
-    importance ratio against the model's recomputed trainer side, and said so."""
+    importance ratio against the model's recomputed trainer side, and said so. Then every
+    format with a mask or numbers of its own, on the same page (check_every_dump_format)."""
     runs = runs_server.app.state.services.runs
     body = runs.step_view("prime_rl", 1, StepOptions(model="tiny-arith", numbers="logged"))
     dump = [t for g in body.logged or [] for a in g.answers for t in a.tokens]
@@ -408,4 +421,77 @@ def test_a_dump_shows_masked_tokens_mismatch_and_its_own_numbers(
     tips = [t["tip"] for t in page.evaluate(TOKENS_JS) if "tok-untrained" not in t["classes"]]
     assert tips and all("trainer side recomputed by the model" in tip for tip in tips)
     assert "trainer side recomputed by the model" in page.locator("#run-step-summary").inner_text()
+    # every per-token dump and every format with a loss mask, from its own numbers
+    check_every_dump_format(page, runs, "miles")
     page.context.close()
+
+
+DUMP_FORMATS = {"prime_rl", "nemo_rl", "open_instruct", "slime", "miles"}
+
+
+def show_run(page: Any, run: str, fmt: str, first: int, steps: int, mode: str) -> None:
+    """Pick ``run`` (or keep it, if it is shown) and wait for its first step in ``mode``'s words
+    (dump: the dump's own numbers; analysis: the model's) with no event pending."""
+    label = f"{run} ({fmt}, {steps} steps)"
+    if page.locator("#run-pick input").input_value() != label:
+        page.locator("#run-pick input").click()
+        page.get_by_role("option", name=label, exact=True).click()
+    words = "the numbers the trainer" if mode == "dump" else "analysed now with the chosen model"
+    page.wait_for_function(
+        "([head, words]) => { const t = document.querySelector('#run-step-summary')?.innerText"
+        " ?? ''; return t.includes(head) && t.includes(words)"
+        " && !/processing|queue|waiting/.test(t); }",
+        arg=[f"Step {first} of {run} ({fmt})", words],
+    )
+
+
+def assert_masked_tokens_greyed(name: str, tokens: list[Any], trained: list[bool]) -> None:
+    """Every token shown, in order; exactly the untrained ones greyed, with their text and the
+    tooltip saying why, none marked by any method."""
+    assert ["tok-untrained" in t["classes"] for t in tokens] == [not t for t in trained], name
+    grey = [t for t in tokens if "tok-untrained" in t["classes"]]
+    assert all(t["text"] for t in grey), name
+    assert not any(c.startswith(("sel-", "mark-")) for t in grey for c in t["classes"]), name
+    assert all("loss mask 0 in the trainer's dump" in t["tip"] for t in grey), name
+
+
+def check_every_dump_format(page: Any, runs: Any, shown: str) -> None:
+    """Registry-driven, on the page given (showing run ``shown`` with the model's numbers):
+    every format whose fixture carries a loss mask or its own per-token numbers, picked in turn
+    from the dump's numbers alone (no model): every token shown, the untrained ones greyed with
+    their text and why, never marked, counted nowhere (the summary's counts are the trained
+    tokens'), each trained token's logged numbers in its tooltip, the selections the API's
+    (none where the dump logs no entropy: NeMo-RL). A fixture that carries a mask but masks no
+    token fails here."""
+    from app.ui.token_numbers import logged_lines
+
+    found = dump_fixtures()
+    dumps = []
+    for fmt, path, (first, steps, masked, _) in found:
+        assert masked is None or masked > 0, f"{fmt}: its fixture masks no token"
+        body = runs.step_view(path.name, first, StepOptions(model="tiny-arith", numbers="logged"))
+        if body.mode == "dump":  # a GMTS trainer log is shown as its applied mask instead
+            dumps.append((fmt, path.name, first, steps, body))
+    assert DUMP_FORMATS <= {fmt for fmt, *_ in dumps}
+    assert {"prime_rl", "nemo_rl", "slime", "miles"} <= {f for f, _, t in found if t[2]}
+    dumps.sort(key=lambda d: d[1] != shown)  # the run shown first: switching re-shows it
+    choose(page, "run-numbers", "logged by the trainer")
+    for fmt, run, first, steps, body in dumps:
+        show_run(page, run, fmt, first, steps, "dump")
+        dump = [t.model_dump() for g in body.logged or [] for a in g.answers for t in a.tokens]
+        trained = [t["trained"] is not False for t in dump]
+        tokens = page.evaluate(TOKENS_JS)
+        assert_masked_tokens_greyed(fmt, tokens, trained)
+        for on_page, tok in zip(tokens, dump, strict=True):
+            if tok["trained"] is not False:
+                lines = logged_lines(tok)
+                assert lines and all(line in on_page["tip"] for line in lines), (fmt, on_page)
+        for cls, method in (("sel-a", "entropy"), ("sel-b", "gmts_entropy")):
+            want = sum(bool(t["selected"].get(method)) for t in dump)
+            assert sum(cls in t["classes"] for t in tokens) == want, (fmt, method)
+        summary = page.locator("#run-step-summary").inner_text()
+        untrained = len(trained) - sum(trained)
+        assert body.report.untrained_tokens == untrained and body.report.num_tokens == sum(trained)
+        assert f"{sum(trained)} tokens;" in summary, (fmt, summary)
+        if untrained:
+            assert f"{untrained} tokens not trained (loss mask 0 in the dump)" in summary, fmt

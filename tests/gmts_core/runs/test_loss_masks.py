@@ -3,10 +3,11 @@ loss did not count (loss mask 0: a tool output, an environment message) is never
 ranked or counted in a budget, a coverage, a wasted share, a reason or a summary, and its
 record says so (``trained`` False) with its text.
 
-Registry-driven: every registered reader must name its fixture here (a new reader fails
-:func:`test_every_registered_format_has_a_fixture_that_opens` until it does), and every format
-whose groups carry a mask is analysed by the property test (each such fixture must mask some
-tokens: miles' has tool outputs with ``loss_mask`` 0, as its multi-turn rollout writes them).
+Registry-driven: every registered reader must name its fixture in tests/run_fixtures.py (a new
+reader fails :func:`test_every_registered_format_has_a_fixture_that_opens` until it does), and
+every format whose groups carry a mask is analysed by the property test (each such fixture must
+mask some tokens: miles' has tool outputs with ``loss_mask`` 0, as its multi-turn rollout writes
+them).
 """
 
 from __future__ import annotations
@@ -24,27 +25,14 @@ from gmts_core.model.loading import LoadedModel, load_model
 from gmts_core.runs import READERS, detect_format, open_run
 from gmts_core.runs.analysis import AnalysisConfig, analyze_step
 from gmts_core.runs.token_samples import trained_mask
+from tests.run_fixtures import FIXTURES
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "runs"
-FIXTURES = {
-    "gmts_trainer_log": DATA / "logged",
-    "trl": DATA / "trl",
-    "prime_rl": DATA / "prime_rl",
-    "nemo_rl": DATA / "nemo_rl",
-    "open_instruct": DATA / "open_instruct",
-    "roll": DATA / "roll",
-    "verl": DATA / "verl",
-    "areal": DATA / "areal",
-    "miles": DATA / "miles",
-    "slime": DATA / "slime",
-    "jsonl": DATA / "run.jsonl",
-}
 # every method that scores from an analysis's own numbers (no trainer-only inputs)
 METHOD_NAMES = tuple(m for m in METHODS.names() if m not in ("kl_cov", "clip_cov"))
 
 
 def test_every_registered_format_has_a_fixture_that_opens() -> None:
-    assert set(READERS.names()) == set(FIXTURES), "a registered reader has no fixture here"
+    assert set(READERS.names()) == set(FIXTURES), "a registered reader has no fixture"
     for name, path in FIXTURES.items():
         assert detect_format(path) == name
         assert open_run(path).steps
