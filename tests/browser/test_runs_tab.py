@@ -358,9 +358,10 @@ def test_a_dump_shows_masked_tokens_mismatch_and_its_own_numbers(
 ) -> None:
     """prime-rl's export: a tool output (loss mask 0) is greyed with its text and a tooltip
     saying why, never marked; the tokens shade by the logged |Δ log p|; the dump's numbers
-    stand beside GMTS's, then alone (no model: entropy vs gmts_entropy). miles' dump: the
-    importance ratio against the model's recomputed trainer side, and said so. Then every
-    format with a mask or numbers of its own, on the same page (check_every_dump_format)."""
+    stand beside GMTS's. miles' dump: the importance ratio against the model's recomputed
+    trainer side, and said so. Then, on the same page, every format with a mask or numbers of
+    its own from those numbers alone (no model: entropy vs gmts_entropy;
+    check_every_dump_format)."""
     runs = runs_server.app.state.services.runs
     body = runs.step_view("prime_rl", 1, StepOptions(model="tiny-arith", numbers="logged"))
     dump = [t for g in body.logged or [] for a in g.answers for t in a.tokens]
@@ -402,17 +403,7 @@ def test_a_dump_shows_masked_tokens_mismatch_and_its_own_numbers(
         )
         if rule == "content":
             assert page.locator(marked).count() == 0
-    # the dump's numbers alone: no model, the selections they suffice for
-    choose(page, "run-numbers", "logged by the trainer")
-    page.wait_for_function(
-        "(document.querySelector('#run-step-summary')?.innerText ?? '').includes('dump logged')"
-    )
-    tokens = page.evaluate(TOKENS_JS)
-    assert sum("sel-a" in t["classes"] for t in tokens) == sum(t.selected["entropy"] for t in dump)
-    assert sum("tok-untrained" in t["classes"] for t in tokens) == masked
-    assert not any("GMTS recomputed" in t["tip"] for t in tokens)
     # miles: rollout log-probs only; the trainer side is the model's, and the view says so
-    choose(page, "run-numbers", "recomputed by the model")
     choose(page, "run-colour", "importance ratio")
     page.locator("#run-pick input").click()
     page.get_by_role("option", name="miles (miles, 3 steps)").click()
@@ -421,7 +412,8 @@ def test_a_dump_shows_masked_tokens_mismatch_and_its_own_numbers(
     tips = [t["tip"] for t in page.evaluate(TOKENS_JS) if "tok-untrained" not in t["classes"]]
     assert tips and all("trainer side recomputed by the model" in tip for tip in tips)
     assert "trainer side recomputed by the model" in page.locator("#run-step-summary").inner_text()
-    # every per-token dump and every format with a loss mask, from its own numbers
+    # the dump's numbers alone (no model, the selections they suffice for): every per-token
+    # dump and every format with a loss mask, prime-rl's included
     check_every_dump_format(page, runs, "miles")
     page.context.close()
 
@@ -482,6 +474,7 @@ def check_every_dump_format(page: Any, runs: Any, shown: str) -> None:
         trained = [t["trained"] is not False for t in dump]
         tokens = page.evaluate(TOKENS_JS)
         assert_masked_tokens_greyed(fmt, tokens, trained)
+        assert not any("GMTS recomputed" in t["tip"] for t in tokens), fmt
         for on_page, tok in zip(tokens, dump, strict=True):
             if tok["trained"] is not False:
                 lines = logged_lines(tok)
