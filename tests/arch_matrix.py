@@ -13,7 +13,10 @@ import contextlib
 import functools
 import io
 import logging
+import sys
 import warnings
+from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -87,6 +90,61 @@ _EXTRA: dict[str, dict[str, Any]] = {
     "falcon_h1": {"lm_head_multiplier": 0.5},
     "minicpm3": {"dim_model_base": 8},
 }
+# Architectures the generic small sizes cannot build (a size the config derives at init from
+# another one, expert groups, state-space head counts, a config property without a setter):
+# their config is made with these keys as constructor arguments, beside the generic small
+# sizes the default config has (``None`` leaves a generic key out).
+_HYBRID = ["linear_attention", "full_attention", "linear_attention", "linear_attention"]
+_TINY: dict[str, dict[str, Any]] = {
+    "deepseek_v3": {"n_group": 1, "topk_group": 1},
+    "deepseek_v32": {"n_group": 1, "topk_group": 1, "index_n_heads": 4, "index_head_dim": 16},
+    "axk1": {"n_group": 1, "topk_group": 1},
+    "beam": {"n_group": 1, "topk_group": 1},
+    "mimo_v2_flash": {"n_group": 1, "topk_group": 1},
+    "bamba": {
+        "attn_layer_indices": [1],
+        "mamba_n_heads": 8,
+        "mamba_d_head": 8,
+        "mamba_d_state": 16,
+        "mamba_chunk_size": 16,
+    },
+    "granitemoehybrid": {
+        "mamba_n_heads": 8,
+        "mamba_d_head": 8,
+        "mamba_d_state": 16,
+        "mamba_chunk_size": 16,
+        "shared_intermediate_size": 64,
+        "layer_types": ["mamba", "attention", "mamba", "mamba"],
+    },
+    "mamba2": {"num_heads": 8, "head_dim": 8, "state_size": 16, "chunk_size": 16, "n_groups": 1},
+    "falcon": {"head_dim": None},
+    "xlstm": {"v_head_dim": None, "qk_head_dim": None},
+    "xlnet": {"max_position_embeddings": None},
+    "dots1": {"n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2},
+    "dbrx": {
+        "attn_config": {"kv_n_heads": 4, "rope_theta": 10000.0, "clip_qkv": 8.0},
+        "ffn_config": {"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2},
+    },
+    "reformer": {"axial_pos_shape": [8, 16], "axial_pos_embds_dim": [16, 16]},
+    "longcat_flash": {"zero_expert_num": 2, "expert_ffn_hidden_size": 32},
+    "gemma4_text": {"vocab_size_per_layer_input": 96, "hidden_size_per_layer_input": 8},
+    "gemma4_unified_text": {},
+    "bailing_hybrid": {"n_group": 1, "topk_group": 1, "linear_head_dim": 8, "layer_types": _HYBRID},
+    "kimi_linear": {"linear_head_dim": 8, "layer_types": _HYBRID},
+    "olmo_hybrid": {"linear_key_head_dim": 8, "linear_value_head_dim": 8},
+    "rwkv": {"attention_hidden_size": 32},
+    "recurrent_gemma": {"lru_width": 32, "attention_window_size": 16},
+    "cpmant": {"dim_head": 8, "dim_ff": 64},
+    "zamba": {"attention_hidden_size": 64, "attention_head_dim": 16, "mamba_dt_rank": 8},
+    "ergo": {"first_dense_intermediate_size": 64, "shared_intermediate_size": 32},
+    "inkling_text": {"swa_head_dim": 8, "sliding_window_size": 16},
+    "roc_bert": {
+        "shape_embed_dim": 8,
+        "pronunciation_embed_dim": 8,
+        "shape_vocab_size": 64,
+        "pronunciation_vocab_size": 64,
+    },
+}
 # BERT-style encoders in the causal-LM mapping decode only with is_decoder=True.
 _DECODER_FLAG = {"is_decoder": True}
 
@@ -135,10 +193,12 @@ def tiny_config(model_type: str) -> Any:
     try:
         config = AutoConfig.for_model(model_type)
     except Exception as exc:  # noqa: BLE001 - any failure is a stated skip
-        raise Skip(f"its default config cannot be made ({type(exc).__name__})") from None
+        raise Skip(f"its default config cannot be made ({_why(exc)})") from None
     scope = out_of_scope(model_type)
     if scope is not None:
         raise Skip(scope)
+    if model_type in _TINY:
+        return _tiny_by_constructor(model_type, config)
     try:
         for key, value in _SMALL.items():
             if hasattr(config, key) and not isinstance(getattr(config, key), dict | list):
@@ -147,8 +207,31 @@ def tiny_config(model_type: str) -> Any:
             if hasattr(config, key) or model_type in _EXTRA:
                 setattr(config, key, value)
     except Exception as exc:  # noqa: BLE001 - e.g. heterogeneous per-layer configs
-        raise Skip(f"config cannot be made tiny generically ({type(exc).__name__})") from None
+        raise Skip(f"config cannot be made tiny generically ({_why(exc)})") from None
     return config
+
+
+def _tiny_by_constructor(model_type: str, default: Any) -> Any:
+    sizes = {k: v for k, v in {**_SMALL, **_DECODER_FLAG}.items() if _has(default, k)}
+    kwargs = {k: v for k, v in {**sizes, **_TINY[model_type]}.items() if v is not None}
+    try:
+        with _quiet():
+            return AutoConfig.for_model(model_type, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - a stated skip
+        raise Skip(f"its tiny config cannot be made ({_why(exc)})") from None
+
+
+def _has(config: Any, key: str) -> bool:
+    try:
+        return hasattr(config, key)
+    except Exception:  # noqa: BLE001 - a per-layer attribute: set through the constructor
+        return key in config.to_dict()
+
+
+def _why(exc: BaseException) -> str:
+    """The exception as the docs' table states it: its type and first line."""
+    line = (str(exc).splitlines() or [""])[0][:120]
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
 
 MAX_PARAMETERS = 2_000_000
@@ -172,7 +255,7 @@ def build_tiny(model_type: str) -> torch.nn.Module:
         except ImportError as exc:
             raise Skip(f"needs an extra package ({str(exc).splitlines()[0][:80]})") from None
         except Exception as exc:  # noqa: BLE001 - any build failure is a stated skip
-            raise Skip(f"cannot be built from a tiny config ({type(exc).__name__})") from None
+            raise Skip(f"cannot be built from a tiny config ({_why(exc)})") from None
     model.eval()
     if not getattr(model, "base_model_prefix", None) or model.get_output_embeddings() is None:
         raise Skip("no separate transformer body and LM head")
@@ -181,7 +264,7 @@ def build_tiny(model_type: str) -> torch.nn.Module:
         with torch.no_grad(), _quiet():
             model(input_ids=torch.arange(3, 3 + PROBE_TOKENS)[None], use_cache=False)
     except Exception as exc:  # noqa: BLE001 - the model itself fails: not ours to verify
-        raise Skip(f"its own forward fails on the tiny config ({type(exc).__name__})") from None
+        raise Skip(f"its own forward fails on the tiny config ({_why(exc)})") from None
     return model
 
 
@@ -201,23 +284,103 @@ def outcome(model_type: str) -> tuple[str, Any]:
     return "verified", model
 
 
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "concepts.md"
+BEGIN = "<!-- arch-matrix: generated by `python -m tests.arch_matrix --write-docs` -->"
+END = "<!-- arch-matrix: end -->"
+
+
+def generate_fails(model: torch.nn.Module) -> bool:
+    """True when the model's own ``generate`` fails on two tokens (its sampling round trip is
+    then checked on the statistics only)."""
+    try:
+        with torch.no_grad(), _quiet():
+            model.generate(  # type: ignore[operator]
+                torch.arange(3, 6)[None],
+                attention_mask=torch.ones(1, 3, dtype=torch.long),
+                do_sample=False,
+                max_new_tokens=2,
+                pad_token_id=0,
+            )
+    except Exception:  # noqa: BLE001 - the model's own generate
+        return True
+    return False
+
+
 def _reason_class(reason: str) -> str:
     return reason.split(" (")[0]
 
 
-if __name__ == "__main__":  # the table of docs/concepts.md: python -m tests.arch_matrix
-    from collections import defaultdict
+def _refusal_class(message: str) -> str:
+    """A refusal without the class name and figures: 'transforms its logits ...'."""
+    return _reason_class(message.split(" ", 1)[1].lstrip(": ")).split(";")[0]
 
-    torch.set_num_threads(1)
+
+def render(outcomes: dict[str, tuple[str, Any]], served: int, no_generate: list[str]) -> str:
+    """The generated block of docs/concepts.md from every architecture's outcome, the number of
+    verified ones the KV-cached sampler serves and the verified ones whose generate fails."""
+    import transformers
+
     groups: dict[str, list[str]] = defaultdict(list)
+    untested: list[tuple[str, str]] = []
     for t in causal_lm_types():
+        kind, value = outcomes[t]
         scope = out_of_scope(t)
         if scope is not None:
             groups[f"out of scope, not tested: {_reason_class(scope)}"].append(t)
-            continue
-        kind, value = outcome(t)
-        key = "verified" if kind == "verified" else f"{kind}: {_reason_class(str(value))}"
-        groups[key].append(t)
-    print("| outcome | count | architectures |\n|---|---|---|")
+        elif kind == "verified":
+            groups["verified"].append(t)
+        elif kind == "refused":
+            groups[f"refused by the probe: {_refusal_class(str(value))}"].append(t)
+        else:
+            untested.append((t, str(value)))
+    in_scope = len(causal_lm_types()) - sum(len(v) for k, v in groups.items() if "scope" in k)
+    verified = len(groups["verified"])
+    lines = [
+        BEGIN,
+        f"With transformers {transformers.__version__}: {len(causal_lm_types())} architectures "
+        f"in the causal-LM mapping, {in_scope} of them decoder-only; {verified} verified, "
+        f"{sum(len(v) for k, v in groups.items() if k.startswith('refused'))} refused by the "
+        f"probe, {len(untested)} untested. The KV-cached sampler serves {served} of the "
+        f"{verified} verified ones (the others are sampled with `generate`).",
+        "",
+        "| outcome | count | architectures |",
+        "|---|---|---|",
+    ]
     for key in sorted(groups, key=lambda k: (k != "verified", k)):
-        print(f"| {key} | {len(groups[key])} | {', '.join(groups[key])} |")
+        lines.append(f"| {key} | {len(groups[key])} | {', '.join(groups[key])} |")
+    for t, reason in untested:
+        lines.append(f"| untested: {reason.replace('|', '/')} | 1 | {t} |")
+    lines += [
+        "",
+        "Verified architectures whose own `generate` fails on the tiny config "
+        f"({len(no_generate)}): {', '.join(no_generate) or 'none'}; their sampling round "
+        "trip is not run, and loading such a model logs a warning (given answers still work; "
+        "sampling does not).",
+        END,
+    ]
+    return "\n".join(lines)
+
+
+def docs_block(text: str) -> str:
+    """The generated block as docs/concepts.md has it."""
+    return text[text.index(BEGIN) : text.index(END) + len(END)]
+
+
+def _matrix() -> str:
+    from gmts_core.sampling.sampler_probe import unserved_reason
+
+    outcomes = {t: outcome(t) for t in causal_lm_types()}
+    verified = [(t, v) for t, (k, v) in outcomes.items() if k == "verified"]
+    with _quiet():
+        served = sum(unserved_reason(m) is None for _, m in verified)
+        no_generate = [t for t, m in verified if generate_fails(m)]
+    return render(outcomes, served, no_generate)
+
+
+if __name__ == "__main__":  # python -m tests.arch_matrix [--write-docs]: the table of the docs
+    torch.set_num_threads(1)
+    block = _matrix()
+    if "--write-docs" in sys.argv:
+        text = DOCS.read_text()
+        DOCS.write_text(text.replace(docs_block(text), block))
+    print(block)
