@@ -160,6 +160,15 @@ def marked_pair(methods: list[str]) -> list[str]:
     return list(methods[:2])
 
 
+# a token no tokenizer decoded (a dump's logged numbers analysed without a model)
+NOT_DECODED = "text not decoded (no model's tokenizer)"
+
+
+def shown_text(tok: Json) -> str:
+    """The token's text, or its id in brackets where the dataset holds no text for it."""
+    return f"[id {tok['token_id']}]" if tok.get("text") is None else str(tok["text"])
+
+
 def token_title(tok: Json, num_tokens: int | None) -> str:
     """A token's tooltip: its numbers rounded, its probability, and ranks labelled with the
     pool they are ranks in."""
@@ -167,11 +176,14 @@ def token_title(tok: Json, num_tokens: int | None) -> str:
     picked = [m for m, on in tok["selected"].items() if on] or ["none"]
     logprob = tok.get("logprob")
     prob = "—" if logprob is None else f"{math.exp(logprob):.1%}"
+    rank = tok.get("gamma_rank")
+    gamma_rank = "—" if rank is None else f"#{rank:,}{pool}"
+    text = NOT_DECODED if tok.get("text") is None else repr(tok["text"])
     return (
-        f"{tok['text']!r} (position {tok['position']:,})\n"
+        f"{text} (position {tok['position']:,})\n"
         f"probability {prob} (log π {_num(logprob)})\n"
         f"entropy {_num(tok.get('entropy'))} nats: rank #{tok['entropy_rank']:,}{pool}\n"
-        f"γ {_num(tok.get('gamma'))}: rank #{tok['gamma_rank']:,}{pool}\n"
+        f"γ {_num(tok.get('gamma'))}: rank {gamma_rank}\n"
         f"g {_num(tok.get('grad_norm'))}\n"
         f"selected by: {', '.join(picked)}"
     )
@@ -193,7 +205,8 @@ def tokens_html(tokens: list[Json], methods: list[str], num_tokens: int | None =
         cls = "tok " + " ".join(f"sel-{m}" for m in tok["selected"] if tok["selected"][m])
         title = html.escape(token_title(tok, num_tokens), quote=True)
         spans.append(
-            f"<span class='{cls}' style='{style}' title='{title}'>{html.escape(tok['text'])}</span>"
+            f"<span class='{cls}' style='{style}' title='{title}'>{html.escape(shown_text(tok))}"
+            "</span>"
         )
     where = ("underlined", "barred above")
     legend = "; ".join(

@@ -82,13 +82,19 @@ class TokenRowOut(BaseModel):
     answer: int
     position: int
     token_id: int
-    text: str
+    text: str | None = Field(
+        description="The token's text; null where no tokenizer decoded it (a dump's logged "
+        "numbers analysed without a model)."
+    )
     logprob: Num
     entropy: Num
     grad_norm: Num
     gamma: Num
     entropy_rank: int = Field(description="Rank by entropy within the step (1 = highest).")
-    gamma_rank: int = Field(description="Rank by gamma within the step (1 = highest).")
+    gamma_rank: int | None = Field(
+        description="Rank by gamma within the step (1 = highest); null without gamma (a "
+        "dump's logged numbers analysed without a model)."
+    )
     score: Num = Field(None, description="What a ranking ordered by (rankings only).")
     selected: dict[str, bool]
 

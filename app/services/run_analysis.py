@@ -23,6 +23,7 @@ from gmts_core.config import AnalysisConfig
 from gmts_core.errors import InvalidInputError
 from gmts_core.runs import CLI_LIMITS, LIMIT_NAMES, RunLimits, open_run
 from gmts_core.runs.analysis import StepReport, parse_steps
+from gmts_core.runs.dump_dataset import dump_numbers
 from gmts_core.runs.logged_tokens import logged_tokens
 from gmts_core.runs.report import (
     RunAnalysisPlan,
@@ -123,19 +124,24 @@ def run_analysis(
     config = req.analysis
     config.validate()
     plan = RunAnalysisPlan(tuple(steps), frozenset(token_steps), req.reward_kind)
-    settings = settings_of(run, req.model, config, plan)
-    ref = None
+    ref, numbers = None, None
     if not uses_log(run):
         if req.model is None:
             # a dump with its own per-token numbers is reported from them (no model)
-            if logged_tokens(run.step(steps[0])) is None:
+            first = logged_tokens(run.step(steps[0]))
+            if first is None:
                 raise InvalidInputError(
                     f"{req.path}: a {run.format} run needs --model to analyse (its dump logs "
                     "no per-token numbers)"
                 )
+            # and written as a dataset where they give every model-free selection
+            numbers = dump_numbers(first, config) if plan.token_steps else None
+            if numbers is None:
+                plan = replace(plan, token_steps=frozenset())
         else:
             ref = models.resolve(req.model, any_source=True)
             models.ensure_available(ref)
+    settings = settings_of(run, req.model, config, plan, numbers)
     if procs.is_main:
         prepare_output(req.out, settings, req.resume)
     procs.wait()

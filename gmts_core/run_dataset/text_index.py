@@ -55,7 +55,11 @@ def word_table(step: int, texts: pa.Array | list[str]) -> pa.Table:
     codes = np.sort(codes)  # unique pairs: sorted, repeats dropped (faster than np.unique)
     codes = codes[np.r_[True, codes[1:] != codes[:-1]]] if len(codes) else codes
     word_rank, rows = np.divmod(codes, max(m, 1))
-    starts = np.flatnonzero(np.r_[True, word_rank[1:] != word_rank[:-1]])
+    starts = (  # no word in any answer: no row (np.r_[True] would name a first one)
+        np.flatnonzero(np.r_[True, word_rank[1:] != word_rank[:-1]])
+        if len(codes)
+        else np.zeros(0, np.int64)
+    )
     offsets = np.r_[starts, len(codes)].astype(np.int32)
     return pa.table(
         {

@@ -66,6 +66,10 @@ class StepColumns:
     # step row's numbers; written where given, after the required ones
     token_extra: dict[str, np.ndarray] = field(default_factory=dict)
     step_extra: dict[str, float | int | None] = field(default_factory=dict)
+    # numbers this dataset does not have (a dump's logged numbers without a model: "grad_norm",
+    # "gamma"): written as null, with what is derived from them (gamma_rank, gamma_sum,
+    # coverage_m, wasted_m, the top orders by them)
+    absent: tuple[str, ...] = ()
 
     @classmethod
     def from_result(cls, step: int, result: AnalysisResult) -> StepColumns:
@@ -184,6 +188,7 @@ def write_step(root: Path, cols: StepColumns) -> None:
     if int(cols.length.sum()) != n:
         raise InvalidInputError(f"step {cols.step}: answer lengths do not add up to the tokens")
     a_of_token = np.repeat(np.arange(m), cols.length)
+    no_gamma = "gamma" in cols.absent
     step_col = np.full(n, cols.step, dtype=np.int32)
     token_cols = {
         "step": step_col,
@@ -197,10 +202,10 @@ def write_step(root: Path, cols: StepColumns) -> None:
         "weight": cols.weight[a_of_token],
         "logprob": cols.logprob.astype(np.float32),
         "entropy": cols.entropy.astype(np.float32),
-        "grad_norm": cols.grad_norm.astype(np.float32),
-        "gamma": cols.gamma.astype(np.float32),
+        "grad_norm": _or_null(cols.grad_norm, "grad_norm" in cols.absent, pa.float32()),
+        "gamma": _or_null(cols.gamma, no_gamma, pa.float32()),
         "entropy_rank": batch_ranks(cols.entropy),
-        "gamma_rank": batch_ranks(cols.gamma),
+        "gamma_rank": pa.nulls(n, pa.int32()) if no_gamma else batch_ranks(cols.gamma),
         **{f"selected_{k}": cols.selected[k].astype(bool) for k in methods},
     }
     tokens = pa.table(token_cols, schema=schema("tokens", methods))
@@ -233,7 +238,9 @@ def write_step(root: Path, cols: StepColumns) -> None:
         "length": cols.length.astype(np.int32),
         "zero_signal": zero,
         "entropy_mean": _per_answer(cols.entropy, cols.length, "mean").astype(np.float32),
-        "gamma_sum": _per_answer(cols.gamma, cols.length, "sum").astype(np.float32),
+        "gamma_sum": pa.nulls(m, pa.float32())
+        if no_gamma
+        else _per_answer(cols.gamma, cols.length, "sum").astype(np.float32),
         "disagreement": _per_answer(differ.astype(np.int64), cols.length, "sum").astype(np.int32),
         "first_row": np.concatenate([[0], np.cumsum(cols.length)[:-1]]).astype(np.int64),
         **{
@@ -269,6 +276,9 @@ def write_step(root: Path, cols: StepColumns) -> None:
     }
     for k in methods:
         sel = cols.selected[k].astype(bool)
+        if no_gamma:  # coverage and waste are shares of gamma: not known without it
+            step_row[f"coverage_{k}"], step_row[f"wasted_{k}"] = [None], [None]
+            continue
         kept = float(cols.gamma[sel].astype(np.float64).sum())
         step_row[f"coverage_{k}"] = [kept / total if total > 0 else (1.0 if sel.all() else 0.0)]
         picks = int(sel.sum())
@@ -281,20 +291,31 @@ def write_step(root: Path, cols: StepColumns) -> None:
     steps_index.append(root, cols.step, steps.to_pylist()[0])
 
 
+def _or_null(values: np.ndarray, absent: bool, kind: pa.DataType) -> np.ndarray | pa.Array:
+    return pa.nulls(len(values), kind) if absent else values.astype(np.float32)
+
+
 def top_table(tokens: pa.Table, methods: tuple[str, ...]) -> pa.Table:
-    """The step's TOP_K tokens by each order of TOP_ORDERS (ties in flat order)."""
+    """The step's TOP_K tokens by each order of TOP_ORDERS (ties in flat order); an order by
+    a number the dataset does not have (a null column) has no rows."""
+    no_gamma = tokens.num_rows > 0 and tokens["gamma_rank"].null_count == tokens.num_rows
     scores = {
         "gamma": tokens["gamma"].to_numpy(),
         "entropy": tokens["entropy"].to_numpy(),
         "grad_norm": tokens["grad_norm"].to_numpy(),
-        "rank_gap": np.abs(
+        "rank_gap": np.zeros(0)  # a dump's numbers alone (no gamma): no rank gap
+        if no_gamma
+        else np.abs(
             tokens["entropy_rank"].to_numpy().astype(np.int64)
             - tokens["gamma_rank"].to_numpy().astype(np.int64)
         ),
     }
+    names = ("gamma", "grad_norm", "rank_gap") if no_gamma else ()
     assert set(scores) == set(TOP_ORDERS)
     parts = []
     for key, score in scores.items():
+        if key in names:
+            continue
         clean = np.where(np.isnan(score), -np.inf, score.astype(np.float64))
         idx = top_indices(clean, TOP_K)
         part = tokens.take(pa.array(idx))

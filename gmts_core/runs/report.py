@@ -38,6 +38,7 @@ from gmts_core.runs.analysis import (
     logged_step_report,
 )
 from gmts_core.runs.base import RunStep, jsonl_records
+from gmts_core.runs.dump_dataset import dump_step_columns
 from gmts_core.runs.dump_report import dump_step_report
 from gmts_core.runs.logged_tokens import (
     MODEL_FREE_METHODS,
@@ -65,14 +66,22 @@ class RunAnalysisPlan:
         return list(self.steps[rank::world])
 
 
-def settings_of(run: Run, model: str | None, config: AnalysisConfig, plan: RunAnalysisPlan) -> dict:
+def settings_of(
+    run: Run,
+    model: str | None,
+    config: AnalysisConfig,
+    plan: RunAnalysisPlan,
+    numbers: dict[str, str] | None = None,
+) -> dict:
+    """What was asked (settings.json); ``numbers``: what a model-free dataset's columns hold
+    (:func:`~gmts_core.runs.dump_dataset.dump_numbers`), where one is written."""
     if uses_log(run):
         mode, methods = "logged", ["applied", "entropy", "gmts"]
     elif model is None:  # the dump's own per-token numbers (dump_step_report)
         mode, methods = "logged", list(MODEL_FREE_METHODS)
     else:
         mode, methods = "analysis", list(config.methods)
-    return {
+    out = {
         "version": REPORT_VERSION,
         "run": str(run.path),
         "format": run.format,
@@ -88,6 +97,9 @@ def settings_of(run: Run, model: str | None, config: AnalysisConfig, plan: RunAn
         "steps": list(plan.steps),
         "token_steps": sorted(plan.token_steps),
     }
+    if numbers is not None and mode == "logged" and not uses_log(run):
+        out["numbers"] = numbers  # a dump's logged numbers, written as a dataset (no model)
+    return out
 
 
 def uses_log(run: Run) -> bool:
@@ -113,7 +125,7 @@ def prepare_output(out: Path, settings: dict, resume: bool) -> None:
         (out / "report.json").unlink(missing_ok=True)
     (out / "parts").mkdir(exist_ok=True)
     saved.write_text(json.dumps(settings, indent=1))
-    if settings.get("mode") == "analysis":
+    if settings.get("mode") == "analysis" or "numbers" in settings:
         write_manifest(out, tuple(settings["methods"]), settings)
     for part in (out / "parts").glob("steps-*.jsonl"):
         _cut_half_written_tail(part)
@@ -183,6 +195,9 @@ def analyze_run_shard(
                 report = logged_step_report(step)
             elif lm is None:
                 report = dump_step_report(step, config)
+                if step.step in plan.token_steps:  # the dump's numbers as a dataset step
+                    cols = dump_step_columns(step, config, report)
+                    written = writer.submit(write_step, out, cols)
             else:
                 assert lm is not None
                 report, result = analyze_step(lm, step, config, plan.reward_kind)

@@ -28,6 +28,16 @@ def test_a_dump_is_reported_from_its_own_numbers(tmp_path: Path) -> None:
     assert (tmp_path / "report.html").is_file()
 
 
+def test_a_dump_without_logged_entropy_gets_the_report_only(tmp_path: Path) -> None:
+    """NeMo-RL logs log-probs and advantages but no entropy: no model-free selection, so no
+    dataset is written (and settings.json says no step has its tokens written)."""
+    args = ["analyze-run", str(RUNS / "nemo_rl"), "-o", str(tmp_path), "--model", "none"]
+    result = CliRunner().invoke(cli, [*args, "--steps", "1"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "report.json").read_text())["token_steps"] == []
+    assert not (tmp_path / "dataset.json").exists() and not (tmp_path / "tokens").exists()
+
+
 def test_a_dump_without_per_token_numbers_still_needs_a_model(tmp_path: Path) -> None:
     args = ["analyze-run", str(RUNS / "verl"), "-o", str(tmp_path), "--model", "none"]
     result = CliRunner().invoke(cli, args)
@@ -69,3 +79,63 @@ def test_the_analysed_dataset_carries_the_dumps_numbers_and_the_mismatch(tmp_pat
         assert run.answer_tokens(1, 0, 0)
     finally:
         run.close()
+
+
+def test_the_dumps_numbers_are_written_as_a_dataset_the_runs_tab_opens(tmp_path: Path) -> None:
+    """--model none also writes the analysed dataset from the logged numbers: it reads back
+    (AnalysedRun: what the Runs tab's analysed runs open), the untrained tokens are never
+    selected, g and gamma (the model's) are null and so are the figures made of them,
+    dataset.json says which numbers are logged, and a step's entropy and gmts_entropy
+    selections are the Runs tab's logged mode's (GET /v1/runs/.../steps/N?numbers=logged)."""
+    import shutil
+
+    import pandas as pd
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from app.reports.analysed_report import tokens_html
+    from gmts_core.run_dataset import AnalysedRun
+    from tests.app.api_helpers import make_settings
+
+    root = tmp_path / "runs"
+    shutil.copytree(RUNS / "prime_rl", root / "prime_rl")
+    out = root / "analysed"
+    args = ["analyze-run", str(RUNS / "prime_rl"), "-o", str(out), "--model", "none"]
+    result = CliRunner().invoke(cli, [*args, "--steps", "1:2", "--tokens", "2"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "dataset.json").read_text())
+    numbers = manifest["settings"]["numbers"]
+    assert manifest["methods"] == ["entropy", "gmts_entropy"]
+    assert numbers["entropy"].startswith("logged") and numbers["gamma"].startswith("absent")
+    assert numbers["trained"].startswith("logged") and numbers["logged_inference_logprob"]
+    run = AnalysedRun(out)
+    try:
+        assert run.step_numbers() == [2]  # --tokens: only the steps asked for
+        (summary,) = run.steps()
+        assert summary["coverage_entropy"] is None and summary["wasted_gmts_entropy"] is None
+        first = run.answer_tokens(2, 0, 0)
+        assert first and all(t["gamma"] is None and t["grad_norm"] is None for t in first)
+    finally:
+        run.close()
+    tokens = pd.read_parquet(out / "tokens" / "step_00002.parquet")
+    assert (~tokens["trained"]).sum() > 0 and tokens["gamma_rank"].isna().all()
+    for m in ("entropy", "gmts_entropy"):
+        chosen = tokens[f"selected_{m}"]
+        assert chosen.any() and not (chosen & ~tokens["trained"]).any()
+    assert (tokens["entropy"] == tokens["logged_entropy"]).all()
+
+    settings = make_settings(tmp_path / "models", run_roots=[root], default_model="tiny-arith")
+    with TestClient(create_app(settings)) as c:
+        r = c.get("/v1/runs/prime_rl/steps/2", params={"numbers": "logged"})
+        opened = c.get("/v1/analysed-runs/analysed/steps/2/groups/0/answers/0/tokens")
+    assert r.status_code == 200, r.text
+    assert opened.status_code == 200, opened.text
+    rows = opened.json()["tokens"]
+    assert [t["token_id"] for t in rows] == [t["token_id"] for t in first]
+    assert all(t["text"] is None and t["gamma_rank"] is None for t in rows)
+    page = tokens_html(rows, ["entropy", "gmts_entropy"])
+    assert f"[id {rows[0]['token_id']}]" in page and "text not decoded" in page
+    shown = [t for g in r.json()["logged"] for a in g["answers"] for t in a["tokens"]]
+    assert len(shown) == len(tokens)
+    for m in ("entropy", "gmts_entropy"):
+        assert [t["selected"][m] for t in shown] == tokens[f"selected_{m}"].tolist()

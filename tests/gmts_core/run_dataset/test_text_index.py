@@ -122,3 +122,11 @@ def test_a_foreign_index_is_refused_or_ignored_never_trusted(runs, tmp_path) -> 
     forged["row"]["num_answers"] = -5  # a line with the file's key but a value out of range
     (bad / "steps.jsonl").write_text(json.dumps(forged) + "\n" + "[1, 2]\n")
     assert AnalysedRun(bad).steps() == AnalysedRun(indexed).steps()  # read from the files
+
+
+def test_answers_without_a_word_index_no_word() -> None:
+    """Empty or punctuation-only answers (a dump's ids with no tokenizer) give an empty index."""
+    from gmts_core.run_dataset.text_index import word_table
+
+    assert word_table(1, ["", "!!", " "]).num_rows == 0
+    assert word_table(1, ["", "Yes"])["word"].to_pylist() == ["yes"]
