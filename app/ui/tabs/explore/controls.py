@@ -12,6 +12,7 @@ from typing import Any
 import gradio as gr
 
 from app.services.catalog import (
+    BUDGET_OVER,
     CONFIGS,
     analysis_knob,
     analysis_knob_default,
@@ -153,6 +154,10 @@ def _settings_column(c: dict[str, Any], ctx: UIContext) -> None:
                 value=analysis_knob_default("loss_aggregation"), label="Loss aggregation",
                 info=analysis_knob("loss_aggregation")[0], elem_id="loss-aggregation",
             )  # fmt: skip
+        c["budget_over"] = gr.Radio(
+            list(BUDGET_OVER), value=analysis_knob_default("budget_over"), label="Budget counts",
+            info=analysis_knob("budget_over")[0], elem_id="budget-over",
+        )  # fmt: skip
         c["top_alternatives"] = knob_slider(
             "top_alternatives", 0, 20, step=1, label="Alternatives per token"
         )

@@ -47,6 +47,7 @@ class ExploreForm:
     top_alternatives: int = ANALYSIS_DEFAULTS.top_alternatives
     advantage: str = ANALYSIS_DEFAULTS.advantage
     loss_aggregation: str = ANALYSIS_DEFAULTS.loss_aggregation
+    budget_over: str = ANALYSIS_DEFAULTS.budget_over  # which tokens a selection's budget counts
 
 
 def parse_answers(text: str) -> list[str] | None:
@@ -120,6 +121,7 @@ def common_fields(form: ExploreForm, available: Sequence[str] = ()) -> dict[str,
             "ratio": float(form.ratio),
             "scope": form.scope,
             "methods": methods_for(form.method_a, form.method_b, available),
+            "budget_over": form.budget_over,
         },
         "top_alternatives": int(form.top_alternatives),
         "advantage": form.advantage,

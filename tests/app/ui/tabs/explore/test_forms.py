@@ -6,7 +6,7 @@ import pytest
 
 from app.core.config import Settings
 from app.schemas.analyze_request import AnalyzeRequest
-from app.services.catalog import capabilities
+from app.services.catalog import BUDGET_OVER, capabilities
 from app.services.errors import InvalidInputError
 from app.services.responses import as_json
 from app.ui import choices
@@ -45,6 +45,24 @@ def test_the_advantage_and_aggregation_pickers_reach_the_request() -> None:
             body = explore.build_request(form(advantage=adv, loss_aggregation=agg))
             req = AnalyzeRequest.model_validate(body)
             assert (req.advantage, req.loss_aggregation) == (adv, agg)
+
+
+def test_the_budget_picker_reaches_the_request() -> None:
+    """Explore's 'Budget counts' picker: every choice the library has reaches POST
+    /v1/analyze's selection.budget_over, for the single and the batch form; the form's default
+    is the request schema's (the library's)."""
+    assert set(BUDGET_OVER) == {"trained", "content", "all"}
+    for over in BUDGET_OVER:
+        body = explore.build_request(form(budget_over=over))
+        assert AnalyzeRequest.model_validate(body).selection.budget_over == over
+        batch_body = batch.build_batch_request(form(budget_over=over), "Q: 1+1=?\nA:\n=> 2")
+        assert AnalyzeRequest.model_validate(batch_body).selection.budget_over == over
+    default = AnalyzeRequest.model_validate(explore.build_request(form()))
+    assert default.selection.budget_over == explore.ExploreForm().budget_over
+    bare = {"prompt": "x", "answers": ["a", "b"], "rewards": [1, 0]}  # no selection given
+    assert (
+        AnalyzeRequest.model_validate(bare).selection.budget_over == default.selection.budget_over
+    )
 
 
 def test_pasted_answers_replace_sampling_and_explicit_rewards_replace_the_rule() -> None:
