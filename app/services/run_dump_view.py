@@ -21,6 +21,19 @@ from gmts_core.runs.logged_tokens import (
 from gmts_core.stats.decoding import token_texts
 
 
+def check_token_ids(ids: list[int], vocabulary: int, source: Any, answer: int) -> None:
+    """Refuse an answer whose token ids fall outside the model's tokenizer: a dump or log
+    of another model, read with the wrong one."""
+    outside = next((t for t in ids if not 0 <= t < vocabulary), None)
+    if outside is not None:
+        raise RunFormatError(
+            source,
+            None,
+            f"answer {answer}: token id {outside} is not in the vocabulary of the model's "
+            f"tokenizer ({vocabulary} tokens): a dump or log of another model?",
+        )
+
+
 def step_tokens(step: RunStep) -> LoggedTokens:
     """The step's logged per-token numbers, or a clear refusal naming what is missing."""
     tokens = logged_tokens(step)
@@ -47,14 +60,7 @@ def dump_groups(
     for gi, g in enumerate(step.groups):
         answers = []
         for ai, ids in enumerate(g.token_ids or []):
-            outside = next((t for t in ids if not 0 <= t < vocabulary), None)
-            if outside is not None:
-                raise RunFormatError(
-                    g.source,
-                    None,
-                    f"answer {ai}: token id {outside} is not in the vocabulary of the model's "
-                    f"tokenizer ({vocabulary} tokens): a dump of another model?",
-                )
+            check_token_ids(ids, vocabulary, g.source, ai)
             texts = token_texts(tokenizer, ids)
             toks = []
             for t, tid in enumerate(ids):

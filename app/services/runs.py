@@ -44,7 +44,7 @@ from app.services.errors import Cancelled
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
 from app.services.responses import analysis_response
-from app.services.run_dump_view import attach_logged, dump_groups, step_tokens
+from app.services.run_dump_view import attach_logged, check_token_ids, dump_groups, step_tokens
 from app.services.run_roots import MAX_CACHED_RUNS, RunRoots
 from gmts_core.config import DEFAULT_METHODS, AnalysisConfig
 from gmts_core.errors import GMTSError, InvalidInputError, LimitExceededError
@@ -58,7 +58,7 @@ from gmts_core.runs.analysis import (
     logged_step_report,
     step_overview,
 )
-from gmts_core.runs.base import RunFormatError, RunStep
+from gmts_core.runs.base import RunStep
 from gmts_core.runs.dump_report import dump_step_report
 from gmts_core.runs.report import uses_log
 from gmts_core.runs.worker import ReaderPool, WorkerLimits
@@ -362,14 +362,7 @@ def _logged(step: RunStep, lm: Any) -> list[LoggedGroup]:
         answers = []
         for ai, ids in enumerate(g.token_ids or []):
             col = {c: v[ai] for c, v in g.token_columns.items()}
-            outside = next((t for t in ids if not 0 <= t < vocabulary), None)
-            if outside is not None:
-                raise RunFormatError(
-                    g.source,
-                    None,
-                    f"answer {ai}: token id {outside} is not in the vocabulary of the model's "
-                    f"tokenizer ({vocabulary} tokens): a log of another model?",
-                )
+            check_token_ids(ids, vocabulary, g.source, ai)
             texts = token_texts(lm.tokenizer, ids)
             tokens = [
                 LoggedToken(

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from app.ui.blocks import TABS as UI_TABS
 from tests.app.api_helpers import LiveServer
@@ -17,6 +18,7 @@ from tests.app.api_helpers import LiveServer
 pytestmark = pytest.mark.browser
 
 TIMEOUT_MS = 180_000
+SETTLE_MS = 20_000  # a layout still misfitting after this is a misfit
 PHONE = {"width": 390, "height": 844}
 TABS = tuple(t.title for t in UI_TABS)  # every tab of the UI, a new one included
 
@@ -91,6 +93,22 @@ def misfits(panel: Any) -> list[Any]:
     return list(panel.evaluate(MISFITS_JS))
 
 
+def settled_misfits(page: Any, panel: Any) -> list[Any]:
+    """What does not fit once Plotly's and Gradio's layout passes have settled: waits (an
+    event, polled) until nothing misfits, and after SETTLE_MS reports what still does, so a
+    slow layout on a loaded machine is waited for and a real misfit still fails."""
+    try:
+        page.wait_for_function(
+            f"(root) => ({MISFITS_JS})(root).length === 0",
+            arg=panel.element_handle(),
+            polling=250,
+            timeout=SETTLE_MS,
+        )
+    except PlaywrightTimeoutError:
+        pass
+    return misfits(panel)
+
+
 def test_every_tab_fits_a_phone(chromium: Any, ui_server: LiveServer, artifacts: Path) -> None:
     """One page, every tab in turn (a page load per tab would cost the suite minutes)."""
     page = phone_page(chromium, ui_server.url)
@@ -103,9 +121,8 @@ def test_every_tab_fits_a_phone(chromium: Any, ui_server: LiveServer, artifacts:
             page.click("#proxy-run-btn")
             page.wait_for_selector("#proxy-scatter .js-plotly-plot .scatterlayer .point")
             page.wait_for_selector("#proxy-table tbody tr")
-        page.wait_for_timeout(300)  # Plotly's and Gradio's last layout pass after the last change
+        found[tab] = settled_misfits(page, panel)
         page.screenshot(path=str(artifacts / f"phone-{tab.replace(' ', '-').lower()}.png"))
-        found[tab] = misfits(panel)
     assert all(v == [] for v in found.values()), "\n".join(f"{t}: {v}" for t, v in found.items())
     page.context.close()
 
