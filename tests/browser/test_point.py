@@ -58,6 +58,9 @@ def open_page(chromium: Any, url: str, width: int, height: int) -> Any:
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(url + "/ui/", wait_until="load")
     page.wait_for_selector("#token-view .tok")
+    # the server-drawn first view is replaced by Gradio's: measure the page after the swap
+    page.wait_for_selector("#gmts-first-view", state="detached")
+    page.locator("#spotlight .tok").first.wait_for(state="visible")
     return page
 
 
