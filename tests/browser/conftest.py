@@ -68,6 +68,16 @@ def chromium() -> Iterator[Any]:
         browser.close()
 
 
+@pytest.fixture(autouse=True)
+def _close_pages(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Close every page a test left open before its module's server stops: an open page holds
+    Gradio's connections, and the server's shutdown waits for them (30 s a server)."""
+    yield
+    if "chromium" in request.fixturenames:
+        for context in list(request.getfixturevalue("chromium").contexts):
+            context.close()
+
+
 @pytest.fixture(scope="module")
 def ui_server(browser_model_root: Path) -> Iterator[LiveServer]:
     """A live app (API + UI at /ui) on the local service layer."""
