@@ -114,18 +114,15 @@ ANALYSED_ROUTES = (
 
 
 def analysed_targets(sample: Path) -> list[Target]:
-    victims = (
-        "dataset.json",
-        "steps/step_00001.parquet",
-        "answers/step_00001.parquet",
-        "tokens/step_00001.parquet",
-        "top/step_00001.parquet",
+    """Every file the writer wrote for step 1 and every run-level file (dataset.json, the steps
+    index): a file a new writer adds (an index, a table) is a victim without new test code."""
+    victims = sorted(
+        str(p.relative_to(sample))
+        for p in sample.rglob("*")
+        if p.is_file() and (p.parent == sample or p.name == "step_00001.parquet")
     )
-    names = ("manifest", "steps", "answers", "tokens", "top")
-    return [
-        Target(f"analysed-{n}", sample, v, ANALYSED_ROUTES)
-        for n, v in zip(names, victims, strict=True)
-    ]
+    assert {"dataset.json", "tokens/step_00001.parquet"} <= set(victims), victims
+    return [Target(f"analysed-{v.replace('/', '-')}", sample, v, ANALYSED_ROUTES) for v in victims]
 
 
 # --- the mutations: (victim file, outside folder) -> None ----------------------------------
