@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gmts_core.knobs import DEFAULT_RATIO
+from gmts_core.run_dataset.synthetic import group_advantages
 from gmts_core.run_dataset.writer import StepColumns
 
 VOCAB_SIZE = 30_000
@@ -114,10 +115,7 @@ def realistic_step(
     a_group = np.repeat(np.arange(num_groups, dtype=np.int32), group_size)
     a_index = np.tile(np.arange(group_size, dtype=np.int32), num_groups)
     reward = rewards(rng, num_groups, group_size)
-    by_group = reward.reshape(num_groups, group_size)
-    std = by_group.std(axis=1, keepdims=True)
-    adv = np.where(std > 0, (by_group - by_group.mean(axis=1, keepdims=True)) / (std + 1e-6), 0)
-    advantage = adv.reshape(-1).astype(np.float32)
+    advantage = group_advantages(reward, num_groups, group_size)
     weight = np.full(m, 1.0 / max(n, 1), dtype=np.float32)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     entropy = rng.gamma(0.4, 0.6, n).astype(np.float32)

@@ -20,6 +20,15 @@ VOCAB = 32_000
 _TEXTS = pa.array([f"tok{i}" for i in range(VOCAB)])
 
 
+def group_advantages(reward: np.ndarray, num_groups: int, group_size: int) -> np.ndarray:
+    """GRPO's advantages of a step's rewards, (num_groups * group_size,) float32: each reward
+    less its group's mean over the group's population std + 1e-6; 0 in a zero-signal group."""
+    by_group = reward.reshape(num_groups, group_size)
+    std = by_group.std(axis=1, keepdims=True)
+    adv = np.where(std > 0, (by_group - by_group.mean(axis=1, keepdims=True)) / (std + 1e-6), 0)
+    return adv.reshape(-1).astype(np.float32)
+
+
 def synthetic_step(
     step: int,
     num_groups: int,
@@ -39,10 +48,7 @@ def synthetic_step(
     a_index = np.tile(np.arange(group_size, dtype=np.int32), num_groups)
     p_success = rng.beta(0.6, 0.6, num_groups)
     reward = (rng.random(m) < np.repeat(p_success, group_size)).astype(np.float32)
-    by_group = reward.reshape(num_groups, group_size)
-    std = by_group.std(axis=1, keepdims=True)
-    adv = np.where(std > 0, (by_group - by_group.mean(axis=1, keepdims=True)) / (std + 1e-6), 0)
-    advantage = adv.reshape(-1).astype(np.float32)
+    advantage = group_advantages(reward, num_groups, group_size)
     weight = np.full(m, 1.0 / max(n, 1), dtype=np.float32)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     entropy = rng.gamma(0.4, 0.6, n).astype(np.float32)
