@@ -3,7 +3,7 @@
 Every answer token becomes ``<span class="tok" data-...>``, its background shaded by the chosen
 score, with the selections of two methods marked in a colour-blind-safe way (line position and
 style, not colour alone): selected by A only (solid underline), by B only (dashed overline), by
-both (both lines and bold). Spaces and newlines are drawn (``·``, ``⏎``) yet lines still wrap.
+both (both lines and bold). Spaces and newlines are drawn (``␣``, ``⏎``) yet lines still wrap.
 All text, including tooltip data in ``data-*`` attributes, is HTML-escaped; the tooltip itself
 is drawn by ``static/gmts.js`` from ``data-tip`` using ``textContent``.
 
@@ -59,6 +59,10 @@ COLOR_BY: dict[str, ScoreSpec] = {
     ),
 }
 
+# a space is drawn as an open box: a middle dot read as a minus sign in "8 ·borrow" (and as a
+# product between numbers), struck through in a zero-signal group all the more
+SPACE_GLYPH = "\u2423"  # ␣
+
 ZERO_SIGNAL_TEXT = (
     "No learning signal: every answer got the same reward, so every advantage is 0 and no "
     "token of this group has a gradient. Any selection here spends budget on tokens that "
@@ -94,7 +98,7 @@ def visible_text(text: str) -> str:
     out = []
     for ch in text:
         if ch == " ":
-            out.append('<span class="ws">·</span><wbr>')
+            out.append(f'<span class="ws">{SPACE_GLYPH}</span><wbr>')
         elif ch == "\n":
             out.append('<span class="ws">⏎</span><br>')
         elif ch == "\t":
@@ -307,8 +311,8 @@ def render_legend(color_by: str, lo: float, hi: float, methods: tuple[str, str])
         "(solid underline)</span>"
         f'<span class="legend-mark"><span class="sample mark-b">only {b}</span> '
         "(dashed overline)</span>"
-        '<span class="legend-mark"><span class="ws">·</span> space '
-        '<span class="ws">⏎</span> newline <span class="ws">∅</span> empty token</span>'
+        f'<span class="legend-mark"><span class="ws">{SPACE_GLYPH}</span> a space, '
+        '<span class="ws">⏎</span> a newline, <span class="ws">∅</span> an empty token</span>'
         "</div>"
     )
 

@@ -31,7 +31,7 @@ TIMEOUT_MS = 900_000
 NEW_RESULT_JS = """() => {
   const view = document.querySelector('#token-view');
   const prompt = view && view.querySelector('.prompt-text');
-  return !!prompt && prompt.textContent.replace(/\u00b7/g, ' ').includes('What is 2 + 2?')
+  return !!prompt && prompt.textContent.replace(/\u2423/g, ' ').includes('What is 2 + 2?')
     && !!view.querySelector('.tok.sel-b');
 }"""
 
@@ -63,7 +63,7 @@ def test_the_real_model_example_one_click_away(
     tokens = page.locator("#token-view .answer").first.locator(".tok")
     texts = tokens.evaluate_all("els => els.map(e => e.textContent)")
     assert len(texts) >= 8  # BPE pieces, not characters: a word is one token
-    assert any(t.startswith("·") and len(t) > 2 for t in texts), texts[:20]  # " word" pieces
+    assert any(t.startswith("\u2423") and len(t) > 2 for t in texts), texts[:20]  # " word" pieces
     assert page.locator("#token-view .tok.sel-a").count() > 0
     page.screenshot(path=str(artifacts / "real-model-1366px.png"))
     page.set_viewport_size({"width": 390, "height": 844})

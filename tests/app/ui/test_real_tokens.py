@@ -26,7 +26,7 @@ TEXT = (
     "<|im_start|>assistant\n  Let's see:\n\n47 + 38 = 85 — naïve “quotes”, 東京, 😀 and 🤖."
     "<|im_end|>"
 )
-_WS = {"·": " ", "⏎": "\n", "→": "\t", "␍": "\r", "∅": ""}
+_WS = {"␣": " ", "⏎": "\n", "→": "\t", "␍": "\r", "∅": ""}
 
 
 @pytest.fixture(scope="module")

@@ -148,7 +148,8 @@ def test_learn_and_headers_escape_text(result: dict) -> None:
 
 def test_whitespace_is_visible_and_wraps() -> None:
     html = render.visible_text(" a\nb\t")
-    assert html.count("·") == 1 and "⏎" in html and "<br>" in html and "→" in html
+    assert html.count(render.SPACE_GLYPH) == 1 and "⏎" in html and "<br>" in html and "→" in html
+    assert render.SPACE_GLYPH == "\u2423" and "·" not in html  # a middle dot read as a minus
     assert "<wbr>" in html
     assert "∅" in render.visible_text("")
 
