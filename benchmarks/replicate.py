@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import resource
@@ -268,20 +269,39 @@ def plateau(result: CompareResult) -> dict[str, Any]:
     """Per method, the training reward's slope (reward per 10 steps, a least-squares line per
     seed) over the first and the last quarter of the steps, each a mean over seeds with its 95%
     t interval over seeds: a plateau is a last-quarter slope whose interval holds 0 (or is
-    small against the first quarter's)."""
+    small against the first quarter's). With 8 steps or more, ``quarters`` has every quarter:
+    its slope, its mean reward (per seed over the quarter, then over seeds) and that mean's
+    change from the previous quarter (paired per seed), each with its interval."""
     c = result.config
     if c.steps < 2:
         return {}
     quarter = min(c.steps, max(2, c.steps // 4))
     spans = {"first_quarter": (0, quarter), "last_quarter": (c.steps - quarter, c.steps)}
+    cuts = [round(k * c.steps / 4) for k in range(5)]
+    quarters = list(itertools.pairwise(cuts)) if c.steps >= 8 else []
+
+    def slopes(runs: list[Any], a: int, b: int) -> dict[str, float]:
+        x = np.arange(a + 1, b + 1, dtype=np.float64)
+        per_seed = np.asarray([10 * np.polyfit(x, r.reward[a:b], 1)[0] for r in runs])
+        return _interval(per_seed[None, :])[0]
+
     out: dict[str, Any] = {}
     for m in c.methods:
         runs = result.runs_of(m)
-        out[m] = {}
-        for name, (a, b) in spans.items():
-            x = np.arange(a + 1, b + 1, dtype=np.float64)
-            slopes = np.asarray([10 * np.polyfit(x, r.reward[a:b], 1)[0] for r in runs])
-            out[m][name] = {"steps": [a + 1, b], **_interval(slopes[None, :])[0]}
+        out[m] = {
+            name: {"steps": [a + 1, b], **slopes(runs, a, b)} for name, (a, b) in spans.items()
+        }
+        means = np.asarray([[np.mean(r.reward[a:b]) for r in runs] for a, b in quarters])
+        out[m]["quarters"] = [
+            {
+                "steps": [a + 1, b],
+                "slope": slopes(runs, a, b),
+                "reward": _interval(means[k][None, :])[0],
+                # per seed: this quarter's mean reward minus the previous quarter's
+                "change": _interval((means[k] - means[k - 1])[None, :])[0] if k else None,
+            }
+            for k, (a, b) in enumerate(quarters)
+        ]
     return out
 
 
@@ -615,6 +635,18 @@ def summary(report: dict[str, Any]) -> list[str]:
                 f"{b['steps'][0]}-{b['steps'][1]} {b['mean']:+.3f} [{b['ci_low']:+.3f}, "
                 f"{b['ci_high']:+.3f}]"
             )
+            for k in q.get("quarters", []):
+                lines.append(
+                    f"  {m:<11} steps {k['steps'][0]}-{k['steps'][1]}: reward "
+                    f"{k['reward']['mean']:.3f}, slope per 10 steps {k['slope']['mean']:+.3f} "
+                    f"[{k['slope']['ci_low']:+.3f}, {k['slope']['ci_high']:+.3f}]"
+                    + (
+                        f", change {k['change']['mean']:+.3f} [{k['change']['ci_low']:+.3f}, "
+                        f"{k['change']['ci_high']:+.3f}]"
+                        if k["change"]
+                        else ""
+                    )
+                )
     return lines
 
 

@@ -129,3 +129,25 @@ def test_seed_offset_and_evaluation_draws_are_the_users(
     (tmp_path / "other" / "hard-mix" / "compare.json").write_text(json.dumps(other))
     with pytest.raises(SystemExit, match="differ in more than their seeds"):
         replicate.merge_seeds([r, {**r2, "compare_out": str(tmp_path / "other")}])
+
+
+def test_plateau_reports_every_quarter_slope_mean_and_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the plateau evidence of docs/replication.md, in process: a reward that rises by 0.1 a step
+    # for 4 steps and then stays flat, on two seeds 0.02 apart
+    from gmts_core.experiments.compare import CompareConfig, CompareResult, RunCurve
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    replicate = importlib.import_module("replicate")
+    rise = [0.1, 0.2, 0.3, 0.4, 0.5, 0.5, 0.5, 0.5]
+    runs = [RunCurve("gmts", s, reward=[r + 0.02 * s for r in rise]) for s in (0, 1)]
+    config = CompareConfig(methods=("gmts",), steps=8, seeds=2)
+    quarters = replicate.plateau(CompareResult(config, "m", runs, 0.5, 1.0))["gmts"]["quarters"]
+    assert [q["steps"] for q in quarters] == [[1, 2], [3, 4], [5, 6], [7, 8]]
+    assert [q["slope"]["mean"] for q in quarters] == pytest.approx([1.0, 1.0, 0.0, 0.0], abs=1e-9)
+    assert [q["reward"]["mean"] for q in quarters] == pytest.approx([0.16, 0.36, 0.51, 0.51])
+    assert quarters[0]["change"] is None
+    changes = [q["change"] for q in quarters[1:]]
+    assert [c["mean"] for c in changes] == pytest.approx([0.2, 0.15, 0.0], abs=1e-9)
+    assert all(c["ci_low"] == pytest.approx(c["ci_high"], abs=1e-9) for c in changes)
