@@ -151,3 +151,37 @@ def test_plateau_reports_every_quarter_slope_mean_and_change(
     changes = [q["change"] for q in quarters[1:]]
     assert [c["mean"] for c in changes] == pytest.approx([0.2, 0.15, 0.0], abs=1e-9)
     assert all(c["ci_low"] == pytest.approx(c["ci_high"], abs=1e-9) for c in changes)
+
+
+def _points(x: float) -> str:
+    return f"{100 * x:+.1f}".replace("-", "\u2212")
+
+
+def _page_row(row: dict[str, Any]) -> str:
+    """A final-table row of docs/replication.md as the page writes it from its JSON."""
+    acc, gain, diff = row["final_accuracy"], row["gain"], row["paired_difference"]
+    wasted, reward = row["wasted_share"], row["train_reward_last5"]
+    cells = [
+        row["method"],
+        f"{acc['mean']:.3f} [{acc['ci_low']:.3f}, {acc['ci_high']:.3f}]",
+        f"{_points(gain['mean'])} [{_points(gain['ci_low'])}, {_points(gain['ci_high'])}]",
+        "(reference)"
+        if diff is None
+        else f"{_points(diff['mean'])} [{_points(diff['ci_low'])}, {_points(diff['ci_high'])}]",
+        f"{wasted['mean']:.2f}, {wasted['peak']:.2f}",
+        f"{reward['mean']:.3f} ± {reward['std']:.3f}",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+@pytest.mark.parametrize("report", ["replication-hardmix-100.json"])
+def test_replication_page_states_its_json(report: str) -> None:
+    # the page's final table, its verdict sentence and its wall time are the JSON's own
+    page = " ".join((REPO / "docs" / "replication.md").read_text("utf-8").replace("**", "").split())
+    r = json.loads((REPO / "docs" / report).read_text("utf-8"))
+    regime = r["regimes"]["hard-mix"]
+    for row in regime["table"]:
+        assert _page_row(row) in page
+    for sentence in regime["conclusions"]:
+        assert sentence.split(" Power:")[0] in page
+    assert f"{r['wall_seconds']:,.0f} s" in page
