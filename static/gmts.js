@@ -324,8 +324,28 @@
     scope.querySelector(".predict-score").textContent = "";
     scope.querySelector(".predict-count").textContent = "";
   }
+  function optionName(t, which) {  // the name of method A or B, as the bar's picker gives it
+    var scope = predictScope(t);
+    var opt = scope ? scope.querySelector('.predict-method option[value="' + which + '"]') : null;
+    return opt ? opt.textContent : which.toUpperCase();
+  }
   function tokenLabel(t) {
     return "\u201c" + t.textContent + "\u201d";
+  }
+  // why a token is picked by one method and not the other: the "why they differ" row that lists
+  // it (app/ui/why_differ.py), in the token's tab (Explore's view beside, Learn's in the scope)
+  function reasonOf(t) {
+    var view = t.closest(".gmts-view");
+    if (!view) return "";
+    if (t.classList.contains("sel-a") && t.classList.contains("sel-b")) return "both methods pick it";
+    if (!t.classList.contains("sel-a") && !t.classList.contains("sel-b")) return "neither method picks it";
+    var sel = '.why-tok[data-group="' + view.getAttribute("data-group") + '"][data-answer="' +
+      t.getAttribute("data-answer") + '"][data-pos="' + t.getAttribute("data-pos") + '"]';
+    var chip = (t.closest('[role="tabpanel"], .tabitem') || document).querySelector(sel);
+    var row = chip ? chip.closest(".why-row") : null;
+    var label = row ? row.querySelector("summary b") : null;
+    var only = "only " + optionName(t, t.classList.contains("sel-a") ? "a" : "b");
+    return label ? only + ": " + label.textContent : only;  // a row lists its first tokens only
   }
   function ranked(list, which) {  // by the method's rank, best first
     return list.slice().sort(function (x, y) {
@@ -351,17 +371,18 @@
     var top = ranked(missed, which).slice(0, 3);
     if (top.length) {
       lines.push("Its best-ranked picks you missed: " + top.map(function (t) {
-        return tokenLabel(t) + " (rank " + t.getAttribute("data-rank-" + which) + ")";
+        var why = reasonOf(t);
+        return tokenLabel(t) + " (rank " + t.getAttribute("data-rank-" + which) + (why ? "; " + why : "") + ")";
       }).join(", ") + ".");
     }
     var wrong = ranked(guesses.filter(function (t) { return !t.classList.contains("sel-" + which); }), which).slice(0, 3);
     if (wrong.length) {
       lines.push("Your picks it left out: " + wrong.map(function (t) {
-        var r = t.getAttribute("data-rank-" + which);
-        return tokenLabel(t) + (r ? " (rank " + r + ")" : " (not ranked)");
+        var r = t.getAttribute("data-rank-" + which), why = reasonOf(t);
+        return tokenLabel(t) + (r ? " (rank " + r : " (not ranked") + (why ? "; " + why : "") + ")";
       }).join(", ") + ".");
     }
-    lines.push("Each token\u2019s tooltip gives its ranks and numbers; \u201cWhy they differ\u201d says where the two methods part and why.");
+    lines.push("Each token\u2019s tooltip gives its ranks and numbers; \u201cWhy they differ\u201d counts every token where the two methods part, by reason.");
     lines.forEach(function (text) { var p = document.createElement("p"); p.textContent = text; out.appendChild(p); });
     scope.classList.remove("predicting");
     scope.classList.add("revealed");

@@ -6,7 +6,8 @@ to the queue, i.e. no model run, happens before they show), they sit on the firs
 1366x900, and Analyze is on the first screen at both sizes. So is the disagreement: the
 spotlight's two answers with their sentences, and the start of "Why they differ". The time from
 navigation to the first highlighted token is recorded in test-artifacts/first-screen.json,
-never asserted (tests assert no wall-clock times).
+never asserted (tests assert no wall-clock times). On the same page, predict-then-reveal runs in
+Explore and then in Learn (tests/browser/predict_reveal.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.app.api_helpers import LiveServer
+from tests.browser.predict_reveal import predict_then_reveal
 
 pytestmark = pytest.mark.browser
 
@@ -98,42 +100,18 @@ def test_page_opens_on_a_highlighted_example(
     first.click()
     assert "rank of" in page.locator("#gmts-pin").inner_text()
     page.keyboard.press("Escape")
-    predict_then_reveal(page)
+    predict_then_reveal(page, "#token-view .predict-scope")
+    # Learn: the group it explains, opened with the picks hidden (the same bar and script);
+    # its "why they differ" view, hidden while predicting, shown with the score
+    page.get_by_role("tab", name="Learn").first.click()
+    learn = "#learn-view .learn-predict .predict-scope"
+    page.locator(learn).wait_for()
+    assert page.locator(f"{learn} .predict-reasons").is_hidden()
+    predict_then_reveal(page, learn, opened=True)
+    assert page.locator("#learn-why-differ").is_visible()
+    box = page.locator(f"{learn} .predict-bar").bounding_box()
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width, box
     page.context.close()
-
-
-def predict_then_reveal(page: Any) -> None:
-    """Predict, then reveal on the example (the demo model): the marks and tooltips hidden,
-    three guesses (two of gmts's picks, one token it leaves), then the score and the marks."""
-    scope = page.locator("#token-view .predict-scope")
-    scope.locator(".predict-toggle").check()
-    assert "predicting" in (scope.get_attribute("class") or "")
-    mark = scope.locator(".tok.mark-b, .tok.mark-both").first
-    hidden = mark.evaluate("t => getComputedStyle(t).borderTopColor")
-    assert hidden == "rgba(0, 0, 0, 0)", hidden  # gmts's mark hidden while predicting
-    picks = scope.locator(".gmts-view .tok[data-tip].sel-b")
-    total = picks.count()
-    assert total >= 2
-    for guess in (
-        picks.nth(0),
-        picks.nth(1),
-        scope.locator(".gmts-view .tok[data-tip]:not(.sel-b)").first,
-    ):
-        guess.click()
-    assert page.locator("#gmts-pin").is_hidden()  # a guess, not the panel
-    assert scope.locator(".predict-count").inner_text() == "3 picked"
-    scope.locator(".predict-reveal").click()
-    score = scope.locator(".predict-score").inner_text()
-    want = (
-        f"Score: 2 of your 3 picks are gmts\u2019s; gmts picks {total} tokens here and you found 2"
-    )
-    assert want in score, score
-    assert "Why they differ" in score and "Your picks it left out" in score
-    assert scope.locator(".tok.guess-hit").count() == 2
-    assert scope.locator(".tok.guess-miss").count() == 1
-    assert scope.locator(".tok.guess-missed").count() == total - 2
-    shown = mark.evaluate("t => getComputedStyle(t).borderTopColor")
-    assert shown != "rgba(0, 0, 0, 0)"  # the marks are back
 
 
 def test_results_scroll_into_view_after_analyze(chromium: Any, ui_server: LiveServer) -> None:

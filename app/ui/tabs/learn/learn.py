@@ -13,8 +13,10 @@ from typing import Any
 
 from app.services.catalog import ANALYSIS_DEFAULTS
 from app.services.methods import list_method_infos
-from app.ui.render import Json, fmt, groups_of
+from app.ui.predict import with_predict_bar
+from app.ui.render import Json, fmt, groups_of, render_result
 from app.ui.tabs.learn.lesson import is_zero_signal, lesson_html
+from app.ui.why_differ import why_differ_html
 
 ADVANTAGE_FORMULAS = {
     "grpo": "A_i = (r_i − mean r) / (std r + ε)",
@@ -238,6 +240,23 @@ def family_section(summary: Json) -> str:
     )
 
 
+def predict_section(result: Json, methods: tuple[str, str], group_index: int) -> str:
+    """Predict, then reveal on this group: Explore's token view and bar (app.ui.predict and
+    static/gmts.js, the one implementation), opened with the picks hidden; revealed, the score
+    names each token's reason, and the "why they differ" view below the tokens is shown."""
+    a, b = (escape(m) for m in methods)
+    tokens = render_result(result, methods, "entropy", group_index)
+    reasons = why_differ_html(result, methods, element_id="learn-why-differ")
+    return (
+        '<section class="learn-predict"><h3>Your turn: predict, then reveal</h3>'
+        f'<p class="learn-words">The picks of {a} and {b} are hidden. Click the tokens you think '
+        f"{b} (or, chosen in the bar, {a}) keeps in this group: the shade is each token's "
+        "entropy, the header of each answer its reward and advantage. Then press Reveal for "
+        "your score, the picks you missed, and why the two methods part on each.</p>"
+        f"{with_predict_bar(tokens, methods, predicting=True, reasons=reasons)}</section>"
+    )
+
+
 def learn_html(result: Json | None, methods: tuple[str, str], group_index: int = 0) -> str:
     """The whole Learn tab for the current result (or an invitation to analyze first)."""
     if not result:
@@ -251,6 +270,7 @@ def learn_html(result: Json | None, methods: tuple[str, str], group_index: int =
     summary = result.get("summary") or {}
     return (
         lesson_html(group, summary, methods, groups)
+        + predict_section(result, methods, group_index)
         + '<div class="learn">'
         + advantage_section(group, settings.get("advantage", ANALYSIS_DEFAULTS.advantage))
         + weight_section(
