@@ -41,7 +41,7 @@ from datasets import Dataset, load_dataset
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.experiments.evaluation import evaluate_accuracy, heldout_problems
 from gmts_core.integrations.trl import GMTSGRPOConfig, GMTSGRPOTrainer
-from gmts_core.integrations.trl_terms import TRL_LOSS_AGGREGATION
+from gmts_core.integrations.trl_selection import TRL_LOSS_AGGREGATION
 from gmts_core.methods.rewards import compute_reward, extract_final_number, list_rewards
 from gmts_core.methods.selection import SCOPES, list_methods
 from gmts_core.tasks.arith import generate_problems

@@ -53,7 +53,7 @@ _EXPORTS: dict[str, str] = {
     "register_reader": "gmts_core.runs.registry",
     # TRL (needs the [trl] extra)
     "GMTSGRPOTrainer": "gmts_core.integrations.trl",
-    "GMTSGRPOConfig": "gmts_core.integrations.trl_config",
+    "GMTSGRPOConfig": "gmts_core.integrations.trl",
     # every library error derives from this one
     "GMTSError": "gmts_core.errors",
 }
@@ -107,8 +107,7 @@ if TYPE_CHECKING:  # for type checkers and the API reference; nothing is importe
     from gmts_core.errors import GMTSError
     from gmts_core.experiments.gradcheck import gradcheck
     from gmts_core.grpo.step import grpo_step
-    from gmts_core.integrations.trl import GMTSGRPOTrainer
-    from gmts_core.integrations.trl_config import GMTSGRPOConfig
+    from gmts_core.integrations.trl import GMTSGRPOConfig, GMTSGRPOTrainer
     from gmts_core.methods.rewards import list_rewards, register_reward
     from gmts_core.methods.selection import (
         SelectionInputs,

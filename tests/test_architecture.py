@@ -93,13 +93,3 @@ def test_a_violating_import_breaks_the_check(
     assert f"{broken} BROKEN" in " ".join(run.stdout.split()), run.stdout
     assert broken_lines, run.stdout
 
-
-def test_no_module_is_over_400_lines() -> None:
-    """A module is one concept a reader takes in at once (ARCHITECTURE.md, "Size")."""
-    long = {
-        str(f.relative_to(ROOT)): n
-        for package in ("gmts_core", "app")
-        for f in (ROOT / package).rglob("*.py")
-        if (n := len(f.read_text(encoding="utf-8").splitlines())) > 400
-    }
-    assert not long, long

@@ -4,12 +4,13 @@
 by a ``gmts_core`` selection method (``gmts``, ``entropy``, ``gmts_entropy``, ``surprisal``,
 ``random``, ``all`` or any method registered later), and otherwise is TRL's ``GRPOTrainer``.
 
-How it hooks into TRL (1.16), with no copy of TRL's loss code:
+How it hooks into TRL, with no copy of TRL's loss code (every private part of TRL it overrides
+or calls is in :mod:`~gmts_core.integrations.trl_compat`, which checks the installed release):
 
 - TRL already builds a token mask for its ``top_entropy_quantile`` option: ``_compute_loss``
   calls ``get_high_entropy_mask(entropies, mask, threshold)`` and multiplies the per-token loss
-  (and the entropy bonus) by it. This class overrides that method to return the mask of the
-  chosen ``gmts_core`` method, and makes TRL always ask for a mask.
+  (and the entropy bonus) by it. That method returns the mask of the chosen ``gmts_core``
+  method here (:meth:`GMTSGRPOTrainer.selection_mask`), and TRL always asks for a mask.
 - TRL scores completions with a fused, chunked LM head that never materializes the logits. The
   same kernel pass that gives TRL its entropy also returns ``log(sum_v pi_v^2)`` when asked, so
   the per-token gradient norm g = (1/tau) sqrt(1 - 2p + sum pi^2) (the formula of
@@ -20,7 +21,7 @@ How it hooks into TRL (1.16), with no copy of TRL's loss code:
   hidden states of that same forward (captured by a hook): an extra LM-head pass over those
   rows only, no backward. g is then within float32 rounding of the float64 value.
 - The advantages come from ``inputs["advantages"]``; the loss-aggregation weights w_i follow
-  TRL's ``loss_type`` (``trl_terms.TRL_LOSS_AGGREGATION``). The per-token coefficient omega_t
+  TRL's ``loss_type`` (``trl_selection.TRL_LOSS_AGGREGATION``). The per-token coefficient omega_t
   (:mod:`gmts_core.methods.coefficient`) takes the ratio to ``old_per_token_logps``
   (``num_iterations`` > 1), the clip (``epsilon``, ``epsilon_high``, ``delta``) and the k3 KL
   term to ``ref_per_token_logps`` (``beta`` > 0) into account, so gamma = w_i |omega_t| g is the
@@ -37,9 +38,9 @@ How it hooks into TRL (1.16), with no copy of TRL's loss code:
   trainer tags every completion with its group id (global row // ``num_generations``) when the
   batch is generated; selection runs in ``GMTSGRPOConfig.selection_scope`` (unset: the method's
   default, ``group`` for the paper's methods). Groups split across micro-batches are selected
-  whole, once per generation batch (:mod:`~.trl_groups`); ``gmts/split_group_share`` logged.
+  whole, once per generation batch ("Whole groups" below); ``gmts/split_group_share`` logged.
 - ``gmts_paper``/``gmts_paper_verl`` rank with their code's advantage, computed at generation
-  from TRL's rewards over every answer of each group (``trl_terms.paper_advantages``), and
+  from TRL's rewards over every answer of each group (``trl_selection.paper_advantages``), and
   with beta > 0 the paper's KL part beta (pi_ref / pi_theta - 1) (Framework1's, k3's
   derivative), also where TRL's loss is the bias-corrected KL, whose derivative
   beta r log(pi_ref / pi_theta) ``gmts`` ranks by (the coefficient of the loss TRL
@@ -50,6 +51,35 @@ Unlike TRL's ``top_entropy_quantile`` (a ``torch.quantile`` threshold, which kee
 tied at the threshold), selection keeps exactly k = ceil(ratio * N) tokens per scope, ties broken
 by (answer, position) order, as everywhere in ``gmts_core`` (the paper's two methods keep by the
 rules of its released code, :mod:`gmts_core.methods.gmts_released`).
+
+The settings are fields of :class:`GMTSGRPOConfig` (TRL's ``GRPOConfig`` plus the GMTS fields);
+the numbers computed from TRL's outputs are plain torch in
+:mod:`~gmts_core.integrations.trl_selection`; the token log is
+:mod:`~gmts_core.integrations.trl_log`.
+
+Whole groups under TRL's gradient accumulation: a group-scoped selection (``gmts_paper``, or
+``selection_scope="group"``) is made once per generation batch, over every answer of each group.
+TRL's ``steps_per_generation`` defaults to ``gradient_accumulation_steps``: each generation
+batch is shuffled and split into that many micro-batches, so a group of ``num_generations``
+answers lands in several of them, and a selection made per micro-batch sees part of a group
+(with 8 generations, a per-device batch of 4 and accumulation 2, 3 of 4 groups differed from
+Framework1's selection). Here the statistics of the whole generation batch are computed once,
+right after it is generated and scored (one extra forward pass, no gradient), the selection is
+made over whole groups, and its mask travels with the batch through TRL's shuffle and split
+(:data:`WHOLE_GROUP_MASK`); each micro-batch's loss then applies its rows of it. This is exact
+where the policy does not change within a generation batch: one optimizer step per generation
+batch (``steps_per_generation == gradient_accumulation_steps``) and ``num_iterations == 1``.
+Otherwise (the policy moves between the micro-batches of one generation batch) the trainer
+selects per micro-batch, warns at start and logs ``gmts/split_group_share``.
+
+A recipe reads the GMTS fields like every other TRL setting (``TrlParser``, YAML)::
+
+    # recipe.yaml                                 # python train.py --config recipe.yaml
+    token_selection: gmts_paper
+    selection_ratio: 0.2
+    selection_scope: group                        # leave out: the method's own default
+    log_selection: true
+    bf16: false                                   # TRL defaults to bf16=True, on CPU too
 """
 
 from __future__ import annotations
@@ -57,18 +87,19 @@ from __future__ import annotations
 import functools
 import logging
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from accelerate.utils import is_peft_model
-from trl import GRPOTrainer
-from trl.trainer.utils import add_fused_lm_head
+from trl import GRPOConfig
 
 from gmts_core.errors import InvalidInputError
-from gmts_core.integrations import trl_groups
-from gmts_core.integrations.selection_log import SelectionLogger
-from gmts_core.integrations.trl_config import CONFIG_DEFAULTS, GMTSGRPOConfig, validate_selection
-from gmts_core.integrations.trl_terms import (
+from gmts_core.integrations.trl_compat import GRPOTrainerHooks
+from gmts_core.integrations.trl_log import SelectionLogger
+from gmts_core.integrations.trl_selection import (
     GROUP_IDS,
     PAPER_ADVANTAGES,
     PAPER_STD,
@@ -86,18 +117,117 @@ from gmts_core.integrations.trl_terms import (
     split_groups_warning,
     trainer_selection_inputs,
 )
-from gmts_core.methods.selection import SelectionInputs, default_scope, select
+from gmts_core.knobs import DEFAULT_RATIO
+from gmts_core.methods.budget import check_budget_over
+from gmts_core.methods.selection import (
+    METHODS,
+    SCOPES,
+    SelectionInputs,
+    default_scope,
+    select,
+    top_k_count,
+)
 from gmts_core.model.logit_head import head_path
 
 logger = logging.getLogger(__name__)
 
 _FUSED_OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs")
 _EXACT_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+WHOLE_GROUP_MASK = "gmts_whole_group_mask"  # (B, T) bool: the selection, made over whole groups
 
 __all__ = ["GMTSGRPOConfig", "GMTSGRPOTrainer"]
 
 
-class GMTSGRPOTrainer(GRPOTrainer):
+# --- the settings ------------------------------------------------------------------------------
+@dataclass
+class GMTSGRPOConfig(GRPOConfig):
+    """TRL's ``GRPOConfig`` plus the settings of :class:`GMTSGRPOTrainer`. A dataclass
+    subclass, so ``HfArgumentParser``, ``TrlParser`` and YAML recipes read the GMTS fields like
+    every other TRL setting; each GMTS field is documented once, here (its ``help`` metadata is
+    what the parsers print).
+
+    Note: TRL's ``bf16`` defaults to True even with ``use_cpu=True``; set ``bf16: false`` for
+    float32 numbers.
+    """
+
+    token_selection: str = field(
+        default="gmts",
+        metadata={
+            "help": "Selection method whose tokens the loss trains on: a name from "
+            "gmts_core.methods.selection.list_methods() (gmts, entropy, gmts_entropy, "
+            "gmts_paper, gmts_paper_verl, surprisal, random, all, clip_cov, kl_cov, lopti, "
+            "gtpo, rsi, high_prob)."
+        },
+    )
+    selection_ratio: float = field(
+        default=DEFAULT_RATIO,
+        metadata={
+            "help": "Share of completion tokens kept, in (0, 1]: k = ceil(ratio * N) per "
+            "selection scope (gmts_paper keeps N - max(1, ceil(N p)) per group and "
+            "gmts_paper_verl the scores above the int(n p)-th smallest, p = the decimal "
+            "complement of ratio, the share the paper's code removes)."
+        },
+    )
+    selection_scope: str | None = field(
+        default=None,
+        metadata={
+            "help": "Which tokens compete for the kept places: batch (every completion token "
+            "of the micro-batch on every process), group (the answers of one prompt, from "
+            "num_generations) or answer. Unset: the method's default (group for gmts_paper "
+            "and gmts_paper_verl, as in the paper; batch for the others)."
+        },
+    )
+    selection_budget_over: str = field(
+        default="trained",
+        metadata={
+            "help": "What the budget k = ceil(ratio * N) counts (gmts_core.methods.budget): "
+            "trained (every completion token TRL's loss counts; the paper's rule), content "
+            "(those less the tokenizer's special tokens: chat-template markers, EOS, tool-call "
+            "tags registered as special tokens, which are then never selected) or all (in TRL "
+            "the same as trained: its completion mask is the loss's)."
+        },
+    )
+    log_selection: bool = field(
+        default=False,
+        metadata={
+            "help": "Write one row per completion token (entropy, g, gamma, advantage, the "
+            "applied mask) at every logging step to OUTPUT_DIR/gmts_selection/ "
+            "(gmts analyze-run reads it)."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        validate_selection(self.token_selection, self.selection_ratio, self.selection_scope)
+        check_budget_over(self.selection_budget_over)
+
+    def resolved_scope(self) -> str:
+        """The scope selection runs in: the explicit one, else the method's default."""
+        return self.selection_scope or default_scope([self.token_selection])
+
+
+def validate_selection(method: str, ratio: float, scope: str | None) -> None:
+    """Unknown method names list the valid ones; ratio in (0, 1]; scope one of SCOPES."""
+    METHODS.get(method)
+    top_k_count(ratio, 1)  # ValueError outside (0, 1]
+    if scope is not None and scope not in SCOPES:
+        raise InvalidInputError(f"unknown selection scope {scope!r}; valid: {', '.join(SCOPES)}")
+
+
+class _Defaults:
+    """The GMTS fields' defaults, read from :class:`GMTSGRPOConfig` (one place)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return GMTSGRPOConfig.__dataclass_fields__[name].default
+
+
+CONFIG_DEFAULTS: Any = _Defaults()  # for a trainer given a plain GRPOConfig
+
+
+# --- the trainer -------------------------------------------------------------------------------
+
+
+class GMTSGRPOTrainer(GRPOTrainerHooks):
     """TRL's ``GRPOTrainer`` that trains on the tokens a ``gmts_core`` selection method picks.
 
     Its settings come from ``args``, a :class:`GMTSGRPOConfig` (``token_selection``,
@@ -107,7 +237,7 @@ class GMTSGRPOTrainer(GRPOTrainer):
 
     Logged per step: ``gmts/selected_fraction``, ``gmts/gradient_coverage`` (of sum gamma, the
     applied selection's; ``_entropy``, ``_gmts``: theirs at the same ratio and scope) and
-    ``gmts/overlap_entropy_gmts`` (Jaccard). Split groups: :mod:`~.trl_groups`."""
+    ``gmts/overlap_entropy_gmts`` (Jaccard), ``gmts/split_group_share``."""
 
     def __init__(
         self,
@@ -135,6 +265,7 @@ class GMTSGRPOTrainer(GRPOTrainer):
         self._batch: dict[str, Any] | None = None
         self._selection_calls = 0
         super().__init__(*args, **kwargs)
+        self.check_attributes()
         output_dir = str(self.args.output_dir or ".")
         self.selection_log = SelectionLogger(output_dir) if log else None
         self.aggregation = aggregation_for_loss_type(self.loss_type)
@@ -169,20 +300,7 @@ class GMTSGRPOTrainer(GRPOTrainer):
             )
         return exact
 
-    # --- hooks into TRL ------------------------------------------------------------------------
-
-    @property
-    def top_entropy_quantile(self) -> float:
-        """Always < 1, so TRL's ``_compute_loss`` asks ``get_high_entropy_mask`` for a mask."""
-        return 0.0
-
-    @top_entropy_quantile.setter
-    def top_entropy_quantile(self, value: float) -> None:
-        if value < 1.0:
-            raise InvalidInputError(
-                "GMTSGRPOTrainer selects tokens itself: leave top_entropy_quantile at 1.0 and use "
-                "token_selection='entropy' with selection_ratio for the 80/20 rule"
-            )
+    # --- the hooks TRL calls (trl_compat.GRPOTrainerHooks) -------------------------------------
 
     def _add_gmts_lm_head(self) -> None:
         """Ask TRL's fused LM head for log(sum pi^2) too, and capture its per-token outputs.
@@ -193,13 +311,7 @@ class GMTSGRPOTrainer(GRPOTrainer):
         (older PEFT releases) call ``model.forward`` directly, which skips hooks.
         """
         base = self._base_model()
-        args: Any = self.args  # a GRPOConfig
-        add_fused_lm_head(
-            base,
-            temperature=self.temperature,
-            cast_lm_head_to_fp32=args.cast_lm_head_to_fp32,
-            outputs=_FUSED_OUTPUTS,
-        )
+        self.add_fused_lm_head(base, _FUSED_OUTPUTS)
         fused_forward = base.forward
 
         @functools.wraps(type(base).forward)  # generate() validates kwargs against it
@@ -223,10 +335,11 @@ class GMTSGRPOTrainer(GRPOTrainer):
         model: Any = self.model
         return model.get_base_model() if is_peft_model(model) else model
 
-    def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
-        """TRL's batch, each completion tagged with its group id before TRL shuffles it."""
+    def on_generation_start(self) -> None:
         self._rewards_per_func = None
-        output = super()._generate_and_score_completions(inputs)
+
+    def on_generation_batch(self, output: dict[str, Any]) -> dict[str, Any]:
+        """TRL's batch, each completion tagged with its group id before TRL shuffles it."""
         training = bool(getattr(self.model, "training", False))
         size = (self.num_generations if training else self.num_generations_eval) or 1
         rows = int(output["completion_ids"].shape[0])
@@ -239,33 +352,32 @@ class GMTSGRPOTrainer(GRPOTrainer):
             every = paper_advantages(self._rewards_per_func, self.reward_weights, size, *std)
             start = self.accelerator.process_index * rows
             output[PAPER_ADVANTAGES] = every[start : start + rows].to(device)
-        if trl_groups.gathers_whole_groups(self):  # groups split across micro-batches
-            output[trl_groups.WHOLE_GROUP_MASK] = trl_groups.select_whole_groups(self, output)
+        if self.gathers_whole_groups():  # groups split across micro-batches
+            output[WHOLE_GROUP_MASK] = self.select_whole_groups(output)
         return output
 
-    def _calculate_rewards(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+    def on_rewards(self, rewards_per_func: torch.Tensor) -> None:
         """TRL's rewards of the whole generation batch (gathered), kept for the paper's
-        advantage (:func:`~gmts_core.integrations.trl_terms.paper_advantages`)."""
-        rewards_per_func = super()._calculate_rewards(*args, **kwargs)
-        self._rewards_per_func = rewards_per_func.detach()
-        return rewards_per_func
+        advantage (:func:`~gmts_core.integrations.trl_selection.paper_advantages`)."""
+        self._rewards_per_func = rewards_per_func
 
-    def _compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
+    @contextmanager
+    def loss_scope(self, inputs: dict[str, Any]) -> Iterator[None]:
+        """Capture the fused LM head's outputs and final hidden states of the forward passes
+        on ``inputs`` (a micro-batch, or a whole generation batch)."""
         self._captured, self._capturing, self._batch, self._hidden = [], True, inputs, []
         try:
-            return super()._compute_loss(model, inputs)
+            yield
         finally:
             self._captured, self._capturing, self._batch, self._hidden = [], False, None, []
 
-    def get_high_entropy_mask(
-        self, entropies: torch.Tensor, mask: torch.Tensor, threshold: float
-    ) -> torch.Tensor:
-        """The selection mask (B, T) of ``token_selection``; ``threshold`` is TRL's, unused."""
+    def selection_mask(self, entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The selection mask (B, T) of ``token_selection`` (TRL's loss multiplies by it)."""
         if self._batch is None:
-            raise RuntimeError("get_high_entropy_mask is only called from _compute_loss")
+            raise RuntimeError("selection_mask is only called inside loss_scope")
         valid = mask.bool()  # (B, T)
-        if trl_groups.WHOLE_GROUP_MASK in self._batch:  # selected at generation, groups whole
-            return self._batch[trl_groups.WHOLE_GROUP_MASK].to(valid.device) & valid
+        if WHOLE_GROUP_MASK in self._batch:  # selected at generation, groups whole
+            return self._batch[WHOLE_GROUP_MASK].to(valid.device) & valid
         logprob, log_sum_sq = self._captured_stats(entropies.shape)
         old = self._batch.get("old_per_token_logps")
         ref = self._batch.get("ref_per_token_logps") if self.beta != 0.0 else None
@@ -308,7 +420,7 @@ class GMTSGRPOTrainer(GRPOTrainer):
     def _confident_grad_norms(
         self, logprob: torch.Tensor, valid: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Exact g of the valid tokens with p >= CONFIDENT_PROB (``trl_terms.
+        """Exact g of the valid tokens with p >= CONFIDENT_PROB (``trl_selection.
         confident_grad_norms``); None when the hidden states were not captured."""
         if len(self._hidden) != len(self._captured) or not self._hidden:
             return None
@@ -375,8 +487,9 @@ class GMTSGRPOTrainer(GRPOTrainer):
             x.advantage = paper[:, 0].cpu()
         if getattr(self.model, "training", False):
             share = split_group_share(x.answer_group, int(self.num_generations or 1))
-            self._metrics["train"]["gmts/split_group_share"].append(share)
-        x = budgeted_inputs(self, x, valid)  # selection_budget_over: what k counts
+            self.log_metric("gmts/split_group_share", share)
+        rule = getattr(self.args, "selection_budget_over", CONFIG_DEFAULTS.selection_budget_over)
+        x = budgeted_inputs(self, x, valid, rule)  # selection_budget_over: what k counts
         sel = select(x, self.token_selection, self.selection_ratio, self.scope)
         local_mask = torch.zeros_like(valid)
         local_mask[valid] = sel.selected[offset : offset + int(valid.sum())].to(valid.device)
@@ -387,14 +500,46 @@ class GMTSGRPOTrainer(GRPOTrainer):
         self, rows: torch.Tensor, lengths: torch.Tensor, answers: torch.Tensor, groups: torch.Tensor
     ) -> SelectionInputs:
         """SelectionInputs of the global batch under this trainer's loss (a fresh seed per call
-        for the random control): ``trl_terms.trainer_selection_inputs``."""
+        for the random control): ``trl_selection.trainer_selection_inputs``."""
         self._selection_calls += 1
         seed = self.args.seed * 1_000_003 + self._selection_calls
         return trainer_selection_inputs(self, rows, lengths, answers, groups, seed)
 
     def _log_selection(self, applied: AppliedSelection) -> None:
         """Selected fraction, gradient coverage, and entropy/GMTS coverage and overlap."""
-        mode = "train" if getattr(self.model, "training", False) else "eval"
         found = selection_metrics(applied, self.token_selection, self.selection_ratio, self.scope)
         for name, value in found.items():
-            self._metrics[mode][name].append(value)
+            self.log_metric(name, value)
+
+    # --- whole groups (module docstring) -------------------------------------------------------
+
+    def gathers_whole_groups(self) -> bool:
+        """Whether this generation batch is selected at once, over whole groups: training, a
+        group scope, groups split across micro-batches, the policy fixed meanwhile."""
+        args = self.args
+        steps = int(getattr(args, "steps_per_generation", 1) or 1)
+        return (
+            bool(getattr(self.model, "training", False))
+            and self.scope == "group"
+            and steps > 1
+            and steps == int(args.gradient_accumulation_steps)
+            and int(getattr(self, "num_iterations", 1)) == 1
+        )
+
+    def select_whole_groups(self, output: dict[str, Any]) -> torch.Tensor:
+        """The selection mask (B, T) of this process's rows of the generation batch ``output``,
+        made over every process's whole batch: its statistics from one forward pass (TRL's own
+        per-token pass, chunked by the per-device batch size), then this trainer's selection."""
+        prompt_ids, completion_ids = output["prompt_ids"], output["completion_ids"]
+        completion_mask = output["completion_mask"]
+        mask = completion_mask * output["tool_mask"] if "tool_mask" in output else completion_mask
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], completion_mask], dim=1)
+        with self.loss_scope(output):
+            entropies = self.per_token_entropies(
+                input_ids,
+                attention_mask,
+                completion_ids.size(1),
+                batch_size=self.args.per_device_train_batch_size,
+            )
+            return self.selection_mask(entropies, mask).detach()

@@ -7,57 +7,20 @@ selection is made on the gathered mini-batch) and, after the step, writes
 ``trainer.rollout_data_dir`` holding verl's ``{step}.jsonl`` and this folder opens as the
 tokens each step actually trained (``selected``), next to what entropy and GMTS selection
 would keep at the same ratio. ``micro_batch`` numbers the selections (PPO mini-batches) of
-the step. No verl import: the worker and data arrive as arguments.
+the step. No verl import: the selections arrive as arguments.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import torch
 
-from gmts_core.integrations.verl_terms import TokenSelection
+from gmts_core.integrations.verl_selection import TokenSelection
 from gmts_core.knobs import DEFAULT_RATIO
-from gmts_core.methods.budget import special_ids, special_mask
 from gmts_core.methods.selection import select
 from gmts_core.runs.trainer_log import FOLDER, SCHEMA, write_log_step
-
-
-def _rows(t: Any, width: int) -> torch.Tensor:
-    """A padded (B, width) int64 copy of a padded or jagged (B, *) id tensor."""
-    if t.is_nested:
-        t = t.to_padded_tensor(0)
-    t = t[:, :width].long().cpu()
-    return torch.nn.functional.pad(t, (0, width - t.shape[1]))
-
-
-def row_texts(worker: Any, data: Any, width: int) -> tuple[torch.Tensor, list[tuple[str, str]]]:
-    """Response ids (B, width) and the (prompt, completion) text of every row, decoded as
-    verl's own rollout dump decodes them (``skip_special_tokens=True``)."""
-    tok = worker.model_config.tokenizer
-    tok = getattr(tok, "tokenizer", tok)  # a processor wraps its tokenizer
-    responses = _rows(data["responses"], width)
-    mask = data.select("response_mask").to_padded_tensor()["response_mask"][:, :width].bool().cpu()
-    prompts = data["prompts"]
-    prompt_rows = prompts.unbind() if prompts.is_nested else list(prompts)
-    texts = [
-        (
-            tok.decode(p.tolist(), skip_special_tokens=True),
-            tok.decode(responses[i][mask[i]].tolist(), skip_special_tokens=True),
-        )
-        for i, p in enumerate(prompt_rows)
-    ]
-    return responses, texts
-
-
-def special_rows(worker: Any, data: Any, width: int) -> torch.Tensor:
-    """bool (B, width): which response tokens are the tokenizer's special tokens."""
-    tok = worker.model_config.tokenizer
-    tok = getattr(tok, "tokenizer", tok)  # a processor wraps its tokenizer
-    responses = _rows(data["responses"], width)
-    return special_mask(responses.reshape(-1), special_ids(tok)).view(responses.shape)
 
 
 class VerlSelectionLog:

@@ -15,12 +15,12 @@ def _fresh_hook_state():
         yield
         return
     import gmts_core.integrations.verl  # noqa: F401  (registers the GMTS losses, installs the hook)
-    from gmts_core.integrations import verl_hook as hook
+    from gmts_core.integrations import verl_compat as compat
 
-    saved = hook.STATE
-    hook.STATE = hook.HookState()
+    saved = compat.STATE
+    compat.STATE = compat.HookState()
     yield
-    hook.STATE = saved
+    compat.STATE = saved
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import verl.utils.torch_functional as verl_F
 from verl.workers.engine.utils import postprocess_batch_func, prepare_micro_batches
 from verl.workers.utils.losses import ppo_loss
 
-from gmts_core.integrations.verl_terms import TokenBatch
+from gmts_core.integrations.verl_selection import TokenBatch
 from tests.verl.batches import VOCAB, Rows
 
 

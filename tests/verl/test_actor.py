@@ -16,9 +16,9 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.utils.losses import ppo_loss
 
 import gmts_core.integrations.verl  # noqa: F401  (registers the GMTS losses, installs the hook)
-from gmts_core.integrations import verl_hook as hook
-from gmts_core.integrations import verl_settings
-from gmts_core.integrations.verl_terms import TokenBatch, select_tokens
+from gmts_core.integrations import verl_compat as compat
+from gmts_core.integrations import verl_selection
+from gmts_core.integrations.verl_selection import TokenBatch, select_tokens
 from tests.verl.batches import LAYOUTS, VOCAB, actor_config, make_rows, subset, to_tensordict
 from tests.verl.engine import rows_stats, training_worker
 
@@ -53,7 +53,7 @@ def test_actor_update_applies_the_library_selection(process_group):
     before = {k: v.clone() for k, v in worker.engine.model.state_dict().items()}
     output = worker.train_mini_batch(td)
 
-    assert hook.STATE.selections == 2  # one selection per PPO mini-batch
+    assert compat.STATE.selections == 2  # one selection per PPO mini-batch
     assert not torch.equal(before["table"], worker.engine.model.table)  # the update happened
     assert "actor/gmts_selected_fraction" in tu.get(output, "metrics")
     snapshots = worker.engine.snapshots  # the policy at the start of each mini-batch
@@ -77,8 +77,8 @@ def test_actor_update_applies_the_library_selection(process_group):
         )
         expected = select_tokens(
             batch,
-            verl_settings.gmts_settings(config.policy_loss),
-            verl_settings.loss_settings(config, 1.0, VOCAB),
+            verl_selection.gmts_settings(config.policy_loss),
+            verl_selection.loss_settings(config, 1.0, VOCAB),
         )
         for j, row in enumerate(mini_batch):
             width = applied[row].shape[0]
@@ -112,8 +112,8 @@ def test_clip_fractions_count_the_selected_tokens_only(process_group, layout: st
         temperature=1.0,
     )
     metrics = tu.get(worker.train_mini_batch(td), "metrics")
-    assert hook.STATE.last is not None
-    mask = hook.STATE.last.mask
+    assert compat.STATE.last is not None
+    mask = compat.STATE.last.mask
     logp = rows_stats(worker.engine.snapshots[0], rows)["log_prob"]
     adv = rows.advantages.double()
     ratio = (logp - rows.old_log_prob).clamp(-20, 20).exp().double()

@@ -8,7 +8,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import gmts_core.integrations.verl  # noqa: F401  (registers the GMTS losses, installs the hook)
-from gmts_core.integrations import verl_hook as hook
+from gmts_core.integrations import verl as plugin
 from tests.verl.batches import actor_config, make_rows, subset, to_tensordict
 from tests.verl.engine import cpu_worker
 
@@ -24,7 +24,7 @@ def _rank(rank: int, store: str, out: str) -> None:
         config = actor_config(loss_mode="gmts_paper_verl", gmts_ratio=0.3)
         worker = cpu_worker(config)
         td = to_tensordict(subset(rows, mine))
-        hook.apply_selection(worker, td, config)
+        plugin.apply_selection(worker, td, config)
         adv = td.select("advantages").to_padded_tensor()["advantages"]
         torch.save({"rows": mine, "kept": adv != 0}, f"{out}/rank{rank}.pt")
     finally:
@@ -39,7 +39,7 @@ def test_groups_across_ranks_are_selected_whole(tmp_path):
     half = len(rows.uids) // 2
     assert set(rows.uids[:half]) == set(rows.uids[half:]) == set(rows.uids)  # groups span ranks
     config = actor_config(loss_mode="gmts_paper_verl", gmts_ratio=0.3)
-    whole = hook.apply_selection(cpu_worker(config), to_tensordict(rows), config)
+    whole = plugin.apply_selection(cpu_worker(config), to_tensordict(rows), config)
     for rank in (0, 1):
         got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
         width = got["kept"].shape[1]

@@ -11,9 +11,10 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.engine.utils import prepare_micro_batches
 
 import gmts_core.integrations.verl  # noqa: F401  (registers the GMTS losses, installs the hook)
-from gmts_core.integrations import verl_hook as hook
-from gmts_core.integrations import verl_settings
-from gmts_core.integrations.verl_terms import select_tokens
+from gmts_core.integrations import verl as plugin
+from gmts_core.integrations import verl_compat as compat
+from gmts_core.integrations import verl_selection
+from gmts_core.integrations.verl_selection import select_tokens
 from gmts_core.methods import gmts_released as paper
 from tests.verl.batches import VOCAB, actor_config, make_rows, to_tensordict
 from tests.verl.engine import cpu_worker, row_token_batch
@@ -24,8 +25,8 @@ def _expected(worker, rows, config):
     batch = row_token_batch(worker.engine.model, rows)
     return select_tokens(
         batch,
-        verl_settings.gmts_settings(config.policy_loss),
-        verl_settings.loss_settings(config, 1.0, VOCAB),
+        verl_selection.gmts_settings(config.policy_loss),
+        verl_selection.loss_settings(config, 1.0, VOCAB),
     )
 
 
@@ -35,7 +36,7 @@ def test_dynamic_batches_do_not_misalign_scores(method: str):
     config = actor_config(loss_mode=method, use_dynamic_bsz=True)
     worker = cpu_worker(config, max_token_len=30)
     td = to_tensordict(rows)
-    hook.apply_selection(worker, td, config)
+    plugin.apply_selection(worker, td, config)
 
     order = [i for mb in worker.engine.micro_batch_orders for i in mb]
     assert order != sorted(order)  # verl really reordered the rows of the pre-pass
@@ -46,7 +47,7 @@ def test_dynamic_batches_do_not_misalign_scores(method: str):
 
     # the training pass: verl's own dynamic split (with the keys train_batch injects) carries
     # the mask with its rows
-    tu.assign_non_tensor(td, **hook._engine_defaults(worker))
+    tu.assign_non_tensor(td, **compat.engine_defaults(worker))
     micro_batches, indices = prepare_micro_batches(td, dp_group=None, same_micro_num_in_dp=False)
     assert [i for mb in indices for i in mb] != list(range(len(rows.uids)))
     for mb in micro_batches:
@@ -62,7 +63,7 @@ def test_every_group_of_a_64_row_mini_batch_is_filtered(method: str):
     config = actor_config(loss_mode=method, gmts_ratio=0.2)
     worker = cpu_worker(config)
     td = to_tensordict(rows)
-    sel = hook.apply_selection(worker, td, config)
+    sel = plugin.apply_selection(worker, td, config)
     valid = rows.response_mask.bool()
     for uid in sorted(set(rows.uids)):
         in_group = torch.tensor([u == uid for u in rows.uids])
@@ -85,7 +86,7 @@ def test_unequal_groups_and_partial_groups():
     config = actor_config(loss_mode="gmts_entropy", gmts_ratio=0.3)
     worker = cpu_worker(config, max_token_len=16)
     td = to_tensordict(rows)
-    sel = hook.apply_selection(worker, td, config)
+    sel = plugin.apply_selection(worker, td, config)
     valid = rows.response_mask.bool()
     for uid in set(rows.uids):
         in_group = torch.tensor([u == uid for u in rows.uids])
@@ -107,14 +108,14 @@ def test_reselect_per_mini_batch_or_once_per_step():
             for half in tu.chunk_tensordict(data, 2):
                 self.train_batch(half)
 
-    hook.install_hook(Worker)
+    plugin.install_hook(Worker)
     rows = make_rows([4, 4], max_len=5, seed=6, shuffle=False)
     for reselect, selections in (("mini_batch", 2), ("step", 1)):
-        hook.STATE.selections = 0
+        compat.STATE.selections = 0
         config = actor_config(loss_mode="gmts_paper", gmts_reselect=reselect)
         Worker(config).train_mini_batch(to_tensordict(rows))
-        assert hook.STATE.selections == selections
-    assert hook.STATE.steps == 2
+        assert compat.STATE.selections == selections
+    assert compat.STATE.steps == 2
 
 
 def test_selection_log_opens_in_the_runs_reader(tmp_path):
@@ -130,7 +131,7 @@ def test_selection_log_opens_in_the_runs_reader(tmp_path):
 
     worker.model_config.tokenizer = Tok()
     td = to_tensordict(rows)
-    sel = hook.apply_selection(worker, td, config)
+    sel = plugin.apply_selection(worker, td, config)
     path = worker._gmts_log.flush(1)
     assert path is not None and path.name == "selection_00001.parquet"
     # verl's own {step}.jsonl sits next to it in rollout_data_dir; the token log is read first
@@ -146,7 +147,7 @@ def test_selection_log_opens_in_the_runs_reader(tmp_path):
 def test_content_budget_leaves_the_tokenizers_special_tokens_out():
     """gmts_budget_over=content through the hook: response tokens that are the tokenizer's
     special tokens (two ids made special here) are never selected and take no share of any
-    group's k; the selection equals verl_terms' with those tokens flagged."""
+    group's k; the selection equals verl_selection's with those tokens flagged."""
     rows = make_rows([4, 4, 4], max_len=6, seed=7)
     config = actor_config(loss_mode="gmts_entropy", gmts_ratio=0.5, gmts_budget_over="content")
     worker = cpu_worker(config)
@@ -156,7 +157,7 @@ def test_content_budget_leaves_the_tokenizers_special_tokens_out():
         all_special_ids = special
 
     worker.model_config.tokenizer = Tok()
-    sel = hook.apply_selection(worker, to_tensordict(rows), config)
+    sel = plugin.apply_selection(worker, to_tensordict(rows), config)
     valid = rows.response_mask.bool()
     flagged = torch.isin(rows.responses, torch.tensor(special)) & valid
     assert flagged.any() and not sel.mask[flagged].any()

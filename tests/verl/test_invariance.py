@@ -17,9 +17,9 @@ from verl.utils import tensordict_utils as tu
 
 import gmts_core.integrations.verl  # noqa: F401  (registers the GMTS losses, installs the hook)
 from gmts_core.errors import InvalidInputError
-from gmts_core.integrations import verl_hook as hook
-from gmts_core.integrations import verl_settings
-from gmts_core.integrations.verl_terms import LOSS_MODES, VERL_AGG_MODES, select_tokens
+from gmts_core.integrations import verl_compat as compat
+from gmts_core.integrations import verl_selection
+from gmts_core.integrations.verl_selection import LOSS_MODES, VERL_AGG_MODES, select_tokens
 from tests.verl.batches import (
     LAYOUTS,
     SCALE,
@@ -132,11 +132,11 @@ def test_micro_batches_train_the_same_selection_and_gradient(
         policy = engine.snapshots[0]  # the policy the mini-batch started from
         expected = select_tokens(
             row_token_batch(policy, rows, with_ref=bool(beta), num_answers=b),
-            verl_settings.gmts_settings(config.policy_loss),
-            verl_settings.loss_settings(config, 1.0, VOCAB),
+            verl_selection.gmts_settings(config.policy_loss),
+            verl_selection.loss_settings(config, 1.0, VOCAB),
         )
-        assert hook.STATE.last is not None
-        mask = hook.STATE.last.mask
+        assert compat.STATE.last is not None
+        mask = compat.STATE.last.mask
         assert torch.equal(mask, expected.mask), split
         assert 0 < int(mask.sum()) < int(rows.response_mask.sum())
         reference = reference_gradient(policy, rows, mask.double(), agg, beta)
@@ -181,7 +181,7 @@ def test_verl_own_sum_norm_without_scale_factor(process_group, layout: str):
     for split in ("1", "4"):
         config = actor_config(loss_mode="vanilla", loss_agg_mode="seq-mean-token-sum-norm")
         worker, _ = train_one_mini_batch(config, rows, split, layout)
-        assert hook.STATE.selections == 0  # not a GMTS mode: the hook stays out
+        assert compat.STATE.selections == 0  # not a GMTS mode: the hook stays out
         grads.append(worker.engine.grads[0])
     same = torch.allclose(grads[0], grads[1], rtol=1e-5, atol=1e-8)
     assert same == (layout == "padded")

@@ -10,9 +10,9 @@ from verl.workers.utils.losses import ppo_loss
 
 import gmts_core.integrations.verl  # noqa: F401  (registers the GMTS losses, installs the hook)
 from gmts_core.grpo.loss import grpo_loss
-from gmts_core.integrations import verl_hook as hook
-from gmts_core.integrations import verl_settings
-from gmts_core.integrations.verl_terms import (
+from gmts_core.integrations import verl_compat as compat
+from gmts_core.integrations import verl_selection
+from gmts_core.integrations.verl_selection import (
     LOSS_MODES,
     VERL_AGG_MODES,
     TokenBatch,
@@ -55,7 +55,7 @@ def test_every_gmts_mode_resolves():
 
 def test_policy_loss_config_carries_the_settings():
     config = actor_config(loss_mode="gmts_paper", gmts_ratio=0.3, gmts_scope="answer")
-    settings = verl_settings.gmts_settings(config.policy_loss)
+    settings = verl_selection.gmts_settings(config.policy_loss)
     assert (settings.method, settings.ratio, settings.scope) == ("gmts_paper", 0.3, "answer")
     assert settings.reselect == "mini_batch"
 
@@ -128,10 +128,10 @@ def test_ppo_loss_equals_library(method: str, agg: str):
     )
     ours = select_tokens(
         batch,
-        verl_settings.gmts_settings(config.policy_loss),
-        verl_settings.loss_settings(config, 1.0, VOCAB),
+        verl_selection.gmts_settings(config.policy_loss),
+        verl_selection.loss_settings(config, 1.0, VOCAB),
     )
-    hook.STATE.selections = 1  # the hook's part, done above by hand
+    compat.STATE.selections = 1  # the hook's part, done above by hand
     td = to_tensordict(rows, advantages=rows.advantages * ours.mask)
     loss, _ = ppo_loss(config, {"log_probs": full_sequence(rows.log_prob, rows)}, td)
 
@@ -159,10 +159,10 @@ def test_gradient_equals_library(agg: str):
     )
     ours = select_tokens(
         batch,
-        verl_settings.gmts_settings(config.policy_loss),
-        verl_settings.loss_settings(config, 1.0, VOCAB),
+        verl_selection.gmts_settings(config.policy_loss),
+        verl_selection.loss_settings(config, 1.0, VOCAB),
     )
-    hook.STATE.selections, hook.STATE.last = 1, ours
+    compat.STATE.selections, compat.STATE.last = 1, ours
     config.global_batch_info["loss_scale_factor"] = config.loss_scale_factor  # as ppo_loss does
     logp = rows.log_prob.clone().requires_grad_()
     loss, metrics = get_policy_loss_fn("gmts_entropy")(

@@ -18,7 +18,7 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass, validate_config
 
 from gmts_core.integrations import verl as plugin
-from gmts_core.integrations import verl_settings
+from gmts_core.integrations import verl_selection
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted((ROOT / "examples" / "verl").glob("*.sh"))
@@ -78,7 +78,7 @@ def test_recipe_composes_with_verl_config(script: Path, attention: str):
     cfg = _compose(overrides(script, _env(attention)))
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     assert isinstance(actor.policy_loss, plugin.GMTSPolicyLossConfig)
-    settings = verl_settings.gmts_settings(actor.policy_loss)
+    settings = verl_selection.gmts_settings(actor.policy_loss)
     assert settings.ratio == 0.2 and settings.scope == "group"
     model = cfg.actor_rollout_ref.model
     assert model.override_config.attn_implementation == attention

@@ -17,7 +17,7 @@ from trl import GRPOConfig, GRPOTrainer
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.errors import InvalidInputError, UnknownNameError
 from gmts_core.integrations.trl import GMTSGRPOTrainer
-from gmts_core.integrations.trl_terms import TRL_LOSS_AGGREGATION, grad_norm_from_logprob
+from gmts_core.integrations.trl_selection import TRL_LOSS_AGGREGATION, grad_norm_from_logprob
 from gmts_core.methods.aggregation import list_aggregations, loss_weights
 from gmts_core.methods.selection import SelectionInputs, list_methods, select, top_k_count
 from gmts_core.stats.metrics import grad_proxy, token_stats

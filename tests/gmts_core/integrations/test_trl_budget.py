@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from gmts_core.integrations.trl_config import GMTSGRPOConfig
+from gmts_core.integrations.trl import GMTSGRPOConfig
 from gmts_core.methods.budget import special_ids, special_mask
 from tests.gmts_core.integrations.test_trl import make_trainer, model_dir, one_batch
 

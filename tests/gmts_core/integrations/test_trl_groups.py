@@ -14,7 +14,7 @@ from trl import GRPOConfig, TrlParser
 
 from gmts_core.errors import InvalidInputError, UnknownNameError
 from gmts_core.integrations.trl import GMTSGRPOConfig, GMTSGRPOTrainer
-from gmts_core.integrations.trl_terms import generation_group_ids
+from gmts_core.integrations.trl_selection import generation_group_ids
 from gmts_core.methods.selection import (
     SelectionInputs,
     default_scope,

@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from gmts_core.integrations.trl_terms import GROUP_IDS
+from gmts_core.integrations.trl_selection import GROUP_IDS
 from tests.gmts_core.integrations.test_trl import make_trainer, model_dir, one_batch, tiny_config
 
 __all__ = ["model_dir"]  # the fixture, shared with test_trl.py

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import torch
 
-from gmts_core.integrations.trl_groups import WHOLE_GROUP_MASK
-from gmts_core.integrations.trl_terms import GROUP_IDS, paper_advantages, split_group_share
+from gmts_core.integrations.trl import WHOLE_GROUP_MASK
+from gmts_core.integrations.trl_selection import GROUP_IDS, paper_advantages, split_group_share
 from tests.gmts_core.integrations.test_trl import make_trainer, model_dir, tiny_config
 
 __all__ = ["model_dir"]  # the fixture, shared with test_trl.py

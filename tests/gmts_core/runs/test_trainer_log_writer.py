@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gmts_core.integrations import selection_log
+from gmts_core.integrations import trl_log
 from gmts_core.runs import open_run
 from gmts_core.runs.trainer_log import FOLDER, SCHEMA, TOKEN_COLUMNS, write_log_step
 
@@ -55,7 +55,7 @@ def test_one_writer_for_every_trainer_and_the_reader_opens_its_file(tmp_path: Pa
     (step,) = list(run.iter_steps())
     assert [g.prompt for g in step.groups] == ["p0", "p1"]
     # the TRL and verl loggers write through it, not a copy of it
-    for logger in (selection_log.SelectionLogger,):
+    for logger in (trl_log.SelectionLogger,):
         assert "write_log_step(" in inspect.getsource(logger.flush)
-    verl_log = (Path(selection_log.__file__).parent / "verl_log.py").read_text(encoding="utf-8")
+    verl_log = (Path(trl_log.__file__).parent / "verl_log.py").read_text(encoding="utf-8")
     assert "write_log_step(" in verl_log and "write_table" not in verl_log

@@ -162,7 +162,7 @@ sys.path.insert(0, {repo!r})
 import json
 from pathlib import Path
 from tests.gmts_core.integrations.test_trl import make_trainer, tiny_config
-from tests.gmts_core.integrations.test_selection_log import CapturingTrainer
+from tests.gmts_core.integrations.test_trl_log import CapturingTrainer
 out = Path({out!r})
 trainer = make_trainer(Path({model!r}), out, cls=CapturingTrainer,
     config=tiny_config(out, max_steps=1, max_completion_length=12), selection_ratio=0.3,

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import torch
 
-from gmts_core.integrations.trl_terms import gather_rows
+from gmts_core.integrations.trl_selection import gather_rows
 from gmts_core.methods.aggregation import loss_weights
 from gmts_core.methods.selection import select
 from gmts_core.runs.trainer_log import FOLDER, SCHEMA, write_log_step
 
 if TYPE_CHECKING:
-    from gmts_core.integrations.trl_terms import AppliedSelection
+    from gmts_core.integrations.trl_selection import AppliedSelection
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """verl's aggregation weights, uid groups and the GMTS selection of padded verl tensors, without
-verl (gmts_core.integrations.verl_terms is verl-free; tests/verl covers the plugin itself)."""
+verl (gmts_core.integrations.verl_selection is verl-free; tests/verl covers the plugin itself)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gmts_core.errors import InvalidInputError
-from gmts_core.integrations.verl_terms import (
+from gmts_core.integrations.verl_selection import (
     VERL_AGG_MODES,
     GMTSSettings,
     LossSettings,

@@ -1,6 +1,7 @@
 """The GMTS selection of a verl mini-batch, in plain torch (no verl import, so it is tested
-without verl): which verl ``loss_agg_mode`` is which answer weight w_i, groups from verl's
-``uid``, and the selected tokens of padded (B, T) verl tensors.
+without verl): the GMTS settings and the loss settings read from verl's actor config (by key),
+the check of that config, which verl ``loss_agg_mode`` is which answer weight w_i, groups from
+verl's ``uid``, and the selected tokens of padded (B, T) verl tensors.
 
 verl hands its actor padded response tensors of one mini-batch: ``old_log_probs``,
 ``advantages`` (the raw, per-token advantage), ``response_mask``, optionally ``ref_log_prob``,
@@ -14,17 +15,22 @@ verl's loss (:func:`gmts_core.methods.coefficient.effective_coefficient`: ratio,
 verl's dual clip ``clip_ratio_c`` as the flat region r > c for A < 0, and the k3 KL term) and
 selects with :func:`gmts_core.methods.selection.select` -- the same functions, on the same
 numbers, as everywhere else in the project.
+
+:func:`gmts_settings` reads ``policy_loss.gmts_*`` (defaults where a plain config has none),
+:func:`loss_settings` the clip range, dual clip, KL weight and aggregation, and
+:func:`validate_actor_config` refuses a config GMTS cannot train exactly.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from gmts_core.errors import InvalidInputError
-from gmts_core.integrations.trl_terms import grad_norm_from_logprob
+from gmts_core.integrations.trl_selection import grad_norm_from_logprob
 from gmts_core.knobs import DEFAULT_RATIO, DEFAULT_TEMPERATURE
 from gmts_core.methods.aggregation import loss_weights
 from gmts_core.methods.budget import check_budget_over, with_budget
@@ -181,6 +187,57 @@ class LossSettings:
     loss_scale_factor: float | None = None
     temperature: float = DEFAULT_TEMPERATURE
     vocab_size: int = 2
+
+
+def gmts_settings(policy_loss: Any) -> GMTSSettings:
+    """The GMTS settings of a policy-loss config (defaults where a plain config has none)."""
+    return GMTSSettings(
+        method=method_for_loss_mode(policy_loss.get("loss_mode")),
+        ratio=float(policy_loss.get("gmts_ratio", DEFAULT_RATIO)),
+        scope=str(policy_loss.get("gmts_scope", "group")),
+        reselect=str(policy_loss.get("gmts_reselect", "mini_batch")),
+        budget_over=str(policy_loss.get("gmts_budget_over", "trained")),
+    )
+
+
+def validate_actor_config(config: Any) -> None:
+    """Refuse, when the config is built, an actor config GMTS cannot train exactly: bad GMTS
+    settings, an aggregation whose weights depend on the micro-batching
+    (:func:`check_aggregation`) or a KL estimator other than k3 (:func:`kl_weight`). Raises
+    :class:`~gmts_core.errors.InvalidInputError` (a ``ValueError``)."""
+    gmts_settings(config.policy_loss)
+    check_aggregation(
+        config.get("loss_agg_mode", "token-mean"), config.get("loss_scale_factor", None)
+    )
+    kl_weight(config)
+
+
+def kl_weight(config: Any) -> float:
+    """beta of the actor's KL loss (0 without one); refuses a KL estimator other than k3."""
+    beta = float(config.get("kl_loss_coef", 0.0)) if config.get("use_kl_loss", False) else 0.0
+    if beta != 0.0 and config.get("kl_loss_type", "low_var_kl") not in K3_TYPES:
+        raise InvalidInputError(
+            f"GMTS's coefficient has the k3 KL term; kl_loss_type {config.get('kl_loss_type')!r} "
+            f"is not supported (supported: {', '.join(K3_TYPES)})"
+        )
+    return beta
+
+
+def loss_settings(config: Any, temperature: float, vocab_size: int) -> LossSettings:
+    """Clip range, dual clip, KL weight and aggregation of verl's actor config."""
+    clip = config.get("clip_ratio", 0.2)
+    low = config.get("clip_ratio_low") if config.get("clip_ratio_low") is not None else clip
+    high = config.get("clip_ratio_high") if config.get("clip_ratio_high") is not None else clip
+    beta = kl_weight(config)
+    return LossSettings(
+        clip=ClipSettings(
+            float(low), float(high), beta, delta=float(config.get("clip_ratio_c", 3.0))
+        ),
+        loss_agg_mode=config.get("loss_agg_mode", "token-mean"),
+        loss_scale_factor=config.get("loss_scale_factor", None),
+        temperature=temperature,
+        vocab_size=vocab_size,
+    )
 
 
 def select_tokens(

@@ -1,7 +1,8 @@
-"""The numbers GMTSGRPOTrainer takes from TRL's outputs, in plain torch (no TRL import, so they
-are tested without a trainer): which loss aggregation each TRL ``loss_type`` is, g from the fused
-kernel's log-probabilities, per-token advantages, completions' group ids, what a micro-batch
-selected, the rows of every process gathered, and the metrics a selection logs."""
+"""The numbers :class:`~gmts_core.integrations.trl.GMTSGRPOTrainer` takes from TRL's outputs, in
+plain torch (no TRL import, so they are tested without a trainer, and verl's selection shares
+g): which loss aggregation each TRL ``loss_type`` is, g from the fused kernel's
+log-probabilities, per-token advantages, completions' group ids, what a micro-batch selected,
+the rows of every process gathered, and the metrics a selection logs."""
 
 from __future__ import annotations
 
@@ -151,7 +152,8 @@ def split_groups_warning(args: Any, scope: str, method: str) -> str | None:
     """Why a group-scoped selection sees part of each group (TRL shuffles each generation batch
     and splits it into ``steps_per_generation`` micro-batches, by default the accumulation
     steps), and the settings that keep groups whole; None where they are whole, or gathered
-    whole before selecting (``trl_groups``: the policy fixed within a generation batch)."""
+    whole before selecting (:meth:`~gmts_core.integrations.trl.GMTSGRPOTrainer.
+    gathers_whole_groups`: the policy fixed within a generation batch)."""
     steps = int(getattr(args, "steps_per_generation", 1) or 1)
     if steps <= 1 or scope != "group":
         return None
@@ -304,13 +306,13 @@ def trainer_selection_inputs(
     return global_selection_inputs(rows, weights, answer_ids, group_ids, settings, seed)
 
 
-def budgeted_inputs(trainer: Any, x: SelectionInputs, valid: torch.Tensor) -> SelectionInputs:
-    """``x`` under the trainer's ``selection_budget_over`` (gmts_core.methods.budget): with
-    ``content``, the tokenizer's special tokens among every process's completion tokens
-    (gathered in the rows' order) leave the budget and are never selected."""
-    from gmts_core.integrations.trl_config import CONFIG_DEFAULTS
-
-    rule = getattr(trainer.args, "selection_budget_over", CONFIG_DEFAULTS.selection_budget_over)
+def budgeted_inputs(
+    trainer: Any, x: SelectionInputs, valid: torch.Tensor, rule: str
+) -> SelectionInputs:
+    """``x`` under the budget ``rule`` (the trainer's ``selection_budget_over``,
+    gmts_core.methods.budget): with ``content``, the tokenizer's special tokens among every
+    process's completion tokens (gathered in the rows' order) leave the budget and are never
+    selected."""
     special = None
     batch = getattr(trainer, "_batch", None)
     if rule == "content" and batch is not None and "completion_ids" in batch:
