@@ -1,7 +1,13 @@
 """The algorithm knobs, in one place: an analysis (:class:`AnalysisConfig`) and a GRPO step
-(:class:`RLConfig`). Plain frozen dataclasses with ``validate()``. Each knob is documented once,
-as a :func:`gmts_core.knobs.knob` (default, help, bounds); the app's request models, UI forms
-and CLI options take their help, bounds and defaults from here.
+(:class:`RLConfig`) with the demo's recipes.
+Plain frozen dataclasses with ``validate()``. Each knob is documented once, as a
+:func:`gmts_core.knobs.knob` (default, help, bounds); the app's request models, UI forms and CLI
+options take their help, bounds and defaults from here.
+
+This module imports no torch: the method registry (:mod:`gmts_core.methods`) is asked only when a
+config is validated, so ``gmts <command> --help`` reads the knobs without the model stack (the
+other torch-free configs are in :mod:`gmts_core.base_config` and
+:mod:`gmts_core.compare_config`).
 """
 
 from __future__ import annotations
@@ -11,12 +17,24 @@ from typing import TYPE_CHECKING
 
 from gmts_core.bounds import MAX_SEED, MIN_RATIO, MIN_TEMPERATURE
 from gmts_core.errors import InvalidInputError
-from gmts_core.knobs import DEFAULT_RATIO, DEFAULT_SCOPE, DEFAULT_TEMPERATURE, knob
-from gmts_core.methods.budget import check_budget_over
-from gmts_core.methods.selection import SCOPES, list_methods
+from gmts_core.knobs import (
+    DEFAULT_RATIO,
+    DEFAULT_SCOPE,
+    DEFAULT_TEMPERATURE,
+    SCOPES,
+    knob,
+)
 
 if TYPE_CHECKING:
     from gmts_core.model.loading import LoadedModel
+
+
+def registered_methods() -> list[str]:
+    """The registered selection methods' names (the registry is in :mod:`gmts_core.methods`, which
+    imports torch: asked only when a config is validated, so its knobs are read without it)."""
+    from gmts_core.methods.selection import list_methods
+
+    return list_methods()
 
 
 DEFAULT_METHODS = ("entropy", "gmts", "gmts_entropy", "gmts_paper", "surprisal", "random", "all")
@@ -82,6 +100,8 @@ class AnalysisConfig:
         return lm.reference_beta if self.beta is None else self.beta
 
     def validate(self) -> None:
+        from gmts_core.methods.budget import check_budget_over  # the methods import torch
+
         if not MIN_TEMPERATURE <= self.temperature < float("inf"):
             raise InvalidInputError(
                 f"temperature must be at least {MIN_TEMPERATURE:g} for token statistics "
@@ -95,7 +115,7 @@ class AnalysisConfig:
         if self.scope not in SCOPES:
             raise InvalidInputError(f"unknown scope {self.scope!r}; valid: {', '.join(SCOPES)}")
         check_budget_over(self.budget_over)
-        valid = list_methods()
+        valid = registered_methods()
         for m in self.methods:
             if m not in valid:
                 raise InvalidInputError(
@@ -175,9 +195,10 @@ class RLConfig:
     )
 
     def validate(self) -> None:
-        if self.method not in list_methods():
+        if self.method not in registered_methods():
             raise InvalidInputError(
-                f"unknown selection method {self.method!r}; valid: {', '.join(list_methods())}"
+                f"unknown selection method {self.method!r}; "
+                f"valid: {', '.join(registered_methods())}"
             )
         checks = [
             (
@@ -234,3 +255,27 @@ SHARED_KNOBS = (
     "beta",
 )
 """The knobs :class:`RLConfig` hands to the :class:`AnalysisConfig` of its steps, same name."""
+
+
+DEMO_RECIPE = RLConfig(
+    prompts_per_step=64,
+    inner_steps=4,
+    learning_rate=1.5e-4,
+    warmup_steps=5,
+    fused_max_tokens=65536,  # the demo model's graphs of a whole 512-answer batch: ~0.3 GB
+)
+"""The GRPO recipe that teaches the bundled demo model (see ``benchmarks/rl_gain.py``).
+
+The demo model's mistakes include +-1 slips on digits. In a small batch, the counts of +1 and -1
+slips among the wrong answers differ by chance, and pushing down the sampled slips then shifts
+every digit prediction up or down at once: a direction the model is very sensitive to, along
+which one AdamW step at lr 3e-4 on 8 prompts halves the accuracy. 64 prompts a step (512 answers)
+average that noise out; 4 updates per batch (clipped, PPO-style) make the most of each batch.
+"""
+
+CLASS_RECIPE = RLConfig(
+    prompts_per_step=32, learning_rate=1.5e-4, inner_steps=1, warmup_steps=5, max_new_tokens=48
+)
+"""The demo recipe at a classroom's pace (the UI's Train and Compare tabs): 32 prompts x G = 8
+a step, one update per batch, the same learning rate and warm-up; it gains about 10-16 points of
+held-out accuracy in 10-20 steps (docs/benchmarks.md, "The Train tab's defaults")."""

@@ -15,6 +15,13 @@ from typing import Any
 DEFAULT_RATIO = 0.2  # share of tokens selected: the GMTS paper's (and the 80/20 rule's) 20%
 DEFAULT_SCOPE = "batch"  # which tokens compete for the top-k places
 DEFAULT_TEMPERATURE = 1.0  # tau of pi = softmax(z / tau): 1 is the model's own distribution
+# the most answer tokens a gradcheck takes (one backward pass each: gmts_core.experiments.gradcheck)
+DEFAULT_GRADCHECK_MAX_TOKENS = 1024
+# the choices of two knobs, listed here so that a config dataclass is read without the methods
+# package (torch): the selection scopes (gmts_core.methods.selection) and what a budget counts
+# (gmts_core.methods.budget, whose docstring says what each means)
+SCOPES = ("batch", "group", "answer")
+BUDGET_OVER = ("trained", "content", "all")
 
 
 def knob(default: Any, help: str, **bounds: float) -> Any:

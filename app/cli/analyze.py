@@ -11,9 +11,7 @@ from rich.text import Text
 
 from app.cli._app import cli
 from app.cli.common import cli_limits, echo_body, fail, group_request, services, with_options
-from app.schemas.analyze_request import AnalyzeRequest
 from app.services.errors import GMTSError
-from app.services.responses import as_json as json_body
 from app.services.validation import validated
 
 # entropy-only: underline; GMTS-only: bold on blue; both: bold reverse (readable without colour)
@@ -27,6 +25,10 @@ def analyze_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON body.")] = False,
 ) -> None:
     """Entropy, gradient magnitude and GMTS rank of every answer token of one group."""
+    # the request and response models import torch: only when the command runs, not for --help
+    from app.schemas.analyze_request import AnalyzeRequest
+    from app.services.responses import as_json as json_body
+
     try:
         req = validated(AnalyzeRequest, request)
         body = json_body(services().analysis.run(req, cli_limits()))

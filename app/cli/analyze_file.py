@@ -38,12 +38,13 @@ from app.cli.common import (
     services,
     with_options,
 )
-from app.schemas.analyze_request import AnalyzeRequest
 from app.services.errors import GMTSError, InvalidInputError
 from app.services.export import write_csv
 from app.services.line_budget import CLI_LIMITS, RunLimits, jsonl_lines
-from app.services.responses import as_json
 from app.services.validation import validated
+
+# the request and response models (app.schemas.analyze_request, app.services.responses) import
+# torch: imported where a batch is analysed, not for `gmts analyze-file --help`
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +161,9 @@ def _analyze_batch(
     index: int,
     skip_invalid: bool,
 ) -> None:
+    from app.schemas.analyze_request import AnalyzeRequest
+    from app.services.responses import as_json
+
     lines = [n for n, _ in batch]
     try:
         req = validated(AnalyzeRequest, {**config, "groups": [g for _, g in batch]})
@@ -206,6 +210,8 @@ def analyze_file_command(
     fmt = fmt or ("csv" if output.suffix.lower() == ".csv" else "jsonl")
     if fmt not in ("jsonl", "csv"):
         raise typer.BadParameter("--format must be jsonl or csv")
+    from app.schemas.analyze_request import AnalyzeRequest
+
     try:
         config = analysis or {}
         # the knobs are checked once, up front, as part of a minimal request

@@ -10,7 +10,7 @@ Many processes: ``accelerate launch --cpu --num_processes 2 -m app.cli analyze-r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -28,16 +28,11 @@ from app.cli.common import (
     progress_lines,
     services,
 )
-from app.services.catalog import ANALYSIS_DEFAULTS
+from app.services.catalog import ANALYSIS_DEFAULTS, DEFAULT_METHODS
 from app.services.errors import GMTSError
-from app.services.methods import DEFAULT_METHODS, scope_for
-from app.services.run_analysis import (
-    AnalysisConfig,
-    RunAnalysisRequest,
-    StepReport,
-    cli_limits,
-    run_analysis,
-)
+
+if TYPE_CHECKING:  # the run analysis imports torch: when the command runs, not for --help
+    from app.services.run_analysis import StepReport
 
 # The run files' size budget, larger than the server's (GMTS_RUN_MAX_*): see the limits page.
 LimitOpt = Annotated[
@@ -126,6 +121,14 @@ def analyze_run_command(
     run_max_run_steps: LimitOpt = None,
 ) -> None:
     """Per-step report of a training run: rewards, zero-signal groups, coverage, waste."""
+    from app.services.methods import scope_for
+    from app.services.run_analysis import (
+        AnalysisConfig,
+        RunAnalysisRequest,
+        cli_limits,
+        run_analysis,
+    )
+
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     req = RunAnalysisRequest(
         path=run,

@@ -7,25 +7,30 @@ import inspect
 import json
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Annotated, Any, TypeVar, cast, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast, get_type_hints
 
 import typer
 from rich.console import Console
 
-from app.core.config import Settings
+# The options below are read from the knobs' catalog, which imports no torch: `gmts <command>
+# --help` builds them without the model stack. The services (torch, transformers) are imported
+# when a command runs (tests/app/cli/test_cli_startup.py checks every command's help).
 from app.services.catalog import (
     ANALYSIS_DEFAULTS,
+    BUILTIN_ALIASES,
     CONFIGS,
+    DEFAULT_METHODS,
     SAMPLING_DEFAULTS,
     analysis_knob,
     config_knob,
     rl_knob,
 )
-from app.services.container import Services, build_services
-from app.services.errors import GMTSError
-from app.services.methods import DEFAULT_METHODS, method_names
-from app.services.model_registry import BUILTIN_ALIASES, LoadedModel
-from app.services.policy import LimitsPolicy
+
+if TYPE_CHECKING:
+    from app.services.container import Services
+    from app.services.errors import GMTSError
+    from app.services.model_registry import LoadedModel
+    from app.services.policy import LimitsPolicy
 
 Json = dict[str, Any]
 
@@ -33,11 +38,16 @@ Json = dict[str, Any]
 @lru_cache(maxsize=1)
 def services() -> Services:
     """The application services the CLI commands call (settings from the GMTS_* environment)."""
+    from app.core.config import Settings
+    from app.services.container import build_services
+
     return build_services(Settings())
 
 
 def cli_limits() -> LimitsPolicy:
     """The CLI's own limits policy: larger than a server's, any model folder or hub id."""
+    from app.services.policy import LimitsPolicy
+
     return LimitsPolicy.cli(services().settings)
 
 
@@ -177,8 +187,8 @@ MethodsOpt = Annotated[
     analysis_option(
         "methods",
         "--method",
-        note=f"Repeat for several (default: {', '.join(DEFAULT_METHODS)}); registered: "
-        f"{', '.join(method_names())}.",
+        note=f"Repeat for several (default: {', '.join(DEFAULT_METHODS)}); `gmts methods` "
+        "lists every registered one.",
     ),
 ]
 ScopeOpt = Annotated[

@@ -11,9 +11,8 @@ each step as it ends, not only the final table). ``--seed-offset``, ``--eval-see
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import torch
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -29,14 +28,11 @@ from app.cli.common import (
     rl_option,
     services,
 )
-from app.reports.compare_report import intervals_note, table_header, table_rows
 from app.services.catalog import COMPARE_DEFAULTS as COMPARE
-from app.services.compare import (
-    CompareResult,
-    compare_config,
-    write_outputs,
-)
 from app.services.errors import GMTSError
+
+if TYPE_CHECKING:  # the comparison imports torch: when the command runs, not for --help
+    from app.services.compare import CompareResult
 
 
 def _methods(text: str) -> tuple[str, ...]:
@@ -47,6 +43,8 @@ def _methods(text: str) -> tuple[str, ...]:
 
 
 def _print_table(result: CompareResult, console: Console) -> None:
+    from app.reports.compare_report import intervals_note, table_header, table_rows
+
     table = Table(title=f"{result.model}: start accuracy {result.start_accuracy:.3f}")
     for col in table_header(result):
         table.add_column(col)
@@ -88,6 +86,10 @@ def compare_command(
     out: Annotated[Path, typer.Option(help="Output folder.")] = Path("compare-out"),
 ) -> None:
     """Every method from the same start and seeds on the demo task: curves and a final table."""
+    import torch
+
+    from app.services.compare import compare_config, write_outputs
+
     if threads > 0:
         torch.set_num_threads(threads)
     try:

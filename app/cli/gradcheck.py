@@ -19,10 +19,8 @@ from app.cli.common import (
     services,
     with_options,
 )
-from app.schemas.gradcheck import GradcheckRequest
+from app.services.catalog import GRADCHECK_MAX_TOKENS
 from app.services.errors import GMTSError
-from app.services.gradcheck import DEFAULT_MAX_TOKENS
-from app.services.responses import as_json as json_body
 from app.services.validation import validated
 
 
@@ -32,13 +30,17 @@ def gradcheck_command(
     request: dict[str, Any],
     max_tokens: Annotated[
         int, typer.Option(help="Refuse more answer tokens than this (one backward each).")
-    ] = DEFAULT_MAX_TOKENS,
+    ] = GRADCHECK_MAX_TOKENS,
     precision: Annotated[str, typer.Option(help="float32 | float64")] = "float32",
     as_json: Annotated[
         bool, typer.Option("--json", help="The analyze JSON with true norms and `fidelity`.")
     ] = False,
 ) -> None:
     """Exact full-parameter gradient norm of each answer token, and how well each score ranks it."""
+    # the request and response models import torch: only when the command runs, not for --help
+    from app.schemas.gradcheck import GradcheckRequest
+    from app.services.responses import as_json as json_body
+
     request = {**request, "max_tokens": max_tokens, "precision": precision}
     progress = progress_console()
     try:

@@ -7,29 +7,33 @@ process has registered. The demo task's example prompts and problems are listed 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.core.config import Settings
-from app.schemas.methods import MethodOut
-from app.schemas.server import CapabilitiesResponse
-from app.services.methods import list_method_infos
-from app.services.responses import method_out
-from gmts_core.config import DEFAULT_METHODS, AnalysisConfig, RLConfig
-from gmts_core.demo.evaluate import DemoEvalConfig
-from gmts_core.demo.train import TrainConfig
-from gmts_core.experiments.compare import CompareConfig
-from gmts_core.grpo.step import CLASS_RECIPE as CLASS_RECIPE
-from gmts_core.knobs import knob_default, knob_info
-from gmts_core.methods.advantages import ADVANTAGES
-from gmts_core.methods.aggregation import AGGREGATIONS
-from gmts_core.methods.budget import BUDGET_OVER as BUDGET_OVER
-from gmts_core.methods.rewards import list_rewards
-from gmts_core.methods.selection import SCOPES
-from gmts_core.model.packaged import SMOLLM2
-from gmts_core.sampling.answers import SamplingConfig
+from gmts_core.base_config import DemoEvalConfig, SamplingConfig, TrainConfig
+from gmts_core.compare_config import CompareConfig
+from gmts_core.config import CLASS_RECIPE as CLASS_RECIPE
+from gmts_core.config import DEFAULT_METHODS as DEFAULT_METHODS
+from gmts_core.config import AnalysisConfig, RLConfig
+from gmts_core.demo import DEMO_ALIAS
+from gmts_core.knobs import BUDGET_OVER as BUDGET_OVER
+from gmts_core.knobs import DEFAULT_GRADCHECK_MAX_TOKENS, SCOPES, knob_default, knob_info
+from gmts_core.model.packaged import PACKAGED_MODELS, SMOLLM2
 from gmts_core.tasks import word_arith
 from gmts_core.tasks.arith import ArithProblem, ExamplePrompt, example_prompts, generate_problems
 
+if TYPE_CHECKING:
+    from app.schemas.methods import MethodOut
+    from app.schemas.server import CapabilitiesResponse
+
+# The registries (methods, advantages, aggregations, reward rules) and the response models are
+# imported where they are listed: they import torch, and this module's knobs and defaults are read
+# without it (`gmts <command> --help`, tests/app/cli/test_cli_startup.py).
+
+BUILTIN_ALIASES: tuple[str, ...] = (DEMO_ALIAS, *PACKAGED_MODELS)
+"""The models every server lists: the demo model and the packaged ones (installed or not)."""
+GRADCHECK_MAX_TOKENS = DEFAULT_GRADCHECK_MAX_TOKENS
+"""The most answer tokens a gradcheck takes unless asked for fewer (one backward pass each)."""
 REAL_MODEL = SMOLLM2.alias
 """The bundled real pretrained model."""
 WORD_ARITH_REWARD = word_arith.REWARD_RULE
@@ -103,11 +107,19 @@ def analysis_knob_default(name: str) -> Any:
 
 def method_infos() -> list[MethodOut]:
     """Every registered method with its one-line description and citation."""
+    from app.services.methods import list_method_infos
+    from app.services.responses import method_out
+
     return [method_out(m) for m in list_method_infos()]
 
 
 def capabilities(settings: Settings) -> CapabilitiesResponse:
     """The registries of this process and the limits of ``settings``."""
+    from app.schemas.server import CapabilitiesResponse
+    from gmts_core.methods.advantages import ADVANTAGES
+    from gmts_core.methods.aggregation import AGGREGATIONS
+    from gmts_core.methods.rewards import list_rewards
+
     return CapabilitiesResponse(
         methods=method_infos(),
         default_methods=list(DEFAULT_METHODS),

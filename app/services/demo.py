@@ -7,13 +7,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
 from app.services.errors import InvalidInputError
+from gmts_core.base_config import DemoEvalConfig, FlawMix, TrainConfig
 from gmts_core.demo import DEMO_MODEL_DIR
-from gmts_core.demo.evaluate import DemoEvalConfig, evaluate_demo_model
-from gmts_core.demo.train import FlawMix, TrainConfig, train_demo_model
 from gmts_core.knobs import knob_info
+
+# training and evaluating import torch and transformers, in the functions that do it: the
+# defaults and knobs above are read without them (`gmts train-demo --help`)
 
 __all__ = [
     "DEMO_EVAL_DEFAULTS",
@@ -45,6 +45,8 @@ def train_demo(
 ) -> Path:
     """Train the demo model from scratch (the recipe, with the given knobs) into ``out``:
     ``on_step(done, total, loss)`` hears each optimizer step, else a bar shows them."""
+    from gmts_core.demo.train import train_demo_model
+
     mix = replace(DEMO_TRAIN_DEFAULTS.mix, flaw_rate=flaw_rate)
     config = replace(
         DEMO_TRAIN_DEFAULTS, seed=seed, steps=steps, batch_size=batch_size, lr=lr, mix=mix
@@ -56,6 +58,10 @@ def evaluate_demo(model: Path, num_prompts: int, group_size: int, seed: int) -> 
     """Accuracy, mixed groups and fork-point entropy of a demo model folder on held-out prompts."""
     if not (model / "config.json").is_file():
         raise InvalidInputError(f"{model} is not a model folder (no config.json)")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gmts_core.demo.evaluate import evaluate_demo_model
+
     tokenizer = AutoTokenizer.from_pretrained(str(model))
     lm = AutoModelForCausalLM.from_pretrained(str(model))
     sampling = replace(DemoEvalConfig().sampling, num_samples=group_size, seed=seed)

@@ -22,6 +22,7 @@ from typing import Any
 from safetensors import SafetensorError, safe_open
 
 from app.core.config import Settings
+from app.services.catalog import BUILTIN_ALIASES as BUILTIN_ALIASES
 from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
 from gmts_core.errors import ModelLoadError, ModelNotFoundError
 from gmts_core.model.gguf import Progress, converted_path, find_gguf
@@ -36,8 +37,6 @@ from gmts_core.model.packaged import PACKAGED_MODELS, PackagedModel
 
 logger = logging.getLogger(__name__)
 
-BUILTIN_ALIASES: tuple[str, ...] = (DEMO_ALIAS, *PACKAGED_MODELS)
-"""The models every server lists: the demo model and the packaged ones (installed or not)."""
 MAX_NAME_CHARS = 256
 _FORBIDDEN_CHARS = ("%", "\\", "\x00", "\n", "\r", "~")
 

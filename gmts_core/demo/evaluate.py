@@ -29,36 +29,13 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from gmts_core.knobs import knob
+from gmts_core.base_config import DemoEvalConfig as DemoEvalConfig
 from gmts_core.sampling.answers import SamplingConfig, sample_groups
 from gmts_core.stats.forward import answer_token_stats
 from gmts_core.stats.tokenization import encode_prompt
 from gmts_core.tasks.arith import ArithProblem, fork_token_mask, generate_problems
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DemoEvalConfig:
-    """What to evaluate on: ``num_prompts`` held-out problems drawn with ``sampling.seed``, each
-    sampled as ``sampling`` says (problem i with seed ``sampling.seed + i``)."""
-
-    num_prompts: int = knob(64, "Held-out problems evaluated.", ge=1, le=10_000)
-    sampling: SamplingConfig = knob(
-        SamplingConfig(num_samples=8, max_new_tokens=48),
-        "How each problem's group is sampled (G answers, at most 48 tokens: the demo's answers "
-        "are about 23).",
-    )
-    top_ratio: float = knob(
-        0.2, "Share of tokens counted as top entropy (the 80/20 rule's 20%).", gt=0, le=1
-    )
-    num_threads: int = knob(
-        1, "Torch CPU threads (one: reproducible, and fastest on a small shared CPU).", ge=1
-    )
-
-    @property
-    def group_size(self) -> int:
-        return self.sampling.num_samples
 
 
 @dataclass(frozen=True)

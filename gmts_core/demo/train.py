@@ -28,15 +28,17 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from gmts_core.base_config import FlawMix as FlawMix
+from gmts_core.base_config import ModelShape as ModelShape
+from gmts_core.base_config import TrainConfig as TrainConfig
 from gmts_core.demo.tokenizer import save_tokenizer
-from gmts_core.knobs import knob, knob_factory
 from gmts_core.tasks.arith import (
     applicable_flaws,
     flawed_solution,
@@ -46,58 +48,6 @@ from gmts_core.tasks.arith import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class FlawMix:
-    """How often training solutions are flawed, and which mistake a flawed one makes.
-
-    ``weights`` are relative; mistakes that do not apply to a problem (a carry mistake on a
-    problem without a carry) are left out before normalising.
-    """
-
-    flaw_rate: float = knob(
-        0.45, "Share of training solutions with exactly one plausible mistake.", ge=0, le=1
-    )
-    weights: dict[str, float] = knob_factory(
-        lambda: {
-            "forgot_carry": 0.5,
-            "carry_not_added": 0.2,
-            "units_slip": 0.15,
-            "tens_slip": 0.15,
-        },
-        "Relative weight of each kind of mistake in a flawed solution.",
-    )
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The Llama configuration of the demo model."""
-
-    hidden_size: int = knob(64, "Hidden size.", ge=1)
-    intermediate_size: int = knob(192, "MLP size.", ge=1)
-    num_hidden_layers: int = knob(3, "Transformer layers.", ge=1)
-    num_attention_heads: int = knob(4, "Attention heads (divides the hidden size).", ge=1)
-    max_position_embeddings: int = knob(64, "Longest sequence, in tokens.", ge=1)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Every knob of a demo-model training run; the defaults are the shipped recipe."""
-
-    seed: int = knob(0, "Seed of the data stream and the weights.", ge=0)
-    steps: int = knob(500, "Optimizer steps.", ge=1, le=1_000_000)
-    batch_size: int = knob(128, "Examples per step.", ge=1, le=65_536)
-    lr: float = knob(3e-3, "Peak learning rate (after warm-up, then cosine decay).", gt=0, le=1)
-    min_lr_ratio: float = knob(0.1, "Final learning rate as a share of the peak.", ge=0, le=1)
-    warmup_steps: int = knob(50, "Linear learning-rate warm-up steps.", ge=0)
-    weight_decay: float = knob(0.01, "AdamW weight decay.", ge=0, le=1)
-    grad_clip: float = knob(1.0, "Gradient-norm clipping.", gt=0)
-    num_threads: int = knob(
-        1, "Torch CPU threads (one: deterministic, and fastest on a small shared CPU).", ge=1
-    )
-    mix: FlawMix = knob_factory(FlawMix, "How often and how the training solutions are flawed.")
-    shape: ModelShape = knob_factory(ModelShape, "The Llama configuration of the model.")
 
 
 def sample_training_text(rng: random.Random, mix: FlawMix) -> tuple[str, str]:

@@ -53,13 +53,12 @@ from gmts_core.experiments.token_gradients import (
     TokenGradients,
     exact_token_gradients,
 )
+from gmts_core.knobs import DEFAULT_GRADCHECK_MAX_TOKENS as DEFAULT_MAX_TOKENS
 from gmts_core.model.loading import LoadedModel
 from gmts_core.progress import StageCallback, no_stage
 from gmts_core.stats.tokenization import encode_prompt
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_MAX_TOKENS = 1024
 
 
 @dataclass

@@ -20,55 +20,14 @@ import hashlib
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from gmts_core.errors import InvalidInputError
-from gmts_core.knobs import knob
+from gmts_core.base_config import PolicySettings as PolicySettings
 from gmts_core.model.loading import LoadedModel
 
 logger = logging.getLogger(__name__)
-
-POLICY_KINDS = ("auto", "full", "lora")
-DEFAULT_LORA_THRESHOLD = 100_000_000  # parameters; larger base models get a LoRA policy
-
-
-@dataclass(frozen=True)
-class PolicySettings:
-    """How a session's trainable policy is built."""
-
-    kind: str = knob(
-        "auto", "full (a copy), lora, or auto: a full copy up to lora_threshold parameters."
-    )
-    lora_threshold: int = knob(
-        DEFAULT_LORA_THRESHOLD, "Parameters above which auto picks LoRA.", ge=0
-    )
-    lora_rank: int = knob(8, "LoRA rank.", ge=1, le=4096)
-    lora_alpha: int = knob(16, "LoRA alpha (the adapter's scale is alpha / rank).", ge=1)
-    lora_target_modules: str | tuple[str, ...] = knob(
-        "all-linear", "Modules LoRA adapts (peft's target_modules)."
-    )
-    seed: int = knob(0, "Seed of the LoRA A matrices.", ge=0)
-    # a token's embedding is shared by every context it appears in, so RL updates to it move
-    # every sequence
-    freeze_embeddings: bool = knob(
-        False, "Full copies: keep the token embeddings (and a tied LM head) frozen."
-    )
-
-    def validate(self) -> None:
-        if self.kind not in POLICY_KINDS:
-            raise InvalidInputError(
-                f"unknown policy kind {self.kind!r}; valid: {', '.join(POLICY_KINDS)}"
-            )
-        if self.lora_rank < 1:
-            raise InvalidInputError(f"lora_rank must be >= 1, got {self.lora_rank}")
-
-    def resolve_kind(self, num_parameters: int) -> str:
-        if self.kind != "auto":
-            return self.kind
-        return "lora" if num_parameters > self.lora_threshold else "full"
 
 
 def weights_checksum(model: torch.nn.Module) -> str:

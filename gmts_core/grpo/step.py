@@ -33,6 +33,8 @@ from gmts_core.analysis.analyze import (
     finish_analysis,
 )
 from gmts_core.analysis.records import AnalysisResult
+from gmts_core.config import CLASS_RECIPE as CLASS_RECIPE
+from gmts_core.config import DEMO_RECIPE as DEMO_RECIPE
 from gmts_core.config import RLConfig
 from gmts_core.errors import InvalidInputError
 from gmts_core.grpo.forward import answer_statistics, micro_batches
@@ -50,30 +52,6 @@ from gmts_core.stats.forward import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-DEMO_RECIPE = RLConfig(
-    prompts_per_step=64,
-    inner_steps=4,
-    learning_rate=1.5e-4,
-    warmup_steps=5,
-    fused_max_tokens=65536,  # the demo model's graphs of a whole 512-answer batch: ~0.3 GB
-)
-"""The GRPO recipe that teaches the bundled demo model (see ``benchmarks/rl_gain.py``).
-
-The demo model's mistakes include +-1 slips on digits. In a small batch, the counts of +1 and -1
-slips among the wrong answers differ by chance, and pushing down the sampled slips then shifts
-every digit prediction up or down at once: a direction the model is very sensitive to, along
-which one AdamW step at lr 3e-4 on 8 prompts halves the accuracy. 64 prompts a step (512 answers)
-average that noise out; 4 updates per batch (clipped, PPO-style) make the most of each batch.
-"""
-
-CLASS_RECIPE = RLConfig(
-    prompts_per_step=32, learning_rate=1.5e-4, inner_steps=1, warmup_steps=5, max_new_tokens=48
-)
-"""The demo recipe at a classroom's pace (the UI's Train and Compare tabs): 32 prompts x G = 8
-a step, one update per batch, the same learning rate and warm-up; it gains about 10-16 points of
-held-out accuracy in 10-20 steps (docs/benchmarks.md, "The Train tab's defaults")."""
 
 
 def score_batch(

@@ -24,9 +24,8 @@ from typing import Any
 import torch
 
 from gmts_core.errors import InvalidInputError
+from gmts_core.knobs import BUDGET_OVER as BUDGET_OVER
 from gmts_core.methods.selection import SelectionInputs
-
-BUDGET_OVER = ("trained", "content", "all")
 
 
 def check_budget_over(name: str) -> str:

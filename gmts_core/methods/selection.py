@@ -17,10 +17,9 @@ from dataclasses import dataclass
 import torch
 
 from gmts_core.errors import InvalidInputError
+from gmts_core.knobs import SCOPES as SCOPES
 from gmts_core.methods import gmts_released as paper
 from gmts_core.registry import Registry
-
-SCOPES = ("batch", "group", "answer")
 
 
 @dataclass

@@ -27,9 +27,9 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteriaList
 
-from gmts_core.bounds import MAX_SEED, MIN_TEMPERATURE
+from gmts_core.base_config import SamplingConfig as SamplingConfig
+from gmts_core.bounds import MIN_TEMPERATURE
 from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
-from gmts_core.knobs import knob
 from gmts_core.model.rope_window import refuse_past_window, rope_window
 from gmts_core.progress import checkpoint
 from gmts_core.sampling.kv_sampler import DecodeRequest, decode
@@ -42,20 +42,6 @@ logger = logging.getLogger(__name__)
 # ``generate`` draws from torch's global RNG; seeding it must not interleave across threads.
 _RNG_LOCK = threading.Lock()
 _RESCORE_LOGGED: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """How to sample a group. temperature 0 means greedy decoding."""
-
-    num_samples: int = knob(8, "Answers sampled per prompt (the group size G).", ge=1, le=1024)
-    temperature: float = knob(1.0, "Sampling temperature (0: greedy decoding).", ge=0, le=100)
-    top_p: float = knob(
-        1.0, "Nucleus sampling: keep the most likely tokens up to this mass.", gt=0, le=1
-    )
-    top_k: int = knob(0, "Sample among the k most likely tokens (0: all of them).", ge=0)
-    max_new_tokens: int = knob(64, "Longest sampled answer, in tokens.", ge=1, le=65_536)
-    seed: int = knob(0, "Sampling seed.", ge=0, le=MAX_SEED)
 
 
 @dataclass

@@ -29,10 +29,12 @@ import random
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from gmts_core.errors import InvalidInputError
-from gmts_core.methods.rewards import RewardVerdict, compute_reward
+
+if TYPE_CHECKING:
+    from gmts_core.methods.rewards import RewardVerdict
 
 Split = Literal["train", "heldout"]
 SPLITS: tuple[str, ...] = ("train", "heldout")
@@ -84,6 +86,10 @@ class ArithProblem:
 
     def reward(self, answer_text: str) -> RewardVerdict:
         """Score a model's answer with the ``numeric`` rule against this problem's answer."""
+        # the reward rules live in gmts_core.methods, which imports torch: the task's problems and
+        # prompts are read without it (the CLI's help, the UI's first page)
+        from gmts_core.methods.rewards import compute_reward
+
         return compute_reward(REWARD_RULE, answer_text, self.reference)
 
     def fork_spans_in(self, text: str) -> tuple[tuple[int, int], ...]:

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gmts_core.errors import InvalidInputError
-from gmts_core.methods.rewards import RewardVerdict, compute_reward
 from gmts_core.tasks import arith
+
+if TYPE_CHECKING:
+    from gmts_core.methods.rewards import RewardVerdict
 
 REWARD_RULE = "final_number"
 LEVELS: tuple[str, ...] = ("single-digit", "two-digit", "word-problem")
@@ -59,6 +62,10 @@ class WordProblem:
 
     def reward(self, answer_text: str) -> RewardVerdict:
         """Score a model's answer with the ``final_number`` rule."""
+        # the reward rules live in gmts_core.methods, which imports torch: the task's problems and
+        # prompts are read without it (the CLI's help, the UI's first page)
+        from gmts_core.methods.rewards import compute_reward
+
         return compute_reward(REWARD_RULE, answer_text, self.reference)
 
 
