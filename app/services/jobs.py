@@ -31,10 +31,16 @@ Waiting is told honestly: every job may carry a label (the HTTP layer sets the r
 estimated wait (place x the mean duration of recent jobs / slots), and :data:`JOB_TIMING`
 collects a request's seconds waiting in line and working, which the HTTP layer returns in the
 ``X-Queue-Wait-S`` and ``X-Work-S`` headers.
+
+What a job carries from its caller travels in context variables, so the layers in between need
+not pass it on: :data:`JOB_LABEL` (the request id, by which ``GET /v1/queue/{request_id}``
+finds the job), :data:`JOB_CLIENT` (who asks, for the per-client cap), :data:`JOB_TIMING` (the
+request's seconds waiting and working) and the :class:`LinePolicy` :func:`wait_in_line` sets.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 import os
@@ -49,19 +55,75 @@ from typing import Literal, TypeVar
 import anyio.to_thread
 
 from app.services.errors import QueueFullError
-from app.services.job_context import (
-    JOB_CLIENT,
-    JOB_LABEL,
-    JOB_TIMING,
-    LinePolicy,
-    PositionCallback,
-    line_policy,
-)
 from gmts_core.progress import Cancelled, CancelToken, cancellable, current_token
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# --- what a job carries from its caller, in context variables (the layers between pass nothing)
+
+PositionCallback = Callable[[int], None]  # place in line: 1 = next, 0 = running now
+
+
+@dataclass(frozen=True)
+class LinePolicy:
+    """How a caller waits: up to ``wait_s`` for queue space, telling the person once
+    (``on_wait``) and its place in line whenever it changes (``on_position``)."""
+
+    wait_s: float
+    on_wait: Callable[[str], None] | None = None
+    on_position: PositionCallback | None = None
+
+
+_LINE: contextvars.ContextVar[LinePolicy | None] = contextvars.ContextVar(
+    "gmts_wait_in_line", default=None
+)
+
+
+@dataclass
+class JobTiming:
+    """Seconds a request's jobs waited in line and worked (summed over its jobs)."""
+
+    queued_s: float = 0.0
+    work_s: float = 0.0
+    jobs: int = 0
+
+
+JOB_LABEL: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "gmts_job_label", default=None
+)
+
+JOB_CLIENT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "gmts_job_client", default=None
+)  # who asks (the connection's address; a trusted proxy's client): the per-client cap
+
+JOB_TIMING: contextvars.ContextVar[JobTiming | None] = contextvars.ContextVar(
+    "gmts_job_timing", default=None
+)
+
+
+@contextmanager
+def wait_in_line(
+    wait_s: float,
+    on_wait: Callable[[str], None] | None = None,
+    on_position: PositionCallback | None = None,
+) -> Iterator[None]:
+    """Blocking job calls inside wait for queue space (up to ``wait_s``) instead of a 429;
+    ``on_wait(message)`` is called once when the caller has to wait, ``on_position(n)`` each
+    time its place in line changes (n = 1: next) and with 0 once its job runs."""
+    token = _LINE.set(LinePolicy(wait_s, on_wait, on_position))
+    try:
+        yield
+    finally:
+        _LINE.reset(token)
+
+
+def line_policy() -> LinePolicy | None:
+    return _LINE.get()
+
+
+# --- the limiter -----------------------------------------------------------------------------
 
 QUEUE_POLL_S = 0.05  # how often a waiting job looks at its cancel token (nothing notifies it)
 

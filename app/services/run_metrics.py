@@ -24,7 +24,7 @@ from typing import Any
 
 from app.schemas.runs import RunMetricsResponse
 from app.services.errors import Cancelled, GMTSError
-from app.services.job_context import wait_in_line
+from app.services.jobs import wait_in_line
 from app.services.runs import RunService, StepOptions, evenly
 from gmts_core.progress import CancelToken
 from gmts_core.runs import Run

@@ -13,7 +13,7 @@ from app.services.analysed_runs import query as analysed_query
 from app.services.catalog import ANALYSIS_DEFAULTS, capabilities
 from app.services.compare import CompareConfig
 from app.services.container import Services
-from app.services.job_context import wait_in_line
+from app.services.jobs import wait_in_line
 from app.services.responses import as_json
 from app.services.runs import StepOptions
 from app.services.validation import validated

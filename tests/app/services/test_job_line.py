@@ -12,8 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from app.services.errors import QueueFullError
-from app.services.job_context import JOB_CLIENT, wait_in_line
-from app.services.jobs import JobLimiter
+from app.services.jobs import JOB_CLIENT, JobLimiter, wait_in_line
 from gmts_core.progress import Cancelled, CancelToken
 
 WAIT = 30.0

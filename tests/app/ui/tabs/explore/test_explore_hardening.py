@@ -11,8 +11,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.services.errors import QueueFullError
-from app.services.job_context import wait_in_line
-from app.services.jobs import JobLimiter
+from app.services.jobs import JobLimiter, wait_in_line
 from app.ui.remote_backend import RemoteBackend
 from app.ui.tabs.explore.view import ExploreForm, build_request, reward_note, rule_overridden
 from tests.app.api_helpers import make_settings
