@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from app.cli._app import cli
-from app.core.config import Settings
-from app.server_options import http_options
+
+if TYPE_CHECKING:  # the settings (pydantic-settings) and uvicorn: when serving, not for --help
+    from app.core.config import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,8 @@ def make_server(app: Any, settings: Settings) -> Any:
     grace period (a stage that does not return).
     """
     import uvicorn  # the server, only for `gmts serve` (keeps the other commands light)
+
+    from app.server_options import http_options
 
     grace = settings.shutdown_grace_s
     config = uvicorn.Config(
@@ -132,6 +135,7 @@ def serve_command(
     log_level: Annotated[str | None, typer.Option(help="uvicorn log level.")] = None,
 ) -> None:
     """Serve the HTTP API, its docs at /docs and the UI at /ui."""
+    from app.core.config import Settings
     from app.main import create_app  # FastAPI, every route and the UI: only for `gmts serve`
 
     settings = Settings(

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from gmts_core.runs.limits import LIMIT_NAMES, RunLimits
+from gmts_core.run_limits import LIMIT_NAMES, RunLimits
 
 _RUN = RunLimits()  # the run readers' budget: its defaults are the server's
 
@@ -194,7 +194,7 @@ class Settings(BaseSettings):
     run_max_step_answers: int = Field(256, ge=1)  # larger steps: use `gmts analyze-run`
     run_overview_steps: int = Field(200, ge=1)  # steps summarised per run (evenly spaced)
     # what one reading of a run file may touch, checked while streaming (413 past it); see
-    # gmts_core.runs.limits.RunLimits. `gmts analyze-run` has larger defaults (--run-max-*).
+    # gmts_core.run_limits.RunLimits. `gmts analyze-run` has larger defaults (--run-max-*).
     run_max_file_bytes: int = Field(_RUN.max_file_bytes, ge=1)  # one file of a run
     run_max_line_bytes: int = Field(_RUN.max_line_bytes, ge=1)  # one JSONL line
     run_max_step_bytes: int = Field(_RUN.max_step_bytes, ge=1)  # one step's file / lines / columns

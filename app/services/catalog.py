@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from app.core.config import Settings
 from gmts_core.base_config import DemoEvalConfig, SamplingConfig, TrainConfig
 from gmts_core.compare_config import CompareConfig
 from gmts_core.config import CLASS_RECIPE as CLASS_RECIPE
@@ -23,6 +22,7 @@ from gmts_core.tasks import word_arith
 from gmts_core.tasks.arith import ArithProblem, ExamplePrompt, example_prompts, generate_problems
 
 if TYPE_CHECKING:
+    from app.core.config import Settings
     from app.schemas.methods import MethodOut
     from app.schemas.server import CapabilitiesResponse
 

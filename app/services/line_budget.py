@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from gmts_core.runs.limits import CLI_LIMITS, RunLimits, bounded_lines
+from gmts_core.run_limits import CLI_LIMITS, RunLimits
 
 __all__ = ["CLI_LIMITS", "RunLimits", "jsonl_lines"]
 
@@ -19,5 +19,7 @@ __all__ = ["CLI_LIMITS", "RunLimits", "jsonl_lines"]
 def jsonl_lines(path: Path, limits: RunLimits) -> Iterator[tuple[int, bytes]]:
     """(line number, raw line) of ``path``, each line read within ``limits.max_line_bytes``
     (a longer one raises :class:`~gmts_core.runs.limits.RunLimitError`)."""
+    from gmts_core.runs.limits import bounded_lines  # Arrow: when a file is read, not for --help
+
     with path.open("rb") as f:
         yield from bounded_lines(f, limits, path)
