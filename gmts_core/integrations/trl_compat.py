@@ -20,8 +20,9 @@ which :class:`gmts_core.integrations.trl.GMTSGRPOTrainer` implements:
 On import the installed TRL must be in :data:`TRL_RELEASES` (the ``[trl]`` extra's floor up to
 the newest release the suite ran on) and have every private method above
 (:data:`PRIVATE_METHODS`); on construction the trainer must carry every attribute GMTS reads
-(:data:`TRAINER_ATTRIBUTES`). Otherwise :class:`~gmts_core.integrations.releases.
-UnsupportedReleaseError` names the installed release and the range.
+(:data:`TRAINER_ATTRIBUTES`). Otherwise
+:class:`~gmts_core.integrations.releases.UnsupportedReleaseError` names the installed release
+and the range.
 """
 
 from __future__ import annotations

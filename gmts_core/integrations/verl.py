@@ -12,9 +12,10 @@ verl, which checks the installed release and holds the method replacements):
    ``train_mini_batch`` (one training step): when the actor's loss mode is a GMTS mode, the
    wrapper first runs verl's own forward (``engine.infer_batch`` with ``calculate_entropy``
    and ``calculate_sum_pi_squared``: verl computes H and sum pi^2 with its own kernels) at the
-   current policy, selects per ``uid`` group with :func:`gmts_core.integrations.verl_selection.
-   select_tokens` over the rows of all data-parallel ranks, and zeroes the advantage of every
-   token left out -- as the paper's Framework2 does. The registered loss is then verl's own
+   current policy, selects per ``uid`` group with
+   :func:`gmts_core.integrations.verl_selection.select_tokens` over the rows of all
+   data-parallel ranks, and zeroes the advantage of every token left out -- as the paper's
+   Framework2 does. The registered loss is then verl's own
    clipped loss (``compute_policy_loss_vanilla``) on those advantages: unselected tokens add
    nothing to the policy term, while the KL and entropy terms and every denominator still
    cover all tokens.
