@@ -196,25 +196,54 @@
     if (chip) whyClick(chip);
   });
 
-  // --- "why they differ": a token button shows its token, or says which group holds it ---
-  // (Explore draws one group at a time in #token-view; a Runs step draws all of its groups in
-  // #run-step-view)
-  var TOKEN_VIEWS = ["#token-view", "#run-step-view"];
+  // --- "why they differ": a token button shows its token, going to its group if need be ---
+  // (Explore draws one group at a time in #token-view, Learn its group in #learn-view; a Runs
+  // step draws all of its groups in #run-step-view)
+  var TOKEN_VIEWS = ["#token-view", "#run-step-view", "#learn-view"];
+  var gotoCount = 0;
+
+  function groupView(tab, g) {
+    var view = null;
+    TOKEN_VIEWS.forEach(function (sel) {
+      if (!view) view = tab.querySelector(sel + ' .gmts-view[data-group="' + g + '"]');
+    });
+    return view;
+  }
+
+  // ask the server for group g (app/ui/tabs/explore/tab.py: go_to_group, through the hidden
+  // #goto-group box), then show the token once its group is drawn
+  function goToGroup(chip, g, tab, note) {
+    var box = document.querySelector("#goto-group textarea, #goto-group input");
+    if (!box) return false;
+    gotoCount += 1;  // a new value each click, so asking for the same group again still fires
+    var asked = gotoCount;
+    if (note) note.textContent = "Going to group " + g + "\u2026";
+    var done = function () {
+      var view = groupView(tab, g);
+      if (!view || asked !== gotoCount) return asked !== gotoCount;
+      if (note && note.isConnected) note.textContent = "";
+      showToken(chip.getAttribute("data-answer"), chip.getAttribute("data-pos"), view);
+      return true;
+    };
+    var watch = new MutationObserver(function () { if (done()) watch.disconnect(); });
+    watch.observe(document.documentElement, {childList: true, subtree: true});
+    setTimeout(function () { watch.disconnect(); }, 120000);
+    box.value = g + " " + asked;
+    box.dispatchEvent(new Event("input", {bubbles: true}));
+    return true;
+  }
 
   function whyClick(chip) {
     var g = chip.getAttribute("data-group");
     var section = chip.closest(".why-differ");
     var note = section ? section.querySelector(".why-note") : null;
     var tab = chip.closest(".tabitem") || document;
-    var view = null;
-    TOKEN_VIEWS.forEach(function (sel) {
-      if (!view) view = tab.querySelector(sel + ' .gmts-view[data-group="' + g + '"]');
-    });
+    var view = groupView(tab, g);
     if (view) {
       if (note) note.textContent = "";
       showToken(chip.getAttribute("data-answer"), chip.getAttribute("data-pos"), view);
-    } else if (note) {
-      note.textContent = "That token is in group " + g + ": choose it under \u201cDrill into group\u201d to see it.";
+    } else if (!goToGroup(chip, g, tab, note) && note) {
+      note.textContent = "That token is in group " + g + ", which this view does not show.";
     }
   }
 

@@ -1,5 +1,6 @@
 """The page shows the point, in a real Chromium at 1366x900 and 390x844: it opens on a
-disagreement with "why they differ" open, the pinned panel overlaps neither the tooltip nor
+disagreement with "why they differ" open (a token of it shown, in its group's view when
+another group holds it), the pinned panel overlaps neither the tooltip nor
 the summary, every text node has a contrast of at least 4.5:1 (computed in the page), and the
 token area is one Tab stop whose tokens the arrow keys walk."""
 
@@ -99,7 +100,28 @@ def test_opening_view_shows_a_disagreement_and_why(
     chip.evaluate("b => b.closest('details').open = true")
     chip.click()
     page.locator("#gmts-pin").wait_for(state="visible")
+    page.keyboard.press("Escape")
+    go_to_another_group(page, shown)
     page.context.close()
+
+
+def go_to_another_group(page: Any, shown: str) -> None:
+    """A token button of a group not on screen goes there: the drill-down picks that group, the
+    token view shows it, and the token is highlighted (linked) and pinned."""
+    chip = page.locator(f'#why-differ .why-tok:not([data-group="{shown}"])').first
+    chip.evaluate("b => b.closest('details').open = true")
+    g, answer, pos = (chip.get_attribute(f"data-{k}") for k in ("group", "answer", "pos"))
+    chip.click()
+    view = f'#token-view .gmts-view[data-group="{g}"]'
+    token = f'{view} .tok[data-answer="{answer}"][data-pos="{pos}"]'
+    page.wait_for_function(
+        f"() => !!document.querySelector('{token}')?.classList.contains('linked')"
+    )
+    assert page.locator(token).is_visible()
+    page.locator("#gmts-pin").wait_for(state="visible")
+    assert page.locator(".tok.pinned").count() == 1
+    assert page.locator("#group-select input").input_value().startswith(f"group {g}:")
+    assert page.locator("#why-differ .why-note").inner_text() == ""  # no "choose it" message
 
 
 @pytest.mark.parametrize(("width", "height"), SIZES)

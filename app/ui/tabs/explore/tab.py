@@ -126,6 +126,18 @@ def views(result: Any, a: str, b: str, color_by: str, group: Any) -> list[Any]:
     return values
 
 
+def go_to_group(asked: Any, result: Any, a: str, b: str, color_by: str) -> list[Any]:
+    """A "why they differ" token of a group not on screen was clicked: the page writes
+    "<group> <click count>" into the hidden ``#goto-group`` box (static/gmts.js); the drill-down
+    moves to that group and every view follows, as when it is picked under Drill into group."""
+    try:
+        g = int(str(asked).split()[0])
+    except (IndexError, ValueError):
+        g = 0
+    g = min(max(g, 0), max(len(batch.groups_of(result)) - 1, 0)) if result else 0
+    return [gr.Dropdown(value=g), *views(result, a, b, color_by, g)]
+
+
 def new_result(result: Any, a: str, b: str, color_by: str) -> list[Any]:
     """What changes at once when a new analysis arrives: state, drill-down, the text views
     (the charts follow in ``chart_views``)."""
@@ -278,6 +290,7 @@ def build_explore_tab(ctx: UIContext) -> None:
     form, buttons = controls.form, controls.buttons
     with gr.Column(elem_id="explore-results"):  # marked out of date when a run fails
         out = _outputs_panel(ctx.result.value, buttons.color_by, first, row)
+        goto = gr.Textbox(visible="hidden", elem_id="goto-group", label="go to group")
     ctx.group, ctx.learn_view = out.group, out.learn
     a, b, color_by = form["method_a"], form["method_b"], out.color_by
     new_outputs = [ctx.result, out.group, *out.text_list()]
@@ -325,6 +338,9 @@ def build_explore_tab(ctx: UIContext) -> None:
     )
     for trigger in (a, b, color_by, out.group):
         trigger.input(views, view_inputs, out.view_list()).then(html_export, view_inputs, out.html)
+    goto.change(go_to_group, [goto, *view_inputs[:-1]], [out.group, *out.view_list()]).then(
+        html_export, view_inputs, out.html
+    )
     blocks = Context.root_block
     if ctx.result.value and blocks is not None:  # the shipped example's deferred charts, Learn
         blocks.load(chart_views, view_inputs, out.chart_list(), show_progress="hidden")

@@ -77,3 +77,18 @@ def test_the_real_model_example_is_a_valid_request_for_the_real_model() -> None:
     assert req.num_samples == 8 and req.max_new_tokens == 96
     assert get_reward("final_number")("Tom has 85 apples.", "85").reward == 1.0
     assert example.REAL_MODEL_BUTTON.startswith("Same view on a real model: smollm2-135m")
+
+
+def test_a_why_token_of_another_group_moves_every_view_to_that_group() -> None:
+    """What the page asks when a "why they differ" token of a group not on screen is clicked
+    (static/gmts.js writes "<group> <click count>" into #goto-group)."""
+    shipped = example.load_example()
+    last = len(shipped["groups"]) - 1
+    for asked, g in (("2 1", 2), ("2 7", 2), (f"{last + 5} 3", last), ("", 0), ("x", 0)):
+        drill, *values = explore_tab.go_to_group(asked, shipped, "entropy", "gmts", "entropy")
+        assert drill.value == g
+        drilled = explore_tab.views(shipped, "entropy", "gmts", "entropy", g)
+        for i in (0, 1, 2, 7, 8, 11, 12):  # the text views, as when g is picked in the drill-down
+            assert values[i] == drilled[i], i
+        assert f'<div class="gmts-view" data-group="{g}"' in values[1]
+        assert f'<div class="gmts-view" data-group="{g}"' in values[7]  # Learn follows
