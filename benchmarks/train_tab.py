@@ -15,6 +15,11 @@ one click on "Run steps", timed from the click until the last held-out point is 
 report gives that browser wall time, the held-out accuracy points the chart shows, and the
 browser path's time over the loop's (same seed, same settings, run just before).
 
+With ``--vs-compare`` each seed then runs the tab's steps and the compare core's steps (what
+``gmts compare`` runs) of the same recipe in one run, interleaved step by step in one process, and
+reports each one's wall and CPU seconds per step and their ratios (the goal: the tab at most 1.3x
+the compare core per step).
+
     .venv/bin/python benchmarks/train_tab.py [--seeds 0 1] [--steps 30] [--threads 2] [--json]
     .venv/bin/python benchmarks/train_tab.py --browser --seeds 0 1 2 --json
 """
@@ -25,6 +30,7 @@ import argparse
 import collections
 import dataclasses
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -59,8 +65,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--vs-compare",
         action="store_true",
-        help="also run the same recipe through the compare core (gmts compare's path) and "
-        "report its seconds per step against the tab's",
+        help="also run the tab's steps and the compare core's (gmts compare's path) of the same "
+        "recipe interleaved in one run, and report wall and CPU seconds per step of each",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args()
@@ -152,32 +158,82 @@ def _payload_bytes(value: Any) -> int:
     return len(json.dumps(value, default=str).encode())
 
 
-def compare_per_step(seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    """The tab's recipe through the compare core (what `gmts compare` and the Compare tab run):
-    one run of the tab's method from ``seed``, one held-out problem at the end only (so the
-    run's time is its steps); seconds per step."""
-    form = tab_form(args, seed)
-    services = build_services(Settings())
+def _compare_config(form: train.TrainForm, seed: int, steps: int) -> CompareConfig:
+    """The tab's recipe as a comparison of one run (what `gmts compare` and the Compare tab
+    train): the tab's method from ``seed``, no evaluation but the one at the end."""
     rl = dataclasses.replace(
         train.TRAIN_RECIPE,
         prompts_per_step=form.prompts_per_step,
         group_size=form.group_size,
         max_new_tokens=form.max_new_tokens,
     )
-    config = CompareConfig(
-        methods=(form.method,), ratio=form.ratio, steps=form.steps, seeds=1, seed_offset=seed,
-        eval_every=form.steps, eval_problems=1, rl=rl,
+    return CompareConfig(
+        methods=(form.method,), ratio=form.ratio, steps=steps, seeds=1, seed_offset=seed,
+        eval_every=steps, eval_problems=1, rl=rl,
     )  # fmt: skip
-    result = services.compare.run(None, config)
-    (run,) = result.runs
-    # the same run in the job line, as the Compare tab (and the Train tab's steps) run: a job
-    # thread at the job threads' lower CPU priority (app.services.jobs.JOB_THREAD_NICE), which
-    # on a loaded machine is most of the difference between the tab and `gmts compare`
-    (line_run,) = LocalBackend(services).compare(None, config)["runs"]
-    line_seconds = float(line_run["seconds"])
+
+
+def _clock() -> tuple[float, float]:
+    """(wall, CPU seconds of this whole process: every thread, torch's included)."""
+    return time.perf_counter(), time.process_time()
+
+
+def tab_vs_compare(seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The tab's steps and the compare core's steps of the same recipe in ONE run, interleaved:
+    tab step 1, compare step 1, tab step 2, compare step 2, ... in one process, so a change of
+    load falls on both alike. Each step is timed in wall seconds and in the process's CPU
+    seconds (nothing else runs in the process meanwhile, so the CPU is that step's, whatever
+    the load). The tab's steps run as the tab runs them (its loop, the job line, the session
+    service); the compare core's as `gmts compare` runs them (the main thread)."""
+    services = build_services(Settings())
+    backend = LocalBackend(services)
+    form = tab_form(args, seed)
+    tab: list[tuple[float, float]] = []
+    core: list[tuple[float, float]] = []
+    step_session = backend.step_session
+
+    def timed_step(*a: Any, **k: Any) -> Any:
+        w, c = _clock()
+        try:
+            return step_session(*a, **k)
+        finally:
+            w2, c2 = _clock()
+            tab.append((w2 - w, c2 - c))
+
+    backend.step_session = timed_step  # type: ignore[method-assign]
+    steps = services.compare.run_steps(
+        None, _compare_config(form, seed, form.steps), form.method, seed
+    )
+    for _ in train.run_steps(backend, None, form):
+        while len(core) < len(tab):  # the compare core's step right after the tab's
+            w, c = _clock()
+            next(steps)
+            w2, c2 = _clock()
+            core.append((w2 - w, c2 - c))
+    pairs = list(zip(tab, core, strict=True))
+    later = pairs[1:] or pairs  # the first pair carries each path's one-off costs
+    med = {
+        key: median([p[side][i] for p in later])
+        for key, side, i in (
+            ("tab_wall", 0, 0),
+            ("tab_cpu", 0, 1),
+            ("core_wall", 1, 0),
+            ("core_cpu", 1, 1),
+        )
+    }
     return {
-        "compare_seconds_per_step": round(run.seconds / form.steps, 3),
-        "compare_job_line_seconds_per_step": round(line_seconds / form.steps, 3),
+        "interleaved_steps": len(pairs),
+        "tab_step_seconds": [round(t[0], 3) for t in tab],
+        "tab_step_cpu_seconds": [round(t[1], 3) for t in tab],
+        "compare_step_seconds": [round(c[0], 3) for c in core],
+        "compare_step_cpu_seconds": [round(c[1], 3) for c in core],
+        # medians over the pairs after the first
+        "tab_step_seconds_per_step": round(med["tab_wall"], 3),
+        "compare_seconds_per_step": round(med["core_wall"], 3),
+        "tab_step_cpu_seconds_per_step": round(med["tab_cpu"], 3),
+        "compare_cpu_seconds_per_step": round(med["core_cpu"], 3),
+        "tab_over_compare_per_step": round(med["tab_wall"] / med["core_wall"], 2),
+        "tab_over_compare_cpu_per_step": round(med["tab_cpu"] / med["core_cpu"], 2),
     }
 
 
@@ -254,22 +310,14 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     form = tab_form(args)
     runs, browser_runs = [], []
-    if args.vs_compare:  # one-off costs (kernel builds, probes) paid before either is timed
-        compare_per_step(args.seeds[0], argparse.Namespace(**{**vars(args), "steps": 1}))
+    vs_compare = []
     for seed in args.seeds:  # the loop, then the browser, seed by seed: both see similar load
         runs.append(run_seed(seed, args))
-        if args.vs_compare:  # right after the loop: similar load for both
-            r = runs[-1]
-            r.update(compare_per_step(seed, args))
-            r["tab_step_seconds_per_step"] = round(
-                r["seconds_by_part"]["step_session"] / args.steps, 3
-            )
-            r["tab_over_compare_per_step"] = round(
-                r["tab_step_seconds_per_step"] / r["compare_seconds_per_step"], 2
-            )
-            r["tab_over_compare_job_line_per_step"] = round(
-                r["tab_step_seconds_per_step"] / r["compare_job_line_seconds_per_step"], 2
-            )
+        if args.vs_compare:  # after the loop, so the process's one-off costs are paid
+            load_before = os.getloadavg()[0]  # the 1-minute load average, before and after
+            vs = {"seed": seed, **tab_vs_compare(seed, args)}
+            vs["load_before_after"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
+            vs_compare.append(vs)
         if args.browser:
             seen = browser_run(seed, args)
             seen["browser_over_loop"] = round(seen["browser_seconds"] / runs[-1]["seconds"], 2)
@@ -283,6 +331,7 @@ def main() -> int:
         "gain_points_median": median(gains),
         "seconds_median": median([r["seconds"] for r in runs]),
         "browser": browser_runs,
+        "vs_compare": vs_compare,
         "machine": machine(),
     }
     lines = [
@@ -302,13 +351,13 @@ def main() -> int:
             for r in runs
         ),
         *(
-            f"  seed {r['seed']}: a step in the tab {r['tab_step_seconds_per_step']} s, through "
-            f"the compare core {r['compare_seconds_per_step']} s: "
-            f"{r['tab_over_compare_per_step']}x (goal <= 1.3x); through the job line, as the "
-            f"tab runs, {r['compare_job_line_seconds_per_step']} s: "
-            f"{r['tab_over_compare_job_line_per_step']}x"
-            for r in runs
-            if "compare_seconds_per_step" in r
+            f"  seed {v['seed']}, {v['interleaved_steps']} steps interleaved (load "
+            f"{v['load_before_after']}): a step in the tab {v['tab_step_seconds_per_step']} s / "
+            f"{v['tab_step_cpu_seconds_per_step']} CPU-s, through the compare core "
+            f"{v['compare_seconds_per_step']} s / {v['compare_cpu_seconds_per_step']} CPU-s: "
+            f"{v['tab_over_compare_per_step']}x wall, {v['tab_over_compare_cpu_per_step']}x CPU "
+            "(goal <= 1.3x; medians after the first pair)"
+            for v in vs_compare
         ),
         f"  median gain {report['gain_points_median']:+.1f} points, median time "
         f"{report['seconds_median']:.0f} s",

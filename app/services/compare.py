@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import stat
+from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from gmts_core.experiments.compare import (
     Progress,
     RunCurve,
     run_compare,
+    run_steps,
 )
 from gmts_core.grpo.policy import PolicySettings
 from gmts_core.tasks.mixes import DEFAULT_TASK_MIX
@@ -120,6 +122,15 @@ class CompareService:
         ref = self.models.resolve(model, any_source=limits.any_model_source)
         self.models.ensure_available(ref)
         return run_compare(self.models.load(ref), config, progress)
+
+    def run_steps(
+        self, model: str | None, config: CompareConfig, method: str, seed: int
+    ) -> Iterator[tuple[int, Any, Any]]:
+        """One run of the compare core (``method`` from ``seed``), step by step, as
+        :meth:`run` trains it: (step, its result, the policy); for a caller that times each
+        step (benchmarks/train_tab.py interleaves them with the Train tab's)."""
+        config.validate()
+        return run_steps(self.models.load(self.models.resolve(model)), method, seed, config)
 
 
 # --- a compare JSON back into a CompareResult --------------------------------------------------

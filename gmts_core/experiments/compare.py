@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +42,7 @@ from gmts_core.experiments.power import PowerAdvice
 from gmts_core.experiments.sessions import step_seed
 from gmts_core.grpo.policy import TrainablePolicy
 from gmts_core.grpo.rollout import RLPrompt
-from gmts_core.grpo.step import grpo_step
+from gmts_core.grpo.step import StepResult, grpo_step
 from gmts_core.grpo.update import make_optimizer
 from gmts_core.model.loading import LoadedModel
 
@@ -244,6 +244,21 @@ def _evaluate(
     )
 
 
+def run_steps(
+    base: LoadedModel, method: str, seed: int, config: CompareConfig
+) -> Iterator[tuple[int, StepResult, TrainablePolicy]]:
+    """The GRPO steps of one run (``method`` from ``seed``), one at a time: (step number, its
+    result, the policy after it). Each step's batch and seed depend only on ``seed`` and the step,
+    so every method sees the same batches."""
+    rl = config.run_config(method)
+    policy = TrainablePolicy(base, config.policy)
+    optimizer = make_optimizer(policy, rl)
+    for step in range(1, config.steps + 1):
+        s = step_seed(seed, step - 1)
+        batch = demo_batch(rl.prompts_per_step, s, mix=config.task_mix)
+        yield step, grpo_step(policy, optimizer, batch, rl, s, step), policy
+
+
 def train_run(
     base: LoadedModel,
     method: str,
@@ -255,15 +270,9 @@ def train_run(
 ) -> RunCurve:
     """One method from one seed: ``steps`` GRPO steps with evaluations along the way."""
     start = time.perf_counter()
-    rl = config.run_config(method)
-    policy = TrainablePolicy(base, config.policy)
-    optimizer = make_optimizer(policy, rl)
     run = RunCurve(method, seed, accuracy={0: start_accuracy})
     evals = set(config.eval_steps())
-    for step in range(1, config.steps + 1):
-        s = step_seed(seed, step - 1)
-        batch = demo_batch(rl.prompts_per_step, s, mix=config.task_mix)
-        result = grpo_step(policy, optimizer, batch, rl, s, step)
+    for step, result, policy in run_steps(base, method, seed, config):
         m = result.metrics
         run.reward.append(m.reward_mean)
         run.loss.append(m.loss)

@@ -91,12 +91,17 @@ def test_train_tab_smoke() -> None:
         "train_tab",
         *("--seeds", "0", "--steps", "1", "--prompts-per-step", "1", "--group-size", "2"),
         *("--max-new-tokens", "8", "--eval-problems", "4", "--min-gain", "-101", "--browser"),
+        "--vs-compare",
     )
     (run,) = r["runs"]
     (seen,) = r["browser"]  # the same preset clicked through the Train tab in Chromium
     assert [x for x, _ in seen["accuracy_points"]] == [0, 1]  # at the start and the end
     assert seen["browser_seconds"] > 0 and seen["browser_over_loop"] > 0
     assert len(run["train_rewards"]) == 1 and 0 <= run["accuracy_after"] <= 1
+    # the tab's step and the compare core's, interleaved in one run, each timed in wall and CPU
+    (vs,) = r["vs_compare"]
+    assert vs["interleaved_steps"] == 1 == len(vs["compare_step_cpu_seconds"])
+    assert vs["tab_over_compare_per_step"] > 0 and vs["tab_over_compare_cpu_per_step"] > 0
     parts = run["seconds_by_part"]
     assert {"step_session", "evaluate_session", "figures_and_tables"} <= set(parts)
     assert run["batch_html_bytes_shown"] <= run["batch_html_bytes_all"]
