@@ -183,7 +183,7 @@ def tab_vs_compare(seed: int, args: argparse.Namespace) -> dict[str, Any]:
     tab step 1, compare step 1, tab step 2, compare step 2, ... in one process, so a change of
     load falls on both alike. Each step is timed in wall seconds and in the process's CPU
     seconds (nothing else runs in the process meanwhile, so the CPU is that step's, whatever
-    the load). The tab's steps run as the tab runs them (its loop, the job line, the session
+    the load). The tab's steps run as the tab runs them (its loop, the job queue, the session
     service); the compare core's as `gmts compare` runs them (the main thread)."""
     services = build_services(Settings())
     backend = LocalBackend(services)

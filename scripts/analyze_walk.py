@@ -4,7 +4,7 @@ Sends ``POST /v1/analyze`` twice to an in-process app (the bundled model; the fi
 loads it, the second runs the sampler's one-time probe; both are warm-ups): once with given
 answers, once with sampled ones. For each, it prints the chain of
 the project's own frames (``app/`` and ``gmts_core/``) on the stack when the model's forward
-runs, the longest such chain, with the event loop's part (the route up to the job line) joined
+runs, the longest such chain, with the event loop's part (the route up to the job queue) joined
 to the job thread's part. ARCHITECTURE.md draws the result.
 
     .venv/bin/python scripts/analyze_walk.py
@@ -40,7 +40,7 @@ def own_frames(frame: FrameType | None) -> list[str]:
 
 
 def main() -> None:
-    submitted: dict[int, list[str]] = {}  # the event loop's chain up to the job line
+    submitted: dict[int, list[str]] = {}  # the event loop's chain up to the job queue
     chains: list[list[str]] = []
     run = JobLimiter.run
 

@@ -145,7 +145,7 @@ class Settings(BaseSettings):
         4,
         ge=1,
         description="Heavy jobs one API client (its address, see GMTS_TRUSTED_PROXIES) may have "
-        "running or waiting at once; one more is a 429, so no client fills the job line "
+        "running or waiting at once; one more is a 429, so no client fills the job queue "
         "others wait in. The UI's own handlers wait in line instead.",
     )
     retry_after_s: int = Field(5, ge=1)

@@ -58,7 +58,7 @@ class Readiness(BaseModel):
 
 
 class QueueOut(BaseModel):
-    """Body of ``GET /v1/queue``: the heavy-job line as a new request would join it."""
+    """Body of ``GET /v1/queue``: the heavy-job queue as a new request would join it."""
 
     running: int
     waiting: int

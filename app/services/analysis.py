@@ -68,7 +68,7 @@ class PreparedAnalysis:
 class AnalysisService:
     """The analysis core: every front end runs an analysis through :meth:`run`.
 
-    The HTTP routes wrap it in the job line (:meth:`analyze`), the UI's local backend calls it
+    The HTTP routes wrap it in the job queue (:meth:`analyze`), the UI's local backend calls it
     inside the same line, and the CLI calls it directly with its own limits
     (:meth:`LimitsPolicy.cli`). One validation, one limits policy, one tokenization, one
     response model, whoever asks.
@@ -106,7 +106,7 @@ class AnalysisService:
         return analysis_response(result)
 
     async def analyze(self, req: AnalyzeRequest, render: Callable[[AnalyzeResponse], T]) -> T:
-        """:meth:`run` in the job line, for the HTTP routes, its body turned into the response
+        """:meth:`run` in the job queue, for the HTTP routes, its body turned into the response
         by ``render`` in the same worker thread (formatting a large body is seconds of Python
         that must not run on the event loop). A request that fails its checks gets its error
         at once instead of waiting in line."""

@@ -53,7 +53,7 @@ class GradcheckService:
         return gradcheck_response(result)
 
     async def queued(self, req: GradcheckRequest) -> GradcheckResponse:
-        """:meth:`run` in the job line, for the HTTP route (failed checks answer at once)."""
+        """:meth:`run` in the job queue, for the HTTP route (failed checks answer at once)."""
         self.analysis.prepare(req, self.analysis.limits)
         return await self.analysis.jobs.run(lambda: self.run(req))
 

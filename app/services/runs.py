@@ -206,7 +206,7 @@ class RunService:
         return body, None
 
     async def overview_queued(self, run_id: str) -> RunOverviewResponse:
-        """:meth:`overview` in the job line, for the route: overviews read up to
+        """:meth:`overview` in the job queue, for the route: overviews read up to
         ``run_overview_steps`` steps, so they wait their turn instead of stacking up (an
         unknown run answers at once)."""
         with self.run_roots.relative_errors():
@@ -215,7 +215,7 @@ class RunService:
 
     def step_view(self, run_id: str, step: int, options: StepOptions) -> RunStepResponse:
         """One step's groups and report: the options checked, the run read, the step as logged
-        or analysed on demand. Blocking and heavy: the route runs it in the job line
+        or analysed on demand. Blocking and heavy: the route runs it in the job queue
         (:meth:`step_view_queued`), the UI's local backend inside ``jobs.run_blocking``."""
         with self.run_roots.relative_errors():
             options.config().validate()
@@ -224,7 +224,7 @@ class RunService:
     async def step_view_queued(
         self, run_id: str, step: int, options: StepOptions
     ) -> RunStepResponse:
-        """:meth:`step_view` in the job line, for the route: bad options and an unknown run
+        """:meth:`step_view` in the job queue, for the route: bad options and an unknown run
         (a 404 listing the root's names) answer at once, off the event loop."""
         with self.run_roots.relative_errors():
             options.config().validate()

@@ -4,7 +4,7 @@ It wraps :class:`app.services.session_store.SessionStore` (TTL ``GMTS_SESSION_TT
 ``GMTS_MAX_SESSIONS``). Each operation has one synchronous core (:meth:`SessionService.create`,
 ``step``, ``reset``, ``evaluate``: the checks, then the heavy work of copying the model, GRPO
 steps or evaluation) that the routes run in worker threads under the shared job limiter (the
-``*_queued`` methods) and the UI's local backend runs inside the same job line. It is the
+``*_queued`` methods) and the UI's local backend runs inside the same job queue. It is the
 analysis service's :class:`~app.services.analysis.PolicyProvider`, so ``POST /v1/analyze``
 with ``session_id`` analyzes with that session's policy.
 
@@ -204,7 +204,7 @@ class SessionService:
         self.store.save(session, extra)
 
     # --- the cores: checks, then the work, in the caller's thread ---
-    # Blocking and heavy: the routes run them in the job line (the async entry points below),
+    # Blocking and heavy: the routes run them in the job queue (the async entry points below),
     # the UI's local backend inside ``jobs.run_blocking``. A saved session is restored first
     # (:meth:`get`), in the caller's job slot.
 
@@ -306,7 +306,7 @@ class SessionService:
             return self._locked(session_id, _evaluator(req))
 
     # --- async entry points for the routes: a saved session is restored in a job slot of its
-    # own, the cheap checks answer at once, then the core runs in the job line ---
+    # own, the cheap checks answer at once, then the core runs in the job queue ---
 
     async def create_queued(self, req: SessionCreateRequest, client: str = "") -> SessionOut:
         self._check_create(req)

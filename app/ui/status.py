@@ -36,7 +36,7 @@ def wait_text(seconds: float | None) -> str:
 @dataclass
 class LiveStatus:
     """Says where a job is, as it changes: its place in line while it waits (``position``,
-    fed by the job line), then each stage as it begins (``stage``, fed by the library's
+    fed by the job queue), then each stage as it begins (``stage``, fed by the library's
     ``on_stage``). ``prefix`` leads every line (e.g. "step 3 of 20: ")."""
 
     show: Show

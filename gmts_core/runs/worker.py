@@ -187,7 +187,7 @@ def _import_path() -> str:
 
 
 class ReaderPool:
-    """At most ``size`` reading processes; a caller waits for a free one (the job line
+    """At most ``size`` reading processes; a caller waits for a free one (the job queue
     bounds how many wait). ``killed`` counts the workers stopped at a limit or a cancel."""
 
     def __init__(self, size: int, limits: WorkerLimits) -> None:

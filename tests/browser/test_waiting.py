@@ -1,7 +1,7 @@
 """Honest waiting in a real Chromium: an Analyze queued behind another job says its place in
 line while it waits, then the stages of its analysis as they begin.
 
-The job ahead is held in the server's own job line until the test has seen the waiting line,
+The job ahead is held in the server's own job queue until the test has seen the waiting line,
 so the order is driven by events, not timing. Every text the progress overlay shows is
 recorded in the page (a MutationObserver), since a stage may be on screen only briefly."""
 

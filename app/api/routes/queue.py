@@ -1,4 +1,4 @@
-"""GET /v1/queue: the heavy-job line, and one request's place in it with an estimated wait.
+"""GET /v1/queue: the heavy-job queue, and one request's place in it with an estimated wait.
 
 A client that sends a heavy request with an ``X-Request-ID`` can poll
 ``GET /v1/queue/{request_id}`` while it waits: its place in line and the estimated wait. Every
@@ -23,7 +23,7 @@ router = APIRouter(prefix="/queue", tags=["queue"])
 @router.get(
     "",
     response_model=QueueOut,
-    summary="The heavy-job line: running, waiting, and a new request's place and wait.",
+    summary="The heavy-job queue: running, waiting, and a new request's place and wait.",
     responses=error_responses(401),
 )
 def queue(services: ServicesDep) -> QueueOut:

@@ -10,7 +10,7 @@ that decode to more than the step budget), a link from inside the run out of the
 file with a secret, to a folder) or a FIFO or a link to ``/dev/zero`` swapped in after the
 run was indexed. Each answers a clean 4xx that says why (step 2 of the same run is still
 served where the damage is in step 1 alone), the listing holds one row per entry (an
-unreadable one saying why), never a 5xx; the job line is free after each, ``/healthz`` answers
+unreadable one saying why), never a 5xx; the job queue is free after each, ``/healthz`` answers
 (its time printed) and the server's resident memory stays within 200 MB of its start.
 """
 

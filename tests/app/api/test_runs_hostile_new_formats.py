@@ -5,7 +5,7 @@ of the root holding a secret, pickle files only; for the metrics logs nesting 10
 file over the step budget, a line over the line budget, a FIFO and a link out of the root. A
 step answers a clean 4xx naming the reason; a run's overview answers 200 with
 ``trainer_metrics_error`` saying why its log was not read; never a 5xx, the secret never shown,
-no reading process killed, the job line free, /healthz answering and the server's resident
+no reading process killed, the job queue free, /healthz answering and the server's resident
 memory within 200 MB of its start (``get``)."""
 
 from __future__ import annotations

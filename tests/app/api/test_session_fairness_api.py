@@ -1,5 +1,5 @@
 """Through a real server: one client's creates never evict another client's sessions, and one
-client's jobs never fill the job line (#36 item 8). Two clients reach the server through a
+client's jobs never fill the job queue (#36 item 8). Two clients reach the server through a
 trusted proxy (127.0.0.1), named by ``X-Forwarded-For``; a forged header from an untrusted
 address would name nobody."""
 

@@ -1,5 +1,5 @@
 """The session service's cores (create, step, reset, evaluate) are the one synchronous path:
-the UI's local backend runs them inside the job line, the routes wrap them (``*_queued``).
+the UI's local backend runs them inside the job queue, the routes wrap them (``*_queued``).
 A session saved by one server and used first after a restart is restored by either path, and
 its model loads inside a job slot in both."""
 

@@ -117,7 +117,7 @@ def build_runs_tab(ctx: UIContext) -> None:
     # Every event that fills the step view joins one queue, run one at a time in the order it
     # was asked for: a step clicked while the run's first step is still being analysed is shown
     # last, instead of being overwritten by the first step's later answer. (Analysing a step
-    # takes the server's job line anyway, one job at a time by default.)
+    # takes the server's job queue anyway, one job at a time by default.)
     # The run's charts likewise: a metrics poll for the run shown before is answered first.
     in_order: dict[str, Any] = {"concurrency_id": STEP_VIEW_QUEUE, "concurrency_limit": 1}
     charts_in_order: dict[str, Any] = {"concurrency_id": CHARTS_QUEUE, "concurrency_limit": 1}
