@@ -48,6 +48,7 @@ from gmts_core.run_dataset.schema import (
     schema,
 )
 from gmts_core.run_dataset.search import answer_keys
+from gmts_core.run_dataset.search_postings import page_rows
 
 __all__ = ["ANSWER_ORDERS", "MAX_PAGE", "AnalysedRun", "QueryLimits", "Scan"]
 logger = logging.getLogger(__name__)
@@ -232,7 +233,7 @@ class AnalysedRun:
         those whose text contains ``contains`` (case-insensitive, literally) or those of
         zero-signal groups (``zero_signal=True``) or of the others (``False``); and how many
         match. One scan of the order and filter columns; the page's rows are read whole
-        afterwards."""
+        afterwards (the row groups holding them)."""
         order = _choice(by, ANSWER_ORDERS, "answer order")
         where, params = self._answer_filter(contains, zero_signal)
         direction = "DESC" if descending else "ASC"
@@ -243,28 +244,14 @@ class AnalysedRun:
             total = self.count_answers(None, None, steps)
             if offset >= total:
                 return [], total
-        page = f"LIMIT {_page(limit)} OFFSET {_offset(offset)}"
+        page = (_page(limit), _offset(offset))
         pair = self._other_pair(pair)
         keys = answer_keys(self, order, direction, page, contains, zero_signal, numbers, pair)
         if not keys:
             total = 0 if where or offset == 0 else self.count_answers(contains, zero_signal, steps)
             return [], total
         total = int(keys[0]["total"])
-        by_step: dict[int, list[tuple[int, int]]] = {}
-        for k in keys:
-            by_step.setdefault(int(k["step"]), []).append((int(k["group"]), int(k["answer"])))
-        found: dict[tuple[int, int, int], dict[str, Any]] = {}
-        cols = self._columns(_ANSWER_COLS)
-        for step, pairs in by_step.items():
-            sql = f"""SELECT {cols} FROM read_parquet(?)
-                      WHERE "group" BETWEEN ? AND ?
-                        AND list_contains(?, "group"::BIGINT * 4294967296 + answer)"""
-            codes = [g * 4294967296 + a for g, a in pairs]
-            groups = [g for g, _ in pairs]
-            with self._reading("answers", [step]) as files:
-                got = self._rows(sql, files, [files.paths, min(groups), max(groups), codes])
-            for row in got:
-                found[(int(row["step"]), int(row["group"]), int(row["answer"]))] = row
+        found = page_rows(self, keys, _ANSWER_COLS, self.limits.max_cell_chars)
         wanted = {(int(r["step"]), int(r["group"]), int(r["answer"])): r for r in keys}
         for code, key in wanted.items():  # another pair's disagreement, from the tokens
             if code in found and "pair_disagreement" in key:
@@ -293,7 +280,7 @@ class AnalysedRun:
         if not contains and zero_signal is None:
             wanted = set(numbers)
             return sum(int(r["num_answers"]) for r in self.steps() if r["step"] in wanted)
-        keys = answer_keys(self, "step", "ASC", "LIMIT 1", contains, zero_signal, numbers)
+        keys = answer_keys(self, "step", "ASC", (1, 0), contains, zero_signal, numbers)
         return int(keys[0]["total"]) if keys else 0
 
     def rank_tokens(

@@ -45,7 +45,8 @@ BUDGETS: dict[str, Budget] = {
     "answers": Budget(4 * GiB, 1 << 22, 1024),  # 4 M answers in one step
     "steps": Budget(1 << 20, 1, 1),  # a step's summary is one row
     "top": Budget(256 << 20, 4 * TOP_K * len(TOP_ORDERS), 64),
-    "words": Budget(4 * GiB, 1 << 26, 1024),  # the answers' word index
+    "words": Budget(4 * GiB, 1 << 26, 1024),  # the answers' word index, first form
+    "postings": Budget(4 * GiB, 4096, 4096),  # its second form: a row per 1 M words
 }
 
 

@@ -9,7 +9,8 @@ touching the old ones::
     OUT/answers/step_NNNNN.parquet   one row per answer, sorted by (group, answer)
     OUT/steps/step_NNNNN.parquet     one row: the step's summary numbers (the charts' source)
     OUT/top/step_NNNNN.parquet       the step's TOP_K tokens by each of TOP_ORDERS
-    OUT/words/step_NNNNN.parquet     the answers' word index (text search; text_index.py)
+    OUT/postings/step_NNNNN.parquet  the answers' word index (text search; postings.py)
+    OUT/words/step_NNNNN.parquet     its first form, in datasets written before it
 
 Precision: every statistic is float32. float16 keeps 3 significant digits, too few to rank
 tokens whose γ differ in the fourth digit (a selection's cut is often there), while float32 is
@@ -43,7 +44,8 @@ from gmts_core.run_dataset.folder import DatasetFolder
 FORMAT = "gmts-analysed-run"
 VERSION = 1
 MANIFEST = "dataset.json"
-TABLES = ("tokens", "answers", "steps", "top", "words")
+TABLES = ("tokens", "answers", "steps", "top", "postings")
+INDEXES = ("postings", "words")  # the word index, and its first form (read, not written)
 TOP_K = 1000
 # order key -> what it ranks by (highest first); rank_gap: how far apart the entropy and the
 # gamma rankings put a token (the tokens the two criteria disagree on most)
@@ -54,6 +56,7 @@ TOP_ORDERS: dict[str, str] = {
     "rank_gap": "abs(entropy_rank - gamma_rank)",
 }
 ROW_GROUP_ROWS = 131_072
+ANSWER_GROUPS = 512  # an answers file's row groups, at least 1,024 rows each: a page reads few
 COMPRESSION = "zstd"
 
 # name -> (arrow type, meaning); the method columns are added per dataset
@@ -147,6 +150,15 @@ WORD_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "word": (pa.string(), "a run of [0-9a-z_] in an answer's lower-cased text"),
     "answers": (pa.list_(pa.int32()), "rows of the answers file whose text holds the word"),
 }
+POSTINGS_COLUMNS: dict[str, tuple[pa.DataType, str]] = {
+    "step": (pa.int32(), "the run's step number"),
+    "answers": (pa.int32(), "rows of the step's answers file"),
+    "row_bytes": (pa.int32(), "bytes of one entry of rows: 2 or 4"),
+    "words": (pa.binary(), "the chunk's words, each after a newline, a newline last"),
+    "starts": (pa.binary(), "int32 LE: where each word begins in words"),
+    "ends": (pa.binary(), "int32 LE: where each word's postings end in rows"),
+    "rows": (pa.binary(), "answer rows holding each word, ascending per word"),
+}
 
 COMPARED = ("entropy", "gmts")  # the pair the tool is about: the 80/20 rule against GMTS
 
@@ -165,6 +177,7 @@ def method_columns(methods: tuple[str, ...]) -> dict[str, dict[str, tuple[pa.Dat
         "tokens": {f"selected_{m}": (pa.bool_(), f"{m} selects the token") for m in methods},
         "top": {f"selected_{m}": (pa.bool_(), f"{m} selects the token") for m in methods},
         "words": {},
+        "postings": {},
         "answers": {f"selected_count_{m}": (pa.int32(), f"tokens {m} selects") for m in methods},
         "steps": {
             **{f"coverage_{m}": (pa.float32(), f"share of sum gamma {m} keeps") for m in methods},
@@ -184,6 +197,7 @@ def schema(table: str, methods: tuple[str, ...]) -> pa.Schema:
         "steps": STEP_COLUMNS,
         "top": TOP_COLUMNS,
         "words": WORD_COLUMNS,
+        "postings": POSTINGS_COLUMNS,
     }[table]
     cols = {**base, **method_columns(methods)[table]}
     return pa.schema(

@@ -3,10 +3,11 @@
 :meth:`~gmts_core.run_dataset.query.AnalysedRun.ranked_answers` asks :func:`answer_keys` for
 the page's (step, group, answer) keys and the count of matches, from one scan of the narrow
 order and filter columns, then reads the page's rows. A text search uses the answers' word
-index (:mod:`gmts_core.run_dataset.text_index`) where every searched step has one: the
-candidates come from the index, and only where the index is not exact are the candidates'
-texts read to check them. Otherwise (a dataset written before the index, a step without its
-words file, a search with no word character) every answer's text is read, as before.
+index where every searched step has one: the candidates come from the index
+(:mod:`gmts_core.run_dataset.search_postings`; a dataset with the index's first form:
+:mod:`gmts_core.run_dataset.text_index`), and only where the index is not exact are the
+candidates' texts read to check them. Otherwise (a dataset written before the index, a step
+without its index file, a search with no word character) every answer's text is read.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any, Protocol
 
 from gmts_core.run_dataset.folder import DatasetFolder
 from gmts_core.run_dataset.reading import Files, ident
+from gmts_core.run_dataset.schema import INDEXES
+from gmts_core.run_dataset.search_postings import ORDER_COLUMNS, matches, ranked
 from gmts_core.run_dataset.text_index import WordPlan, candidates_sql, named, plan
 
 
@@ -36,32 +39,41 @@ class AnalysedRun(Protocol):
     ) -> list[dict[str, Any]]: ...
 
 
-def indexed(run: AnalysedRun, numbers: list[int]) -> bool:
-    """Every one of these steps has a words file (the index covers the search)."""
-    if not run.folder.has_folder("words"):
-        return False
-    have = {e.step for e in run.folder.steps("words")}
-    return all(n in have for n in numbers)
+def indexed(run: AnalysedRun, numbers: list[int]) -> str | None:
+    """The word index's table that covers every one of these steps ("postings", or its first
+    form "words"), or None."""
+    for table in INDEXES:
+        if run.folder.has_folder(table):
+            have = {e.step for e in run.folder.steps(table)}
+            if all(n in have for n in numbers):
+                return table
+    return None
 
 
 def answer_keys(
     run: AnalysedRun,
     order: str,
     direction: str,
-    page: str,
+    page: tuple[int, int],
     contains: str | None,
     zero_signal: bool | None,
     numbers: list[int],
     pair: tuple[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """The ranked keys of one page (``page``: its LIMIT/OFFSET clause), each row with
-    ``total``, the number of matches. ``pair``: rank by the disagreement of these two methods
-    instead of the stored pair's (:func:`pair_keys`)."""
-    ranking = f"""ORDER BY {order} {direction} NULLS LAST, step, "group", answer {page}"""
+    """The ranked keys of one page (``page``: its limit and offset), each row with ``total``,
+    the number of matches. ``pair``: rank by the disagreement of these two methods instead of
+    the stored pair's (:func:`pair_keys`)."""
+    limit, offset = page
+    sql_page = f"LIMIT {int(limit)} OFFSET {int(offset)}"
+    ranking = f"""ORDER BY {order} {direction} NULLS LAST, step, "group", answer {sql_page}"""
     if pair is not None and order == "disagreement":
-        return pair_keys(run, pair, direction, page, contains, zero_signal, numbers)
+        return pair_keys(run, pair, direction, sql_page, contains, zero_signal, numbers)
     words = plan(contains) if contains else None
-    if words is None or not indexed(run, numbers):
+    table = indexed(run, numbers) if words is not None else None
+    if words is not None and table == "postings":
+        found = matches(run, words, ORDER_COLUMNS[order], contains or "", zero_signal, numbers)
+        return ranked(found, direction == "DESC", limit, offset)
+    if words is None or table is None:
         where, params = run._answer_filter(contains, zero_signal)
         sql = f"""SELECT step, "group", answer, count(*) OVER () AS total
                   FROM read_parquet(?) {where} {ranking}"""

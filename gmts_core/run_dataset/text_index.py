@@ -37,6 +37,21 @@ MAX_PIECES = 16
 
 def word_table(step: int, texts: pa.Array | list[str]) -> pa.Table:
     """The step's word index: ``step``, ``word`` and ``answers`` (ascending answer rows)."""
+    vocab, offsets, rows = word_postings(texts)
+    return pa.table(
+        {
+            "step": pa.array(np.full(len(vocab), step, dtype=np.int32)),
+            "word": vocab,
+            "answers": pa.ListArray.from_arrays(
+                pa.array(offsets.astype(np.int32)), pa.array(rows.astype(np.int32))
+            ),
+        }
+    )
+
+
+def word_postings(texts: pa.Array | list[str]) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """The distinct words of ``texts`` (sorted), and each word's answer rows: ``rows[offsets[i]
+    : offsets[i + 1]]``, ascending, for word ``i``."""
     arr = texts if isinstance(texts, pa.Array) else pa.array(texts, pa.string())
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
@@ -60,14 +75,8 @@ def word_table(step: int, texts: pa.Array | list[str]) -> pa.Table:
         if len(codes)
         else np.zeros(0, np.int64)
     )
-    offsets = np.r_[starts, len(codes)].astype(np.int32)
-    return pa.table(
-        {
-            "step": pa.array(np.full(len(starts), step, dtype=np.int32)),
-            "word": vocab.take(pa.array(order[word_rank[starts]])),
-            "answers": pa.ListArray.from_arrays(pa.array(offsets), pa.array(rows.astype(np.int32))),
-        }
-    )
+    offsets = np.r_[starts, len(codes)].astype(np.int64)
+    return vocab.take(pa.array(order[word_rank[starts]])), offsets, rows
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,9 @@ import pyarrow.parquet as pq
 from gmts_core.analysis.records import AnalysisResult
 from gmts_core.errors import InvalidInputError
 from gmts_core.run_dataset import steps_index
+from gmts_core.run_dataset.postings import postings_table
 from gmts_core.run_dataset.schema import (
+    ANSWER_GROUPS,
     COMPRESSION,
     ROW_GROUP_ROWS,
     TOP_K,
@@ -29,7 +31,6 @@ from gmts_core.run_dataset.schema import (
     schema,
     step_file,
 )
-from gmts_core.run_dataset.text_index import word_table
 
 
 @dataclass
@@ -155,15 +156,17 @@ def _dictionary(texts: list[str] | pa.Array) -> pa.Array:
     return pa.array(texts, pa.string()).dictionary_encode()
 
 
-def _write(table: pa.Table, path: Path) -> None:
+def _write(table: pa.Table, path: Path, rows: int = ROW_GROUP_ROWS, packed: bool = True) -> None:
+    """``table`` at ``path`` (whole or not at all); ``packed``: compressed (the word index's
+    byte strings are not: a search reads them whole, decompressing would be its cost)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".parquet.tmp")
     pq.write_table(
         table,
         tmp,
-        compression=COMPRESSION,
-        row_group_size=ROW_GROUP_ROWS,
-        use_dictionary=["text", "prompt"],
+        compression=COMPRESSION if packed else "none",
+        row_group_size=rows,
+        use_dictionary=["text", "prompt"] if packed else False,
         write_statistics=True,
     )
     tmp.replace(path)
@@ -250,12 +253,13 @@ def write_step(root: Path, cols: StepColumns) -> None:
             for k in methods
         },
     }
-    _write(
+    _write(  # small row groups: a ranking's page reads the groups of its rows, not the step
         pa.table(answer_cols, schema=schema("answers", methods)),
         step_file(root, "answers", cols.step),
+        rows=max(1024, -(-m // ANSWER_GROUPS)),
     )
-
-    _write(word_table(cols.step, answer_cols["text"]), step_file(root, "words", cols.step))
+    index = postings_table(cols.step, answer_cols["text"])
+    _write(index, step_file(root, "postings", cols.step), rows=1, packed=False)
 
     total = float(cols.gamma.astype(np.float64).sum())
     step_row: dict[str, list] = {
@@ -330,3 +334,16 @@ def top_table(tokens: pa.Table, methods: tuple[str, ...]) -> pa.Table:
 def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
     union = int((a | b).sum())
     return int((a & b).sum()) / union if union else 1.0
+
+
+def reindex(root: Path, step: int) -> None:
+    """Give a step written before the word index's postings its ``postings`` file, and its
+    answers file the writer's row groups (a ranking's page reads only its rows' groups); its
+    other files are left as they are."""
+    path = step_file(root, "answers", step)
+    answers = pq.read_table(path)
+    m = answers.num_rows
+    if pq.ParquetFile(path).metadata.num_row_groups < -(-m // max(1024, -(-m // ANSWER_GROUPS))):
+        _write(answers, path, rows=max(1024, -(-m // ANSWER_GROUPS)))
+    index = postings_table(step, answers["text"])
+    _write(index, step_file(root, "postings", step), rows=1, packed=False)

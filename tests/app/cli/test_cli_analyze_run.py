@@ -25,7 +25,8 @@ from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
 from gmts_core.demo import DEMO_MODEL_DIR
 from gmts_core.errors import InvalidInputError
 from gmts_core.model.loading import load_model
-from gmts_core.run_dataset import AnalysedRun
+from gmts_core.run_dataset import AnalysedRun, steps_index
+from gmts_core.run_dataset.schema import schema
 from tests.multiprocess import free_port, run
 
 REPO = Path(__file__).resolve().parents[3]
@@ -142,6 +143,17 @@ def test_resume_completes_the_dataset_without_rewriting_finished_steps(
     assert (tmp_path / "tokens" / "step_00001.parquet").stat().st_mtime_ns == first
     dataset = AnalysedRun(tmp_path)
     assert dataset.step_numbers() == [1, 3]
+    # the steps index: every step once from a line that matches its summary file now (step
+    # 3's line from before the kill is stale: its file was written again), equal to the file
+    entries = dataset.folder.steps("steps")
+    names = schema("steps", dataset.methods).names
+    indexed = steps_index.read(dataset.folder, entries, names)
+    assert (
+        sorted(indexed) == [e.name for e in entries] == ["step_00001.parquet", "step_00003.parquet"]
+    )
+    assert [indexed[e.name] for e in entries] == [dataset.summary(e) for e in entries]
+    lines = [json.loads(x) for x in (tmp_path / "steps.jsonl").read_text().splitlines()]
+    assert sorted(x["file"] for x in lines) == ["step_00001.parquet", *["step_00003.parquet"] * 2]
     for row, summary in zip(resumed.report["rows"], dataset.steps(), strict=True):
         assert summary["num_tokens"] == row["num_tokens"]
         for m in dataset.methods:

@@ -1,5 +1,6 @@
-"""The answers' word index: a search through it finds exactly what reading every text finds,
-on realistic texts, and a dataset without it is still searched (by reading the texts)."""
+"""The answers' word index: a search through it (its postings, or its first form in a dataset
+written before them) finds exactly what reading every text finds, on realistic texts, in the
+same order, and a dataset without it is still searched (by reading the texts)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ from gmts_core.run_dataset.realistic import (
     vocabulary,
 )
 from gmts_core.run_dataset.schema import step_file, write_manifest
-from gmts_core.run_dataset.text_index import plan
+from gmts_core.run_dataset.text_index import plan, word_table
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[str]]:
-    """The same realistic run with its word index and (a copy) without it."""
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[str], Path]:
+    """The same realistic run with its word index, (a copy) without it, and (a copy) with the
+    index's first form only (words/, as datasets written before the postings have it)."""
     root = tmp_path_factory.mktemp("realistic")
     with_index = root / "indexed"
     write_manifest(with_index, ("entropy", "gmts"), {})
@@ -36,8 +38,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[str
         write_step(with_index, cols)
     without = root / "old"
     shutil.copytree(with_index, without)
-    shutil.rmtree(without / "words")
-    return with_index, without, texts
+    shutil.rmtree(without / "postings")
+    first = root / "first-form"
+    shutil.copytree(without, first)
+    for step in (1, 2, 3):
+        answers = pq.read_table(step_file(first, "answers", step), columns=["text"])
+        step_file(first, "words", step).parent.mkdir(exist_ok=True)
+        pq.write_table(word_table(step, answers["text"]), step_file(first, "words", step))
+    return with_index, without, texts, first
 
 
 QUERIES = [
@@ -56,7 +64,7 @@ QUERIES = [
 
 @pytest.mark.parametrize("query", QUERIES)
 def test_an_indexed_search_equals_reading_every_text(runs, query: str) -> None:
-    indexed, old, texts = runs
+    indexed, old, texts, first = runs
     want = sum(query.lower() in t.lower() for t in texts)
     for root in (indexed, old):
         run = AnalysedRun(root)
@@ -67,6 +75,19 @@ def test_an_indexed_search_equals_reading_every_text(runs, query: str) -> None:
         page, _ = run.ranked_answers("reward", limit=3, offset=2, contains=query, zero_signal=True)
         full, _ = run.ranked_answers("reward", limit=1000, contains=query, zero_signal=True)
         assert page == full[2:5]
+
+
+@pytest.mark.parametrize(
+    "query, by, descending",
+    [("the", "entropy_mean", False), (" of the", "abs_advantage", True), ("+ ", "length", True)],
+)
+def test_every_index_form_gives_the_scans_page_in_its_order(runs, query, by, descending) -> None:
+    indexed, old, _, first = runs
+    pages = [
+        AnalysedRun(r).ranked_answers(by, descending, limit=7, offset=1, contains=query)
+        for r in (indexed, old, first)
+    ]
+    assert pages[0] == pages[1] == pages[2] and len(pages[0][0]) == 7
 
 
 def test_the_plan_of_a_search_reads_its_pieces_as_word_conditions() -> None:
@@ -80,10 +101,10 @@ def test_the_plan_of_a_search_reads_its_pieces_as_word_conditions() -> None:
 
 
 def test_a_step_without_its_words_file_searches_by_reading_the_texts(runs, tmp_path) -> None:
-    indexed, _, texts = runs
+    indexed, _, texts, _ = runs
     partial = tmp_path / "partial"
     shutil.copytree(indexed, partial)
-    step_file(partial, "words", 2).unlink()
+    step_file(partial, "postings", 2).unlink()
     rows, total = AnalysedRun(partial).ranked_answers("length", limit=1000, contains=" the")
     assert total == sum(" the" in t.lower() for t in texts) == len(rows)
 
@@ -99,8 +120,8 @@ def test_realistic_texts_have_the_stated_lengths_vocabulary_and_zero_signal(runs
     groups = cols.reward.reshape(400, 8)
     zero = (groups.min(axis=1) == groups.max(axis=1)).mean()
     assert abs(zero - ZERO_SIGNAL_SHARE) < 0.01
-    indexed, _, _ = runs
-    assert pq.read_table(step_file(indexed, "words", 1)).num_rows > 100
+    indexed, _, _, _ = runs
+    assert len(pq.read_table(step_file(indexed, "postings", 1))["words"][0].as_py()) > 400
 
 
 def test_a_foreign_index_is_refused_or_ignored_never_trusted(runs, tmp_path) -> None:
@@ -110,13 +131,30 @@ def test_a_foreign_index_is_refused_or_ignored_never_trusted(runs, tmp_path) -> 
 
     from gmts_core.errors import InvalidInputError
 
-    indexed, _, _ = runs
+    indexed, _, _, first = runs
     bad = tmp_path / "bad"
-    shutil.copytree(indexed, bad)
+    shutil.copytree(first, bad)
     words = pa.table({"step": pa.array([1], pa.int32()), "word": ["the"], "answers": ["0,1"]})
     pq.write_table(words, step_file(bad, "words", 1))
     with pytest.raises(InvalidInputError, match="words/step_00001.parquet: column 'answers'"):
         AnalysedRun(bad).ranked_answers("reward", contains="the")
+    bad = tmp_path / "bad-postings"
+    shutil.copytree(indexed, bad)
+    good = pq.read_table(step_file(bad, "postings", 1)).to_pylist()[0]
+    forged = [
+        {"rows": (60000).to_bytes(2, "little") * (len(good["rows"]) // 2)},  # past the answers
+        {"ends": (10**9).to_bytes(4, "little") * (len(good["ends"]) // 4)},  # past the rows
+        {"ends": good["ends"][:-4]},  # fewer ends than words
+        {"answers": 5},  # not its step's answers
+    ]
+    for change in forged:
+        table = pa.table(
+            {k: [v] for k, v in {**good, **change}.items()},
+            schema=pq.read_schema(step_file(indexed, "postings", 1)),
+        )
+        pq.write_table(table, step_file(bad, "postings", 1))
+        with pytest.raises(InvalidInputError, match="postings/step_00001.parquet"):
+            AnalysedRun(bad).ranked_answers("reward", contains="the")
     lines = (bad / "steps.jsonl").read_text().splitlines()
     forged = json.loads(lines[0])
     forged["row"]["num_answers"] = -5  # a line with the file's key but a value out of range
