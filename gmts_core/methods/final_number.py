@@ -14,6 +14,7 @@ from typing import Any
 
 import regex
 
+from gmts_core.methods.number_words import number_words
 from gmts_core.methods.rewards import (
     _LATEX_FRAC,
     _NUMBER,
@@ -37,6 +38,12 @@ _SENTENCE_END = regex.compile(r"\n|[.!?](?:\s|$)")
 _BOLD = regex.compile(r"\*\*([^*\n]{1,40})\*\*")
 
 
+def _first_word_number(text: str) -> str | None:
+    """The first number written in words in ``text`` ("eighty-five" -> "85"), or None."""
+    found = number_words(text)
+    return str(found[0][0]) if found else None
+
+
 def extract_stated_number(text: str) -> tuple[str | None, str]:
     """The number a natural-language answer gives as its result, and the form it was found in.
 
@@ -45,10 +52,18 @@ def extract_stated_number(text: str) -> tuple[str | None, str]:
     check written after the stated answer does not replace it; the last
     number in bold, ``**N**``; else the last number in the text (which reads "= N" at the end of
     a worked line). Returns ``(None, "none")`` when there is no number at all.
+
+    Numbers written as words (:mod:`gmts_core.methods.number_words`: "the answer is
+    eighty-five", "**twelve**") are read where no digits are: in a box, an "answer is" sentence
+    or a bold span that holds no digit number, and as the last number of a text with no digit
+    number at all; the form then ends in " (words)". Where digits are, they decide, as before.
     """
     boxed = _last_boxed(text)
     if boxed is not None:
-        found = extract_final_number(boxed)
+        found = extract_final_number(boxed)  # a box without a digit number: its text
+        worded = _first_word_number(boxed) if found is None or parse_number(found) is None else None
+        if worded is not None:
+            return worded, "boxed (words)"
         if found is not None:
             return found, "boxed"
     for marker in reversed(list(_ANSWER_MARKER.finditer(text))):
@@ -59,12 +74,21 @@ def extract_stated_number(text: str) -> tuple[str | None, str]:
         numbers = _NUMBER.findall(window.replace("$", " ").replace("*", " "))
         if numbers:
             return str(numbers[0]).strip(), "answer is"
+        worded = _first_word_number(window)
+        if worded is not None:
+            return worded, "answer is (words)"
     for bold in reversed(list(_BOLD.finditer(text))):
         numbers = _NUMBER.findall(bold.group(1).replace("$", " "))
         if numbers:
             return str(numbers[-1]).strip(), "bold"
+        worded = _first_word_number(bold.group(1))
+        if worded is not None:
+            return worded, "bold (words)"
     last = _NUMBER.findall(_LATEX_FRAC.sub(r"\1/\2", text))
-    return (str(last[-1]).strip(), "last number") if last else (None, "none")
+    if last:
+        return str(last[-1]).strip(), "last number"
+    words = number_words(text)
+    return (str(words[-1][0]), "last number (words)") if words else (None, "none")
 
 
 @register_reward("final_number")
