@@ -109,6 +109,19 @@ def test_page_opens_on_a_highlighted_example(
     assert page.locator(f"{learn} .predict-reasons").is_hidden()
     predict_then_reveal(page, learn, opened=True)
     assert page.locator("#learn-why-differ").is_visible()
+    # a token of its reasons in another group: Learn (and Explore) go to that group and show it
+    shown = page.locator("#learn-view .gmts-view").get_attribute("data-group")
+    chip = page.locator(f'#learn-why-differ .why-tok:not([data-group="{shown}"])').first
+    chip.evaluate("b => b.closest('details').open = true")
+    g, answer, pos = (chip.get_attribute(f"data-{k}") for k in ("group", "answer", "pos"))
+    chip.click()
+    token = (
+        f'#learn-view .gmts-view[data-group="{g}"] .tok[data-answer="{answer}"][data-pos="{pos}"]'
+    )
+    page.wait_for_function(
+        f"() => !!document.querySelector('{token}')?.classList.contains('linked')"
+    )
+    assert page.locator(f'#token-view .gmts-view[data-group="{g}"]').count() == 1
     box = page.locator(f"{learn} .predict-bar").bounding_box()
     assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width, box
     page.context.close()
