@@ -5,10 +5,10 @@ never opens one: a reading process (:mod:`gmts_core.runs.worker`) answers each q
 hard limits (memory and CPU: ``GMTS_RUN_WORKER_*``; wall time:
 ``GMTS_ANALYSED_QUERY_TIMEOUT_S``, killed past it or when the client goes away). Two lanes of
 ``GMTS_ANALYSED_MAX_CONCURRENT`` processes each, a step's views and run-wide rankings, so a
-step view never waits behind a run-wide search; a query waits at most
-``GMTS_ANALYSED_QUEUE_WAIT_S`` for its lane (else 429). Listing answers from a background
-index (:class:`~app.services.run_index.RunIndex`) keyed by the manifest's and the steps
-folder's (inode, size, mtime); step summaries are cached per file.
+step view never waits behind a run-wide search (at niceness +10, it yields the CPU to them); a
+query waits at most ``GMTS_ANALYSED_QUEUE_WAIT_S`` for its lane (else 429). Listing answers
+from a background index (:class:`~app.services.run_index.RunIndex`) keyed by the manifest's
+and the steps folder's (inode, size, mtime); step summaries are cached per file.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +94,8 @@ class AnalysedRunService:
             preload=("gmts_core.run_dataset.requests",),
         )
         size = settings.analysed_max_concurrent
-        # two lanes: a step's views never wait behind a run-wide ranking or search
-        self._lanes = {"step": ReaderPool(size, workers), "run": ReaderPool(size, workers)}
+        run = replace(workers, nice=10)  # lanes: step views never wait; run-wide work yields CPU
+        self._lanes = {"step": ReaderPool(size, workers), "run": ReaderPool(size, run)}
         self._slots = {lane: threading.BoundedSemaphore(size) for lane in self._lanes}
         self._lock = threading.Lock()
         self._summaries: dict[Path, Summaries] = {}
