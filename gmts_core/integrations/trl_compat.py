@@ -39,9 +39,11 @@ from trl.trainer import utils as trl_utils
 from gmts_core.errors import InvalidInputError
 from gmts_core.integrations.releases import ReleaseRange
 
-# pyproject's [trl] extra declares the same floor; tests/gmts_core/integrations/test_trl_compat.py
-# runs the floor, and the suite the newest (the dev environment's TRL)
-TRL_RELEASES = ReleaseRange("trl", floor="1.15", below="1.17", tested=("1.15.0", "1.16.0"))
+# pyproject's [trl] extra declares the same range; the suite runs 1.16.0. TRL 1.15.0 has every
+# name below, but its fused LM head needs Triton (GPU only): on a CPU its _ChunkedLogProbFunction
+# is None and the first training step fails (test_trl.py::test_two_training_steps_on_cpu), so
+# 1.15 is outside the range until a GPU run shows it works there.
+TRL_RELEASES = ReleaseRange("trl", floor="1.16", below="1.17", tested=("1.16.0",))
 
 # GRPOTrainer's private methods GMTSGRPOTrainer overrides or calls
 PRIVATE_METHODS = (

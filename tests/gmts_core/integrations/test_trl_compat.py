@@ -33,7 +33,7 @@ def test_the_installed_release_is_supported_and_imports() -> None:
     assert trl.__version__ in trl_compat.TRL_RELEASES.tested  # the suite runs a tested release
 
 
-@pytest.mark.parametrize("version", ["1.14.2", "1.17.0", "1.17.0.dev0", "2.0.0", "1.15.0rc1"])
+@pytest.mark.parametrize("version", ["1.15.0", "1.17.0", "1.17.0.dev0", "2.0.0", "1.16.0rc1"])
 def test_import_refuses_a_release_outside_the_range(
     monkeypatch: pytest.MonkeyPatch, version: str
 ) -> None:
@@ -42,10 +42,10 @@ def test_import_refuses_a_release_outside_the_range(
         import_fresh()
     message = str(raised.value)
     assert f"trl {version} is installed" in message
-    assert "trl>=1.15,<1.17" in message and "1.15.0, 1.16.0" in message
+    assert "trl>=1.16,<1.17 (tested on 1.16.0)" in message
 
 
-@pytest.mark.parametrize("version", ["1.15.0", "1.15.2", "1.16.0", "1.16.1.post1"])
+@pytest.mark.parametrize("version", ["1.16.0", "1.16.2", "1.16.1.post1"])
 def test_a_release_inside_the_range_passes(version: str) -> None:
     trl_compat.check_trl(version)
 
