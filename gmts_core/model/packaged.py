@@ -53,7 +53,16 @@ SMOLLM2 = PackagedModel(
     description="SmolLM2-135M-Instruct (Apache-2.0), a 135 M-parameter Llama-architecture "
     "instruct model, as GGUF Q4_1 (converted once to float32 safetensors)",
     task="word_arith",
-    rl_defaults=(("prompts_per_step", 4), ("group_size", 4), ("max_new_tokens", 64)),
+    rl_defaults=(
+        ("prompts_per_step", 4),
+        ("group_size", 4),
+        ("max_new_tokens", 64),
+        # memory: the fused training forward holds the graphs of every answer's 30 layers until
+        # the selection is known (about 4.4 GB for this batch, a 6 GB step); a no-grad
+        # statistics pass, then forward and backward one group (4 answers) at a time
+        ("fused_max_tokens", 0),
+        ("max_batch_tokens", 512),
+    ),
 )
 
 PACKAGED_MODELS: dict[str, PackagedModel] = {SMOLLM2.alias: SMOLLM2}
