@@ -27,14 +27,16 @@ held-out problem.
     .venv/bin/python benchmarks/replicate.py --json docs/replication.json --svg docs/replication.svg
     .venv/bin/python benchmarks/replicate.py --quick --json    # a smoke run, JSON on stdout
 
-The designed replication (docs/replication.md: the regime where the selections differ most,
-entropy against gmts, 8 answers per held-out problem, seeds no earlier run used, as many as the
-power advice of a previous run asked for):
+The plateau replication (docs/replication.md: the regime where the selections differ most,
+entropy against gmts, 200 steps, 8 answers per held-out problem, seeds no earlier run used, as
+many as the power advice of a previous run asked for), one block per seed, then merged:
 
     .venv/bin/python benchmarks/replicate.py --regimes hard-mix --methods entropy,gmts \
-        --seeds 24 --steps 16 --eval-every 8 --eval-samples 8 --seed-offset 300 \
-        --eval-seed 40000 --jobs 2 --json docs/replication-hardmix-24.json \
-        --svg docs/replication-hardmix-24.svg
+        --seeds 1 --steps 200 --eval-every 25 --eval-samples 8 --prompts-per-step 32 \
+        --jobs 1 --seed-offset 600 --eval-seed 70000 --compare-out /tmp/p200/c600 \
+        --json /tmp/p200/r600.json          # and 601 ... 609, two at a time
+    .venv/bin/python benchmarks/replicate.py --merge-seeds /tmp/p200/r6*.json \
+        --json docs/replication-hardmix-200.json --svg docs/replication-hardmix-200.svg
 """
 
 from __future__ import annotations
