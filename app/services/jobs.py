@@ -13,29 +13,29 @@ leaves the queue without running; a running one stops at its next stage boundary
 (``gmts_core.progress.checkpoint``). ``cancel_all`` cancels every job (shutdown).
 
 People do not get a 429: a caller on a worker thread (the UI) can wrap its calls in
-:func:`wait_in_line`, and ``run_blocking`` then waits for queue space (up to ``wait_s``,
-telling the person once through ``on_wait``) instead of refusing.
+:func:`wait_in_queue`, and ``run_blocking`` then waits for queue space (up to ``wait_s``,
+notifying the person once through ``on_wait``) instead of refusing.
 
 One client (the HTTP layer sets its address in :data:`JOB_CLIENT`) has at most
 ``max_per_client`` jobs running or waiting (``GMTS_MAX_JOBS_PER_CLIENT``); one more is refused
-at once (429) while others still get in, so no client can fill the line the others wait in.
+at once (429) while others still get in, so no client can fill the queue the others wait in.
 Callers without a client (the UI's own handlers, background work) are not counted.
 
-The line is first come, first served. A caller that passes ``on_position`` to
-:func:`wait_in_line` hears its place as it changes (2, then 1, then 0 = running): the wait is
-event-driven, every job that leaves the line or a slot wakes the waiters, so the place is told
-when it changes rather than when a poll happens to look.
+The queue is first come, first served. A caller that passes ``on_position`` to
+:func:`wait_in_queue` is notified of its place as it changes (2, then 1, then 0 = running): the
+wait is event-driven, every job that leaves the queue or a slot wakes the waiters, so the caller
+is notified when its place changes rather than when a poll happens to look.
 
-Waiting is told honestly: every job may carry a label (the HTTP layer sets the request id in
-:data:`JOB_LABEL`), :meth:`JobLimiter.status` gives a labelled job's state, place in line and
+Waiting is reported honestly: every job may carry a label (the HTTP layer sets the request id in
+:data:`JOB_LABEL`), :meth:`JobLimiter.status` gives a labelled job's state, place in the queue and
 estimated wait (place x the mean duration of recent jobs / slots), and :data:`JOB_TIMING`
-collects a request's seconds waiting in line and working, which the HTTP layer returns in the
+collects a request's seconds waiting in the queue and working, which the HTTP layer returns in the
 ``X-Queue-Wait-S`` and ``X-Work-S`` headers.
 
 What a job carries from its caller travels in context variables, so the layers in between need
 not pass it on: :data:`JOB_LABEL` (the request id, by which ``GET /v1/queue/{request_id}``
 finds the job), :data:`JOB_CLIENT` (who asks, for the per-client cap), :data:`JOB_TIMING` (the
-request's seconds waiting and working) and the :class:`LinePolicy` :func:`wait_in_line` sets.
+request's seconds waiting and working) and the :class:`QueuePolicy` :func:`wait_in_queue` sets.
 """
 
 from __future__ import annotations
@@ -63,27 +63,27 @@ T = TypeVar("T")
 
 # --- what a job carries from its caller, in context variables (the layers between pass nothing)
 
-PositionCallback = Callable[[int], None]  # place in line: 1 = next, 0 = running now
+PositionCallback = Callable[[int], None]  # place in the queue: 1 = next, 0 = running now
 
 
 @dataclass(frozen=True)
-class LinePolicy:
-    """How a caller waits: up to ``wait_s`` for queue space, telling the person once
-    (``on_wait``) and its place in line whenever it changes (``on_position``)."""
+class QueuePolicy:
+    """How a caller waits: up to ``wait_s`` for queue space, notifying the person once
+    (``on_wait``) and its place in the queue whenever it changes (``on_position``)."""
 
     wait_s: float
     on_wait: Callable[[str], None] | None = None
     on_position: PositionCallback | None = None
 
 
-_LINE: contextvars.ContextVar[LinePolicy | None] = contextvars.ContextVar(
-    "gmts_wait_in_line", default=None
+_QUEUE_POLICY: contextvars.ContextVar[QueuePolicy | None] = contextvars.ContextVar(
+    "gmts_wait_in_queue", default=None
 )
 
 
 @dataclass
 class JobTiming:
-    """Seconds a request's jobs waited in line and worked (summed over its jobs)."""
+    """Seconds a request's jobs waited in the queue and worked (summed over its jobs)."""
 
     queued_s: float = 0.0
     work_s: float = 0.0
@@ -104,23 +104,23 @@ JOB_TIMING: contextvars.ContextVar[JobTiming | None] = contextvars.ContextVar(
 
 
 @contextmanager
-def wait_in_line(
+def wait_in_queue(
     wait_s: float,
     on_wait: Callable[[str], None] | None = None,
     on_position: PositionCallback | None = None,
 ) -> Iterator[None]:
     """Blocking job calls inside wait for queue space (up to ``wait_s``) instead of a 429;
     ``on_wait(message)`` is called once when the caller has to wait, ``on_position(n)`` each
-    time its place in line changes (n = 1: next) and with 0 once its job runs."""
-    token = _LINE.set(LinePolicy(wait_s, on_wait, on_position))
+    time its place in the queue changes (n = 1: next) and with 0 once its job runs."""
+    token = _QUEUE_POLICY.set(QueuePolicy(wait_s, on_wait, on_position))
     try:
         yield
     finally:
-        _LINE.reset(token)
+        _QUEUE_POLICY.reset(token)
 
 
-def line_policy() -> LinePolicy | None:
-    return _LINE.get()
+def queue_policy() -> QueuePolicy | None:
+    return _QUEUE_POLICY.get()
 
 
 # --- the limiter -----------------------------------------------------------------------------
@@ -180,8 +180,9 @@ class JobLimiter:
         self.retry_after_s = retry_after_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)  # a job left the line, a slot or the queue
-        self._line: deque[CancelToken] = deque()  # admitted, waiting for a slot, in arrival order
+        self._changed = threading.Condition(self._lock)  # a job left the queue or a slot
+        # admitted, waiting for a slot: the queue, first come first served
+        self._waiting: deque[CancelToken] = deque()
         self._admitted = 0  # running + waiting
         self._running = 0
         self._tokens: set[CancelToken] = set()
@@ -212,7 +213,7 @@ class JobLimiter:
         if self.mean_job_s is None or place <= 0:
             return 0.0 if place <= 0 else None
         seconds = math.ceil(place / self.max_concurrent) * self.mean_job_s
-        return max(round(seconds, 1), 0.1)  # a waiting job is never told "0 s to go"
+        return max(round(seconds, 1), 0.1)  # a waiting job is never shown "0 s to go"
 
     def status(self, label: str) -> JobStatus | None:
         """The labelled job's state, place and estimated wait (None: no such job now)."""
@@ -222,7 +223,7 @@ class JobLimiter:
                 return None
             if token in self._started:
                 return JobStatus(label, "running", 0, 0.0)
-            place = self._place(token) if token in self._line else self.waiting
+            place = self._place(token) if token in self._waiting else self.waiting
             place = max(place, 1)
         return JobStatus(label, "waiting", place, self.estimate_wait_s(place))
 
@@ -278,7 +279,7 @@ class JobLimiter:
                 raise self._queue_full_error()
             self._admit_locked(token)
 
-    def _tell(self, fn: Callable[[T], None], value: T) -> None:
+    def _notify(self, fn: Callable[[T], None], value: T) -> None:
         """Call a person's callback without holding the lock (it may be slow)."""
         self._lock.release()
         try:
@@ -286,11 +287,11 @@ class JobLimiter:
         finally:
             self._lock.acquire()
 
-    def _admit_waiting(self, token: CancelToken, policy: LinePolicy) -> None:
+    def _admit_waiting(self, token: CancelToken, policy: QueuePolicy) -> None:
         """Admit, waiting (a worker thread) up to ``policy.wait_s`` for queue space; woken
         whenever a job leaves the queue."""
         deadline = self._clock() + policy.wait_s
-        told_wait, told_place = False, 0
+        notified_wait, notified_place = False, 0
         with self._lock:
             refused = self._client_full_error()
             if refused is not None:
@@ -298,24 +299,24 @@ class JobLimiter:
             while self._full():
                 if self._clock() >= deadline or token.cancelled:
                     raise self._queue_full_error()
-                if not told_wait and policy.on_wait is not None:
-                    told_wait = True
-                    self._tell(
+                if not notified_wait and policy.on_wait is not None:
+                    notified_wait = True
+                    self._notify(
                         policy.on_wait,
                         f"The server is busy ({self._admitted} requests ahead of yours): your "
-                        "request waits in line and runs as soon as a place frees up.",
+                        "request waits in the queue and runs as soon as a place frees up.",
                     )
-                    continue  # the queue may have moved while telling
-                place = self.waiting + 1  # at least: behind every job already in line
-                if policy.on_position is not None and place != told_place:
-                    told_place = place
-                    self._tell(policy.on_position, place)
+                    continue  # the queue may have moved while notifying
+                place = self.waiting + 1  # at least: behind every job already in the queue
+                if policy.on_position is not None and place != notified_place:
+                    notified_place = place
+                    self._notify(policy.on_position, place)
                     continue
                 self._changed.wait(min(QUEUE_POLL_S, max(deadline - self._clock(), 0.0)))
             self._admit_locked(token)
 
     @contextmanager
-    def _admission(self, token: CancelToken, policy: LinePolicy | None = None) -> Iterator[None]:
+    def _admission(self, token: CancelToken, policy: QueuePolicy | None = None) -> Iterator[None]:
         if policy is not None and policy.wait_s > 0:
             self._admit_waiting(token, policy)
         else:
@@ -337,17 +338,18 @@ class JobLimiter:
                 self._changed.notify_all()
 
     def _place(self, token: CancelToken) -> int:
-        """``token``'s place in line: 0 when a slot is free for it, else 1 + jobs ahead of it
+        """``token``'s place in the queue: 0 when a slot is free for it, else 1 + jobs ahead of it
         that will get a slot first."""
         free = self.max_concurrent - self._running
-        return max(self._line.index(token) + 1 - free, 0)
+        return max(self._waiting.index(token) + 1 - free, 0)
 
     def _acquire(self, token: CancelToken, on_position: PositionCallback | None = None) -> None:
-        """Wait in line for a slot (first come, first served), telling ``on_position`` each new
-        place; a cancelled token leaves the line (Cancelled). Holds a slot on return."""
-        told = 0
+        """Wait in the queue for a slot (first come, first served), notifying ``on_position``
+        of each new place; a cancelled token leaves the queue (Cancelled). Holds a slot on
+        return."""
+        notified = 0
         with self._lock:
-            self._line.append(token)
+            self._waiting.append(token)
             try:
                 while True:
                     if token.cancelled:
@@ -357,14 +359,14 @@ class JobLimiter:
                     if place == 0:
                         self._running += 1
                         break
-                    if on_position is not None and place != told:
-                        told = place
-                        self._tell(on_position, place)
-                        continue  # the line may have moved while telling
+                    if on_position is not None and place != notified:
+                        notified = place
+                        self._notify(on_position, place)
+                        continue  # the queue may have moved while notifying
                     self._changed.wait(QUEUE_POLL_S)  # woken when a job leaves; the timeout
                     # only bounds how late a cancelled token is noticed
             finally:
-                self._line.remove(token)
+                self._waiting.remove(token)
                 self._changed.notify_all()  # those behind move up
 
     def _run_in_slot(
@@ -422,6 +424,6 @@ class JobLimiter:
     def run_blocking(self, fn: Callable[[], T], token: CancelToken | None = None) -> T:
         """The same limits for callers already on a worker thread (e.g. sync UI handlers)."""
         token = token or current_token() or CancelToken()
-        policy = line_policy()
+        policy = queue_policy()
         with self._admission(token, policy):
             return self._run_in_slot(fn, token, policy.on_position if policy else None)

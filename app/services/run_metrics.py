@@ -3,7 +3,7 @@ background so the Runs tab can chart them as soon as a run opens.
 
 The first ask for a run (with given analysis options) starts one background thread that
 analyses up to ``GMTS_RUN_METRICS_STEPS`` evenly spaced steps, one heavy job per step in the
-job limiter's line (so people's own requests interleave with it); every later ask returns the
+job limiter's queue (so people's own requests interleave with it); every later ask returns the
 rows done so far and the progress. Rows are cached: per run and options in memory, at most
 ``GMTS_RUN_METRICS_RUNS`` runs (the least recently asked is dropped and its thread stopped),
 and each step row also in :class:`~app.services.runs.RunService`'s report cache, which the
@@ -24,7 +24,7 @@ from typing import Any
 
 from app.schemas.runs import RunMetricsResponse
 from app.services.errors import Cancelled, GMTSError
-from app.services.jobs import wait_in_line
+from app.services.jobs import wait_in_queue
 from app.services.runs import RunService, StepOptions, evenly
 from gmts_core.progress import CancelToken
 from gmts_core.runs import Run
@@ -101,7 +101,7 @@ class RunMetrics:
 
     def _work(self, prog: _Progress) -> None:
         try:
-            with wait_in_line(self.settings.ui_queue_wait_s):
+            with wait_in_queue(self.settings.ui_queue_wait_s):
                 for number in prog.steps:
                     if self._clock() - prog.last_asked > self.settings.run_metrics_idle_s:
                         prog.error = "stopped: nobody looked at this run's metrics for a while"

@@ -68,8 +68,8 @@ def build_blocks(backend: Backend, settings: Settings, tabs: tuple[Tab, ...] = T
                     tab.build(ctx)
         demo.unload(ctx.uploads.release)  # a closed tab's uploads go now, not at the TTL
     # No limit per event in Gradio's queue: the heavy work of every event goes through the
-    # server's job line (GMTS_MAX_CONCURRENT_JOBS at once, first come first served), which
-    # tells each person their place. Gradio's default (one run of each event at a time, for all
+    # server's job queue (GMTS_MAX_CONCURRENT_JOBS at once, first come first served), which
+    # notifies each person their place. Gradio's default (one run of each event at a time, for all
     # users together) would make a second student's Train run wait for the whole of the first
     # one's, instead of their steps taking turns. The Runs tab keeps its own ordered queues.
     demo.queue(default_concurrency_limit=None)

@@ -9,9 +9,9 @@ mode (``gmts serve --api-url URL`` or ``GMTS_API_URL``) lets a GPU server hold t
 the UI runs elsewhere.
 
 A busy server never shows a person a 429: both backends wait in line (up to
-``GMTS_UI_QUEUE_WAIT_S``) and say so once with a notice, instead of failing. Both also tell a
+``GMTS_UI_QUEUE_WAIT_S``) and say so once with a notice, instead of failing. Both also notify a
 waiting Analyze or training step its place in line and estimated wait as it changes: the local
-backend from the job line itself, the remote one by sending its own ``X-Request-ID`` and
+backend from the job queue itself, the remote one by sending its own ``X-Request-ID`` and
 polling ``GET /v1/queue/{request_id}`` while the request is outstanding.
 """
 
@@ -116,12 +116,12 @@ class Backend(Protocol):
 DEFAULT_QUEUE_WAIT_S = 900.0
 
 
-def tell_person(message: str) -> None:
+def notify_person(message: str) -> None:
     """A notice in the UI (a Gradio toast) when called from an event, else a log line."""
     logger.info(message)
     try:
         gr.Info(message)
-    except Exception:  # outside a Gradio event there is nobody to tell
+    except Exception:  # outside a Gradio event there is nobody to notify
         pass
 
 

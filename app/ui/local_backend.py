@@ -1,5 +1,5 @@
-"""The UI's local backend: the in-process service layer, in the server's own job line (the same
-code path as the API's routes; the place in line comes from the job line itself)."""
+"""The UI's local backend: the in-process service layer, in the server's own job queue (the same
+code path as the API's routes; the place in the queue comes from the job queue itself)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from app.services.analysed_runs import query as analysed_query
 from app.services.catalog import ANALYSIS_DEFAULTS, capabilities
 from app.services.compare import CompareConfig
 from app.services.container import Services
-from app.services.jobs import wait_in_line
+from app.services.jobs import wait_in_queue
 from app.services.responses import as_json
 from app.services.runs import StepOptions
 from app.services.validation import validated
-from app.ui.client import DEFAULT_QUEUE_WAIT_S, CompareProgress, Json, T, tell_person
+from app.ui.client import DEFAULT_QUEUE_WAIT_S, CompareProgress, Json, T, notify_person
 from app.ui.status import LiveStatus
 
 
@@ -26,25 +26,25 @@ class LocalBackend:
 
     label = "local"
 
-    def __init__(self, services: Services, on_wait: Callable[[str], None] = tell_person) -> None:
+    def __init__(self, services: Services, on_wait: Callable[[str], None] = notify_person) -> None:
         self.services = services
         settings = getattr(services, "settings", None)
         self.wait_s = float(getattr(settings, "ui_queue_wait_s", DEFAULT_QUEUE_WAIT_S))
         self.on_wait = on_wait
 
-    def _in_line(self, status: LiveStatus | None = None) -> AbstractContextManager[None]:
+    def _in_queue(self, status: LiveStatus | None = None) -> AbstractContextManager[None]:
         on_position = None
         if status is not None:
             jobs = self.services.jobs
 
-            def on_position(place: int) -> None:  # the place and the line's estimate for it
+            def on_position(place: int) -> None:  # the place and the queue's estimate for it
                 status.position(place, jobs.estimate_wait_s(place))
 
-        return wait_in_line(self.wait_s, self.on_wait, on_position)
+        return wait_in_queue(self.wait_s, self.on_wait, on_position)
 
     def _job(self, work: Callable[[], T], status: LiveStatus | None = None) -> T:
-        """``work()`` (a service core) in the job line, waiting in line as a person does."""
-        with self._in_line(status):
+        """``work()`` (a service core) in the job queue, waiting in it as a person does."""
+        with self._in_queue(status):
             return self.services.jobs.run_blocking(work)
 
     def analyze(self, request: Json, status: LiveStatus | None = None) -> Json:

@@ -14,12 +14,12 @@ from app.ui.status import LiveStatus
 
 class QueueWatch:
     """While a remote request is outstanding, asks ``GET path`` (``/v1/queue/{request_id}``) every
-    ``poll_s`` seconds (a thread of its own) and tells ``status`` the place and estimated wait
-    each time they change, as the local backend's job line does. The thread runs in a copy of
+    ``poll_s`` seconds (a thread of its own) and notifies ``status`` the place and estimated wait
+    each time they change, as the local backend's job queue does. The thread runs in a copy of
     the caller's context: Gradio's progress finds its event there. A 404 (the job not in line
     yet, or finished) and a failed poll are skipped: the request itself reports errors. Leaving
     the ``with`` stops the polling and waits for the thread (a poll waits at most
-    ``POLL_TIMEOUT_S``), so nothing is told after the request has finished."""
+    ``POLL_TIMEOUT_S``), so nothing is notified after the request has finished."""
 
     POLL_TIMEOUT_S = 5.0
 
@@ -40,7 +40,7 @@ class QueueWatch:
         self.thread.join()
 
     def _watch(self) -> None:
-        told: tuple[int, float | None] | None = None
+        notified: tuple[int, float | None] | None = None
         while not self.done.wait(self.poll_s):
             try:
                 resp = self.client.get(self.path, timeout=self.POLL_TIMEOUT_S)
@@ -52,6 +52,6 @@ class QueueWatch:
             if place is None or self.done.is_set():
                 continue
             estimate = float(wait) if isinstance(wait, int | float) else None
-            if (place, estimate) != told:
-                told = (place, estimate)
+            if (place, estimate) != notified:
+                notified = (place, estimate)
                 self.status.position(place, estimate)

@@ -20,7 +20,7 @@ from app.ui.client import (
     BackendError,
     CompareProgress,
     Json,
-    tell_person,
+    notify_person,
 )
 from app.ui.queue_watch import QueueWatch
 from app.ui.status import LiveStatus
@@ -64,7 +64,7 @@ class RemoteBackend:
         api_key: str | None = None,
         timeout_s: float = REMOTE_TIMEOUT_S,
         wait_s: float = DEFAULT_QUEUE_WAIT_S,
-        on_wait: Callable[[str], None] = tell_person,
+        on_wait: Callable[[str], None] = notify_person,
         sleep: Callable[[float], None] = time.sleep,
         poll_s: float = QUEUE_POLL_S,
     ) -> None:
@@ -79,9 +79,9 @@ class RemoteBackend:
         self, method: str, path: str, body: Json | None, request_id: str | None = None
     ) -> httpx.Response:
         """One call; a 429 (server busy) waits ``Retry-After`` and tries again, in line,
-        up to ``wait_s`` in all (telling the person once), instead of failing.
+        up to ``wait_s`` in all (notifying the person once), instead of failing.
         ``request_id`` is sent as ``X-Request-ID`` (the label of the server's job)."""
-        waited, told = 0.0, False
+        waited, notified = 0.0, False
         headers = {"X-Request-ID": request_id} if request_id else None
         while True:
             try:
@@ -93,12 +93,12 @@ class RemoteBackend:
             busy = resp.status_code == 429 and error_code(resp) == "queue_full"
             if not busy or waited >= self.wait_s:
                 return resp
-            if not told:
+            if not notified:
                 self.on_wait(
-                    "The server is busy: your request waits in line and runs as soon as a "
+                    "The server is busy: your request waits in the queue and runs as soon as a "
                     "place frees up."
                 )
-                told = True
+                notified = True
             try:
                 pause = min(max(float(resp.headers.get("Retry-After", "1")), 0.2), 10.0)
             except ValueError:
@@ -109,7 +109,7 @@ class RemoteBackend:
     def _call(
         self, method: str, path: str, body: Json | None = None, status: LiveStatus | None = None
     ) -> Json:
-        """The call's JSON body; with ``status``, its place in line is told while it waits
+        """The call's JSON body; with ``status``, its place in line is notified while it waits
         (the request carries its own id, polled at ``GET /v1/queue/{id}``)."""
         if status is None:
             resp = self._request(method, path, body)

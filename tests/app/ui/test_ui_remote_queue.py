@@ -3,9 +3,9 @@
 Through a real uvicorn server whose one job slot is held by another client's analysis (its
 model held in the forward pass), the remote backend's Analyze waits in line: it sends its own
 ``X-Request-ID``, polls ``GET /v1/queue/{request_id}`` while the request is outstanding and
-tells the same :class:`~app.ui.status.LiveStatus` the local backend tells ("waiting: 1st in
+notifies the same :class:`~app.ui.status.LiveStatus` the local backend notifies ("waiting: 1st in
 line, about N s to go"), in the caller's context (where Gradio's progress finds its event);
-once the request has finished nothing more is polled or told.
+once the request has finished nothing more is polled or notified.
 """
 
 from __future__ import annotations
@@ -54,18 +54,18 @@ def test_remote_analyze_tells_its_place_in_line_and_the_estimate(model_root: Pat
             first = pool.submit(http.post, "/v1/analyze", json=given_body())
             assert entered.wait(30), "the first analysis never reached the forward pass"
             mine = pool.submit(analyze_in_an_event, backend)
-            assert waiting.wait(30), f"no place in line was told: {lines}"
+            assert waiting.wait(30), f"no place in line was notified: {lines}"
             release.set()
             body = mine.result(timeout=60)
             assert first.result(timeout=60).status_code == 200
         assert body["answers"] and len(body["answers"]) == 3
-        assert contexts == {"event-1"}  # told where the caller's progress can be found
+        assert contexts == {"event-1"}  # notified where the caller's progress can be found
         # the place came from the server's line for this request, with the line's estimate
         assert lines[0].startswith("waiting: 1st in line, about ") and lines[0].endswith(" to go")
         assert polled and len(set(polled)) == 1 and polled[0].startswith("/v1/queue/ui-")
         rid = polled[0].removeprefix("/v1/queue/")
         assert http.get(f"/v1/queue/{rid}").status_code == 404  # finished: not in line
-        # the polling stopped with the request: no thread left, nothing told after it
-        told, asked = len(lines), len(polled)
+        # the polling stopped with the request: no thread left, nothing notified after it
+        notified, asked = len(lines), len(polled)
         assert not [t for t in threading.enumerate() if t.name == "gmts-queue-watch"]
-        assert backend.analyze(given_body()) and (len(lines), len(polled)) == (told, asked)
+        assert backend.analyze(given_body()) and (len(lines), len(polled)) == (notified, asked)

@@ -1,4 +1,4 @@
-"""The UI side of the hardening: explicit rewards win, login rate limit, waiting in line."""
+"""The UI side of the hardening: explicit rewards win, login rate limit, waiting in the queue."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.services.errors import QueueFullError
-from app.services.jobs import JobLimiter, wait_in_line
+from app.services.jobs import JobLimiter, wait_in_queue
 from app.ui.remote_backend import RemoteBackend
 from app.ui.tabs.explore.view import ExploreForm, build_request, reward_note, rule_overridden
 from tests.app.api_helpers import make_settings
@@ -58,23 +58,23 @@ def test_a_blocking_caller_waits_in_line_instead_of_a_429() -> None:
     first = threading.Thread(target=lambda: jobs.run_blocking(hold))
     first.start()
     started.wait(30)
-    with pytest.raises(QueueFullError):  # without waiting in line: refused
+    with pytest.raises(QueueFullError):  # without waiting in the queue: refused
         jobs.run_blocking(lambda: None)
-    told: list[str] = []
+    notified: list[str] = []
     result: dict[str, Any] = {}
 
     def queued() -> None:
-        with wait_in_line(60, told.append):
+        with wait_in_queue(60, notified.append):
             result["value"] = jobs.run_blocking(lambda: 42)
 
     second = threading.Thread(target=queued)
     second.start()
-    while not told:
+    while not notified:
         threading.Event().wait(0.02)
     release.set()
     first.join(30)
     second.join(30)
-    assert result["value"] == 42 and "waits in line" in told[0]
+    assert result["value"] == 42 and "waits in the queue" in notified[0]
 
 
 def test_the_remote_ui_backend_retries_a_busy_server() -> None:
@@ -87,11 +87,11 @@ def test_the_remote_ui_backend_retries_a_busy_server() -> None:
             return httpx.Response(429, json=body, headers={"Retry-After": "1"})
         return httpx.Response(200, json={"ok": True})
 
-    told: list[str] = []
-    backend = RemoteBackend("http://x", on_wait=told.append, sleep=lambda _s: None)
+    notified: list[str] = []
+    backend = RemoteBackend("http://x", on_wait=notified.append, sleep=lambda _s: None)
     backend._client = httpx.Client(base_url="http://x", transport=httpx.MockTransport(handler))
     assert backend.analyze({}) == {"ok": True}
-    assert len(calls) == 3 and len(told) == 1
+    assert len(calls) == 3 and len(notified) == 1
 
 
 def test_ui_handlers_obey_the_same_limits_before_model_work(model_root: Path) -> None:

@@ -1,7 +1,7 @@
-"""The job line (app.services.jobs): a waiting caller hears its place as the line moves.
+"""The job queue (app.services.jobs): a waiting caller is notified of its place as the queue moves.
 
 Driven by events only: each job holds its slot until the test releases it, and the test waits
-for the place it expects to be told (the timeouts only stop a broken run from hanging)."""
+for the place it expects to be notified of (the timeouts only stop a broken run from hanging)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from collections.abc import Callable
 import pytest
 
 from app.services.errors import QueueFullError
-from app.services.jobs import JOB_CLIENT, JobLimiter, wait_in_line
+from app.services.jobs import JOB_CLIENT, JobLimiter, wait_in_queue
 from gmts_core.progress import Cancelled, CancelToken
 
 WAIT = 30.0
 
 
 class Caller:
-    """A UI-like caller on its own thread: waits in line, then holds its slot until released."""
+    """A UI-like caller on its own thread: waits in the queue, then holds its slot till released."""
 
     def __init__(self, jobs: JobLimiter, token: CancelToken | None = None) -> None:
         self.places: list[int] = []
@@ -35,7 +35,7 @@ class Caller:
 
     def _run(self, jobs: JobLimiter, token: CancelToken | None) -> None:
         try:
-            with wait_in_line(WAIT, on_position=self._on_position):
+            with wait_in_queue(WAIT, on_position=self._on_position):
                 jobs.run_blocking(lambda: self.release.wait(WAIT), token)
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
@@ -44,8 +44,8 @@ class Caller:
         self.thread.start()
         return self
 
-    def told(self, place: int) -> None:
-        """Wait until this caller has been told ``place``."""
+    def notified(self, place: int) -> None:
+        """Wait until this caller has been notified of ``place``."""
         with self.heard:
             assert self.heard.wait_for(lambda: place in self.places, WAIT), self.places
 
@@ -57,18 +57,18 @@ class Caller:
 def test_a_waiting_request_hears_its_place_go_2_1_running() -> None:
     jobs = JobLimiter(max_concurrent=1, max_queued=8)
     first = Caller(jobs).start()
-    first.told(0)  # running
+    first.notified(0)  # running
     second = Caller(jobs).start()
-    second.told(1)
+    second.notified(1)
     third = Caller(jobs).start()
-    third.told(2)
+    third.notified(2)
     assert (jobs.running, jobs.waiting) == (1, 2)
 
     first.release.set()
-    second.told(0)
-    third.told(1)
+    second.notified(0)
+    third.notified(1)
     second.release.set()
-    third.told(0)
+    third.notified(0)
     third.release.set()
     for c in (first, second, third):
         c.done()
@@ -80,18 +80,18 @@ def test_a_waiting_request_hears_its_place_go_2_1_running() -> None:
 def test_a_cancelled_job_ahead_moves_the_line_up() -> None:
     jobs = JobLimiter(max_concurrent=1, max_queued=8)
     first = Caller(jobs).start()
-    first.told(0)
+    first.notified(0)
     token = CancelToken()
     second = Caller(jobs, token).start()
-    second.told(1)
+    second.notified(1)
     third = Caller(jobs).start()
-    third.told(2)
+    third.notified(2)
     token.cancel("the tab was closed")
-    third.told(1)  # without the first job finishing
+    third.notified(1)  # without the first job finishing
     second.done()
     assert isinstance(second.error, Cancelled) and jobs.dropped == 1
     first.release.set()
-    third.told(0)
+    third.notified(0)
     third.release.set()
     first.done()
     third.done()
@@ -99,19 +99,19 @@ def test_a_cancelled_job_ahead_moves_the_line_up() -> None:
 
 
 def test_waiting_for_queue_space_gives_up_by_the_injected_clock() -> None:
-    """A full queue: a caller in line waits until its deadline (read from the clock), then
+    """A full queue: a caller in the queue waits until its deadline (read from the clock), then
     gets the 429 error; the clock, not a sleep, decides."""
     now = [0.0]
     jobs = JobLimiter(max_concurrent=1, max_queued=0, clock=lambda: now[0])
     first = Caller(jobs).start()
-    first.told(0)
-    told: list[str] = []
+    first.notified(0)
+    notified: list[str] = []
     places: list[int] = []
     errors: list[BaseException] = []
 
     def queued(on_position: Callable[[int], None]) -> None:
         try:
-            with wait_in_line(10, told.append, on_position):
+            with wait_in_queue(10, notified.append, on_position):
                 jobs.run_blocking(lambda: None)
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
@@ -120,7 +120,7 @@ def test_waiting_for_queue_space_gives_up_by_the_injected_clock() -> None:
     waiter = threading.Thread(target=queued, args=(lambda p: (places.append(p), heard.set()),))
     waiter.start()
     assert heard.wait(WAIT)
-    assert places == [1] and "waits in line" in told[0]
+    assert places == [1] and "waits in the queue" in notified[0]
     now[0] = 11.0  # past the deadline: the next wake-up gives up
     waiter.join(WAIT)
     assert len(errors) == 1 and "busy" in str(errors[0])
@@ -129,7 +129,7 @@ def test_waiting_for_queue_space_gives_up_by_the_injected_clock() -> None:
 
 
 def test_a_client_at_its_cap_is_refused_at_once_while_others_get_in() -> None:
-    """Two jobs of client "a" hold the line's slot and one place (the cap is 2): a third of
+    """Two jobs of client "a" hold the queue's slot and one place (the cap is 2): a third of
     its own is a QueueFullError naming GMTS_MAX_JOBS_PER_CLIENT, while client "b" and a
     caller with no client (the UI's handlers) still get in; once a's jobs end it gets in."""
     jobs = JobLimiter(max_concurrent=1, max_queued=8, max_per_client=2)
