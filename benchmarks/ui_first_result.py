@@ -8,11 +8,12 @@ context (no cache, no cookies):
 * **first highlighted token**: from navigation start to the first token selected by method B
   being in the page and painted (the task after the next animation frame once it appeared),
   with no click. The page opens on the shipped example group
-  (``static/arrival-result.json``, the arrival batch), which the server renders into the first HTML
-  (``#gmts-first-view``, :mod:`app.ui.first_view`) before Gradio boots; the time at which
-  Gradio's own token view (``#token-view .tok.sel-b``) shows it (**interactive**) is reported
-  too, and the first contentful paint. Also reported: when the charts are drawn, the size of
-  the page and of the Gradio config it carries, and the token view's HTML.
+  (``static/default-example-result.json``, the default example's batch), which the server
+  renders into the first HTML (``#gmts-first-view``, :mod:`app.ui.first_view`) before Gradio
+  boots; the time at which Gradio's own token view (``#token-view .tok.sel-b``) shows it
+  (**interactive**) is reported too, and the first contentful paint. Also reported: when the
+  charts are drawn, the size of the page and of the Gradio config it carries, and the token
+  view's HTML.
 * **warm Analyze** of the default group (the form as the page opens, G = 8, seed 0), after one
   warm-up Analyze: the server time is Gradio's own per-event process time (the queue's
   ``process_time_per_fn``: pre-processing, the handler, post-processing; read in-process after

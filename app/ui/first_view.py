@@ -1,4 +1,4 @@
-"""The first view: the arrival example in the first HTML the UI sends, before Gradio boots.
+"""The first view: the default example in the first HTML the UI sends, before Gradio boots.
 
 Gradio's page is an empty ``<gradio-app>`` element until its scripts have loaded, fetched
 nothing more and drawn the layout (seconds on a slow machine), although the example the page

@@ -2,7 +2,7 @@
 
 ``mount_ui(app, settings, services)`` builds the Blocks against the local service layer, or
 against a remote GMTS server when ``settings.api_url`` is set, and serves the renderer's
-CSS/JS, and puts the arrival example into the page's first HTML (:mod:`app.ui.first_view`).
+CSS/JS, and puts the default example into the page's first HTML (:mod:`app.ui.first_view`).
 The assets ship inside the package (``app/ui/static``: in the source tree a link to the
 top-level ``static/``, in a wheel the files themselves), found through importlib.resources.
 """
@@ -64,9 +64,9 @@ def mount_ui(app: FastAPI, settings: Settings, services: Services, path: str = U
     logger.info("mounting the UI at %s (%s backend)", path, backend.label)
     _add_favicon(app)
     if not settings.api_key_value:  # behind a login the first HTML is the login page's
-        arrival = example.load_example()
-        note = example_note(arrival).replace("**", "") if arrival else ""  # plain text there
-        view = first_view_html(arrival, INTRO, note)
+        default = example.load_example()
+        note = example_note(default).replace("**", "") if default else ""  # plain text there
+        view = first_view_html(default, INTRO, note)
         app.add_middleware(FirstViewMiddleware, path=path, fragment=view)
     return gr.mount_gradio_app(
         app,

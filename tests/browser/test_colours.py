@@ -84,7 +84,7 @@ def test_method_colours_are_the_same_on_every_tab(
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(ui_server.url + "/ui/", wait_until="load")
 
-    # Explore (the example group on arrival): token marks and the scatter's selection rings
+    # Explore (the default example's group): token marks and the scatter's selection rings
     page.wait_for_selector("#token-view .tok.mark-b")
     marks = page.evaluate(
         """() => {

@@ -1,6 +1,6 @@
 """The server-rendered first view in a real Chromium: highlighted tokens before Gradio boots.
 
-The first HTML response already holds the arrival example's marked tokens; with JavaScript off
+The first HTML response already holds the default example's marked tokens; with JavaScript off
 (nothing of Gradio runs) they are on the first screen; with Gradio's scripts blocked the
 tooltips still work (``gmts.js`` is inline in the head); with everything on, the first view
 hands over to Gradio's token view and is gone. Times are recorded by

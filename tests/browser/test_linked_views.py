@@ -67,7 +67,7 @@ def test_click_on_a_token_pins_its_details_until_closed(
     panel.wait_for(state="visible")
     text = panel.inner_text()
     n = page.locator("#token-view .tok").count()
-    # the arrival example is a batch ranked as one (batch scope): the pool holds this group's
+    # the default example is a batch ranked as one (batch scope): the pool holds this group's
     # tokens and the other groups'
     pool = re.search(r"rank of (\d+) tokens in the batch", text)
     assert pool and int(pool.group(1)) >= n and "(it keeps the top " in text

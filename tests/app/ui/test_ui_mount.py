@@ -115,7 +115,7 @@ def test_remote_and_local_backends_give_the_same_result(model_root: Path) -> Non
 
 
 def test_first_html_carries_the_example_token_view(root: Path) -> None:
-    """The arrival example is in the page's first HTML, right after <body>, before Gradio's
+    """The default example is in the page's first HTML, right after <body>, before Gradio's
     element: the Explore tab's own first render of it (same spans, marks and tooltips)."""
     from app.ui.first_view import FIRST_VIEW_ID
     from app.ui.tabs.explore import example

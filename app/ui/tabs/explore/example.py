@@ -1,12 +1,12 @@
-"""What the Explore tab opens on: the arrival example and the form's default prompt.
+"""What the Explore tab opens on: the default example and the form's default prompt.
 
 The page's first render already holds a highlighted batch (no model run, no click, no wait):
-the arrival example of :mod:`app.services.arrival_example` -- a small batch of demo prompts in which
-one group has no learning signal, so entropy and GMTS visibly disagree -- stored as its
-``POST /v1/analyze`` body in ``static/arrival-result.json``. A test checks that the stored body
-still matches a fresh analysis with the bundled model; after retraining the model, regenerate
-it with ``scripts/choose_arrival_example.py --regenerate``. The form itself starts on the demo
-task's "carry" prompt (what Analyze runs).
+the default example of :mod:`app.services.default_example` -- a small batch of demo prompts in
+which one group has no learning signal, so entropy and GMTS visibly disagree -- stored as its
+``POST /v1/analyze`` body in ``static/default-example-result.json``. A test checks that the
+stored body still matches a fresh analysis with the bundled model; after retraining the model,
+regenerate it with ``scripts/choose_default_example.py --regenerate``. The form itself starts on
+the demo task's "carry" prompt (what Analyze runs).
 
 One click away sits the same view on a real pretrained model: :func:`real_model_values` fills
 the form with a question of the word-arithmetic task for ``smollm2-135m`` (its chat template
@@ -19,11 +19,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from app.services import arrival_example as arrival
+from app.services import default_example
 from app.services.catalog import REAL_MODEL, WORD_ARITH_REWARD, demo_examples
 from app.ui.tabs.explore import view as explore
 
-EXAMPLE_PATH = arrival.RESULT_PATH
+EXAMPLE_PATH = default_example.RESULT_PATH
 EXAMPLE_LABEL = "carry"  # the demo task's example prompt the form starts on
 
 
@@ -59,5 +59,5 @@ def real_model_values() -> list[object]:
 
 
 def load_example(path: Path = EXAMPLE_PATH) -> dict[str, Any] | None:
-    """The stored arrival body, or None if unreadable."""
-    return arrival.load_arrival(path)
+    """The stored default example's body, or None if unreadable."""
+    return default_example.load_default_example(path)

@@ -1,6 +1,6 @@
 """The disagreement spotlight: the two answers of a batch that show why two methods differ.
 
-The first screen opens on a batch (the arrival example), but a token view shows one group at a
+The first screen opens on a batch (the default example), but a token view shows one group at a
 time, and the group that makes the point is rarely group 0. This module picks, by rule, from
 any analysis body:
 

@@ -184,7 +184,7 @@ EXAMPLE_NOTE = (
 
 
 def example_note(initial: Any) -> str:
-    """The line that introduces the arrival example (the numbers are in the spotlight's
+    """The line that introduces the default example (the numbers are in the spotlight's
     sentences, which are computed from the result)."""
     groups = batch.groups_of(initial)
     return EXAMPLE_NOTE.format(

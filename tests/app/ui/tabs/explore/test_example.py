@@ -1,6 +1,6 @@
-"""The Explore tab opens on the arrival example (app.services.arrival_example): a batch in which
+"""The Explore tab opens on the default example (app.services.default_example): a batch in which
 entropy and GMTS disagree, shown with its batch view and "why they differ" (the stored body
-matching a fresh analysis is tested in tests/app/services/test_arrival.py)."""
+matching a fresh analysis is tested in tests/app/services/test_default_example.py)."""
 
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ def test_first_screen_payload_stays_compact() -> None:
 
 
 def test_exported_report_carries_summary_why_and_charts() -> None:
-    """The HTML export of the arrival view is a report: summary, why they differ, the budget
-    chart and the group's four charts, plotly inlined (no script or style from elsewhere)."""
+    """The HTML export of the default example's view is a report: summary, why they differ, the
+    budget chart and the group's four charts, plotly inlined (no script or style from elsewhere)."""
     from app.ui.tabs.explore.view_export import view_html
 
     shipped = example.load_example()

@@ -1,5 +1,5 @@
-"""The spotlight's picks and sentences: on the shipped arrival, and as properties on batches
-nobody picked (the arrival's answers with rewards and selections redrawn at random)."""
+"""The spotlight's picks and sentences: on the shipped default example, and as properties on batches
+nobody picked (the default example's answers with rewards and selections redrawn at random)."""
 
 from __future__ import annotations
 
@@ -10,24 +10,24 @@ from typing import Any
 
 import pytest
 
-from app.services.arrival_example import load_arrival
+from app.services.default_example import load_default_example
 from app.ui.tabs.explore import spotlight
 from app.ui.tabs.explore.tab import initial_values
 
 PAIR = ("entropy", "gmts")
 
 
-def _arrival() -> dict[str, Any]:
-    body = load_arrival()
+def _default_example() -> dict[str, Any]:
+    body = load_default_example()
     assert body is not None
     return body
 
 
 def _redrawn(seed: int) -> dict[str, Any]:
-    """The arrival with each answer's reward redrawn (0/1, or a fraction), advantages and
+    """The default example with each answer's reward redrawn (0/1, or a fraction), advantages and
     zero-signal flags recomputed from them, and each method's selection redrawn."""
     rng = random.Random(seed)
-    body = copy.deepcopy(_arrival())
+    body = copy.deepcopy(_default_example())
     graded = rng.random() < 0.3  # rewards in [0, 1] instead of right/wrong
     flat = rng.randrange(len(body["groups"])) if rng.random() < 0.6 else -1
     for gi, g in enumerate(body["groups"]):
@@ -54,8 +54,8 @@ def _picks(group: dict[str, Any], m: str) -> int:
     return sum(t["selected"][m] for a in group["answers"] for t in a["tokens"])
 
 
-def test_arrival_spotlights_the_zero_signal_group_and_a_gmts_only_answer() -> None:
-    body = _arrival()
+def test_default_example_spotlights_the_zero_signal_group_and_a_gmts_only_answer() -> None:
+    body = _default_example()
     w = spotlight.wasted_pick(body, PAIR)
     assert w is not None and w.method == "entropy"
     assert body["groups"][w.group]["summary"]["zero_signal"]
@@ -130,7 +130,7 @@ def test_signal_sentence_states_what_the_answer_shows(seed: int) -> None:
 
 def test_no_batch_or_identical_methods_show_no_spotlight() -> None:
     assert spotlight.spotlight_html(None, PAIR) == ""
-    assert spotlight.spotlight_html(_arrival(), ("gmts", "gmts")) == ""
+    assert spotlight.spotlight_html(_default_example(), ("gmts", "gmts")) == ""
     flat = _redrawn(0)
     for g in flat["groups"]:
         g["summary"]["zero_signal"] = False

@@ -140,14 +140,14 @@ def test_step_view_tooltip_ranks_fit_their_labels(services, scope: str) -> None:
 
 
 def test_spotlight_tooltip_ranks_fit_their_labels() -> None:
-    from app.services.arrival_example import load_arrival
+    from app.services.default_example import load_default_example
     from app.ui.tabs.explore.spotlight import spotlight_html
 
-    result = load_arrival()
+    result = load_default_example()
     assert result is not None
     html = spotlight_html(result, ("entropy", "gmts"))
     assert 'class="spot-' in html
-    # the arrival is analysed with batch scope: ranks count over the whole batch
+    # the default example is analysed with batch scope: ranks count over the whole batch
     assert_ranks_fit_their_labels(html, "batch")
 
 

@@ -1,4 +1,4 @@
-"""The arrival example: its stored analysis shows entropy and GMTS disagreeing, and it is what a
+"""The default example: its stored analysis shows entropy and GMTS disagreeing, and it is what a
 fresh analysis of the stored definition gives on the bundled model."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import pytest
 
 from app.core.config import Settings
 from app.schemas.analyze_request import AnalyzeRequest
-from app.services import arrival_example as arrival
+from app.services import default_example
 from app.services.container import build_services
 from app.services.responses import as_json
 from app.services.validation import validated
 from tests.browser.conftest import demo_model_ready
 
 
-def test_stored_arrival_shows_a_disagreement() -> None:
-    body = arrival.load_arrival()
+def test_stored_default_example_shows_a_disagreement() -> None:
+    body = default_example.load_default_example()
     assert body is not None
     s = body["summary"]
     zero = [g["summary"]["zero_signal"] for g in body["groups"]]
@@ -30,7 +30,7 @@ def test_stored_arrival_shows_a_disagreement() -> None:
     assert d["only_a"] >= 1 and d["only_b"] >= 1
     reasons = {r["key"]: r for r in d["reasons"]}
     assert reasons["zero_advantage"]["count_a"] >= 1
-    assert arrival.disagreement_score(body) == pytest.approx(body_score(body))
+    assert default_example.disagreement_score(body) == pytest.approx(body_score(body))
 
 
 def body_score(body: dict) -> float:
@@ -39,31 +39,33 @@ def body_score(body: dict) -> float:
 
 
 def test_definition_round_trips_and_builds_a_valid_request() -> None:
-    example = arrival.arrival_example()
-    assert arrival.ArrivalExample.from_json(example.to_json()) == example
-    req = validated(AnalyzeRequest, arrival.arrival_request())
+    example = default_example.default_example()
+    assert default_example.DefaultExample.from_json(example.to_json()) == example
+    req = validated(AnalyzeRequest, default_example.default_example_request())
     assert len(req.groups or []) == len(example.prompts)
-    assert example.chosen_by["script"] == "scripts/choose_arrival_example.py"
+    assert example.chosen_by["script"] == "scripts/choose_default_example.py"
 
 
-def test_missing_or_broken_files_mean_no_arrival(tmp_path: Path) -> None:
-    assert arrival.load_arrival(tmp_path / "absent.json") is None
+def test_missing_or_broken_files_mean_no_default_example(tmp_path: Path) -> None:
+    assert default_example.load_default_example(tmp_path / "absent.json") is None
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    assert arrival.load_arrival(bad) is None
+    assert default_example.load_default_example(bad) is None
     (tmp_path / "empty.json").write_text(json.dumps({"summary": {}}))
-    assert arrival.load_arrival(tmp_path / "empty.json") is None
+    assert default_example.load_default_example(tmp_path / "empty.json") is None
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not demo_model_ready(), reason="the bundled demo model is not trained")
-def test_stored_arrival_is_what_a_fresh_analysis_gives() -> None:
+def test_stored_default_example_is_what_a_fresh_analysis_gives() -> None:
     """If this fails after the demo model was retrained, rerun
-    scripts/choose_arrival_example.py."""
-    stored = arrival.load_arrival()
+    scripts/choose_default_example.py."""
+    stored = default_example.load_default_example()
     assert stored is not None
     services = build_services(Settings())
-    fresh = as_json(services.analysis.run(validated(AnalyzeRequest, arrival.arrival_request())))
+    fresh = as_json(
+        services.analysis.run(validated(AnalyzeRequest, default_example.default_example_request()))
+    )
     for old, new in zip(stored["groups"], fresh["groups"], strict=True):
         assert [a["text"] for a in old["answers"]] == [a["text"] for a in new["answers"]]
         assert [a["reward"] for a in old["answers"]] == [a["reward"] for a in new["answers"]]

@@ -1,15 +1,15 @@
-"""The arrival example: the small batch the Explore tab opens on, defined once.
+"""The default example: the small batch the Explore tab opens on, defined once.
 
 It is chosen so that entropy and GMTS visibly disagree on the bundled demo model: a group whose
 answers are all right (every advantage 0, a zero-signal group) next to groups whose answers
 split, analysed with selection scope ``batch`` as trainers select. Entropy then spends part of
 its budget on the zero-signal group's tokens, where the gradient is exactly 0, and GMTS does
-not. ``scripts/choose_arrival_example.py`` searched the sampling seeds for such a batch (see
-:func:`disagreement_score`) and stored the chosen definition in ``static/arrival-example.json``
-and its analysis (the ``POST /v1/analyze`` body) in ``static/arrival-result.json``; a test
-checks that the stored analysis still matches a fresh one. Every front end that shows the
-arrival (the Explore tab, the server-rendered first view) reads :func:`arrival_request` and
-:func:`load_arrival`.
+not. ``scripts/choose_default_example.py`` searched the sampling seeds for such a batch (see
+:func:`disagreement_score`) and stored the chosen definition in ``static/default-example.json``
+and its analysis (the ``POST /v1/analyze`` body) in ``static/default-example-result.json``; a
+test checks that the stored analysis still matches a fresh one. Every front end that shows the
+default example (the Explore tab, the server-rendered first view) reads
+:func:`default_example_request` and :func:`load_default_example`.
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from gmts_core.sampling.answers import SamplingConfig
 logger = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).resolve().parents[2] / "static"
-DEFINITION_PATH = STATIC_DIR / "arrival-example.json"
-RESULT_PATH = STATIC_DIR / "arrival-result.json"
-# the methods the arrival is analysed with (Method A/B switch among them without a re-run);
+DEFINITION_PATH = STATIC_DIR / "default-example.json"
+RESULT_PATH = STATIC_DIR / "default-example-result.json"
+# the methods the default example is analysed with (Method A/B switch among them without a re-run);
 # each one more adds its scores, ranks and flags to every token of the first page
-ARRIVAL_METHODS = ("entropy", "gmts", "gmts_paper", "random")
+DEFAULT_EXAMPLE_METHODS = ("entropy", "gmts", "gmts_paper", "random")
 
 
 @dataclass(frozen=True)
-class ArrivalExample:
+class DefaultExample:
     """A batch of demo prompts, sampled with one seed, analysed with batch-scope selection."""
 
     prompts: tuple[tuple[str, str], ...]  # (prompt, numeric reference) per group
@@ -46,7 +46,7 @@ class ArrivalExample:
     ratio: float = knob_default(AnalysisConfig, "ratio")
     scope: str = knob_default(AnalysisConfig, "scope")
     top_alternatives: int = 3
-    methods: tuple[str, ...] = ARRIVAL_METHODS
+    methods: tuple[str, ...] = DEFAULT_EXAMPLE_METHODS
     chosen_by: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def request(self) -> dict[str, Any]:
@@ -71,7 +71,7 @@ class ArrivalExample:
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> ArrivalExample:
+    def from_json(cls, d: dict[str, Any]) -> DefaultExample:
         return cls(
             prompts=tuple((str(p), str(r)) for p, r in d["prompts"]),
             seed=int(d["seed"]),
@@ -81,27 +81,28 @@ class ArrivalExample:
             ratio=float(d.get("ratio", cls.ratio)),
             scope=str(d.get("scope", cls.scope)),
             top_alternatives=int(d.get("top_alternatives", 3)),
-            methods=tuple(d.get("methods", ARRIVAL_METHODS)),
+            methods=tuple(d.get("methods", DEFAULT_EXAMPLE_METHODS)),
             chosen_by=dict(d.get("chosen_by", {})),
         )
 
 
-def arrival_example(path: Path = DEFINITION_PATH) -> ArrivalExample:
-    """The stored arrival definition."""
-    return ArrivalExample.from_json(json.loads(path.read_text(encoding="utf-8")))
+def default_example(path: Path = DEFINITION_PATH) -> DefaultExample:
+    """The stored default example's definition."""
+    return DefaultExample.from_json(json.loads(path.read_text(encoding="utf-8")))
 
 
-def arrival_request(path: Path = DEFINITION_PATH) -> dict[str, Any]:
+def default_example_request(path: Path = DEFINITION_PATH) -> dict[str, Any]:
     """The ``POST /v1/analyze`` body whose result the Explore tab opens on."""
-    return arrival_example(path).request()
+    return default_example(path).request()
 
 
-def load_arrival(path: Path = RESULT_PATH) -> dict[str, Any] | None:
-    """The stored arrival analysis (the ``POST /v1/analyze`` body), or None if unreadable."""
+def load_default_example(path: Path = RESULT_PATH) -> dict[str, Any] | None:
+    """The stored default example's analysis (the ``POST /v1/analyze`` body), or None if
+    unreadable."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        logger.warning("no arrival example for the first screen (%s): %s", path, exc)
+        logger.warning("no default example for the first screen (%s): %s", path, exc)
         return None
     ok = isinstance(data, dict) and (data.get("groups") or data.get("answers"))
     return data if ok else None
@@ -110,8 +111,8 @@ def load_arrival(path: Path = RESULT_PATH) -> dict[str, Any] | None:
 def disagreement_score(result: dict[str, Any], a: str = "entropy", b: str = "gmts") -> float:
     """How visibly ``a`` and ``b`` disagree in an analysis body: ``a``'s wasted share plus the
     share of tokens only one of them selects (1 - Jaccard); 0 unless exactly one group is
-    zero-signal and the others carry signal (the contrast the arrival should show, in a batch
-    that looks like a trainer's: most groups split)."""
+    zero-signal and the others carry signal (the contrast the default example should show, in a
+    batch that looks like a trainer's: most groups split)."""
     s = result["summary"]
     groups = result.get("groups") or []
     zero = sum(bool(g["summary"]["zero_signal"]) for g in groups)
