@@ -1,8 +1,9 @@
 """The real pretrained model in a real Chromium: Explore's "Same view on a real model" button
 fills the form for ``smollm2-135m`` and analyses 8 answers x 96 tokens of a question; the
 tokens come back highlighted, in the model's own BPE pieces, and the view holds at 1366 px and
-at 390 px. Then the Train tab on the model: its small batch and measured cost are shown before
-the run, and one live RL step runs on it. The time from the click to the highlighted tokens is
+at 390 px. On that result, predict-then-reveal in Explore (1366 px) and in Learn (390 px), with
+no new analysis (about 17 s at load 20). Then the Train tab on the model: its small batch and
+measured cost are shown before the run, and one live RL step runs on it. The time from the click to the highlighted tokens is
 written to test-artifacts/real-model-example.json, never asserted.
 
 One page load, one analysis and one short step (about 1-2 minutes on a loaded 2-core machine:
@@ -24,6 +25,7 @@ from app.main import create_app
 from gmts_core.model.packaged import SMOLLM2
 from tests.app.api_helpers import LiveServer
 from tests.browser.conftest import ARTIFACTS, ui_settings
+from tests.browser.predict_reveal import predict_then_reveal
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -33,6 +35,11 @@ NEW_RESULT_JS = """() => {
   const prompt = view && view.querySelector('.prompt-text');
   return !!prompt && prompt.textContent.replace(/\u2423/g, ' ').includes('What is 2 + 2?')
     && !!view.querySelector('.tok.sel-b');
+}"""
+
+LEARN_JS = """() => {
+  const prompt = document.querySelector('#learn-view .learn-predict .prompt-text');
+  return !!prompt && prompt.textContent.replace(/\u2423/g, ' ').includes('What is 2 + 2?');
 }"""
 
 
@@ -66,6 +73,7 @@ def test_the_real_model_example_one_click_away(
     assert any(t.startswith("\u2423") and len(t) > 2 for t in texts), texts[:20]  # " word" pieces
     assert page.locator("#token-view .tok.sel-a").count() > 0
     page.screenshot(path=str(artifacts / "real-model-1366px.png"))
+    predict_then_reveal(page, "#token-view .predict-scope")  # Explore, 1366 px
     page.set_viewport_size({"width": 390, "height": 844})
     page.locator("#token-view").scroll_into_view_if_needed()
     width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
@@ -73,8 +81,22 @@ def test_the_real_model_example_one_click_away(
     page.screenshot(path=str(artifacts / "real-model-390px.png"))
     record = {"click_to_highlighted_tokens_s": round(seconds, 2), "answers": "8 x 96 tokens"}
     (artifacts / "real-model-example.json").write_text(json.dumps(record) + "\n")
+    predict_in_learn_on_the_real_model(page)
     live_rl_step_on_the_real_model(page)
     page.context.close()
+
+
+def predict_in_learn_on_the_real_model(page: Any) -> None:
+    """Learn, at 390 px, on the same result (no new analysis): its group of the real model's
+    answers, opened with the picks hidden, predicted and revealed with the reasons."""
+    page.get_by_role("tab", name="Learn").first.click()
+    page.wait_for_function(LEARN_JS, polling=250)
+    learn = "#learn-view .learn-predict .predict-scope"
+    predict_then_reveal(page, learn, opened=True)
+    width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= width[1] + 1, width
+    page.locator(f"{learn} .predict-score").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "real-model-learn-predict-390px.png"))
 
 
 def live_rl_step_on_the_real_model(page: Any) -> None:
