@@ -3,8 +3,9 @@ fills the form for ``smollm2-135m`` and analyses 8 answers x 96 tokens of a ques
 tokens come back highlighted, in the model's own BPE pieces, and the view holds at 1366 px and
 at 390 px. On that result, predict-then-reveal in Explore (1366 px) and in Learn (390 px), with
 no new analysis (about 17 s at load 20). Then the Train tab on the model: its small batch and
-measured cost are shown before the run, and one live RL step runs on it. The time from the click to the highlighted tokens is
-written to test-artifacts/real-model-example.json, never asserted.
+measured cost are shown before the run, and one live RL step runs on it. The time from the
+click to the highlighted tokens is written to test-artifacts/real-model-example.json, never
+asserted.
 
 One page load, one analysis and one short step (about 1-2 minutes on a loaded 2-core machine:
 the model's load from the converted cache, the analysis, the step). Skipped where
