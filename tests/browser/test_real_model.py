@@ -60,7 +60,7 @@ def test_the_real_model_example_one_click_away(
     page = chromium.new_context(viewport={"width": 1366, "height": 900}).new_page()
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(real_server.url + "/ui/", wait_until="load")
-    page.wait_for_selector("#token-view .tok.sel-b")  # the arrival example (demo model)
+    page.wait_for_selector("#token-view .tok.sel-b")  # the default example (demo model)
     button = page.locator("#real-model-btn")
     assert "smollm2-135m" in button.inner_text()
     start = time.perf_counter()
