@@ -95,12 +95,27 @@ _EXTRA: dict[str, dict[str, Any]] = {
 # their config is made with these keys as constructor arguments, beside the generic small
 # sizes the default config has (``None`` leaves a generic key out).
 _HYBRID = ["linear_attention", "full_attention", "linear_attention", "linear_attention"]
+_INKLING2 = {  # the LM head is sized by the unpadded vocabulary
+    "unpadded_vocab_size": VOCAB,
+    "swa_num_attention_heads": HEADS,
+    "swa_num_key_value_heads": HEADS,
+    "swa_head_dim": HIDDEN // HEADS,
+    "sliding_window_size": 16,
+    "rel_extent": 16,
+    "log_scaling_n_floor": 16,
+    "n_layers_per_attn_res_block": 2,
+}
+_BLT_PART = {
+    "hidden_size": HIDDEN,
+    "num_attention_heads": HEADS,
+    "intermediate_size": 64,
+    "max_position_embeddings": 128,
+}
 _TINY: dict[str, dict[str, Any]] = {
     "deepseek_v3": {"n_group": 1, "topk_group": 1},
     "deepseek_v32": {"n_group": 1, "topk_group": 1, "index_n_heads": 4, "index_head_dim": 16},
     "axk1": {"n_group": 1, "topk_group": 1},
     "beam": {"n_group": 1, "topk_group": 1},
-    "mimo_v2_flash": {"n_group": 1, "topk_group": 1},
     "bamba": {
         "attn_layer_indices": [1],
         "mamba_n_heads": 8,
@@ -138,12 +153,95 @@ _TINY: dict[str, dict[str, Any]] = {
     "zamba": {"attention_hidden_size": 64, "attention_head_dim": 16, "mamba_dt_rank": 8},
     "ergo": {"first_dense_intermediate_size": 64, "shared_intermediate_size": 32},
     "inkling_text": {"swa_head_dim": 8, "sliding_window_size": 16},
+    "cohere_compass_text": {  # per-layer-type RoPE; mrope sections sum to head_dim / 2
+        "rope_parameters": {
+            "full_attention": {
+                "rope_type": "default",
+                "rope_theta": 1e4,
+                "mrope_section": [2, 1, 1],
+            },
+        }
+    },
+    "dots3_note_text": {  # indexed (DSA) and sliding MLA layers, the latter sized by swa_* keys
+        "head_dim": 16,
+        "index_n_heads": 4,
+        "index_head_dim": 16,
+        "shared_experts_intermediate_size": 32,
+        "swa_num_attention_heads": 4,
+        "swa_num_key_value_heads": 4,
+        "swa_q_lora_rank": 16,
+        "swa_kv_lora_rank": 16,
+        "swa_head_dim": 16,
+        "swa_qk_nope_head_dim": 8,
+        "swa_v_head_dim": 8,
+    },
+    "gemma3n_text": {  # both layer types among the cache producers, the last 2 layers sharing
+        "layer_types": ["sliding_attention", "full_attention"] * 2,
+        "num_kv_shared_layers": 2,
+        "vocab_size_per_layer_input": 96,
+        "hidden_size_per_layer_input": 8,
+        "laurel_rank": 8,
+    },
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"] * 2, "num_dense_layers": 1},
+    "mimo_v2_flash": {  # sliding layers double the kv heads; rotary 0.334 of a 24-wide head
+        "n_group": 1,
+        "topk_group": 1,
+        "head_dim": 24,
+        "num_key_value_heads": 2,
+    },
+    "qwen4_exp_text": {
+        "indexer_n_heads": 4,
+        "indexer_kv_heads": 1,
+        "indexer_head_dim": 8,
+        "indexer_budget": 16,
+        "indexer_compress_ratio": 4,
+        "hc_lowrank": 8,
+        "linear_key_head_dim": 8,
+        "linear_value_head_dim": 8,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+    },
+    "xmod": {"default_language": "en_XX"},  # its forward needs a language adapter chosen
+    "zamba2": {
+        "layers_block_type": ["mamba", "hybrid", "mamba", "mamba"],
+        "head_dim": None,
+        "mamba_d_state": 16,
+        "chunk_size": 16,
+        "adapter_rank": 8,
+    },
+    "inkling2_text": _INKLING2,
+    "inkling2_loop_text": {
+        **_INKLING2,
+        "loop_layer_index_start": 2,
+        "loop_layer_index_end": 4,
+        "loop_num_passes": 2,
+        "loop_gate_rank": 8,
+    },
+    "blt": {  # the byte patcher, local encoder and decoder and the global model, each tiny
+        "encoder_hash_byte_group_vocab": 64,
+        "local_attention_window_len": 64,
+        "patcher_config": {**_BLT_PART, "vocab_size": VOCAB, "num_hidden_layers": 1},
+        "encoder_config": {**_BLT_PART, "vocab_size": VOCAB, "hidden_size_global": HIDDEN},
+        "decoder_config": {
+            **_BLT_PART,
+            "vocab_size": VOCAB,
+            "hidden_size_global": HIDDEN,
+            "num_hidden_layers": 2,
+        },
+        "global_config": {**_BLT_PART, "num_hidden_layers": 2},
+    },
     "roc_bert": {
         "shape_embed_dim": 8,
         "pronunciation_embed_dim": 8,
         "shape_vocab_size": 64,
         "pronunciation_vocab_size": 64,
     },
+}
+# Draft models of assisted decoding: their forward takes the target model's embeddings and KV
+# states, never token ids (test_drafters_need_the_target_models_states checks it).
+DRAFTERS = {
+    "gemma4_assistant": "an assisted-decoding drafter (its forward takes the target model's "
+    "inputs_embeds and shared_kv_states, not token ids)"
 }
 # BERT-style encoders in the causal-LM mapping decode only with is_decoder=True.
 _DECODER_FLAG = {"is_decoder": True}
@@ -161,6 +259,8 @@ def out_of_scope(model_type: str) -> str | None:
     """Why ``model_type`` is outside what the tool analyses (an encoder-decoder, or a multimodal
     model whose text model is another entry of the mapping), from its default config; None when
     it is a decoder-only language model. Out-of-scope architectures are listed, not tested."""
+    if model_type in DRAFTERS:
+        return DRAFTERS[model_type]
     try:
         with _quiet():
             config = AutoConfig.for_model(model_type)

@@ -275,3 +275,20 @@ def test_matrix_verifies_most_buildable_architectures() -> None:
     outcomes = [_outcome(t)[0] for t in causal_lm_types()]
     verified = outcomes.count("verified")
     assert verified >= 60, f"only {verified} architectures verified"
+
+
+def test_drafters_need_the_target_models_states() -> None:
+    """The out-of-scope drafter (``DRAFTERS``): built tiny, its forward refuses token ids alone,
+    as the docs' reason says (it reads the target model's embeddings and KV states)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from tests.arch_matrix import DRAFTERS
+
+    assert list(DRAFTERS) == ["gemma4_assistant"]
+    text = dict(model_type="gemma4_text", vocab_size=VOCAB, hidden_size=32, intermediate_size=64)
+    text |= dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, head_dim=8)
+    text |= dict(hidden_size_per_layer_input=0, vocab_size_per_layer_input=0)
+    config = AutoConfig.for_model("gemma4_assistant", backbone_hidden_size=32, text_config=text)
+    model: Any = AutoModelForCausalLM.from_config(config)
+    with pytest.raises(ValueError, match="shared_kv_states"):
+        model(input_ids=torch.tensor([PROMPTS[0]]))
