@@ -122,7 +122,8 @@ def lesson_html(
         _step(4, "Forking tokens and the 80/20 rule",
               "Most tokens of an answer are near-certain; a few 'forks' (high entropy) are where "
               "the answer could go either way, and they decide the reward. The 80/20 paper "
-              "trains only on the 20% highest-entropy tokens, and does as well or better.",
+              "trains only on the 20% highest-entropy tokens and reports doing as well as or "
+              "better than training on all of them (its claim, not measured here).",
               _forks(group)),
         _step(5, "Why a group with equal rewards teaches nothing (γ = 0)",
               "If every answer gets the same reward, every advantage is 0, so every token's "
