@@ -73,5 +73,6 @@ def cost_note(model: str | None, cost: dict[str, Any] | None) -> str:
                 f" and held-out accuracy {cost['accuracy_before']:.3f} → "
                 f"{cost['accuracy_after']:.3f} on {cost['eval_problems']} problems"
             )
-        text += " (docs/demo-model.md)."
+        # one seed's run: the figures, never a verdict (the docs give its interval)
+        text += ": one run, not shown to differ from noise (docs/demo-model.md)."
     return text
