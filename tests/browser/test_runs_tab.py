@@ -24,7 +24,7 @@ from tests.run_fixtures import FIXTURES, first_step_traits
 pytestmark = pytest.mark.browser
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "runs"
-TIMEOUT_MS = 120_000
+TIMEOUT_MS = 180_000  # as the other browser modules (a loaded full run timed out at 120 s)
 
 
 def dump_fixtures() -> list[tuple[str, Path, tuple[int, int, int | None, bool]]]:
