@@ -1,7 +1,7 @@
 """A classroom at once: N students on one server, each following the UI's own calls.
 
 Every simulated student uses the UI's client (``app.ui.remote_backend.RemoteBackend``, what the UI
-runs in remote mode; it waits in line on a busy server instead of showing a 429) with the
+runs in remote mode; it waits in the queue on a busy server instead of showing a 429) with the
 UI's default forms: create a session (Train tab), run ``--steps`` one-step requests, and
 ``--analyses`` analyses of a demo prompt (Explore tab, 8 sampled answers). Against one
 ``gmts serve``-like server on the bundled ``tiny-arith`` with the default limits (sessions
@@ -75,11 +75,11 @@ class Student(threading.Thread):
         form = TrainForm(seed=self.i)
         session = self._timed(lambda: self.backend.create_session(form.create_request()))
         if session is not None:
-            sid = session["session_id"]
+            sid = session.session_id
             for _ in range(self.args.steps):
                 self._timed(lambda: self.backend.step_session(sid, form.step_request()))
             info = self._timed(lambda: self.backend.get_session(sid))
-            self.out.setdefault("steps_done", []).append(info["steps_done"] if info else 0)
+            self.out.setdefault("steps_done", []).append(info.steps_done if info else 0)
         for k in range(self.args.analyses):
             a, b = 10 + (self.i + k) % 80, 10 + (3 * self.i + k) % 80
             explore = ExploreForm(
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{r['analyses_per_student']} analyses): {r['calls']} calls in {r['total_s']} s",
         f"errors {r['errors']}, evicted sessions {r['evicted_sessions']} "
         f"({r['live_sessions']} live, {r['sessions_memory_mb']} MB), "
-        f"{r['students_told_to_wait']} students told to wait in line",
+        f"{r['students_told_to_wait']} students told to wait in the queue",
         f"time per call: p50 {r['call_p50_s']} s, p95 {r['call_p95_s']} s, max {r['call_max_s']} s",
         f"  waiting:     p50 {r['wait_p50_s']} s, p95 {r['wait_p95_s']} s, max {r['wait_max_s']} s",
         f"  working:     p50 {r['work_p50_s']} s, p95 {r['work_p95_s']} s",

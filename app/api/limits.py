@@ -73,7 +73,7 @@ class BodySizeLimitMiddleware:
         timing = JobTiming()
         label = JOB_LABEL.set(request_id_var.get())
         timed = JOB_TIMING.set(timing)
-        # an API request's jobs count against its client's cap (the UI's wait in line)
+        # an API request's jobs count against its client's cap (the UI's wait in the queue)
         client = JOB_CLIENT.set(client_address(scope) if self.only_prefixes is None else None)
         try:
             with cancellable(token):

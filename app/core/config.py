@@ -146,7 +146,7 @@ class Settings(BaseSettings):
         ge=1,
         description="Heavy jobs one API client (its address, see GMTS_TRUSTED_PROXIES) may have "
         "running or waiting at once; one more is a 429, so no client fills the job queue "
-        "others wait in. The UI's own handlers wait in line instead.",
+        "others wait in. The UI's own handlers wait in the queue instead.",
     )
     retry_after_s: int = Field(5, ge=1)
     shutdown_grace_s: float = Field(
@@ -156,7 +156,9 @@ class Settings(BaseSettings):
         "(they stop at the next stage boundary) and the process exits.",
     )
     ui_queue_wait_s: float = Field(
-        900.0, ge=0, description="How long the UI waits in line for a job slot before giving up."
+        900.0,
+        ge=0,
+        description="How long the UI waits in the queue for a job slot before giving up.",
     )
 
     # --- live RL sessions ---

@@ -109,7 +109,7 @@ class AnalysisService:
         """:meth:`run` in the job queue, for the HTTP routes, its body turned into the response
         by ``render`` in the same worker thread (formatting a large body is seconds of Python
         that must not run on the event loop). A request that fails its checks gets its error
-        at once instead of waiting in line."""
+        at once instead of waiting in the queue."""
         self.prepare(req, self.limits)
         return await self.jobs.run(lambda: render(self.run(req)))
 

@@ -13,10 +13,10 @@ import logging
 import gradio as gr
 
 from app.core.config import Settings
+from app.schemas.server import CapabilitiesResponse
 from app.services.catalog import capabilities
 from app.services.errors import GMTSError
-from app.services.responses import as_json
-from app.ui.client import Backend, Json
+from app.ui.client import Backend
 from app.ui.context import Tab, UIContext
 from app.ui.tabs.compare.tab import TAB as COMPARE
 from app.ui.tabs.explore import example
@@ -41,14 +41,14 @@ INTRO = (
 )
 
 
-def backend_capabilities(backend: Backend) -> Json:
+def backend_capabilities(backend: Backend) -> CapabilitiesResponse:
     """What the backend offers (its methods, rules, limits); the local catalog if a remote
     server cannot be asked (the UI still builds, and says so in the log)."""
     try:
         return backend.capabilities()
     except GMTSError as exc:
         logger.warning("cannot ask the backend for its capabilities: %s", exc)
-        return as_json(capabilities(Settings()))
+        return capabilities(Settings())
 
 
 def build_blocks(backend: Backend, settings: Settings, tabs: tuple[Tab, ...] = TABS) -> gr.Blocks:

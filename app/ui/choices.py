@@ -4,25 +4,26 @@ Shared by every tab that offers a method or a rule, so no tab keeps a list of it
 
 from __future__ import annotations
 
-from app.ui.render import COLOR_BY, Json
+from app.schemas.server import CapabilitiesResponse
+from app.ui.render import COLOR_BY
 
 EXPLICIT = "explicit rewards"  # the reward "rule" of given numbers (not a registry rule)
 
 
-def reward_choices(caps: Json) -> list[str]:
+def reward_choices(caps: CapabilitiesResponse) -> list[str]:
     """The reward dropdown: every rule the backend offers (``GET /v1/capabilities``), then
     explicit numbers."""
-    return [*caps["reward_rules"], EXPLICIT]
+    return [*caps.reward_rules, EXPLICIT]
 
 
-def method_names(caps: Json) -> list[str]:
+def method_names(caps: CapabilitiesResponse) -> list[str]:
     """The selection methods the backend offers, in its registry's order."""
-    return [m["name"] for m in caps["methods"]]
+    return [m.name for m in caps.methods]
 
 
-def method_choices(caps: Json) -> list[tuple[str, str]]:
+def method_choices(caps: CapabilitiesResponse) -> list[tuple[str, str]]:
     """The method pickers: "name: one-line description" labels, method names as values."""
-    return [(f"{m['name']}: {m['description']}", m["name"]) for m in caps["methods"]]
+    return [(f"{m.name}: {m.description}", m.name) for m in caps.methods]
 
 
 SCOPE_INFO = {
@@ -33,10 +34,10 @@ SCOPE_INFO = {
 }
 
 
-def methods_markdown(caps: Json) -> str:
+def methods_markdown(caps: CapabilitiesResponse) -> str:
     """What each method the backend offers (``GET /v1/capabilities``) and each scope means, for
     the UI's info text (and the docs' methods page)."""
-    methods = "\n".join(f"- **{m['name']}**: {m['description']}" for m in caps["methods"])
+    methods = "\n".join(f"- **{m.name}**: {m.description}" for m in caps.methods)
     scopes = "\n".join(f"- **{s}**: {d}" for s, d in SCOPE_INFO.items())
     return f"**Selection methods**\n{methods}\n\n**Scopes**\n{scopes}"
 

@@ -16,9 +16,9 @@ from typing import TypeVar
 import gradio as gr
 
 from app.core.config import Settings
+from app.schemas.server import CapabilitiesResponse
 from app.services.errors import GMTSError
 from app.ui.client import Backend
-from app.ui.render import Json
 from app.ui.uploads import SessionUploads
 
 logger = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class UIContext:
     backend: Backend
     settings: Settings
     result: gr.State
-    capabilities: Json  # the backend's GET /v1/capabilities
+    capabilities: CapabilitiesResponse  # the backend's GET /v1/capabilities
     group: gr.Dropdown | None = None
     learn_view: gr.HTML | None = None
     # the files each browser session uploaded, deleted when it ends (the Blocks' unload)

@@ -1,4 +1,4 @@
-"""The remote backend's place in line: a request's ``X-Request-ID`` polled at
+"""The remote backend's place in the queue: a request's ``X-Request-ID`` polled at
 ``GET /v1/queue/{request_id}`` while the request is outstanding (see
 :mod:`app.ui.remote_backend`)."""
 
@@ -16,7 +16,7 @@ class QueueWatch:
     """While a remote request is outstanding, asks ``GET path`` (``/v1/queue/{request_id}``) every
     ``poll_s`` seconds (a thread of its own) and notifies ``status`` the place and estimated wait
     each time they change, as the local backend's job queue does. The thread runs in a copy of
-    the caller's context: Gradio's progress finds its event there. A 404 (the job not in line
+    the caller's context: Gradio's progress finds its event there. A 404 (the job not in the queue
     yet, or finished) and a failed poll are skipped: the request itself reports errors. Leaving
     the ``with`` stops the polling and waits for the thread (a poll waits at most
     ``POLL_TIMEOUT_S``), so nothing is notified after the request has finished."""

@@ -2,11 +2,11 @@
 
 The server runs heavy jobs one (or a few) at a time (``GMTS_MAX_CONCURRENT_JOBS``); a person's
 Analyze or training step may wait behind another tab's job. These messages say so instead of a
-bare timer: the line as it stood when the job was sent, then (:class:`LiveStatus`, either
+bare timer: the queue as it stood when the job was sent, then (:class:`LiveStatus`, either
 backend: the remote one polls the server's ``GET /v1/queue/{request_id}``) the job's place in
-line as it changes, with the estimated wait ("waiting: 2nd in line,
-about 40 s to go", "1st in line") and the
-stage being run as the library announces it ("generating answers (1 of 4)"). Pure: no Gradio.
+the queue as it changes, with the estimated wait ("waiting: 2nd in the queue, about 40 s to
+go", "1st in the queue") and the stage being run as the library announces it ("generating
+answers (1 of 4)"). Pure: no Gradio.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def wait_text(seconds: float | None) -> str:
 
 @dataclass
 class LiveStatus:
-    """Says where a job is, as it changes: its place in line while it waits (``position``,
+    """Says where a job is, as it changes: its place in the queue while it waits (``position``,
     fed by the job queue), then each stage as it begins (``stage``, fed by the library's
     ``on_stage``). ``prefix`` leads every line (e.g. "step 3 of 20: ")."""
 
@@ -45,7 +45,7 @@ class LiveStatus:
     def position(self, place: int, estimated_wait_s: float | None = None) -> None:
         if place > 0:
             about = f", about {wait_text(estimated_wait_s)} to go" if estimated_wait_s else ""
-            self.show(f"{self.prefix}waiting: {ordinal(place)} in line{about}", None)
+            self.show(f"{self.prefix}waiting: {ordinal(place)} in the queue{about}", None)
         else:
             self.show(f"{self.prefix}running", None)
 
@@ -75,7 +75,7 @@ def queue_text(load: tuple[int, int] | None) -> str:
         return ""
     ahead = running + waiting
     return (
-        f"waiting in line: {ahead} job{'s' if ahead != 1 else ''} ahead of yours "
+        f"waiting in the queue: {ahead} job{'s' if ahead != 1 else ''} ahead of yours "
         f"({running} running, {waiting} waiting) — "
     )
 

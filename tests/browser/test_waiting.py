@@ -24,7 +24,7 @@ pytestmark = pytest.mark.browser
 TIMEOUT_MS = 120_000
 STAGES = ["generating answers", "scoring rewards", "token statistics", "selection"]
 PATTERN = (  # the lines LiveStatus shows while waiting and running
-    r"waiting: \d+(st|nd|rd|th) in line|"
+    r"waiting: \d+(st|nd|rd|th) in the queue|"
     r"(generating answers|scoring rewards|token statistics|selection) \(\d of \d\)"
 )
 RECORD = """(source) => {
@@ -71,13 +71,13 @@ def test_a_queued_analyze_says_its_place_then_its_stages(
         assert holding.wait(30)
         page.evaluate(RECORD, PATTERN)
         page.click("#analyze-btn")
-        page.get_by_text("waiting: 1st in line").first.wait_for(state="visible")
+        page.get_by_text("waiting: 1st in the queue").first.wait_for(state="visible")
     finally:
         release.set()
         ahead.join(30)
     page.wait_for_selector("#json-download", state="visible")
     said: list[str] = page.evaluate("window.__said")
-    assert said[0] == "waiting: 1st in line", said
+    assert said[0] == "waiting: 1st in the queue", said
     stages = [s for s in said if "(" in s]
     assert stages, f"no stage was shown: {said}"
     names = [re.sub(r" \(\d of \d\)$", "", s) for s in stages]

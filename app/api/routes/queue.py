@@ -1,8 +1,8 @@
 """GET /v1/queue: the heavy-job queue, and one request's place in it with an estimated wait.
 
 A client that sends a heavy request with an ``X-Request-ID`` can poll
-``GET /v1/queue/{request_id}`` while it waits: its place in line and the estimated wait. Every
-response of a request that ran a job carries ``X-Queue-Wait-S`` (seconds in line) and
+``GET /v1/queue/{request_id}`` while it waits: its place in the queue and the estimated wait. Every
+response of a request that ran a job carries ``X-Queue-Wait-S`` (seconds in the queue) and
 ``X-Work-S`` (seconds of work).
 """
 

@@ -1,5 +1,5 @@
-"""Waiting told honestly: a queued request's place in line and estimated wait, and every job
-response's seconds in line and at work."""
+"""Waiting told honestly: a queued request's place in the queue and estimated wait, and every job
+response's seconds in the queue and at work."""
 
 from __future__ import annotations
 

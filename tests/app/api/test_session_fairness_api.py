@@ -40,7 +40,7 @@ def test_a_flooding_client_gets_429_and_the_others_keep_their_sessions(model_roo
 
 def test_a_client_at_its_job_cap_gets_429_while_another_gets_in_line(model_root: Path) -> None:
     """The only job slot is held (by a job of no client, released by the test); client A's
-    analyses wait in line up to GMTS_MAX_JOBS_PER_CLIENT, its next one is a 429 naming the
+    analyses wait in the queue up to GMTS_MAX_JOBS_PER_CLIENT, its next one is a 429 naming the
     setting at once, while client B's still gets a place; all the admitted ones are answered."""
     settings = make_settings(
         model_root, max_queued_jobs=8, max_jobs_per_client=2, trusted_proxies=["127.0.0.1"]

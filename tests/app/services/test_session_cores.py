@@ -49,10 +49,10 @@ def test_the_ui_restores_a_saved_session_inside_its_job_slot(
     services = build_services(make_settings(model_root, session_state_dir=tmp_path))
     loads = _slots_at_load(services, monkeypatch)
     backend = LocalBackend(services, on_wait=lambda _message: None)
-    assert backend.step_session(sid, {"steps": 1})["steps_done"] == 2
+    assert backend.step_session(sid, {"steps": 1}).steps_done == 2
     assert loads == [1]  # restored once, in the step's slot
-    assert backend.evaluate_session(sid, {"num_problems": 2})["num_problems"] == 2
-    assert backend.reset_session(sid)["steps_done"] == 0
+    assert backend.evaluate_session(sid, {"num_problems": 2}).num_problems == 2
+    assert backend.reset_session(sid).steps_done == 0
     assert loads == [1] and services.jobs.running == 0
 
 

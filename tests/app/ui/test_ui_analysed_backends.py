@@ -11,8 +11,11 @@ import pytest
 
 from app.live_server import LiveServer
 from app.main import create_app
+from app.schemas.analysed_runs import AnalysedStepsResponse
+from app.schemas.analyze_response import AnalyzeResponse
 from app.services.analysed_runs import QUERIES
 from app.services.errors import GMTSError
+from app.ui.client import ANALYSED_BODIES, BackendError
 from app.ui.local_backend import LocalBackend
 from app.ui.remote_backend import RemoteBackend
 from gmts_core.run_dataset.schema import write_manifest
@@ -47,11 +50,17 @@ def test_local_and_remote_backends_give_the_same_bodies(tmp_path: Path) -> None:
         for kind, params in QUERY_PARAMS.items():
             got = remote.analysed(kind, "a-run", dict(params))
             assert got == local.analysed(kind, "a-run", dict(params)), kind
-            assert got, kind
+            assert type(got) is ANALYSED_BODIES[kind], kind  # the route's model, typed
+            assert any(got.model_dump().values()), kind
+        assert remote.capabilities() == local.capabilities()
+        assert remote.runs() == local.runs()
         with pytest.raises(GMTSError, match="no analysed step 9"):
             remote.analysed("groups", "a-run", {"step": 9})
         with pytest.raises(GMTSError, match="no analysed step 9"):
             local.analysed("groups", "a-run", {"step": 9})
+        # a body that is not the model asked for is the backend's error, named, not a dict
+        with pytest.raises(BackendError, match="does not fit AnalyzeResponse"):
+            remote._model(AnalyzeResponse, "GET", "/v1/capabilities")
 
 
 class _Recording:
@@ -79,7 +88,7 @@ def test_an_idle_tab_polls_the_runs_row_and_fetches_steps_only_when_they_change(
     settings = make_settings(tmp_path / "models", run_roots=[tmp_path / "runs"], ui_enabled=False)
     backend = _Recording(LocalBackend(create_app(settings).state.services))
     h = _Handlers(SimpleNamespace(backend=backend))  # type: ignore[arg-type]
-    body = h.q("steps", "a-run")
+    body = h.q(AnalysedStepsResponse, "steps", "a-run").model_dump(mode="json")  # as the state
     backend.asked.clear()
     assert h.poll("a-run", body) == (gr.skip(),) * 5
     assert backend.asked == ["run"]  # unchanged: the run's row only, no step fetched

@@ -76,7 +76,7 @@ def test_remote_ui_lists_the_servers_methods_rules_and_limits(server_url: str) -
     assert "server_only" not in {m.name for m in method_infos()}  # not registered here
     backend = RemoteBackend(server_url)
     caps = backend.capabilities()
-    listed = {m["name"]: m["description"] for m in caps["methods"]}
+    listed = {m.name: m.description for m in caps.methods}
     assert listed["server_only"] == "a method only the server registered"
     blocks = build_blocks(backend, Settings(api_url=server_url))
     for elem_id in ("method-a", "method-b", "train-method", "compare-methods"):

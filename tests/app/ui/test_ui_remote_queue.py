@@ -1,7 +1,7 @@
-"""The UI in remote mode counts down its place in line, as the local mode does.
+"""The UI in remote mode counts down its place in the queue, as the local mode does.
 
 Through a real uvicorn server whose one job slot is held by another client's analysis (its
-model held in the forward pass), the remote backend's Analyze waits in line: it sends its own
+model held in the forward pass), the remote backend's Analyze waits in the queue: it sends its own
 ``X-Request-ID``, polls ``GET /v1/queue/{request_id}`` while the request is outstanding and
 notifies the same :class:`~app.ui.status.LiveStatus` the local backend notifies ("waiting: 1st in
 line, about N s to go"), in the caller's context (where Gradio's progress finds its event);
@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 
 from app.main import create_app
+from app.schemas.analyze_response import AnalyzeResponse
 from app.ui.remote_backend import RemoteBackend
 from app.ui.status import LiveStatus
 from tests.app.api.test_concurrency import gated
@@ -36,10 +37,10 @@ def test_remote_analyze_tells_its_place_in_line_and_the_estimate(model_root: Pat
     def show(text: str, _done: float | None) -> None:
         lines.append(text)
         contexts.add(EVENT.get(None))
-        if text.startswith("waiting: 1st in line"):
+        if text.startswith("waiting: 1st in the queue"):
             waiting.set()
 
-    def analyze_in_an_event(backend: RemoteBackend) -> dict:
+    def analyze_in_an_event(backend: RemoteBackend) -> AnalyzeResponse:
         EVENT.set("event-1")
         return backend.analyze(given_body(), LiveStatus(show))
 
@@ -54,17 +55,18 @@ def test_remote_analyze_tells_its_place_in_line_and_the_estimate(model_root: Pat
             first = pool.submit(http.post, "/v1/analyze", json=given_body())
             assert entered.wait(30), "the first analysis never reached the forward pass"
             mine = pool.submit(analyze_in_an_event, backend)
-            assert waiting.wait(30), f"no place in line was notified: {lines}"
+            assert waiting.wait(30), f"no place in the queue was notified: {lines}"
             release.set()
             body = mine.result(timeout=60)
             assert first.result(timeout=60).status_code == 200
-        assert body["answers"] and len(body["answers"]) == 3
+        assert body.answers and len(body.answers) == 3
         assert contexts == {"event-1"}  # notified where the caller's progress can be found
-        # the place came from the server's line for this request, with the line's estimate
-        assert lines[0].startswith("waiting: 1st in line, about ") and lines[0].endswith(" to go")
+        # the place came from the server's queue for this request, with the queue's estimate
+        assert lines[0].startswith("waiting: 1st in the queue, about ")
+        assert lines[0].endswith(" to go")
         assert polled and len(set(polled)) == 1 and polled[0].startswith("/v1/queue/ui-")
         rid = polled[0].removeprefix("/v1/queue/")
-        assert http.get(f"/v1/queue/{rid}").status_code == 404  # finished: not in line
+        assert http.get(f"/v1/queue/{rid}").status_code == 404  # finished: not in the queue
         # the polling stopped with the request: no thread left, nothing notified after it
         notified, asked = len(lines), len(polled)
         assert not [t for t in threading.enumerate() if t.name == "gmts-queue-watch"]

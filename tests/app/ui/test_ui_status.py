@@ -12,14 +12,15 @@ class Busy:
 
 def test_queue_is_said_in_words() -> None:
     assert status.queue_text(None) == "" and status.queue_text((0, 0)) == ""
-    assert status.queue_text((1, 2)).startswith("waiting in line: 3 jobs ahead of yours")
+    assert status.queue_text((1, 2)).startswith("waiting in the queue: 3 jobs ahead of yours")
     assert "1 job ahead" in status.queue_text((1, 0))
     assert status.job_load(Busy()) == (1, 2) and status.job_load(object()) is None
 
 
 def test_stages_are_named() -> None:
     text = status.analyze_text((1, 0), 8)
-    assert text.startswith("waiting in line") and "sampling 8 answers, one forward pass" in text
+    assert text.startswith("waiting in the queue")
+    assert "sampling 8 answers, one forward pass" in text
     assert status.analyze_text(None, None) == "one forward pass, scoring every token"
     knobs = {"prompts_per_step": 16, "group_size": 8, "inner_steps": 2}
     line = status.step_text(None, 2, 20, knobs)
@@ -35,8 +36,8 @@ def test_live_status_says_the_place_then_each_stage() -> None:
     live.stage("generating answers", 0, 4)
     live.stage("selection", 3, 4)
     assert lines == [
-        ("step 2 of 5: waiting: 2nd in line", None),
-        ("step 2 of 5: waiting: 1st in line", None),
+        ("step 2 of 5: waiting: 2nd in the queue", None),
+        ("step 2 of 5: waiting: 1st in the queue", None),
         ("step 2 of 5: running", None),
         ("step 2 of 5: generating answers (1 of 4)", 0.0),
         ("step 2 of 5: selection (4 of 4)", 0.75),
@@ -53,8 +54,8 @@ def test_the_place_in_line_comes_with_the_estimated_wait() -> None:
     live.position(2, 200.0)
     live.position(1, None)  # no job finished yet: nothing to estimate from
     assert [t for t, _ in lines] == [
-        "waiting: 3rd in line, about 40 s to go",
-        "waiting: 2nd in line, about 3 min to go",
-        "waiting: 1st in line",
+        "waiting: 3rd in the queue, about 40 s to go",
+        "waiting: 2nd in the queue, about 3 min to go",
+        "waiting: 1st in the queue",
     ]
     assert status.wait_text(None) == "" and status.wait_text(0.2) == "1 s"

@@ -8,7 +8,7 @@ from typing import Any
 
 import gradio as gr
 
-from app.services.compare import CompareResult, load_compare_file, result_from_dict
+from app.services.compare import CompareResult, load_compare_file
 from app.ui import numbers
 from app.ui.choices import method_choices
 from app.ui.context import Tab, UIContext, call
@@ -54,7 +54,7 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
             2, 16, d("group_size"), step=1, label="Group size G", elem_id="compare-g"
         )
         # up to this server's limit (GMTS_MAX_STEP_PROMPTS), as the Train tab's control
-        max_prompts = int(ctx.capabilities["limits"].get("max_step_prompts", 64))
+        max_prompts = int(ctx.capabilities.limits.get("max_step_prompts", 64))
         c["prompts_per_step"] = limit_slider(
             1, max_prompts, d("prompts_per_step"), step=1, label="Prompts per step",
             elem_id="compare-prompts",
@@ -155,8 +155,7 @@ def build_compare_tab(ctx: UIContext) -> None:
         def tick(done: int, total: int, label: str) -> None:
             progress((done, total), desc=label)
 
-        data = call(lambda: ctx.backend.compare(model, config, tick))
-        return show(call(lambda: result_from_dict(data)))
+        return show(call(lambda: ctx.backend.compare(model, config, tick)))
 
     def load(path: str | None, request: gr.Request) -> list[Any]:
         if not path:

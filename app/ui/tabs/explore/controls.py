@@ -145,12 +145,12 @@ def _settings_column(c: dict[str, Any], ctx: UIContext) -> None:
         with gr.Row():
             # the reasons "why they differ" name |A| and w: both come from these two
             c["advantage"] = gr.Dropdown(
-                ctx.capabilities["advantages"], value=analysis_knob_default("advantage"),
+                ctx.capabilities.advantages, value=analysis_knob_default("advantage"),
                 label="Advantage estimator", info=analysis_knob("advantage")[0],
                 elem_id="advantage",
             )  # fmt: skip
             c["loss_aggregation"] = gr.Dropdown(
-                ctx.capabilities["loss_aggregations"],
+                ctx.capabilities.loss_aggregations,
                 value=analysis_knob_default("loss_aggregation"), label="Loss aggregation",
                 info=analysis_knob("loss_aggregation")[0], elem_id="loss-aggregation",
             )  # fmt: skip

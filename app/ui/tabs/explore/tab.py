@@ -17,6 +17,7 @@ from typing import Any
 import gradio as gr
 from gradio.context import Context
 
+from app.services.responses import as_json
 from app.ui import charts, choices, status
 from app.ui.context import Tab, UIContext, call
 from app.ui.tabs.explore import batch, example, view
@@ -140,7 +141,8 @@ def go_to_group(asked: Any, result: Any, a: str, b: str, color_by: str) -> list[
 
 def new_result(result: Any, a: str, b: str, color_by: str) -> list[Any]:
     """What changes at once when a new analysis arrives: state, drill-down, the text views
-    (the charts follow in ``chart_views``)."""
+    (the charts follow in ``chart_views``). ``result`` is the analysis as its JSON body, the
+    form the shipped example, an uploaded file and the downloads hold too."""
     choices = batch.group_choices(result)
     return [result, gr.Dropdown(choices=choices, value=0), *text_views(result, a, b, color_by, 0)]
 
@@ -304,14 +306,14 @@ def build_explore_tab(ctx: UIContext) -> None:
         result = call(lambda: ctx.backend.analyze(body, status.on_progress(progress)))
         if view.rule_overridden(f):  # say which rewards were used
             gr.Info(view.reward_note(f))
-        return new_result(result, f.method_a, f.method_b, values[-1])
+        return new_result(as_json(result), f.method_a, f.method_b, values[-1])
 
     def run_batch(*values: Any, progress: Any = gr.Progress()) -> list[Any]:
         f = _form(values[:-2])
         body = call(lambda: batch.build_batch_request(f, values[-2], methods))
         progress(0, desc=status.analyze_text(status.job_load(ctx.backend), None))
         result = call(lambda: ctx.backend.analyze(body, status.on_progress(progress)))
-        return new_result(result, f.method_a, f.method_b, values[-1])
+        return new_result(as_json(result), f.method_a, f.method_b, values[-1])
 
     inputs = list(form.values())
     view_inputs = [ctx.result, a, b, color_by, out.group]

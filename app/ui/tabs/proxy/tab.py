@@ -8,6 +8,7 @@ from typing import Any
 
 import gradio as gr
 
+from app.services.responses import as_json
 from app.ui import numbers
 from app.ui.context import Tab, UIContext, call
 from app.ui.render import Json
@@ -41,7 +42,7 @@ def build_proxy_tab(ctx: UIContext) -> None:
 
     def run(result: Json | None, gi: Any, limit: int, prec: str) -> list[Any]:
         body = call(lambda: ctx.backend.gradcheck(gradcheck_request(result, gi, limit, prec)))
-        return proxy_view(body)
+        return proxy_view(as_json(body))  # the view draws the body as the API sends it
 
     run_btn.click(run, [ctx.result, group, max_tokens, precision], [summary, table, scatter])
 

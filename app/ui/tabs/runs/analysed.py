@@ -12,6 +12,7 @@ from typing import Any
 
 import gradio as gr
 from gradio.context import Context
+from pydantic import BaseModel
 
 from app.reports.analysed_report import (
     report_html,
@@ -20,8 +21,18 @@ from app.reports.analysed_report import (
     summary_text,
     tokens_html,
 )
+from app.schemas.analysed_runs import (
+    AnalysedRunInfo,
+    AnalysedRunsResponse,
+    AnalysedStepsResponse,
+    AnswerRowOut,
+    AnswersResponse,
+    GroupsResponse,
+    TokensResponse,
+)
 from app.services.analysed_runs import ANSWER_ORDER_NAMES, TOKEN_ORDER_NAMES, compared_pair
 from app.services.errors import GMTSError
+from app.ui.client import M, expect
 from app.ui.context import UIContext, call
 from app.ui.downloads import write_download
 from app.ui.render import Json
@@ -38,17 +49,17 @@ TOKEN_COLS = ["step", "group", "answer", "position", "text", "entropy", "gamma",
 GROUP_COLS = ["group", "answers", "reward_mean", "zero_signal", "disagreement", "prompt"]
 
 
-def _rows(items: list[Json], cols: list[str]) -> list[list[Any]]:
+def _rows(items: list[BaseModel], cols: list[str]) -> list[list[Any]]:
     def cell(v: Any) -> Any:
         return round(v, 4) if isinstance(v, float) else v
 
-    return [[cell(item.get(c)) for c in cols] for item in items]
+    return [[cell(getattr(item, c, None)) for c in cols] for item in items]
 
 
-def page_note(what: str, offset: int, body: Json) -> str:
+def page_note(what: str, offset: int, body: GroupsResponse | TokensResponse) -> str:
     """``groups 201-400 of 512``: which rows of how many a page shows."""
-    rows = body.get("groups", body.get("tokens", []))
-    total = body["page"].get("total")
+    rows = body.groups if isinstance(body, GroupsResponse) else body.tokens
+    total = body.page.total
     if not rows:
         return f"no {what} here" + (f" ({total:,} in all)" if total else "")
     last = offset + len(rows)
@@ -80,7 +91,7 @@ def _number(value: Any) -> str:
     return "—" if value is None else f"{value:.4g}"
 
 
-def _table(items: list[Json], cols: list[str]) -> Any:
+def _table(items: list[Any], cols: list[str]) -> Any:
     return gr.update(value={"headers": cols, "data": _rows(items, cols) or [[None] * len(cols)]})
 
 
@@ -88,17 +99,19 @@ class _Handlers:
     def __init__(self, ctx: UIContext) -> None:
         self.backend = ctx.backend
 
-    def q(self, kind: str, run_id: str = "", **params: Any) -> Json:
-        return call(lambda: self.backend.analysed(kind, run_id, params))
+    def q(self, body: type[M], kind: str, run_id: str = "", **params: Any) -> M:
+        """The ``kind`` query's body, as its response model ``body``."""
+        return expect(call(lambda: self.backend.analysed(kind, run_id, params)), body)
 
     def choices(self, wait: bool = True) -> list[str]:
         """The readable analysed runs (building the UI does not wait for them to be read:
         the first listing answers from what is indexed and starts the rest)."""
         try:
-            runs = self.backend.analysed("list", "", {"wait": wait})["runs"]
+            body = self.backend.analysed("list", "", {"wait": wait})
+            listing = expect(body, AnalysedRunsResponse)
         except GMTSError:
             return []
-        return [r["id"] for r in runs if r.get("readable", True)]
+        return [r.id for r in listing.runs if r.readable]
 
     def refresh(self) -> Any:
         return gr.update(choices=self.choices())
@@ -107,8 +120,9 @@ class _Handlers:
         if not run_id:
             empty = gr.update(choices=[], value=None)
             return (None, "", None, None, empty, None, None, empty)
-        body = self.q("steps", run_id)
-        steps = [r["step"] for r in body["steps"]]
+        steps_body = self.q(AnalysedStepsResponse, "steps", run_id)
+        steps = [r.step for r in steps_body.steps]
+        body = steps_body.model_dump(mode="json")  # the charts and report draw it as the API sends
         return (
             body,
             summary_text(body),
@@ -125,11 +139,12 @@ class _Handlers:
         fetched and redrawn only when it changed."""
         if not run_id or body is None:
             return (gr.skip(),) * 5
-        row, shown = self.q("run", run_id), body["run"]
-        if all(row.get(k) == shown.get(k) for k in ("num_steps", "last_step", "num_tokens")):
+        row, shown = self.q(AnalysedRunInfo, "run", run_id), body["run"]
+        if all(getattr(row, k) == shown.get(k) for k in ("num_steps", "last_step", "num_tokens")):
             return (gr.skip(),) * 5
-        new = self.q("steps", run_id)
-        steps = [r["step"] for r in new["steps"]]
+        new_body = self.q(AnalysedStepsResponse, "steps", run_id)
+        steps = [r.step for r in new_body.steps]
+        new = new_body.model_dump(mode="json")
         return (
             new,
             summary_text(new),
@@ -145,13 +160,14 @@ class _Handlers:
             return _table([], ANSWER_COLS), ""
         kind, _, by = order.partition(" by ")
         if kind == "tokens":
-            body = self.q("rank_tokens", run_id, by=by, limit=100)
+            ranked = self.q(TokensResponse, "rank_tokens", run_id, by=by, limit=100)
             return _table(
-                body["tokens"], TOKEN_COLS
-            ), f"the run's {len(body['tokens'])} tokens with the highest {by}"
+                ranked.tokens, TOKEN_COLS
+            ), f"the run's {len(ranked.tokens)} tokens with the highest {by}"
         zero_signal = {ZERO_CHOICES[1]: True, ZERO_CHOICES[2]: False}.get(zero)
         pair_names = tuple(pair.split(" vs ")) if pair and by == "disagreement" else ()
         body = self.q(
+            AnswersResponse,
             "rank_answers",
             run_id,
             by=by,
@@ -160,13 +176,13 @@ class _Handlers:
             zero_signal=zero_signal,
             **({"pair": ",".join(pair_names)} if pair_names else {}),
         )
-        total = body["page"]["total"]
+        total = body.page.total
         if not total:
             return _table([], ANSWER_COLS), "no answer matches"
-        note = f"{total:,} answers match; the first {len(body['answers'])} by {by} are shown"
+        note = f"{total:,} answers match; the first {len(body.answers)} by {by} are shown"
         if by == "disagreement":
             note += disagreement_note(pair_names)
-        return _table(body["answers"], ANSWER_COLS), note
+        return _table(body.answers, ANSWER_COLS), note
 
     def groups(self, run_id: str | None, step: int | None, offset: int = 0) -> tuple:
         """A page of the step's groups (GROUP_PAGE of them from ``offset``), its note and the
@@ -174,12 +190,13 @@ class _Handlers:
         if not run_id or step is None:
             return _table([], GROUP_COLS), "", 0
         offset = max(0, int(offset))
-        body = self.q("groups", run_id, step=int(step), offset=offset, limit=GROUP_PAGE)
-        total = body["page"].get("total")
+        page = {"step": int(step), "limit": GROUP_PAGE}
+        body = self.q(GroupsResponse, "groups", run_id, offset=offset, **page)
+        total = body.page.total
         if total is not None and offset >= total > 0:  # past the last page: the last one
             offset = (total - 1) // GROUP_PAGE * GROUP_PAGE
-            body = self.q("groups", run_id, step=int(step), offset=offset, limit=GROUP_PAGE)
-        return _table(body["groups"], GROUP_COLS), page_note("groups", offset, body), offset
+            body = self.q(GroupsResponse, "groups", run_id, offset=offset, **page)
+        return _table(body.groups, GROUP_COLS), page_note("groups", offset, body), offset
 
     def group_page(self, run_id: str | None, step: int | None, offset: int, move: int) -> tuple:
         return self.groups(run_id, step, int(offset or 0) + move * GROUP_PAGE)
@@ -188,8 +205,8 @@ class _Handlers:
         row = evt.row_value or []
         if not run_id or step is None or not row or row[0] is None:
             return _table([], ANSWER_COLS)
-        body = self.q("answers", run_id, step=int(step), group=int(row[0]))
-        return _table(body["answers"], ANSWER_COLS)
+        body = self.q(AnswersResponse, "answers", run_id, step=int(step), group=int(row[0]))
+        return _table(body.answers, ANSWER_COLS)
 
     def pick_answer(self, run_id: str | None, body: Json | None, evt: gr.SelectData) -> tuple:
         """A row of the answers or results table (step, group, answer first) -> its tokens."""
@@ -197,34 +214,46 @@ class _Handlers:
         if not run_id or body is None or len(row) < 3 or row[0] is None:
             return gr.skip(), gr.skip(), gr.skip()
         step, group, answer = (int(v) for v in row[:3])
-        answers = self.q("answers", run_id, step=step, group=group)["answers"]
-        shown = next(a for a in answers if a["answer"] == answer)
-        return self.token_page(run_id, body, {"answer": shown}, 0)
+        answers = self.q(AnswersResponse, "answers", run_id, step=step, group=group).answers
+        shown = next(a for a in answers if a.answer == answer)
+        return self.token_page(run_id, body, {"answer": shown.model_dump(mode="json")}, 0)
 
-    def token_page(self, run_id: str | None, body: Json | None, shown: Json | None, at: int):
+    def token_page(
+        self, run_id: str | None, body: Json | None, shown: Json | None, at: int
+    ) -> tuple:
         """The tokens of the shown answer from position ``at`` (TOKEN_PAGE of them), with
         "tokens 1,001-2,000 of 4,096" above them."""
         if not run_id or body is None or not shown:
             return gr.skip(), gr.skip(), gr.skip()
-        a = shown["answer"]
-        step, group, answer = a["step"], a["group"], a["answer"]
-        at = max(0, min(int(at), max(0, int(a.get("length") or 0) - 1)))
+        a = AnswerRowOut.model_validate(shown["answer"])  # the state holds it as JSON
+        step, group, answer = a.step, a.group, a.answer
+        at = max(0, min(int(at), max(0, a.length - 1)))
         at -= at % TOKEN_PAGE
         page = self.q(
-            "tokens", run_id, step=step, group=group, answer=answer, offset=at, limit=TOKEN_PAGE
+            TokensResponse,
+            "tokens",
+            run_id,
+            step=step,
+            group=group,
+            answer=answer,
+            offset=at,
+            limit=TOKEN_PAGE,
         )
-        tokens = page["tokens"]
+        tokens = [t.model_dump(mode="json") for t in page.tokens]  # the report draws JSON
         num = next((r["num_tokens"] for r in body["steps"] if r["step"] == step), None)
         view = (
             f"<p><b>Step {step}, group {group}, answer {answer}</b>: reward "
-            f"{_number(a['reward'])}, advantage {_number(a['advantage'])}; "
+            f"{_number(a.reward)}, advantage {_number(a.advantage)}; "
             f"{page_note('tokens', at, page)}</p>"
             + tokens_html(tokens, body["run"]["methods"], num)
         )
-        state = {"answer": a, "tokens": tokens, "offset": at}
-        return view, self.report(body, a, tokens), state
+        shown_answer = a.model_dump(mode="json")
+        state = {"answer": shown_answer, "tokens": tokens, "offset": at}
+        return view, self.report(body, shown_answer, tokens), state
 
-    def token_move(self, run_id: str | None, body: Json | None, shown: Json | None, move: int):
+    def token_move(
+        self, run_id: str | None, body: Json | None, shown: Json | None, move: int
+    ) -> tuple:
         at = int((shown or {}).get("offset", 0)) + move * TOKEN_PAGE
         return self.token_page(run_id, body, shown, at)
 

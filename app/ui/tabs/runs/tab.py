@@ -8,6 +8,7 @@ from typing import Any
 import gradio as gr
 from gradio.context import Context
 
+from app.schemas.runs import RunsResponse
 from app.services.catalog import ANALYSIS_DEFAULTS, BUDGET_OVER, analysis_knob
 from app.services.errors import GMTSError
 from app.ui.context import Tab, UIContext, call
@@ -56,7 +57,7 @@ def build_runs_tab(ctx: UIContext) -> None:
         listing = ctx.backend.runs()
     except GMTSError as exc:  # a remote backend may be down: the Refresh button retries
         logger.warning("cannot list runs: %s", exc)
-        listing = {"runs": []}
+        listing = RunsResponse(runs=[], formats=[])
     with gr.Row():
         run = gr.Dropdown(
             run_choices(listing), value=None, label="Run", elem_id="run-pick", scale=3
@@ -199,11 +200,12 @@ class _Handlers:
             return (*(gr.update(),) * 4, "", gr.update(active=False))
         params = self.params(model_name, r, numbers, budget)
         metrics = call(lambda: self.backend.run_metrics(run_id, params))
-        cover, waste, overlap = metrics_figures(metrics)
-        reports = metrics["reports"] or (shown or {}).get("reports") or []
+        drawn = metrics.model_dump(mode="json")  # the charts draw the body as the API sends it
+        cover, waste, overlap = metrics_figures(drawn)
+        reports = drawn["reports"] or (shown or {}).get("reports") or []
         trainer = trainer_metrics_figure(shown or {}, reports)
-        running = gr.update(active=metrics["running"])
-        return cover, waste, overlap, trainer, metrics_status(metrics), running
+        running = gr.update(active=metrics.running)
+        return cover, waste, overlap, trainer, metrics_status(drawn), running
 
     def load_run(
         self,
@@ -215,7 +217,8 @@ class _Handlers:
     ) -> tuple:
         if not run_id:
             return (None, None, "", None, *self.poll(None, model_name, r, None))
-        overview = call(lambda: self.backend.run_overview(run_id))
+        body = call(lambda: self.backend.run_overview(run_id))
+        overview = body.model_dump(mode="json")  # the charts draw the body as the API sends it
         keep = ("trainer_metrics", "overview", "reports")  # what the trainer's chart needs
         shown = {k: overview.get(k) for k in keep}
         return (
@@ -232,7 +235,8 @@ class _Handlers:
         if not run_id or step is None:
             return None, step_summary(None), "", step_html(None)
         params = self.params(model_name, r, numbers, budget)
-        view = call(lambda: self.backend.run_step(run_id, int(step), params))
+        body = call(lambda: self.backend.run_step(run_id, int(step), params))
+        view = body.model_dump(mode="json")  # the views draw the body as the API sends it
         return view, step_summary(view), step_differences(view), step_html(view, colour)
 
     def show_first(self, view: Json | None, run_id: str | None, *asked: Any) -> tuple:
@@ -242,7 +246,7 @@ class _Handlers:
             return self.show(None, None, *asked)
         if view and view.get("run") == run_id:
             return (gr.skip(),) * 4
-        first = call(lambda: self.backend.run_overview(run_id))["steps"][0]
+        first = call(lambda: self.backend.run_overview(run_id)).steps[0]
         return self.show(run_id, first, *asked)
 
     def report(self, run_id: str | None, shown: Json | None, view: Json | None) -> Any:

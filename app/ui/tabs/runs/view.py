@@ -26,6 +26,7 @@ from app.reports.run_charts import (
     reward_figure,
     trainer_figure,
 )
+from app.schemas.runs import RunsResponse
 from app.ui.downloads import standalone_page
 from app.ui.render import placeholder, rank_pool, render_group
 from app.ui.why_differ import why_differ_html
@@ -35,13 +36,9 @@ Json = dict[str, Any]
 STEP_COLUMNS = ["step", "groups", "answers", "reward mean", "zero-signal share"]
 
 
-def run_choices(runs: Json) -> list[tuple[str, str]]:
+def run_choices(runs: RunsResponse) -> list[tuple[str, str]]:
     """Dropdown choices of the readable runs: ``id (format, N steps)`` -> id."""
-    return [
-        (f"{r['id']} ({r['format']}, {r['num_steps']} steps)", r["id"])
-        for r in runs["runs"]
-        if r.get("readable", True)
-    ]
+    return [(f"{r.id} ({r.format}, {r.num_steps} steps)", r.id) for r in runs.runs if r.readable]
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!<>|~&])")
@@ -59,13 +56,13 @@ def md_code(text: str) -> str:
     return f"{fence} {text.replace(chr(10), ' ')} {fence}"
 
 
-def unreadable_note(runs: Json) -> str:
+def unreadable_note(runs: RunsResponse) -> str:
     """The runs listed but not readable, each with its reason (Markdown; empty if none)."""
-    bad = [r for r in runs["runs"] if not r.get("readable", True)]
-    lines = [f"- {md_code(r['id'])}: {md_text(str(r['reason']))}" for r in bad[:20]]
+    bad = [r for r in runs.runs if not r.readable]
+    lines = [f"- {md_code(r.id)}: {md_text(str(r.reason))}" for r in bad[:20]]
     if len(bad) > 20:
         lines.append(f"- ... and {len(bad) - 20} more")
-    if runs.get("truncated"):
+    if runs.truncated:
         lines.append("- the run root holds more entries than GMTS_RUN_MAX_FOLDER_ENTRIES")
     return ("**Not readable:**\n" + "\n".join(lines)) if lines else ""
 

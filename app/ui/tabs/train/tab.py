@@ -42,7 +42,7 @@ def _controls(ctx: UIContext) -> dict[str, Any]:
     """The knobs, at the tab's defaults (``TrainForm``) within this server's limits."""
     d = TrainForm()
     models, default_model = ctx.backend.models()
-    limits = ctx.capabilities["limits"]  # the backend's limits
+    limits = ctx.capabilities.limits  # the backend's limits
     max_steps = int(limits["max_session_steps"])
     max_prompts = int(limits.get("max_step_prompts", 64))
     c: dict[str, Any] = {}

@@ -16,8 +16,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.schemas.sessions import SessionOut
 from app.services.catalog import CLASS_RECIPE
 from app.services.errors import SessionNotFoundError
+from app.services.responses import as_json
 from app.ui import status
 from app.ui.client import Backend
 from app.ui.render import Json, fmt, placeholder
@@ -224,8 +226,8 @@ class TrainView:
 # --- running steps through a backend ---------------------------------------------------------
 
 
-def _same_session(info: Json, form: TrainForm) -> bool:
-    return (not form.model or info.get("model") == form.model) and info.get("seed") == form.seed
+def _same_session(info: SessionOut, form: TrainForm) -> bool:
+    return (not form.model or info.model == form.model) and info.seed == form.seed
 
 
 def ensure_session(backend: Backend, session_id: str | None, form: TrainForm) -> TrainView:
@@ -238,17 +240,17 @@ def ensure_session(backend: Backend, session_id: str | None, form: TrainForm) ->
             note = f"Your previous session is gone ({exc}); started a new one."
         else:
             if _same_session(info, form):
-                return TrainView(session_id, info)
+                return TrainView(session_id, as_json(info))
             note = "Model or seed changed: started a new session from the base model."
-    info = backend.create_session(form.create_request())
-    logger.info("UI created session %s", info["session_id"])
-    return TrainView(info["session_id"], info, note=note)
+    created = backend.create_session(form.create_request())
+    logger.info("UI created session %s", created.session_id)
+    return TrainView(created.session_id, as_json(created), note=note)
 
 
 def _evaluate(backend: Backend, view: TrainView, form: TrainForm) -> None:
     assert view.session_id is not None
     backend.evaluate_session(view.session_id, form.eval_request())
-    view.info = backend.get_session(view.session_id)
+    view.info = as_json(backend.get_session(view.session_id))
 
 
 def _switch_method(backend: Backend, view: TrainView, form: TrainForm) -> None:
@@ -258,7 +260,7 @@ def _switch_method(backend: Backend, view: TrainView, form: TrainForm) -> None:
     if not history or history[-1].get("method") == form.method or view.session_id is None:
         return
     view.earlier = train_runs.keep(view.earlier, view.info)
-    view.info = backend.reset_session(view.session_id)
+    view.info = as_json(backend.reset_session(view.session_id))
     view.note = (
         f"Method changed to {form.method}: the {history[-1].get('method')} run is kept faded "
         "on the chart, and this run starts again from the starting weights."
@@ -304,8 +306,8 @@ def run_steps(
         if progress is not None:
             live = status.LiveStatus(_step_line(progress, i, total), f"step {i + 1} of {total}: ")
         body = backend.step_session(view.session_id, form.step_request(include_tokens=last), live)
-        view.last_batch = body.get("last_batch") or view.last_batch
-        view.info = backend.get_session(view.session_id)
+        view.last_batch = as_json(body).get("last_batch") or view.last_batch
+        view.info = as_json(backend.get_session(view.session_id))
         if i + 1 in evals and not last:
             if progress is not None:
                 progress((i + 1, total), desc=f"held-out accuracy after step {i + 1}")
@@ -335,8 +337,8 @@ def reset_session(
     if not session_id:
         return TrainView(note="Nothing to reset yet.", earlier=earlier)
     try:
-        kept = train_runs.keep(earlier, backend.get_session(session_id))
-        info = backend.reset_session(session_id)
+        kept = train_runs.keep(earlier, as_json(backend.get_session(session_id)))
+        info = as_json(backend.reset_session(session_id))
     except SessionNotFoundError:
         return TrainView(
             note="The session had expired; the next run starts a new one.", earlier=earlier

@@ -9,9 +9,12 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from app.core.config import Settings
 from app.main import create_app
+from app.services.catalog import capabilities
 from app.services.errors import QueueFullError
 from app.services.jobs import JobLimiter, wait_in_queue
+from app.services.responses import as_json
 from app.ui.remote_backend import RemoteBackend
 from app.ui.tabs.explore.view import ExploreForm, build_request, reward_note, rule_overridden
 from tests.app.api_helpers import make_settings
@@ -85,12 +88,12 @@ def test_the_remote_ui_backend_retries_a_busy_server() -> None:
         if len(calls) < 3:
             body = {"error": {"code": "queue_full", "message": "busy"}}
             return httpx.Response(429, json=body, headers={"Retry-After": "1"})
-        return httpx.Response(200, json={"ok": True})
+        return httpx.Response(200, json=as_json(capabilities(Settings())))
 
     notified: list[str] = []
     backend = RemoteBackend("http://x", on_wait=notified.append, sleep=lambda _s: None)
     backend._client = httpx.Client(base_url="http://x", transport=httpx.MockTransport(handler))
-    assert backend.analyze({}) == {"ok": True}
+    assert backend.capabilities() == capabilities(Settings())  # the body, as its model
     assert len(calls) == 3 and len(notified) == 1
 
 
@@ -100,7 +103,7 @@ def test_ui_handlers_obey_the_same_limits_before_model_work(model_root: Path) ->
 
     services = create_app(make_settings(model_root)).state.services
     ui = LocalBackend(services)
-    sid = ui.create_session({"group_size": 2, "prompts_per_step": 1})["session_id"]
+    sid = ui.create_session({"group_size": 2, "prompts_per_step": 1}).session_id
     long_prompt = {"prompts": [{"prompt": "1" * 100_000, "reference": "2"}]}
     with pytest.raises(LimitExceededError, match="GMTS_MAX_PROMPT_CHARS"):
         ui.step_session(sid, long_prompt)
@@ -109,4 +112,4 @@ def test_ui_handlers_obey_the_same_limits_before_model_work(model_root: Path) ->
         ui.step_session(sid, bad_ref)
     with pytest.raises(LimitExceededError, match="GMTS_MAX_EVAL_ANSWERS"):
         ui.evaluate_session(sid, {"num_problems": 2000, "samples_per_problem": 16})
-    assert ui.get_session(sid)["steps_done"] == 0  # nothing ran
+    assert ui.get_session(sid).steps_done == 0  # nothing ran

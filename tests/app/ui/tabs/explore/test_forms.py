@@ -8,14 +8,13 @@ from app.core.config import Settings
 from app.schemas.analyze_request import AnalyzeRequest
 from app.services.catalog import BUDGET_OVER, capabilities
 from app.services.errors import InvalidInputError
-from app.services.responses import as_json
 from app.ui import choices
 from app.ui.tabs.explore import batch
 from app.ui.tabs.explore import view as explore
 from gmts_core.methods.rewards import list_rewards
 from gmts_core.methods.selection import list_methods
 
-CAPS = as_json(capabilities(Settings()))
+CAPS = capabilities(Settings())
 
 
 def form(**values: object) -> explore.ExploreForm:
@@ -39,9 +38,9 @@ def test_sampling_request_is_a_valid_api_body() -> None:
 def test_the_advantage_and_aggregation_pickers_reach_the_request() -> None:
     """The reasons "why they differ" name |A| and w: Explore sets both, from the backend's
     registries."""
-    assert CAPS["advantages"] and CAPS["loss_aggregations"]
-    for adv in CAPS["advantages"]:
-        for agg in CAPS["loss_aggregations"]:
+    assert CAPS.advantages and CAPS.loss_aggregations
+    for adv in CAPS.advantages:
+        for agg in CAPS.loss_aggregations:
             body = explore.build_request(form(advantage=adv, loss_aggregation=agg))
             req = AnalyzeRequest.model_validate(body)
             assert (req.advantage, req.loss_aggregation) == (adv, agg)
@@ -97,7 +96,8 @@ def test_user_mistakes_get_a_message(values: dict, message: str) -> None:
 def test_dropdowns_read_the_backends_capabilities() -> None:
     assert choices.reward_choices(CAPS)[:-1] == list_rewards()
     assert choices.method_names(CAPS) == list_methods()
-    caps = {**CAPS, "methods": [{"name": "mine", "description": "x"}], "reward_rules": ["r"]}
+    mine = CAPS.methods[0].model_copy(update={"name": "mine", "description": "x"})
+    caps = CAPS.model_copy(update={"methods": [mine], "reward_rules": ["r"]})
     assert choices.method_names(caps) == ["mine"] and choices.reward_choices(caps)[0] == "r"
     body = explore.build_request(form(method_a="gmts", method_b="mine"), ["entropy", "mine"])
     assert body["selection"]["methods"] == ["gmts", "mine", "entropy"]

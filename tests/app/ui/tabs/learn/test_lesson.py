@@ -6,7 +6,6 @@ import re
 
 from app.core.config import Settings
 from app.services.catalog import capabilities
-from app.services.responses import as_json
 from app.ui import choices
 from app.ui.tabs.learn import learn, lesson
 from gmts_core.methods.selection import list_methods
@@ -40,7 +39,7 @@ def test_zero_signal_group_is_never_called_gmts_choice(result: dict) -> None:
 
 
 def test_every_method_and_scope_is_explained() -> None:
-    text = choices.methods_markdown(as_json(capabilities(Settings())))
+    text = choices.methods_markdown(capabilities(Settings()))
     for m in list_methods():
         assert f"**{m}**:" in text
     for scope in ("batch", "group", "answer"):

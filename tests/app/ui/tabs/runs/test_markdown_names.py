@@ -9,6 +9,7 @@ import html
 import pytest
 from markdown_it import MarkdownIt
 
+from app.schemas.runs import RunInfo, RunsResponse
 from app.ui.tabs.runs.view import md_code, md_text, unreadable_note
 
 render = MarkdownIt("commonmark").render
@@ -30,7 +31,11 @@ def test_names_and_reasons_render_as_their_own_text(name: str) -> None:
 
 
 def test_the_unreadable_note_shows_the_name_once_escaped() -> None:
-    note = unreadable_note({"runs": [{"id": NAMES[0], "readable": False, "reason": NAMES[0]}]})
+    bad = RunInfo(
+        id=NAMES[0], readable=False, reason=NAMES[0], format=None, logged=False,
+        num_steps=None, first_step=None, last_step=None,
+    )
+    note = unreadable_note(RunsResponse(runs=[bad], formats=[]))
     rendered = render(note)
     assert "<img" not in rendered and "&amp;lt;" not in rendered
     assert html.unescape(rendered).count(NAMES[0]) == 2

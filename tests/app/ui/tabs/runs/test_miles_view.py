@@ -11,7 +11,7 @@ from tests.app.ui.tabs.runs.conftest import DATA
 
 
 def test_a_miles_run_is_listed_summarised_and_its_step_shown(services) -> None:  # type: ignore[no-untyped-def]
-    choices = dict((v, k) for k, v in run_choices(services.runs.list_runs().model_dump()))
+    choices = dict((v, k) for k, v in run_choices(services.runs.list_runs()))
     assert choices["miles"] == "miles (miles, 3 steps)"
     overview = services.runs.overview("miles").model_dump()
     assert list(steps_table(overview)["step"]) == [0, 1, 2]

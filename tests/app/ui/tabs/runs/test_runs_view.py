@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from app.schemas.runs import RunsResponse
 from app.services.container import build_services
 from app.services.runs import StepOptions
 from app.ui.tabs.runs.view import (
@@ -21,7 +22,7 @@ from tests.app.ui.tabs.runs.conftest import DATA
 
 
 def test_run_choices_and_steps_table(services) -> None:  # type: ignore[no-untyped-def]
-    choices = dict((v, k) for k, v in run_choices(services.runs.list_runs().model_dump()))
+    choices = dict((v, k) for k, v in run_choices(services.runs.list_runs()))
     assert choices["verl"] == "verl (verl, 3 steps)"
     overview = services.runs.overview("logged").model_dump()
     table = steps_table(overview)
@@ -88,13 +89,19 @@ def test_metrics_figures_and_unreadable_runs(services, tmp_path: Path) -> None: 
     assert [t.name for t in overlap.data] == ["entropy & gmts"]
     assert list(cover.data[0].x) == [1, 2, 3]
     assert metrics_status(metrics) == "Metrics over steps: 3 of 3 steps analysed."
-    runs = {
-        "runs": [
-            {"id": "ok", "readable": True, "format": "verl", "num_steps": 2},
-            {"id": "bad\\xff.jsonl", "readable": False, "reason": "not valid UTF-8"},
-        ],
-        "truncated": False,
-    }
+    rows = [
+        {"id": "ok", "format": "verl", "num_steps": 2},
+        {"id": "bad\\xff.jsonl", "readable": False, "reason": "not valid UTF-8", "format": None},
+    ]
+    runs = RunsResponse.model_validate(
+        {
+            "runs": [
+                {"logged": False, "num_steps": None, "first_step": None, "last_step": None, **r}
+                for r in rows
+            ],
+            "formats": ["verl"],
+        },
+    )
     assert run_choices(runs) == [("ok (verl, 2 steps)", "ok")]
     assert "` bad\\xff.jsonl `: not valid UTF\\-8" in unreadable_note(runs)  # escaped once
 

@@ -76,6 +76,7 @@ def test_opening_a_run_in_the_tab_draws_the_trainers_entropy(services) -> None: 
     wasted share, overlap, the trainer's chart), with the real overview and step reports."""
     from types import SimpleNamespace
 
+    from app.schemas.runs import RunMetricsResponse, RunOverviewResponse
     from app.ui.tabs.runs.tab import _Handlers
     from gmts_core.runs import open_run
     from gmts_core.runs.analysis import logged_step_report
@@ -83,11 +84,12 @@ def test_opening_a_run_in_the_tab_draws_the_trainers_entropy(services) -> None: 
     reports = [logged_step_report(s).to_dict() for s in open_run(DATA / "logged").iter_steps()]
 
     class Backend:
-        def run_overview(self, run_id: str) -> dict:
-            return services.runs.overview(run_id).model_dump()  # type: ignore[no-any-return]
+        def run_overview(self, run_id: str) -> RunOverviewResponse:
+            return services.runs.overview(run_id)  # type: ignore[no-any-return]
 
-        def run_metrics(self, run_id: str, params: dict) -> dict:
-            return {"reports": reports, "running": False, "steps_done": 2, "steps_total": 2}
+        def run_metrics(self, run_id: str, params: dict) -> RunMetricsResponse:
+            body = {"reports": reports, "running": False, "steps_done": 2, "steps_total": 2}
+            return RunMetricsResponse.model_validate({"run": run_id, **body})
 
     out = _Handlers(SimpleNamespace(backend=Backend())).load_run("trl", "tiny-arith", 0.2)  # type: ignore[arg-type]
     note, fig = out[2], out[7]

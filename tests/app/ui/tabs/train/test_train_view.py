@@ -197,7 +197,7 @@ def test_run_steps_yields_after_every_step_and_evaluates(backend: LocalBackend) 
     assert views[-1].last_batch and views[-1].last_batch[0]["tokens"]
     assert [p for p, _ in progress.calls][:2] == [(0, 2), (0, 2)]
     assert views[-1].earlier == []  # start evaluation, step 1
-    # each step's place in line and stages are said as they happen, in order
+    # each step's place in the queue and stages are said as they happen, in order
     step1 = [d for _, d in progress.calls if d.startswith("step 1 of 2: ")]
     assert step1[1:5] == [
         "step 1 of 2: running",
@@ -256,7 +256,7 @@ def test_remote_backend_drives_sessions_and_gradcheck_over_http(model_root: Path
             remote.get_session(sid)
         assert "gone" in (train.ensure_session(remote, sid, FORM).note or "")
         body = remote.gradcheck(given_body(max_tokens=64))
-        assert body["fidelity"]["num_tokens"] == body["summary"]["num_tokens"]
+        assert body.fidelity.num_tokens == body.summary.num_tokens
         with pytest.raises(BackendError, match="local backend"):
             remote.compare(None, None)
 
