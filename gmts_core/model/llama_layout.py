@@ -7,6 +7,7 @@ RoPE whose frequencies do not depend on the forward's length."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -27,8 +28,10 @@ def plain_linear(module: Any) -> bool:
     )
 
 
-def is_plain_llama(body: Any) -> bool:
-    """True when every layer of ``body`` is the plain Llama/Qwen2 layout (see the module)."""
+def is_plain_llama(body: Any, linear_ok: Callable[[Any], bool] = plain_linear) -> bool:
+    """True when every layer of ``body`` is the plain Llama/Qwen2 layout (see the module), each
+    projection passing ``linear_ok`` (by default: a plain ``nn.Linear``; the sampler also takes
+    plain LoRA layers, whose adapter it merges, :mod:`gmts_core.model.lora_merge`)."""
     layers = getattr(body, "layers", None)
     config = getattr(body, "config", None)
     if not layers or config is None or not hasattr(body, "rotary_emb"):
@@ -48,7 +51,7 @@ def is_plain_llama(body: Any) -> bool:
         if getattr(attn, "sliding_window", None) or hasattr(attn, "q_norm"):
             return False
         linears = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)
-        if not all(plain_linear(m) for m in (*linears, mlp.gate_proj, mlp.up_proj, mlp.down_proj)):
+        if not all(linear_ok(m) for m in (*linears, mlp.gate_proj, mlp.up_proj, mlp.down_proj)):
             return False
         norms = (layer.input_layernorm, layer.post_attention_layernorm)
         if not all(type(n).__name__ in NORMS for n in norms):

@@ -11,9 +11,11 @@ model's own prefill). The model's own RMSNorm, rotary embedding and activation m
 called, so their variants (rope scaling, norm epsilon) are the model's; the attention of one
 query is a weighted sum over the cached keys and values.
 
-It serves a model only when every piece is the plain one (``nn.Linear`` without hooks, so a
-PEFT adapter or an offloading wrapper is never bypassed); the sampler's probe then checks its
-logits against the model's teacher-forced forward
+It serves a model only when every piece is the plain one (``nn.Linear`` without hooks, so an
+offloading wrapper is never bypassed), or a plain PEFT LoRA layer on one, whose adapter is merged
+into the weights the step uses (:mod:`gmts_core.model.lora_merge`: a LoRA policy then samples
+at the base model's cost, not through PEFT's per-projection forward); the sampler's probe then
+checks its logits against the model's teacher-forced forward
 (:func:`gmts_core.sampling.sampler_probe.probe_difference`).
 """
 
@@ -28,6 +30,7 @@ import torch.nn.functional as F
 from gmts_core import native
 from gmts_core.model.kv_cache import PreallocatedLayer
 from gmts_core.model.llama_layout import NORMS, is_plain_llama
+from gmts_core.model.lora_merge import linear_weights, mergeable_linear
 
 SILU = ("SiLUActivation", "SiLU")  # gates the native step computes itself
 MAX_PARAMETERS = 200_000_000  # larger bodies keep the generic step (no weight copies)
@@ -37,7 +40,8 @@ MAX_PARAMETERS = 200_000_000  # larger bodies keep the generic step (no weight c
 class _LayerWeights:
     """One decoder layer's weights as the fused step uses them: the query/key/value and
     gate/up projections concatenated into one matrix each (one matmul instead of three and
-    two), taken from the live parameters at the start of each sampling call."""
+    two), taken from the live parameters at the start of each sampling call (a LoRA adapter
+    merged in: :func:`gmts_core.model.lora_merge.linear_weights`)."""
 
     norm1: torch.Tensor
     eps1: float
@@ -55,31 +59,35 @@ class _LayerWeights:
     act: Any
 
 
-def _cat_bias(*linears: Any) -> torch.Tensor | None:
-    if all(m.bias is None for m in linears):
-        return None
-    return torch.cat(
-        [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in linears]
-    )
+def _cat(*linears: Any) -> tuple[torch.Tensor, torch.Tensor | None, tuple[int, ...]]:
+    """The projections' weights (a LoRA adapter merged in) stacked, their biases (zeros for
+    those without; None when none has one) and their output widths."""
+    pairs = [linear_weights(m) for m in linears]
+    weight = torch.cat([w for w, _ in pairs])
+    widths = tuple(int(w.shape[0]) for w, _ in pairs)
+    if all(b is None for _, b in pairs):
+        return weight, None, widths
+    bias = torch.cat([w.new_zeros(w.shape[0]) if b is None else b for w, b in pairs])
+    return weight, bias, widths
 
 
 def _weights(layer: Any) -> _LayerWeights:
     attn, mlp = layer.self_attn, layer.mlp
     qkv = (attn.q_proj, attn.k_proj, attn.v_proj)
+    qkv_weight, qkv_bias, (q, k, v) = _cat(*qkv)
+    gate_up, gate_up_bias, _ = _cat(mlp.gate_proj, mlp.up_proj)
     return _LayerWeights(
         layer.input_layernorm.weight,
         float(layer.input_layernorm.variance_epsilon),
-        torch.cat([m.weight for m in qkv]).detach(),
-        _cat_bias(*qkv),
-        (attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features),
-        attn.o_proj.weight,
-        attn.o_proj.bias,
+        qkv_weight,
+        qkv_bias,
+        (q, k, v),
+        *linear_weights(attn.o_proj),
         layer.post_attention_layernorm.weight,
         float(layer.post_attention_layernorm.variance_epsilon),
-        torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(),
-        _cat_bias(mlp.gate_proj, mlp.up_proj),
-        mlp.down_proj.weight,
-        mlp.down_proj.bias,
+        gate_up,
+        gate_up_bias,
+        *linear_weights(mlp.down_proj),
         mlp.act_fn,
     )
 
@@ -117,8 +125,9 @@ class FusedStep:
     @staticmethod
     def of(body: Any) -> FusedStep | None:
         """The fused step for this transformer body, or None if it is not the plain Llama
-        layout (:func:`gmts_core.model.llama_layout.is_plain_llama`) or too large."""
-        if not is_plain_llama(body):
+        layout (:func:`gmts_core.model.llama_layout.is_plain_llama`; plain LoRA adapters are
+        merged, :mod:`gmts_core.model.lora_merge`) or too large."""
+        if not is_plain_llama(body, mergeable_linear):
             return None
         if sum(p.numel() for p in body.parameters()) > MAX_PARAMETERS:
             return None  # the concatenated projections would copy too much
