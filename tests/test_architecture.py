@@ -1,10 +1,12 @@
 """The architecture rules are code: import-linter's contracts (pyproject.toml) hold, and break.
 
 The contracts: gmts_core never imports the web layer (app, fastapi, starlette, gradio, plotly,
-uvicorn); the front ends (app.api, app.ui, app.cli) reach gmts_core only through app.services;
-the subpackages of gmts_core and app import each other without cycles, and so do the modules
-inside each, counting the imports under ``if TYPE_CHECKING:`` too; gmts_core's subpackages keep
-the order ARCHITECTURE.md draws (a layers contract). ``make lint`` runs the same check.
+uvicorn); the front ends (app.api, app.ui, app.cli) reach gmts_core only through
+app.services, but for the library's vocabulary modules (its errors, cancellation, configs,
+knobs, run budget), which they import where the names are defined; the subpackages of
+gmts_core and app import each other without cycles, and so do the modules inside each, counting
+the imports under ``if TYPE_CHECKING:`` too; gmts_core's subpackages keep the order
+ARCHITECTURE.md draws (a layers contract). ``make lint`` runs the same check.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LINT = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=1))"
 WEB = "gmts_core never imports the web layer (app, fastapi, starlette, gradio, plotly, uvicorn)"
-SERVICES = "the front ends (app.api, app.ui, app.cli) reach gmts_core only through app.services"
+SERVICES = (
+    "the front ends (app.api, app.ui, app.cli) reach gmts_core only through app.services, but "
+    "for the library's vocabulary modules"
+)
 CYCLES = (
     "no import cycles between the subpackages of gmts_core and app, nor between the modules of "
     "each (type-checking imports included)"

@@ -11,7 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from app.api.errors import UnauthorizedError
 from app.core.config import Settings
 from app.services.container import Services
-from app.services.errors import InvalidInputError
+from gmts_core.errors import InvalidInputError
 
 _bearer = HTTPBearer(
     auto_error=False,

@@ -18,18 +18,20 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.services.errors import (
-    Cancelled,
-    GMTSError,
-    InvalidInputError,
     JobNotFoundError,
-    LimitExceededError,
-    ModelLoadError,
-    ModelNotFoundError,
-    NonFiniteLogitsError,
     QueueFullError,
     RunNotFoundError,
     SessionNotFoundError,
 )
+from gmts_core.errors import (
+    GMTSError,
+    InvalidInputError,
+    LimitExceededError,
+    ModelLoadError,
+    ModelNotFoundError,
+    NonFiniteLogitsError,
+)
+from gmts_core.progress import Cancelled
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,8 @@ from app.api.asgi import content_length, header, json_error, read_body, send_jso
 from app.api.client_limits import client_address
 from app.api.json_body import duplicate_key, is_json
 from app.api.middleware import request_id_var
-from app.services.jobs import JOB_CLIENT, JOB_LABEL, JOB_TIMING, CancelToken, JobTiming, cancellable
+from app.services.jobs import JOB_CLIENT, JOB_LABEL, JOB_TIMING, JobTiming
+from gmts_core.progress import CancelToken, cancellable
 
 logger = logging.getLogger(__name__)
 

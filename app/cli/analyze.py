@@ -11,8 +11,8 @@ from rich.text import Text
 
 from app.cli._app import cli
 from app.cli.common import cli_limits, echo_body, fail, group_request, services, with_options
-from app.services.errors import GMTSError
 from app.services.validation import validated
+from gmts_core.errors import GMTSError
 
 # entropy-only: underline; GMTS-only: bold on blue; both: bold reverse (readable without colour)
 _STYLES = {"both": "bold reverse", "a": "underline yellow", "b": "bold white on blue"}

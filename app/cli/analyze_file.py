@@ -38,10 +38,11 @@ from app.cli.common import (
     services,
     with_options,
 )
-from app.services.errors import GMTSError, InvalidInputError
 from app.services.export import write_csv
-from app.services.line_budget import CLI_LIMITS, RunLimits, jsonl_lines
+from app.services.line_budget import jsonl_lines
 from app.services.validation import validated
+from gmts_core.errors import GMTSError, InvalidInputError
+from gmts_core.run_limits import CLI_LIMITS, RunLimits
 
 # the request and response models (app.schemas.analyze_request, app.services.responses) import
 # torch: imported where a batch is analysed, not for `gmts analyze-file --help`

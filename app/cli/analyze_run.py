@@ -28,8 +28,9 @@ from app.cli.common import (
     progress_lines,
     services,
 )
-from app.services.catalog import ANALYSIS_DEFAULTS, DEFAULT_METHODS
-from app.services.errors import GMTSError
+from app.services.catalog import ANALYSIS_DEFAULTS
+from gmts_core.config import DEFAULT_METHODS
+from gmts_core.errors import GMTSError
 
 if TYPE_CHECKING:  # the run analysis imports torch: when the command runs, not for --help
     from app.services.run_analysis import StepReport
@@ -122,12 +123,8 @@ def analyze_run_command(
 ) -> None:
     """Per-step report of a training run: rewards, zero-signal groups, coverage, waste."""
     from app.services.methods import scope_for
-    from app.services.run_analysis import (
-        AnalysisConfig,
-        RunAnalysisRequest,
-        cli_limits,
-        run_analysis,
-    )
+    from app.services.run_analysis import RunAnalysisRequest, cli_limits, run_analysis
+    from gmts_core.config import AnalysisConfig
 
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     req = RunAnalysisRequest(

@@ -19,18 +19,18 @@ from app.services.catalog import (
     ANALYSIS_DEFAULTS,
     BUILTIN_ALIASES,
     CONFIGS,
-    DEFAULT_METHODS,
     SAMPLING_DEFAULTS,
     analysis_knob,
     config_knob,
     rl_knob,
 )
+from gmts_core.config import DEFAULT_METHODS
 
 if TYPE_CHECKING:
     from app.services.container import Services
-    from app.services.errors import GMTSError
     from app.services.model_registry import LoadedModel
     from app.services.policy import LimitsPolicy
+    from gmts_core.errors import GMTSError
 
 Json = dict[str, Any]
 

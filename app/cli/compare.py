@@ -29,7 +29,7 @@ from app.cli.common import (
     services,
 )
 from app.services.catalog import COMPARE_DEFAULTS as COMPARE
-from app.services.errors import GMTSError
+from gmts_core.errors import GMTSError
 
 if TYPE_CHECKING:  # the comparison imports torch: when the command runs, not for --help
     from app.services.compare import CompareResult

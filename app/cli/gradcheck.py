@@ -20,8 +20,8 @@ from app.cli.common import (
     with_options,
 )
 from app.services.catalog import GRADCHECK_MAX_TOKENS
-from app.services.errors import GMTSError
 from app.services.validation import validated
+from gmts_core.errors import GMTSError
 
 
 @cli.command("gradcheck")

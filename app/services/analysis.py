@@ -18,7 +18,7 @@ from app.core.config import Settings
 from app.schemas.analyze_request import DEFAULT_NUM_SAMPLES, AnalyzeRequest, GroupRequest
 from app.schemas.analyze_response import AnalyzeResponse
 from app.services.catalog import SAMPLING_DEFAULTS
-from app.services.errors import LimitExceededError, SessionNotFoundError
+from app.services.errors import SessionNotFoundError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRef, ModelRegistry
 from app.services.policy import LimitsPolicy
@@ -30,7 +30,7 @@ from gmts_core.analysis.analyze import (
     TokenLimit,
     analyze,
 )
-from gmts_core.errors import InvalidInputError
+from gmts_core.errors import InvalidInputError, LimitExceededError
 from gmts_core.methods.rewards import check_reference, reward_budget
 from gmts_core.methods.selection import default_scope
 from gmts_core.model.loading import LoadedModel

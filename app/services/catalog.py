@@ -11,11 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from gmts_core.base_config import DemoEvalConfig, SamplingConfig, TrainConfig
 from gmts_core.compare_config import CompareConfig
-from gmts_core.config import CLASS_RECIPE as CLASS_RECIPE
-from gmts_core.config import DEFAULT_METHODS as DEFAULT_METHODS
-from gmts_core.config import AnalysisConfig, RLConfig
+from gmts_core.config import DEFAULT_METHODS, AnalysisConfig, RLConfig
 from gmts_core.demo import DEMO_ALIAS
-from gmts_core.knobs import BUDGET_OVER as BUDGET_OVER
 from gmts_core.knobs import DEFAULT_GRADCHECK_MAX_TOKENS, SCOPES, knob_default, knob_info
 from gmts_core.model.packaged import PACKAGED_MODELS, SMOLLM2
 from gmts_core.tasks import word_arith

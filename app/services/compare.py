@@ -19,15 +19,14 @@ from typing import Any
 
 from app.core.config import Settings
 from app.reports.compare_report import compare_html, table_markdown
-from app.services.errors import GMTSError, InvalidInputError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
 from app.services.policy import LimitsPolicy
 from app.services.sessions import check_step_limits
 from gmts_core.config import RLConfig
+from gmts_core.errors import GMTSError, InvalidInputError
 from gmts_core.experiments.compare import (
     COMPARE_RECIPE,
-    DEFAULT_COMPARE_METHODS,
     CompareConfig,
     CompareResult,
     Progress,
@@ -44,10 +43,7 @@ MAX_FILE_BYTES = 50_000_000
 NOISE_KNOBS = ("seed_offset", "eval_seed", "eval_samples", "eval_temperature")
 
 __all__ = [
-    "COMPARE_RECIPE",
-    "DEFAULT_COMPARE_METHODS",
     "NOISE_KNOBS",
-    "CompareConfig",
     "CompareResult",
     "CompareService",
     "compare_config",

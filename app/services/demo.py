@@ -7,9 +7,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.services.errors import InvalidInputError
 from gmts_core.base_config import DemoEvalConfig, FlawMix, TrainConfig
 from gmts_core.demo import DEMO_MODEL_DIR
+from gmts_core.errors import InvalidInputError
 from gmts_core.knobs import knob_info
 
 # training and evaluating import torch and transformers, in the functions that do it: the

@@ -1,21 +1,14 @@
-"""The errors the front ends see, defined once: the library's typed errors and the service layer's.
+"""The service layer's errors, each a :class:`~gmts_core.errors.GMTSError`.
 
-The web layer maps them to HTTP statuses (``app.api.errors``), the UI to ``gr.Error`` and the CLI
-to an exit code. Front ends import errors from here, never from ``gmts_core`` directly.
+The library's own typed errors (``InvalidInputError``, ``LimitExceededError``, ...) and
+``Cancelled`` are defined in ``gmts_core.errors`` and ``gmts_core.progress``, and every module
+imports them from there (one path for each name). The web layer maps them all to HTTP statuses
+(``app.api.errors``), the UI to ``gr.Error`` and the CLI to an exit code.
 """
 
 from __future__ import annotations
 
-from gmts_core.errors import (
-    GMTSError,
-    InvalidInputError,
-    LimitExceededError,
-    ModelLoadError,
-    ModelNotFoundError,
-    NonFiniteLogitsError,
-    UnknownNameError,
-)
-from gmts_core.progress import Cancelled
+from gmts_core.errors import GMTSError
 
 
 class QueueFullError(GMTSError):
@@ -56,17 +49,9 @@ class SessionBusyError(QueueFullError):
 
 
 __all__ = [
-    "Cancelled",
-    "GMTSError",
-    "InvalidInputError",
     "JobNotFoundError",
-    "LimitExceededError",
-    "ModelLoadError",
-    "ModelNotFoundError",
-    "NonFiniteLogitsError",
     "QueueFullError",
     "RunNotFoundError",
     "SessionBusyError",
     "SessionNotFoundError",
-    "UnknownNameError",
 ]

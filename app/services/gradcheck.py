@@ -12,10 +12,10 @@ from contextlib import AbstractContextManager, nullcontext
 
 from app.schemas.gradcheck import GradcheckRequest, GradcheckResponse
 from app.services.analysis import AnalysisService, PreparedAnalysis
-from app.services.errors import LimitExceededError
 from app.services.policy import LimitsPolicy
 from app.services.responses import gradcheck_response
 from gmts_core.analysis.analyze import TokenLimit
+from gmts_core.errors import LimitExceededError
 from gmts_core.experiments.gradcheck import DEFAULT_MAX_TOKENS, gradcheck
 from gmts_core.model.loading import LoadedModel
 from gmts_core.progress import StageCallback

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from gmts_core.run_limits import CLI_LIMITS, RunLimits
+from gmts_core.run_limits import RunLimits
 
-__all__ = ["CLI_LIMITS", "RunLimits", "jsonl_lines"]
+__all__ = ["jsonl_lines"]
 
 
 def jsonl_lines(path: Path, limits: RunLimits) -> Iterator[tuple[int, bytes]]:

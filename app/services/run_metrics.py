@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.schemas.runs import RunMetricsResponse
-from app.services.errors import Cancelled, GMTSError
 from app.services.jobs import wait_in_queue
 from app.services.runs import RunService, StepOptions, evenly
-from gmts_core.progress import CancelToken
+from gmts_core.errors import GMTSError
+from gmts_core.progress import Cancelled, CancelToken
 from gmts_core.runs import Run
 from gmts_core.runs.analysis import StepReport, logged_step_report
 from gmts_core.runs.report import uses_log

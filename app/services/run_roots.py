@@ -22,9 +22,10 @@ from app.schemas.runs import (
     RunInfo,
     RunsResponse,
 )
-from app.services.errors import Cancelled, RunNotFoundError
+from app.services.errors import RunNotFoundError
 from app.services.run_index import RunIndex
 from gmts_core.errors import GMTSError
+from gmts_core.progress import Cancelled
 from gmts_core.runs import NotARunError, Run, list_formats
 from gmts_core.runs.base import RunFormatError
 from gmts_core.runs.report import uses_log

@@ -40,7 +40,6 @@ from app.schemas.runs import (
     TrainerMetricsOut,
 )
 from app.services.analysis import PreparedAnalysis, check_token_limits
-from app.services.errors import Cancelled
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
 from app.services.responses import analysis_response
@@ -49,6 +48,7 @@ from app.services.run_roots import MAX_CACHED_RUNS, RunRoots
 from gmts_core.config import DEFAULT_METHODS, AnalysisConfig
 from gmts_core.errors import GMTSError, InvalidInputError, LimitExceededError
 from gmts_core.knobs import knob_default
+from gmts_core.progress import Cancelled
 from gmts_core.runs import Run
 from gmts_core.runs.analysis import (
     StepReport,

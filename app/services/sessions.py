@@ -34,13 +34,13 @@ from app.schemas.sessions import (
     SessionStepRequest,
     StepOut,
 )
-from app.services.errors import LimitExceededError, SessionNotFoundError
+from app.services.errors import SessionNotFoundError
 from app.services.jobs import JobLimiter
 from app.services.model_registry import ModelRegistry
 from app.services.responses import evaluation_out, session_out, step_out
 from app.services.session_store import SessionStore
 from gmts_core.config import RLConfig
-from gmts_core.errors import InvalidInputError, ModelNotFoundError
+from gmts_core.errors import InvalidInputError, LimitExceededError, ModelNotFoundError
 from gmts_core.experiments.evaluation import TASK_BATCHES
 from gmts_core.experiments.session_state import CorruptSessionError, load_session
 from gmts_core.experiments.sessions import Session

@@ -6,7 +6,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from app.services.errors import InvalidInputError
+from gmts_core.errors import InvalidInputError
 
 M = TypeVar("M", bound=BaseModel)
 

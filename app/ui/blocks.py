@@ -15,7 +15,6 @@ import gradio as gr
 from app.core.config import Settings
 from app.schemas.server import CapabilitiesResponse
 from app.services.catalog import capabilities
-from app.services.errors import GMTSError
 from app.ui.client import Backend
 from app.ui.context import Tab, UIContext
 from app.ui.tabs.compare.tab import TAB as COMPARE
@@ -25,6 +24,7 @@ from app.ui.tabs.learn.tab import TAB as LEARN
 from app.ui.tabs.proxy.tab import TAB as PROXY
 from app.ui.tabs.runs.tab import TAB as RUNS
 from app.ui.tabs.train.tab import TAB as TRAIN
+from gmts_core.errors import GMTSError
 
 logger = logging.getLogger(__name__)
 

@@ -44,10 +44,11 @@ from app.schemas.runs import (
 )
 from app.schemas.server import CapabilitiesResponse
 from app.schemas.sessions import EvaluationOut, SessionOut, StepOut
-from app.services.compare import CompareConfig, CompareResult
-from app.services.errors import GMTSError
+from app.services.compare import CompareResult
 from app.services.validation import validation_message
 from app.ui.status import LiveStatus
+from gmts_core.compare_config import CompareConfig
+from gmts_core.errors import GMTSError
 
 logger = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ import gradio as gr
 
 from app.core.config import Settings
 from app.schemas.server import CapabilitiesResponse
-from app.services.errors import GMTSError
 from app.ui.client import Backend
 from app.ui.uploads import SessionUploads
+from gmts_core.errors import GMTSError
 
 logger = logging.getLogger(__name__)
 

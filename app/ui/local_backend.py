@@ -25,7 +25,7 @@ from app.schemas.sessions import (
 )
 from app.services.analysed_runs import query as analysed_query
 from app.services.catalog import ANALYSIS_DEFAULTS, capabilities
-from app.services.compare import CompareConfig, CompareResult
+from app.services.compare import CompareResult
 from app.services.container import Services
 from app.services.jobs import wait_in_queue
 from app.services.runs import StepOptions
@@ -40,6 +40,7 @@ from app.ui.client import (
     notify_person,
 )
 from app.ui.status import LiveStatus
+from gmts_core.compare_config import CompareConfig
 
 
 class LocalBackend:

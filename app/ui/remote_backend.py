@@ -21,7 +21,7 @@ from app.schemas.gradcheck import GradcheckResponse
 from app.schemas.runs import RunMetricsResponse, RunOverviewResponse, RunsResponse, RunStepResponse
 from app.schemas.server import CapabilitiesResponse, ModelsResponse
 from app.schemas.sessions import EvaluationOut, SessionOut, StepOut
-from app.services.compare import CompareConfig, CompareResult
+from app.services.compare import CompareResult
 from app.services.errors import SessionNotFoundError
 from app.ui.client import (
     ANALYSED_BODIES,
@@ -34,6 +34,7 @@ from app.ui.client import (
 )
 from app.ui.queue_watch import QueueWatch
 from app.ui.status import LiveStatus
+from gmts_core.compare_config import CompareConfig
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse
 
 from app.api.deps import ServicesDep
 from app.schemas.server import Health, Readiness
-from app.services.errors import ModelNotFoundError
+from gmts_core.errors import ModelNotFoundError
 
 router = APIRouter(tags=["health"])
 

@@ -18,7 +18,8 @@ from app.schemas.runs import (
     RunStepResponse,
 )
 from app.services.catalog import ANALYSIS_DEFAULTS, analysis_knob
-from app.services.runs import DEFAULT_METHODS, StepOptions
+from app.services.runs import StepOptions
+from gmts_core.config import DEFAULT_METHODS
 
 Scope = Literal["batch", "group", "answer"]
 router = APIRouter(tags=["runs"])

@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from app.cli import common, load_commands
 from app.schemas.analyze_request import AnalyzeRequest
-from app.services.errors import LimitExceededError
 from app.services.model_registry import ModelRegistry
 from app.services.policy import LimitsPolicy
+from gmts_core.errors import LimitExceededError
 
 PROMPT = "Q: 47+38=?\nA:"
 

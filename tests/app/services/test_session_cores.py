@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.schemas.sessions import SessionCreateRequest, SessionStepRequest
 from app.services.container import Services, build_services
-from app.services.errors import LimitExceededError
 from app.ui.local_backend import LocalBackend
+from gmts_core.errors import LimitExceededError
 from tests.app.api_helpers import make_settings
 
 KNOBS: dict[str, Any] = {"group_size": 2, "prompts_per_step": 1, "max_new_tokens": 4}

@@ -14,10 +14,10 @@ from app.main import create_app
 from app.schemas.analysed_runs import AnalysedStepsResponse
 from app.schemas.analyze_response import AnalyzeResponse
 from app.services.analysed_runs import QUERIES
-from app.services.errors import GMTSError
 from app.ui.client import ANALYSED_BODIES, BackendError
 from app.ui.local_backend import LocalBackend
 from app.ui.remote_backend import RemoteBackend
+from gmts_core.errors import GMTSError
 from gmts_core.run_dataset.schema import write_manifest
 from gmts_core.run_dataset.synthetic import synthetic_step
 from gmts_core.run_dataset.writer import write_step

@@ -18,14 +18,9 @@ from typing import Any
 
 from app.palette import method_color
 from app.reports.compare_report import TABLE_CSS, compare_figures, intervals_note, table_html
-from app.services.catalog import CLASS_RECIPE
-from app.services.compare import (
-    NOISE_KNOBS,
-    CompareConfig,
-    CompareResult,
-    compare_config,
-    write_outputs,
-)
+from app.services.compare import NOISE_KNOBS, CompareResult, compare_config, write_outputs
+from gmts_core.compare_config import CompareConfig
+from gmts_core.config import CLASS_RECIPE
 
 Json = dict[str, Any]
 FIGURES = ("accuracy", "wasted_share", "reward", "loss")  # two per row: accuracy beside waste

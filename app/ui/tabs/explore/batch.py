@@ -17,12 +17,12 @@ import plotly.graph_objects as go
 
 from app.palette import method_color
 from app.services.catalog import demo_problems
-from app.services.errors import InvalidInputError
 from app.ui.charts import LAYOUT, TWO_LINE_TITLE_TOP
 from app.ui.choices import EXPLICIT
 from app.ui.render import Json, fmt, groups_of
 from app.ui.tables import card_table
 from app.ui.tabs.explore.view import ExploreForm, common_fields, sampling_fields
+from gmts_core.errors import InvalidInputError
 
 BLOCK_SEPARATOR = re.compile(r"^\s*-{3,}\s*$", re.MULTILINE)
 REFERENCE_PREFIX = "=>"

@@ -12,7 +12,6 @@ from typing import Any
 import gradio as gr
 
 from app.services.catalog import (
-    BUDGET_OVER,
     CONFIGS,
     analysis_knob,
     analysis_knob_default,
@@ -23,6 +22,7 @@ from app.services.catalog import (
 from app.ui import choices, numbers
 from app.ui.context import UIContext
 from app.ui.tabs.explore import example, view
+from gmts_core.knobs import BUDGET_OVER
 
 FORM_FIELDS = [f.name for f in fields(view.ExploreForm)]
 AnalysisConfig, SamplingConfig = CONFIGS["analysis"], CONFIGS["sampling"]

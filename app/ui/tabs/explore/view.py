@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.services.catalog import ANALYSIS_DEFAULTS, SAMPLING_DEFAULTS
-from app.services.errors import InvalidInputError
 from app.ui import charts
 from app.ui.choices import EXPLICIT
 from app.ui.predict import with_predict_bar
 from app.ui.render import Json, placeholder, render_result
 from app.ui.tabs.learn import learn
 from app.ui.why_differ import why_differ_html
+from gmts_core.errors import InvalidInputError
 
 ANSWER_SEPARATOR = re.compile(r"^\s*-{3,}\s*$", re.MULTILINE)
 

@@ -17,9 +17,9 @@ from plotly.subplots import make_subplots
 
 from app.palette import NEUTRAL, method_color
 from app.services.catalog import ANALYSIS_DEFAULTS
-from app.services.errors import InvalidInputError
 from app.ui.render import Json, fmt, groups_of
 from app.ui.tables import card_table
+from gmts_core.errors import InvalidInputError
 
 SCATTER_COLUMNS = 2  # two panels a row: each ~150 px wide on a phone
 PANEL_HEIGHT_PX = 260

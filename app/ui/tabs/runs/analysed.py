@@ -31,11 +31,11 @@ from app.schemas.analysed_runs import (
     TokensResponse,
 )
 from app.services.analysed_runs import ANSWER_ORDER_NAMES, TOKEN_ORDER_NAMES, compared_pair
-from app.services.errors import GMTSError
 from app.ui.client import M, expect
 from app.ui.context import UIContext, call
 from app.ui.downloads import write_download
 from app.ui.render import Json
+from gmts_core.errors import GMTSError
 
 POLL_S = 5.0
 GROUP_PAGE = 200  # groups shown at once (a step's others: the page buttons)

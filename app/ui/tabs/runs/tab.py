@@ -9,8 +9,7 @@ import gradio as gr
 from gradio.context import Context
 
 from app.schemas.runs import RunsResponse
-from app.services.catalog import ANALYSIS_DEFAULTS, BUDGET_OVER, analysis_knob
-from app.services.errors import GMTSError
+from app.services.catalog import ANALYSIS_DEFAULTS, analysis_knob
 from app.ui.context import Tab, UIContext, call
 from app.ui.downloads import write_download
 from app.ui.numbers import slider
@@ -30,6 +29,8 @@ from app.ui.tabs.runs.view import (
     trainer_metrics_note,
     unreadable_note,
 )
+from gmts_core.errors import GMTSError
+from gmts_core.knobs import BUDGET_OVER
 
 logger = logging.getLogger(__name__)
 METRICS_POLL_S = 2.0  # how often an open run's background metrics are asked for

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.schemas.sessions import SessionOut
-from app.services.catalog import CLASS_RECIPE
 from app.services.errors import SessionNotFoundError
 from app.services.responses import as_json
 from app.ui import status
@@ -27,6 +26,7 @@ from app.ui.tables import card_table
 from app.ui.tabs.train import earlier_runs as train_runs
 from app.ui.tabs.train.changes import render_batch_changes
 from app.ui.tabs.train.charts import loss_figure, reward_figure, wasted_figure
+from gmts_core.config import CLASS_RECIPE
 
 logger = logging.getLogger(__name__)
 

@@ -6,11 +6,12 @@ import pytest
 
 from app.core.config import Settings
 from app.schemas.analyze_request import AnalyzeRequest
-from app.services.catalog import BUDGET_OVER, capabilities
-from app.services.errors import InvalidInputError
+from app.services.catalog import capabilities
 from app.ui import choices
 from app.ui.tabs.explore import batch
 from app.ui.tabs.explore import view as explore
+from gmts_core.errors import InvalidInputError
+from gmts_core.knobs import BUDGET_OVER
 from gmts_core.methods.rewards import list_rewards
 from gmts_core.methods.selection import list_methods
 
