@@ -176,6 +176,14 @@ class RLConfig:
         "Also measure each token's log-prob after the update (one more forward pass per step); "
         "off unless asked, on in the UI's Train tab.",
     )
+    logprob_after_prompts: int = knob(
+        0,
+        "With measure_logprob_after: measure it on the answers of the batch's first this many "
+        "prompts only, a pass over those answers alone (0: every prompt). The other tokens' "
+        "log-prob after is not measured (null), and the Δlog p means cover the measured tokens; "
+        "the Train tab measures the prompts it draws.",
+        ge=0,
+    )
     max_batch_tokens: int = knob(8192, "Padded tokens per forward/backward micro-batch.", ge=1)
     fused_max_tokens: int = knob(
         8192,

@@ -79,6 +79,7 @@ class RLKnobs(StrictRequest):
     )
     reselect: StrictBool | None = knob_field("reselect")
     measure_logprob_after: StrictBool | None = knob_field("measure_logprob_after")
+    logprob_after_prompts: int | None = knob_field("logprob_after_prompts")
 
     @field_validator("ratio")
     @classmethod

@@ -75,9 +75,10 @@ class StepMetrics:
     num_tokens: int
     num_zero_signal_groups: int
     wasted_share: dict[str, float] = field(default_factory=dict)  # per method, see summaries
-    # mean (after - before) over selected tokens; NaN (JSON null) unless measure_logprob_after
+    # mean (after - before) over the selected tokens whose log-prob after was measured (all, or
+    # the first ``logprob_after_prompts`` prompts'); NaN (JSON null) unless measure_logprob_after
     selected_logprob_change: float = 0.0
-    unselected_logprob_change: float = 0.0  # the same over the other tokens
+    unselected_logprob_change: float = 0.0  # the same over the other measured tokens
     seconds: float = 0.0
 
     @classmethod
@@ -97,6 +98,7 @@ class StepMetrics:
             if after is None
             else (after - update.logprob_before).double()
         )
+        measured = ~delta.isnan() if after is not None else torch.ones_like(mask)
         return cls(
             step=step,
             method=config.method,
@@ -117,9 +119,14 @@ class StepMetrics:
             num_tokens=int(mask.numel()),
             num_zero_signal_groups=s["num_zero_signal_groups"],
             wasted_share=dict(s["wasted_share"]),
-            selected_logprob_change=float(delta[mask].mean()) if mask.any() else 0.0,
-            unselected_logprob_change=float(delta[~mask].mean()) if (~mask).any() else 0.0,
+            selected_logprob_change=_mean_over(delta, mask & measured),
+            unselected_logprob_change=_mean_over(delta, ~mask & measured),
         )
+
+
+def _mean_over(values: torch.Tensor, rows: torch.Tensor) -> float:
+    """The mean of ``values`` over ``rows`` (0.0 over no row)."""
+    return float(values[rows].mean()) if rows.any() else 0.0
 
 
 @dataclass
@@ -131,7 +138,7 @@ class TokenChange:
     text: str
     selected: bool
     logprob_before: float
-    logprob_after: float | None  # None when the step did not measure it
+    logprob_after: float | None  # None when the step did not measure it (for this token)
 
     @property
     def logprob_change(self) -> float | None:
@@ -156,9 +163,11 @@ def answer_changes(
     result: AnalysisResult, mask: torch.Tensor, before: torch.Tensor, after: torch.Tensor | None
 ) -> list[AnswerChange]:
     """Per answer, each token's text, selection flag and log-prob before/after the update
-    (after: None where not measured)."""
+    (after: None where not measured, NaN rows of ``after`` included)."""
     sel, lp0 = mask.tolist(), before.tolist()
-    lp1: list[float | None] = [None] * len(lp0) if after is None else after.tolist()
+    lp1: list[float | None] = [None] * len(lp0)
+    if after is not None:
+        lp1 = [None if math.isnan(v) else v for v in after.tolist()]
     out, flat = [], 0
     for group, ans in result.iter_answers():
         tokens = [

@@ -69,22 +69,48 @@ def make_optimizer(policy: TrainablePolicy, config: RLConfig) -> torch.optim.Opt
 
 
 def _logprobs(
-    model: Any, batch: TrainBatch, parts: Parts, pad_id: int, temperature: float
+    model: Any, sequences: Sequences, parts: Parts, pad_id: int, temperature: float
 ) -> torch.Tensor:
-    """log pi of every token of the batch (N,), without gradients, part by part."""
+    """log pi of every answer token of ``sequences`` (N,), without gradients, part by part."""
     with torch.no_grad():
         return torch.cat(
             [
                 answer_logprobs(
-                    model,
-                    [batch.sequences[i] for i in idx],
-                    pad_id,
-                    temperature,
-                    share_prompts=True,
+                    model, [sequences[i] for i in idx], pad_id, temperature, share_prompts=True
                 )
                 for idx, _ in parts
             ]
         )
+
+
+def first_prompts(batch: TrainBatch, prompts: int) -> tuple[int, int]:
+    """(answers, tokens) of the batch's first ``prompts`` groups (0: every group). In the
+    batch's (group, answer, position) order they are a prefix: ``batch.sequences[:answers]``
+    and the flat tensors' first ``tokens`` rows."""
+    everything = len(batch.sequences), batch.num_tokens
+    if prompts <= 0 or batch.group_index is None or batch.num_tokens == 0:
+        return everything
+    groups = torch.unique_consecutive(batch.group_index)
+    if len(groups) <= prompts:
+        return everything
+    tokens = int(torch.nonzero(batch.group_index == groups[prompts])[0, 0])
+    return int(batch.answer_index[tokens]), tokens
+
+
+def logprob_after(policy: TrainablePolicy, batch: TrainBatch, config: RLConfig) -> torch.Tensor:
+    """log pi after the update (N,) on the answers of the batch's first
+    ``config.logprob_after_prompts`` prompts (0: all), measured by one no-grad forward of
+    those answers only; NaN on every other row (not measured). A measured row is the value a
+    pass over the whole batch gives for it (the same tokens in the same context), to float32
+    rounding: the forward's shapes differ, so the last bit may."""
+    answers, tokens = first_prompts(batch, config.logprob_after_prompts)
+    sequences = batch.sequences[:answers]
+    parts = micro_batches(sequences, config.max_batch_tokens)
+    pad_id = policy.tokenizer.pad_token_id
+    after = torch.full((batch.num_tokens,), math.nan, dtype=torch.float32)
+    if tokens:
+        after[:tokens] = _logprobs(policy.model, sequences, parts, pad_id, config.temperature)
+    return after
 
 
 def _merge(terms: list[LossTerms], grad_norm: float) -> dict[str, float]:
@@ -189,7 +215,7 @@ def policy_update(
     ref_logp = None
     if config.beta != 0 or config.measure_kl:
         with policy.reference() as ref:
-            ref_logp = _logprobs(ref, batch, parts, pad_id, config.temperature)
+            ref_logp = _logprobs(ref, batch.sequences, parts, pad_id, config.temperature)
     old_logp: torch.Tensor | None = None
     rows: list[dict[str, float]] = []
     coefficients: list[EffectiveCoefficient] = []
@@ -214,7 +240,7 @@ def policy_update(
     after = None
     if config.measure_logprob_after:
         stages.begin(LOGPROB_AFTER)
-        after = _logprobs(policy.model, batch, parts, pad_id, config.temperature)
+        after = logprob_after(policy, batch, config)
     means = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
     return UpdateStats(
         **means,

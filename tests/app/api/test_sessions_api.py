@@ -56,6 +56,14 @@ def test_create_step_history_reset_delete(client: TestClient) -> None:
     history = client.get(f"/v1/sessions/{sid}").json()
     assert [h["step"] for h in history["history"]] == [1, 2, 3]
     assert history["settings"]["method"] == "gmts"
+    # measured on the first prompt's answers only (the Train tab's: the prompts it draws)
+    knobs = {"measure_logprob_after": True, "logprob_after_prompts": 1}
+    answers = client.post(f"/v1/sessions/{sid}/step", json={**knobs, "prompts": PROMPTS}).json()
+    groups = [a["group"] for a in answers["last_batch"]]
+    assert len(set(groups)) == 2
+    for a in answers["last_batch"]:
+        measured = [t["logprob_change"] is not None for t in a["tokens"]]
+        assert measured == [a["group"] == groups[0]] * len(measured)
 
     r = client.post(f"/v1/sessions/{sid}/reset")
     assert r.status_code == 200 and r.json()["steps_done"] == 0

@@ -185,6 +185,72 @@ def test_step_reports_wasted_share_and_token_changes(lm: LoadedModel) -> None:
     assert first.logprob_change == first.logprob_after - first.logprob_before
 
 
+def _after_by_hand(model: torch.nn.Module, sequences, temperature: float) -> list[float]:
+    """log pi(y_t) of every answer token, one answer at a time through the model's own
+    forward (no shared prompts, no padding): the reference for the log-prob-after pass."""
+    out = []
+    with torch.no_grad():
+        for prompt_ids, answer_ids in sequences:
+            logits = model(input_ids=torch.tensor([prompt_ids + answer_ids])).logits[0]
+            start = len(prompt_ids) - 1  # position t predicts token t + 1
+            for j, tok in enumerate(answer_ids):
+                out.append(float(torch.log_softmax(logits[start + j] / temperature, -1)[tok]))
+    return out
+
+
+def test_logprob_after_on_the_first_prompts_equals_the_whole_batch_pass(lm: LoadedModel) -> None:
+    """``logprob_after_prompts`` (the Train tab's: the prompts it draws) measures the pass
+    after the update on those prompts' answers only: on their tokens it gives what the pass over
+    the whole batch gives (to float32 rounding: the forward's shapes differ; 5e-7 seen), and the
+    model's own forward by hand; the other tokens are not
+    measured (None), the Δlog p means cover the measured tokens, and the training is the same."""
+    prompts = [*PROMPTS, RLPrompt("Hello", "[aeiou]", "regex")]
+    steps, params = {}, {}
+    for shown in (0, 1, 2):
+        config = dataclasses.replace(
+            CONFIG, measure_logprob_after=True, logprob_after_prompts=shown, temperature=0.9
+        )
+        policy = TrainablePolicy(lm, PolicySettings(kind="full"))
+        steps[shown] = grpo_step(policy, make_optimizer(policy, config), prompts, config, seed=3)
+        params[shown] = [p.detach().clone() for p in policy.trainable_parameters()]
+        if shown == 1:
+            trained = policy.model
+    full = steps[0]
+    assert full.logprob_after is not None and not full.logprob_after.isnan().any()
+    groups = full.batch.group_index
+    assert groups is not None and len(set(groups.tolist())) == 3
+    for shown in (1, 2):
+        assert all(torch.equal(a, b) for a, b in zip(params[0], params[shown], strict=True))
+        step = steps[shown]
+        assert torch.equal(step.logprob_before, full.logprob_before)
+        rows = groups < shown  # the first ``shown`` groups' tokens: a prefix of the batch
+        after = step.logprob_after
+        assert after is not None and 0 < int(rows.sum()) < len(rows)
+        assert torch.equal(after.isnan(), ~rows)
+        torch.testing.assert_close(after[rows], full.logprob_after[rows], rtol=0, atol=1e-6)
+        m, delta = step.metrics, (full.logprob_after - full.logprob_before).double()
+        for got, keep in (
+            (m.selected_logprob_change, rows & full.batch.mask),
+            (m.unselected_logprob_change, rows & ~full.batch.mask),
+        ):
+            assert got == pytest.approx(float(delta[keep].mean()), abs=1e-6)
+        for answer in step.answers:
+            for token in answer.tokens:
+                assert (token.logprob_after is None) == (answer.group >= shown)
+    # the measured rows against the model's own forward, one answer at a time
+    one = steps[1]
+    n = int((groups < 1).sum())
+    answers = int(one.batch.answer_index[n])
+    by_hand = _after_by_hand(trained, one.batch.sequences[:answers], 0.9)
+    assert one.logprob_after is not None
+    torch.testing.assert_close(
+        one.logprob_after[:n].double(),
+        torch.tensor(by_hand, dtype=torch.float64),
+        rtol=0,
+        atol=1e-5,
+    )
+
+
 def test_batched_evaluation_equals_one_prompt_at_a_time(lm: LoadedModel) -> None:
     problems = PROMPTS + [RLPrompt("Hello", "[aeiou]", "regex")]
     got = evaluate_accuracy(

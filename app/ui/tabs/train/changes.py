@@ -51,8 +51,9 @@ def render_batch_changes(
     answers: list[Json], max_groups: int = MAX_CHANGE_GROUPS, method: str | None = None
 ) -> str:
     """The last training batch: its first ``max_groups`` prompts' answers, every token shaded
-    by its log-prob change (the shade's scale is set by the whole batch); the trained tokens'
-    mark takes ``method``'s colour."""
+    by its log-prob change (the shade's scale is the largest |change| measured: the whole
+    batch's, or the drawn prompts' where the step measured only those, as the Train tab asks);
+    the trained tokens' mark takes ``method``'s colour."""
     if not answers:
         return placeholder("Run a step to see the batch it trained on.")
     groups = list(dict.fromkeys(a.get("group") for a in answers))

@@ -24,7 +24,7 @@ from app.ui.client import Backend
 from app.ui.render import Json, fmt, placeholder
 from app.ui.tables import card_table
 from app.ui.tabs.train import earlier_runs as train_runs
-from app.ui.tabs.train.changes import render_batch_changes
+from app.ui.tabs.train.changes import MAX_CHANGE_GROUPS, render_batch_changes
 from app.ui.tabs.train.charts import loss_figure, reward_figure, wasted_figure
 from gmts_core.config import CLASS_RECIPE
 
@@ -87,11 +87,14 @@ class TrainForm:
 
     def step_request(self, include_tokens: bool = True) -> Json:
         """Body of one ``POST /v1/sessions/{id}/step`` (one step, demo-task batch)."""
-        # the Train tab shows each token's log-prob change: ask for the pass after the update
+        # the Train tab shows the log-prob change of the tokens of the prompts it draws (the
+        # batch view's first MAX_CHANGE_GROUPS) and the history's means over them: the pass
+        # after the update runs on those prompts' answers only
         return {
             "steps": 1,
             "include_tokens": include_tokens,
             "measure_logprob_after": True,
+            "logprob_after_prompts": MAX_CHANGE_GROUPS,
             **self.knobs(),
         }
 
@@ -116,10 +119,12 @@ HISTORY_HEADERS = [
 ]  # fmt: skip
 
 DELTA_LOGP_NOTE = (
-    "**Δlog p selected / others**: the mean change of log π over the batch's selected (trained) "
-    "tokens, and over the others, from before the update to after it (same tokens, same "
-    "context). Each trained token moves in the direction of its answer's advantage: up where "
-    "A > 0, down where A < 0, so the mean's sign says which side the batch leans to (it is "
+    "**Δlog p selected / others**: the mean change of log π over the selected (trained) tokens "
+    f"of the step's first {MAX_CHANGE_GROUPS} prompts (the ones drawn under *The last batch*), "
+    "and over their other tokens, from before the update to after it (same tokens, same "
+    "context; the other prompts' tokens are trained but not measured after the update). Each "
+    "trained token moves in the direction of its answer's advantage: up where "
+    "A > 0, down where A < 0, so the mean's sign says which side those prompts lean to (it is "
     "often negative: wrong answers are more numerous and longer), not whether learning works. "
     "Held-out accuracy, the points on the chart, says that."
 )

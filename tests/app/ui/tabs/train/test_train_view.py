@@ -100,6 +100,12 @@ def test_form_requests_are_valid_api_bodies() -> None:
     step = SessionStepRequest.model_validate(f.step_request())
     assert step.steps == 1 and step.ratio == 0.3 and step.include_tokens
     assert step.measure_logprob_after is True  # the tab shows each token's log-prob change
+    # of the prompts it draws only: the pass after the update runs on their answers
+    assert step.logprob_after_prompts == render_changes.MAX_CHANGE_GROUPS
+    shown = f"first {render_changes.MAX_CHANGE_GROUPS} prompts"
+    assert shown in train.DELTA_LOGP_NOTE  # what the history's Δlog p columns cover
+    docs = Path(__file__).resolve().parents[5] / "docs" / "live-rl.md"
+    assert shown in " ".join(docs.read_text(encoding="utf-8").split())
 
 
 def test_view_values_order_matches_the_outputs() -> None:
