@@ -20,7 +20,7 @@ _bearer = HTTPBearer(
 
 
 def get_services(request: Request) -> Services:
-    return request.app.state.services  # type: ignore[no-any-return]
+    return request.app.state.services
 
 
 def get_settings(request: Request) -> Settings:

@@ -82,7 +82,7 @@ def error_response(
 def status_for(exc: GMTSError) -> int:
     for cls in type(exc).__mro__:
         if cls in STATUS_BY_ERROR:
-            return STATUS_BY_ERROR[cls]  # type: ignore[index]
+            return STATUS_BY_ERROR[cls]
     return 400
 
 

@@ -59,7 +59,7 @@ def fields_from(source: type, **types_: Any) -> Callable[[type[M]], type[M]]:
             fields[f.name] = (tp, ...)
         for name, tp in types_.items():
             fields.setdefault(name, (tp, ...))
-        derived = create_model(  # type: ignore[call-overload]
+        derived = create_model(
             model.__name__,
             __base__=model,
             __module__=model.__module__,

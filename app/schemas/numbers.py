@@ -19,7 +19,7 @@ def finite_or_none(value: Any) -> Any:
 
 def num(x: float) -> float | None:
     """A number for a response body: ``float(x)``, or None where it is NaN or infinite."""
-    return finite_or_none(float(x))  # type: ignore[no-any-return]
+    return finite_or_none(float(x))
 
 
 def finite(value: Any) -> Any:

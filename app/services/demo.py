@@ -66,4 +66,4 @@ def evaluate_demo(model: Path, num_prompts: int, group_size: int, seed: int) -> 
     lm = AutoModelForCausalLM.from_pretrained(str(model))
     sampling = replace(DemoEvalConfig().sampling, num_samples=group_size, seed=seed)
     config = DemoEvalConfig(num_prompts=num_prompts, sampling=sampling)
-    return evaluate_demo_model(lm, tokenizer, config).to_dict()  # type: ignore[no-any-return]
+    return evaluate_demo_model(lm, tokenizer, config).to_dict()

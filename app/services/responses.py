@@ -205,7 +205,7 @@ def session_out(session: Session) -> SessionOut:
     return SessionOut(
         session_id=session.id,
         model=session.policy.base.name,
-        policy_kind=session.policy.kind,  # type: ignore[arg-type]
+        policy_kind=session.policy.kind,
         trainable_parameters=session.policy.num_trainable,
         seed=session.seed,
         settings=dataclasses.asdict(session.config),
