@@ -33,6 +33,7 @@ from gmts_core.special_files import file_kind
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _STEP_NAME = re.compile(r"step_(\d{5,10})\.parquet")
+_STEP_INDEX = re.compile(r"step_(\d{5,10})\.idx")  # the word index's positions form
 MAX_ENTRIES = 100_000  # entries of one table folder (a run of 100,000 steps)
 # where a process sees its own descriptors as files (Linux; /dev/fd elsewhere)
 _FD_DIR = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
@@ -161,9 +162,11 @@ class DatasetFolder:
             return False
         return stat.S_ISDIR(mode)
 
-    def steps(self, table: str) -> list[StepEntry]:
-        """The ``step_NNNNN.parquet`` entries of ``table``, by step; other names, links and
-        special files are left out (a link or FIFO never counts as a step)."""
+    def steps(self, table: str, raw: bool = False) -> list[StepEntry]:
+        """The ``step_NNNNN.parquet`` entries of ``table`` (``raw``: ``step_NNNNN.idx``), by
+        step; other names, links and special files are left out (a link or FIFO never counts
+        as a step)."""
+        pattern = _STEP_INDEX if raw else _STEP_NAME
         fd = self._subfolder(table)
         found: list[StepEntry] = []
         try:
@@ -173,7 +176,7 @@ class DatasetFolder:
                         raise DatasetFileError(
                             f"{self.where(table)}: more than {MAX_ENTRIES:,} entries"
                         )
-                    match = _STEP_NAME.fullmatch(entry.name)
+                    match = pattern.fullmatch(entry.name)
                     if match is None:
                         continue
                     try:

@@ -9,8 +9,9 @@ touching the old ones::
     OUT/answers/step_NNNNN.parquet   one row per answer, sorted by (group, answer)
     OUT/steps/step_NNNNN.parquet     one row: the step's summary numbers (the charts' source)
     OUT/top/step_NNNNN.parquet       the step's TOP_K tokens by each of TOP_ORDERS
-    OUT/postings/step_NNNNN.parquet  the answers' word index (text search; postings.py)
-    OUT/words/step_NNNNN.parquet     its first form, in datasets written before it
+    OUT/positions/step_NNNNN.idx     the answers' word index (text search; positions.py)
+    OUT/postings/step_NNNNN.parquet  its second form, in datasets written before it
+    OUT/words/step_NNNNN.parquet     its first form
 
 Precision: every statistic is float32. float16 keeps 3 significant digits, too few to rank
 tokens whose γ differ in the fourth digit (a selection's cut is often there), while float32 is
@@ -44,8 +45,10 @@ from gmts_core.run_dataset.folder import DatasetFolder
 FORMAT = "gmts-analysed-run"
 VERSION = 1
 MANIFEST = "dataset.json"
-TABLES = ("tokens", "answers", "steps", "top", "postings")
-INDEXES = ("postings", "words")  # the word index, and its first form (read, not written)
+TABLES = ("tokens", "answers", "steps", "top")  # the Parquet tables the writer writes
+# the word index (positions/step_NNNNN.idx: gmts_core.run_dataset.positions), and its earlier
+# forms (read, not written)
+INDEXES = ("positions", "postings", "words")
 TOP_K = 1000
 # order key -> what it ranks by (highest first); rank_gap: how far apart the entropy and the
 # gamma rankings put a token (the tokens the two criteria disagree on most)

@@ -3,11 +3,12 @@
 :meth:`~gmts_core.run_dataset.query.AnalysedRun.ranked_answers` asks :func:`answer_keys` for
 the page's (step, group, answer) keys and the count of matches, from one scan of the narrow
 order and filter columns, then reads the page's rows. A text search uses the answers' word
-index where every searched step has one: the candidates come from the index
-(:mod:`gmts_core.run_dataset.search_postings`; a dataset with the index's first form:
-:mod:`gmts_core.run_dataset.text_index`), and only where the index is not exact are the
-candidates' texts read to check them. Otherwise (a dataset written before the index, a step
-without its index file, a search with no word character) every answer's text is read.
+index where every searched step has one: the matches come from the index
+(:mod:`gmts_core.run_dataset.search_postings`: exact with its positions, the third form; a
+dataset with an earlier form: its candidates, and where they are not exact, a phrase, their
+texts read to check them; the first form: :mod:`gmts_core.run_dataset.text_index`).
+Otherwise (a dataset written before the index, a step without its index file, a search with
+no word character) every answer's text is read.
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ class AnalysedRun(Protocol):
 
 
 def indexed(run: AnalysedRun, numbers: list[int]) -> str | None:
-    """The word index's table that covers every one of these steps ("postings", or its first
-    form "words"), or None."""
+    """The word index's table that covers every one of these steps ("positions", or its
+    earlier forms "postings" and "words"), or None."""
     for table in INDEXES:
         if run.folder.has_folder(table):
-            have = {e.step for e in run.folder.steps(table)}
+            have = {e.step for e in run.folder.steps(table, raw=table == "positions")}
             if all(n in have for n in numbers):
                 return table
     return None
@@ -70,8 +71,10 @@ def answer_keys(
         return pair_keys(run, pair, direction, sql_page, contains, zero_signal, numbers)
     words = plan(contains) if contains else None
     table = indexed(run, numbers) if words is not None else None
-    if words is not None and table == "postings":
-        found = matches(run, words, ORDER_COLUMNS[order], contains or "", zero_signal, numbers)
+    if words is not None and table in ("positions", "postings"):
+        found = matches(
+            run, words, ORDER_COLUMNS[order], contains or "", zero_signal, numbers, table
+        )
         return ranked(found, direction == "DESC", limit, offset)
     if words is None or table is None:
         where, params = run._answer_filter(contains, zero_signal)

@@ -1,17 +1,19 @@
 """A run-wide text search through the word index's postings, ranked without SQL.
 
-Per step: the answers whose words meet every piece of the search (:func:`postings.matching`,
-a byte search of the step's words, then only the matched words' postings), the zero-signal
-filter and the order column read for those steps alone (three narrow columns), and, where the
-index is not exact (a phrase), the texts of the row groups holding candidates, checked as the
-scan checks them (lower-cased, literal). Then one ranking of the matches in NumPy, in the
+Per step: the answers that match, from the index's third form
+(:mod:`gmts_core.run_dataset.positions`: a word's answer rows, or a phrase's words' positions
+and separators, exact, no text read) or its second (:func:`postings.matching`, a byte search of
+the step's words, then only the matched words' postings; where that is not exact, a phrase,
+the texts of the row groups holding candidates, checked as the scan checks them: lower-cased,
+literal), then the zero-signal filter and the order column read for those steps alone (three
+narrow columns). Then one ranking of the matches in NumPy, in the
 order the SQL path gives: ``ORDER BY key DESC|ASC NULLS LAST, step, group, answer`` (NaN above
 every number, as DuckDB orders it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from typing import Any, Protocol
 
@@ -21,9 +23,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gmts_core.errors import InvalidInputError
-from gmts_core.run_dataset.folder import step_name
+from gmts_core.run_dataset.folder import DatasetFolder, step_name
+from gmts_core.run_dataset.positions import PositionsFile, phrase, phrase_mask, word_mask
 from gmts_core.run_dataset.postings import matching
-from gmts_core.run_dataset.reading import Files
+from gmts_core.run_dataset.reading import BUDGETS, Files
 from gmts_core.run_dataset.text_index import WordPlan
 
 # an answer order's SQL (query.ANSWER_ORDERS, and "step" for a count) -> (column, absolute)
@@ -40,6 +43,8 @@ ORDER_COLUMNS: dict[str, tuple[str, bool]] = {
 
 
 class Reader(Protocol):
+    folder: DatasetFolder
+
     def _reading(self, table: str, steps: Sequence[int]) -> AbstractContextManager[Files]: ...
 
 
@@ -58,18 +63,25 @@ def matches(
     contains: str,
     zero_signal: bool | None,
     numbers: list[int],
+    table: str = "postings",
 ) -> Found:
-    """Every match of the search in these steps, with its order value."""
+    """Every match of the search in these steps, with its order value: from the word index's
+    ``table`` ("positions": exact, no text read; "postings": a phrase's candidates checked
+    against their texts)."""
     column, absolute = order
     parts: list[Found] = []
     with ExitStack() as stack:
-        index = _by_step(stack.enter_context(run._reading("postings", numbers)))
         answers = _by_step(stack.enter_context(run._reading("answers", numbers)))
+        if table == "positions":
+            index = {step_name(n): _positions(run, n, words, contains) for n in numbers}
+        else:
+            postings = _by_step(stack.enter_context(run._reading("postings", numbers)))
+            index = {name: _postings(*where, words, contains) for name, where in postings.items()}
         for step in numbers:
             name = step_name(step)
             if name not in index or name not in answers:
                 continue  # a file missing or refused: left out, as a scan leaves it out
-            found = _step(step, index[name], answers[name], words, column, contains, zero_signal)
+            found = _step(step, index[name], answers[name], column, zero_signal)
             if found is not None:
                 parts.append(found)
     if not parts:
@@ -80,28 +92,54 @@ def matches(
     return out
 
 
+# a step's matching: its answers file and their count -> which of its answers match (a mask)
+Matcher = Callable[[pq.ParquetFile, int], np.ndarray]
+
+
+def _postings(path: str, where: str, words: WordPlan, contains: str) -> Matcher:
+    def match(file: pq.ParquetFile, rows: int) -> np.ndarray:
+        mask = matching(path, where, rows, words)
+        if not words.exact and mask.any():
+            mask &= _texts_hold(file, np.flatnonzero(mask), contains, rows)
+        return mask
+
+    return match
+
+
+def _positions(run: Reader, step: int, words: WordPlan, contains: str) -> Matcher:
+    """The positions file's matching of a step (opened when its step is searched, closed
+    after: one descriptor at a time)."""
+    name = step_name(step).replace(".parquet", ".idx")
+    p = phrase(contains)
+
+    def match(file: pq.ParquetFile, rows: int) -> np.ndarray:
+        with run.folder.opened("positions", name, max_bytes=BUDGETS["postings"].bytes) as fd:
+            index = PositionsFile(fd, run.folder.where("positions", name), rows)
+            if p is None:  # one word run: its answer rows
+                return word_mask(index, words.conditions[0], words.params[0])
+            return phrase_mask(index, p)
+
+    return match
+
+
 def _step(
     step: int,
-    index: tuple[str, str],
+    match: Matcher,
     answers: tuple[str, str],
-    words: WordPlan,
     column: str,
-    contains: str,
     zero_signal: bool | None,
 ) -> Found | None:
     path, where = answers
     try:
         file = pq.ParquetFile(path)
         meta = file.metadata
-        mask = matching(index[0], index[1], meta.num_rows, words)
+        mask = match(file, meta.num_rows)
         if not mask.any():
             return None
         wanted = ["group", "answer", *([column] if column != "step" else []), "zero_signal"]
         table = file.read(columns=wanted)
         if zero_signal is not None:
             mask &= table["zero_signal"].fill_null(not zero_signal).to_numpy() == zero_signal
-        if not words.exact and mask.any():
-            mask &= _texts_hold(file, np.flatnonzero(mask), contains, meta.num_rows)
     except InvalidInputError:
         raise
     except (OSError, ValueError, pa.ArrowException) as exc:

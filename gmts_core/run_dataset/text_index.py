@@ -52,21 +52,8 @@ def word_table(step: int, texts: pa.Array | list[str]) -> pa.Table:
 def word_postings(texts: pa.Array | list[str]) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     """The distinct words of ``texts`` (sorted), and each word's answer rows: ``rows[offsets[i]
     : offsets[i + 1]]``, ascending, for word ``i``."""
-    arr = texts if isinstance(texts, pa.Array) else pa.array(texts, pa.string())
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    m = len(arr)
-    words = pc.split_pattern_regex(pc.utf8_lower(arr.fill_null("")), SEPARATORS)
-    flat = pc.list_flatten(words)
-    parent = pc.list_parent_indices(words)
-    keep = pc.greater(pc.binary_length(flat), 0)
-    flat, parent = flat.filter(keep), parent.filter(keep)
-    encoded = flat.dictionary_encode()
-    vocab = encoded.dictionary
-    order = pc.sort_indices(vocab).to_numpy()
-    rank = np.empty(len(vocab), dtype=np.int64)
-    rank[order] = np.arange(len(vocab), dtype=np.int64)
-    codes = rank[encoded.indices.to_numpy()] * max(m, 1) + parent.to_numpy().astype(np.int64)
+    vocab, rank, parent, m = split_words(texts)[1:]
+    codes = rank * max(m, 1) + parent
     codes = np.sort(codes)  # unique pairs: sorted, repeats dropped (faster than np.unique)
     codes = codes[np.r_[True, codes[1:] != codes[:-1]]] if len(codes) else codes
     word_rank, rows = np.divmod(codes, max(m, 1))
@@ -76,7 +63,32 @@ def word_postings(texts: pa.Array | list[str]) -> tuple[pa.Array, np.ndarray, np
         else np.zeros(0, np.int64)
     )
     offsets = np.r_[starts, len(codes)].astype(np.int64)
-    return vocab.take(pa.array(order[word_rank[starts]])), offsets, rows
+    return vocab, offsets, rows
+
+
+def split_words(
+    texts: pa.Array | list[str],
+) -> tuple[pa.Array, pa.Array, np.ndarray, np.ndarray, int]:
+    """``texts`` lower-cased, their distinct words (sorted), and per word occurrence, in text
+    order (answer by answer): its word's rank in that list and its answer's row; the answers'
+    count."""
+    arr = texts if isinstance(texts, pa.Array) else pa.array(texts, pa.string())
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    lowered = pc.utf8_lower(arr.fill_null(""))
+    words = pc.split_pattern_regex(lowered, SEPARATORS)
+    flat = pc.list_flatten(words)
+    parent = pc.list_parent_indices(words)
+    keep = pc.greater(pc.binary_length(flat), 0)
+    flat, parent = flat.filter(keep), parent.filter(keep)
+    encoded = flat.dictionary_encode()
+    vocab = encoded.dictionary
+    order = pc.sort_indices(vocab).to_numpy()
+    rank = np.empty(len(vocab), dtype=np.int64)
+    rank[order] = np.arange(len(vocab), dtype=np.int64)
+    occurrences = rank[encoded.indices.to_numpy()]
+    rows = parent.to_numpy().astype(np.int64)
+    return lowered, vocab.take(pa.array(order)), occurrences, rows, len(arr)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from gmts_core.analysis.records import AnalysisResult
 from gmts_core.errors import InvalidInputError
 from gmts_core.run_dataset import steps_index
-from gmts_core.run_dataset.postings import postings_table
+from gmts_core.run_dataset.positions import positions_bytes
 from gmts_core.run_dataset.schema import (
     ANSWER_GROUPS,
     COMPRESSION,
@@ -185,7 +185,8 @@ def _per_answer(values: np.ndarray, lengths: np.ndarray, how: str) -> np.ndarray
 
 
 def write_step(root: Path, cols: StepColumns) -> None:
-    """Write the step's tokens, top, answers, words and (last) steps files under ``root``."""
+    """Write the step's tokens, top, answers, positions (the word index) and (last) steps
+    files under ``root``."""
     methods = cols.methods
     n, m = len(cols.gamma), len(cols.length)
     if int(cols.length.sum()) != n:
@@ -258,8 +259,7 @@ def write_step(root: Path, cols: StepColumns) -> None:
         step_file(root, "answers", cols.step),
         rows=max(1024, -(-m // ANSWER_GROUPS)),
     )
-    index = postings_table(cols.step, answer_cols["text"])
-    _write(index, step_file(root, "postings", cols.step), rows=1, packed=False)
+    _write_bytes(positions_bytes(cols.step, answer_cols["text"]), positions_file(root, cols.step))
 
     total = float(cols.gamma.astype(np.float64).sum())
     step_row: dict[str, list] = {
@@ -336,14 +336,26 @@ def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return int((a & b).sum()) / union if union else 1.0
 
 
+def _write_bytes(data: bytes, path: Path) -> None:
+    """``data`` at ``path`` (whole or not at all)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".idx.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def positions_file(root: Path, step: int) -> Path:
+    """Where a step's word index (its third form: :mod:`gmts_core.run_dataset.positions`) is."""
+    return root / "positions" / f"step_{step:05d}.idx"
+
+
 def reindex(root: Path, step: int) -> None:
-    """Give a step written before the word index's postings its ``postings`` file, and its
+    """Give a step written before the word index's positions its ``positions`` file, and its
     answers file the writer's row groups (a ranking's page reads only its rows' groups); its
-    other files are left as they are."""
+    other files (an earlier form of the index included) are left as they are."""
     path = step_file(root, "answers", step)
     answers = pq.read_table(path)
     m = answers.num_rows
     if pq.ParquetFile(path).metadata.num_row_groups < -(-m // max(1024, -(-m // ANSWER_GROUPS))):
         _write(answers, path, rows=max(1024, -(-m // ANSWER_GROUPS)))
-    index = postings_table(step, answers["text"])
-    _write(index, step_file(root, "postings", step), rows=1, packed=False)
+    _write_bytes(positions_bytes(step, answers["text"]), positions_file(root, step))

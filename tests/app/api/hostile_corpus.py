@@ -109,6 +109,7 @@ ANALYSED_ROUTES = (
     "/v1/analysed-runs/{run}/steps/1/groups/0/answers",
     "/v1/analysed-runs/{run}/steps/1/groups/0/answers/0/tokens",
     "/v1/analysed-runs/{run}/answers?contains=a",
+    "/v1/analysed-runs/{run}/answers?contains=a%20b",  # a phrase: the index's positions
     "/v1/analysed-runs/{run}/tokens",
 )
 
@@ -119,7 +120,7 @@ def analysed_targets(sample: Path) -> list[Target]:
     victims = sorted(
         str(p.relative_to(sample))
         for p in sample.rglob("*")
-        if p.is_file() and (p.parent == sample or p.name == "step_00001.parquet")
+        if p.is_file() and (p.parent == sample or p.stem == "step_00001")
     )
     assert {"dataset.json", "tokens/step_00001.parquet"} <= set(victims), victims
     return [Target(f"analysed-{v.replace('/', '-')}", sample, v, ANALYSED_ROUTES) for v in victims]

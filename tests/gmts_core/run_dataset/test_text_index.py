@@ -1,6 +1,7 @@
-"""The answers' word index: a search through it (its postings, or its first form in a dataset
-written before them) finds exactly what reading every text finds, on realistic texts, in the
-same order, and a dataset without it is still searched (by reading the texts)."""
+"""The answers' word index: a search through it (its positions, or its earlier forms in a
+dataset written before them: postings, words) finds exactly what reading every text finds, on
+realistic texts, in the same order, and a dataset without it is still searched (by reading the
+texts)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gmts_core.run_dataset import AnalysedRun, write_step
+from gmts_core.run_dataset.postings import postings_table
 from gmts_core.run_dataset.realistic import (
     MAX_LENGTH,
     ZERO_SIGNAL_SHARE,
@@ -21,12 +23,14 @@ from gmts_core.run_dataset.realistic import (
 )
 from gmts_core.run_dataset.schema import step_file, write_manifest
 from gmts_core.run_dataset.text_index import plan, word_table
+from gmts_core.run_dataset.writer import positions_file
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[str], Path]:
-    """The same realistic run with its word index, (a copy) without it, and (a copy) with the
-    index's first form only (words/, as datasets written before the postings have it)."""
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[str], Path, Path]:
+    """The same realistic run with its word index, (a copy) without it, (a copy) with the
+    index's first form only (words/, as datasets written before the postings have it) and
+    (a copy) with its second form only (postings/, as datasets written before positions)."""
     root = tmp_path_factory.mktemp("realistic")
     with_index = root / "indexed"
     write_manifest(with_index, ("entropy", "gmts"), {})
@@ -38,14 +42,22 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[str
         write_step(with_index, cols)
     without = root / "old"
     shutil.copytree(with_index, without)
-    shutil.rmtree(without / "postings")
-    first = root / "first-form"
+    shutil.rmtree(without / "positions")
+    first, second = root / "first-form", root / "second-form"
     shutil.copytree(without, first)
+    shutil.copytree(without, second)
     for step in (1, 2, 3):
         answers = pq.read_table(step_file(first, "answers", step), columns=["text"])
         step_file(first, "words", step).parent.mkdir(exist_ok=True)
         pq.write_table(word_table(step, answers["text"]), step_file(first, "words", step))
-    return with_index, without, texts, first
+        step_file(second, "postings", step).parent.mkdir(exist_ok=True)
+        pq.write_table(
+            postings_table(step, answers["text"]),
+            step_file(second, "postings", step),
+            compression="none",
+            use_dictionary=False,
+        )
+    return with_index, without, texts, first, second
 
 
 QUERIES = [
@@ -64,9 +76,9 @@ QUERIES = [
 
 @pytest.mark.parametrize("query", QUERIES)
 def test_an_indexed_search_equals_reading_every_text(runs, query: str) -> None:
-    indexed, old, texts, first = runs
+    indexed, old, texts, first, second = runs
     want = sum(query.lower() in t.lower() for t in texts)
-    for root in (indexed, old):
+    for root in (indexed, old, second):
         run = AnalysedRun(root)
         rows, total = run.ranked_answers("length", limit=1000, contains=query)
         assert total == want == len(rows)
@@ -82,12 +94,12 @@ def test_an_indexed_search_equals_reading_every_text(runs, query: str) -> None:
     [("the", "entropy_mean", False), (" of the", "abs_advantage", True), ("+ ", "length", True)],
 )
 def test_every_index_form_gives_the_scans_page_in_its_order(runs, query, by, descending) -> None:
-    indexed, old, _, first = runs
+    indexed, old, _, first, second = runs
     pages = [
         AnalysedRun(r).ranked_answers(by, descending, limit=7, offset=1, contains=query)
-        for r in (indexed, old, first)
+        for r in (indexed, old, first, second)
     ]
-    assert pages[0] == pages[1] == pages[2] and len(pages[0][0]) == 7
+    assert pages[0] == pages[1] == pages[2] == pages[3] and len(pages[0][0]) == 7
 
 
 def test_the_plan_of_a_search_reads_its_pieces_as_word_conditions() -> None:
@@ -101,10 +113,10 @@ def test_the_plan_of_a_search_reads_its_pieces_as_word_conditions() -> None:
 
 
 def test_a_step_without_its_words_file_searches_by_reading_the_texts(runs, tmp_path) -> None:
-    indexed, _, texts, _ = runs
+    indexed, _, texts, _, _ = runs
     partial = tmp_path / "partial"
     shutil.copytree(indexed, partial)
-    step_file(partial, "postings", 2).unlink()
+    positions_file(partial, 2).unlink()
     rows, total = AnalysedRun(partial).ranked_answers("length", limit=1000, contains=" the")
     assert total == sum(" the" in t.lower() for t in texts) == len(rows)
 
@@ -120,8 +132,8 @@ def test_realistic_texts_have_the_stated_lengths_vocabulary_and_zero_signal(runs
     groups = cols.reward.reshape(400, 8)
     zero = (groups.min(axis=1) == groups.max(axis=1)).mean()
     assert abs(zero - ZERO_SIGNAL_SHARE) < 0.01
-    indexed, _, _, _ = runs
-    assert len(pq.read_table(step_file(indexed, "postings", 1))["words"][0].as_py()) > 400
+    indexed, _, _, _, _ = runs
+    assert positions_file(indexed, 1).stat().st_size > 400
 
 
 def test_a_foreign_index_is_refused_or_ignored_never_trusted(runs, tmp_path) -> None:
@@ -131,7 +143,7 @@ def test_a_foreign_index_is_refused_or_ignored_never_trusted(runs, tmp_path) -> 
 
     from gmts_core.errors import InvalidInputError
 
-    indexed, _, _, first = runs
+    indexed, _, _, first, second = runs
     bad = tmp_path / "bad"
     shutil.copytree(first, bad)
     words = pa.table({"step": pa.array([1], pa.int32()), "word": ["the"], "answers": ["0,1"]})
@@ -139,7 +151,7 @@ def test_a_foreign_index_is_refused_or_ignored_never_trusted(runs, tmp_path) -> 
     with pytest.raises(InvalidInputError, match="words/step_00001.parquet: column 'answers'"):
         AnalysedRun(bad).ranked_answers("reward", contains="the")
     bad = tmp_path / "bad-postings"
-    shutil.copytree(indexed, bad)
+    shutil.copytree(second, bad)
     good = pq.read_table(step_file(bad, "postings", 1)).to_pylist()[0]
     forged = [
         {"rows": (60000).to_bytes(2, "little") * (len(good["rows"]) // 2)},  # past the answers
@@ -150,7 +162,7 @@ def test_a_foreign_index_is_refused_or_ignored_never_trusted(runs, tmp_path) -> 
     for change in forged:
         table = pa.table(
             {k: [v] for k, v in {**good, **change}.items()},
-            schema=pq.read_schema(step_file(indexed, "postings", 1)),
+            schema=pq.read_schema(step_file(second, "postings", 1)),
         )
         pq.write_table(table, step_file(bad, "postings", 1))
         with pytest.raises(InvalidInputError, match="postings/step_00001.parquet"):
