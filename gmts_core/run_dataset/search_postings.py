@@ -14,6 +14,7 @@ every number, as DuckDB orders it).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack
 from typing import Any, Protocol
 
@@ -29,6 +30,7 @@ from gmts_core.run_dataset.postings import matching
 from gmts_core.run_dataset.reading import BUDGETS, Files
 from gmts_core.run_dataset.text_index import WordPlan
 
+SEARCH_THREADS = 2  # steps searched at once by a run-wide search (its wall time on 2 cores)
 # an answer order's SQL (query.ANSWER_ORDERS, and "step" for a count) -> (column, absolute)
 ORDER_COLUMNS: dict[str, tuple[str, bool]] = {
     "reward": ("reward", False),
@@ -69,7 +71,6 @@ def matches(
     ``table`` ("positions": exact, no text read; "postings": a phrase's candidates checked
     against their texts)."""
     column, absolute = order
-    parts: list[Found] = []
     with ExitStack() as stack:
         answers = _by_step(stack.enter_context(run._reading("answers", numbers)))
         if table == "positions":
@@ -77,13 +78,18 @@ def matches(
         else:
             postings = _by_step(stack.enter_context(run._reading("postings", numbers)))
             index = {name: _postings(*where, words, contains) for name, where in postings.items()}
-        for step in numbers:
-            name = step_name(step)
-            if name not in index or name not in answers:
-                continue  # a file missing or refused: left out, as a scan leaves it out
-            found = _step(step, index[name], answers[name], column, zero_signal)
-            if found is not None:
-                parts.append(found)
+        todo = [
+            (step, name)
+            for step, name in ((n, step_name(n)) for n in numbers)
+            if name in index and name in answers  # a file missing or refused: left out
+        ]
+
+        def one(item: tuple[int, str]) -> Found | None:
+            step, name = item
+            return _step(step, index[name], answers[name], column, zero_signal)
+
+        with ThreadPoolExecutor(SEARCH_THREADS) as pool:  # NumPy and reads release the GIL
+            parts = [found for found in pool.map(one, todo) if found is not None]
     if not parts:
         return {k: np.zeros(0) for k in ("step", "group", "answer", "value", "null")}
     out = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
