@@ -174,7 +174,14 @@ def _page_row(row: dict[str, Any]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-@pytest.mark.parametrize("report", ["replication-hardmix-100.json", "replication-hardmix-200.json"])
+@pytest.mark.parametrize(
+    "report",
+    [
+        "replication-hardmix-100.json",
+        "replication-hardmix-200.json",
+        "replication-hardmix-280.json",
+    ],
+)
 def test_replication_page_states_its_json(report: str) -> None:
     # the page's final table, its verdict sentence and its wall time are the JSON's own
     page = " ".join((REPO / "docs" / "replication.md").read_text("utf-8").replace("**", "").split())
