@@ -28,11 +28,7 @@ charts are drawn. A new result's tokens come in the Analyze event and its charts
 after it, so the browser paints the tokens before it draws a chart.
 
     .venv/bin/python benchmarks/ui_first_result.py [--repeats 5] [--width 1366 --height 768]
-        [--threads 2] [--json] [--no-chart-preload]
-
-The page names Gradio's Plotly chunk as a module preload (:func:`app.ui.first_view.
-chart_preloads`); ``--no-chart-preload`` serves it without, to compare. Each page reports how
-often that chunk was fetched (1: Gradio's import took the preloaded module) and when.
+        [--threads 2] [--json]
 
 Times depend on the machine's load: run under ``flock /tmp/bench.lock`` on a shared machine
 and quote the load average (printed) with the figures.
@@ -91,11 +87,6 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="the page as before issue 48 (Gradio's config and stylesheet in <head>, before "
         "the first view), to compare",
-    )
-    p.add_argument(
-        "--no-chart-preload",
-        action="store_true",
-        help="the page without the module preload of Gradio's Plotly chunk, to compare",
     )
     return p.parse_args()
 
@@ -157,16 +148,7 @@ def first_result(browser: Any, url: str, args: argparse.Namespace) -> dict[str, 
         " return {dom: n.domContentLoadedEventEnd, load: n.loadEventEnd,"
         " fcp: p ? p.startTime : null}; })()"
     )
-    # Gradio's Plotly chunk: when its fetch began and ended, and how often it was fetched (1
-    # when the page's module preload is the one Gradio's import takes)
-    plotly = page.evaluate(
-        "performance.getEntriesByType('resource').filter(e => e.name.includes('/PlotlyPlot-'))"
-        ".map(e => [e.startTime, e.responseEnd])"
-    )
     out = {
-        "plotly_fetches": float(len(plotly)),
-        "plotly_fetch_start_s": plotly[0][0] / 1e3 if plotly else -1.0,
-        "plotly_fetch_end_s": plotly[0][1] / 1e3 if plotly else -1.0,
         "first_token_s": page.evaluate("window.__gmtsFirstTokenMs") / 1e3,
         "interactive_token_s": page.evaluate("window.__gmtsLiveTokenMs") / 1e3,
         "first_contentful_paint_s": (timing["fcp"] or 0.0) / 1e3,
@@ -234,8 +216,6 @@ def main() -> int:
             page, fragment
         )
 
-    if args.no_chart_preload:  # looked up when the UI is mounted
-        first_view.chart_preloads = lambda assets=None: ""
     app = create_app(Settings(ui_enabled=True, torch_threads=args.threads))
     clock = ServerClock(app)
     with LiveServer(app) as server, sync_playwright() as p:
@@ -253,7 +233,6 @@ def main() -> int:
         "viewport": [args.width, args.height],
         "repeats": args.repeats,
         "old_page": args.old_page,
-        "chart_preload": not args.no_chart_preload,
         "first_result": first,
         "warm_analyze": analyze,
         "sizes": sizes,
@@ -289,9 +268,6 @@ def main() -> int:
         f"{fmt(first['first_contentful_paint_s'])}",
         f"  navigation -> Gradio's interactive token view: {fmt(first['interactive_token_s'])} "
         f"(target <= {TARGET_INTERACTIVE_S} s)",
-        f"  Gradio's Plotly chunk fetched {first['plotly_fetches']['max']:.0f}x, from "
-        f"{fmt(first['plotly_fetch_start_s'])} to {fmt(first['plotly_fetch_end_s'])} (chart "
-        f"preload {'on' if not args.no_chart_preload else 'off'})",
         f"  navigation -> DOMContentLoaded: {fmt(first['dom_content_loaded_s'])}; "
         f"charts drawn by {fmt(first['charts_by_s'])} (target <= {TARGET_CHARTS_S} s)",
         f"  warm Analyze, server time: {fmt(analyze['server_s'])} (target <= 1 s)",

@@ -20,17 +20,12 @@ before it reaches ``<body>``: the first view waited for ~600 kB it does not need
 moves them, and Gradio's stylesheet (in ``<head>`` it holds back the first paint until it has
 arrived), to just after the first view; Gradio's own module script (deferred: it runs after the
 whole page is parsed) still finds them.
-
-The charts wait for Gradio's Plotly chunk, which Gradio asks for only when its first plot mounts
-(after its boot): the view names it as a module preload (:func:`chart_preloads`), so the
-browser fetches and compiles it meanwhile.
 """
 
 from __future__ import annotations
 
 import re
 from html import escape
-from pathlib import Path
 from typing import Any
 
 from app.ui.assets import STATIC_DIR
@@ -78,23 +73,6 @@ _HANDOFF = """
 """
 
 
-def chart_preloads(assets: Path | None = None) -> str:
-    """``<link rel="modulepreload">`` for Gradio's Plotly chunk (``PlotlyPlot-*.js`` in its
-    frontend ``assets``; none if it has none): Gradio fetches that chunk (4.6 MB in Gradio 6)
-    only when its first plot mounts, after its own boot; named in the page, the browser
-    fetches and compiles it while Gradio boots. Paths are relative to the page's
-    ``<base href>`` and the request's mode (``crossorigin``) is that of Gradio's own module
-    script, whose import then takes the preloaded module."""
-    if assets is None:
-        import gradio
-
-        assets = Path(gradio.__file__).parent / "templates" / "frontend" / "assets"
-    return "".join(
-        f'<link rel="modulepreload" crossorigin href="./assets/{escape(p.name)}">'
-        for p in sorted(assets.glob("PlotlyPlot-*.js"))
-    )
-
-
 def first_view_html(example: Json | None, intro: str, note: str) -> str:
     """The first view's HTML (empty without an example): ``intro`` and ``note`` as plain text
     (escaped), then the example's token view as the Explore tab first renders it."""
@@ -113,7 +91,7 @@ def first_view_html(example: Json | None, intro: str, note: str) -> str:
         f'<p class="fv-note">{escape(_plain(note))}</p>'
         f"{spotlight}{tokens}"
         '<p class="fv-loading">Loading the interactive explorer…</p>'
-        f"</div><script>{tips}</script><script>{_HANDOFF}</script>{chart_preloads()}"
+        f"</div><script>{tips}</script><script>{_HANDOFF}</script>"
     )
 
 
