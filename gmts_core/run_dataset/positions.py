@@ -56,7 +56,7 @@ import pyarrow.compute as pc
 
 from gmts_core.errors import InvalidInputError
 from gmts_core.run_dataset.postings import NEEDLES, Chunk, hits
-from gmts_core.run_dataset.text_index import split_words
+from gmts_core.run_dataset.text_index import lower, split_words
 
 MAGIC = b"GMTSPOS1"
 SECTIONS = (
@@ -332,7 +332,7 @@ class Phrase:
 def phrase(query: str) -> Phrase | None:
     """The phrase of ``query`` for the positions index; None when it has no word character
     or is one word alone (the answer rows serve it) or has more than MAX_RUNS runs."""
-    lowered = pc.utf8_lower(pa.scalar(query, pa.string())).as_py()
+    lowered = lower(query)
     runs = [m.group() for m in RUNS.finditer(lowered)]
     words = [i for i, r in enumerate(runs) if WORD_CHARS.match(r)]
     if not words or len(runs) == 1 or len(runs) > MAX_RUNS:

@@ -28,7 +28,7 @@ from gmts_core.run_dataset.folder import DatasetFolder, step_name
 from gmts_core.run_dataset.positions import PositionsFile, phrase, phrase_mask, word_mask
 from gmts_core.run_dataset.postings import matching
 from gmts_core.run_dataset.reading import BUDGETS, Files
-from gmts_core.run_dataset.text_index import WordPlan
+from gmts_core.run_dataset.text_index import WordPlan, lower
 
 SEARCH_THREADS = 2  # steps searched at once by a run-wide search (its wall time on 2 cores)
 # an answer order's SQL (query.ANSWER_ORDERS, and "step" for a count) -> (column, absolute)
@@ -173,7 +173,7 @@ def _texts_hold(file: pq.ParquetFile, rows: np.ndarray, contains: str, total: in
     bounds = np.cumsum([0, *(meta.row_group(i).num_rows for i in range(meta.num_row_groups))])
     groups = np.unique(np.searchsorted(bounds, rows, side="right") - 1)
     held = np.zeros(total, bool)
-    needle = pc.utf8_lower(pa.scalar(contains)).as_py()
+    needle = lower(contains)
     for g in groups.tolist():
         texts = file.read_row_group(g, columns=["text"])["text"]
         hit = pc.match_substring(pc.utf8_lower(texts.fill_null("")), needle).to_numpy(

@@ -101,10 +101,17 @@ class WordPlan:
     exact: bool
 
 
+def lower(query: str) -> str:
+    """``query`` lower-cased as the index and the scans lower-case the texts (Arrow's
+    ``utf8_lower``, DuckDB's ``lower`` agrees): not Python's ``str.lower``, which turns "İ"
+    into "i" and a combining dot, a separator here."""
+    return str(pc.utf8_lower(pa.scalar(query, pa.string())).as_py())
+
+
 def plan(query: str) -> WordPlan | None:
     """The index's plan for a search of ``query``; None when the index cannot narrow it (no
     word character in it)."""
-    lowered = query.lower()
+    lowered = lower(query)
     pieces = list(WORD.finditer(lowered))
     if not pieces:
         return None

@@ -93,6 +93,13 @@ def test_phrases_across_answers_and_at_their_edges_are_exact(tmp_path) -> None:
         got = _indexed(path, texts, query)
         assert got is not None and got.tolist() == _scan(texts, query).tolist(), query
     assert phrase("the") is None and phrase("+ ") is None  # one word: rows; none: texts
+    # the query is lower-cased as the texts are (Arrow: "İ" -> "i"; Python's str.lower would
+    # add a combining dot, a separator, and miss "İthe")
+    dotted = ["İthe", "x İ y", "\u212a", "x ΣΑ"]
+    path.write_bytes(positions_bytes(1, dotted))
+    for query in ("İ", "İT", "İthe", "x İ", "İ y", "k", "\u212a", "x σ"):
+        got = _indexed(path, dotted, query)
+        assert got is not None and got.tolist() == _scan(dotted, query).tolist(), query
     p = phrase("Sum, THE e")
     assert p is not None and p.words == (("suffix", "sum"), ("word", "the"), ("prefix", "e"))
     assert p.between == (b", ", b" ") and p.lead is None and p.trail is None
