@@ -92,6 +92,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=STUDY_RECIPE.learning_rate, help="AdamW lr")
     p.add_argument("--warmup-steps", type=int, default=STUDY_RECIPE.warmup_steps)
     p.add_argument(
+        "--decay-steps",
+        type=int,
+        default=STUDY_RECIPE.decay_steps,
+        help="cosine decay of the lr to 0 over this many steps after the warm-up (0: none)",
+    )
+    p.add_argument(
         "--inner-steps", type=int, default=STUDY_RECIPE.inner_steps, help="updates per batch"
     )
     p.add_argument(
@@ -160,6 +166,7 @@ def study_config(args: argparse.Namespace, regime: str, methods: tuple[str, ...]
         max_new_tokens=args.max_new_tokens,
         learning_rate=args.lr,
         warmup_steps=args.warmup_steps,
+        decay_steps=args.decay_steps,
         inner_steps=args.inner_steps,
     )
     config = CompareConfig(

@@ -12,6 +12,8 @@ other torch-free configs are in :mod:`gmts_core.base_config` and
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -148,6 +150,13 @@ class RLConfig:
     warmup_steps: int = knob(
         0, "Linear learning-rate warmup over the first steps.", ge=0, le=10_000
     )
+    decay_steps: int = knob(
+        0,
+        "Cosine decay of the learning rate to 0 over this many steps after the warm-up "
+        "(0: none, the rate stays at its peak).",
+        ge=0,
+        le=100_000,
+    )
     inner_steps: int = knob(1, "Optimizer updates per sampled batch (PPO epochs).", ge=1, le=16)
     epsilon_low: float = knob(0.2, "PPO clip range below 1.", ge=0, le=1)
     epsilon_high: float = knob(0.28, "PPO clip range above 1 (DAPO's clip-higher).", ge=0, le=10)
@@ -218,6 +227,7 @@ class RLConfig:
             (self.inner_steps >= 1, "inner_steps must be >= 1"),
             (self.learning_rate >= 0, "learning_rate must be >= 0"),
             (self.warmup_steps >= 0, "warmup_steps must be >= 0"),
+            (self.decay_steps >= 0, "decay_steps must be >= 0"),
             (self.optimizer in ("adamw", "sgd"), "optimizer must be adamw or sgd"),
             (self.epsilon_low >= 0 and self.epsilon_high >= 0, "epsilons must be >= 0"),
             (self.beta >= 0, "beta must be >= 0"),
@@ -232,14 +242,21 @@ class RLConfig:
         self.analysis_config(0).validate()
 
     def learning_rate_at(self, step: int) -> float:
-        """The learning rate of step ``step`` (1-based): linear warmup, then constant.
+        """The learning rate of step ``step`` (1-based): linear warmup over ``warmup_steps``,
+        then the peak, or with ``decay_steps`` a cosine from the peak down to 0: step
+        ``warmup_steps + d`` has ``peak * (1 + cos(pi * d / (decay_steps + 1))) / 2``, so the
+        last decayed step still moves the model a little and every later one has 0.
 
         Adam's first updates move every parameter by about the learning rate whatever its
         gradient, which a small, sharp model does not survive at full rate.
         """
-        if self.warmup_steps <= 0:
+        step = max(step, 1)
+        if step <= self.warmup_steps:
+            return self.learning_rate * step / self.warmup_steps
+        if self.decay_steps <= 0:
             return self.learning_rate
-        return self.learning_rate * min(1.0, max(step, 1) / self.warmup_steps)
+        done = min(step - self.warmup_steps, self.decay_steps + 1) / (self.decay_steps + 1)
+        return self.learning_rate * 0.5 * (1.0 + math.cos(math.pi * done))
 
     def selection_methods(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((self.method, *self.report_methods)))

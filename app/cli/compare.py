@@ -71,6 +71,7 @@ def compare_command(
     lr: Annotated[float, rl_option("learning_rate")] = COMPARE.rl.learning_rate,
     inner_steps: Annotated[int, rl_option("inner_steps")] = COMPARE.rl.inner_steps,
     warmup_steps: Annotated[int, rl_option("warmup_steps")] = COMPARE.rl.warmup_steps,
+    decay_steps: Annotated[int, rl_option("decay_steps")] = COMPARE.rl.decay_steps,
     max_new_tokens: Annotated[int, rl_option("max_new_tokens")] = COMPARE.rl.max_new_tokens,
     eval_every: Annotated[int, config_option("compare", "eval_every")] = COMPARE.eval_every,
     eval_problems: Annotated[
@@ -113,6 +114,7 @@ def compare_command(
             learning_rate=lr,
             inner_steps=inner_steps,
             warmup_steps=warmup_steps,
+            decay_steps=decay_steps,
             max_new_tokens=max_new_tokens,
         )
         console = Console()

@@ -63,6 +63,7 @@ class RLKnobs(StrictRequest):
     learning_rate: float | None = knob_field("learning_rate")
     inner_steps: int | None = knob_field("inner_steps")
     warmup_steps: int | None = knob_field("warmup_steps")
+    decay_steps: int | None = knob_field("decay_steps")
     epsilon_low: float | None = knob_field("epsilon_low")
     epsilon_high: float | None = knob_field("epsilon_high")
     beta: float | None = knob_field("beta")

@@ -182,6 +182,13 @@ def test_warmup_ramps_the_learning_rate_across_step_requests(client: TestClient)
         assert r.status_code == 200, r.text
     rates = [h["learning_rate"] for h in client.get(f"/v1/sessions/{sid}").json()["history"]]
     assert rates == pytest.approx([0.0125, 0.025, 0.0375, 0.05])
+    # a cosine decay over the next 2 steps, asked for on a step request: 3/4 and 1/4 of the
+    # peak, then 0
+    r = client.post(f"/v1/sessions/{sid}/step", json={"steps": 3, "prompts": PROMPTS,
+                                                      "decay_steps": 2})  # fmt: skip
+    assert r.status_code == 200, r.text
+    rates = [h["learning_rate"] for h in client.get(f"/v1/sessions/{sid}").json()["history"]]
+    assert rates[4:] == pytest.approx([0.0375, 0.0125, 0.0])
     _assert_error(
         client.post(f"/v1/sessions/{sid}/step", json={"warmup_steps": -1}),
         422,
