@@ -13,7 +13,6 @@ other torch-free configs are in :mod:`gmts_core.base_config` and
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
