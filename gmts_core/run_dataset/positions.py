@@ -34,7 +34,8 @@ an answer exactly where ``k`` consecutive words of that answer meet those condit
 separators between them (and before the first / after the last, where ``q`` starts or ends
 with one) meet theirs: a phrase answered from the index is exact, never checked against the
 texts. A ``q`` of a single word run is answered from the words' answer rows (as the second
-form does); one with no word character is searched by reading the texts.
+form does); one with no word character is searched by reading the texts, and one of more
+than :data:`MAX_RUNS` runs by checking the texts of its first word's answers.
 
 The bytes are untrusted: the header, the table and every offset used are bounds-checked before
 use, so a forged file gives at most wrong rows of its step (InvalidInputError where it does not
@@ -79,7 +80,7 @@ WORD_CHARS = re.compile(r"[0-9a-z_]")
 MAX_SEPARATORS = 1 << 24  # distinct separators a step's file may name
 MANY_READS = 256  # more runs of ids (or entries) than this: a section read whole
 FEW_READS = 32  # separators looked up one by one (more: their section read whole)
-MAX_RUNS = 256  # runs of a phrase answered from the index (a longer one: the texts are read)
+MAX_RUNS = 256  # runs of a phrase answered from the index (longer: its candidates' texts read)
 
 
 # --- writing ---------------------------------------------------------------------------------
@@ -331,7 +332,8 @@ class Phrase:
 
 def phrase(query: str) -> Phrase | None:
     """The phrase of ``query`` for the positions index; None when it has no word character
-    or is one word alone (the answer rows serve it) or has more than MAX_RUNS runs."""
+    or is one word alone (the answer rows serve it) or has more than MAX_RUNS runs (then the
+    index gives candidates only: their texts are checked)."""
     lowered = lower(query)
     runs = [m.group() for m in RUNS.finditer(lowered)]
     words = [i for i, r in enumerate(runs) if WORD_CHARS.match(r)]

@@ -49,6 +49,7 @@ from gmts_core.run_dataset.schema import (
 )
 from gmts_core.run_dataset.search import answer_keys
 from gmts_core.run_dataset.search_postings import page_rows
+from gmts_core.run_dataset.text_index import SQL_LOWER, lower
 
 __all__ = ["ANSWER_ORDERS", "MAX_PAGE", "AnalysedRun", "QueryLimits", "Scan"]
 logger = logging.getLogger(__name__)
@@ -205,9 +206,9 @@ class AnalysedRun:
     def _answer_filter(contains: str | None, zero_signal: bool | None) -> tuple[str, list[Any]]:
         where: list[str] = []
         params: list[Any] = []
-        if contains:
-            where.append("contains(lower(text), lower(?))")
-            params.append(contains)
+        if contains:  # the texts lower-cased as the word index lower-cases them, and the query
+            where.append(f"contains({SQL_LOWER}(text), ?)")
+            params.append(lower(contains))
         if zero_signal is not None:
             where.append("zero_signal = ?")
             params.append(bool(zero_signal))

@@ -23,10 +23,12 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+from duckdb.func import PythonUDFType
 
 from gmts_core.errors import InvalidInputError
 from gmts_core.run_dataset.folder import fd_path
 from gmts_core.run_dataset.schema import TOP_K, TOP_ORDERS, schema
+from gmts_core.run_dataset.text_index import SQL_LOWER, lower_texts
 
 GiB = 1 << 30
 
@@ -136,7 +138,9 @@ def connect(files: Files, limits: QueryLimits, profile: bool) -> duckdb.DuckDBPy
             "autoload_known_extensions": False,
         },
     )
-    try:
+    try:  # the word index's case rule, for a text search's scan (text_index.lower_texts)
+        varchar = duckdb.sqltype("VARCHAR")
+        con.create_function(SQL_LOWER, lower_texts, [varchar], varchar, type=PythonUDFType.ARROW)
         allowed = ", ".join(_literal(p) for p in files.paths)
         con.execute(f"SET allowed_paths = [{allowed}]")
         if profile:

@@ -21,7 +21,14 @@ from gmts_core.run_dataset.folder import DatasetFolder
 from gmts_core.run_dataset.reading import Files, ident
 from gmts_core.run_dataset.schema import INDEXES
 from gmts_core.run_dataset.search_postings import ORDER_COLUMNS, matches, ranked
-from gmts_core.run_dataset.text_index import WordPlan, candidates_sql, named, plan
+from gmts_core.run_dataset.text_index import (
+    SQL_LOWER,
+    WordPlan,
+    candidates_sql,
+    lower,
+    named,
+    plan,
+)
 
 
 class AnalysedRun(Protocol):
@@ -99,8 +106,8 @@ def _from_index(
         where.append("a.zero_signal = $zero")
         params["zero"] = bool(zero_signal)
     if not words.exact:  # the candidates' texts checked: only theirs are read
-        where.append("contains(lower(a.text), lower($q))")
-        params["q"] = contains
+        where.append(f"contains({SQL_LOWER}(a.text), $q)")
+        params["q"] = lower(contains)
     sql = f"""WITH cand AS ({candidates_sql(words)})
               SELECT a.step, a."group", a.answer, count(*) OVER () AS total
               FROM read_parquet($answers, file_row_number = true) AS a

@@ -2,7 +2,8 @@
 
 Per step: the answers that match, from the index's third form
 (:mod:`gmts_core.run_dataset.positions`: a word's answer rows, or a phrase's words' positions
-and separators, exact, no text read) or its second (:func:`postings.matching`, a byte search of
+and separators, exact, no text read; a phrase of more than ``MAX_RUNS`` runs: its first word's
+answers, their texts checked) or its second (:func:`postings.matching`, a byte search of
 the step's words, then only the matched words' postings; where that is not exact, a phrase,
 the texts of the row groups holding candidates, checked as the scan checks them: lower-cased,
 literal), then the zero-signal filter and the order column read for those steps alone (three
@@ -28,7 +29,7 @@ from gmts_core.run_dataset.folder import DatasetFolder, step_name
 from gmts_core.run_dataset.positions import PositionsFile, phrase, phrase_mask, word_mask
 from gmts_core.run_dataset.postings import matching
 from gmts_core.run_dataset.reading import BUDGETS, Files
-from gmts_core.run_dataset.text_index import WordPlan, lower
+from gmts_core.run_dataset.text_index import WordPlan, lower, lower_texts
 
 SEARCH_THREADS = 2  # steps searched at once by a run-wide search (its wall time on 2 cores)
 # an answer order's SQL (query.ANSWER_ORDERS, and "step" for a count) -> (column, absolute)
@@ -121,9 +122,14 @@ def _positions(run: Reader, step: int, words: WordPlan, contains: str) -> Matche
     def match(file: pq.ParquetFile, rows: int) -> np.ndarray:
         with run.folder.opened("positions", name, max_bytes=BUDGETS["postings"].bytes) as fd:
             index = PositionsFile(fd, run.folder.where("positions", name), rows)
-            if p is None:  # one word run: its answer rows
-                return word_mask(index, words.conditions[0], words.params[0])
-            return phrase_mask(index, p)
+            if p is not None:  # a phrase: exact from the index
+                return phrase_mask(index, p)
+            # one word run: its answer rows, exact; a phrase of more than MAX_RUNS runs: its
+            # first word's answers (a superset), their texts checked
+            mask = word_mask(index, words.conditions[0], words.params[0])
+        if not words.exact and mask.any():
+            mask &= _texts_hold(file, np.flatnonzero(mask), contains, rows)
+        return mask
 
     return match
 
@@ -176,7 +182,7 @@ def _texts_hold(file: pq.ParquetFile, rows: np.ndarray, contains: str, total: in
     needle = lower(contains)
     for g in groups.tolist():
         texts = file.read_row_group(g, columns=["text"])["text"]
-        hit = pc.match_substring(pc.utf8_lower(texts.fill_null("")), needle).to_numpy(
+        hit = pc.match_substring(lower_texts(texts.fill_null("")), needle).to_numpy(
             zero_copy_only=False
         )
         held[bounds[g] : bounds[g] + len(hit)] = hit

@@ -6,7 +6,9 @@ answers that hold it. A *word* is a maximal run of ``[0-9a-z_]`` in the lower-ca
 (other characters, non-ASCII letters included, separate words). Built with pyarrow compute
 (RE2 split, dictionary encoding, one numpy sort), so writing it keeps pace with the analysis.
 
-A search for ``q`` (case-insensitive, literal: ``contains(lower(text), lower(q))``) becomes,
+A search for ``q`` (case-insensitive, literal: ``contains(lower(text), lower(q))``, where
+``lower`` is :func:`lower_texts` on the texts and on ``q``, in the index and in every scan alike)
+becomes,
 per word piece of ``q`` (its maximal ``[0-9a-z_]`` runs), a condition on the words:
 
 - a piece with a separator on both sides inside ``q`` is a whole word of the text: ``word = p``;
@@ -33,6 +35,21 @@ import pyarrow.compute as pc
 WORD = re.compile(r"[0-9a-z_]+")
 SEPARATORS = r"[^0-9a-z_]+"
 MAX_PIECES = 16
+SQL_LOWER = "gmts_lower"  # :func:`lower_texts` in a query's SQL (reading.connect registers it)
+
+
+def lower_texts(texts: pa.Array) -> pa.Array:
+    """``texts`` lower-cased: the search's one case rule (Arrow's ``utf8_lower``), for the
+    index's words and separators, a search's query (:func:`lower`) and every scan of the texts
+    (the SQL ones through :data:`SQL_LOWER`). Not DuckDB's ``lower``, whose case table differs
+    (DuckDB 2.0: 75 code points, "\ua7cb" -> itself where Arrow gives "\u0264"), nor Python's
+    ``str.lower`` ("İ" -> "i" and a combining dot, a separator here)."""
+    return pc.utf8_lower(texts)
+
+
+def lower(query: str) -> str:
+    """``query`` lower-cased as the texts are (:func:`lower_texts`)."""
+    return str(lower_texts(pa.array([query], pa.string()))[0].as_py())
 
 
 def word_table(step: int, texts: pa.Array | list[str]) -> pa.Table:
@@ -75,7 +92,7 @@ def split_words(
     arr = texts if isinstance(texts, pa.Array) else pa.array(texts, pa.string())
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
-    lowered = pc.utf8_lower(arr.fill_null(""))
+    lowered = lower_texts(arr.fill_null(""))
     words = pc.split_pattern_regex(lowered, SEPARATORS)
     flat = pc.list_flatten(words)
     parent = pc.list_parent_indices(words)
@@ -99,13 +116,6 @@ class WordPlan:
     conditions: tuple[str, ...]
     params: tuple[str, ...]
     exact: bool
-
-
-def lower(query: str) -> str:
-    """``query`` lower-cased as the index and the scans lower-case the texts (Arrow's
-    ``utf8_lower``, DuckDB's ``lower`` agrees): not Python's ``str.lower``, which turns "İ"
-    into "i" and a combining dot, a separator here."""
-    return str(pc.utf8_lower(pa.scalar(query, pa.string())).as_py())
 
 
 def plan(query: str) -> WordPlan | None:

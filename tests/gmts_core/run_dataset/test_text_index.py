@@ -6,9 +6,12 @@ texts)."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -22,31 +25,22 @@ from gmts_core.run_dataset.realistic import (
     vocabulary,
 )
 from gmts_core.run_dataset.schema import step_file, write_manifest
+from gmts_core.run_dataset.synthetic import synthetic_step
 from gmts_core.run_dataset.text_index import plan, word_table
 from gmts_core.run_dataset.writer import positions_file
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[str], Path, Path]:
-    """The same realistic run with its word index, (a copy) without it, (a copy) with the
-    index's first form only (words/, as datasets written before the postings have it) and
-    (a copy) with its second form only (postings/, as datasets written before positions)."""
-    root = tmp_path_factory.mktemp("realistic")
-    with_index = root / "indexed"
-    write_manifest(with_index, ("entropy", "gmts"), {})
-    rng, vocab = np.random.default_rng(5), vocabulary(size=3000)
-    texts: list[str] = []
-    for step in (1, 2, 3):
-        cols = realistic_step(step, 12, 4, rng, vocab)
-        texts += cols.answer_text.to_pylist()  # type: ignore[union-attr]
-        write_step(with_index, cols)
+def _earlier_forms(root: Path, with_index: Path, steps: int) -> tuple[Path, Path, Path]:
+    """Copies of ``with_index`` (its positions dropped): without a word index, with its first
+    form only (words/, as datasets written before the postings have it) and with its second
+    form only (postings/, as datasets written before positions)."""
     without = root / "old"
     shutil.copytree(with_index, without)
     shutil.rmtree(without / "positions")
     first, second = root / "first-form", root / "second-form"
     shutil.copytree(without, first)
     shutil.copytree(without, second)
-    for step in (1, 2, 3):
+    for step in range(1, steps + 1):
         answers = pq.read_table(step_file(first, "answers", step), columns=["text"])
         step_file(first, "words", step).parent.mkdir(exist_ok=True)
         pq.write_table(word_table(step, answers["text"]), step_file(first, "words", step))
@@ -57,6 +51,23 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[str
             compression="none",
             use_dictionary=False,
         )
+    return without, first, second
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[str], Path, Path]:
+    """The same realistic run with its word index, (a copy) without it, (a copy) with the
+    index's first form only and (a copy) with its second form only (:func:`_earlier_forms`)."""
+    root = tmp_path_factory.mktemp("realistic")
+    with_index = root / "indexed"
+    write_manifest(with_index, ("entropy", "gmts"), {})
+    rng, vocab = np.random.default_rng(5), vocabulary(size=3000)
+    texts: list[str] = []
+    for step in (1, 2, 3):
+        cols = realistic_step(step, 12, 4, rng, vocab)
+        texts += cols.answer_text.to_pylist()  # type: ignore[union-attr]
+        write_step(with_index, cols)
+    without, first, second = _earlier_forms(root, with_index, 3)
     return with_index, without, texts, first, second
 
 
@@ -102,6 +113,51 @@ def test_every_index_form_gives_the_scans_page_in_its_order(runs, query, by, des
     assert pages[0] == pages[1] == pages[2] == pages[3] and len(pages[0][0]) == 7
 
 
+# answers whose case mapping is hostile: code points DuckDB's lower leaves as they are and
+# Arrow's utf8_lower maps ("\ua7cb" -> "\u0264", "\U00010d50" -> "\U00010d70"), ones that
+# lower-case to ASCII ("İ", the Kelvin sign), sigma, ß, a title-case digraph, combining marks,
+# NUL, no text, and a phrase of more runs than the positions index answers (MAX_RUNS)
+HOSTILE: list[list[str | None]] = [
+    ["a\ua7cb b", "A\u0264 B", "\u0130the end", "x \U00010d50y", "the " * 150, None, ""],
+    ["\x00the\x00", "the_end", "\u01c5 \u00df \u1e9e", "a\ua7cb", "k K \u212a",
+     "\u03a3\u0391 \u03c2", "e\u0301 \u00c9"],
+]  # fmt: skip
+HOSTILE_QUERIES = ["a\u0264", "A\ua7cb B", "\u0264 b", "\U00010d70y", "\u0130the", "the " * 130,
+                   "the " * 130 + "x", "k", "\u212a", "\u03c3\u03b1 ", "\u00df", "\u1e9e",
+                   "\x00the", "the\x00", "_end", "\u01c6", "e\u0301", "\u00e9", " "]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The :data:`HOSTILE` answers written by ``write_step`` (with positions), and its copies
+    with an earlier form of the index or none (:func:`_earlier_forms`)."""
+    root = tmp_path_factory.mktemp("hostile")
+    with_index = root / "indexed"
+    write_manifest(with_index, ("entropy", "gmts"), {})
+    rng = np.random.default_rng(7)
+    for step, texts in enumerate(HOSTILE, 1):
+        cols = synthetic_step(step, len(texts), 1, rng, median_length=2)
+        write_step(with_index, replace(cols, answer_text=pa.array(texts, pa.string())))
+    return [with_index, *_earlier_forms(root, with_index, len(HOSTILE))]
+
+
+@pytest.mark.parametrize("query", HOSTILE_QUERIES)
+def test_every_form_and_the_scan_lower_case_alike_on_hostile_texts(hostile, query) -> None:
+    """Each form of the index, and the scan, finds the answers whose text lower-cased holds the
+    query lower-cased, both by Arrow's utf8_lower (the index's rule): DuckDB's lower in the
+    scan missed "a\ua7cb" for "a\u0264"; a phrase longer than MAX_RUNS took its first word's
+    answers from the positions index unchecked."""
+
+    def low(s: str) -> str:
+        return str(pc.utf8_lower(pa.scalar(s, pa.string())).as_py())
+
+    texts = [t for step in HOSTILE for t in step]
+    want = sum(t is not None and low(query) in low(t) for t in texts)
+    pages = [AnalysedRun(r).ranked_answers("length", limit=1000, contains=query) for r in hostile]
+    assert pages[0][1] == want == len(pages[0][0]), (query, [p[1] for p in pages])
+    assert pages[1:] == pages[:-1], query
+
+
 def test_the_plan_of_a_search_reads_its_pieces_as_word_conditions() -> None:
     assert plan("+ ") is None
     one = plan("Sum")
@@ -138,8 +194,6 @@ def test_realistic_texts_have_the_stated_lengths_vocabulary_and_zero_signal(runs
 
 def test_a_foreign_index_is_refused_or_ignored_never_trusted(runs, tmp_path) -> None:
     import json
-
-    import pyarrow as pa
 
     from gmts_core.errors import InvalidInputError
 
