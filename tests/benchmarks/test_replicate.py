@@ -180,6 +180,7 @@ def _page_row(row: dict[str, Any]) -> str:
         "replication-hardmix-100.json",
         "replication-hardmix-200.json",
         "replication-hardmix-280.json",
+        "replication-hardmix-decay.json",
     ],
 )
 def test_replication_page_states_its_json(report: str) -> None:
