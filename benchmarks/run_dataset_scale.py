@@ -236,6 +236,7 @@ def measure(url: str, pid: int, run_id: str, args: argparse.Namespace) -> dict[s
     rnd = random.Random(0)
     wall: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
+    queries: list[dict[str, Any]] = []  # each run-wide query in order: what the p95s are made of
     failed: list[str] = []
     base = f"/v1/analysed-runs/{run_id}"
     with httpx.Client(base_url=url, timeout=120) as http:
@@ -251,8 +252,11 @@ def measure(url: str, pid: int, run_id: str, args: argparse.Namespace) -> dict[s
                 except QueryFailed as exc:  # a limit (time, memory) reached: counted, shown
                     failed.append(str(exc))
                     continue
+                used = tree_cpu_s(pid) - before
                 wall.setdefault(kind, []).append(t)
-                cpu.setdefault(kind, []).append(tree_cpu_s(pid) - before)
+                cpu.setdefault(kind, []).append(used)
+                record = {"kind": kind, "path": path, "params": params, "s": t, "cpu_s": used}
+                queries.append(record)
     busy = threading.Event()
     errors: list[str] = []
 
@@ -280,6 +284,7 @@ def measure(url: str, pid: int, run_id: str, args: argparse.Namespace) -> dict[s
     return {
         "wall": wall,
         "cpu": cpu,
+        "queries": queries,
         "failed": failed,
         "contended": contended,
         "contention_errors": errors,
@@ -361,6 +366,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         report[f"{kind}_count"] = len(values)
     report["step_view_contended_p50_s"] = percentile(got["contended"], 0.5)
     report["step_view_contended_p95_s"] = percentile(got["contended"], 0.95)
+    report["queries"] = got["queries"]
     return report
 
 

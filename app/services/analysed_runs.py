@@ -91,7 +91,7 @@ class AnalysedRunService:
             cpu_s=settings.run_worker_cpu_s,
             wall_s=settings.analysed_query_timeout_s,
             open_files=settings.analysed_worker_open_files,
-            preload=("gmts_core.run_dataset.requests",),
+            preload=("gmts_core.run_dataset.requests:warm",),
         )
         size = settings.analysed_max_concurrent
         run = replace(workers, nice=10)  # lanes: step views never wait; run-wide work yields CPU
@@ -104,6 +104,9 @@ class AnalysedRunService:
         self._index: RunIndex[AnalysedRunInfo] = RunIndex(
             self._index_entry, self._index_failed, max_entries=4 * settings.run_max_folder_entries
         )
+        if next(self._folders(), None) is not None:  # analysed runs to ask: ready the lanes
+            for pool in self._lanes.values():
+                pool.prestart()
 
     def close(self) -> None:
         for pool in self._lanes.values():

@@ -12,11 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from gmts_core.errors import InvalidInputError
 from gmts_core.run_dataset import steps_index
 from gmts_core.run_dataset.folder import DatasetFolder
 from gmts_core.run_dataset.query import AnalysedRun, QueryLimits
 from gmts_core.run_dataset.schema import schema
+from gmts_core.run_dataset.text_index import lower
 
 INT32 = 2**31 - 1
 
@@ -129,6 +135,23 @@ QUERIES: dict[str, Callable[[AnalysedRun, dict[str, Any]], dict[str, Any]]] = {
     "rank_tokens": _rank_tokens,
     "zero_signal": _zero_signal,
 }
+
+
+def warm() -> None:
+    """A reading process's one-time costs, paid before it says it is ready rather than on
+    its first query's clock: pyarrow's compute functions (their first call imports pandas),
+    Parquet reading and a DuckDB connection's first statement over an Arrow table."""
+    texts = pa.array(["Warm up", None])
+    lower(str(pc.utf8_lower(texts.fill_null(""))[0]))
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"text": texts}), sink)
+    table = pq.read_table(pa.BufferReader(sink.getvalue()))
+    con = duckdb.connect(":memory:", config={"threads": 1})
+    try:
+        con.register("warm", table)
+        con.execute("SELECT lower(text) FROM warm ORDER BY text LIMIT 1").fetchall()
+    finally:
+        con.close()
 
 
 def answer(

@@ -12,7 +12,11 @@ naming the limit and its setting (or :class:`~gmts_core.progress.Cancelled`). On
 the pipe, and a reply is read only up to the step's byte budget: the caller never holds more
 of a file's decoded content than one step.
 
-:class:`ReaderPool` holds at most ``size`` workers; :meth:`ReaderPool.open_run` returns a
+:class:`ReaderPool` holds at most ``size`` workers, started off the requests' clock where it
+can be: in advance (:meth:`ReaderPool.prestart`, e.g. when a server finds runs to read) and, when
+one retires, its successor at once, in the background. A preload entry ``module:function``
+runs a warm-up (the first call's one-time costs) before a worker says it is ready.
+:meth:`ReaderPool.open_run` returns a
 :class:`~gmts_core.runs.registry.Run` whose index was built in a worker and whose steps are
 loaded by one.
 """
@@ -58,7 +62,6 @@ logger = logging.getLogger(__name__)
 STARTUP_TIMEOUT_S = 60.0  # importing pyarrow on a busy 2-core machine
 POLL_S = 0.1  # how often a waiting caller looks at its cancel token
 REPLY_SLACK_BYTES = 1 << 20  # a reply's framing beyond the step's own bytes
-RETIRE_RSS_MB = 512  # a worker resident past this after a reading exits (memory given back)
 
 
 class RunWorkerLimitError(LimitExceededError):
@@ -80,10 +83,14 @@ class WorkerLimits:
     cpu_s: int = 60
     wall_s: float = 60.0
     open_files: int = 64
-    # modules imported before the process says it is ready (not on a request's clock)
+    # what the process does before it says it is ready (not on a request's clock): modules
+    # imported, and "module:function" entries, that function called once (a warm-up)
     preload: tuple[str, ...] = ()
     # niceness added to the server's: a lane of processes that yields the CPU to another
     nice: int = 0
+    # resident past this after a reading, a worker exits (a large file's heap is not given
+    # back) and its successor starts in the background
+    retire_mb: int = 512
 
 
 # --- the parent's side (what crosses the pipe: gmts_core.runs.wire) ---
@@ -99,6 +106,7 @@ class _Worker:
                 "gmts_core.runs.worker",
                 str(limits.memory_mb),
                 str(limits.open_files),
+                str(limits.retire_mb),
                 *limits.preload,
             ],
             stdin=subprocess.PIPE,
@@ -204,16 +212,55 @@ class ReaderPool:
         self.killed = 0
         self.started = 0
         self.reading: dict[str, int] = {}  # requests a worker is answering now, by op
+        self._starting = False  # a worker being started in the background (prestart)
+        self._closed = False
+
+    def prestart(self) -> None:
+        """Start one worker in the background, so the next request does not start one on its
+        clock (the pool's first, or the successor of one that retired); none when an idle
+        one is waiting or one is being started. A failed start is logged; a request then
+        starts its own (and reports why it cannot)."""
+        with self._lock:
+            if self._idle or self._starting:
+                return
+            self._starting = True
+        threading.Thread(target=self._start_idle, name="reader-prestart", daemon=True).start()
+
+    def _start_idle(self) -> None:
+        try:
+            worker = _Worker(self.limits)
+        except (GMTSError, OSError) as exc:
+            logger.warning("a run-file reading process could not start: %s", exc)
+            worker = None
+        with self._lock:
+            self._starting = False
+            if worker is not None:
+                self.started += 1
+                if self._closed:
+                    worker.kill()
+                else:
+                    self._idle.append(worker)
+            self.changed.notify_all()
+
+    def _take(self) -> _Worker:
+        """An idle worker (waiting for one being started in the background), or a new one."""
+        with self.changed:
+            while self._starting and not self._idle:
+                self.changed.wait()
+            while self._idle:
+                worker = self._idle.pop()
+                if worker.alive:
+                    return worker
+        worker = _Worker(self.limits)
+        with self._lock:
+            self.started += 1
+        return worker
 
     def call(self, request: dict[str, Any], cap: int, where: str) -> dict[str, Any]:
         """One request answered by a worker: its reply, or the child's error raised here."""
         self._slots.acquire()
         try:
-            with self._lock:
-                worker = self._idle.pop() if self._idle else None
-            if worker is None or not worker.alive:
-                worker = _Worker(self.limits)
-                self.started += 1
+            worker = self._take()
             self._count(request["op"], 1)
             try:
                 reply = worker.call({**request, "cpu_s": self.limits.cpu_s}, cap, where)
@@ -226,13 +273,16 @@ class ReaderPool:
                 raise
             finally:
                 self._count(request["op"], -1)
-            with self._lock:
-                if reply.pop("retire", False):  # it grew past RETIRE_RSS_MB: a fresh one next
-                    worker.kill()
-                else:
+            retired = reply.pop("retire", False)
+            if retired:  # it grew past retire_mb: its successor starts now, off any clock
+                worker.kill()
+            else:
+                with self._lock:
                     self._idle.append(worker)
         finally:
             self._slots.release()
+        if retired:
+            self.prestart()
         if "trace" in reply:  # a reader's own bug: the maintainers get the traceback
             logger.error("a run reader failed on %s:\n%s", where, reply["trace"])
         if "error" in reply:
@@ -246,6 +296,7 @@ class ReaderPool:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
         for worker in idle:
             worker.kill()
@@ -341,13 +392,16 @@ def _analysed(request: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     """The child's loop: limit itself, then one JSON request per line, one reply per line."""
-    memory_mb, open_files = int(sys.argv[1]), int(sys.argv[2])
+    memory_mb, open_files, retire_mb = (int(v) for v in sys.argv[1:4])
     _limit_self(memory_mb, open_files)
     logging.disable(logging.WARNING)
     import gmts_core.runs  # noqa: F401  registers the readers (under the limits already)
 
-    for module in sys.argv[3:]:  # what this pool's requests need, imported before the first
-        importlib.import_module(module)
+    for entry in sys.argv[4:]:  # what this pool's requests need, before the first arrives
+        module, _, function = entry.partition(":")
+        loaded = importlib.import_module(module)
+        if function:
+            getattr(loaded, function)()
 
     print(json.dumps({"ready": True}), flush=True)
     out = sys.stdout.buffer
@@ -371,7 +425,7 @@ def main() -> None:
             trace = traceback.format_exc(limit=30)[-20_000:]
             error = {"error": {"code": "run_format", "message": message}, "trace": trace}
             data = json.dumps(error).encode()
-        retire = _rss_mb() > RETIRE_RSS_MB
+        retire = _rss_mb() > retire_mb
         if retire:  # a large file's heap is not given back: hand over to a fresh process
             data = data[:-1] + b',"retire":true}' if data.endswith(b"}") else data
         out.write(data + b"\n")

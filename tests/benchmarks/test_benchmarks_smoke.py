@@ -182,6 +182,9 @@ def test_run_dataset_scale_smoke(tmp_path) -> None:
     assert r["text_search_cpu_p95_s"] >= 0 and r["step_view_contended_p95_s"] > 0
     assert r["contention_errors"] == [] and r["failed_queries"] == 0
     assert r["phrase_search_count"] == 2 * 2
+    phrases = [q for q in r["queries"] if q["kind"] == "phrase_search"]
+    assert min(q["s"] for q in phrases) <= r["phrase_search_p95_s"] <= max(q["s"] for q in phrases)
+    assert len(r["queries"]) == 2 * (8 + 2 + 4 + 2 + 4) and all(q["cpu_s"] >= 0 for q in phrases)
     assert r["server_rss_peak_mb"] >= r["server_rss_start_mb"] > 0
 
 
