@@ -32,6 +32,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gmts_core.errors import InvalidInputError
+
 WORD = re.compile(r"[0-9a-z_]+")
 SEPARATORS = r"[^0-9a-z_]+"
 MAX_PIECES = 16
@@ -48,8 +50,13 @@ def lower_texts(texts: pa.Array) -> pa.Array:
 
 
 def lower(query: str) -> str:
-    """``query`` lower-cased as the texts are (:func:`lower_texts`)."""
-    return str(lower_texts(pa.array([query], pa.string()))[0].as_py())
+    """``query`` lower-cased as the texts are (:func:`lower_texts`); InvalidInputError where it
+    is not valid Unicode (a lone surrogate, which JSON can carry)."""
+    try:
+        text = pa.array([query], pa.string())
+    except (UnicodeEncodeError, pa.ArrowException):
+        raise InvalidInputError("a search text holds a lone surrogate (not Unicode)") from None
+    return str(lower_texts(text)[0].as_py())
 
 
 def word_table(step: int, texts: pa.Array | list[str]) -> pa.Table:

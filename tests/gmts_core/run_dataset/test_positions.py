@@ -34,9 +34,12 @@ from gmts_core.run_dataset.text_index import plan
 from gmts_core.run_dataset.writer import positions_file
 
 # words that repeat and share prefixes and suffixes, separators of every kind, case, non-ASCII
-# letters (one lower-cases to ASCII: the Kelvin sign), digits and underscores
+# letters (two lower-case to ASCII: the Kelvin sign and "İ"; some lower-case to more or fewer
+# UTF-8 bytes: "Ⱥ", "ẞ"; a title-case digraph; a letter only newer case tables map), digits of
+# another script, a combining mark, NUL, a long word, and underscores
 PIECES = ["the", "The", "THE", "then", "other", "of", "total", "subtotal", "a", "x_1", "42", "é",
-          "Σ", "\u212a", "ß", "İ", " ", "  ", ", ", ".", "\n", "-", "😀", "'", "", "_"]  # fmt: skip
+          "Σ", "\u212a", "ß", "İ", " ", "  ", ", ", ".", "\n", "-", "😀", "'", "", "_", "Ⱥ", "ẞ",
+          "ǅ", "ς", "ı", "\ua7cb", "\u0264", "٣", "\u0307", "\x00", "x" * 40]  # fmt: skip
 
 
 def _lower(s: str) -> str:
@@ -56,6 +59,8 @@ def _indexed(path: Path, texts: list[str], query: str) -> np.ndarray | None:
     try:
         file = PositionsFile(fd, "t.idx", len(texts))
         p = phrase(query)
+        if p is None and not words.exact:
+            return None  # more than MAX_RUNS runs: candidates, their texts checked
         if p is None:
             return word_mask(file, words.conditions[0], words.params[0])
         return phrase_mask(file, p)

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from gmts_core.errors import InvalidInputError
 from gmts_core.run_dataset import AnalysedRun, write_step
 from gmts_core.run_dataset.postings import postings_table
 from gmts_core.run_dataset.realistic import (
@@ -158,6 +159,13 @@ def test_every_form_and_the_scan_lower_case_alike_on_hostile_texts(hostile, quer
     assert pages[1:] == pages[:-1], query
 
 
+def test_a_search_that_is_not_valid_unicode_is_refused_by_every_form(hostile) -> None:
+    for root in hostile:
+        for query in ("a\ud800", "+\udfff"):  # a lone surrogate (JSON carries one)
+            with pytest.raises(InvalidInputError, match="lone surrogate"):
+                AnalysedRun(root).ranked_answers("length", contains=query)
+
+
 def test_the_plan_of_a_search_reads_its_pieces_as_word_conditions() -> None:
     assert plan("+ ") is None
     one = plan("Sum")
@@ -194,8 +202,6 @@ def test_realistic_texts_have_the_stated_lengths_vocabulary_and_zero_signal(runs
 
 def test_a_foreign_index_is_refused_or_ignored_never_trusted(runs, tmp_path) -> None:
     import json
-
-    from gmts_core.errors import InvalidInputError
 
     indexed, _, _, first, second = runs
     bad = tmp_path / "bad"
