@@ -132,6 +132,17 @@ _TINY: dict[str, dict[str, Any]] = {
         "layer_types": ["mamba", "attention", "mamba", "mamba"],
     },
     "mamba2": {"num_heads": 8, "head_dim": 8, "state_size": 16, "chunk_size": 16, "n_groups": 1},
+    # its Mamba-2 mixer's own sizes (1024 channels in 128 heads, state 256, chunks of 256) are no
+    # generic keys: left at their defaults, the tiny model's torch path scanned 256-token chunks
+    # and was the costliest architecture of the suite (about 60 s of its tests); the same mixer
+    # at small sizes (with _EXTRA's lm_head_multiplier)
+    "falcon_h1": {
+        "mamba_d_ssm": 64,
+        "mamba_n_heads": 8,
+        "mamba_d_head": 8,
+        "mamba_d_state": 16,
+        "mamba_chunk_size": 16,
+    },
     "falcon": {"head_dim": None},
     "xlstm": {"v_head_dim": None, "qk_head_dim": None},
     "xlnet": {"max_position_embeddings": None},
@@ -255,6 +266,7 @@ def causal_lm_types() -> list[str]:
     return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
 
 
+@functools.cache  # a default config of each of 200 types; asked again by tiny_config and render
 def out_of_scope(model_type: str) -> str | None:
     """Why ``model_type`` is outside what the tool analyses (an encoder-decoder, or a multimodal
     model whose text model is another entry of the mapping), from its default config; None when
@@ -313,7 +325,8 @@ def tiny_config(model_type: str) -> Any:
 
 def _tiny_by_constructor(model_type: str, default: Any) -> Any:
     sizes = {k: v for k, v in {**_SMALL, **_DECODER_FLAG}.items() if _has(default, k)}
-    kwargs = {k: v for k, v in {**sizes, **_TINY[model_type]}.items() if v is not None}
+    extra = {**_EXTRA.get(model_type, {}), **_TINY[model_type]}
+    kwargs = {k: v for k, v in {**sizes, **extra}.items() if v is not None}
     try:
         with _quiet():
             return AutoConfig.for_model(model_type, **kwargs)

@@ -22,12 +22,11 @@ os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="gmts-test-state-")
 from gmts_core.model.loading import LoadedModel, load_model
 from tests.tiny_models import save_tiny_model
 
-
-@pytest.fixture(scope="session", autouse=True)
-def _one_torch_thread() -> None:
-    """Tiny models gain nothing from intra-op threads; on a busy 2-core CI machine the thread
-    pool's barriers stall every small op (a 32x400 matmul took 80 ms with 2 threads)."""
-    torch.set_num_threads(1)
+# Tiny models gain nothing from intra-op threads; on a busy 2-core CI machine the thread pool's
+# barriers stall every small op (a 32x400 matmul took 80 ms with 2 threads). Set when this file
+# is imported, before collection: collecting tests/gmts_core/model/test_arch_conformance.py builds
+# and probes a tiny model of every architecture.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
