@@ -104,9 +104,7 @@ class AnalysedRunService:
         self._index: RunIndex[AnalysedRunInfo] = RunIndex(
             self._index_entry, self._index_failed, max_entries=4 * settings.run_max_folder_entries
         )
-        if next(self._folders(), None) is not None:  # analysed runs to ask: ready the lanes
-            for pool in self._lanes.values():
-                pool.prestart()
+        self._run_lane_started = False
 
     def close(self) -> None:
         for pool in self._lanes.values():
@@ -210,6 +208,7 @@ class AnalysedRunService:
         """(manifest and skipped steps, summaries by step) of the dataset at ``path``, reading
         only the step files that changed since the last call; nothing at all while the
         manifest and the steps folder are unchanged (a poll of an idle run costs 3 stats)."""
+        self._start_run_lane()
         key = dataset_key(path)
         with self._lock:
             seen = self._seen.get(path)
@@ -236,6 +235,16 @@ class AnalysedRunService:
                 while len(self._seen) > 4 * self.settings.run_max_folder_entries:
                     self._seen.pop(next(iter(self._seen)))
         return reply, rows
+
+    def _start_run_lane(self) -> None:
+        """The first time a dataset is read (a listing, a run opened): the run-wide lane's
+        first reading process starts in the background, so the first ranking or search does
+        not wait for one (and the server's own start does not share the CPU with it)."""
+        with self._lock:
+            if self._run_lane_started:
+                return
+            self._run_lane_started = True
+        self._lanes["run"].prestart()
 
     # -- answers ----------------------------------------------------------------------------
     def run(self, run_id: str) -> AnalysedRunInfo:

@@ -118,6 +118,23 @@ def test_bad_parameters_are_422_naming_the_choices(client: TestClient) -> None:
     assert client.get("/v1/analysed-runs/../steps").status_code == 404
 
 
+def test_the_first_listing_starts_the_run_wide_lane_before_any_ranking(
+    run_root: Path, tmp_path: Path
+) -> None:
+    """Listing the analysed runs starts the run-wide lane's reading process in the
+    background, so the first ranking or search does not wait for one (the server's own start
+    starts none)."""
+    settings = make_settings(tmp_path, run_roots=[run_root], run_list_wait_s=300)
+    with TestClient(create_app(settings)) as c:
+        run_lane = c.app.state.services.analysed_runs._lanes["run"]  # type: ignore[attr-defined]
+        assert run_lane.started == 0
+        assert len(c.get("/v1/analysed-runs").json()["runs"]) == 2
+        with run_lane.changed:  # started by the listing, with no run-wide request made
+            assert run_lane.changed.wait_for(lambda: bool(run_lane._idle), timeout=120)
+        answers = c.get("/v1/analysed-runs/synthetic/answers", params={"by": "reward"})
+        assert answers.status_code == 200 and run_lane.started == 1
+
+
 def test_run_wide_queries_run_in_processes_that_yield_the_cpu_to_step_views(
     client: TestClient,
 ) -> None:
