@@ -307,14 +307,47 @@ def default_limits_server(browser_model_root: Path) -> Any:
         yield server
 
 
+DESKTOP, PHONE = (1366, 900), (390, 844)
+# the reward chart's drawing is wider (>) or no wider (<=) than a phone's width: Plotly's own
+# resize after a viewport change has happened
+CHART_WIDER_JS = """(w) => {
+    const s = document.querySelector('#train-reward-plot .main-svg');
+    return !!s && s.getBoundingClientRect().width > w;
+}"""
+CHART_FITS_JS = """(w) => {
+    const s = document.querySelector('#train-reward-plot .main-svg');
+    return !!s && s.getBoundingClientRect().width <= w;
+}"""
+
+
+def resize(page: Any, viewport: tuple[int, int]) -> None:
+    width, height = viewport
+    page.set_viewport_size({"width": width, "height": height})
+
+
+def assert_chart_drawn_without_overlay(page: Any) -> None:
+    assert page.locator("#train-reward-plot .js-plotly-plot").is_visible()
+    assert page.locator("#train-reward-plot .progress-text").count() == 0
+
+
+def assert_gain_label_on_screen(page: Any) -> None:
+    page.locator("#train-reward-plot").scroll_into_view_if_needed()
+    label = page.locator("#train-reward-plot .annotation").first
+    assert label.is_visible()
+    box, view = label.bounding_box(), page.viewport_size
+    assert box is not None and view is not None
+    assert 0 <= box["x"] and box["x"] + box["width"] <= view["width"], (box, view)  # not cut off
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("viewport", [(1366, 900), (390, 844)], ids=["desktop", "phone"])
 def test_train_defaults_reach_the_final_point_with_start_line_and_gain(
-    chromium: Any, default_limits_server: LiveServer, viewport: tuple[int, int]
+    chromium: Any, default_limits_server: LiveServer
 ) -> None:
     """The Train tab at its own defaults, one click: the chart stays drawn (no overlay) while the
     steps run, and ends with the held-out point of the last step, the start line and the gain
-    label on screen."""
+    label on screen; at a desktop's and at a phone's width. One run of the defaults (the test's
+    cost) serves both widths: the page is resized mid-run and after the run, and each check is
+    made at both widths (the chart is redrawn at the new width before it is measured)."""
     from tests.browser.conftest import demo_model_ready
 
     if not demo_model_ready():
@@ -322,8 +355,7 @@ def test_train_defaults_reach_the_final_point_with_start_line_and_gain(
     from app.ui.tabs.train.view import TrainForm
 
     form = TrainForm()
-    width, height = viewport
-    context = chromium.new_context(viewport={"width": width, "height": height})
+    context = chromium.new_context(viewport={"width": DESKTOP[0], "height": DESKTOP[1]})
     page = context.new_page()
     page.set_default_timeout(540_000)
     page.goto(default_limits_server.url + "/ui/", wait_until="load")
@@ -334,12 +366,16 @@ def test_train_defaults_reach_the_final_point_with_start_line_and_gain(
         form.prompts_per_step
     )
     page.click("#train-run-btn")
-    # mid-run: a step is drawn and the chart is not under the progress overlay
+    # mid-run: a step is drawn and the chart is not under the progress overlay, at both widths
     page.wait_for_function(
         f"() => {{ const c = ({TRAIN_CHART_JS})(); return c && c.steps.length >= 1; }}"
     )
-    assert page.locator("#train-reward-plot .js-plotly-plot").is_visible()
-    assert page.locator("#train-reward-plot .progress-text").count() == 0
+    assert_chart_drawn_without_overlay(page)
+    resize(page, PHONE)
+    assert_chart_drawn_without_overlay(page)
+    mid = page.evaluate(TRAIN_CHART_JS)
+    assert mid is not None and len(mid["steps"]) < form.steps  # the checks above were mid-run
+    # the rest of the run is drawn at the phone's width
     page.wait_for_function(
         f"(n) => {{ const c = ({TRAIN_CHART_JS})(); return c && c.evalSteps.includes(n); }}",
         arg=form.steps,
@@ -350,11 +386,10 @@ def test_train_defaults_reach_the_final_point_with_start_line_and_gain(
     assert any(n.startswith("start: held-out accuracy") for n in chart["names"])
     assert len(chart["labels"]) == 1 and chart["labels"][0].startswith("gain ")
     assert f"paired over {form.eval_problems} problems" in chart["labels"][0]
-    plot = page.locator("#train-reward-plot")
-    plot.scroll_into_view_if_needed()
-    label = page.locator("#train-reward-plot .annotation").first
-    assert label.is_visible()
-    box, view = label.bounding_box(), page.viewport_size
-    assert box is not None and view is not None
-    assert 0 <= box["x"] and box["x"] + box["width"] <= view["width"]  # not cut off
+    page.wait_for_function(CHART_FITS_JS, arg=PHONE[0])
+    assert_gain_label_on_screen(page)
+    resize(page, DESKTOP)
+    page.wait_for_function(CHART_WIDER_JS, arg=PHONE[0])  # redrawn at the desktop's width
+    assert page.evaluate(TRAIN_CHART_JS) == chart
+    assert_gain_label_on_screen(page)
     context.close()
