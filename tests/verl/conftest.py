@@ -7,6 +7,13 @@ import pytest
 
 collect_ignore_glob = [] if importlib.util.find_spec("verl") else ["test_*.py"]
 
+if importlib.util.find_spec("torch") is not None:
+    import torch
+
+    # tiny models, as in tests/conftest.py (which this suite does not load): one intra-op thread;
+    # on a loaded 2-core machine a second thread's pool barriers cost CPU and gain nothing
+    torch.set_num_threads(1)
+
 
 @pytest.fixture(autouse=True)
 def _fresh_hook_state():
