@@ -229,26 +229,31 @@ class ReaderPool:
         threading.Thread(target=self._start_idle, name="reader-prestart", daemon=True).start()
 
     def _start_idle(self) -> None:
+        worker = None
         try:
             worker = _Worker(self.limits)
-        except (GMTSError, OSError) as exc:
+        except Exception as exc:  # any failure: logged, and a request starts its own
             logger.warning("a run-file reading process could not start: %s", exc)
-            worker = None
-        with self._lock:
-            self._starting = False
-            if worker is not None:
-                self.started += 1
-                if self._closed:
-                    worker.kill()
-                else:
-                    self._idle.append(worker)
-            self.changed.notify_all()
+        finally:  # never left "starting": a request waiting for it would wait forever
+            with self._lock:
+                self._starting = False
+                if worker is not None:
+                    self.started += 1
+                    if self._closed:
+                        worker.kill()
+                    else:
+                        self._idle.append(worker)
+                self.changed.notify_all()
 
     def _take(self) -> _Worker:
-        """An idle worker (waiting for one being started in the background), or a new one."""
+        """An idle worker (waiting for one being started in the background, the caller's
+        cancel token checked meanwhile), or a new one."""
+        token = current_token()
         with self.changed:
             while self._starting and not self._idle:
-                self.changed.wait()
+                if token is not None:
+                    token.raise_if_cancelled()
+                self.changed.wait(POLL_S)
             while self._idle:
                 worker = self._idle.pop()
                 if worker.alive:

@@ -66,6 +66,8 @@ def test_a_preload_function_runs_before_the_worker_is_ready(run: Path) -> None:
     finally:
         pool.close()
     broken = ReaderPool(1, WorkerLimits(preload=("gmts_core.run_dataset.requests:no_such",)))
+    broken.prestart()  # fails in the background: a request then starts its own, never hangs
     with pytest.raises(RunWorkerLimitError, match="ended the reading process"):
         broken.open_run(run, RunLimits())
+    assert not broken._starting and not broken._idle
     broken.close()
