@@ -197,7 +197,9 @@ class RLConfig:
         8192,
         "Batches of at most this many padded tokens take their token statistics from the first "
         "update's training forward, whose graphs are held until the selection is known (memory: "
-        "one training forward over all those tokens); larger ones get a separate no-grad pass.",
+        "one training forward over all those tokens); larger ones take them from the sampling "
+        "itself (the logits each token was drawn from), collected when a step's answers could "
+        "exceed it.",
         ge=0,
     )
     report_methods: tuple[str, ...] = knob(

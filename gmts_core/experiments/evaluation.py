@@ -1,8 +1,8 @@
 """Held-out accuracy of a policy, and prompt batches drawn from the demo task.
 
-Evaluation samples every problem's answer(s) in as few ``generate`` calls as possible, through
-:func:`gmts_core.sampling.answers.sample_groups` (prompts of one token length share a call; every
-prompt of the arithmetic task has the same length).
+Evaluation samples every problem's answer(s) in as few sampling calls as possible, through
+:func:`gmts_core.sampling.answers.sample_groups` (prompts share a call; of different token
+lengths only where the fused decoding step serves the model).
 """
 
 from __future__ import annotations
@@ -92,8 +92,8 @@ def evaluate_accuracy(
 
     ``model`` is any causal LM (a :class:`~gmts_core.grpo.policy.TrainablePolicy`'s ``.model``
     or a base model). The same ``seed`` gives the same answers for the same weights. Answers
-    are drawn by :func:`gmts_core.sampling.answers.sample_groups` (problems whose prompts have the
-    same length share ``generate`` calls; NaN or infinite logits stop it with a clear error).
+    are drawn by :func:`gmts_core.sampling.answers.sample_groups` (problems share sampling calls;
+    NaN or infinite logits stop it with a clear error).
     """
     if not problems:
         raise InvalidInputError("evaluation needs at least one problem")

@@ -1,7 +1,8 @@
 """The training forward of a GRPO step, run before the selection: each micro-batch's
 differentiable log-probs (graphs held for the first update's backward) and its answers' token
 statistics from the same logits, so the analysis costs no forward pass of its own. Batches above
-``fused_max_tokens`` take a separate no-grad statistics pass instead, to bound memory."""
+``fused_max_tokens`` (to bound memory) take the statistics collected while sampling instead
+(:func:`collect_while_sampling`), or a separate no-grad pass where none were collected."""
 
 from __future__ import annotations
 
@@ -76,14 +77,34 @@ def statistics_forward(
     return StatisticsForward(logprobs, stats)
 
 
+def collect_while_sampling(config: RLConfig, prompts: int) -> bool:
+    """Whether a step's rollout collects its answers' statistics while sampling: when its
+    answers alone could exceed ``fused_max_tokens`` (the statistics then cannot come from the
+    held training forward), so that no separate statistics pass is needed."""
+    return config.fused_max_tokens < prompts * config.group_size * config.max_new_tokens
+
+
 def answer_statistics(
-    policy: TrainablePolicy, sequences: Sequences, parts: Parts, config: RLConfig
+    policy: TrainablePolicy,
+    sequences: Sequences,
+    parts: Parts,
+    config: RLConfig,
+    collected: list[AnswerStats | None] | None = None,
 ) -> tuple[list[AnswerStats], list[torch.Tensor] | None]:
     """Every answer's token statistics and, where the batch is small enough to hold its graphs
-    (``fused_max_tokens``), the first update's differentiable log-probs per micro-batch."""
+    (``fused_max_tokens``), the first update's differentiable log-probs per micro-batch.
+
+    A larger batch takes the statistics its rollout ``collected`` while sampling (from the very
+    logits each token was drawn from, by the weights the update starts from: equal to a
+    forward's to float32 rounding, :mod:`gmts_core.sampling.sampler_probe`), or, where any is
+    missing, from a separate no-grad pass."""
     if padded_tokens(sequences, parts) <= config.fused_max_tokens:
         first = statistics_forward(policy, sequences, parts, config)
         return first.stats, first.logprobs
+    if collected is not None and all(s is not None for s in collected):
+        stats = [s for s in collected if s is not None]
+        share_identical_contexts(sequences, stats)  # as answer_token_stats: bit-equal repeats
+        return stats, None
     stats = answer_token_stats(
         policy.model,
         sequences,

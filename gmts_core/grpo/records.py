@@ -76,7 +76,8 @@ class StepMetrics:
     num_zero_signal_groups: int
     wasted_share: dict[str, float] = field(default_factory=dict)  # per method, see summaries
     # mean (after - before) over the selected tokens whose log-prob after was measured (all, or
-    # the first ``logprob_after_prompts`` prompts'); NaN (JSON null) unless measure_logprob_after
+    # the first ``logprob_after_prompts`` prompts'); NaN (JSON null) unless measure_logprob_after,
+    # and where no such token was measured
     selected_logprob_change: float = 0.0
     unselected_logprob_change: float = 0.0  # the same over the other measured tokens
     seconds: float = 0.0
@@ -125,8 +126,9 @@ class StepMetrics:
 
 
 def _mean_over(values: torch.Tensor, rows: torch.Tensor) -> float:
-    """The mean of ``values`` over ``rows`` (0.0 over no row)."""
-    return float(values[rows].mean()) if rows.any() else 0.0
+    """The mean of ``values`` over ``rows``; NaN (JSON null: nothing to average, not "no
+    change") over no row."""
+    return float(values[rows].mean()) if rows.any() else float("nan")
 
 
 @dataclass

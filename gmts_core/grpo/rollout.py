@@ -51,6 +51,9 @@ def rollout(
     config: RLConfig,
     seed: int,
     stages: Stages | None = None,
+    collect_stats: bool = False,
 ) -> PreparedGroups:
-    """Sample every group's answers and reward them (no statistics yet)."""
-    return prepare_groups(policy.as_loaded(), groups, config.analysis_config(seed), stages)
+    """Sample every group's answers and reward them; with ``collect_stats`` each sampled answer
+    carries its tokens' statistics from the sampling (at the loss's temperature)."""
+    analysis = config.analysis_config(seed)
+    return prepare_groups(policy.as_loaded(), groups, analysis, stages, collect_stats)

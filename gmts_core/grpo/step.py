@@ -6,7 +6,8 @@ answer_statistics  -> (grpo/forward.py) the first update's training forward, run
                       selection: each micro-batch's differentiable log-probs (graphs held for
                       the backward) and its answers' token statistics from the same logits, so
                       the analysis costs no forward pass of its own (batches above
-                      ``fused_max_tokens`` take a separate no-grad statistics pass instead)
+                      ``fused_max_tokens`` take the statistics the rollout collected while
+                      sampling instead)
 score_batch        -> (here) advantages, every method's selection, summaries and (lazy) records:
                       the last stage of ``analyze``, so what users inspect is what the step
                       trains on
@@ -37,7 +38,7 @@ from gmts_core.config import CLASS_RECIPE as CLASS_RECIPE
 from gmts_core.config import DEMO_RECIPE as DEMO_RECIPE
 from gmts_core.config import RLConfig
 from gmts_core.errors import InvalidInputError
-from gmts_core.grpo.forward import answer_statistics, micro_batches
+from gmts_core.grpo.forward import answer_statistics, collect_while_sampling, micro_batches
 from gmts_core.grpo.policy import TrainablePolicy
 from gmts_core.grpo.records import (
     StepMetrics,
@@ -92,10 +93,13 @@ def grpo_step(
     start = time.perf_counter()
     total = 4 + config.inner_steps + int(config.measure_logprob_after)
     stages = new_stages(on_stage, total)  # each stage boundary is a cancellation checkpoint
-    prepared = rollout(policy, rollout_groups(prompts, config, seed), config, seed, stages)
+    collect = collect_while_sampling(config, len(prompts))
+    groups = rollout_groups(prompts, config, seed)
+    prepared = rollout(policy, groups, config, seed, stages, collect)
     stages.begin(STATISTICS)  # the statistics and first training forward
     parts = micro_batches(prepared.sequences, config.max_batch_tokens)
-    stats, held = answer_statistics(policy, prepared.sequences, parts, config)
+    collected = prepared.collected_stats() if collect else None
+    stats, held = answer_statistics(policy, prepared.sequences, parts, config, collected)
     result = score_batch(policy, prepared, stats, config, seed, stages)
     batch = training_batch(result, prepared.sequences, config)
     lr = config.learning_rate_at(step)

@@ -56,6 +56,27 @@ class PreallocatedLayer(DynamicLayer):
         self.values = self._value_buffer[:, :, :end]
         return self.keys, self.values
 
+    def place_rows(self, part: PreallocatedLayer, rows: torch.Tensor, batch: int, end: int) -> None:
+        """Give rows ``rows`` of this ``batch``-row cache the filled slots of ``part`` (a
+        prefill of prompts of one length), right-aligned so that they end at slot ``end``;
+        slots no prompt fills hold zeros (finite: masked out, never read as a row's own key).
+        The cache then holds ``end`` slots."""
+        keys, values = part.keys, part.values  # (b, H, P, D)
+        assert keys is not None and values is not None
+        if self._key_buffer is None or self._value_buffer is None:
+            self.device = keys.device
+            self._key_buffer = keys.new_zeros(batch, keys.shape[1], self.max_length, keys.shape[3])
+            self._value_buffer = values.new_zeros(
+                batch, values.shape[1], self.max_length, values.shape[3]
+            )
+            self.is_initialized = True
+        assert self._key_buffer is not None and self._value_buffer is not None
+        start = end - keys.shape[2]
+        self._key_buffer[rows, :, start:end] = keys
+        self._value_buffer[rows, :, start:end] = values
+        self.length = end
+        self._refresh_views()
+
     def get_seq_length(self) -> int:
         return self.length
 

@@ -22,9 +22,11 @@ off or the tensors are not in its layout, and the caller then uses PyTorch's ops
   projection. Used by the fused decoding step for each layer's MLP gate.
 - :func:`rotary_attend` (``gmts_rotary_attend``): one decoding step's attention from the
   (n, (H + 2 KV) Dh) projections: keys rotated (rotary embedding) and written with the values
-  at ``pos`` of the key/value cache buffers, queries rotated and scaled, each over positions
-  0..pos of its key/value group. Used by the fused decoding step for each layer's attention,
-  its rows split over torch's threads (OpenMP, where the compiler has it).
+  at slot ``pos`` of the key/value cache buffers, queries rotated and scaled, each over its
+  row's slots of its key/value group (from slot 0, or from the row's own first slot when
+  prompts of different lengths share the batch, right-aligned). Used by the fused decoding
+  step for each layer's attention, its rows split over torch's threads (OpenMP, where the
+  compiler has it).
 - :func:`categorical` (``gmts_categorical``): one draw per row of float32 weights from
   exponential_'s uniforms, as ``torch.multinomial(p, 1)`` draws on CPU, in one pass per row,
   with the rows it cannot decide exactly flagged for a libm redraw. Used by
@@ -122,6 +124,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         ptr,
         i64,
         i64,
+        ptr,
         ptr,
         i32,
     ]
@@ -297,13 +300,16 @@ def rotary_attend(
     rotary: tuple[torch.Tensor, torch.Tensor, float],
     buffers: tuple[torch.Tensor, torch.Tensor],
     pos: int,
+    starts: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """One decoding step's attention from the projections ``qkv`` (n, (H + 2 KV) Dh), with
-    ``heads`` = (H, KV, Dh): the keys rotated (``rotary`` = the position's cos and sin rows
-    (Dh,) and the attention's scaling, applied to the queries) and written with the values at
-    ``pos`` of the cache ``buffers`` (n, KV, L, Dh) each, then each query head over positions
-    0..pos of its group. Returns (n, H Dh), or None when the kernels are off or the layout is
-    not theirs (nothing is written then)."""
+    ``heads`` = (H, KV, Dh): the keys rotated (``rotary`` = the rotary embedding's cos and sin
+    tables (T, Dh), a row per position, and the attention's scaling, applied to the queries)
+    and written with the values at slot ``pos`` of the cache ``buffers`` (n, KV, L, Dh) each,
+    then each query head over its row's slots of its group. ``starts`` (n,) int64, if given, is
+    each row's first slot (a shorter prompt right-aligned among longer ones: slot s holds
+    position s - start); else every row starts at slot 0. Returns (n, H Dh), or None when the
+    kernels are off or the layout is not theirs (nothing is written then)."""
     lib = library()
     (hq, kv, d), (cos, sin, scaling), (keys, values) = heads, rotary, buffers
     n = qkv.shape[0]
@@ -314,16 +320,31 @@ def rotary_attend(
         or keys.shape != values.shape
         or keys.shape[:2] != (n, kv)
         or keys.shape[3] != d
-        or cos.shape != (d,)
-        or sin.shape != (d,)
-        or not pos < min(keys.shape[2], MAX_KEYS)
+        or cos.dim() != 2
+        or cos.shape != sin.shape
+        or cos.shape[1] != d
+        or not pos < min(keys.shape[2], MAX_KEYS, cos.shape[0])
+        or not _starts_fit(starts, n, pos)
     ):
         return None
     kernels = DecodeKernels(lib)
     try:
-        return kernels.rotary_attend(qkv, heads, (cos, sin, float(scaling)), buffers, pos)
+        return kernels.rotary_attend(qkv, heads, (cos, sin, float(scaling)), buffers, pos, starts)
     except ValueError:  # a size outside the kernel's buffers: nothing was written
         return None
+
+
+def _starts_fit(starts: torch.Tensor | None, n: int, pos: int) -> bool:
+    """``starts`` is None or (n,) contiguous int64 on CPU, each in 0..pos."""
+    if starts is None:
+        return True
+    return (
+        starts.dtype == torch.int64
+        and starts.device.type == "cpu"
+        and starts.shape == (n,)
+        and starts.is_contiguous()
+        and bool(((starts >= 0) & (starts <= pos)).all())
+    )
 
 
 class DecodeKernels:
@@ -360,19 +381,22 @@ class DecodeKernels:
         rotary: tuple[torch.Tensor, torch.Tensor, float],
         buffers: tuple[torch.Tensor, torch.Tensor],
         pos: int,
+        starts: torch.Tensor | None = None,
     ) -> torch.Tensor:
         (hq, kv, d), (cos, sin, scaling), (keys, values) = heads, rotary, buffers
         n = qkv.shape[0]
         if qkv.shape[1] != (hq + 2 * kv) * d or keys.shape[:2] != (n, kv):
             raise ValueError("rotary_attend: the projections do not fit the cache buffers")
+        if cos.shape[0] <= pos or (starts is not None and starts.shape != (n,)):
+            raise ValueError("rotary_attend: the rotary tables or starts do not fit")
         out = qkv.new_empty(n, hq * d)
         status = self._lib.gmts_rotary_attend(
             qkv.data_ptr(), n, hq, kv, d, cos.data_ptr(), sin.data_ptr(), scaling,
-            keys.data_ptr(), values.data_ptr(), keys.shape[2], pos, out.data_ptr(),
-            self.threads,
+            keys.data_ptr(), values.data_ptr(), keys.shape[2], pos,
+            None if starts is None else starts.data_ptr(), out.data_ptr(), self.threads,
         )  # fmt: skip
         if status:
-            raise ValueError("rotary_attend: a size is outside the kernel's buffers")
+            raise ValueError("rotary_attend: a size or start is outside the kernel's buffers")
         return out
 
 

@@ -9,7 +9,8 @@
  * gmts_rms_norm      RMSNorm of float32 rows (the fused decoding step's norms).
  * gmts_silu_mul      silu(gate) * up from the gated MLP's gate-and-up projection.
  * gmts_rotary_attend one decoding step's attention: keys rotated and written with the values into
- *                    the cache at one position, then each rotated query over its group's keys.
+ *                    the cache at one slot, then each rotated query over its group's keys (each
+ *                    row from its own first slot, for prompts of different lengths).
  * gmts_categorical   one categorical draw per row as torch.multinomial(p, 1) makes it on CPU,
  *                    from the same uniforms, with the rows it cannot decide flagged.
  *
@@ -334,31 +335,41 @@ static inline void rotate(const float *restrict x, const float *restrict cos_t,
 }
 
 /* One decoding step's attention for n rows from their projections qkv (n, (hq + 2 kv) d):
- * each key/value head's key rotated and written with the value at position pos of the cache
- * buffers (n, kv, length, d), then each query head (rotated, times scaling) attends over
- * positions 0..pos of its group's head (hq / kv query heads per group); out (n, hq * d).
- * Returns 0, or 1 when a size is out of the buffers' range. */
+ * each key/value head's key rotated and written with the value at slot pos of the cache
+ * buffers (n, kv, length, d), then each query head (rotated, times scaling) attends over its
+ * row's filled slots of its group's head (hq / kv query heads per group); out (n, hq * d).
+ * cos_t and sin_t are the rotary tables, position p's row at + p * d. starts is NULL (every row
+ * starts at slot 0: slot s holds position s) or each row's first slot (a shorter prompt right-
+ * aligned in a batch of longer ones: slot s holds position s - starts[i]); row i's new key and
+ * query are rotated at position pos - starts[i] and it attends over slots starts[i]..pos.
+ * Returns 0, or 1 when a size or start is out of the buffers' range (nothing is written). */
 int gmts_rotary_attend(const float *qkv, int64_t n, int64_t hq, int64_t kv, int64_t d,
                        const float *cos_t, const float *sin_t, float scaling, float *key_buf,
-                       float *value_buf, int64_t length, int64_t pos, float *out, int threads) {
+                       float *value_buf, int64_t length, int64_t pos, const int64_t *starts,
+                       float *out, int threads) {
     enum { MAX_T = 8192 };
     if (pos + 1 > MAX_T || pos >= length || d > MAX_D || d % 2 || kv < 1 || hq % kv) return 1;
-    int64_t g = hq / kv, width = (hq + 2 * kv) * d, t = pos + 1;
+    if (starts != 0)
+        for (int64_t i = 0; i < n; i++)
+            if (starts[i] < 0 || starts[i] > pos) return 1;
+    int64_t g = hq / kv, width = (hq + 2 * kv) * d;
     (void)threads; /* unused where built without OpenMP */
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && n > 1)
     for (int64_t i = 0; i < n; i++) {
         float scores[MAX_T], qrot[MAX_D];
         const float *row = qkv + i * width;
+        int64_t first = starts == 0 ? 0 : starts[i];
+        const float *cos_i = cos_t + (pos - first) * d, *sin_i = sin_t + (pos - first) * d;
         for (int64_t j = 0; j < kv; j++) {
             float *k = key_buf + (i * kv + j) * length * d;
             float *v = value_buf + (i * kv + j) * length * d;
-            rotate(row + (hq + j) * d, cos_t, sin_t, d, 1.0f, k + pos * d);
+            rotate(row + (hq + j) * d, cos_i, sin_i, d, 1.0f, k + pos * d);
             memcpy(v + pos * d, row + (hq + kv + j) * d, (size_t)d * sizeof(float));
             for (int64_t h = 0; h < g; h++) {
                 int64_t head = j * g + h;
-                rotate(row + head * d, cos_t, sin_t, d, scaling, qrot);
+                rotate(row + head * d, cos_i, sin_i, d, scaling, qrot);
                 float *o = out + i * hq * d + head * d;
-                attend(qrot, k, v, d, t, scores, o);
+                attend(qrot, k + first * d, v + first * d, d, pos + 1 - first, scores, o);
             }
         }
     }

@@ -6,10 +6,12 @@ every model it serves, and transformers' ``generate`` for the others (said in th
 from the same distribution: the model's logits through its generation processors, temperature,
 top-k and top-p, as ``generate`` applies them.
 
-Several groups whose prompts have the same number of tokens and whose settings differ at most
-in the seed share one call (:func:`sample_groups`): on a small model each decoding step costs
-about the same for 8 rows as for 64, so an RL step's rollout of 8 prompts runs in one call
-instead of eight.
+Several groups whose settings differ at most in the seed share one call (:func:`sample_groups`):
+on a small model each decoding step costs about the same for 8 rows as for 64, so an RL step's
+rollout of 8 prompts runs in one call instead of eight. Prompts of different lengths share a
+call where the fused decoding step serves the model
+(:func:`gmts_core.sampling.sampler_probe.serves_mixed_lengths`: right-aligned in the cache,
+each row at its own positions); elsewhere a call takes prompts of one length.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from gmts_core.errors import InvalidInputError, NonFiniteLogitsError
 from gmts_core.model.rope_window import refuse_past_window, rope_window
 from gmts_core.progress import checkpoint
 from gmts_core.sampling.kv_sampler import DecodeRequest, decode
-from gmts_core.sampling.sampler_probe import unserved_reason
+from gmts_core.sampling.sampler_probe import serves_mixed_lengths, unserved_reason
 from gmts_core.stats.forward import AnswerStats, answer_token_stats
 from gmts_core.stats.sampling_stats import StatsWhileSampling
 
@@ -114,16 +116,16 @@ def generate_answers(
     stats: StatsSpec | None = None,
     use_generate: bool = False,
 ) -> list[SampledAnswer]:
-    """``config.num_samples`` answers to each prompt (all of one length) in one call, prompt
-    by prompt; with ``stats``, each with its tokens' statistics. Our sampler serves the model
-    unless ``use_generate`` or :func:`gmts_core.sampling.sampler_probe.unserved_reason` says
-    otherwise.
+    """``config.num_samples`` answers to each prompt in one call, prompt by prompt (of one
+    length, unless :func:`gmts_core.sampling.sampler_probe.serves_mixed_lengths`); with
+    ``stats``, each with its tokens' statistics. Our sampler serves the model unless
+    ``use_generate`` or :func:`gmts_core.sampling.sampler_probe.unserved_reason` says otherwise.
 
     For a RoPE whose frequencies switch with the forward's length
     (:mod:`gmts_core.model.rope_window`) a ``dynamic`` one is refused past its window
     (InvalidInputError), and the statistics of answers that cross a ``longrope`` one are those of a
     full forward (:func:`_rescore`)."""
-    refuse_past_window(model, len(prompts[0]), config.max_new_tokens)
+    refuse_past_window(model, max(len(p) for p in prompts), config.max_new_tokens)
     if use_generate or unserved_reason(model) is not None:
         answers = hf_generate_answers(model, tokenizer, prompts, config, stats)
         return _rescore(model, tokenizer, prompts, answers, stats)
@@ -259,11 +261,12 @@ def sample_groups(
     deterministic function of the prompts and all their settings. With ``stats`` every answer
     carries its tokens' statistics, collected while sampling (no forward pass of their own).
     """
+    mixed = len({len(p) for p in prompts}) > 1 and serves_mixed_lengths(model)
     buckets: dict[tuple[int, SamplingConfig], list[int]] = {}
     for i, (p, c) in enumerate(zip(prompts, configs, strict=True)):
         _check(p, c)
         refuse_past_window(model, len(p), c.max_new_tokens)  # before any group is sampled
-        buckets.setdefault((len(p), dataclasses.replace(c, seed=0)), []).append(i)
+        buckets.setdefault((0 if mixed else len(p), dataclasses.replace(c, seed=0)), []).append(i)
     out: list[list[SampledAnswer]] = [[] for _ in prompts]
     for (_, shared), members in buckets.items():
         per_call = max(1, MAX_BATCH_ROWS // shared.num_samples)

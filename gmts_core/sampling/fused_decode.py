@@ -127,11 +127,15 @@ class FusedStep:
         """The fused step for this transformer body, or None if it is not the plain Llama
         layout (:func:`gmts_core.model.llama_layout.is_plain_llama`; plain LoRA adapters are
         merged, :mod:`gmts_core.model.lora_merge`) or too large."""
+        return FusedStep(body) if FusedStep.serves(body) else None
+
+    @staticmethod
+    def serves(body: Any) -> bool:
+        """Whether :meth:`of` gives a fused step for this body (without building it)."""
         if not is_plain_llama(body, mergeable_linear):
-            return None
-        if sum(p.numel() for p in body.parameters()) > MAX_PARAMETERS:
-            return None  # the concatenated projections would copy too much
-        return FusedStep(body)
+            return False
+        # larger bodies: the concatenated projections would copy too much
+        return sum(p.numel() for p in body.parameters()) <= MAX_PARAMETERS
 
     def _rotary(self, length: int, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """cos, sin (length, Dh) for positions 0..length-1 from the model's rotary module, and
@@ -144,12 +148,13 @@ class FusedStep:
         return self._rope
 
     def _rotations(
-        self, pos: int, length: int, h: torch.Tensor
+        self, positions: int | torch.Tensor, length: int, h: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(Dh, Dh) matrices R with x @ R = x cos + rotate_half(x) sin at position ``pos``
-        (rotate_half(x) = cat(-x[h:], x[:h])): the query's (times the attention's scaling)
-        and the key's. The rotary embedding is then one matmul per projection."""
-        cos, sin, cos_q, sin_q = (x[pos] for x in self._rotary(length, h))
+        """Matrices R with x @ R = x cos + rotate_half(x) sin at ``positions`` (one position:
+        (Dh, Dh); a tensor of one per row: (n, Dh, Dh)), rotate_half(x) = cat(-x[h:], x[:h]):
+        the query's (times the attention's scaling) and the key's. The rotary embedding is then
+        one matmul per projection."""
+        cos, sin, cos_q, sin_q = (x[positions] for x in self._rotary(length, h))
         if self._swap is None or self._swap.dtype != h.dtype:
             d = self.head_dim
             half, idx = d // 2, torch.arange(d // 2, device=h.device)
@@ -157,11 +162,17 @@ class FusedStep:
             swap[idx + half, idx] = -1.0
             swap[idx, idx + half] = 1.0
             self._swap = swap
-        rot_q = torch.addcmul(torch.diag_embed(cos_q), self._swap, sin_q)
-        rot_k = torch.addcmul(torch.diag_embed(cos), self._swap, sin)
+        # swap[r, c] * sin[c]: the sines scale the map's columns (one set per row, if per row)
+        rot_q = torch.addcmul(torch.diag_embed(cos_q), self._swap, sin_q.unsqueeze(-2))
+        rot_k = torch.addcmul(torch.diag_embed(cos), self._swap, sin.unsqueeze(-2))
         return rot_q, rot_k
 
-    def __call__(self, tokens: torch.Tensor, cache: Any) -> torch.Tensor:
+    def __call__(
+        self, tokens: torch.Tensor, cache: Any, starts: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``starts`` (n,): each row's first cache slot, when prompts of different lengths were
+        prefilled right-aligned (:func:`gmts_core.sampling.kv_sampler.decode`); a row's slot s
+        then holds its position s - start, and its slots before the start are never read."""
         layers = cache.layers
         if not all(isinstance(layer, PreallocatedLayer) for layer in layers):
             raise ValueError("the fused step needs the pre-allocated cache")
@@ -170,14 +181,16 @@ class FusedStep:
         final: torch.Tensor | None = None
         kernels = self._native(h, layers, pos)
         if kernels is not None:
-            h = self._native_layers(kernels, h, layers, pos)
+            h = self._native_layers(kernels, h, layers, pos, starts)
             if self.native_norm:
                 norm = self.body.norm
                 final = kernels.rms_norm(h, norm.weight, float(norm.variance_epsilon))
         else:
-            rot_q, rot_k = self._rotations(pos, layers[0].max_length, h)
+            positions = pos if starts is None else pos - starts
+            rot_q, rot_k = self._rotations(positions, layers[0].max_length, h)
             for w, kv in zip(self.layers, layers, strict=True):
-                heads = self._attention(w, _rms(h, w.norm1, w.eps1), kv, pos, rot_q, rot_k)
+                x = _rms(h, w.norm1, w.eps1)
+                heads = self._attention(w, x, kv, pos, (rot_q, rot_k), starts)
                 h = _add_linear(h, heads, w.out, w.out_bias)
                 x = _rms(h, w.norm2, w.eps2)
                 gate, up = F.linear(x, w.gate_up, w.gate_up_bias).chunk(2, -1)
@@ -213,11 +226,16 @@ class FusedStep:
         return native.decode_kernels()
 
     def _native_layers(
-        self, kernels: native.DecodeKernels, h: torch.Tensor, layers: list[Any], pos: int
+        self,
+        kernels: native.DecodeKernels,
+        h: torch.Tensor,
+        layers: list[Any],
+        pos: int,
+        starts: torch.Tensor | None,
     ) -> torch.Tensor:
         """The layers with the C kernels for the norms, the rotary attention with its cache
         writes, and the gate (:mod:`gmts_core.native`); the projections stay torch matmuls."""
-        cos, sin, _, _ = (x[pos] for x in self._rotary(layers[0].max_length, h))
+        cos, sin, _, _ = self._rotary(layers[0].max_length, h)  # the tables (L, Dh)
         d = self.head_dim
         for w, kv in zip(self.layers, layers, strict=True):
             qkv = F.linear(kernels.rms_norm(h, w.norm1, w.eps1), w.qkv, w.qkv_bias)
@@ -227,6 +245,7 @@ class FusedStep:
                 (cos, sin, self.scaling),
                 (kv._key_buffer, kv._value_buffer),
                 pos,
+                starts,
             )
             h = _add_linear(h, heads, w.out, w.out_bias)
             x = kernels.rms_norm(h, w.norm2, w.eps2)
@@ -240,12 +259,14 @@ class FusedStep:
         x: torch.Tensor,
         kv: PreallocatedLayer,
         pos: int,
-        rot_q: torch.Tensor,
-        rot_k: torch.Tensor,
+        rotations: tuple[torch.Tensor, torch.Tensor],
+        starts: torch.Tensor | None,
     ) -> torch.Tensor:
-        """One query per row over the cache's ``pos + 1`` keys; writes this position's k, v.
-        Returns the heads' outputs (n, H * Dh), before the output projection."""
+        """One query per row over the cache's filled slots (from its start, if ``starts``);
+        writes this slot's k, v. Returns the heads' outputs (n, H * Dh), before the output
+        projection."""
         n, d = x.shape[0], self.head_dim
+        rot_q, rot_k = rotations  # (Dh, Dh), or (n, Dh, Dh) with a position per row
         q, k, v = F.linear(x, w.qkv, w.qkv_bias).split(w.splits, dim=-1)
         q = torch.matmul(q.view(n, -1, d), rot_q)  # (n, H, Dh) rotated, times the scaling
         assert kv._key_buffer is not None and kv._value_buffer is not None
@@ -258,10 +279,14 @@ class FusedStep:
         keys = kv._key_buffer[:, :, :length].view(n * groups, length, d)
         values = kv._value_buffer[:, :, :length].view(n * groups, length, d)
         q = q.view(n * groups, -1, d)  # (n * KV, g, Dh)
-        heads = native.attend_one(q, keys, values)  # the C loop, where it takes the layout
-        if heads is not None:
-            return heads.view(n, -1)
+        if starts is None:
+            heads = native.attend_one(q, keys, values)  # the C loop, where it takes the layout
+            if heads is not None:
+                return heads.view(n, -1)
         scores = torch.bmm(q, keys.transpose(1, 2))  # (n * KV, g, T)
+        if starts is not None:  # a row's slots before its start hold no key of its own
+            before = torch.arange(length, device=x.device) < starts[:, None]  # (n, T)
+            scores = scores.masked_fill(before.repeat_interleave(groups, 0)[:, None], -torch.inf)
         if scores.dtype == torch.float32:
             probs = torch.softmax(scores, dim=-1)
         else:

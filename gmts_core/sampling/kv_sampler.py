@@ -44,6 +44,7 @@ from transformers import (
     TopKLogitsWarper,
     TopPLogitsWarper,
 )
+from transformers.cache_utils import Cache
 
 from gmts_core.errors import NonFiniteLogitsError
 from gmts_core.model.kv_cache import (
@@ -180,12 +181,18 @@ class DecodeBody:
         out = self.path.body(input_ids=ids, use_cache=True, **{self.keyword: cache})
         return out[0][:, -1]  # (B, D): the position that predicts the next token
 
-    def step(self, tokens: torch.Tensor, cache: Any) -> torch.Tensor:
-        """The last hidden states (n, D) after one more token (n,) per row."""
+    def step(
+        self, tokens: torch.Tensor, cache: Any, starts: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The last hidden states (n, D) after one more token (n,) per row; ``starts``: each
+        row's first cache slot when prompts of different lengths share the batch (only the
+        fused step takes them, :func:`prefill`)."""
         if self.fused is not None and all(
             isinstance(layer, PreallocatedLayer) for layer in cache.layers
         ):
-            return self.fused(tokens, cache)
+            return self.fused(tokens, cache, starts)
+        if starts is not None:
+            raise ValueError("prompts of different lengths need the fused decoding step")
         return self.last_hidden(tokens[:, None], cache)
 
 
@@ -277,33 +284,62 @@ class _Batch:
         self.generated[rows] = seq[:, -steps:]
 
 
-def _prefill(
+def prefill(
     body: DecodeBody, prompts: list[list[int]], repeats: int, cache: Any, steps: int
-) -> tuple[torch.Tensor, _Batch]:
+) -> tuple[torch.Tensor, _Batch, torch.Tensor | None]:
     """One forward over the distinct prompts, its cache and last hidden states repeated for
-    the ``repeats`` answers of each: hidden (B * G, D) and the batch."""
+    the ``repeats`` answers of each: hidden (B * G, D), the batch, and each row's first cache
+    slot (B * G,), or None when the prompts have one length.
+
+    Prompts of different lengths (only for the fused step, which reads the starts) are
+    prefilled one length at a time, unpadded, each at its own positions 0..P-1, and placed in
+    the cache right-aligned: every row's prompt ends at the same slot, so each decoding step
+    writes one slot for all rows, and a row's slot s holds its position s - start."""
     device = next(body.path.body.parameters()).device
-    ids = torch.tensor(prompts, device=device)  # (B, P)
-    hidden = body.last_hidden(ids, cache).repeat_interleave(repeats, 0)  # (B * G, D)
+    lengths = [len(p) for p in prompts]
+    width = max(lengths)
+    if min(lengths) == width:
+        ids = torch.tensor(prompts, device=device)  # (B, P)
+        hidden = body.last_hidden(ids, cache)
+        starts = None
+    else:
+        if body.fused is None:
+            raise ValueError("prompts of different lengths need the fused decoding step")
+        ids = torch.zeros(len(prompts), width, dtype=torch.long, device=device)
+        hidden_parts: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for length in sorted(set(lengths)):
+            rows = torch.tensor([i for i, n in enumerate(lengths) if n == length], device=device)
+            part_ids = torch.tensor([prompts[i] for i in rows.tolist()], device=device)
+            part = Cache(layers=[PreallocatedLayer(length) for _ in cache.layers])
+            hidden_parts.append((rows, body.last_hidden(part_ids, part)))
+            ids[rows, width - length :] = part_ids
+            for layer, filled in zip(cache.layers, part.layers, strict=True):
+                layer.place_rows(filled, rows, len(prompts), width)
+        hidden = hidden_parts[0][1].new_empty(len(prompts), hidden_parts[0][1].shape[1])
+        for rows, part_hidden in hidden_parts:
+            hidden[rows] = part_hidden
+        starts = (width - torch.tensor(lengths, device=device)).repeat_interleave(repeats)
+    hidden = hidden.repeat_interleave(repeats, 0)  # (B * G, D)
     repeat_rows(cache, repeats)
     seq = ids.repeat_interleave(repeats, 0)  # (B * G, P)
     seq = torch.cat([seq, seq.new_zeros(len(seq), steps)], dim=1)  # (B * G, P + T)
     rows = torch.arange(len(seq), device=device)
     finished = torch.zeros_like(rows, dtype=torch.bool)
-    return hidden, _Batch(rows, seq, finished, seq.new_zeros(len(seq), steps))
+    return hidden, _Batch(rows, seq, finished, seq.new_zeros(len(seq), steps)), starts
 
 
 @torch.no_grad()
 def decode(
     model: Any, prompts: list[list[int]], request: DecodeRequest, eos_ids: set[int]
 ) -> list[DecodedRow]:
-    """``request.num_samples`` answers to each prompt (all of one length), prompt by prompt,
-    drawn from torch's global RNG (the caller seeds it)."""
+    """``request.num_samples`` answers to each prompt, prompt by prompt, drawn from torch's
+    global RNG (the caller seeds it). Prompts of different lengths need the fused step
+    (:func:`prefill`; :func:`gmts_core.sampling.sampler_probe.serves_mixed_lengths`)."""
     path = head_path(model)
     body = DecodeBody(path, request.fused)
-    width, steps = len(prompts[0]), request.max_new_tokens
+    width, steps = max(len(p) for p in prompts), request.max_new_tokens
     cache = sampling_cache(model.config, width + steps)
-    hidden, batch = _prefill(body, prompts, request.num_samples, cache, steps)
+    hidden, batch, starts = prefill(body, prompts, request.num_samples, cache, steps)
     total, device = len(batch.rows), batch.seq.device
     warp = processors(model.generation_config, request, width, device)
     eos = torch.tensor(sorted(eos_ids) or [-1], device=device)
@@ -327,7 +363,7 @@ def decode(
             tokens = batch.shrink(cache, tokens)
         if t + 1 == steps:
             break
-        hidden = body.step(tokens, cache)  # (n, D)
+        hidden = body.step(tokens, cache, None if starts is None else starts[batch.rows])
     batch.flush()
     generated = batch.generated.tolist()
     answers = [DecodedRow(ids[:n]) for ids, n in zip(generated, lengths, strict=True)]

@@ -27,8 +27,9 @@ from gmts_core.model.logit_head import (
     HeadPath,
     head_path,
 )
+from gmts_core.model.rope_window import rope_window
 from gmts_core.sampling.fused_decode import FusedStep
-from gmts_core.sampling.kv_sampler import DecodeBody, unsupported_settings
+from gmts_core.sampling.kv_sampler import DecodeBody, prefill, unsupported_settings
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,60 @@ def probe_difference(model: Any) -> tuple[float, float]:
     path = head_path(model)
     ways = [False] + ([True] if FusedStep.of(path.body) is not None else [])
     results = [_probe(model.config, path, DecodeBody(path, fused)) for fused in ways]
+    if len(ways) > 1:  # the fused step also samples prompts of different lengths
+        results.append(_probe_mixed_lengths(model.config, path))
     return max(d for d, _ in results), results[0][1]
+
+
+def _probe_mixed_lengths(config: Any, path: HeadPath) -> tuple[float, float]:
+    """The fused step's logits for two prompts of different lengths sampled in one call
+    (:func:`gmts_core.sampling.kv_sampler.prefill`: right-aligned in the cache, each row from
+    its own first slot), through repeated rows, a step, a dropped row and another step, against
+    one forward of the body over each unpadded sequence."""
+    device = next(path.body.parameters()).device
+    vocab = int(path.head.weight.shape[0])
+    short = PROBE_PROMPT - 3
+    prompts = [
+        [(7 + 13 * i) % vocab for i in range(PROBE_PROMPT)],
+        [(11 + 5 * i) % vocab for i in range(short)],
+    ]
+    first = torch.tensor([(3 + 17 * r) % vocab for r in range(4)], device=device)  # (4,)
+    second = torch.tensor([(5 + 29 * r) % vocab for r in range(4)], device=device)
+    body = DecodeBody(path, fused=True)
+    with torch.no_grad():
+        cache = sampling_cache(config, PROBE_PROMPT + 2)
+        hidden, _, starts = prefill(body, prompts, 2, cache, 2)  # rows a, a, b, b
+        assert starts is not None
+        ours = [path.logits(hidden).float(), path.logits(body.step(first, cache, starts)).float()]
+        kept = torch.tensor([1, 2, 3], device=device)
+        keep_rows(cache, kept)
+        last = path.logits(body.step(second[kept], cache, starts[kept])).float()  # (3, V)
+        diffs, size = [], 0.0
+        for row in range(4):
+            seq = torch.tensor(prompts[row // 2], device=device)
+            seq = torch.cat([seq, first[row : row + 1], second[row : row + 1]])[None]
+            hidden_row = path.body(input_ids=seq, attention_mask=torch.ones_like(seq))[0]
+            forced = path.logits(hidden_row[0, -3:]).float()  # (3, V)
+            size = max(size, float(forced.abs().amax()))
+            diffs += [(ours[t][row] - forced[t]).abs().amax() for t in (0, 1)]
+            if row in kept.tolist():
+                diffs.append((last[row - 1] - forced[2]).abs().amax())
+    diff = max(float(d) for d in diffs)
+    return (diff if math.isfinite(diff) else float("inf")), size
+
+
+def serves_mixed_lengths(model: Any) -> bool:
+    """True when one sampling call may take prompts of different lengths
+    (:func:`gmts_core.sampling.kv_sampler.prefill`): the sampler serves the model
+    (:func:`unserved_reason`, whose probe covers mixed lengths on the fused step) with the fused
+    step, its rotary frequencies do not switch with the length (no window:
+    :mod:`gmts_core.model.rope_window`), and its generation config sets no ``min_length`` (which
+    counts the prompt, so would see the right-aligned padding)."""
+    if rope_window(model.config) is not None or getattr(
+        model.generation_config, "min_length", None
+    ):
+        return False
+    return unserved_reason(model) is None and FusedStep.serves(head_path(model).body)
 
 
 def _probe(config: Any, path: HeadPath, body: DecodeBody) -> tuple[float, float]:

@@ -167,39 +167,60 @@ def test_rms_norm_and_gate_equal_torch(lib: object) -> None:
     assert native.silu_mul(gate_up[:, :-1].contiguous()) is None  # an odd width
 
 
+def _rotary_tables(length: int, d: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+    """cos and sin tables (length, d): a random angle per position and frequency, as the rotary
+    embedding's (each half repeated)."""
+    angles = torch.rand(length, d // 2, generator=gen) * 6
+    return torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+
+
 @needs_compiler
 @pytest.mark.parametrize(("hq", "kv", "d"), [(4, 4, 16), (6, 2, 24)])
-def test_rotary_attend_equals_the_rotary_attention(lib: object, hq: int, kv: int, d: int) -> None:
-    """Keys rotated into the cache at pos, queries rotated and scaled, each over its group's
-    positions 0..pos: equal to the same steps in torch ops, float64."""
+@pytest.mark.parametrize("ragged", [False, True], ids=["from-slot-0", "own-first-slots"])
+def test_rotary_attend_equals_the_rotary_attention(
+    lib: object, hq: int, kv: int, d: int, ragged: bool
+) -> None:
+    """Keys rotated into the cache at slot pos, queries rotated and scaled, each over its
+    group's slots: equal to the same steps in torch ops, float64. With starts (prompts of
+    different lengths, right-aligned), row i is rotated at position pos - start_i and reads
+    only slots start_i..pos."""
     gen = torch.Generator().manual_seed(hq * d)
     n, length, pos, scaling = 3, 12, 7, d**-0.5
     keys, values = (torch.randn(n, kv, length, d, generator=gen) for _ in range(2))
     before_k, before_v = keys.clone(), values.clone()
     qkv = torch.randn(n, (hq + 2 * kv) * d, generator=gen)
-    angles = torch.rand(d // 2, generator=gen) * 6
-    cos, sin = torch.cat([angles.cos()] * 2), torch.cat([angles.sin()] * 2)
-    out = native.rotary_attend(qkv, (hq, kv, d), (cos, sin, scaling), (keys, values), pos)
+    cos_t, sin_t = _rotary_tables(length, d, gen)
+    starts = torch.tensor([0, 3, 7]) if ragged else None
+    first = torch.zeros(n, dtype=torch.long) if starts is None else starts
+    rotary = (cos_t, sin_t, scaling)
+    out = native.rotary_attend(qkv, (hq, kv, d), rotary, (keys, values), pos, starts)
     assert out is not None
 
-    def rotate(x: torch.Tensor) -> torch.Tensor:  # (..., d) as transformers' apply_rotary_pos_emb
+    def rotate(x: torch.Tensor, row: int) -> torch.Tensor:  # (..., d) as apply_rotary_pos_emb
         half = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], -1)
-        return x * cos.double() + half * sin.double()
+        at = pos - int(first[row])
+        return x * cos_t[at].double() + half * sin_t[at].double()
 
     q, k, v = qkv.double().split([hq * d, kv * d, kv * d], -1)
-    k_rot = rotate(k.view(n, kv, d))
-    assert_close(keys[:, :, pos].double(), k_rot, rtol=1e-6, atol=1e-6)
-    assert torch.equal(values[:, :, pos], v.view(n, kv, d).float())
+    for row in range(n):
+        k_rot = rotate(k[row].view(kv, d), row)
+        assert_close(keys[row, :, pos].double(), k_rot, rtol=1e-6, atol=1e-6)
+        assert torch.equal(values[row, :, pos], v[row].view(kv, d).float())
+        lo = int(first[row])  # the slots before a row's start are never read
+        group_k = keys[row, :, lo : pos + 1].double().repeat_interleave(hq // kv, 0)
+        group_v = values[row, :, lo : pos + 1].double().repeat_interleave(hq // kv, 0)
+        scores = (rotate(q[row].view(hq, 1, d), row) * scaling) @ group_k.transpose(-1, -2)
+        want = (scores.softmax(-1) @ group_v).reshape(hq * d)
+        assert_close(out[row].double(), want, rtol=2e-6, atol=2e-6)
     keep = torch.ones(length, dtype=torch.bool)
     keep[pos] = False  # nothing else in the cache is touched
     assert torch.equal(keys[:, :, keep], before_k[:, :, keep])
     assert torch.equal(values[:, :, keep], before_v[:, :, keep])
-    group_k = keys[:, :, : pos + 1].double().repeat_interleave(hq // kv, 1)  # (n, hq, T, d)
-    group_v = values[:, :, : pos + 1].double().repeat_interleave(hq // kv, 1)
-    scores = (rotate(q.view(n, hq, 1, d)) * scaling) @ group_k.transpose(-1, -2)
-    want = (scores.softmax(-1) @ group_v).reshape(n, hq * d)
-    assert_close(out.double(), want, rtol=2e-6, atol=2e-6)
-    assert native.rotary_attend(qkv, (hq, kv, d), (cos, sin, scaling), (keys, values), 12) is None
+    buffers = (keys, values)
+    assert native.rotary_attend(qkv, (hq, kv, d), rotary, buffers, 12, starts) is None
+    late = torch.tensor([0, 3, pos + 1])  # a start past the slot written: refused, not read
+    assert native.rotary_attend(qkv, (hq, kv, d), rotary, buffers, pos, late) is None
+    assert native.rotary_attend(qkv, (hq, kv, d), rotary, buffers, pos, late.int()) is None
 
 
 @pytest.fixture
@@ -217,8 +238,7 @@ def test_the_kernels_split_over_threads_give_the_same_bits(lib: object, threads:
     gen = torch.Generator().manual_seed(5)
     hq, kv, d, n, length, pos = 4, 2, 16, 37, 20, 11
     qkv = torch.randn(n, (hq + 2 * kv) * d, generator=gen)
-    angles = torch.rand(d // 2, generator=gen) * 6
-    cos, sin = torch.cat([angles.cos()] * 2), torch.cat([angles.sin()] * 2)
+    cos, sin = _rotary_tables(length, d, gen)
     probs = torch.softmax(3 * torch.randn(n, 300, generator=gen), -1)
     uniforms = torch.rand(n, 300, generator=gen, dtype=torch.float64)
     results = []
@@ -227,7 +247,8 @@ def test_the_kernels_split_over_threads_give_the_same_bits(lib: object, threads:
         keys, values = torch.zeros(n, kv, length, d), torch.zeros(n, kv, length, d)
         kernels = native.decode_kernels()
         assert kernels is not None and kernels.threads == count
-        out = kernels.rotary_attend(qkv, (hq, kv, d), (cos, sin, 0.25), (keys, values), pos)
+        starts = torch.arange(n) % (pos + 1)  # rows of different prompt lengths
+        out = kernels.rotary_attend(qkv, (hq, kv, d), (cos, sin, 0.25), (keys, values), pos, starts)
         drawn = native.categorical(probs, uniforms, 2.0**-16)
         assert drawn is not None
         results.append((out, keys, values, *drawn))

@@ -15,9 +15,11 @@ from gmts_core.sampling.answers import (
     SamplingConfig,
     StatsSpec,
     batch_seed,
+    generate_answers,
     sample_answers,
     sample_groups,
 )
+from gmts_core.sampling.sampler_probe import serves_mixed_lengths
 from gmts_core.stats.forward import answer_token_stats
 
 CONFIG = SamplingConfig(num_samples=3, temperature=1.0, max_new_tokens=6, seed=5)
@@ -38,24 +40,72 @@ def test_a_lone_group_gets_what_sample_answers_gives(tiny_llama: LoadedModel) ->
     assert _tokens(alone) == _tokens(direct)
 
 
-def test_batched_groups_are_deterministic_and_keep_their_order(tiny_llama: LoadedModel) -> None:
-    a, b = _ids(tiny_llama, "Q: 1+2=?"), _ids(tiny_llama, "Q: 7+5=?")
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_batched_groups_are_deterministic_and_keep_their_order(
+    arch: str, tiny_lm: Callable[[str], LoadedModel]
+) -> None:
+    """Groups that differ at most in the seed share a call seeded with batch_seed of their
+    seeds. A prompt of another length shares it where the fused step serves the model (llama:
+    right-aligned, serves_mixed_lengths), and has a call of its own, with its own seed,
+    elsewhere (gpt2: learned absolute positions)."""
+    lm = tiny_lm(arch)
+    a, b = _ids(lm, "Q: 1+2=?"), _ids(lm, "Q: 7+5=?")
     assert len(a) == len(b)  # same length: one call
-    longer = _ids(tiny_llama, "Q: 12+345=?")
+    longer = _ids(lm, "Q: 12+345=?")
+    assert len(longer) != len(a)
     prompts = [a, longer, b]
     configs = [CONFIG, dataclasses.replace(CONFIG, seed=9), dataclasses.replace(CONFIG, seed=6)]
-    first = sample_groups(tiny_llama.model, tiny_llama.tokenizer, prompts, configs)
-    again = sample_groups(tiny_llama.model, tiny_llama.tokenizer, prompts, configs)
+    first = sample_groups(lm.model, lm.tokenizer, prompts, configs)
+    again = sample_groups(lm.model, lm.tokenizer, prompts, configs)
     assert [_tokens(g) for g in first] == [_tokens(g) for g in again]
     assert [len(g) for g in first] == [3, 3, 3]
-    # the longer prompt is alone in its call, so it keeps its own seed
-    (alone,) = sample_groups(tiny_llama.model, tiny_llama.tokenizer, [longer], [configs[1]])
-    assert _tokens(first[1]) == _tokens(alone)
+    mixed = serves_mixed_lengths(lm.model)
+    assert mixed == (arch == "llama")
+    if mixed:  # one call for all three, prompt by prompt
+        call = dataclasses.replace(CONFIG, seed=batch_seed([5, 9, 6]))
+        rows = generate_answers(lm.model, lm.tokenizer, prompts, call)
+        assert [_tokens(g) for g in first] == [_tokens(rows[i * 3 : i * 3 + 3]) for i in range(3)]
+    else:  # the longer prompt is alone in its call, so it keeps its own seed
+        (alone,) = sample_groups(lm.model, lm.tokenizer, [longer], [configs[1]])
+        assert _tokens(first[1]) == _tokens(alone)
     # different seeds of the batched groups give a different batch
     other = [CONFIG, configs[1], dataclasses.replace(CONFIG, seed=7)]
-    changed = sample_groups(tiny_llama.model, tiny_llama.tokenizer, prompts, other)
+    changed = sample_groups(lm.model, lm.tokenizer, prompts, other)
     assert batch_seed([5, 6]) != batch_seed([5, 7])
     assert [_tokens(g) for g in changed] != [_tokens(g) for g in first]
+
+
+@pytest.mark.usefixtures("native_path")  # the fused step's attention by the C loop and by torch
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_prompts_of_different_lengths_in_one_call_are_sampled_as_alone(
+    arch: str, tiny_lm: Callable[[str], LoadedModel]
+) -> None:
+    """Prompts of 4 lengths in one call (right-aligned in the cache, each row at its own
+    positions): greedy answers equal each prompt's answers sampled alone, and the statistics
+    collected while sampling equal a forward pass over each unpadded prompt + answer (float32
+    rounding), through rows repeated, finished rows dropped and 12 steps."""
+    lm = tiny_lm(arch)
+    assert serves_mixed_lengths(lm.model)
+    vocab = lm.model.config.vocab_size
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(3, vocab, (n,), generator=gen).tolist() for n in (6, 2, 9, 6, 4)]
+    greedy = SamplingConfig(num_samples=2, temperature=0.0, max_new_tokens=12, seed=0)
+    spec = StatsSpec(temperature=1.0, top_k=3)
+    together = generate_answers(lm.model, lm.tokenizer, prompts, greedy, spec)
+    for i, prompt in enumerate(prompts):
+        alone = generate_answers(lm.model, lm.tokenizer, [prompt], greedy)
+        assert _tokens(together[2 * i : 2 * i + 2]) == _tokens(alone)
+    pad = lm.tokenizer.pad_token_id or 0
+    seqs = [(prompts[i // 2], a.token_ids) for i, a in enumerate(together)]
+    forward = answer_token_stats(lm.model, seqs, pad, 1.0, 3, 128)
+    for ours, theirs in zip(together, forward, strict=True):
+        assert ours.stats is not None
+        for name in ("logprob", "entropy", "grad_norm", "sum_sq_prob", "top_logprobs"):
+            torch.testing.assert_close(
+                getattr(ours.stats.stats, name), getattr(theirs.stats, name), rtol=1e-4, atol=1e-5
+            )
+        assert torch.equal(ours.stats.stats.top_ids, theirs.stats.top_ids)
+        torch.testing.assert_close(ours.stats.hidden_norm, theirs.hidden_norm, rtol=1e-4, atol=1e-5)
 
 
 def test_analyze_mixes_given_and_sampled_groups(tiny_llama: LoadedModel) -> None:
