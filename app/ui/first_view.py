@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from html import escape
+from pathlib import Path
 from typing import Any
 
 from app.ui.assets import STATIC_DIR
@@ -48,16 +49,27 @@ _STYLE = """
 """
 
 # hands over to Gradio: once its Explore token view holds the example's marked tokens (or,
-# should another tab open first, 2 s after its tab list is drawn) the view fades out and goes
+# should another tab open first, 2 s after its tab list is drawn) the view fades out and goes.
+# Then Gradio's Plotly chunk is imported (when the page names it: ``data-charts``): Gradio
+# imports it only once a chart's value has come in the page-load event, and its download and
+# evaluation (4.6 MB of script) then stood between that event and the first drawn chart.
 _HANDOFF = """
 (function () {
   var view = document.getElementById("gmts-first-view");
   if (!view) return;
   var gone = false, timer = null;
+  function warmCharts() {
+    var chunk = view.getAttribute("data-charts");
+    var entry = document.querySelector("script[type=module][src*='/assets/index-']");
+    if (!chunk || !entry) return;
+    // the URL Gradio's own import resolves to: one module, fetched and run once
+    import(new URL(chunk, entry.src).href).catch(function () {});
+  }
   function leave() {
     if (gone) return;
     gone = true;
     view.classList.add("gmts-fv-gone");
+    setTimeout(warmCharts, 0);  // after the frame that starts the fade
     setTimeout(function () { view.remove(); }, 250);
   }
   var watch = new MutationObserver(function () {
@@ -73,9 +85,13 @@ _HANDOFF = """
 """
 
 
-def first_view_html(example: Json | None, intro: str, note: str) -> str:
+def first_view_html(
+    example: Json | None, intro: str, note: str, charts_chunk: str | None = None
+) -> str:
     """The first view's HTML (empty without an example): ``intro`` and ``note`` as plain text
-    (escaped), then the example's token view as the Explore tab first renders it."""
+    (escaped), then the example's token view as the Explore tab first renders it.
+    ``charts_chunk``: the file name of Gradio's Plotly chunk (:func:`plotly_chunk`), imported
+    as the view hands over."""
     if not example:
         return ""
     from app.ui.tabs.explore.tab import initial_values  # the tab's own first render
@@ -84,8 +100,9 @@ def first_view_html(example: Json | None, intro: str, note: str) -> str:
     spotlight, tokens = values[12], values[1]  # the disagreement first, as in the tab
     css = (STATIC_DIR / "gmts.css").read_text(encoding="utf-8")
     tips = (STATIC_DIR / "gmts.js").read_text(encoding="utf-8")  # installs itself once
+    charts = f' data-charts="{escape(charts_chunk)}"' if charts_chunk else ""
     return (
-        f'<div id="{FIRST_VIEW_ID}" aria-busy="true">'
+        f'<div id="{FIRST_VIEW_ID}" aria-busy="true"{charts}>'
         f"<style>{css}{_STYLE}</style>"
         f'<p class="fv-intro">{_intro_html(intro)}</p>'
         f'<p class="fv-note">{escape(_plain(note))}</p>'
@@ -93,6 +110,16 @@ def first_view_html(example: Json | None, intro: str, note: str) -> str:
         '<p class="fv-loading">Loading the interactive explorer…</p>'
         f"</div><script>{tips}</script><script>{_HANDOFF}</script>"
     )
+
+
+def plotly_chunk() -> str | None:
+    """The file name of the chunk of Gradio's frontend that holds Plotly (``PlotlyPlot-<hash>.js``
+    in its assets, loaded by its Plot component), or None unless exactly one is there."""
+    import gradio
+
+    assets = Path(gradio.__file__).parent / "templates" / "frontend" / "assets"
+    found = sorted(p.name for p in assets.glob("PlotlyPlot-*.js"))
+    return found[0] if len(found) == 1 else None
 
 
 # the only markup the intro's text keeps here: the "Hover"/"Tap" pair (app.ui.blocks.POINT_AT)

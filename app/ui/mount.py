@@ -20,10 +20,11 @@ from fastapi.responses import FileResponse
 
 from app.core.config import Settings
 from app.services.container import Services
+from app.ui.asset_cache import cache_assets
 from app.ui.assets import FAVICON, STATIC_DIR
 from app.ui.blocks import INTRO, build_blocks
 from app.ui.client import DEFAULT_QUEUE_WAIT_S, Backend
-from app.ui.first_view import FirstViewMiddleware, first_view_html
+from app.ui.first_view import FirstViewMiddleware, first_view_html, plotly_chunk
 from app.ui.local_backend import LocalBackend
 from app.ui.remote_backend import RemoteBackend
 from app.ui.tabs.explore import example
@@ -66,9 +67,9 @@ def mount_ui(app: FastAPI, settings: Settings, services: Services, path: str = U
     if not settings.api_key_value:  # behind a login the first HTML is the login page's
         default = example.load_example()
         note = example_note(default).replace("**", "") if default else ""  # plain text there
-        view = first_view_html(default, INTRO, note)
+        view = first_view_html(default, INTRO, note, plotly_chunk())
         app.add_middleware(FirstViewMiddleware, path=path, fragment=view)
-    return gr.mount_gradio_app(
+    mounted = gr.mount_gradio_app(
         app,
         blocks,
         path=path,
@@ -80,6 +81,8 @@ def mount_ui(app: FastAPI, settings: Settings, services: Services, path: str = U
         footer_links=[],
         max_file_size=getattr(settings, "ui_upload_max_bytes", None),
     )
+    cache_assets(mounted, path)  # Gradio's scripts from memory, compressed once
+    return mounted
 
 
 def _add_favicon(app: FastAPI) -> None:

@@ -36,6 +36,7 @@ def test_first_html_response_holds_highlighted_tokens(chromium: Any, ui_server: 
     view = body[body.index(f'id="{FIRST_VIEW_ID}"') :]
     assert 'class="tok' in view and "sel-b" in view and "data-tip=" in view
     assert view.index("sel-b") < view.index("<gradio-app")  # before Gradio's element
+    assert 'data-charts="PlotlyPlot-' in view[:300]  # the chart module it imports at hand-over
     page.context.close()
 
 
@@ -71,4 +72,57 @@ def test_gradio_takes_over_and_the_first_view_goes(chromium: Any, ui_server: Liv
     # the same example in both: the interactive view shows the tokens the first view showed
     assert page.locator("#token-view .tok.sel-b").count() > 0
     assert "Example" in page.locator("#notes").inner_text()
+    # the scatter (in the config) and the charts the page-load event sends are all drawn, from
+    # one Plotly module: the first view's early import and Gradio's are the same request
+    page.wait_for_selector("#scatter-plot .js-plotly-plot .point")
+    for chart in ("distributions", "positions", "advantages", "budget"):
+        page.wait_for_selector(f"#{chart}-plot .js-plotly-plot .main-svg")
+    chunks = page.evaluate(
+        "performance.getEntriesByType('resource').map(e => e.name)"
+        ".filter(n => n.includes('/assets/PlotlyPlot-'))"
+    )
+    assert len(chunks) == 1, chunks
+    page.context.close()
+
+
+def test_the_hand_over_imports_the_charts_module(chromium: Any) -> None:
+    """The first view imports the chunk it names (``data-charts``, resolved against Gradio's
+    entry script) once Gradio's token view shows, not before; here on a page of its own."""
+    from app.ui.first_view import first_view_html
+    from app.ui.tabs.explore import example
+
+    origin = "http://gmts.test"
+    fragment = first_view_html(example.load_example(), "intro", "note", "PlotlyPlot-x1.js")
+    html = (
+        f"<html><head></head><body>{fragment}"
+        '<script type="module" src="./assets/index-x0.js"></script><gradio-app></gradio-app>'
+        "</body></html>"
+    )
+    asked: list[str] = []
+    bodies = {
+        "/ui/": ("text/html", html),
+        "/ui/assets/index-x0.js": ("text/javascript", "export {};"),
+        "/ui/assets/PlotlyPlot-x1.js": (
+            "text/javascript",
+            "window.__charts = (window.__charts || 0) + 1; export default {};",
+        ),
+    }
+
+    def serve(route: Any) -> None:
+        path = route.request.url[len(origin) :]
+        asked.append(path)
+        kind, body = bodies.get(path, ("text/plain", ""))
+        route.fulfill(status=200 if path in bodies else 404, content_type=kind, body=body)
+
+    page = _page(chromium)
+    page.route(f"{origin}/**", serve)
+    page.goto(f"{origin}/ui/", wait_until="load")
+    assert page.evaluate("window.__charts") is None  # nothing imported before the hand-over
+    page.evaluate(
+        "document.querySelector('gradio-app').innerHTML ="
+        ' \'<div id="token-view"><span class="tok sel-b">x</span></div>\''
+    )
+    page.wait_for_function("window.__charts === 1")
+    page.wait_for_selector(VIEW, state="detached")
+    assert asked.count("/ui/assets/PlotlyPlot-x1.js") == 1
     page.context.close()

@@ -175,3 +175,78 @@ def test_rewrite_page_moves_the_head_data_after_the_fragment() -> None:
     )
     plain = b"<html><head></head><body>a</body>"  # nothing to move: the fragment only
     assert rewrite_page(plain, b"<i>") == b"<html><head></head><body><i>a</body>"
+
+
+def test_the_first_config_holds_the_first_chart_and_the_page_loads_the_rest(root: Path) -> None:
+    """Of the example's charts the config carries the scatter only (so Gradio starts loading
+    Plotly as it mounts the tab); the page-load events send the other charts, then the Learn
+    card, the shipped example's as computed when the UI was built, and anything else afresh."""
+    from app.ui.tabs.explore import example
+    from app.ui.tabs.explore import tab as explore_tab
+
+    with TestClient(create_app(make_settings(root, ui_enabled=True))) as client:
+        config = client.get("/ui/config").json()
+    props = {c["props"].get("elem_id"): c["props"] for c in config["components"]}
+    assert props["scatter-plot"]["value"]["type"] == "plotly"
+    for later in ("distributions-plot", "positions-plot", "advantages-plot", "budget-plot"):
+        assert props[later].get("value") is None
+    assert not props["learn-view"].get("value")
+    assert set(explore_tab.DEFERRED) == {4, 5, 6, 7, 9}
+
+    shipped = example.load_example()
+    components = [_Echo() for _ in range(13)]
+    views = explore_tab.ExampleViews(shipped, components, explore_tab.initial_values(shipped))
+    charts = views.handler(explore_tab.DEFERRED_CHARTS)
+    fresh = explore_tab.deferred_views(explore_tab.DEFERRED_CHARTS)
+    same = charts(dict(shipped), *explore_tab.EXAMPLE_VIEW)  # an equal copy, as a session's
+    assert [f.to_json() for f in same] == [
+        f.to_json() for f in fresh(shipped, *explore_tab.EXAMPLE_VIEW)
+    ]
+    assert all(
+        a is b for a, b in zip(same, charts(shipped, *explore_tab.EXAMPLE_VIEW), strict=True)
+    )
+    other = charts(shipped, "entropy", "gmts", "entropy", 1)  # group 1: computed, not kept
+    assert [f.to_json() for f in other] == [
+        f.to_json() for f in fresh(shipped, "entropy", "gmts", "entropy", 1)
+    ]
+    assert not any(a is b for a, b in zip(other, same, strict=True))
+    learn = views.handler(explore_tab.DEFERRED_LEARN)(shipped, *explore_tab.EXAMPLE_VIEW)
+    assert learn == [explore_tab.initial_values(shipped)[7]] and "learn" in learn[0]
+
+
+class _Echo:
+    """A component whose post-processing is the value itself."""
+
+    def postprocess(self, value: object) -> object:
+        return value
+
+
+def test_gradio_assets_are_kept_after_their_first_answer(root: Path) -> None:
+    """A second request of an asset with the same headers gets the first answer's bytes and
+    headers from memory; conditional requests and other encodings reach Gradio."""
+    from app.ui.asset_cache import AssetCache
+    from app.ui.first_view import plotly_chunk
+
+    app = create_app(make_settings(root, ui_enabled=True))
+    gradio_app = next(r.app for r in app.routes if getattr(r, "path", "") == "/ui")
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        asset = f"/ui/assets/{plotly_chunk()}"
+        br = {"Accept-Encoding": "gzip, deflate, br"}
+        first, again = client.get(asset, headers=br), client.get(asset, headers=br)
+        plain = client.get(asset, headers={"Accept-Encoding": "identity"})
+        revalidated = client.get(asset, headers={**br, "If-None-Match": first.headers["etag"]})
+        missing = [client.get("/ui/assets/none-00000000.js") for _ in range(2)]
+    cache = gradio_app.middleware_stack
+    while not isinstance(cache, AssetCache):
+        cache = cache.app
+    assert first.status_code == again.status_code == plain.status_code == 200
+    assert first.headers["content-encoding"] == "br" and "content-encoding" not in plain.headers
+    assert again.content == first.content == plain.content  # decoded by the client
+    assert 3 * int(again.headers["content-length"]) < len(plain.content)  # compressed
+    same = ("x-request-id", "content-length")  # Gradio streamed it; the replay has a length
+    assert {k: v for k, v in again.headers.items() if k not in same} == {
+        k: v for k, v in first.headers.items() if k not in same
+    }
+    assert revalidated.status_code in (200, 304) and all(r.status_code == 404 for r in missing)
+    # one answer from memory: the conditional request, the 404s and the other encoding went on
+    assert cache.hits == 1 and len(cache.kept) == 2  # the asset in two encodings
