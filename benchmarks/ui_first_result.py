@@ -11,9 +11,11 @@ context (no cache, no cookies):
   (``static/default-example-result.json``, the default example's batch), which the server
   renders into the first HTML (``#gmts-first-view``, :mod:`app.ui.first_view`) before Gradio
   boots; the time at which Gradio's own token view (``#token-view .tok.sel-b``) shows it
-  (**interactive**) is reported too, and the first contentful paint. Also reported: when the
-  charts are drawn, the size of the page and of the Gradio config it carries, and the token
-  view's HTML.
+  (**interactive**) is reported too, and the first contentful paint. **Charts**: from navigation
+  start to the example's scatter drawn by Plotly (``#scatter-plot .js-plotly-plot .point``;
+  polled after the tokens, so an upper bound); **all charts**: to the last of the example's five
+  Plotly charts drawn (scatter, distributions, positions, advantages, budget). Also reported:
+  the size of the page and of the Gradio config it carries, and the token view's HTML.
 * **warm Analyze** of the default group (the form as the page opens, G = 8, seed 0), after one
   warm-up Analyze: the server time is Gradio's own per-event process time (the queue's
   ``process_time_per_fn``: pre-processing, the handler, post-processing; read in-process after
@@ -28,7 +30,11 @@ charts are drawn. A new result's tokens come in the Analyze event and its charts
 after it, so the browser paints the tokens before it draws a chart.
 
     .venv/bin/python benchmarks/ui_first_result.py [--repeats 5] [--width 1366 --height 768]
-        [--threads 2] [--json]
+        [--threads 2] [--json] [--old-page | --old-charts]
+
+``--old-charts`` serves the page as before the charts' changes of issue 48 (Gradio compressing
+every asset on every request, the scatter in the page-load event with the other charts and the
+Learn card, computed per page, Plotly loaded only when a chart's value came), to compare.
 
 Times depend on the machine's load: run under ``flock /tmp/bench.lock`` on a shared machine
 and quote the load average (printed) with the figures.
@@ -69,6 +75,11 @@ new MutationObserver((_, obs) => {
   }
 }).observe(document, {childList: true, subtree: true});
 """
+# the example's five Plotly charts, each drawn
+ALL_CHARTS_JS = (
+    "['scatter', 'distributions', 'positions', 'advantages', 'budget'].every(k =>"
+    " document.querySelector('#' + k + '-plot .js-plotly-plot .main-svg'))"
+)
 TARGET_FIRST_TOKEN_S = 0.3
 TARGET_INTERACTIVE_S = 0.8
 TARGET_CHARTS_S = 1.5
@@ -88,7 +99,24 @@ def parse_args() -> argparse.Namespace:
         help="the page as before issue 48 (Gradio's config and stylesheet in <head>, before "
         "the first view), to compare",
     )
+    p.add_argument(
+        "--old-charts",
+        action="store_true",
+        help="the charts and assets as before their changes of issue 48, to compare",
+    )
     return p.parse_args()
+
+
+def old_charts() -> None:
+    """Undo the charts' changes of issue 48 in the app :func:`main` builds (see the docstring)."""
+    from app.ui import mount
+    from app.ui.tabs.explore import tab
+
+    mount.plotly_chunk = lambda: None  # no import of Plotly's chunk at the hand-over
+    mount.cache_assets = lambda app, path: False  # Gradio compresses every asset every time
+    tab.DEFERRED_CHARTS = (3, 4, 5, 6, 9)  # the scatter too in the page-load event ...
+    tab.DEFERRED = tab.DEFERRED_CHARTS + tab.DEFERRED_LEARN
+    tab.ExampleViews.handler = lambda self, positions: tab.deferred_views(positions)  # ... per page
 
 
 def gradio_app(app: Any) -> Any:
@@ -142,6 +170,8 @@ def first_result(browser: Any, url: str, args: argparse.Namespace) -> dict[str, 
     )
     page.wait_for_selector("#scatter-plot .js-plotly-plot .point")
     charts_ms = page.evaluate("performance.now()")
+    page.wait_for_function(ALL_CHARTS_JS, polling="raf")
+    all_charts_ms = page.evaluate("performance.now()")
     timing = page.evaluate(
         "(() => { const n = performance.getEntriesByType('navigation')[0];"
         " const p = performance.getEntriesByName('first-contentful-paint')[0];"
@@ -153,6 +183,7 @@ def first_result(browser: Any, url: str, args: argparse.Namespace) -> dict[str, 
         "interactive_token_s": page.evaluate("window.__gmtsLiveTokenMs") / 1e3,
         "first_contentful_paint_s": (timing["fcp"] or 0.0) / 1e3,
         "charts_by_s": charts_ms / 1e3,  # an upper bound: polled after the tokens
+        "all_charts_by_s": all_charts_ms / 1e3,  # likewise, polled after the scatter
         "dom_content_loaded_s": timing["dom"] / 1e3,
         "load_event_s": timing["load"] / 1e3,
     }
@@ -216,6 +247,8 @@ def main() -> int:
             page, fragment
         )
 
+    if args.old_charts:
+        old_charts()
     app = create_app(Settings(ui_enabled=True, torch_threads=args.threads))
     clock = ServerClock(app)
     with LiveServer(app) as server, sync_playwright() as p:
@@ -233,6 +266,7 @@ def main() -> int:
         "viewport": [args.width, args.height],
         "repeats": args.repeats,
         "old_page": args.old_page,
+        "old_charts": args.old_charts,
         "first_result": first,
         "warm_analyze": analyze,
         "sizes": sizes,
@@ -269,7 +303,8 @@ def main() -> int:
         f"  navigation -> Gradio's interactive token view: {fmt(first['interactive_token_s'])} "
         f"(target <= {TARGET_INTERACTIVE_S} s)",
         f"  navigation -> DOMContentLoaded: {fmt(first['dom_content_loaded_s'])}; "
-        f"charts drawn by {fmt(first['charts_by_s'])} (target <= {TARGET_CHARTS_S} s)",
+        f"charts drawn by {fmt(first['charts_by_s'])} (target <= {TARGET_CHARTS_S} s); "
+        f"all five by {fmt(first['all_charts_by_s'])}",
         f"  warm Analyze, server time: {fmt(analyze['server_s'])} (target <= 1 s)",
         f"  warm Analyze, click -> highlighted result: {fmt(analyze['click_to_highlight_s'])}",
         f"  warm Analyze, click -> tokens / server time: {analyze['ratio']['median']:.2f} "

@@ -165,6 +165,7 @@ def test_ui_first_result_smoke() -> None:
     first, analyze = r["first_result"], r["warm_analyze"]
     assert len(r["runs"]["first_result"]) == len(r["runs"]["warm_analyze"]) == 1
     assert 0 < first["first_token_s"]["median"] <= first["charts_by_s"]["median"]
+    assert first["charts_by_s"]["median"] <= first["all_charts_by_s"]["median"]
     assert analyze["server_s"]["median"] > 0 and analyze["click_to_highlight_s"]["median"] > 0
     sizes = r["sizes"]
     assert 0 < sizes["token_view_bytes"] < sizes["config_bytes"] < sizes["page_bytes"]
