@@ -64,19 +64,37 @@ def test_tooltips_work_before_gradio_boots(chromium: Any, ui_server: LiveServer)
     page.context.close()
 
 
+# in the page before its scripts: the order in which the example's charts are first drawn
+DRAWN_ORDER = """
+window.__gmtsDrawn = [];
+new MutationObserver(() => {
+  for (const id of ['#scatter-plot', '#distributions-plot', '#positions-plot',
+                    '#advantages-plot', '#budget-plot']) {
+    if (!window.__gmtsDrawn.includes(id)
+        && document.querySelector(id + ' .js-plotly-plot .main-svg')) window.__gmtsDrawn.push(id);
+  }
+}).observe(document, {childList: true, subtree: true});
+"""
+
+
 def test_gradio_takes_over_and_the_first_view_goes(chromium: Any, ui_server: LiveServer) -> None:
     page = _page(chromium)
+    page.add_init_script(DRAWN_ORDER)
     page.goto(ui_server.url + "/ui/", wait_until="commit")
     page.wait_for_selector("#token-view .tok.sel-b")
     page.wait_for_selector(VIEW, state="detached")
     # the same example in both: the interactive view shows the tokens the first view showed
     assert page.locator("#token-view .tok.sel-b").count() > 0
     assert "Example" in page.locator("#notes").inner_text()
-    # the scatter (in the config) and the charts the page-load event sends are all drawn, from
-    # one Plotly module: the first view's early import and Gradio's are the same request
+    # the scatter (in the config) is drawn first, then the charts the page-load event sends
+    # once it is drawn; all from one Plotly module: the first view's early import and Gradio's
+    # are the same request
     page.wait_for_selector("#scatter-plot .js-plotly-plot .point")
-    for chart in ("distributions", "positions", "advantages", "budget"):
-        page.wait_for_selector(f"#{chart}-plot .js-plotly-plot .main-svg")
+    later = [f"#{c}-plot" for c in ("distributions", "positions", "advantages", "budget")]
+    assert page.evaluate("window.__gmtsDrawn.indexOf('#scatter-plot')") == 0
+    for chart in later:
+        page.wait_for_selector(f"{chart} .js-plotly-plot .main-svg")
+    assert sorted(page.evaluate("window.__gmtsDrawn")) == sorted(["#scatter-plot", *later])
     chunks = page.evaluate(
         "performance.getEntriesByType('resource').map(e => e.name)"
         ".filter(n => n.includes('/assets/PlotlyPlot-'))"

@@ -78,6 +78,7 @@ CHART_VIEWS = (3, 4, 5, 6, 7, 8, 9, 10)  # the four charts, learn, overview, bud
 # charts but the first (the scatter, whose value in the config lets Gradio start loading Plotly
 # as it mounts the tab: ~13 kB), then the Learn card (~100 kB, another tab's) in an event of
 # its own, so that the charts' message does not wait for it
+FIRST_CHART = 3  # the scatter
 DEFERRED_CHARTS = (4, 5, 6, 9)  # distributions, positions, advantages, budget
 DEFERRED_LEARN = (7,)
 DEFERRED = DEFERRED_CHARTS + DEFERRED_LEARN
@@ -96,6 +97,18 @@ def deferred_views(positions: Sequence[int]) -> Callable[..., list[Any]]:
     return handler
 
 
+# the page-load event that sends the other charts waits until the scatter is drawn (or is not
+# on the page), so that Plotly draws it first rather than fifth, then the rest; 10 s at most
+AFTER_FIRST_CHART = (
+    "(...args) => new Promise(done => {"
+    " const drawn = () => !document.getElementById('scatter-plot')"
+    " || document.querySelector('#scatter-plot .js-plotly-plot .main-svg');"
+    " const go = () => { watch.disconnect(); clearTimeout(timer); done(args); };"
+    " const watch = new MutationObserver(() => { if (drawn()) go(); });"
+    " const timer = setTimeout(go, 10000);"
+    " if (drawn()) go(); else watch.observe(document.body, {childList: true, subtree: true});"
+    " })"
+)
 EXAMPLE_VIEW = ("entropy", "gmts", "entropy", 0)
 """Method A, method B, colour by and group of the shipped example's first render
 (:func:`initial_values`)."""
@@ -399,6 +412,7 @@ def build_explore_tab(ctx: UIContext) -> None:
             view_inputs,
             [every[i] for i in DEFERRED_CHARTS],
             show_progress="hidden",
+            js=AFTER_FIRST_CHART if FIRST_CHART not in DEFERRED_CHARTS else None,
         )
         charts_then.then(
             example_views.handler(DEFERRED_LEARN),
