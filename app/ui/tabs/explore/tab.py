@@ -341,9 +341,10 @@ def _outputs_panel(
 
 def build_explore_tab(ctx: UIContext) -> None:
     """Explore: the form, Analyze, the batch view and every output."""
-    # the shipped example; its charts and the Learn card (below the fold, Learn in another
-    # tab) are not in the first page: the page's load event draws them, so the config the
-    # browser parses before the first interactive token is smaller
+    # the shipped example; its charts but the scatter, and the Learn card (below the fold,
+    # Learn in another tab), are not in the first page: the page's load events send them
+    # (``DEFERRED``), so the config the browser parses before the first interactive token is
+    # smaller
     every_first = initial_values(ctx.result.value)
     first = [None if i in DEFERRED else v for i, v in enumerate(every_first)]
     row = disagreement_row(first)
