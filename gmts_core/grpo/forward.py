@@ -16,6 +16,7 @@ from gmts_core.grpo.loss import (
     logprobs_from_logits,
 )
 from gmts_core.grpo.policy import TrainablePolicy
+from gmts_core.model.rope_window import longrope_window
 from gmts_core.stats.contexts import share_identical_contexts
 from gmts_core.stats.forward import (
     AnswerStats,
@@ -103,7 +104,9 @@ def answer_statistics(
         return first.stats, first.logprobs
     if collected is not None and all(s is not None for s in collected):
         stats = [s for s in collected if s is not None]
-        share_identical_contexts(sequences, stats)  # as answer_token_stats: bit-equal repeats
+        # as answer_token_stats: bit-equal repeats, on one side of a longrope window only (an
+        # answer that crosses it was re-scored with its own full forward)
+        share_identical_contexts(sequences, stats, longrope_window(policy.model.config))
         return stats, None
     stats = answer_token_stats(
         policy.model,

@@ -16,7 +16,9 @@ from torch.testing import assert_close
 from transformers import LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM
 
 from gmts_core import reference
+from gmts_core.config import RLConfig
 from gmts_core.errors import InvalidInputError
+from gmts_core.grpo.forward import answer_statistics, micro_batches
 from gmts_core.model.rope_window import RopeWindow, rope_window
 from gmts_core.sampling import answers as sampling
 from gmts_core.sampling.answers import SamplingConfig, StatsSpec, generate_answers, sample_groups
@@ -212,3 +214,31 @@ def test_rope_window_reads_the_configs() -> None:
         },
     )
     assert rope_window(per_layer) == RopeWindow("longrope", WINDOW)
+
+
+def test_rl_statistics_collected_while_sampling_stay_each_answers_own_forward(phi3: Any) -> None:
+    """An RL step above ``fused_max_tokens`` takes the statistics collected while sampling
+    (:func:`gmts_core.grpo.forward.answer_statistics`); sharing equal contexts must keep to one
+    side of the window, as :func:`answer_token_stats` does: an answer that crosses it was
+    re-scored with its own full forward, whose first token's distribution (the prompt's
+    context, shared with a shorter answer within the window) differs from the cached one."""
+    prompt = [5, 6, 7, 8, 9, 10]
+    within = _sample(phi3, prompt, WINDOW - len(prompt), use_generate=False)[:1]
+    crossing = _sample(phi3, prompt, 20, use_generate=False)
+    answers = within + crossing
+    sequences = [(prompt, a.token_ids) for a in answers]
+    policy = SimpleNamespace(model=phi3, tokenizer=TOKENIZER)
+    config = RLConfig(temperature=TAU, fused_max_tokens=0)
+    collected = [a.stats for a in answers]
+    stats, held = answer_statistics(
+        policy,  # type: ignore[arg-type]
+        sequences,
+        micro_batches(sequences, 4096),
+        config,
+        collected,
+    )
+    assert held is None and stats == collected  # the collected ones, no pass of their own
+    for (_, answer), s in zip(sequences, stats, strict=True):
+        logprob, entropy, *_ = _fresh(phi3, prompt, answer)
+        assert_close(s.stats.logprob.double(), logprob, rtol=1e-5, atol=1e-5)
+        assert_close(s.stats.entropy.double(), entropy, rtol=1e-5, atol=1e-5)
