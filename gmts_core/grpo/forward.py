@@ -31,16 +31,29 @@ Parts = list[tuple[list[int], slice]]  # micro-batches: answer indices and their
 Sequences = list[tuple[list[int], list[int]]]  # (prompt_ids, answer_ids) per answer
 
 
-def micro_batches(sequences: Sequences, max_tokens: int) -> Parts:
-    """Consecutive answers in padded batches of at most ``max_tokens`` tokens each."""
+def micro_batches(sequences: Sequences, max_tokens: int, window: int | None = None) -> Parts:
+    """Consecutive answers in padded batches of at most ``max_tokens`` tokens each. With a
+    ``longrope`` ``window`` W (:func:`gmts_core.model.rope_window.longrope_window` of the
+    policy's config) no batch mixes sequences within W and past it: a padded forward takes its
+    RoPE frequencies from the padded length, so a short sequence padded to a long one would get
+    the long factors (its own forward uses the short ones)."""
     lengths = [len(p) + len(a) for p, a in sequences]
     offsets = [0]
     for _, a in sequences:
         offsets.append(offsets[-1] + len(a))
-    return [
-        (idx, slice(offsets[idx[0]], offsets[idx[-1] + 1]))
-        for idx in token_budget_batches(lengths, max_tokens)
-    ]
+    batches = token_budget_batches(lengths, max_tokens)
+    if window is not None:  # split each batch where the side of W changes (slices stay runs)
+        runs = []
+        for batch in batches:
+            run = [batch[0]]
+            for i in batch[1:]:
+                if (lengths[i] > window) != (lengths[run[-1]] > window):
+                    runs.append(run)
+                    run = []
+                run.append(i)
+            runs.append(run)
+        batches = runs
+    return [(idx, slice(offsets[idx[0]], offsets[idx[-1] + 1])) for idx in batches]
 
 
 def padded_tokens(sequences: Sequences, parts: Parts) -> int:
@@ -74,7 +87,8 @@ def statistics_forward(
             stats += stats_from_logits(logits, hidden, seqs, config.temperature, 0, chunk)
             targets = answer_targets(seqs, logits.device)
             logprobs.append(logprobs_from_logits(logits, targets, config.temperature))
-    share_identical_contexts(sequences, stats)  # as answer_token_stats: bit-equal repeats
+    # as answer_token_stats: bit-equal repeats, on one side of a longrope window only
+    share_identical_contexts(sequences, stats, longrope_window(policy.model.config))
     return StatisticsForward(logprobs, stats)
 
 
