@@ -22,7 +22,7 @@ import time
 import torch
 
 from gmts_core.config import RLConfig
-from gmts_core.grpo.forward import answer_statistics, micro_batches
+from gmts_core.grpo.forward import answer_statistics, policy_micro_batches
 from gmts_core.grpo.loss import answer_logprobs
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
 from gmts_core.model.loading import load_model
@@ -56,7 +56,7 @@ def main() -> None:
     for _ in range(4):
         prompt = torch.randint(100, 40000, (40,), generator=g).tolist()
         seqs += [(prompt, torch.randint(100, 40000, (64,), generator=g).tolist()) for _ in range(4)]
-    parts = micro_batches(seqs, config.max_batch_tokens)
+    parts = policy_micro_batches(policy, seqs, config)
     rows = [{"part": "loaded", "rss_mb": rss_mb(), "peak_mb": peak_mb()}]
     cpu = time.process_time()
     stats, held = answer_statistics(policy, seqs, parts, config)

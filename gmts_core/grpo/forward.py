@@ -56,6 +56,12 @@ def micro_batches(sequences: Sequences, max_tokens: int, window: int | None = No
     return [(idx, slice(offsets[idx[0]], offsets[idx[-1] + 1])) for idx in batches]
 
 
+def policy_micro_batches(policy: TrainablePolicy, sequences: Sequences, config: RLConfig) -> Parts:
+    """The micro-batches every pass of a step on ``policy`` runs: :func:`micro_batches` of
+    ``config.max_batch_tokens``, split at the policy's ``longrope`` window (if it has one)."""
+    return micro_batches(sequences, config.max_batch_tokens, longrope_window(policy.model.config))
+
+
 def padded_tokens(sequences: Sequences, parts: Parts) -> int:
     """Tokens the micro-batches' padded forwards process, padding included."""
     return sum(

@@ -38,7 +38,11 @@ from gmts_core.config import CLASS_RECIPE as CLASS_RECIPE
 from gmts_core.config import DEMO_RECIPE as DEMO_RECIPE
 from gmts_core.config import RLConfig
 from gmts_core.errors import InvalidInputError
-from gmts_core.grpo.forward import answer_statistics, collect_while_sampling, micro_batches
+from gmts_core.grpo.forward import (
+    answer_statistics,
+    collect_while_sampling,
+    policy_micro_batches,
+)
 from gmts_core.grpo.policy import TrainablePolicy
 from gmts_core.grpo.records import (
     StepMetrics,
@@ -97,7 +101,7 @@ def grpo_step(
     groups = rollout_groups(prompts, config, seed)
     prepared = rollout(policy, groups, config, seed, stages, collect)
     stages.begin(STATISTICS)  # the statistics and first training forward
-    parts = micro_batches(prepared.sequences, config.max_batch_tokens)
+    parts = policy_micro_batches(policy, prepared.sequences, config)
     collected = prepared.collected_stats() if collect else None
     stats, held = answer_statistics(policy, prepared.sequences, parts, config, collected)
     result = score_batch(policy, prepared, stats, config, seed, stages)

@@ -14,7 +14,7 @@ import torch
 from gmts_core.analysis.records import AnalysisResult
 from gmts_core.config import RLConfig
 from gmts_core.errors import NonFiniteLogitsError
-from gmts_core.grpo.forward import Parts, Sequences, micro_batches
+from gmts_core.grpo.forward import Parts, Sequences, policy_micro_batches
 from gmts_core.grpo.loss import (
     LossTerms,
     answer_logprobs,
@@ -105,7 +105,7 @@ def logprob_after(policy: TrainablePolicy, batch: TrainBatch, config: RLConfig) 
     rounding: the forward's shapes differ, so the last bit may."""
     answers, tokens = first_prompts(batch, config.logprob_after_prompts)
     sequences = batch.sequences[:answers]
-    parts = micro_batches(sequences, config.max_batch_tokens)
+    parts = policy_micro_batches(policy, sequences, config)
     pad_id = policy.tokenizer.pad_token_id
     after = torch.full((batch.num_tokens,), math.nan, dtype=torch.float32)
     if tokens:
@@ -200,7 +200,7 @@ def policy_update(
     ``config.reselect`` every update after the first trains on :func:`current_selection`.
 
     ``held``: the current policy's differentiable log-probs per micro-batch of
-    ``micro_batches(batch.sequences, config.max_batch_tokens)`` (from
+    ``policy_micro_batches(policy, batch.sequences, config)`` (from
     :func:`statistics_forward`); the first update then runs no forward of its own. ``stages``
     hears "update" before each inner update and "log-prob after" before that pass.
     """
@@ -209,7 +209,7 @@ def policy_update(
     for group in optimizer.param_groups:
         group["lr"] = config.learning_rate if learning_rate is None else learning_rate
         group["weight_decay"] = config.weight_decay
-    parts = micro_batches(batch.sequences, config.max_batch_tokens)
+    parts = policy_micro_batches(policy, batch.sequences, config)
     if held is not None and len(held) != len(parts):
         raise ValueError(f"{len(held)} held log-prob parts for {len(parts)} micro-batches")
     ref_logp = None

@@ -253,12 +253,6 @@ def test_rl_statistics_of_micro_batches_split_at_the_window(
         assert_close(torch.cat(held).detach().double(), flat, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="grpo_step and policy_update (gmts_core/grpo/step.py, update.py) call micro_batches "
-    "without the policy's longrope window: a group within the window padded with one past it "
-    "is scored and trained with the long factors",
-)
 def test_rl_step_of_a_longrope_policy_scores_each_answer_as_its_own_forward() -> None:
     tok = sentencepiece_bpe_tokenizer()
     shape = {**SHAPE, "vocab_size": len(tok), "pad_token_id": tok.pad_token_id}
