@@ -121,6 +121,11 @@ class FusedStep:
         # what the native kernels compute themselves: SiLU gates, and the final RMSNorm
         self.native_gates = all(type(w.act).__name__ in SILU for w in self.layers)
         self.native_norm = type(getattr(body, "norm", None)).__name__ in NORMS
+        # the softmax's dtype as the model's attention computes it: SDPA in the scores' own
+        # (float64 too), eager in float32 (a float64 model in float32 failed the sampler's
+        # probe, whose float64 tolerance is 1e-8, by 3e-8: it was sampled by generate)
+        eager = getattr(body.config, "_attn_implementation", None) == "eager"
+        self.native_softmax = (torch.float32,) if eager else (torch.float32, torch.float64)
 
     @staticmethod
     def of(body: Any) -> FusedStep | None:
@@ -287,7 +292,7 @@ class FusedStep:
         if starts is not None:  # a row's slots before its start hold no key of its own
             before = torch.arange(length, device=x.device) < starts[:, None]  # (n, T)
             scores = scores.masked_fill(before.repeat_interleave(groups, 0)[:, None], -torch.inf)
-        if scores.dtype == torch.float32:
+        if scores.dtype in self.native_softmax:  # else in float32 (half precisions; eager)
             probs = torch.softmax(scores, dim=-1)
         else:
             probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)

@@ -45,8 +45,6 @@ def probe_difference(model: Any) -> tuple[float, float]:
     path = head_path(model)
     ways = [False] + ([True] if FusedStep.of(path.body) is not None else [])
     results = [_probe(model.config, path, DecodeBody(path, fused)) for fused in ways]
-    if len(ways) > 1:  # the fused step also samples prompts of different lengths
-        results.append(_probe_mixed_lengths(model.config, path))
     return max(d for d, _ in results), results[0][1]
 
 
@@ -90,15 +88,51 @@ def _probe_mixed_lengths(config: Any, path: HeadPath) -> tuple[float, float]:
 def serves_mixed_lengths(model: Any) -> bool:
     """True when one sampling call may take prompts of different lengths
     (:func:`gmts_core.sampling.kv_sampler.prefill`): the sampler serves the model
-    (:func:`unserved_reason`, whose probe covers mixed lengths on the fused step) with the fused
-    step, its rotary frequencies do not switch with the length (no window:
+    (:func:`unserved_reason`) with the fused step, whose mixed-length probe passes
+    (:func:`_probe_mixed_lengths`, its own verdict: failing it costs only the mixing), its
+    rotary frequencies do not switch with the length (no window:
     :mod:`gmts_core.model.rope_window`), and its generation config sets no ``min_length`` (which
     counts the prompt, so would see the right-aligned padding)."""
     if rope_window(model.config) is not None or getattr(
         model.generation_config, "min_length", None
     ):
         return False
-    return unserved_reason(model) is None and FusedStep.serves(head_path(model).body)
+    if unserved_reason(model) is not None or not FusedStep.serves(head_path(model).body):
+        return False
+    return _mixed_reason(model) is None
+
+
+_MIXED: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
+
+
+def _mixed_reason(model: Any) -> str | None:
+    """None if the fused step's mixed-length probe (:func:`_probe_mixed_lengths`) passes within
+    the sampler's tolerance, else why not (said in the log once per model). Its verdict is kept
+    apart from the sampler's: a model that fails it is still sampled by the KV-cached sampler,
+    one prompt length per call (a float64 model whose attention takes its softmax in float32
+    fails it by rounding: the masked slots shift the softmax's summation order)."""
+    with _LOCK:
+        if model in _MIXED:
+            return _MIXED[model]
+    try:
+        diff, size = _probe_mixed_lengths(model.config, head_path(model))
+    except Exception as exc:  # noqa: BLE001 - any failure of the model's own layers: not mixed
+        reason: str | None = f"the probe fails ({type(exc).__name__}: {str(exc)[:120]})"
+    else:
+        dtype = next(model.parameters()).dtype
+        tol = PROBE_TOLERANCE.get(dtype, PROBE_TOLERANCE_LOW_PRECISION)
+        reason = None
+        if not diff <= tol * (1.0 + size):
+            reason = f"its mixed-length logits differ from its forward's by {diff:.3g}"
+    with _LOCK:
+        _MIXED[model] = reason
+    if reason is not None:
+        logger.info(
+            "%s: prompts of different lengths are sampled in separate calls: %s",
+            type(model).__name__,
+            reason,
+        )
+    return reason
 
 
 def _probe(config: Any, path: HeadPath, body: DecodeBody) -> tuple[float, float]:

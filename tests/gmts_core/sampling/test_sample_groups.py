@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import threading
 from collections.abc import Callable
@@ -11,6 +12,7 @@ import torch
 
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
 from gmts_core.model.loading import LoadedModel
+from gmts_core.sampling import sampler_probe
 from gmts_core.sampling.answers import (
     SamplingConfig,
     StatsSpec,
@@ -19,7 +21,7 @@ from gmts_core.sampling.answers import (
     sample_answers,
     sample_groups,
 )
-from gmts_core.sampling.sampler_probe import serves_mixed_lengths
+from gmts_core.sampling.sampler_probe import serves_mixed_lengths, unserved_reason
 from gmts_core.stats.forward import answer_token_stats
 
 CONFIG = SamplingConfig(num_samples=3, temperature=1.0, max_new_tokens=6, seed=5)
@@ -187,3 +189,53 @@ def test_collection_records_only_its_own_thread(tiny_llama: LoadedModel) -> None
     for answer, expected in zip(group, want, strict=True):
         assert answer.stats is not None
         torch.testing.assert_close(answer.stats.stats.logprob, expected.stats.logprob)
+
+
+def test_a_float64_llama_is_served_with_mixed_lengths(
+    tiny_lm: Callable[[str], LoadedModel],
+) -> None:
+    """A float64 Llama (the fused step's torch path: the native kernels are float32-only)
+    passes the sampler's probe, so it is sampled by the KV-cached sampler with prompts of
+    different lengths in one call: greedy answers equal each prompt's alone, statistics a
+    forward's."""
+    lm = tiny_lm("llama")
+    model = copy.deepcopy(lm.model).double()
+    eager = copy.deepcopy(model)
+    eager.config._attn_implementation = "eager"  # its softmax in float32: the fused step's too
+    assert unserved_reason(eager) is None
+    assert unserved_reason(model) is None
+    assert serves_mixed_lengths(model)
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(3, vocab, (n,), generator=gen).tolist() for n in (5, 1, 8)]
+    greedy = SamplingConfig(num_samples=2, temperature=0.0, max_new_tokens=6, seed=0)
+    spec = StatsSpec(temperature=1.0)
+    together = generate_answers(model, lm.tokenizer, prompts, greedy, spec)
+    for i, prompt in enumerate(prompts):
+        alone = generate_answers(model, lm.tokenizer, [prompt], greedy)
+        assert _tokens(together[2 * i : 2 * i + 2]) == _tokens(alone)
+    seqs = [(prompts[i // 2], a.token_ids) for i, a in enumerate(together)]
+    forward = answer_token_stats(model, seqs, lm.tokenizer.pad_token_id or 0, 1.0)
+    for ours, theirs in zip(together, forward, strict=True):
+        assert ours.stats is not None
+        torch.testing.assert_close(
+            ours.stats.stats.logprob, theirs.stats.logprob, rtol=1e-6, atol=1e-7
+        )
+
+
+def test_a_failed_mixed_length_probe_costs_only_the_mixing(
+    tiny_lm: Callable[[str], LoadedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mixed-length probe has a verdict of its own: a model that fails it is still sampled
+    by the KV-cached sampler, each prompt length in a call of its own (its own seed)."""
+    lm = tiny_lm("llama")
+    model = copy.deepcopy(lm.model)  # fresh verdicts
+    monkeypatch.setattr(sampler_probe, "_probe_mixed_lengths", lambda config, path: (1.0, 1.0))
+    assert unserved_reason(model) is None
+    assert not serves_mixed_lengths(model)
+    short, longer = _ids(lm, "Q: 1+2=?"), _ids(lm, "Q: 12+345=?")
+    assert len(short) != len(longer)
+    configs = [CONFIG, dataclasses.replace(CONFIG, seed=9)]
+    both = sample_groups(model, lm.tokenizer, [short, longer], configs)
+    for prompt, config, group in zip((short, longer), configs, both, strict=True):
+        assert _tokens(group) == _tokens(sample_answers(model, lm.tokenizer, prompt, config))
