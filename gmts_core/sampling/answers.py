@@ -11,7 +11,8 @@ on a small model each decoding step costs about the same for 8 rows as for 64, s
 rollout of 8 prompts runs in one call instead of eight. Prompts of different lengths share a
 call where the fused decoding step serves the model
 (:func:`gmts_core.sampling.sampler_probe.serves_mixed_lengths`: right-aligned in the cache,
-each row at its own positions); elsewhere a call takes prompts of one length.
+each row at its own positions), while the padding stays within ``MAX_PADDING_FACTOR``;
+elsewhere a call takes prompts of one length.
 """
 
 from __future__ import annotations
@@ -94,6 +95,11 @@ class RejectNonFiniteLogits(LogitsProcessor):
 
 
 MAX_BATCH_ROWS = 512  # answers sampled in one generate call at most (memory bound)
+# prompts of different lengths share a call while its cache (every row as long as the longest
+# prompt + max_new_tokens) holds at most this many times their own prompt + answer slots: one
+# long prompt among many short ones would otherwise give every row its length (memory no longer
+# bounded by the request's token count, e.g. one 2000-token prompt among 27 short ones: 14x)
+MAX_PADDING_FACTOR = 2.0
 
 
 def _check(prompt_ids: list[int], config: SamplingConfig) -> None:
@@ -247,6 +253,29 @@ def batch_seed(seeds: Sequence[int]) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
+def _calls(members: list[int], lengths: list[int], per_call: int) -> list[list[int]]:
+    """``members`` (with their prompt + answer ``lengths``) in calls of at most ``per_call``,
+    longest first, each cache at most ``MAX_PADDING_FACTOR`` times its own slots; each call
+    in the members' own order. Members of one length: consecutive chunks."""
+    if len(set(lengths)) == 1:
+        return [members[i : i + per_call] for i in range(0, len(members), per_call)]
+    order = sorted(range(len(members)), key=lambda k: -lengths[k])  # stable: ties in order
+    calls: list[list[int]] = []
+    current: list[int] = []
+    own = 0  # the current call's own slots (per answer)
+    for k in order:
+        if current and (
+            len(current) == per_call
+            or (len(current) + 1) * lengths[current[0]] > MAX_PADDING_FACTOR * (own + lengths[k])
+        ):
+            calls.append(current)
+            current, own = [], 0
+        current.append(k)
+        own += lengths[k]
+    calls.append(current)
+    return [[members[k] for k in sorted(call)] for call in calls]
+
+
 def sample_groups(
     model: Any,
     tokenizer: Any,
@@ -270,8 +299,8 @@ def sample_groups(
     out: list[list[SampledAnswer]] = [[] for _ in prompts]
     for (_, shared), members in buckets.items():
         per_call = max(1, MAX_BATCH_ROWS // shared.num_samples)
-        for start in range(0, len(members), per_call):
-            chunk = members[start : start + per_call]
+        lengths = [len(prompts[i]) + shared.max_new_tokens for i in members]
+        for chunk in _calls(members, lengths, per_call):
             call = dataclasses.replace(shared, seed=batch_seed([configs[i].seed for i in chunk]))
             rows = generate_answers(model, tokenizer, [prompts[i] for i in chunk], call, stats)
             for j, i in enumerate(chunk):

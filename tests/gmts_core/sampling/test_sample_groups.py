@@ -12,6 +12,7 @@ import torch
 
 from gmts_core.analysis.analyze import AnalysisConfig, GroupInput, analyze
 from gmts_core.model.loading import LoadedModel
+from gmts_core.sampling import answers as answers_module
 from gmts_core.sampling import sampler_probe
 from gmts_core.sampling.answers import (
     SamplingConfig,
@@ -239,3 +240,32 @@ def test_a_failed_mixed_length_probe_costs_only_the_mixing(
     both = sample_groups(model, lm.tokenizer, [short, longer], configs)
     for prompt, config, group in zip((short, longer), configs, both, strict=True):
         assert _tokens(group) == _tokens(sample_answers(model, lm.tokenizer, prompt, config))
+
+
+def test_a_long_prompt_does_not_pad_every_row_of_a_mixed_call(
+    tiny_lm: Callable[[str], LoadedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prompts of different lengths share a call only while its cache (every row as long as
+    the longest prompt + max_new_tokens) holds at most MAX_PADDING_FACTOR times their own
+    slots: one long prompt among short ones does not give every row its length."""
+    lm = tiny_lm("llama")
+    assert serves_mixed_lengths(lm.model)
+    calls: list[list[int]] = []
+    real = answers_module.generate_answers
+
+    def spy(model, tokenizer, prompts, config, stats=None):  # noqa: ANN001, ANN202
+        calls.append([len(p) for p in prompts])
+        return real(model, tokenizer, prompts, config, stats)
+
+    monkeypatch.setattr(answers_module, "generate_answers", spy)
+    gen = torch.Generator().manual_seed(5)
+    vocab = lm.model.config.vocab_size
+    prompts = [torch.randint(3, vocab, (n,), generator=gen).tolist() for n in (3, 60, 3, 4, 3)]
+    config = SamplingConfig(num_samples=2, temperature=1.0, max_new_tokens=4, seed=1)
+    groups = sample_groups(lm.model, lm.tokenizer, prompts, [config] * len(prompts))
+    assert [len(g) for g in groups] == [2] * 5
+    assert sorted(n for call in calls for n in call) == sorted(len(p) for p in prompts)
+    assert any(len(set(call)) > 1 for call in calls)  # still mixed where it is cheap
+    for call in calls:
+        padded = len(call) * (max(call) + 4)
+        assert padded <= answers_module.MAX_PADDING_FACTOR * sum(n + 4 for n in call)
