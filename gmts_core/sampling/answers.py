@@ -132,6 +132,8 @@ def generate_answers(
     (InvalidInputError), and the statistics of answers that cross a ``longrope`` one are those of a
     full forward (:func:`_rescore`)."""
     refuse_past_window(model, max(len(p) for p in prompts), config.max_new_tokens)
+    if len({len(p) for p in prompts}) > 1 and (use_generate or not serves_mixed_lengths(model)):
+        raise ValueError("prompts of different lengths in one call need serves_mixed_lengths")
     if use_generate or unserved_reason(model) is not None:
         answers = hf_generate_answers(model, tokenizer, prompts, config, stats)
         return _rescore(model, tokenizer, prompts, answers, stats)

@@ -71,6 +71,8 @@ def test_batched_groups_are_deterministic_and_keep_their_order(
     else:  # the longer prompt is alone in its call, so it keeps its own seed
         (alone,) = sample_groups(lm.model, lm.tokenizer, [longer], [configs[1]])
         assert _tokens(first[1]) == _tokens(alone)
+        with pytest.raises(ValueError, match="different lengths"):  # never padded silently
+            generate_answers(lm.model, lm.tokenizer, prompts, CONFIG)
     # different seeds of the batched groups give a different batch
     other = [CONFIG, configs[1], dataclasses.replace(CONFIG, seed=7)]
     changed = sample_groups(lm.model, lm.tokenizer, prompts, other)
