@@ -185,7 +185,7 @@ def conclusion(stats: CompareStatistics, method: str) -> str:
             "noise is not counted and no verdict is given (a new `gmts compare` keeps them)."
         )
     if row.identical:
-        return f"{head}: the same score on every seed and problem, nothing to separate."
+        return f"{head} with {size}: the same score on every seed and problem, nothing to separate."
     if stats.num_seeds < MIN_SEEDS_FOR_VERDICT:
         return (
             f"{head} with {size}: no verdict. One seed shows no seed-to-seed variance, so this "
