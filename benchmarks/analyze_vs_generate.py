@@ -108,7 +108,8 @@ def poster(app: Any, transport: str) -> Iterator[Callable[[dict[str, Any]], dict
         with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=600) as http:
             yield lambda body: _checked(http.post("/v1/analyze", json=body))
     else:
-        with TestClient(app) as client:
+        # the host a local client sends (the app answers only its allowed hosts)
+        with TestClient(app, base_url="http://127.0.0.1") as client:
             yield lambda body: _checked(client.post("/v1/analyze", json=body))
 
 

@@ -62,7 +62,10 @@ class HeadPath:
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The model's logits (..., V) at final hidden states (..., D); float32 when transformed."""
-        z = self.head(hidden)
+        return self.transform(self.head(hidden))
+
+    def transform(self, z: torch.Tensor) -> torch.Tensor:
+        """The post-head transform of the head's output ``z`` (..., V): the model's logits."""
         if self.scale is not None:
             z = z.float() * self.scale
         if self.softcap is not None:

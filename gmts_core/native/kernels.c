@@ -13,6 +13,8 @@
  *                    row from its own first slot, for prompts of different lengths).
  * gmts_categorical   one categorical draw per row as torch.multinomial(p, 1) makes it on CPU,
  *                    from the same uniforms, with the rows it cannot decide flagged.
+ * gmts_linear_rows   x @ w^T (+ bias) (+ y) for a few rows of x: a decoding step's projections and
+ *                    LM head, each weight read from memory once per step (AVX2 with FMA only).
  *
  * Plain C99, no Python or torch headers: the caller passes data pointers and strides.
  * Not built with -ffast-math: NaN and infinities propagate as in torch, so the callers'
@@ -22,6 +24,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -411,38 +416,122 @@ static inline double log_unit(double x) {
  * which may round to a float one ulp from libm's; that moves a ratio by 2^-22 at most, so a row
  * is decided only when its largest ratio exceeds the second by the factor 1 + margin, and is
  * flagged (uncertain[i] = 1; the caller redraws it with libm) otherwise, or when a u is 0.
- * scratch: v floats per thread. out: (n,) token ids. Rows are split over ``threads``. */
+ * Only the few ratios that can matter are formed: as u <= -log1p(-u) <= u / (1 - u), a first
+ * pass (a multiply and a divide per weight, no logarithm) finds b = max p (1 - u) / u, a lower
+ * bound of the largest ratio, and the second computes p / q only where p >= c u, with
+ * c = b / ((1 + 2^-16) (1 + margin)). Any other ratio is below p / u (1 + 2^-21) < c (1 + 2^-21)
+ * < largest / (1 + margin), the roundings of q and of the division included, so it can neither
+ * be the argmax nor come within the margin of it: the draw and the flag are those of all the
+ * ratios. out: (n,) token ids. Rows are split over ``threads``. */
 void gmts_categorical(const float *p, const double *u, int64_t n, int64_t v, float margin,
-                      float *scratch_all, int64_t *out, uint8_t *uncertain, int threads) {
+                      int64_t *out, uint8_t *uncertain, int threads) {
     (void)threads;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && n > 1)
     for (int64_t i = 0; i < n; i++) {
-        float *scratch = scratch_all;
-#ifdef _OPENMP
-        scratch += (int64_t)omp_get_thread_num() * v;
-#endif
         const float *pi = p + i * v;
         const double *ui = u + i * v;
         int zero = 0;
-        float best = -INFINITY;
-#pragma omp simd reduction(max : best) reduction(| : zero)
+        double bound = 0.0;
+#pragma omp simd reduction(max : bound) reduction(| : zero)
         for (int64_t j = 0; j < v; j++) {
-            zero |= ui[j] == 0.0;
+            double uj = ui[j];
+            zero |= uj == 0.0;
+            double low = uj > 0.0 ? (double)pi[j] * (1.0 - uj) / uj : 0.0;
+            bound = low > bound ? low : bound;
+        }
+        double cut = bound / ((1.0 + 0x1p-16) * (1.0 + (double)margin));
+        int64_t arg = v;
+        float best = -INFINITY, second = -INFINITY;
+        for (int64_t j = 0; j < v; j++) {
+            if (!((double)pi[j] >= cut * ui[j])) continue; /* below the cut (or NaN) */
             double x = ui[j] == 0.0 ? 0.5 : 1.0 - ui[j];
             float q = (float)(-log_unit(x));
             float r = pi[j] / q;
-            scratch[j] = r;
-            best = r > best ? r : best;
-        }
-        int64_t arg = 0;
-        while (arg < v && !(scratch[arg] == best)) arg++;
-        float second = -INFINITY;
-#pragma omp simd reduction(max : second)
-        for (int64_t j = 0; j < v; j++) {
-            float r = j == arg ? -INFINITY : scratch[j];
-            second = r > second ? r : second;
+            if (r > best) {
+                second = best;
+                best = r;
+                arg = j;
+            } else if (r > second) {
+                second = r;
+            }
         }
         out[i] = arg < v ? arg : 0;
         uncertain[i] = (uint8_t)(zero || arg == v || !(best > second * (1.0f + margin)));
     }
 }
+
+/* y (m, n) = x (m, k) @ w (n, k)^T, plus bias (n) if not NULL, plus y's own values if
+ * accumulate: a decoding step's projections, whose few rows (m: the batch's answers) make a
+ * matrix product a pass over the weights. Each output is one weight row's dot product with one
+ * x row, summed in 8 lanes over k (fused multiply-adds), the lanes then added pairwise, the
+ * k % 8 last products added in order, then the bias, then y's value: the same bits whatever m,
+ * the tiling or the thread count. The weights are taken in tiles of LIN_COLS rows (contiguous
+ * in w), each multiplied by the x rows two at a time from the level-1 cache while the next tile
+ * is prefetched, one cache line per step of the inner loop; the tiles are split over threads.
+ * Returns 0, or 1 for an empty shape, or 2 where the CPU lacks AVX2 or FMA (nothing written:
+ * the caller uses torch's product). The FMAs are explicit intrinsics, not contractions of the
+ * compiler: -ffp-contract=off leaves them as they are, and a CPU without them gets return 2. */
+#if defined(__AVX2__) && defined(__FMA__)
+enum { LIN_ROWS = 2, LIN_COLS = 5 };
+
+static inline float lane_sum(__m256 v) {
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_add_ss(a, _mm_shuffle_ps(a, a, 1));
+    return _mm_cvtss_f32(a);
+}
+
+int gmts_linear_rows(const float *x, int64_t m, int64_t k, const float *w, int64_t n,
+                     const float *bias, float *y, int accumulate, int threads) {
+    if (m < 1 || n < 1 || k < 1) return 1;
+    int64_t tiles = (n + LIN_COLS - 1) / LIN_COLS, body = k - k % 8;
+    int64_t passes = (m + LIN_ROWS - 1) / LIN_ROWS, steps = passes * (body / 8);
+    /* cache lines of the next tile to prefetch per inner step, so that all are asked for
+     * within the current tile's work */
+    int64_t lines = (int64_t)LIN_COLS * k * (int64_t)sizeof(float) / 64 + 1;
+    int64_t per_step = steps > 0 ? (lines + steps - 1) / steps : 0;
+    (void)threads; /* unused where built without OpenMP */
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && tiles > 1)
+    for (int64_t b = 0; b < tiles; b++) {
+        int64_t j0 = b * LIN_COLS, cols = n - j0 < LIN_COLS ? n - j0 : LIN_COLS;
+        const float *wr[LIN_COLS];
+        for (int c = 0; c < LIN_COLS; c++) wr[c] = w + (j0 + (c < cols ? c : 0)) * k;
+        const char *next = (const char *)(w + (j0 + cols) * k);
+        const char *next_end = (const char *)(w + (j0 + cols + LIN_COLS < n ? j0 + cols + LIN_COLS : n) * k);
+        for (int64_t i = 0; i < m; i += LIN_ROWS) {
+            int64_t rows = m - i < LIN_ROWS ? m - i : LIN_ROWS;
+            const float *x0 = x + i * k, *x1 = x + (i + rows - 1) * k;
+            __m256 a0[LIN_COLS], a1[LIN_COLS];
+            for (int c = 0; c < LIN_COLS; c++) a0[c] = a1[c] = _mm256_setzero_ps();
+            for (int64_t t = 0; t < body; t += 8) {
+                for (int64_t p = 0; p < per_step && next < next_end; p++, next += 64)
+                    _mm_prefetch(next, _MM_HINT_T0);
+                __m256 v0 = _mm256_loadu_ps(x0 + t), v1 = _mm256_loadu_ps(x1 + t);
+                for (int c = 0; c < LIN_COLS; c++) {
+                    __m256 wv = _mm256_loadu_ps(wr[c] + t);
+                    a0[c] = _mm256_fmadd_ps(v0, wv, a0[c]);
+                    a1[c] = _mm256_fmadd_ps(v1, wv, a1[c]);
+                }
+            }
+            for (int64_t r = 0; r < rows; r++) {
+                const float *xi = r == 0 ? x0 : x1;
+                float *yi = y + (i + r) * n + j0;
+                for (int64_t c = 0; c < cols; c++) {
+                    float s = lane_sum(r == 0 ? a0[c] : a1[c]);
+                    for (int64_t t = body; t < k; t++) s += xi[t] * wr[c][t];
+                    if (bias) s += bias[j0 + c];
+                    yi[c] = accumulate ? yi[c] + s : s;
+                }
+            }
+        }
+    }
+    return 0;
+}
+#else
+int gmts_linear_rows(const float *x, int64_t m, int64_t k, const float *w, int64_t n,
+                     const float *bias, float *y, int accumulate, int threads) {
+    (void)x, (void)m, (void)k, (void)w, (void)n, (void)bias, (void)y, (void)accumulate;
+    (void)threads;
+    return 2;
+}
+#endif

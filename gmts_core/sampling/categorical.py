@@ -102,7 +102,7 @@ def _categorical(probs: torch.Tensor) -> torch.Tensor:
 
 def _draw_block(probs: torch.Tensor) -> torch.Tensor:
     u = _uniforms(probs.shape)  # (b, V): exponential_'s uniforms
-    drawn = native.categorical(probs, u, _MARGIN[probs.dtype])  # one C pass (float32)
+    drawn = native.categorical(probs, u, _MARGIN[probs.dtype])  # C, float32
     if drawn is not None:
         tokens, uncertain = drawn
         if bool(uncertain.any()):

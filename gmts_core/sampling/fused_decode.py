@@ -239,11 +239,12 @@ class FusedStep:
         starts: torch.Tensor | None,
     ) -> torch.Tensor:
         """The layers with the C kernels for the norms, the rotary attention with its cache
-        writes, and the gate (:mod:`gmts_core.native`); the projections stay torch matmuls."""
+        writes, the gate and the projections (:mod:`gmts_core.native`; the projections' residual
+        adds are written into ``h``, the step's own embedding output)."""
         cos, sin, _, _ = self._rotary(layers[0].max_length, h)  # the tables (L, Dh)
         d = self.head_dim
         for w, kv in zip(self.layers, layers, strict=True):
-            qkv = F.linear(kernels.rms_norm(h, w.norm1, w.eps1), w.qkv, w.qkv_bias)
+            qkv = kernels.linear(kernels.rms_norm(h, w.norm1, w.eps1), w.qkv, w.qkv_bias)
             heads = kernels.rotary_attend(
                 qkv,
                 (w.splits[0] // d, w.splits[1] // d, d),
@@ -252,10 +253,10 @@ class FusedStep:
                 pos,
                 starts,
             )
-            h = _add_linear(h, heads, w.out, w.out_bias)
+            h = kernels.linear(heads, w.out, w.out_bias, into=h)
             x = kernels.rms_norm(h, w.norm2, w.eps2)
-            gated = kernels.silu_mul(F.linear(x, w.gate_up, w.gate_up_bias))
-            h = _add_linear(h, gated, w.down, w.down_bias)
+            gated = kernels.silu_mul(kernels.linear(x, w.gate_up, w.gate_up_bias))
+            h = kernels.linear(gated, w.down, w.down_bias, into=h)
         return h
 
     def _attention(

@@ -46,6 +46,7 @@ from transformers import (
 )
 from transformers.cache_utils import Cache
 
+from gmts_core import native
 from gmts_core.errors import NonFiniteLogitsError
 from gmts_core.model.kv_cache import (
     PreallocatedLayer,
@@ -54,10 +55,12 @@ from gmts_core.model.kv_cache import (
     repeat_rows,
     sampling_cache,
 )
+from gmts_core.model.llama_layout import plain_linear
 from gmts_core.model.logit_head import (
     HeadPath,
     head_path,
 )
+from gmts_core.model.lora_merge import linear_weights
 from gmts_core.progress import checkpoint
 from gmts_core.sampling.categorical import categorical
 from gmts_core.sampling.fused_decode import FusedStep
@@ -176,6 +179,19 @@ class DecodeBody:
         self.path = path
         self.keyword = cache_keyword(path.body)
         self.fused = FusedStep.of(path.body) if fused else None
+        # the LM head's product by the native kernel (a plain Linear head on CPU): a few rows
+        # by the vocabulary's weights, the largest matrix of a small model
+        kernels = native.decode_kernels() if plain_linear(path.head) else None
+        self._head = None if kernels is None else (kernels, *linear_weights(path.head))
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The model's logits (n, V) at the last hidden states (n, D), float32: the path's
+        head and transform (:meth:`gmts_core.model.logit_head.HeadPath.logits`), the head's
+        product by :meth:`gmts_core.native.DecodeKernels.linear` where it is a plain Linear."""
+        if self._head is None:
+            return self.path.logits(hidden).float()
+        kernels, weight, bias = self._head
+        return self.path.transform(kernels.linear(hidden.contiguous(), weight, bias)).float()
 
     def last_hidden(self, ids: torch.Tensor, cache: Any) -> torch.Tensor:
         out = self.path.body(input_ids=ids, use_cache=True, **{self.keyword: cache})
@@ -347,7 +363,7 @@ def decode(
     collected = _StepStats(request) if request.stats_temperature is not None else None
     for t in range(steps):
         checkpoint()  # a cancelled job (client gone, shutdown) stops between decoding steps
-        logits = path.logits(hidden).float()  # (n, V): what the token is drawn from
+        logits = body.logits(hidden)  # (n, V): what the token is drawn from
         scores = warp(batch.seq[:, : width + t], logits) if warp else logits  # type: ignore[arg-type]
         tokens = _draw(scores, request.temperature == 0)  # (n,)
         if collected is not None:

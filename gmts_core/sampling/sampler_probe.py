@@ -67,10 +67,10 @@ def _probe_mixed_lengths(config: Any, path: HeadPath) -> tuple[float, float]:
         cache = sampling_cache(config, PROBE_PROMPT + 2)
         hidden, _, starts = prefill(body, prompts, 2, cache, 2)  # rows a, a, b, b
         assert starts is not None
-        ours = [path.logits(hidden).float(), path.logits(body.step(first, cache, starts)).float()]
+        ours = [body.logits(hidden), body.logits(body.step(first, cache, starts))]
         kept = torch.tensor([1, 2, 3], device=device)
         keep_rows(cache, kept)
-        last = path.logits(body.step(second[kept], cache, starts[kept])).float()  # (3, V)
+        last = body.logits(body.step(second[kept], cache, starts[kept]))  # (3, V)
         diffs, size = [], 0.0
         for row in range(4):
             seq = torch.tensor(prompts[row // 2], device=device)
@@ -149,12 +149,12 @@ def _probe(config: Any, path: HeadPath, body: DecodeBody) -> tuple[float, float]
     second = torch.tensor([(5 + 29 * r) % vocab for r in range(4)], device=device)
     with torch.no_grad():
         cache = sampling_cache(config, PROBE_PROMPT + 2)
-        logits = [path.logits(body.last_hidden(prompts, cache)).float().repeat_interleave(2, 0)]
+        logits = [body.logits(body.last_hidden(prompts, cache)).repeat_interleave(2, 0)]
         repeat_rows(cache, 2)  # rows a, a, b, b
-        logits.append(path.logits(body.step(first, cache)).float())
+        logits.append(body.logits(body.step(first, cache)))
         kept = torch.tensor([1, 2, 3], device=device)
         keep_rows(cache, kept)
-        last = path.logits(body.step(second[kept], cache)).float()  # (3, V)
+        last = body.logits(body.step(second[kept], cache))  # (3, V)
         ours = torch.stack(logits, 1)  # (4, 2, V)
         seqs = torch.cat([prompts.repeat_interleave(2, 0), first[:, None], second[:, None]], 1)
         mask = torch.ones_like(seqs)

@@ -232,15 +232,17 @@ def threads() -> Iterator[None]:
 
 @needs_compiler
 def test_the_kernels_split_over_threads_give_the_same_bits(lib: object, threads: None) -> None:
-    """The decoding step's attention and the categorical draw split their rows over torch's
-    threads (where built with OpenMP): each row's numbers are its own, so 1, 2 and 3 threads
-    give the same bits (and the same cache writes)."""
+    """The decoding step's attention, its projections and the categorical draw split their rows
+    (the projections: weight tiles) over torch's threads (where built with OpenMP): each
+    output's numbers are its own, so 1, 2 and 3 threads give the same bits (and the same cache
+    writes)."""
     gen = torch.Generator().manual_seed(5)
     hq, kv, d, n, length, pos = 4, 2, 16, 37, 20, 11
     qkv = torch.randn(n, (hq + 2 * kv) * d, generator=gen)
     cos, sin = _rotary_tables(length, d, gen)
     probs = torch.softmax(3 * torch.randn(n, 300, generator=gen), -1)
     uniforms = torch.rand(n, 300, generator=gen, dtype=torch.float64)
+    x, weight = torch.randn(5, 40, generator=gen), torch.randn(23, 40, generator=gen)
     results = []
     for count in (1, 2, 3):
         torch.set_num_threads(count)
@@ -251,7 +253,114 @@ def test_the_kernels_split_over_threads_give_the_same_bits(lib: object, threads:
         out = kernels.rotary_attend(qkv, (hq, kv, d), (cos, sin, 0.25), (keys, values), pos, starts)
         drawn = native.categorical(probs, uniforms, 2.0**-16)
         assert drawn is not None
-        results.append((out, keys, values, *drawn))
+        results.append((out, keys, values, *drawn, kernels.linear(x, weight)))
     for other in results[1:]:
         for a, b in zip(results[0], other, strict=True):
             assert torch.equal(a, b)
+
+
+def _linear_kernels() -> native.DecodeKernels:
+    kernels = native.decode_kernels()
+    assert kernels is not None
+    if not kernels.linear_rows:
+        pytest.skip("this CPU lacks AVX2 or FMA: gmts_linear_rows declines (torch's product)")
+    return kernels
+
+
+@needs_compiler
+@pytest.mark.parametrize("m", [1, 2, 3, 8, native.LINEAR_MAX_ROWS])
+@pytest.mark.parametrize(("n", "k"), [(1, 1), (7, 9), (5, 8), (23, 40), (64, 576)])
+def test_linear_rows_equal_float64_products(lib: object, m: int, n: int, k: int) -> None:
+    """x @ w^T + bias (+ the output's values) against float64, for row counts odd and even,
+    widths not a multiple of the kernel's 8 lanes or of its 5-row weight tiles."""
+    kernels = _linear_kernels()
+    gen = torch.Generator().manual_seed(m * 1000 + n * 10 + k)
+    x, w = torch.randn(m, k, generator=gen), torch.randn(n, k, generator=gen)
+    bias, before = torch.randn(n, generator=gen), torch.randn(m, n, generator=gen)
+    exact = x.double() @ w.double().t()
+    # float32 rounding of k products and sums: relative to the sum of |products|
+    scale = (x.double().abs() @ w.double().abs().t()) + 1.0
+    for b in (None, bias):
+        for into in (None, before.clone()):
+            got = kernels.linear(x, w, b, into=into)
+            want = exact + (0 if b is None else b.double())
+            want = want + (0 if into is None else before.double())
+            bound = 4e-7 * (k + 2) * (scale + before.double().abs())
+            assert got.dtype == torch.float32 and got.shape == (m, n)
+            assert ((got.double() - want).abs() <= bound).all()
+            if into is not None:
+                assert got.data_ptr() == into.data_ptr()  # written in place
+
+
+@needs_compiler
+def test_linear_rows_bits_do_not_depend_on_the_batch(lib: object) -> None:
+    """Each output is one row's dot product with one weight row: a row's result is the same bits
+    alone, in any batch, at any position (the sampler's answers do not depend on which other
+    answers share the call)."""
+    kernels = _linear_kernels()
+    gen = torch.Generator().manual_seed(11)
+    x, w = torch.randn(9, 100, generator=gen), torch.randn(37, 100, generator=gen)
+    full = kernels.linear(x, w)
+    for row in range(9):
+        assert torch.equal(kernels.linear(x[row : row + 1].contiguous(), w)[0], full[row])
+    order = torch.tensor([8, 3, 0, 5])
+    assert torch.equal(kernels.linear(x[order].contiguous(), w), full[order])
+
+
+@needs_compiler
+def test_linear_declines_to_torch_outside_its_rows(lib: object) -> None:
+    """More rows than LINEAR_MAX_ROWS, strided rows or another dtype take torch's product (the
+    same sums up to rounding); shapes that do not fit are refused before any memory is read."""
+    kernels = _linear_kernels()
+    gen = torch.Generator().manual_seed(2)
+    w, bias = torch.randn(6, 16, generator=gen), torch.randn(6, generator=gen)
+    for x in (
+        torch.randn(native.LINEAR_MAX_ROWS + 1, 16, generator=gen),
+        torch.randn(16, 4, generator=gen).t(),  # not contiguous
+    ):
+        assert_close(kernels.linear(x, w, bias), torch.nn.functional.linear(x, w, bias))
+        into = torch.randn(x.shape[0], 6, generator=gen)
+        want = into + torch.nn.functional.linear(x, w, bias)
+        assert_close(kernels.linear(x, w, bias, into=into), want)
+    x64 = torch.randn(3, 16, dtype=torch.float64, generator=gen)
+    assert_close(kernels.linear(x64, w.double()), x64 @ w.double().t())
+    with pytest.raises(ValueError, match="weight"):
+        kernels.linear(torch.randn(2, 15), w)
+    with pytest.raises(ValueError, match="weight or bias"):
+        kernels.linear(torch.randn(2, 16), w, torch.randn(5))
+    with pytest.raises(ValueError, match="output"):
+        kernels.linear(torch.randn(2, 16), w, into=torch.randn(3, 6))
+
+
+@needs_compiler
+def test_categorical_forms_only_the_ratios_that_matter(lib: object) -> None:
+    """The draw forms p / q only above its cut (q >= u bounds every ratio by p / u), yet its
+    token and flag are those of all the ratios. Each row gets a new best A and a runner-up B,
+    both tiny weights over tiny variates (so A's lower bound sets the cut and B's ratio is just
+    under its own bound p / u): B within the margin of A is found and flags the row (rows 0-7),
+    B twice the margin below leaves it decided (rows 8-15); rows 16-23 are as drawn."""
+    margin = 2.0**-10
+    gen = torch.Generator().manual_seed(7)
+    n, v = 24, 5000
+    probs = torch.softmax(6 * torch.randn(n, v, generator=gen), -1)
+    u = torch.rand(n, v, generator=gen, dtype=torch.float64)
+
+    def variate(x: torch.Tensor) -> float:
+        return float(-torch.log1p(-x).float())
+
+    best = (probs / (-torch.log1p(-u)).float()).amax(1)
+    for row in range(16):
+        a, b = (7 * row + 3) % v, (11 * row + 5) % v
+        top = float(best[row]) * (1 + 4 * margin)
+        u[row, a], u[row, b] = 1e-9, 2e-9
+        probs[row, a] = top * variate(u[row, a])
+        probs[row, b] = top * (1 - (margin / 2 if row < 8 else 2 * margin)) * variate(u[row, b])
+    ratios = probs / (-torch.log1p(-u)).float()
+    top2 = ratios.topk(2, dim=1).values
+    want_flag = ~(top2[:, 0] > top2[:, 1] * (1 + margin))
+    drawn = native.categorical(probs.contiguous(), u, margin)
+    assert drawn is not None
+    tokens, uncertain = drawn
+    assert uncertain[:8].all() and not uncertain[8:].any()
+    assert torch.equal(uncertain, want_flag)
+    assert torch.equal(tokens[8:], ratios.argmax(1)[8:])
