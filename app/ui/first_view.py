@@ -7,7 +7,8 @@ rendered by the Explore tab's own first render (:func:`app.ui.tabs.explore.tab.i
 the same token spans, marks, shades and ``data-tip`` tooltips, drawn by ``gmts.js``, inlined
 with it: Gradio adds its copy only when it boots, and the script installs itself once), into the
 page's HTML right after ``<body>``: a highlighted token is on screen as soon as the HTML is
-parsed.
+parsed. Under the tokens, the example's scatter as a server-drawn SVG (:mod:`app.ui.sketch`),
+which Explore also shows until Plotly has drawn the chart.
 
 The view covers the page (fixed, the page's own background) until Gradio's Explore tab shows
 its token view; then it fades out over it, so the interactive UI takes over without a blank
@@ -42,6 +43,7 @@ _STYLE = """
 #gmts-first-view .fv-intro { font-size: 15px; line-height: 1.5; margin: 0 0 10px; }
 #gmts-first-view .fv-note { font-size: 14px; color: #444; margin: 0 0 8px; }
 #gmts-first-view .fv-loading { font-size: 13px; color: #666; margin: 8px 0 0; }
+#gmts-first-view .fv-chart { max-width: 760px; margin: 12px 0 0; }
 @media (prefers-color-scheme: dark) {
   #gmts-first-view { background: var(--bg-dark, #0f0f11); color: var(--col-dark, #f4f4f5); }
   #gmts-first-view .fv-note, #gmts-first-view .fv-loading { color: #bbb; }
@@ -94,10 +96,11 @@ def first_view_html(
     as the view hands over."""
     if not example:
         return ""
-    from app.ui.tabs.explore.tab import initial_values  # the tab's own first render
+    from app.ui.tabs.explore import tab  # the tab's own first render
 
-    values = initial_values(example)
+    values = tab.initial_values(example)
     spotlight, tokens = values[12], values[1]  # the disagreement first, as in the tab
+    chart = tab.example_sketch(values[3])  # the scatter, drawn here (app.ui.sketch)
     css = (STATIC_DIR / "gmts.css").read_text(encoding="utf-8")
     tips = (STATIC_DIR / "gmts.js").read_text(encoding="utf-8")  # installs itself once
     charts = f' data-charts="{escape(charts_chunk)}"' if charts_chunk else ""
@@ -108,6 +111,7 @@ def first_view_html(
         f'<p class="fv-note">{escape(_plain(note))}</p>'
         f"{spotlight}{tokens}"
         '<p class="fv-loading">Loading the interactive explorer…</p>'
+        f'<div class="fv-chart">{chart}</div>'
         f"</div><script>{tips}</script><script>{_HANDOFF}</script>"
     )
 

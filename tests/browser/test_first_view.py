@@ -3,7 +3,8 @@
 The first HTML response already holds the default example's marked tokens; with JavaScript off
 (nothing of Gradio runs) they are on the first screen; with Gradio's scripts blocked the
 tooltips still work (``gmts.js`` is inline in the head); with everything on, the first view
-hands over to Gradio's token view and is gone. Times are recorded by
+hands over to Gradio's token view and is gone, and Explore shows the server-drawn scatter until
+Plotly's chart takes its place. Times are recorded by
 ``benchmarks/ui_first_result.py``, never asserted here.
 """
 
@@ -37,6 +38,8 @@ def test_first_html_response_holds_highlighted_tokens(chromium: Any, ui_server: 
     assert 'class="tok' in view and "sel-b" in view and "data-tip=" in view
     assert view.index("sel-b") < view.index("<gradio-app")  # before Gradio's element
     assert 'data-charts="PlotlyPlot-' in view[:300]  # the chart module it imports at hand-over
+    # the example's scatter, drawn by the server, with its points
+    assert view.index('class="gmts-sketch"') < view.index("<circle") < view.index("<gradio-app")
     page.context.close()
 
 
@@ -64,10 +67,13 @@ def test_tooltips_work_before_gradio_boots(chromium: Any, ui_server: LiveServer)
     page.context.close()
 
 
-# in the page before its scripts: the order in which the example's charts are first drawn
+# in the page before its scripts: the order in which the example's charts are first drawn,
+# and whether Explore showed the server-drawn scatter (displayed, with points) before Plotly's
 DRAWN_ORDER = """
 window.__gmtsDrawn = [];
 new MutationObserver(() => {
+  if (!window.__gmtsDrawn.length && document.querySelector('#scatter-sketch .gmts-sketch circle')
+      ?.getClientRects().length) window.__gmtsSketchFirst = true;
   for (const id of ['#scatter-plot', '#distributions-plot', '#positions-plot',
                     '#advantages-plot', '#budget-plot']) {
     if (!window.__gmtsDrawn.includes(id)
@@ -95,6 +101,11 @@ def test_gradio_takes_over_and_the_first_view_goes(chromium: Any, ui_server: Liv
     for chart in later:
         page.wait_for_selector(f"{chart} .js-plotly-plot .main-svg")
     assert sorted(page.evaluate("window.__gmtsDrawn")) == sorted(["#scatter-plot", *later])
+    # Explore showed the sketch until Plotly drew; now Plotly's chart has its place
+    assert page.evaluate("window.__gmtsSketchFirst") is True
+    assert page.locator("#scatter-sketch").is_hidden()
+    box = page.locator("#scatter-plot").bounding_box()
+    assert box is not None and box["height"] > 400, box
     chunks = page.evaluate(
         "performance.getEntriesByType('resource').map(e => e.name)"
         ".filter(n => n.includes('/assets/PlotlyPlot-'))"

@@ -18,7 +18,7 @@ import gradio as gr
 from gradio.context import Context
 
 from app.services.responses import as_json
-from app.ui import charts, choices, status
+from app.ui import charts, choices, sketch, status
 from app.ui.context import Tab, UIContext, call
 from app.ui.tabs.explore import batch, example, view
 from app.ui.tabs.explore.controls import FORM_FIELDS, explore_controls
@@ -262,8 +262,15 @@ def initial_values(initial: Any) -> list[Any]:
     return values
 
 
+def example_sketch(figure: Any) -> str:
+    """The server-drawn SVG of the example's scatter (:mod:`app.ui.sketch`), shown until
+    Plotly has drawn the chart itself ("" without a figure)."""
+    return sketch.scatter_svg(figure.to_plotly_json()) if figure is not None else ""
+
+
 def _plots(initial: list[Any]) -> dict[str, gr.Plot]:
-    """The four per-group charts, two per row (one per row on a phone)."""
+    """The four per-group charts, two per row (one per row on a phone); above the scatter,
+    the example's static sketch of it until Plotly has drawn it."""
     names = [
         ("scatter", "Entropy vs gradient proxy", initial[3]),
         ("advantages", "Advantages", initial[6]),
@@ -274,7 +281,19 @@ def _plots(initial: list[Any]) -> dict[str, gr.Plot]:
     for i in range(0, len(names), 2):
         with gr.Row():
             for key, label, value in names[i : i + 2]:
-                plots[key] = gr.Plot(value, label=label, elem_id=f"{key}-plot", min_width=300)
+                if key != "scatter":
+                    plots[key] = gr.Plot(value, label=label, elem_id=f"{key}-plot", min_width=300)
+                    continue
+                with gr.Column(min_width=300, elem_id="scatter-box"):
+                    drawing = example_sketch(value)
+                    gr.HTML(
+                        drawing,
+                        visible=bool(drawing),
+                        elem_id=sketch.SKETCH_ID,
+                        js_on_load=sketch.SKETCH_LATCH,
+                        padding=False,
+                    )
+                    plots[key] = gr.Plot(value, label=label, elem_id=f"{key}-plot", min_width=300)
     return plots
 
 
