@@ -49,9 +49,10 @@ which skips the per-call checks of the wrappers for tensors it checked once per 
 Building (:mod:`gmts_core.native.build`). ``gmts native build`` compiles the source ahead of time
 with the system's C compiler (``$CC``, else ``cc``) and ``gmts serve`` builds or checks it at
 startup; otherwise :func:`library` builds it on first use (about 4 s, once per machine). The
-flags are ``-O3 -march=native -fno-fast-math -ffp-contract=off`` (and, where the compiler takes
-them, 512-bit vectors preferred and ``-fopenmp``: :data:`gmts_core.native.build.VARIANTS`): NaN
-and infinities propagate, and no multiply-add is fused into an FMA, whose rounding differs
+flags are ``-O3 -march=native -fno-fast-math -ffp-contract=off -fno-trapping-math`` (and, where
+the compiler takes them, 512-bit vectors preferred and ``-fopenmp``:
+:data:`gmts_core.native.build.VARIANTS`; the build's docstring says why each): NaN and
+infinities propagate, and no multiply-add is fused into an FMA, whose rounding differs
 between CPUs (``gmts_linear_rows`` uses FMA instructions explicitly and is offered only where
 the CPU has them: elsewhere torch's product, as a BLAS differs between CPUs too). Built with
 OpenMP, the library shares torch's OpenMP runtime (loaded first); each row's numbers are its

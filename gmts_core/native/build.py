@@ -20,6 +20,11 @@ is fused into one FMA instruction. Under ``-march=native`` the compiler fuses th
 has FMA and not where it has none, a last-bit difference between machines that could reorder
 tied scores. (The loops marked ``omp simd reduction`` still sum in as many lanes as the CPU's
 vectors hold, so a sum's last bits can differ between CPUs of different vector widths.)
+``-fno-trapping-math`` says no code reads the floating-point exception flags or traps on them,
+which none does; it changes no value, and lets the compiler turn the branches of the float32
+exponential into selects, so its loops are vectorized (the statistics' sums 3.4x faster, the
+MLP's gate 4.5x, one thread). The matrix product ``gmts_linear_rows`` uses FMA instructions
+explicitly and declines on a CPU without them (:mod:`gmts_core.native`).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ FLAGS = (
     "-march=native",
     "-fno-fast-math",
     "-ffp-contract=off",
+    "-fno-trapping-math",
     "-fopenmp-simd",
     "-fno-math-errno",
     "-shared",
