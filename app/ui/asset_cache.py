@@ -1,4 +1,10 @@
-"""Gradio's frontend assets kept in memory as first sent, compressed.
+"""Gradio's page and frontend assets kept in memory as first sent (the assets compressed).
+
+The page itself is kept as well: for every request of it Gradio copies its ~420 kB config
+(the Blocks', fixed once built), writes the root URL it makes of the request into it and renders
+it with the API description into its template: ~50–90 ms of the server's CPU on every fresh
+page's path to its first token. It is kept per URL, query and the request headers that make
+that root URL, and only an answer that sets no cookie.
 
 A fresh page of the UI asks for ~100 of Gradio's script and style files (1.9 MB, and Plotly's
 4.6 MB chunk once a chart mounts). Gradio serves each from disk and compresses it on every
@@ -11,9 +17,9 @@ request.
 :class:`AssetCache` is the outermost middleware of the mounted Gradio app (inside the server's
 own: the host check and the API key still apply) and answers a ``GET`` of ``/assets/...`` that
 it has answered before with the same request headers that decide the response
-(``Accept-Encoding``, ``Origin``, ``Host``) from memory. Only complete 200 responses with an
-``ETag`` are kept, up to ``max_bytes`` in all; conditional, partial and credentialed requests
-go to Gradio.
+(``Accept-Encoding``, ``Origin``, ``Host``) from memory, and the page (``GET /``) likewise.
+Only complete 200 responses (assets: with an ``ETag``) are kept, up to ``max_bytes`` in all;
+conditional, partial and credentialed requests go to Gradio.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ MAX_BYTES = 32 * 1024 * 1024
 """Bytes of responses kept at most (Gradio's whole frontend, compressed, is ~6 MB)."""
 
 _KEYED = (b"accept-encoding", b"origin", b"host")  # the request headers a response depends on
+# and the page's too: its config holds the root URL Gradio makes of the request (the URL's
+# scheme and host, or these headers); its query names the page and a deep link
+_PAGE_KEYED = (b"x-forwarded-host", b"x-forwarded-proto", b"x-gradio-server")
 _REFUSED = (b"range", b"if-none-match", b"if-modified-since", b"cookie", b"authorization")
 
 
@@ -46,12 +55,17 @@ class AssetCache:
         path = str(scope.get("path", ""))
         root = str(scope.get("root_path", ""))
         inner = path[len(root) :] if root and path.startswith(root) else path
-        if not inner.startswith(ASSETS) or scope.get("query_string"):
+        page = inner in ("", "/")
+        if not page and (not inner.startswith(ASSETS) or scope.get("query_string")):
             return None
         headers = {k.lower(): v for k, v in scope.get("headers", [])}
         if any(h in headers for h in _REFUSED):
             return None
-        return (path, *(headers.get(h, b"").decode("latin-1") for h in _KEYED))
+        key = (path, *(headers.get(h, b"").decode("latin-1") for h in _KEYED))
+        if not page:
+            return key
+        extra = (str(scope.get("scheme")), bytes(scope.get("query_string", b"")).decode("latin-1"))
+        return (*key, *extra, *(headers.get(h, b"").decode("latin-1") for h in _PAGE_KEYED))
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         key = self.key(scope)
@@ -81,10 +95,11 @@ class AssetCache:
 
     def _keep(self, key: tuple[str, ...], start: dict[str, Any], body: bytes) -> None:
         headers = {k.lower(): v for k, v in start.get("headers", [])}
+        page = ASSETS not in key[0]
         if (
             start.get("status") != 200
             or b"set-cookie" in headers
-            or b"etag" not in headers
+            or (b"etag" not in headers and not page)  # an asset's name and ETag: its content
             or self.size + len(body) > self.max_bytes
         ):
             return

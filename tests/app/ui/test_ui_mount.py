@@ -214,6 +214,35 @@ def test_the_first_config_holds_the_first_chart_and_the_page_loads_the_rest(root
     assert learn == [explore_tab.initial_values(shipped)[7]] and "learn" in learn[0]
 
 
+def test_gradio_page_is_kept_after_its_first_answer(root: Path) -> None:
+    """The page Gradio renders (config and API description in its template) is answered from
+    memory for a request with the same URL, query and root-URL headers: the same bytes as
+    Gradio's own, which are the same every time; another root URL or a request with a cookie
+    goes to Gradio; the first view is put in either way, and the request id is each request's."""
+    from app.ui.asset_cache import AssetCache
+
+    app = create_app(make_settings(root, ui_enabled=True))
+    gradio_app = next(r.app for r in app.routes if getattr(r, "path", "") == "/ui")
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        first = client.get("/ui/")
+        cache = gradio_app.middleware_stack
+        while not isinstance(cache, AssetCache):
+            cache = cache.app
+        again = client.get("/ui/")
+        hits = cache.hits
+        cache.kept.clear()  # Gradio renders it afresh
+        fresh = client.get("/ui/")
+        other_host = client.get("/ui/", headers={"Host": "localhost:8000"})
+        with_cookie = client.get("/ui/", headers={"Cookie": "a=b"})
+    assert hits == 1 and first.content == again.content == fresh.content
+    assert "gmts-first-view" in again.text and "window.gradio_config =" in again.text
+    assert first.headers["x-request-id"] != again.headers["x-request-id"]
+    assert '"root":"http://localhost:8000/ui"' in other_host.text
+    assert '"root":"http://127.0.0.1/ui"' in first.text
+    assert with_cookie.content == first.content
+    assert cache.hits == 1 and len(cache.kept) == 2  # fresh and other_host; not the cookie's
+
+
 class _Echo:
     """A component whose post-processing is the value itself."""
 
