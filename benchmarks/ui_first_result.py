@@ -35,10 +35,10 @@ after it, so the browser paints the tokens before it draws a chart.
     .venv/bin/python benchmarks/ui_first_result.py [--repeats 5] [--width 1366 --height 768]
         [--threads 2] [--json] [--old-page | --old-charts]
 
-``--old-charts`` serves the page as before the charts' changes of issue 48 (Gradio compressing
-every asset on every request, the scatter in the page-load event with the other charts and the
-Learn card, computed per page, Plotly loaded only when a chart's value came, no server-drawn
-scatter), to compare: its "charts" are Plotly's scatter.
+``--old-charts`` serves the page as before the charts' changes of issue 48 (Gradio rendering the
+page and compressing every asset on every request, the scatter in the page-load event with the
+other charts and the Learn card, computed per page, Plotly loaded only when a chart's value
+came, no server-drawn scatter), to compare: its "charts" are Plotly's scatter.
 
 Times depend on the machine's load: run under ``flock /tmp/bench.lock`` on a shared machine
 and quote the load average (printed) with the figures.
@@ -131,7 +131,8 @@ def old_charts() -> None:
 
     mount.plotly_chunk = lambda: None  # no import of Plotly's chunk at the hand-over
     tab.example_sketch = lambda figure: ""  # no server-drawn scatter (first view, Explore)
-    mount.cache_assets = lambda app, path: False  # Gradio compresses every asset every time
+    mount.cache_assets = lambda app, path: False  # Gradio renders the page, compresses every
+    # asset, every time
     tab.DEFERRED_CHARTS = (3, 4, 5, 6, 9)  # the scatter too in the page-load event ...
     tab.DEFERRED = tab.DEFERRED_CHARTS + tab.DEFERRED_LEARN
     tab.ExampleViews.handler = lambda self, positions: tab.deferred_views(positions)  # ... per page
