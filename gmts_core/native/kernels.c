@@ -422,7 +422,8 @@ static inline double log_unit(double x) {
  * c = b / ((1 + 2^-16) (1 + margin)). Any other ratio is below p / u (1 + 2^-21) < c (1 + 2^-21)
  * < largest / (1 + margin), the roundings of q and of the division included, so it can neither
  * be the argmax nor come within the margin of it: the draw and the flag are those of all the
- * ratios. out: (n,) token ids. Rows are split over ``threads``. */
+ * ratios. That holds while the ratios are finite: where c >= 2^126 (huge weights over small
+ * variates, whose float ratios may overflow to inf and tie), every ratio is formed. out: (n,) token ids. Rows are split over ``threads``. */
 void gmts_categorical(const float *p, const double *u, int64_t n, int64_t v, float margin,
                       int64_t *out, uint8_t *uncertain, int threads) {
     (void)threads;
@@ -440,6 +441,9 @@ void gmts_categorical(const float *p, const double *u, int64_t n, int64_t v, flo
             bound = low > bound ? low : bound;
         }
         double cut = bound / ((1.0 + 0x1p-16) * (1.0 + (double)margin));
+        /* ratios from about 2^128 round to inf in float, the largest and a skipped one alike,
+         * and tie there: with a cut that high (or an infinite weight), all ratios are formed */
+        if (!(cut < 0x1p126)) cut = 0.0;
         int64_t arg = v;
         float best = -INFINITY, second = -INFINITY;
         for (int64_t j = 0; j < v; j++) {
