@@ -388,8 +388,8 @@ class DecodeKernels:
     ) -> torch.Tensor:
         """x (m, k) @ weight (n, k)^T + bias: a new (m, n) tensor, or added in place into
         ``into`` (m, n) and returned. ``gmts_linear_rows`` where it serves (AVX2 and FMA, at most
-        :data:`LINEAR_MAX_ROWS` rows, contiguous float32 on CPU); else torch's product, the same
-        sum up to float rounding."""
+        :data:`LINEAR_MAX_ROWS` rows, contiguous float32 on CPU, ``into`` in memory of its own);
+        else torch's product, the same sum up to float rounding."""
         m, k = x.shape
         n = weight.shape[0]
         if weight.shape != (n, k) or (bias is not None and bias.shape != (n,)):
@@ -400,6 +400,7 @@ class DecodeKernels:
             self.linear_rows
             and 1 <= m <= LINEAR_MAX_ROWS
             and _cpu_f32(x, weight, *(t for t in (bias, into) if t is not None))
+            and (into is None or not _shares_storage(into, x, weight, bias))
         ):
             out = torch.empty(m, n, dtype=x.dtype) if into is None else into
             status = self._lib.gmts_linear_rows(
@@ -453,6 +454,13 @@ class DecodeKernels:
         if status:
             raise ValueError("rotary_attend: a size or start is outside the kernel's buffers")
         return out
+
+
+def _shares_storage(out: torch.Tensor, *tensors: torch.Tensor | None) -> bool:
+    """Whether ``out`` lies in the storage of any of ``tensors``: the kernel writes its outputs
+    tile by tile while later tiles still read the operands."""
+    ptr = out.untyped_storage().data_ptr()
+    return any(t is not None and t.untyped_storage().data_ptr() == ptr for t in tensors)
 
 
 def _linear_rows_served(lib: ctypes.CDLL) -> bool:

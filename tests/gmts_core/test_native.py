@@ -364,3 +364,15 @@ def test_categorical_forms_only_the_ratios_that_matter(lib: object) -> None:
     assert uncertain[:8].all() and not uncertain[8:].any()
     assert torch.equal(uncertain, want_flag)
     assert torch.equal(tokens[8:], ratios.argmax(1)[8:])
+
+
+@needs_compiler
+def test_linear_into_its_own_rows(lib: object) -> None:
+    """``into`` sharing memory with x: the kernel would write outputs that later tiles read as
+    inputs; the product is torch's, as if the rows had been read first."""
+    kernels = _linear_kernels()
+    gen = torch.Generator().manual_seed(5)
+    x, w = torch.randn(4, 16, generator=gen), torch.randn(16, 16, generator=gen)
+    want = x + x @ w.t()
+    rows = x.clone()
+    assert_close(kernels.linear(rows, w, into=rows), want)
