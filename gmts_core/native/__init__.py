@@ -40,7 +40,9 @@ off or the tensors are not in its layout, and the caller then uses PyTorch's ops
   for 8 rows against 61 ms here, one thread). The kernel reads each weight tile once, multiplies
   it by the rows from the level-1 cache and prefetches the next tile. Each output sums its k
   products in 8 lanes of fused multiply-adds, so its bits do not depend on the number of rows,
-  their order or the threads (the BLAS's may). Used by the fused decoding step for every
+  their order or the threads (the BLAS's may), as long as the call stays within the kernel's
+  rows: a call of more than :data:`LINEAR_MAX_ROWS` rows is torch's product, whose bits for a
+  row differ from the kernel's. Used by the fused decoding step for every
   projection and by the sampler for the LM head (:mod:`gmts_core.sampling.kv_sampler`).
 
 The fused decoding step takes the norms, the gate and the attention from :class:`DecodeKernels`,

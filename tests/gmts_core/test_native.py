@@ -295,8 +295,8 @@ def test_linear_rows_equal_float64_products(lib: object, m: int, n: int, k: int)
 @needs_compiler
 def test_linear_rows_bits_do_not_depend_on_the_batch(lib: object) -> None:
     """Each output is one row's dot product with one weight row: a row's result is the same bits
-    alone, in any batch, at any position (the sampler's answers do not depend on which other
-    answers share the call)."""
+    alone, in any batch of at most LINEAR_MAX_ROWS rows, at any position (the sampler's answers
+    do not depend on which other answers share such a call; more rows take torch's product)."""
     kernels = _linear_kernels()
     gen = torch.Generator().manual_seed(11)
     x, w = torch.randn(9, 100, generator=gen), torch.randn(37, 100, generator=gen)
