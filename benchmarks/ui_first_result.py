@@ -33,12 +33,15 @@ charts are drawn. A new result's tokens come in the Analyze event and its charts
 after it, so the browser paints the tokens before it draws a chart.
 
     .venv/bin/python benchmarks/ui_first_result.py [--repeats 5] [--width 1366 --height 768]
-        [--threads 2] [--json] [--old-page | --old-charts]
+        [--threads 2] [--json] [--old-page | --old-charts | --with-old-charts]
 
 ``--old-charts`` serves the page as before the charts' changes of issue 48 (Gradio rendering the
 page and compressing every asset on every request, the scatter in the page-load event with the
 other charts and the Learn card, computed per page, Plotly loaded only when a chart's value
 came, no server-drawn scatter), to compare: its "charts" are Plotly's scatter.
+``--with-old-charts`` serves both, from two servers in this process, fresh pages alternating,
+and reports the ratios of their medians: one window for both, which sequential runs on a
+shared machine are not.
 
 Times depend on the machine's load: run under ``flock /tmp/bench.lock`` on a shared machine
 and quote the load average (printed) with the figures.
@@ -47,6 +50,7 @@ and quote the load average (printed) with the figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 import urllib.request
@@ -121,7 +125,17 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="the charts and assets as before their changes of issue 48, to compare",
     )
-    return p.parse_args()
+    p.add_argument(
+        "--with-old-charts",
+        action="store_true",
+        help="also a second server in this process serving the page as --old-charts does, "
+        "fresh pages alternating between the two (one window for both): both pages' figures "
+        "and the ratios of their medians (new / old)",
+    )
+    args = p.parse_args()
+    if args.with_old_charts and (args.old_charts or args.old_page):
+        p.error("--with-old-charts compares the new page with the old: not with --old-*")
+    return args
 
 
 def old_charts() -> None:
@@ -272,11 +286,26 @@ def main() -> int:
         old_charts()
     app = create_app(Settings(ui_enabled=True, torch_threads=args.threads))
     clock = ServerClock(app)
-    with LiveServer(app) as server, sync_playwright() as p:
+    old_app = None
+    if args.with_old_charts:  # built after the new one: its handlers are made as it is built
+        old_charts()
+        old_app = create_app(Settings(ui_enabled=True, torch_threads=args.threads))
+    olds: list[dict[str, float]] = []
+    with (
+        LiveServer(app) as server,
+        LiveServer(old_app) if old_app is not None else contextlib.nullcontext() as old_server,
+        sync_playwright() as p,
+    ):
         browser = p.chromium.launch(executable_path=CHROMIUM_PATH, args=list(CHROMIUM_ARGS))
         sizes = payload_sizes(server.url)
         first_result(browser, server.url, args)  # warm the server's page path and Chromium
-        firsts = [first_result(browser, server.url, args) for _ in range(args.repeats)]
+        if old_server is not None:
+            first_result(browser, old_server.url, args)
+        firsts = []
+        for _ in range(args.repeats):  # alternating: the same window for both pages
+            firsts.append(first_result(browser, server.url, args))
+            if old_server is not None:
+                olds.append(first_result(browser, old_server.url, args))
         warm_analyze(browser, server.url, args, clock)  # warm-up: loads the model
         analyses = [warm_analyze(browser, server.url, args, clock) for _ in range(args.repeats)]
         browser.close()
@@ -305,7 +334,7 @@ def main() -> int:
             "analyze_server": analyze["server_s"]["median"] <= 1.0,
             "click_ratio": analyze["ratio"]["median"] <= TARGET_CLICK_RATIO,
         },
-        "runs": {"first_result": firsts, "warm_analyze": analyses},
+        "runs": {"first_result": firsts, "warm_analyze": analyses, "old_charts": olds},
         "machine": machine(),
     }
 
@@ -334,6 +363,22 @@ def main() -> int:
         f"[{analyze['ratio']['min']:.2f}-{analyze['ratio']['max']:.2f}] "
         f"(target <= {TARGET_CLICK_RATIO})",
     ]
+    if olds:
+        old = {k: stats([f[k] for f in olds]) for k in olds[0]}
+        ratio = {
+            k: round(first[k]["median"] / old[k]["median"], 3) for k in old if old[k]["median"]
+        }
+        report["with_old_charts"] = {"first_result": old, "ratio_new_to_old": ratio}
+        lines.append(
+            "  the old page (--old-charts), interleaved: first token "
+            f"{fmt(old['first_token_s'])}, interactive {fmt(old['interactive_token_s'])}, "
+            f"charts {fmt(old['charts_by_s'])}"
+        )
+        lines.append(
+            "  new / old (medians): "
+            + ", ".join(f"{k} {ratio[k]:.2f}" for k in ("first_token_s", "interactive_token_s",
+                                                        "charts_by_s", "plotly_scatter_s"))
+        )  # fmt: skip
     emit(report, args.json, lines)
     return 0
 
