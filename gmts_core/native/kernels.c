@@ -41,7 +41,7 @@
  * subnormal result is formed without an overflowing exponent field. */
 static inline float exp_f(float x) {
     const float lo = -104.0f;
-    float xc = x < lo ? lo : x;
+    float xc = x >= lo ? x : lo; /* NaN too: an int conversion of NaN below would be undefined */
     xc = xc > 88.0f ? 88.0f : xc;
     float n = __builtin_rintf(xc * 1.44269504088896341f);
     float r = xc - n * 0.693359375f;
