@@ -1,10 +1,10 @@
 """Explore on the real model in a real Chromium: from the click to the highlighted tokens.
 
-Starts the app (API + Gradio UI at /ui, the server's default settings) on a uvicorn server on
-127.0.0.1 in this process, loads ``smollm2-135m`` (the packaged GGUF, converted once and read
-from the cache; its load time is reported on its own, as a user who has used the model once
-has it loaded), and drives Debian's Chromium (``/usr/bin/chromium``, offline flags) through
-Playwright on one page:
+Starts the app (API + Gradio UI at /ui, the server's default settings, its OpenMP threads
+sleeping when idle as ``gmts serve`` runs them) on a uvicorn server on 127.0.0.1 in this
+process, loads ``smollm2-135m`` (the packaged GGUF, converted once and read from the cache; its
+load time is reported on its own, as a user who has used the model once has it loaded), and
+drives Debian's Chromium (``/usr/bin/chromium``, offline flags) through Playwright on one page:
 
 * **first click**: Explore's "Same view on a real model" button, which fills the form with the
   real-model example (a question of the word-arithmetic task, 8 answers x 96 tokens, the chat
@@ -23,18 +23,25 @@ Times depend on the machine's load: quote the load average (printed) with the fi
 
 from __future__ import annotations
 
-import argparse
-import resource
-import sys
-import time
-from typing import Any
+import os
 
-from _common import LiveServer, emit, machine, median, ui_tab
+from app.cli import OPENMP_WAIT_POLICY  # torch-free
 
-from app.core.config import Settings
-from app.main import create_app
-from app.ui.tabs.explore.example import REAL_MODEL, REAL_MODEL_EXAMPLE
-from gmts_core.model.packaged import SMOLLM2
+# the server's OpenMP threads as `gmts serve` runs them (set before torch loads its runtime)
+os.environ.setdefault("OMP_WAIT_POLICY", OPENMP_WAIT_POLICY)
+
+import argparse  # noqa: E402
+import resource  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+from _common import LiveServer, emit, machine, median, ui_tab  # noqa: E402
+
+from app.core.config import Settings  # noqa: E402
+from app.main import create_app  # noqa: E402
+from app.ui.tabs.explore.example import REAL_MODEL, REAL_MODEL_EXAMPLE  # noqa: E402
+from gmts_core.model.packaged import SMOLLM2  # noqa: E402
 
 TARGET_S = 10.0
 TIMEOUT_MS = 900_000  # a loaded machine: minutes per analysis
@@ -106,6 +113,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "model": REAL_MODEL,
         "answers": f"{REAL_MODEL_EXAMPLE.group_size} x {REAL_MODEL_EXAMPLE.max_new_tokens}",
         "server_threads": settings.torch_threads,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "model_load_s": round(load_s, 2),
         "first_click_s": round(first, 2),
         "analyze_clicks_s": [round(s, 2) for s in clicks],

@@ -83,3 +83,39 @@ def test_command_table_matches_the_commands() -> None:
         module, short_help = COMMANDS[name]
         assert _module_of(command) == f"app.cli.{module}"
         assert command.get_short_help_str(limit=1000) == short_help
+
+
+# runs `gmts native info` in a fresh interpreter, then loads torch (if the command did not);
+# OMP_DISPLAY_ENV makes the OpenMP runtime print the settings it started with
+_POLICY_PROBE = """
+import sys
+from app.cli import main
+sys.argv = ["gmts", "native", "info"]
+try:
+    main()
+except SystemExit:
+    pass
+import torch
+torch.ones(4).sum()
+"""
+
+
+@pytest.mark.parametrize("given", [None, "ACTIVE"])
+def test_commands_run_with_sleeping_openmp_threads(given: str | None) -> None:
+    """Every command's OpenMP runtime starts with OMP_WAIT_POLICY=PASSIVE (set before torch
+    loads it), unless the user chose a policy."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env["OMP_DISPLAY_ENV"] = "VERBOSE"
+    if given is not None:
+        env["OMP_WAIT_POLICY"] = given
+    out = subprocess.run(
+        [sys.executable, "-c", _POLICY_PROBE],
+        capture_output=True, text=True, timeout=300, check=True, env=env,
+    )  # fmt: skip
+    shown = out.stderr + out.stdout
+    if given is None:  # unset, the runtime would spin 300,000 times before it sleeps
+        assert "OMP_WAIT_POLICY = 'PASSIVE'" in shown and "GOMP_SPINCOUNT = '0'" in shown
+    else:
+        assert f"OMP_WAIT_POLICY = '{given}'" in shown
