@@ -236,3 +236,14 @@ def test_explore_real_model_smoke() -> None:
     assert r["answers"] == "8 x 96" and r["server_threads"] == 1
     assert r["first_click_s"] > 0 and len(r["analyze_clicks_s"]) == 1
     assert r["analyze_clicks_s"][0] > 0 and r["model_load_s"] > 0
+
+
+def test_decode_products_smoke() -> None:
+    from gmts_core import native
+
+    kernels = native.decode_kernels()
+    if kernels is None or not kernels.linear_rows:
+        pytest.skip("no native matrix product here (no C compiler, or a CPU without AVX2/FMA)")
+    r = run_benchmark("decode_products", "--rows", "1", "5", "--layers", "1", "--repeats", "1")
+    assert [row["rows"] for row in r["results"]] == [1, 5] and r["layers"] == 1
+    assert all(row["native_ms"] > 0 and row["torch_ms"] > 0 for row in r["results"])
