@@ -3,7 +3,7 @@
 A decoding step multiplies each weight matrix of the model by as many rows as the batch has
 answers. This times, for one step's shapes of a Llama-layout model (default: ``smollm2-135m``'s,
 30 layers of query/key/value 832 x 576, output 576 x 576, gate/up 3072 x 576, down 576 x 1536,
-and the LM head 49152 x 576; random float32 weights, 538 MB), the products of every matrix by
+and the LM head 49152 x 576; random float32 weights, 529 MB), the products of every matrix by
 ``--rows`` rows: ``gmts_linear_rows`` (:meth:`gmts_core.native.DecodeKernels.linear`) against
 ``torch.nn.functional.linear``, alternately, the best of ``--repeats`` in wall seconds, in this
 process's torch threads. The two agree to float32 rounding (checked on the first matrices).
