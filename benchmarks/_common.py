@@ -11,13 +11,23 @@ import math
 import os
 import platform
 import statistics
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from app.live_server import CHROMIUM_ARGS, CHROMIUM_PATH, LiveServer, free_port
 
-__all__ = ["LiveServer", "free_port", "emit", "machine", "median", "percentile", "ui_tab"]
+__all__ = [
+    "LiveServer",
+    "ServerClock",
+    "emit",
+    "free_port",
+    "machine",
+    "median",
+    "percentile",
+    "ui_tab",
+]
 
 
 @contextmanager
@@ -75,3 +85,37 @@ def emit(report: dict[str, Any], as_json: bool, lines: Sequence[str]) -> None:
         print(json.dumps(report, default=float))
     else:
         print("\n".join(lines))
+
+
+def gradio_app(app: Any) -> Any:
+    """The Gradio app mounted at /ui (to read its queue's own timings)."""
+    for route in app.routes:
+        if getattr(route, "path", None) == "/ui" and hasattr(route, "app"):
+            return route.app
+    raise RuntimeError("no Gradio app mounted at /ui")
+
+
+class ServerClock:
+    """Gradio's own process time of one event handler (``run_single``: Explore's Analyze)."""
+
+    def __init__(self, app: Any, fn_name: str = "run_single") -> None:
+        blocks = gradio_app(app).get_blocks()
+        fns = [f for f in blocks.fns.values() if getattr(f, "name", "") == fn_name]
+        if not fns:
+            raise RuntimeError(f"no event handler named {fn_name!r}")
+        self.fn = fns[0]
+        self.queue = blocks._queue
+
+    def read(self) -> tuple[float, int]:
+        """(total process seconds, number of runs) so far."""
+        pt = self.queue.process_time_per_fn.get(self.fn)
+        return (pt.process_time, pt.count) if pt is not None else (0.0, 0)
+
+    def wait_next(self, before: tuple[float, int], timeout_s: float = 30) -> float:
+        """Seconds of the run that follows ``before`` (the queue records it as it finishes)."""
+        deadline = time.monotonic() + timeout_s
+        while (now := self.read())[1] <= before[1]:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the server did not record the Analyze run")
+            time.sleep(0.01)
+        return (now[0] - before[0]) / (now[1] - before[1])

@@ -236,6 +236,7 @@ def test_explore_real_model_smoke() -> None:
     assert r["answers"] == "8 x 96" and r["server_threads"] == 1
     assert r["first_click_s"] > 0 and len(r["analyze_clicks_s"]) == 1
     assert r["analyze_clicks_s"][0] > 0 and r["model_load_s"] > 0
+    assert len(r["server_s"]) == 2 and all(s > 0 for s in r["server_s"])
 
 
 def test_decode_products_smoke() -> None:
