@@ -96,20 +96,21 @@ def gradio_app(app: Any) -> Any:
 
 
 class ServerClock:
-    """Gradio's own process time of one event handler (``run_single``: Explore's Analyze)."""
+    """Gradio's own process time of the event handlers of one name (``run_single``: Explore's
+    Analyze, and the real-model example's run after it fills the form)."""
 
     def __init__(self, app: Any, fn_name: str = "run_single") -> None:
         blocks = gradio_app(app).get_blocks()
-        fns = [f for f in blocks.fns.values() if getattr(f, "name", "") == fn_name]
-        if not fns:
+        self.fns = [f for f in blocks.fns.values() if getattr(f, "name", "") == fn_name]
+        if not self.fns:
             raise RuntimeError(f"no event handler named {fn_name!r}")
-        self.fn = fns[0]
         self.queue = blocks._queue
 
     def read(self) -> tuple[float, int]:
-        """(total process seconds, number of runs) so far."""
-        pt = self.queue.process_time_per_fn.get(self.fn)
-        return (pt.process_time, pt.count) if pt is not None else (0.0, 0)
+        """(total process seconds, number of runs) so far, over the handlers of the name."""
+        times = [self.queue.process_time_per_fn.get(fn) for fn in self.fns]
+        done = [t for t in times if t is not None]
+        return sum(t.process_time for t in done), sum(t.count for t in done)
 
     def wait_next(self, before: tuple[float, int], timeout_s: float = 30) -> float:
         """Seconds of the run that follows ``before`` (the queue records it as it finishes)."""
