@@ -19,6 +19,14 @@ The models (:data:`SETUPS`):
     trl         ``trl.GRPOTrainer`` (generation, rewards, advantages, loss, backward, optimizer
                 step, its logging), trained on all tokens as in plain GRPO
 
+Without a KL term or report (``--measure-kl``) and with one update per batch, gmts_core's update
+runs the model only on what its loss can depend on (:func:`gmts_core.grpo.update.loss_rows`: the
+selected tokens with a non-zero advantage, each answer up to its last such token, the LM head on
+those rows; a group whose rewards are all equal has none), with the every-row update's gradient
+to float32 rounding; TRL runs every token (a selection there masks the loss). The share of
+answer tokens it computed is reported per step (``gmts_core_update_rows_share``): the step's
+cost depends on it, so quote it with the ratio.
+
 A step is timed from the start of the rollout to the end of the optimizer step. The first step
 of each is a warm-up and is not counted. The steps alternate (TRL step k, then gmts_core step
 k, run from a TRL callback outside TRL's timed region), so both see the same machine load.
@@ -202,6 +210,7 @@ class OursStepper:
         self.cpu: list[float] = []
         self.tokens: list[int] = []
         self.rewards: list[float] = []
+        self.update_rows: list[float] = []
 
     def step(self, k: int) -> None:
         prompts = step_prompts(self.args, k)
@@ -211,6 +220,9 @@ class OursStepper:
         self.cpu.append(time.process_time() - cpu)
         self.tokens.append(result.metrics.num_tokens)
         self.rewards.append(float(result.metrics.reward_mean or 0.0))
+        # the share of answer tokens whose log-prob the update computed (its loss rows)
+        computed = ~torch.isnan(result.logprob_before)
+        self.update_rows.append(round(float(computed.float().mean()), 3))
 
 
 def task_reward(
@@ -357,6 +369,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "gmts_core_mean_answer_tokens": [n / answers for n in ours.tokens],
         "trl_mean_answer_tokens": trl_lengths,
         "gmts_core_reward_mean": ours.rewards,
+        "gmts_core_update_rows_share": ours.update_rows,
         "trl_reward_mean": trl_rewards,
         "machine": machine(),
     }

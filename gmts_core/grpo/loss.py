@@ -22,7 +22,8 @@ from typing import Any
 import torch
 
 from gmts_core.knobs import DEFAULT_TEMPERATURE
-from gmts_core.stats.forward import answer_logits
+from gmts_core.model.logit_head import head_path
+from gmts_core.stats.forward import answer_hidden, answer_logits
 
 
 def answer_logprobs(
@@ -40,6 +41,25 @@ def answer_logprobs(
     """
     _, logits = answer_logits(model, sequences, pad_id, share_prompts)  # (N, V)
     return logprobs_from_logits(logits, answer_targets(sequences, logits.device), temperature)
+
+
+def answer_logprobs_at(
+    model: Any,
+    sequences: list[tuple[list[int], list[int]]],
+    rows: list[int],
+    pad_id: int,
+    temperature: float = DEFAULT_TEMPERATURE,
+    share_prompts: bool = False,
+) -> torch.Tensor:
+    """log pi(y_t) of the answer tokens at ``rows`` of the flat (answer, position) order only,
+    (len(rows),): :func:`answer_logprobs` with the LM head run on those rows alone. Each value
+    is the one :func:`answer_logprobs` gives for its row, to float32 rounding (the head's
+    product has fewer rows)."""
+    hidden = answer_hidden(model, sequences, pad_id, share_prompts)  # (N, D)
+    index = torch.tensor(rows, dtype=torch.long, device=hidden.device)
+    logits = head_path(model).logits(hidden.index_select(0, index)).float()  # (R, V)
+    targets = answer_targets(sequences, logits.device).index_select(0, index)
+    return logprobs_from_logits(logits, targets, temperature)
 
 
 def answer_targets(

@@ -6,6 +6,7 @@ before every later update by gamma = w |omega| g at the current policy (``resele
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -18,6 +19,7 @@ from gmts_core.grpo.forward import Parts, Sequences, policy_micro_batches
 from gmts_core.grpo.loss import (
     LossTerms,
     answer_logprobs,
+    answer_logprobs_at,
     grpo_loss,
 )
 from gmts_core.grpo.policy import TrainablePolicy
@@ -113,6 +115,91 @@ def logprob_after(policy: TrainablePolicy, batch: TrainBatch, config: RLConfig) 
     return after
 
 
+def loss_rows(
+    batch: TrainBatch, config: RLConfig, mask: torch.Tensor, reselect: bool
+) -> torch.Tensor | None:
+    """The rows (N,) bool whose log-probs a step's single update needs, where that is not every
+    row: the tokens with a loss term that can be non-zero (selected, A != 0, w != 0) and those
+    whose log-prob change is measured (:func:`logprob_after`); every other token's term is
+    exactly 0 for any policy, and so is its gradient. None (every row) where more is needed: a
+    KL term or report (``beta``, ``measure_kl``: every token's log-prob), later inner updates
+    or a re-selection (their ratios and omega_t need every token's log-prob under pi_old)."""
+    if config.beta != 0 or config.measure_kl or config.inner_steps != 1 or reselect:
+        return None
+    rows = mask.to(torch.bool) & (batch.advantages != 0) & (batch.weights != 0)
+    if config.measure_logprob_after:
+        _, measured = first_prompts(batch, config.logprob_after_prompts)
+        rows[:measured] = True
+    return rows
+
+
+def _truncated(sequences: Sequences, rows: torch.Tensor) -> tuple[Sequences, list[int], list[int]]:
+    """Each answer up to its last row in ``rows`` (N_part,), answers with none left out: a
+    causal model's log-prob of a token does not depend on the tokens after it. Returns those
+    sequences, the rows' indices in their flat (answer, position) order, and the same rows'
+    indices in ``sequences``' flat order."""
+    flags = rows.tolist()
+    kept: Sequences = []
+    kept_rows: list[int] = []
+    part_rows: list[int] = []
+    start = cut = 0
+    for prompt, answer in sequences:
+        hits = [j for j in range(len(answer)) if flags[start + j]]
+        if hits:
+            kept.append((prompt, answer[: hits[-1] + 1]))
+            kept_rows += [cut + j for j in hits]
+            part_rows += [start + j for j in hits]
+            cut += hits[-1] + 1
+        start += len(answer)
+    return kept, kept_rows, part_rows
+
+
+def _rows_update(
+    policy: TrainablePolicy,
+    batch: TrainBatch,
+    parts: Parts,
+    config: RLConfig,
+    mask: torch.Tensor,
+    rows: torch.Tensor,
+) -> tuple[list[LossTerms], torch.Tensor]:
+    """The first update's gradient from ``rows`` only (:func:`loss_rows`): each micro-batch's
+    answers up to their last such row, the LM head on those rows, backward. The gradient is the
+    every-row forward's to float32 rounding (the others' terms are exactly 0). Returns the
+    parts' loss terms (counts over all their tokens) and pi_old's log-probs (N,), NaN on the
+    rows not computed."""
+    pad_id = policy.tokenizer.pad_token_id
+    logp_all = torch.full((batch.num_tokens,), math.nan, dtype=torch.float32)
+    terms = []
+    for idx, sl in parts:
+        kept, kept_rows, part_rows = _truncated([batch.sequences[i] for i in idx], rows[sl])
+        counts = {"num_tokens": sl.stop - sl.start, "num_selected": int(mask[sl].sum())}
+        if not kept_rows:  # no term of this micro-batch can be non-zero: no forward at all
+            zero = LossTerms(torch.zeros(()), 0.0, 0.0, 0, 0, 0, 0)
+            terms.append(dataclasses.replace(zero, **counts))
+            continue
+        logp = answer_logprobs_at(
+            policy.model, kept, kept_rows, pad_id, config.temperature, share_prompts=True
+        )
+        at = torch.tensor(part_rows, dtype=torch.long) + sl.start
+        part = grpo_loss(
+            logp,
+            logp.detach(),  # pi_old is the policy itself: rho = 1
+            batch.advantages[at],
+            batch.weights[at],
+            mask[at],
+            config.epsilon_low,
+            config.epsilon_high,
+        )
+        part.loss.backward()
+        terms.append(dataclasses.replace(part, **counts))
+        logp_all[at] = logp.detach().to(logp_all.dtype)
+    if all(not t.loss.requires_grad for t in terms):
+        for param in policy.trainable_parameters():  # no backward ran: the gradient is 0, and
+            if param.grad is None:  # the optimizer steps on it as on any other (decay, moments)
+                param.grad = torch.zeros_like(param)
+    return terms, logp_all
+
+
 def _merge(terms: list[LossTerms], grad_norm: float) -> dict[str, float]:
     """One inner step's numbers from its micro-batches' terms (sums and counts)."""
     tokens = sum(t.num_tokens for t in terms)
@@ -127,6 +214,18 @@ def _merge(terms: list[LossTerms], grad_norm: float) -> dict[str, float]:
     }
 
 
+def _apply(policy: TrainablePolicy, optimizer: torch.optim.Optimizer, config: RLConfig) -> float:
+    """Clip the accumulated gradient's norm and take the optimizer step; returns the norm
+    before clipping. A non-finite gradient is dropped (never written into the weights)."""
+    params = policy.trainable_parameters()
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+    if not math.isfinite(grad_norm):
+        optimizer.zero_grad(set_to_none=False)
+        raise NonFiniteLogitsError("the loss gradient is not finite; the update was skipped")
+    optimizer.step()
+    return grad_norm
+
+
 def _one_update(
     policy: TrainablePolicy,
     optimizer: torch.optim.Optimizer,
@@ -137,17 +236,27 @@ def _one_update(
     config: RLConfig,
     mask: torch.Tensor,
     held: list[torch.Tensor] | None = None,
+    rows: torch.Tensor | None = None,
 ) -> tuple[dict[str, float], torch.Tensor, EffectiveCoefficient]:
     """One AdamW update on the tokens of ``mask``, gradients accumulated over micro-batches;
     returns its numbers, the log-probs of pi_old (the current policy's own when ``old_logp``
     is None, so rho = 1) and each token's effective coefficient at this update.
 
     ``held``: this policy's differentiable log-probs per micro-batch from a forward already
-    run (:func:`statistics_forward`), used instead of a new forward. The gradient stays in
-    ``.grad`` (clipped) for inspection.
+    run (:func:`statistics_forward`), used instead of a new forward. ``rows``
+    (:func:`loss_rows`): without ``held``, the on-policy update computes only those rows'
+    log-probs (NaN elsewhere in the log-probs returned). The gradient stays in ``.grad``
+    (clipped) for inspection.
     """
     pad_id = policy.tokenizer.pad_token_id
     optimizer.zero_grad(set_to_none=False)
+    if rows is not None and held is None and old_logp is None and ref_logp is None:
+        terms, old_all = _rows_update(policy, batch, parts, config, mask, rows)
+        grad_norm = _apply(policy, optimizer, config)
+        coefficient = effective_coefficient(  # on-policy: rho = 1 for every token
+            batch.advantages, batch.weights, clip_settings(config)
+        )
+        return _merge(terms, grad_norm), old_all, coefficient
     terms, olds, logps = [], [], []
     for j, (idx, sl) in enumerate(parts):
         if held is not None:
@@ -173,12 +282,7 @@ def _one_update(
         )
         part.loss.backward()
         terms.append(part)
-    params = policy.trainable_parameters()
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
-    if not math.isfinite(grad_norm):  # never write NaN/inf into the session's weights
-        optimizer.zero_grad(set_to_none=False)
-        raise NonFiniteLogitsError("the loss gradient is not finite; the update was skipped")
-    optimizer.step()
+    grad_norm = _apply(policy, optimizer, config)
     old_all, logp_all = torch.cat(olds), torch.cat(logps)
     coefficient = effective_coefficient(
         batch.advantages, batch.weights, clip_settings(config), logp_all, old_all, ref_logp
@@ -223,13 +327,14 @@ def policy_update(
     mask = batch.mask
     # gmts_paper_verl re-selects on every update, as verl's actor does per PPO mini-batch
     reselect = config.reselect or METHODS.get(config.method).reselects
+    needed = loss_rows(batch, config, mask, reselect)
     for inner in range(config.inner_steps):
         stages.begin(UPDATE)  # a stage boundary: a cancelled job stops before each update
         if reselect and old_logp is not None:
             _, sel = current_selection(policy, batch, old_logp, ref_logp, config, seed + inner)
             mask = sel.selected
         row, old, coefficient = _one_update(
-            policy, optimizer, batch, parts, old_logp, ref_logp, config, mask, held
+            policy, optimizer, batch, parts, old_logp, ref_logp, config, mask, held, needed
         )
         held = None
         old_logp = old if old_logp is None else old_logp

@@ -106,17 +106,29 @@ def answer_logits(
     through the model's forward with a cache (:mod:`gmts_core.stats.shared_prompts`).
     """
     path = head_path(model)  # the model's own logits, post-head transforms included
+    hidden = answer_hidden(model, sequences, pad_id, share_prompts)  # (N, D)
+    logits = path.logits(hidden).float()  # (N, V)
+    return hidden, logits
+
+
+def answer_hidden(
+    model: Any,
+    sequences: list[tuple[list[int], list[int]]],
+    pad_id: int,
+    share_prompts: bool = False,
+) -> torch.Tensor:
+    """The body's final hidden states (N, D) at the positions that predict answer tokens, flat
+    in (answer, position) order: :func:`answer_logits` without the LM head, for callers that
+    need the head on some rows only (``head_path(model).logits(hidden[rows])``)."""
+    path = head_path(model)
     device = next(model.parameters()).device
     body = path.body
     shared = share_prompts and shareable(sequences)
     if shared and packed_forward.serves(body, _answer_hidden, pad_id):
-        hidden = packed_forward.packed_hidden(body, sequences, device)  # (N, D)
-    elif shared and serves(body, _answer_hidden, pad_id):
-        hidden = shared_prompt_hidden(body, sequences, pad_id, device)  # (N, D)
-    else:
-        hidden = _answer_hidden(body, sequences, pad_id, device)  # (N, D)
-    logits = path.logits(hidden).float()  # (N, V)
-    return hidden, logits
+        return packed_forward.packed_hidden(body, sequences, device)  # (N, D)
+    if shared and serves(body, _answer_hidden, pad_id):
+        return shared_prompt_hidden(body, sequences, pad_id, device)  # (N, D)
+    return _answer_hidden(body, sequences, pad_id, device)  # (N, D)
 
 
 def stats_from_logits(

@@ -414,3 +414,79 @@ def test_step_builds_no_token_records_and_trains_on_their_flags(lm: LoadedModel)
     groups = [g.index for g, a in step.analysis.iter_answers() for _ in a.tokens]
     assert step.batch.group_index is not None and step.batch.group_index.tolist() == groups
     assert [t.selected for a in step.answers for t in a.tokens] == flags
+
+
+def _update_inputs(monkeypatch: pytest.MonkeyPatch, policy: TrainablePolicy) -> list[int]:
+    """The rows of each LM-head product the policy runs inside the step's update."""
+    import gmts_core.grpo.step as step_module
+
+    inputs: list[int] = []
+    inside = [False]
+    update = step_module.policy_update
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        inside[0] = True
+        try:
+            return update(*args, **kwargs)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(step_module, "policy_update", timed)
+    policy.model.get_output_embeddings().register_forward_hook(
+        lambda _m, args, _out: inputs.append(args[0].shape[0]) if inside[0] else None
+    )
+    return inputs
+
+
+@pytest.mark.parametrize("seed", [3, 2])  # some selected tokens with A = 0 / all rewards equal
+def test_the_update_on_its_loss_rows_only_gives_the_every_row_gradient(
+    lm: LoadedModel, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Without a KL term or report and with one update per batch, the update runs the model
+    only on what its loss can depend on (:func:`gmts_core.grpo.update.loss_rows`: selected
+    tokens with A != 0 and the measured ones, each answer up to its last such token, the LM
+    head on those rows); its gradient, loss and counts are those of the every-row update
+    (``measure_kl`` on), its pi_old log-probs the same on the rows it computed and NaN (not
+    measured) elsewhere. Entropy's selection takes tokens of any advantage."""
+    config = dataclasses.replace(
+        CONFIG,
+        method="entropy",
+        learning_rate=0.0,
+        fused_max_tokens=0,  # no held training forward: the update runs its own
+        measure_logprob_after=seed == 3,
+        logprob_after_prompts=1,
+    )
+    runs = {}
+    for measure_kl in (True, False):
+        policy = TrainablePolicy(lm, PolicySettings(kind="full"))
+        cfg = dataclasses.replace(config, measure_kl=measure_kl)
+        with monkeypatch.context() as patch:
+            inputs = _update_inputs(patch, policy)
+            step = grpo_step(policy, make_optimizer(policy, cfg), PROMPTS, cfg, seed=seed)
+        grads = [p.grad.clone() for p in policy.trainable_parameters()]
+        runs[measure_kl] = (step, grads, inputs)
+    (full, full_grads, full_inputs), (rows, rows_grads, inputs) = runs[True], runs[False]
+    batch = full.batch
+    assert torch.equal(batch.mask, rows.batch.mask)
+    needed = batch.mask & (batch.advantages != 0)
+    assert int(needed.sum()) < int(batch.mask.sum()), "some selected tokens must have A = 0"
+    for g0, g1 in zip(full_grads, rows_grads, strict=True):
+        torch.testing.assert_close(g1, g0, rtol=1e-5, atol=1e-8)
+    for name in ("loss", "policy_loss", "selected_fraction", "clip_low_fraction"):
+        assert getattr(rows.metrics, name) == pytest.approx(getattr(full.metrics, name), rel=1e-5)
+    measured = torch.zeros_like(needed)
+    if full.logprob_after is not None:
+        measured = ~torch.isnan(full.logprob_after)
+        torch.testing.assert_close(rows.logprob_after, full.logprob_after, equal_nan=True)
+    computed = ~torch.isnan(rows.logprob_before)
+    assert torch.equal(computed, needed | measured)
+    torch.testing.assert_close(rows.logprob_before[computed], full.logprob_before[computed])
+    # the LM head ran on the computed rows only (and the every-row update on every row);
+    # where no token's term can be non-zero, the update ran no forward at all
+    # (the log-prob-after pass follows, on the measured rows)
+    after = [int(measured.sum())] if full.logprob_after is not None else []
+    assert batch.num_tokens in full_inputs and full_inputs[len(full_inputs) - len(after) :] == after
+    if bool(computed.any()):
+        assert inputs == [int(computed.sum()), *after]
+    else:
+        assert inputs == [] and all(not g.any() for g in rows_grads)
