@@ -10,25 +10,40 @@ page's HTML right after ``<body>``: a highlighted token is on screen as soon as 
 parsed. Under the tokens, the example's scatter as a server-drawn SVG (:mod:`app.ui.sketch`),
 which Explore also shows until Plotly has drawn the chart.
 
-The view covers the page (fixed, the page's own background) until Gradio's Explore tab shows
-its token view; then it fades out over it, so the interactive UI takes over without a blank
-frame, and it is removed. Its token view is ``#gmts-first-view``, never ``#token-view``, so
-nothing that reads the live view sees two.
+The first view is interactive as soon as it is painted: ``gmts.js`` (event delegation on the
+document) shows a token's tooltip on hover and keyboard focus, and its pinned panel on a click,
+tap, Enter or Space, from the token's own ``data-tip`` and ``data-detail``: the same attributes,
+rendered by the same code, as in Gradio's token view, so the details are defined once. The view
+covers the page (fixed, the page's own background) until Gradio's Explore tab shows its token
+view; then a token focused or pinned in it is focused or pinned in Gradio's view, and the view
+fades out over it, so the interactive UI takes over without a blank frame, and it is removed.
+Its token view is ``#gmts-first-view``, never ``#token-view``, so nothing that reads the live
+view sees two.
 
-Gradio writes its config (the components' first values: ~400 kB) and its API description
-(~180 kB) into the page's ``<head>`` as two classic scripts, which the browser parses and runs
-before it reaches ``<body>``: the first view waited for ~600 kB it does not need. The middleware
-moves them, and Gradio's stylesheet (in ``<head>`` it holds back the first paint until it has
-arrived), to just after the first view; Gradio's own module script (deferred: it runs after the
-whole page is parsed) still finds them.
+Gradio writes its config (the components' first values: ~450 kB) and its API description
+(~270 kB) into the page's ``<head>`` as two classic scripts, which the browser would parse and
+run before it reaches ``<body>``. The middleware takes them out: the page loads them as one
+deferred script (``<script defer src>``, :class:`PageData`) from their place in the head, which
+the browser fetches as the page starts, compiles off its main thread and runs after the page is
+parsed, before Gradio's own (deferred) module script, which comes after it in the head. The page
+shrinks from ~860 to ~140 kB: the browser's first pass over the page's bytes (decoding, the
+preload scanner) and the scripts' compile no longer come before the first view's paint.
+Gradio's stylesheet (in ``<head>`` it holds back the first paint until it has arrived) goes to
+just after the first view.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
 from typing import Any
+
+from starlette.responses import Response
 
 from app.ui.assets import STATIC_DIR
 from app.ui.render import Json
@@ -67,9 +82,30 @@ _HANDOFF = """
     // the URL Gradio's own import resolves to: one module, fetched and run once
     import(new URL(chunk, entry.src).href).catch(function () {});
   }
+  // the same token in Gradio's view: the same render, so the same place in its list
+  function successor(tok) {
+    var spot = !!tok.closest(".spotlight");
+    var mine = view.querySelectorAll(spot ? ".spotlight .tok" : ".tok:not(.spotlight .tok)");
+    var live = document.querySelectorAll(
+      spot ? "gradio-app .spotlight .tok" : "gradio-app #token-view .tok");
+    return live[Array.prototype.indexOf.call(mine, tok)] || null;
+  }
+  // a token focused or pinned in the first view stays so in Gradio's (gmts.js shows its
+  // tooltip on focus); a tooltip from the pointer goes with the view
+  function handOver() {
+    var focused = view.contains(document.activeElement) ? document.activeElement : null;
+    var pinned = view.querySelector(".tok.pinned");
+    var tip = document.getElementById("gmts-tip");
+    if (tip && !focused) tip.classList.remove("visible");
+    var next = pinned && successor(pinned);
+    if (next) next.classList.add("pinned");
+    next = focused && focused.matches(".tok") && successor(focused);
+    if (next) { next.setAttribute("tabindex", "0"); next.focus({preventScroll: true}); }
+  }
   function leave() {
     if (gone) return;
     gone = true;
+    handOver();
     view.classList.add("gmts-fv-gone");
     setTimeout(warmCharts, 0);  // after the frame that starts the fade
     setTimeout(function () { view.remove(); }, 250);
@@ -101,7 +137,11 @@ def first_view_html(
     values = tab.initial_values(example)
     spotlight, tokens = values[12], values[1]  # the disagreement first, as in the tab
     chart = tab.example_sketch(values[3])  # the scatter, drawn here (app.ui.sketch)
-    css = (STATIC_DIR / "gmts.css").read_text(encoding="utf-8")
+    # the app's rules, and those for what gmts.js appends to the body (its tooltip and pinned
+    # panel: a bottom sheet on narrow screens), as the page's head has them once Gradio boots
+    css = "".join(
+        (STATIC_DIR / name).read_text(encoding="utf-8") for name in ("gmts.css", "gmts-page.css")
+    )
     tips = (STATIC_DIR / "gmts.js").read_text(encoding="utf-8")  # installs itself once
     charts = f' data-charts="{escape(charts_chunk)}"' if charts_chunk else ""
     return (
@@ -155,34 +195,96 @@ def inject_after_body(page: bytes, fragment: bytes) -> bytes:
 # Gradio's template writes these two scripts in <head>, one after the other
 _HEAD_DATA = (b"<script>window.gradio_config = ", b"<script>window.gradio_api_info = ")
 _STYLESHEET = re.compile(rb'<link rel="stylesheet"[^>]*>')
+DATA_PREFIX = "gmts-data-"
+"""The name of a page's data script starts so (then the hash of its bytes, then ``.js``)."""
 
 
-def defer_head_data(page: bytes) -> tuple[bytes, bytes]:
+class PageData:
+    """The config and API-description scripts taken out of the pages (:func:`rewrite_page`),
+    kept by the hash of their bytes, the newest ``keep`` of them (a page's config holds the root
+    URL Gradio makes of its request: one per host the UI is reached by). The page loads its own
+    as a deferred script (``GET {path}/gmts-data-<hash>.js``, :func:`data_route`)."""
+
+    def __init__(self, keep: int = 8) -> None:
+        self.keep = keep
+        self.kept: OrderedDict[str, bytes] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def add(self, script: bytes) -> str:
+        """Keep ``script`` (JavaScript); the file name it is served by."""
+        name = f"{DATA_PREFIX}{hashlib.sha256(script).hexdigest()[:20]}.js"
+        with self.lock:
+            self.kept[name] = script
+            self.kept.move_to_end(name)
+            while len(self.kept) > self.keep:
+                self.kept.popitem(last=False)
+        return name
+
+    def get(self, name: str) -> bytes | None:
+        with self.lock:
+            return self.kept.get(name)
+
+
+def data_route(data: PageData) -> Callable[[str], Response]:
+    """The endpoint answering ``GET {path}/gmts-data-<hash>.js`` from ``data``, its route's
+    ``name`` the part after the prefix (404 when it is not kept: Gradio's frontend then asks the
+    server for its config itself)."""
+
+    def page_data(name: str) -> Response:
+        script = data.get(DATA_PREFIX + name)
+        if script is None:
+            return Response(status_code=404)
+        return Response(
+            script,
+            media_type="text/javascript; charset=utf-8",
+            headers={"Cache-Control": "public, max-age=31536000, immutable"},  # named by hash
+        )
+
+    return page_data
+
+
+def take_head_data(page: bytes) -> tuple[bytes, int, list[bytes], list[bytes]]:
     """``page`` without the config and API-info scripts and the stylesheet links of its
-    ``<head>``, and those (empty when the page has none). The scripts' JSON escapes ``</``, so
-    each ends at the first ``</script>`` after its start. A stylesheet in ``<head>`` holds back
-    the page's first paint until it arrives; in ``<body>`` it holds back only what follows."""
+    ``<head>``; where the first script was (-1: none); the scripts' JavaScript; the links.
+    The scripts' JSON escapes ``</``, so each ends at the first ``</script>`` after its start."""
     head_end = page.find(b"</head>")
-    taken: list[bytes] = []
+    scripts: list[bytes] = []
+    where = -1
     for marker in _HEAD_DATA:
         start = page.find(marker)
         end = page.find(b"</script>", start) if 0 <= start < head_end else -1
         if end < 0:
             continue
+        scripts.append(page[start + len(b"<script>") : end])
         end += len(b"</script>")
-        taken.append(page[start:end])
         page = page[:start] + page[end:]
         head_end -= end - start
+        where = start if where < 0 else min(where, start)
     links = _STYLESHEET.findall(page, 0, max(head_end, 0))
-    head = _STYLESHEET.sub(b"", page[: max(head_end, 0)])
-    return head + page[max(head_end, 0) :], b"".join(links + taken)
+    for link in links:  # each before the scripts' place or after it
+        at = page.find(link)
+        page = page[:at] + page[at + len(link) :]
+        if 0 <= where and at < where:
+            where -= len(link)
+    return page, where, scripts, links
 
 
-def rewrite_page(page: bytes, fragment: bytes) -> bytes:
-    """The UI page as sent: ``fragment`` right after ``<body>``, then the stylesheets and
-    config scripts taken out of the head (:func:`defer_head_data`)."""
-    page, data = defer_head_data(page)
-    return inject_after_body(page, fragment + data)
+def rewrite_page(page: bytes, fragment: bytes, data: PageData | None = None) -> bytes:
+    """The UI page as sent: ``fragment`` right after ``<body>``, then the stylesheets taken out
+    of the head (in ``<head>`` a stylesheet holds back the page's first paint until it has
+    arrived; in ``<body>`` only what follows it). The config and API-info scripts
+    (:func:`take_head_data`): with ``data``, kept there and loaded from the head's place of
+    the first by one deferred script (``<script defer src>``: fetched as the page starts, compiled
+    off the main thread, run after the page is parsed and before Gradio's module script, which
+    comes after it); without, inline after the stylesheets."""
+    page, where, scripts, links = take_head_data(page)
+    if scripts and data is not None:
+        name = data.add(b"\n".join(scripts))
+        tag = f'<script defer src="./{name}"></script>'.encode()
+        page = page[:where] + tag + page[where:]
+        return inject_after_body(page, fragment + b"".join(links))
+    inline = [b"<script>" + script + b"</script>" for script in scripts]
+    return inject_after_body(page, fragment + b"".join(links + inline))
 
 
 class FirstViewMiddleware:
@@ -190,10 +292,11 @@ class FirstViewMiddleware:
     content-encoded) gets :func:`first_view_html` after its ``<body>`` tag, and Gradio's
     stylesheet and config after it (:func:`rewrite_page`)."""
 
-    def __init__(self, app: Any, path: str, fragment: str) -> None:
+    def __init__(self, app: Any, path: str, fragment: str, data: PageData | None = None) -> None:
         self.app = app
         self.paths = {path.rstrip("/") or "/", path.rstrip("/") + "/"}
         self.fragment = fragment.encode("utf-8")
+        self.data = data
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if (
@@ -219,7 +322,7 @@ class FirstViewMiddleware:
                 return
             body = b"".join(chunks)
             if _is_plain_html(start):
-                body = rewrite_page(body, self.fragment)
+                body = rewrite_page(body, self.fragment, self.data)
             headers = [h for h in start.get("headers", []) if h[0].lower() != b"content-length"]
             headers.append((b"content-length", str(len(body)).encode()))
             await send({**start, "headers": headers})

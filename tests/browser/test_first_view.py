@@ -55,16 +55,67 @@ def test_tokens_are_on_screen_without_javascript(chromium: Any, ui_server: LiveS
     page.context.close()
 
 
-def test_tooltips_work_before_gradio_boots(chromium: Any, ui_server: LiveServer) -> None:
-    page = _page(chromium)
+@pytest.mark.parametrize("width,height", [(1366, 768), (390, 844)])
+def test_first_view_tokens_answer_hover_focus_and_tap_before_gradio_boots(
+    chromium: Any, ui_server: LiveServer, width: int, height: int
+) -> None:
+    """With Gradio's scripts blocked (nothing of Gradio runs), a highlighted token of the first
+    view shows its details, the tooltip Gradio's token view shows (its ``data-tip``: statistics,
+    both methods' ranks, why it was picked or not), on a hover and on keyboard focus, and its
+    pinned panel on Enter and on a tap, over the view (at 1366 px and on a phone)."""
+    phone = width < 900
+    page = _page_sized(chromium, width, height, has_touch=phone, is_mobile=phone)
     page.route("**/assets/index-*.js", lambda route: route.abort())  # Gradio never boots
+    page.route("**/gmts-data-*.js", lambda route: route.abort())  # nor its config
     page.goto(ui_server.url + "/ui/", wait_until="load")
-    token = page.locator(f"{VIEW} .tok.sel-b").first
-    token.hover()
+    tokens = page.locator(f"{VIEW} .tok.sel-b")
+    token, other = tokens.first, tokens.nth(1)
+    details = token.get_attribute("data-tip")
+    assert details and "rank" in details and "selected" in details  # ranks and the verdict
     tip = page.locator("#gmts-tip")
+    if not phone:
+        token.hover()
+        tip.wait_for(state="visible")
+        assert tip.inner_text() == details
+        _assert_on_top(page, "#gmts-tip")
+        page.mouse.move(0, 0)
+        tip.wait_for(state="hidden")
+    other.focus()  # keyboard: the focused token's details
     tip.wait_for(state="visible")
-    assert tip.inner_text() == token.get_attribute("data-tip")
+    assert tip.inner_text() == other.get_attribute("data-tip")
+    page.keyboard.press("Enter")  # its pinned panel: the same lines of numbers and ranks
+    pin = page.locator("#gmts-pin")
+    pin.wait_for(state="visible")
+    lines = other.get_attribute("data-tip").split("\n")
+    assert page.locator("#gmts-pin .pin-title").inner_text() == lines[0]
+    assert page.locator("#gmts-pin .pin-ranks").inner_text() == "\n".join(lines[4:-1])
+    page.keyboard.press("Escape")
+    pin.wait_for(state="hidden")
+    if phone:
+        token.tap()  # touch: the pinned panel, a bottom sheet across the screen
+        pin.wait_for(state="visible")
+        assert page.locator("#gmts-pin .pin-title").inner_text() == details.split("\n")[0]
+        box = pin.bounding_box()
+        assert box is not None and box["width"] == width and box["y"] + box["height"] <= height
+        _assert_on_top(page, "#gmts-pin")
     page.context.close()
+
+
+def _page_sized(chromium: Any, width: int, height: int, **context: Any) -> Any:
+    page = chromium.new_context(viewport={"width": width, "height": height}, **context).new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    return page
+
+
+def _assert_on_top(page: Any, selector: str) -> None:
+    """The element is what the screen shows at its centre (over the first view)."""
+    assert page.evaluate(
+        """sel => { const el = document.querySelector(sel); const r = el.getBoundingClientRect();
+        el.style.pointerEvents = 'auto';  // the tooltip lets the pointer through: test it here
+        const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+        el.style.pointerEvents = ''; return el.contains(hit); }""",
+        selector,
+    )
 
 
 # in the page before its scripts: the order in which the example's charts are first drawn,
@@ -85,10 +136,20 @@ new MutationObserver(() => {
 
 def test_gradio_takes_over_and_the_first_view_goes(chromium: Any, ui_server: LiveServer) -> None:
     page = _page(chromium)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.add_init_script(DRAWN_ORDER)
     page.goto(ui_server.url + "/ui/", wait_until="commit")
+    # a token focused in the first view (its details shown) is focused in Gradio's view after
+    first = page.locator(f"{VIEW} .predict-scope .tok.sel-b")
+    focused = first.first.get_attribute("data-tip")
+    first.first.focus()
     page.wait_for_selector("#token-view .tok.sel-b")
     page.wait_for_selector(VIEW, state="detached")
+    assert page.evaluate("document.activeElement.closest('#token-view') !== null")
+    assert page.evaluate("document.activeElement.getAttribute('data-tip')") == focused
+    assert page.locator("#gmts-tip").inner_text() == focused
     # the same example in both: the interactive view shows the tokens the first view showed
     assert page.locator("#token-view .tok.sel-b").count() > 0
     assert "Example" in page.locator("#notes").inner_text()
@@ -111,6 +172,7 @@ def test_gradio_takes_over_and_the_first_view_goes(chromium: Any, ui_server: Liv
         ".filter(n => n.includes('/assets/PlotlyPlot-'))"
     )
     assert len(chunks) == 1, chunks
+    assert errors == []  # the page's config from its deferred script: nothing fails
     page.context.close()
 
 
