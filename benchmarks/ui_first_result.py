@@ -207,27 +207,32 @@ def open_page(browser: Any, url: str, args: argparse.Namespace) -> Any:
     return page
 
 
-def hover_until_details(page: Any) -> None:
-    """Hover the first highlighted token on the page (the first view's, or Gradio's once the
-    first view is gone) as a user would, again and again, until its details are shown: each try
-    moves the pointer to the token's centre (Playwright's ``hover``, without its wait for two
-    still animation frames, which a busy page gives late: the token is on screen already, its
-    first paint timed, and a pointer that lands on anything else shows no details of it), and,
-    when no tooltip came, off it again (so the next try enters it anew)."""
+def hover_until_details(page: Any, at: list[float] | None) -> None:
+    """Hover a highlighted token as a user would, again and again, until its details are shown:
+    while the first view is up, the pointer moves to ``at``, where its first highlighted token was
+    painted (a user aims at what is on the screen); once it has gone, to the centre of the first
+    highlighted token on the page (Playwright's ``hover``, without its wait for two still
+    animation frames, which a busy page gives late). When no tooltip came, the pointer moves
+    off the token (so the next try enters it anew) and tries again. A pointer that lands on
+    anything else shows no details of a highlighted token, so a try counts only when it is on
+    one."""
     from playwright.sync_api import Error as PlaywrightError
 
-    at = page.evaluate("window.__gmtsFirstTokenAt")  # the first try: where it was painted
-    while not page.evaluate("window.__gmtsDetailsSeen !== undefined"):
+    state = "({seen: window.__gmtsDetailsSeen !== undefined, view: !!document.querySelector("
+    state += "'#gmts-first-view:not(.gmts-fv-gone)')})"
+    view = True
+    while True:
         try:
-            if at:
+            if at and view:
                 page.mouse.move(*at)
-                at = None
             else:
                 page.hover(HOVERED, timeout=TIMEOUT_MS, force=True)
         except PlaywrightError:  # the first view went while the pointer was on its way
             continue
-        if page.evaluate("window.__gmtsDetailsSeen !== undefined"):
+        now = page.evaluate(state)
+        if now["seen"]:
             break
+        view = now["view"]
         page.mouse.move(0, 0)
     page.mouse.move(0, 0)  # off the token: the rest of the page loads with no tooltip up
 
@@ -236,8 +241,9 @@ def first_result(browser: Any, url: str, args: argparse.Namespace) -> dict[str, 
     """One fresh page: navigation start to the first highlighted token, to its details on a
     hover, to Gradio's token view, and to the charts."""
     page = open_page(browser, url, args)
-    page.wait_for_function("window.__gmtsFirstTokenMs !== undefined")
-    hover_until_details(page)  # from the first token painted on: nothing to hover before it
+    # from the first token painted on (nothing to hover before it), where it was painted
+    at = page.wait_for_function("window.__gmtsFirstTokenAt").json_value()
+    hover_until_details(page, at)
     page.wait_for_function(
         "window.__gmtsDetailsMs !== undefined && window.__gmtsLiveTokenMs !== undefined"
         " && window.__gmtsChartMs !== undefined"

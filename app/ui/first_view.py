@@ -147,12 +147,15 @@ def first_view_html(
     return (
         f'<div id="{FIRST_VIEW_ID}" aria-busy="true"{charts}>'
         f"<style>{css}{_STYLE}</style>"
+        # before the tokens: they answer a hover, focus or tap from their first paint on (the
+        # page may paint them before it has parsed what follows them)
+        f"<script>{tips}</script>"
         f'<p class="fv-intro">{_intro_html(intro)}</p>'
         f'<p class="fv-note">{escape(_plain(note))}</p>'
         f"{spotlight}{tokens}"
         '<p class="fv-loading">Loading the interactive explorer…</p>'
         f'<div class="fv-chart">{chart}</div>'
-        f"</div><script>{tips}</script><script>{_HANDOFF}</script>"
+        f"</div><script>{_HANDOFF}</script>"
     )
 
 
