@@ -16,13 +16,13 @@ context (no cache, no cookies):
   (``#gmts-tip``, drawn by ``gmts.js``) visible with the ``data-tip`` of the very token under
   the pointer (its statistics, both methods' ranks, why it was or was not picked: the text
   Gradio's token view shows, rendered by the same code). Once the first token is painted the
-  pointer is moved onto a highlighted token (first where that token was painted, then onto the
-  first one on the page, the first view's or, once it has gone, Gradio's) and off again,
-  repeatedly, until its details are painted; each move is a real mouse event through Chromium's
-  input pipeline, which the page answers only when its main thread is free. Reported with it:
-  whether the details came from the first view, and the **longest main-thread task** from the
-  first token painted to controls ready (Chromium's long-task timing): the most a hover, key or
-  tap waits for its answer while Gradio boots.
+  pointer is moved onto a highlighted token (while the first view is up, where its first
+  highlighted token was painted; once it has gone, onto the first one in Gradio's view) and off
+  again, repeatedly, until its details are painted; each move is a real mouse event through
+  Chromium's input pipeline, which the page answers only when its main thread is free.
+  Reported with it: whether the details came from the first view, and the **longest
+  main-thread task** from the first token painted to controls ready (Chromium's long-task
+  timing): the most a hover, key or tap waits for its answer while Gradio boots.
 * **controls ready**: to Gradio's own token view (``#token-view .tok.sel-b``) in the page: its
   form, tabs and buttons work from then on.
 * **charts**: from navigation start to the example's scatter drawn with its points, timed as
@@ -67,6 +67,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import time
 import urllib.request
 from typing import Any
 
@@ -221,7 +222,10 @@ def hover_until_details(page: Any, at: list[float] | None) -> None:
     state = "({seen: window.__gmtsDetailsSeen !== undefined, view: !!document.querySelector("
     state += "'#gmts-first-view:not(.gmts-fv-gone)')})"
     view = True
+    deadline = time.monotonic() + TIMEOUT_MS / 1e3
     while True:
+        if time.monotonic() > deadline:
+            raise RuntimeError("no hover on a highlighted token showed its details")
         try:
             if at and view:
                 page.mouse.move(*at)
