@@ -31,9 +31,8 @@ context (no cache, no cookies):
   is first; **Plotly's scatter**: to Plotly's own (``#scatter-plot .js-plotly-plot .point``;
   polled after the tokens, so an upper bound), the interactive chart; **all charts**: to the
   last of the example's five Plotly charts drawn (scatter, distributions, positions,
-  advantages, budget). Also reported: the first contentful paint, the size of the page, of the
-  deferred script that carries Gradio's config and API description, of the config and of the
-  token view's HTML.
+  advantages, budget). Also reported: the first contentful paint, the size of the page and of
+  the Gradio config it carries, and of the token view's HTML.
 * **warm Analyze** of the default group (the form as the page opens, G = 8, seed 0), after one
   warm-up Analyze: the server time is Gradio's own per-event process time (the queue's
   ``process_time_per_fn``: pre-processing, the handler, post-processing; read in-process after
@@ -312,21 +311,16 @@ def warm_analyze(browser: Any, url: str, args: argparse.Namespace, clock: Server
 
 
 def payload_sizes(url: str) -> dict[str, int]:
-    """Bytes of the page, of the deferred script it loads Gradio's config and API description
-    from (``gmts-data-*.js``, :mod:`app.ui.first_view`; 0 when the page inlines them), of the
-    config on its own, and of the token view's HTML in it (UTF-8)."""
+    """Bytes of the page (which carries the Gradio config), of the config on its own, and of
+    the token view's HTML in it (UTF-8)."""
     import json
-    import re
 
     page = urllib.request.urlopen(url + "/ui/").read()
-    name = re.search(rb"gmts-data-[0-9a-f]+\.js", page)
-    data = urllib.request.urlopen(url + "/ui/" + name.group().decode()).read() if name else b""
     raw = urllib.request.urlopen(url + "/ui/config").read()
     props = [c.get("props", {}) for c in json.loads(raw)["components"]]
     token_view = next((p.get("value") or "" for p in props if p.get("elem_id") == "token-view"), "")
     return {
         "page_bytes": len(page),
-        "page_data_bytes": len(data),
         "config_bytes": len(raw),
         "token_view_bytes": len(token_view.encode()),
     }
@@ -349,7 +343,7 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
 
     if args.old_page:  # the middleware looks the function up when it serves the page
-        first_view.rewrite_page = lambda page, fragment, data=None: first_view.inject_after_body(
+        first_view.rewrite_page = lambda page, fragment: first_view.inject_after_body(
             page, fragment
         )
 
@@ -416,12 +410,8 @@ def main() -> int:
     lines = [
         f"UI first result, {args.width}x{args.height}, {args.repeats} fresh pages each "
         f"(median [range]); load average {report['machine']['load_average_1m']}",
-        "  page {:.0f} kB (+ its deferred config and API script {:.0f} kB), Gradio config "
-        "{:.0f} kB, token view {:.0f} kB".format(
-            *(
-                sizes[k] / 1e3
-                for k in ("page_bytes", "page_data_bytes", "config_bytes", "token_view_bytes")
-            )
+        "  page {:.0f} kB, Gradio config {:.0f} kB, token view {:.0f} kB".format(
+            *(sizes[k] / 1e3 for k in ("page_bytes", "config_bytes", "token_view_bytes"))
         ),
         f"  navigation -> first highlighted token: {fmt(first['first_token_s'])} "
         f"(target <= {TARGET_FIRST_TOKEN_S} s); first contentful paint "

@@ -21,29 +21,22 @@ Its token view is ``#gmts-first-view``, never ``#token-view``, so nothing that r
 view sees two.
 
 Gradio writes its config (the components' first values: ~450 kB) and its API description
-(~270 kB) into the page's ``<head>`` as two classic scripts, which the browser would parse and
-run before it reaches ``<body>``. The middleware takes them out: the page loads them as one
-deferred script (``<script defer src>``, :class:`PageData`) from their place in the head, which
-the browser fetches as the page starts, compiles off its main thread and runs after the page is
-parsed, before Gradio's own (deferred) module script, which comes after it in the head. The page
-shrinks from ~860 to ~140 kB: the browser's first pass over the page's bytes (decoding, the
-preload scanner) and the scripts' compile no longer come before the first view's paint.
-Gradio's stylesheet (in ``<head>`` it holds back the first paint until it has arrived) goes to
-just after the first view.
+(~270 kB) into the page's ``<head>`` as two classic scripts, which the browser parses and runs
+before it reaches ``<body>``: the first view waited for ~700 kB it does not need. The middleware
+moves them, and Gradio's stylesheet (in ``<head>`` it holds back the first paint until it has
+arrived), to just after the first view; Gradio's own module script (deferred: it runs after the
+whole page is parsed) still finds them. Loading them instead as one deferred script of their
+own (the page ~140 kB) was tried: less work on the renderer's main thread before the first
+token, but the first token later on the 2-core machine (that script's fetch and off-thread
+compile beside the first paint), so they stay inline, after the view.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
-import threading
-from collections import OrderedDict
-from collections.abc import Callable
 from html import escape
 from pathlib import Path
 from typing import Any
-
-from starlette.responses import Response
 
 from app.ui.assets import STATIC_DIR
 from app.ui.render import Json
@@ -198,96 +191,34 @@ def inject_after_body(page: bytes, fragment: bytes) -> bytes:
 # Gradio's template writes these two scripts in <head>, one after the other
 _HEAD_DATA = (b"<script>window.gradio_config = ", b"<script>window.gradio_api_info = ")
 _STYLESHEET = re.compile(rb'<link rel="stylesheet"[^>]*>')
-DATA_PREFIX = "gmts-data-"
-"""The name of a page's data script starts so (then the hash of its bytes, then ``.js``)."""
 
 
-class PageData:
-    """The config and API-description scripts taken out of the pages (:func:`rewrite_page`),
-    kept by the hash of their bytes, the newest ``keep`` of them (a page's config holds the root
-    URL Gradio makes of its request: one per host the UI is reached by). The page loads its own
-    as a deferred script (``GET {path}/gmts-data-<hash>.js``, :func:`data_route`)."""
-
-    def __init__(self, keep: int = 8) -> None:
-        self.keep = keep
-        self.kept: OrderedDict[str, bytes] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def add(self, script: bytes) -> str:
-        """Keep ``script`` (JavaScript); the file name it is served by."""
-        name = f"{DATA_PREFIX}{hashlib.sha256(script).hexdigest()[:20]}.js"
-        with self.lock:
-            self.kept[name] = script
-            self.kept.move_to_end(name)
-            while len(self.kept) > self.keep:
-                self.kept.popitem(last=False)
-        return name
-
-    def get(self, name: str) -> bytes | None:
-        with self.lock:
-            return self.kept.get(name)
-
-
-def data_route(data: PageData) -> Callable[[str], Response]:
-    """The endpoint answering ``GET {path}/gmts-data-<hash>.js`` from ``data``, its route's
-    ``name`` the part after the prefix (404 when it is not kept: Gradio's frontend then asks the
-    server for its config itself)."""
-
-    def page_data(name: str) -> Response:
-        script = data.get(DATA_PREFIX + name)
-        if script is None:
-            return Response(status_code=404)
-        return Response(
-            script,
-            media_type="text/javascript; charset=utf-8",
-            headers={"Cache-Control": "public, max-age=31536000, immutable"},  # named by hash
-        )
-
-    return page_data
-
-
-def take_head_data(page: bytes) -> tuple[bytes, int, list[bytes], list[bytes]]:
+def defer_head_data(page: bytes) -> tuple[bytes, bytes]:
     """``page`` without the config and API-info scripts and the stylesheet links of its
-    ``<head>``; where the first script was (-1: none); the scripts' JavaScript; the links.
-    The scripts' JSON escapes ``</``, so each ends at the first ``</script>`` after its start."""
+    ``<head>``, and those (empty when the page has none). The scripts' JSON escapes ``</``, so
+    each ends at the first ``</script>`` after its start. A stylesheet in ``<head>`` holds back
+    the page's first paint until it arrives; in ``<body>`` it holds back only what follows."""
     head_end = page.find(b"</head>")
-    scripts: list[bytes] = []
-    where = -1
+    taken: list[bytes] = []
     for marker in _HEAD_DATA:
         start = page.find(marker)
         end = page.find(b"</script>", start) if 0 <= start < head_end else -1
         if end < 0:
             continue
-        scripts.append(page[start + len(b"<script>") : end])
         end += len(b"</script>")
+        taken.append(page[start:end])
         page = page[:start] + page[end:]
         head_end -= end - start
-        where = start if where < 0 else min(where, start)
     links = _STYLESHEET.findall(page, 0, max(head_end, 0))
-    for link in links:  # each before the scripts' place or after it
-        at = page.find(link)
-        page = page[:at] + page[at + len(link) :]
-        if 0 <= where and at < where:
-            where -= len(link)
-    return page, where, scripts, links
+    head = _STYLESHEET.sub(b"", page[: max(head_end, 0)])
+    return head + page[max(head_end, 0) :], b"".join(links + taken)
 
 
-def rewrite_page(page: bytes, fragment: bytes, data: PageData | None = None) -> bytes:
-    """The UI page as sent: ``fragment`` right after ``<body>``, then the stylesheets taken out
-    of the head (in ``<head>`` a stylesheet holds back the page's first paint until it has
-    arrived; in ``<body>`` only what follows it). The config and API-info scripts
-    (:func:`take_head_data`): with ``data``, kept there and loaded from the head's place of
-    the first by one deferred script (``<script defer src>``: fetched as the page starts, compiled
-    off the main thread, run after the page is parsed and before Gradio's module script, which
-    comes after it); without, inline after the stylesheets."""
-    page, where, scripts, links = take_head_data(page)
-    if scripts and data is not None:
-        name = data.add(b"\n".join(scripts))
-        tag = f'<script defer src="./{name}"></script>'.encode()
-        page = page[:where] + tag + page[where:]
-        return inject_after_body(page, fragment + b"".join(links))
-    inline = [b"<script>" + script + b"</script>" for script in scripts]
-    return inject_after_body(page, fragment + b"".join(links + inline))
+def rewrite_page(page: bytes, fragment: bytes) -> bytes:
+    """The UI page as sent: ``fragment`` right after ``<body>``, then the stylesheets and
+    config scripts taken out of the head (:func:`defer_head_data`)."""
+    page, data = defer_head_data(page)
+    return inject_after_body(page, fragment + data)
 
 
 class FirstViewMiddleware:
@@ -295,11 +226,10 @@ class FirstViewMiddleware:
     content-encoded) gets :func:`first_view_html` after its ``<body>`` tag, and Gradio's
     stylesheet and config after it (:func:`rewrite_page`)."""
 
-    def __init__(self, app: Any, path: str, fragment: str, data: PageData | None = None) -> None:
+    def __init__(self, app: Any, path: str, fragment: str) -> None:
         self.app = app
         self.paths = {path.rstrip("/") or "/", path.rstrip("/") + "/"}
         self.fragment = fragment.encode("utf-8")
-        self.data = data
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if (
@@ -325,7 +255,7 @@ class FirstViewMiddleware:
                 return
             body = b"".join(chunks)
             if _is_plain_html(start):
-                body = rewrite_page(body, self.fragment, self.data)
+                body = rewrite_page(body, self.fragment)
             headers = [h for h in start.get("headers", []) if h[0].lower() != b"content-length"]
             headers.append((b"content-length", str(len(body)).encode()))
             await send({**start, "headers": headers})

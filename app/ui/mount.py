@@ -24,14 +24,7 @@ from app.ui.asset_cache import cache_assets
 from app.ui.assets import FAVICON, STATIC_DIR
 from app.ui.blocks import INTRO, build_blocks
 from app.ui.client import DEFAULT_QUEUE_WAIT_S, Backend
-from app.ui.first_view import (
-    DATA_PREFIX,
-    FirstViewMiddleware,
-    PageData,
-    data_route,
-    first_view_html,
-    plotly_chunk,
-)
+from app.ui.first_view import FirstViewMiddleware, first_view_html, plotly_chunk
 from app.ui.local_backend import LocalBackend
 from app.ui.remote_backend import RemoteBackend
 from app.ui.tabs.explore import example
@@ -75,14 +68,7 @@ def mount_ui(app: FastAPI, settings: Settings, services: Services, path: str = U
         default = example.load_example()
         note = example_note(default).replace("**", "") if default else ""  # plain text there
         view = first_view_html(default, INTRO, note, plotly_chunk())
-        data = PageData()  # the page's config, loaded by a deferred script (first_view)
-        app.add_api_route(  # before the mount, which would take the path
-            f"{path.rstrip('/')}/{DATA_PREFIX}{{name}}",
-            data_route(data),
-            methods=["GET"],
-            include_in_schema=False,
-        )
-        app.add_middleware(FirstViewMiddleware, path=path, fragment=view, data=data)
+        app.add_middleware(FirstViewMiddleware, path=path, fragment=view)
     mounted = gr.mount_gradio_app(
         app,
         blocks,

@@ -66,7 +66,6 @@ def test_first_view_tokens_answer_hover_focus_and_tap_before_gradio_boots(
     phone = width < 900
     page = _page_sized(chromium, width, height, has_touch=phone, is_mobile=phone)
     page.route("**/assets/index-*.js", lambda route: route.abort())  # Gradio never boots
-    page.route("**/gmts-data-*.js", lambda route: route.abort())  # nor its config
     page.goto(ui_server.url + "/ui/", wait_until="load")
     tokens = page.locator(f"{VIEW} .tok.sel-b")
     token, other = tokens.first, tokens.nth(1)
@@ -172,7 +171,7 @@ def test_gradio_takes_over_and_the_first_view_goes(chromium: Any, ui_server: Liv
         ".filter(n => n.includes('/assets/PlotlyPlot-'))"
     )
     assert len(chunks) == 1, chunks
-    assert errors == []  # the page's config from its deferred script: nothing fails
+    assert errors == []
     page.context.close()
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -125,18 +124,6 @@ def test_first_html_carries_the_example_token_view(root: Path) -> None:
     with TestClient(create_app(make_settings(root, ui_enabled=True))) as client:
         page = client.get("/ui/")
         other = client.get("/ui/config")
-        name = re.search(r"gmts-data-[0-9a-f]+\.js", page.text)
-        assert name is not None
-        script = client.get(f"/ui/{name.group()}")
-        missing = client.get("/ui/gmts-data-0.js")
-    assert script.status_code == 200 and script.headers["content-type"].startswith(
-        "text/javascript"
-    )
-    assert (
-        script.text.startswith("window.gradio_config = {")
-        and "window.gradio_api_info = " in script.text
-    )
-    assert '"components"' in script.text and missing.status_code == 404
     assert page.status_code == 200 and int(page.headers["content-length"]) == len(page.content)
     html = page.text
     body = html.index("<body")
@@ -147,12 +134,10 @@ def test_first_html_carries_the_example_token_view(root: Path) -> None:
     assert FIRST_VIEW_ID not in other.text  # only the page gets it
     # nothing the first view does not need is parsed (config) or awaited (stylesheets) before it
     head = html[: html.index("</head>")]
-    assert "window.gradio_config =" not in html and "window.gradio_api_info =" not in html
-    assert 'rel="stylesheet"' not in head and view < html.index('rel="stylesheet"')
-    # the config and API description: one deferred script, before Gradio's module script
-    data = re.search(r'<script defer src="\./(gmts-data-[0-9a-f]+\.js)"></script>', head)
-    assert data is not None and data.start() < head.index('<script type="module"')
-    assert len(html) < 250_000  # the ~700 kB of them are not in the page
+    assert "window.gradio_config =" not in head and 'rel="stylesheet"' not in head
+    assert view < html.index("window.gradio_config =") < html.index("<gradio-app")
+    assert view < html.index("window.gradio_api_info =") < html.index("<gradio-app")
+    assert view < html.index('rel="stylesheet"')
 
 
 def test_no_first_view_behind_a_login(root: Path) -> None:
@@ -173,40 +158,23 @@ def test_inject_after_body() -> None:
 
 
 def test_rewrite_page_moves_the_head_data_after_the_fragment() -> None:
-    from app.ui.first_view import PageData, rewrite_page
+    from app.ui.first_view import rewrite_page
 
     page = (
         b'<html><head><script>x=1</script><script>window.gradio_config = {"a":"\\u003c/"};'
         b"</script><script>window.gradio_api_info = {};</script>"
-        b'<link rel="stylesheet" href="a.css"><script type="module" src="m.js"></script></head>'
-        b'<body class="x"><gradio-app></body>'
+        b'<link rel="stylesheet" href="a.css"></head><body class="x"><gradio-app></body>'
     )
-    out = rewrite_page(page, b"<i>")  # without a store: inline, after the fragment
+    out = rewrite_page(page, b"<i>")
     assert out == (
-        b'<html><head><script>x=1</script><script type="module" src="m.js"></script></head>'
+        b"<html><head><script>x=1</script></head>"
         b'<body class="x"><i>'
         b'<link rel="stylesheet" href="a.css">'
         b'<script>window.gradio_config = {"a":"\\u003c/"};</script>'
         b"<script>window.gradio_api_info = {};</script><gradio-app></body>"
     )
-    data = PageData(keep=2)
-    out = rewrite_page(page, b"<i>", data)  # with one: a deferred script where they were
-    (name,) = data.kept
-    assert out == (
-        b"<html><head><script>x=1</script>"
-        + f'<script defer src="./{name}"></script>'.encode()
-        + b'<script type="module" src="m.js"></script></head>'
-        b'<body class="x"><i><link rel="stylesheet" href="a.css"><gradio-app></body>'
-    )
-    assert data.get(name) == (
-        b'window.gradio_config = {"a":"\\u003c/"};\nwindow.gradio_api_info = {};'
-    )
-    assert rewrite_page(page, b"<i>", data) == out and len(data.kept) == 1  # same bytes, same name
-    for n in range(3):  # the newest two are kept
-        data.add(b"%d" % n)
-    assert data.get(name) is None and len(data.kept) == 2
     plain = b"<html><head></head><body>a</body>"  # nothing to move: the fragment only
-    assert rewrite_page(plain, b"<i>", data) == b"<html><head></head><body><i>a</body>"
+    assert rewrite_page(plain, b"<i>") == b"<html><head></head><body><i>a</body>"
 
 
 def test_the_first_config_holds_the_first_chart_and_the_page_loads_the_rest(root: Path) -> None:
@@ -266,22 +234,13 @@ def test_gradio_page_is_kept_after_its_first_answer(root: Path) -> None:
         fresh = client.get("/ui/")
         other_host = client.get("/ui/", headers={"Host": "localhost:8000"})
         with_cookie = client.get("/ui/", headers={"Cookie": "a=b"})
-        other_config = _data_script(client, other_host.text, Host="localhost:8000")
-        first_config = _data_script(client, first.text)
     assert hits == 1 and first.content == again.content == fresh.content
-    assert "gmts-first-view" in again.text and '<script defer src="./gmts-data-' in again.text
+    assert "gmts-first-view" in again.text and "window.gradio_config =" in again.text
     assert first.headers["x-request-id"] != again.headers["x-request-id"]
-    assert '"root":"http://localhost:8000/ui"' in other_config
-    assert '"root":"http://127.0.0.1/ui"' in first_config
+    assert '"root":"http://localhost:8000/ui"' in other_host.text
+    assert '"root":"http://127.0.0.1/ui"' in first.text
     assert with_cookie.content == first.content
     assert cache.hits == 1 and len(cache.kept) == 2  # fresh and other_host; not the cookie's
-
-
-def _data_script(client: TestClient, page: str, **headers: str) -> str:
-    """The config and API description the page loads (its deferred ``gmts-data-*.js``)."""
-    name = re.search(r"gmts-data-[0-9a-f]+\.js", page)
-    assert name is not None
-    return client.get(f"/ui/{name.group()}", headers=headers).text
 
 
 class _Echo:
