@@ -1,11 +1,12 @@
 """The server-rendered first view in a real Chromium: highlighted tokens before Gradio boots.
 
 The first HTML response already holds the default example's marked tokens; with JavaScript off
-(nothing of Gradio runs) they are on the first screen; with Gradio's scripts blocked the
-tooltips still work (``gmts.js`` is inline in the head); with everything on, the first view
-hands over to Gradio's token view and is gone, and Explore shows the server-drawn scatter until
-Plotly's chart takes its place. Times are recorded by
-``benchmarks/ui_first_result.py``, never asserted here.
+(nothing of Gradio runs) they are on the first screen; with Gradio's scripts blocked their
+details still come on a hover, keyboard focus, Enter and a tap, at 1366 px and 390 px
+(``gmts.js`` is inline in the first view, before its tokens); with everything on, the first
+view hands over to Gradio's token view (a focused token stays focused there) and is gone, and
+Explore shows the server-drawn scatter until Plotly's chart takes its place. Times are recorded
+by ``benchmarks/ui_first_result.py``, never asserted here.
 """
 
 from __future__ import annotations
