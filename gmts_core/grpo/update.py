@@ -30,6 +30,7 @@ from gmts_core.grpo.records import (
 from gmts_core.grpo.selection import clip_settings, current_selection
 from gmts_core.methods.coefficient import EffectiveCoefficient, effective_coefficient
 from gmts_core.methods.selection import METHODS
+from gmts_core.model.rope_window import longrope_window
 from gmts_core.progress import LOGPROB_AFTER, UPDATE, Stages
 
 
@@ -133,11 +134,16 @@ def loss_rows(
     return rows
 
 
-def _truncated(sequences: Sequences, rows: torch.Tensor) -> tuple[Sequences, list[int], list[int]]:
+def _truncated(
+    sequences: Sequences, rows: torch.Tensor, window: int | None = None
+) -> tuple[Sequences, list[int], list[int]]:
     """Each answer up to its last row in ``rows`` (N_part,), answers with none left out: a
-    causal model's log-prob of a token does not depend on the tokens after it. Returns those
-    sequences, the rows' indices in their flat (answer, position) order, and the same rows'
-    indices in ``sequences``' flat order."""
+    causal model's log-prob of a token does not depend on the tokens after it. With a
+    ``longrope`` ``window`` W (:func:`gmts_core.model.rope_window.longrope_window`) it does
+    through the forward's length: a prompt + answer past W keeps at least W + 1 tokens, so that
+    its forward still takes the long factors its whole forward takes (cut within W, every
+    position would get the short ones). Returns those sequences, the rows' indices in their
+    flat (answer, position) order, and the same rows' indices in ``sequences``' flat order."""
     flags = rows.tolist()
     kept: Sequences = []
     kept_rows: list[int] = []
@@ -146,10 +152,13 @@ def _truncated(sequences: Sequences, rows: torch.Tensor) -> tuple[Sequences, lis
     for prompt, answer in sequences:
         hits = [j for j in range(len(answer)) if flags[start + j]]
         if hits:
-            kept.append((prompt, answer[: hits[-1] + 1]))
+            keep = hits[-1] + 1
+            if window is not None and len(prompt) + len(answer) > window:
+                keep = max(keep, window + 1 - len(prompt))  # still past W
+            kept.append((prompt, answer[:keep]))
             kept_rows += [cut + j for j in hits]
             part_rows += [start + j for j in hits]
-            cut += hits[-1] + 1
+            cut += keep
         start += len(answer)
     return kept, kept_rows, part_rows
 
@@ -168,10 +177,12 @@ def _rows_update(
     parts' loss terms (counts over all their tokens) and pi_old's log-probs (N,), NaN on the
     rows not computed."""
     pad_id = policy.tokenizer.pad_token_id
+    window = longrope_window(policy.model.config)
     logp_all = torch.full((batch.num_tokens,), math.nan, dtype=torch.float32)
     terms = []
     for idx, sl in parts:
-        kept, kept_rows, part_rows = _truncated([batch.sequences[i] for i in idx], rows[sl])
+        seqs = [batch.sequences[i] for i in idx]
+        kept, kept_rows, part_rows = _truncated(seqs, rows[sl], window)
         counts = {"num_tokens": sl.stop - sl.start, "num_selected": int(mask[sl].sum())}
         if not kept_rows:  # no term of this micro-batch can be non-zero: no forward at all
             zero = LossTerms(torch.zeros(()), 0.0, 0.0, 0, 0, 0, 0)

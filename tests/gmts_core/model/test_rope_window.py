@@ -20,9 +20,10 @@ from gmts_core.config import RLConfig
 from gmts_core.errors import InvalidInputError
 from gmts_core.grpo.forward import answer_statistics, micro_batches
 from gmts_core.grpo.policy import PolicySettings, TrainablePolicy
+from gmts_core.grpo.records import TrainBatch
 from gmts_core.grpo.rollout import RLPrompt
 from gmts_core.grpo.step import grpo_step
-from gmts_core.grpo.update import make_optimizer
+from gmts_core.grpo.update import make_optimizer, policy_update
 from gmts_core.model.loading import LoadedModel
 from gmts_core.model.rope_window import RopeWindow, longrope_window, rope_window
 from gmts_core.sampling import answers as sampling
@@ -270,3 +271,41 @@ def test_rl_step_of_a_longrope_policy_scores_each_answer_as_its_own_forward() ->
     got = torch.tensor([t.logprob for _, a in step.analysis.iter_answers() for t in a.tokens])
     want = torch.cat([torch.as_tensor(_fresh(policy.model, p, a)[0]) for p, a in sequences])
     assert_close(got.double(), want.double(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_update_on_its_loss_rows_keeps_a_sequence_past_the_window_past_it(phi3: Any) -> None:
+    """The update on its loss rows only (``measure_kl`` off: :func:`gmts_core.grpo.update.
+    loss_rows`) cuts each answer after its last loss row; a prompt + answer past the window
+    stays past it, so its early tokens keep the long factors of its own full forward: pi_old's
+    log-probs are that forward's and the gradient is the every-row update's (``measure_kl``
+    on). Cut within the window, they took the short factors (gradients apart by O(1))."""
+    prompt = [5, 6, 7, 8, 9, 10]
+    sequences = [(prompt, list(range(20, 34))), (prompt, list(range(40, 52)))]  # 20, 18 > W
+    lengths = torch.tensor([len(a) for _, a in sequences])
+    index = torch.repeat_interleave(torch.arange(len(sequences)), lengths)
+    mask = torch.zeros(int(lengths.sum()), dtype=torch.bool)
+    mask[[2, 14 + 3]] = True  # early tokens: prompt + answer up to them is within W
+    batch = TrainBatch(
+        sequences=sequences,
+        advantages=torch.tensor([1.0, -1.0], dtype=torch.float64)[index],
+        weights=torch.full((len(index),), 0.1, dtype=torch.float64),
+        mask=mask,
+        answer_index=index,
+        group_index=torch.zeros_like(index),
+    )
+    lm = LoadedModel("tiny-phi3", "memory", phi3, TOKENIZER)
+    grads, before = {}, {}
+    for measure_kl in (True, False):
+        policy = TrainablePolicy(lm, PolicySettings(kind="full"))
+        config = RLConfig(
+            temperature=TAU, measure_kl=measure_kl, fused_max_tokens=0, learning_rate=0.0
+        )
+        update = policy_update(policy, make_optimizer(policy, config), batch, config)
+        grads[measure_kl] = [p.grad.clone() for p in policy.trainable_parameters()]
+        before[measure_kl] = update.logprob_before
+    computed = ~torch.isnan(before[False])
+    assert torch.equal(computed, mask)  # the loss rows only
+    fresh = torch.cat([torch.as_tensor(_fresh(phi3, p, a)[0]) for p, a in sequences])
+    assert_close(before[False][computed].double(), fresh[computed], rtol=1e-5, atol=1e-5)
+    for every_row, rows in zip(grads[True], grads[False], strict=True):
+        assert_close(rows, every_row, rtol=1e-4, atol=1e-5)
