@@ -24,8 +24,9 @@ runs the model only on what its loss can depend on (:func:`gmts_core.grpo.update
 selected tokens with a non-zero advantage, each answer up to its last such token, the LM head on
 those rows; a group whose rewards are all equal has none), with the every-row update's gradient
 to float32 rounding; TRL runs every token (a selection there masks the loss). The share of
-answer tokens it computed is reported per step (``gmts_core_update_rows_share``): the step's
-cost depends on it, so quote it with the ratio.
+answer tokens the update's LM head ran on is reported per step (``gmts_core_update_rows_share``;
+the body also runs each kept answer's tokens up to its last loss row, so the update's cost is
+above that share): quote it with the ratio.
 
 A step is timed from the start of the rollout to the end of the optimizer step. The first step
 of each is a warm-up and is not counted. The steps alternate (TRL step k, then gmts_core step
@@ -220,7 +221,7 @@ class OursStepper:
         self.cpu.append(time.process_time() - cpu)
         self.tokens.append(result.metrics.num_tokens)
         self.rewards.append(float(result.metrics.reward_mean or 0.0))
-        # the share of answer tokens whose log-prob the update computed (its loss rows)
+        # the share of answer tokens the update's LM head ran on (its loss rows)
         computed = ~torch.isnan(result.logprob_before)
         self.update_rows.append(round(float(computed.float().mean()), 3))
 

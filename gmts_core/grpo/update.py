@@ -203,7 +203,7 @@ def _rows_update(
         )
         part.loss.backward()
         terms.append(dataclasses.replace(part, **counts))
-        logp_all[at] = logp.detach().to(logp_all.dtype)
+        logp_all[at] = logp.detach().to(device=logp_all.device, dtype=logp_all.dtype)
     if all(not t.loss.requires_grad for t in terms):
         for param in policy.trainable_parameters():  # no backward ran: the gradient is 0, and
             if param.grad is None:  # the optimizer steps on it as on any other (decay, moments)
