@@ -11,6 +11,10 @@ as that user can change a file and its record alike.
 Large cached files (a converted model's 500 MB of weights) are hashed once, when written; the
 record also keeps each file's :func:`file_stamp`, and a later check hashes only the files whose
 stamp differs (a changed file, or one copied or restored: its status-change time is new).
+
+Writing an entry is done by one process at a time (:func:`exclusive`): two processes filling
+the same entry at once (a server and a command started together, or test workers) would
+otherwise replace each other's folder while one of them reads it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -72,6 +78,24 @@ def make_private_folder(folder: Path) -> None:
     if not folder.exists():
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     check_folder(folder)
+
+
+@contextmanager
+def exclusive(lock: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``lock`` (created, mode 0600, in a private cache
+    folder) across processes: ``flock``, released when the block ends or the process dies.
+    Where the platform has no ``fcntl`` (Windows), nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - POSIX only
+        yield
+        return
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def user_cache_dir(env_var: str, name: str) -> Path:

@@ -46,6 +46,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from gmts_core.errors import ModelLoadError
 from gmts_core.trusted_cache import (
     UnsafeCache,
+    exclusive,
     file_stamp,
     make_private_folder,
     owned_and_private,
@@ -275,6 +276,10 @@ def _write_conversion(path: Path, out: Path, source_digest: str) -> None:
 
 
 _CONVERTING = threading.Lock()  # one conversion at a time in this process (each takes GBs)
+# ... and one at a time across processes (trusted_cache.exclusive on this file of the cache):
+# a second process waits for the first's conversion and then finds it, rather than converting
+# it again and replacing the folder the first one is loading
+LOCK_NAME = ".converting.lock"
 
 
 def converted_folder(path: Path, progress: Progress | None = None) -> Path:
@@ -288,7 +293,7 @@ def converted_folder(path: Path, progress: Progress | None = None) -> Path:
         make_private_folder(dest.parent)
     except UnsafeCache as exc:
         raise ModelLoadError(f"cannot cache the conversion of {path.name}: {exc}") from exc
-    with _CONVERTING:
+    with _CONVERTING, exclusive(dest.parent / LOCK_NAME):
         if dest.exists():
             reason = verify(dest, digest)
             if reason is None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import multiprocessing
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -87,6 +89,36 @@ def test_converts_once_then_loads_the_checked_cache(
     again = second.model.state_dict()
     for name, tensor in first.model.state_dict().items():
         assert torch.equal(tensor, again[name]), name
+
+
+def _convert_after(barrier: Any, path: str, cache: str, out: Any) -> None:
+    """A second process's conversion of ``path`` into ``cache``, started with the other's."""
+    os.environ["GMTS_GGUF_CACHE"] = cache
+    lines: list[str] = []
+    barrier.wait(120)
+    folder = gguf.converted_folder(Path(path), progress=lines.append)
+    out.put((str(folder), any(line.startswith("converting") for line in lines)))
+
+
+def test_two_processes_converting_one_file_convert_it_once(
+    files: dict[str, Path], _cache: Path
+) -> None:
+    """A server and a command (or two test workers) loading one GGUF file for the first time
+    at once: one converts, the other waits for it and loads its folder, which nobody replaces
+    while it is read (before, both converted, and the second replaced the first's folder)."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(2), ctx.Queue()
+    args = (barrier, str(files["F16"]), str(_cache), out)
+    procs = [ctx.Process(target=_convert_after, args=args) for _ in range(2)]
+    for proc in procs:
+        proc.start()
+    results = [out.get(timeout=300) for _ in procs]
+    for proc in procs:
+        proc.join(60)
+        assert proc.exitcode == 0
+    assert len({folder for folder, _ in results}) == 1
+    assert sorted(converted for _, converted in results) == [False, True]
+    assert gguf.verify(Path(results[0][0]), gguf.source_sha256(files["F16"])) is None
 
 
 def _tamper_bytes(folder: Path) -> None:
@@ -171,7 +203,8 @@ def test_a_checked_folder_is_hashed_only_where_a_file_changed(
     assert gguf.verify(folder, digest) is None and sorted(hashed) == sorted(record["files"])
     hashed.clear()
     assert gguf.verify(folder, digest) is None and hashed == []
-    assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name]  # no leftovers
+    left = sorted(p.name for p in folder.parent.iterdir() if p.name != gguf.LOCK_NAME)
+    assert left == [folder.name]  # no leftovers
 
 
 def test_a_cache_folder_others_may_write_is_not_used(files: dict[str, Path], _cache: Path) -> None:
