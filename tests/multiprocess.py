@@ -2,7 +2,8 @@
 
 Each launch gets a port that is free now (not the launchers' fixed default 29500, which an
 earlier run's socket may still hold), and a failed launch fails the test with the processes'
-own output rather than a bare exit status.
+own output rather than a bare exit status. Each process ends its process group in order
+(``tests/torchrun_entry.py``).
 """
 
 from __future__ import annotations
@@ -19,11 +20,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+ENTRY = Path(__file__).with_name("torchrun_entry.py")  # the script, then the group's end
+
+
 def torchrun(script: Path, cwd: Path, env: dict[str, str] | None = None) -> None:
-    """``python -m torch.distributed.run --nproc_per_node 2 script`` on a free port."""
+    """``python -m torch.distributed.run --nproc_per_node 2 script`` on a free port; each
+    process runs ``script`` through :data:`ENTRY`, which ends its process group in order."""
     port = str(free_port())
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-    run([*cmd, "--master_addr", "127.0.0.1", "--master_port", port, str(script)], cwd, env)
+    launch = ["--master_addr", "127.0.0.1", "--master_port", port, str(ENTRY), str(script)]
+    run([*cmd, *launch], cwd, env)
 
 
 def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
