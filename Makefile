@@ -10,6 +10,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 CHROMIUM := /usr/bin/chromium
+# the suite on two worker processes (pytest-xdist), each test file on one of them (its
+# module-scoped servers and models built once, the docs' snippets in order); on a loaded
+# machine two processes also hold twice a single one's share of the cores
+PYTEST_WORKERS := -n 2 --dist loadfile
 
 .PHONY: setup setup-dev setup-verl browser serve test test-fast test-verl lint docs bench clean
 
@@ -49,7 +53,7 @@ serve: setup
 	$(VENV)/bin/gmts serve
 
 test: setup-dev
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_WORKERS)
 	$(MAKE) test-verl
 
 # torch==2.13.0 first (as for .venv), then verl and its pins; gmts_core from the checkout.
@@ -66,7 +70,7 @@ test-verl: $(VERL_STAMP)
 	PYTHONPATH=$(CURDIR) $(VERL_PY) -m pytest -q -p no:cacheprovider --confcutdir=tests/verl tests/verl
 
 test-fast: setup-dev
-	$(PY) -m pytest -q -m "not slow and not browser"
+	$(PY) -m pytest -q $(PYTEST_WORKERS) -m "not slow and not browser"
 
 # The documentation site (MkDocs + Material + mkdocstrings) at http://127.0.0.1:8001
 docs: setup-dev
