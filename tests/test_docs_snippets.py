@@ -49,6 +49,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.patience import PATIENCE_S
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 RUNNABLE = {"bash", "sh", "shell", "console", "python", "py"}
@@ -251,7 +253,7 @@ class Server:
 
     def stop(self) -> None:
         self.proc.terminate()
-        self.proc.wait(timeout=60)
+        self.proc.wait(timeout=PATIENCE_S)
 
 
 @dataclass

@@ -21,6 +21,7 @@ import pytest
 from app.core.config import Settings
 from app.main import create_app
 from tests.app.api_helpers import LiveServer, make_settings
+from tests.patience import PATIENCE_S
 
 UNBOUNDED_INT = 2**31 - 1  # a documented limit without a maximum: the largest 32-bit value
 UNBOUNDED_FLOAT = 1e9
@@ -95,6 +96,6 @@ def test_every_limit_at_an_edge_starts_the_server_with_the_ui(
         assert getattr(settings, name) == value, name
     app = create_app(settings)  # builds every tab's Blocks
     with LiveServer(app) as live:
-        assert httpx.get(f"{live.url}/healthz", timeout=60).status_code == 200
-        ui = httpx.get(f"{live.url}/ui/", timeout=60)
+        assert httpx.get(f"{live.url}/healthz", timeout=PATIENCE_S).status_code == 200
+        ui = httpx.get(f"{live.url}/ui/", timeout=PATIENCE_S)
         assert ui.status_code == 200, ui.text[:500]

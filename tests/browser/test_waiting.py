@@ -18,6 +18,7 @@ import pytest
 from app.main import create_app
 from tests.app.api_helpers import LiveServer
 from tests.browser.conftest import ui_settings
+from tests.patience import PATIENCE_S
 
 pytestmark = pytest.mark.browser
 
@@ -68,13 +69,13 @@ def test_a_queued_analyze_says_its_place_then_its_stages(
     ahead = threading.Thread(target=lambda: jobs.run_blocking(job_ahead), daemon=True)
     ahead.start()
     try:
-        assert holding.wait(30)
+        assert holding.wait(PATIENCE_S)
         page.evaluate(RECORD, PATTERN)
         page.click("#analyze-btn")
         page.get_by_text("waiting: 1st in the queue").first.wait_for(state="visible")
     finally:
         release.set()
-        ahead.join(30)
+        ahead.join(PATIENCE_S)
     page.wait_for_selector("#json-download", state="visible")
     said: list[str] = page.evaluate("window.__said")
     assert said[0] == "waiting: 1st in the queue", said

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from app.live_server import free_port
+from tests.patience import PATIENCE_S
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -88,7 +89,7 @@ def test_wheel_installs_and_serves_the_ui_with_its_assets(tmp_path: Path, chromi
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + PATIENCE_S
         while True:
             assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
             try:
@@ -97,7 +98,7 @@ def test_wheel_installs_and_serves_the_ui_with_its_assets(tmp_path: Path, chromi
             except httpx.TransportError:
                 assert time.monotonic() < deadline, "gmts serve did not start"
                 time.sleep(0.2)  # polling a process we cannot subscribe to
-        caps = httpx.get(f"{url}/v1/capabilities", timeout=30).json()
+        caps = httpx.get(f"{url}/v1/capabilities", timeout=PATIENCE_S).json()
         assert "gmts" in {m["name"] for m in caps["methods"]}
         page = chromium.new_page()
         try:
@@ -114,4 +115,4 @@ def test_wheel_installs_and_serves_the_ui_with_its_assets(tmp_path: Path, chromi
             page.close()
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=PATIENCE_S)

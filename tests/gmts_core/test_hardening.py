@@ -86,11 +86,16 @@ def test_advantages_at_the_bound_are_finite_and_ordered(mode: str) -> None:
 
 def test_the_regex_budget_covers_the_whole_request() -> None:
     answers = ["a" * 28 + "!"] * 40
-    with reward_budget(0.5, "GMTS_REWARD_BUDGET_S") as budget:
+    tried = 0
+    with reward_budget(0.5, "GMTS_REWARD_BUDGET_S"):
         with pytest.raises(LimitExceededError, match="GMTS_REWARD_BUDGET_S"):
             for a in answers:
+                tried += 1
                 compute_reward("regex", a, "(a|aa)+$")
-    assert budget.spent < 2.0  # stopped after about 0.5 s, not 40 x 0.25 s
+    # stopped once 0.5 s of matching was spent: two 0.25 s cut-offs fill it (a third may get
+    # what is left), not 40. Counted, not timed: the cut-offs are wall-clock, so the count
+    # holds on a loaded machine, where the time spent does not
+    assert tried <= 4, tried
 
 
 def test_budget_timeout_is_what_is_left() -> None:

@@ -19,6 +19,7 @@ from gmts_core.run_dataset.schema import TABLES, schema, step_file, write_manife
 from gmts_core.run_dataset.synthetic import synthetic_step
 from gmts_core.run_dataset.writer import _write, write_step
 from tests.app.api_helpers import LiveServer, make_settings
+from tests.patience import PATIENCE_S
 
 METHODS = ("entropy", "gmts", "random")
 
@@ -56,7 +57,7 @@ def test_a_run_wide_query_whose_client_went_away_is_killed(tmp_path: Path) -> No
         lane = services.analysed_runs._lanes["run"]
         assert httpx.get(live.url + "/v1/analysed-runs/slow/steps", timeout=300).status_code == 200
         query = "/v1/analysed-runs/slow/answers?by=disagreement&pair=entropy,random"
-        with socket.create_connection(("127.0.0.1", live.port), timeout=60) as sock:
+        with socket.create_connection(("127.0.0.1", live.port), timeout=PATIENCE_S) as sock:
             sock.sendall(f"GET {query} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
             with lane.changed:  # a reading process is answering it
                 assert lane.changed.wait_for(lambda: lane.reading.get("analysed") == 1, 120)

@@ -30,6 +30,7 @@ from app.api.client_limits import FailureWindow
 from app.main import create_app
 from app.ui.uploads import SessionUploads
 from tests.app.api_helpers import LiveServer, make_settings
+from tests.patience import PATIENCE_S
 
 COMPARE_JSON = Path(__file__).resolve().parents[3] / "docs" / "compare" / "compare.json"
 KEY = "right-key"
@@ -127,7 +128,7 @@ def _upload(url: str, size: int, client_ip: str) -> httpx.Response:
         f"{url}/ui/gradio_api/upload",
         files=files,
         headers={"X-Forwarded-For": client_ip},
-        timeout=60,
+        timeout=PATIENCE_S,
     )
 
 
@@ -187,7 +188,7 @@ def test_uploaded_files_are_deleted_after_the_ttl(
         (stored,) = (Path(p) for p in r.json())
         assert stored.is_file()
         for _ in range(20):  # a run per second; the first one past the TTL deletes it
-            assert runs.get(timeout=30) == 1, "Gradio's clean-up did not run"
+            assert runs.get(timeout=PATIENCE_S) == 1, "Gradio's clean-up did not run"
             if not stored.exists():
                 break
         assert not stored.exists(), "the upload outlived its TTL"
@@ -209,8 +210,8 @@ class _Session:
             d["id"] for d in config["dependencies"] if [self.upload_id, "upload"] in d["targets"]
         ]
         self._stack = ExitStack()
-        self.http = self._stack.enter_context(httpx.Client(base_url=self.base, timeout=60))
-        beat = self._stack.enter_context(httpx.Client(timeout=60))
+        self.http = self._stack.enter_context(httpx.Client(base_url=self.base, timeout=PATIENCE_S))
+        beat = self._stack.enter_context(httpx.Client(timeout=PATIENCE_S))
         heartbeat = self._stack.enter_context(
             beat.stream("GET", f"{self.base}/heartbeat/{self.hash}")
         )
@@ -263,7 +264,7 @@ def test_a_sessions_uploads_are_removed_when_the_session_ends(
     content = COMPARE_JSON.read_bytes()
     settings = make_settings(model_root, ui_enabled=True, ui_upload_ttl_s=3600)
     with LiveServer(create_app(settings)) as live:
-        config = httpx.get(f"{live.url}/ui/config", timeout=60).json()
+        config = httpx.get(f"{live.url}/ui/config", timeout=PATIENCE_S).json()
         first, second = _Session(live.url, config), _Session(live.url, config)
         try:
             mine = first.load_compare(content)
@@ -273,10 +274,10 @@ def test_a_sessions_uploads_are_removed_when_the_session_ends(
             assert len({mine, theirs, shared}) == 3
             assert all(p.is_file() for p in (mine, theirs, shared))
             first.close()
-            assert released.get(timeout=60) == first.hash
+            assert released.get(timeout=PATIENCE_S) == first.hash
             assert not mine.exists() and theirs.is_file() and shared.is_file()
             second.close()
-            assert released.get(timeout=60) == second.hash
+            assert released.get(timeout=PATIENCE_S) == second.hash
             assert not theirs.exists() and not shared.exists()
         finally:
             first.close()

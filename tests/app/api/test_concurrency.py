@@ -14,6 +14,7 @@ import httpx
 from app.main import create_app
 from gmts_core.model.loading import LoadedModel
 from tests.app.api_helpers import TINY, LiveServer, given_body, make_settings
+from tests.patience import PATIENCE_S
 
 
 @contextmanager
@@ -24,7 +25,7 @@ def gated(lm: LoadedModel) -> Iterator[tuple[threading.Event, threading.Event]]:
 
     def hook(*_args: object) -> None:
         entered.set()
-        release.wait(30)
+        release.wait(PATIENCE_S)
 
     handle = body.register_forward_pre_hook(hook)
     try:
@@ -37,14 +38,14 @@ def gated(lm: LoadedModel) -> Iterator[tuple[threading.Event, threading.Event]]:
 def test_healthz_answers_while_an_analysis_runs_and_full_queue_is_429(model_root: Path) -> None:
     app = create_app(make_settings(model_root, max_concurrent_jobs=1, max_queued_jobs=0))
     lm = app.state.services.models.get(TINY)
-    with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+    with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=PATIENCE_S) as http:
         with gated(lm) as (entered, release):
             results: dict[str, httpx.Response] = {}
             slow = threading.Thread(
                 target=lambda: results.update(r=http.post("/v1/analyze", json=given_body()))
             )
             slow.start()
-            assert entered.wait(30), "the analysis never reached the forward pass"
+            assert entered.wait(PATIENCE_S), "the analysis never reached the forward pass"
             # the analysis is held in its forward pass: an answer now means the loop is free
             assert http.get("/healthz").status_code == 200
             assert http.get("/readyz").json()["jobs_running"] == 1
@@ -53,7 +54,7 @@ def test_healthz_answers_while_an_analysis_runs_and_full_queue_is_429(model_root
             assert busy.json()["error"]["code"] == "queue_full"
             assert int(busy.headers["retry-after"]) >= 1
             release.set()
-            slow.join(60)
+            slow.join(PATIENCE_S)
         assert results["r"].status_code == 200
         assert http.post("/v1/analyze", json=given_body()).status_code == 200  # free again
 
@@ -61,12 +62,12 @@ def test_healthz_answers_while_an_analysis_runs_and_full_queue_is_429(model_root
 def test_queued_jobs_wait_for_a_slot(model_root: Path) -> None:
     app = create_app(make_settings(model_root, max_concurrent_jobs=1, max_queued_jobs=1))
     lm = app.state.services.models.get(TINY)
-    with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+    with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=PATIENCE_S) as http:
         with gated(lm) as (entered, release), ThreadPoolExecutor(2) as pool:
             first = pool.submit(http.post, "/v1/analyze", json=given_body())
-            assert entered.wait(30)
+            assert entered.wait(PATIENCE_S)
             second = pool.submit(http.post, "/v1/analyze", json=given_body())
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + PATIENCE_S
             while http.get("/readyz").json()["jobs_waiting"] != 1:
                 assert time.monotonic() < deadline
                 time.sleep(0.02)

@@ -29,6 +29,7 @@ from gmts_core.config import RLConfig
 from gmts_core.grpo.policy import weights_checksum
 from gmts_core.model.loading import LoadedModel
 from tests.app.api_helpers import TINY, LiveServer, given_body, make_settings
+from tests.patience import PATIENCE_S
 
 SAMPLED = {"prompt": "Q: 1+2=?", "num_samples": 2, "max_new_tokens": 4, "rewards": [1, 0]}
 SESSION = {"group_size": 2, "prompts_per_step": 1, "max_new_tokens": 4, "learning_rate": 0.05}
@@ -43,7 +44,7 @@ def _error(r: httpx.Response, status: int, code: str) -> str:
     return str(body["error"]["message"])
 
 
-def _idle(app: FastAPI, timeout_s: float = 30.0) -> None:
+def _idle(app: FastAPI, timeout_s: float = PATIENCE_S) -> None:
     """Wait until the job limiter holds no running and no waiting job (else fail)."""
     jobs = app.state.services.jobs
     deadline = time.monotonic() + timeout_s
@@ -72,7 +73,7 @@ def gated(lm: LoadedModel) -> Iterator[tuple[threading.Event, threading.Event]]:
 
     def hook(*_args: object) -> None:
         entered.set()
-        release.wait(30)
+        release.wait(PATIENCE_S)
 
     try:
         with hooked(_body(lm), hook, pre=True):
@@ -151,12 +152,12 @@ def _raw_post(port: int, body: dict[str, Any], send_all: bool = True) -> socket.
         f"POST /v1/analyze HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(data)}\r\n\r\n"
     ).encode()
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S)
     sock.sendall(head + (data if send_all else data[: len(data) // 2]))
     return sock
 
 
-def _wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
+def _wait_for(predicate: Callable[[], bool], timeout_s: float = PATIENCE_S) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
@@ -165,11 +166,11 @@ def _wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
 
 def test_clients_closing_the_socket_leak_no_job_slot(app: FastAPI, base: LoadedModel) -> None:
     jobs = app.state.services.jobs
-    with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+    with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=PATIENCE_S) as http:
         _raw_post(server.port, given_body(), send_all=False).close()  # gone mid-body
         with gated(base) as (entered, release):
             running = _raw_post(server.port, given_body())
-            assert entered.wait(30), "the analysis never reached the forward pass"
+            assert entered.wait(PATIENCE_S), "the analysis never reached the forward pass"
             queued = _raw_post(server.port, given_body())
             _wait_for(lambda: jobs.waiting == 1)
             running.close()  # both clients vanish: one mid-forward, one in the queue
@@ -221,14 +222,14 @@ def test_session_gone_while_its_step_is_queued_is_a_clear_404(model_root: Path, 
         make_settings(model_root, max_concurrent_jobs=1, max_queued_jobs=4, max_sessions=1)
     )
     sessions = app.state.services.sessions
-    with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+    with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=PATIENCE_S) as http:
         r = http.post("/v1/sessions", json=SESSION)
         assert r.status_code == 201, r.text
         sid = r.json()["session_id"]
         base = app.state.services.models.get(TINY)
         with gated(base) as (entered, release), ThreadPoolExecutor(2) as pool:
             busy = pool.submit(http.post, "/v1/analyze", json=given_body())
-            assert entered.wait(30)
+            assert entered.wait(PATIENCE_S)
             step = pool.submit(http.post, f"/v1/sessions/{sid}/step", json=STEP)
             _wait_for(lambda: app.state.services.jobs.waiting == 1)
             if how == "evicted":  # a new session of the same client takes the only place

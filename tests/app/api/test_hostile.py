@@ -25,6 +25,7 @@ import pytest
 
 from app.main import create_app
 from tests.app.api_helpers import LiveServer, given_body, make_settings
+from tests.patience import PATIENCE_S
 
 HEALTHZ_BUDGET_S = 0.1  # the issue's bound for /healthz while a bad request is processed
 TRIES = 3
@@ -444,7 +445,7 @@ def _run_with_health(server: LiveServer, case: Case) -> tuple[httpx.Response, fl
         result["resp"] = _send(server, case)
 
     worker = threading.Thread(target=go)
-    with httpx.Client(base_url=server.url, timeout=60) as health:
+    with httpx.Client(base_url=server.url, timeout=PATIENCE_S) as health:
         health.get("/healthz")  # open the connection first: time only the answer
         worker.start()
         sent.wait()
@@ -485,7 +486,7 @@ def test_hostile_inputs_get_clean_answers_and_healthz_stays_fast(
 
 def test_missing_key_is_401_before_the_body_is_parsed(model_root: Path) -> None:
     app = create_app(make_settings(model_root, api_key="k3y"))
-    with LiveServer(app) as live, httpx.Client(base_url=live.url, timeout=60) as http:
+    with LiveServer(app) as live, httpx.Client(base_url=live.url, timeout=PATIENCE_S) as http:
         for raw in (b"{not json", b"\xff", b"[" * 100):
             resp = http.post(
                 "/v1/analyze", content=raw, headers={"Content-Type": "application/json"}
@@ -499,7 +500,7 @@ def test_missing_key_is_401_before_the_body_is_parsed(model_root: Path) -> None:
 def _raw_requests(port: int, requests: list[bytes]) -> list[tuple[int, dict[str, str], bytes]]:
     """Send ``requests`` one after another on ONE keep-alive connection."""
     out = []
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+    with socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S) as sock:
         reader = sock.makefile("rb")
         for req in requests:
             sock.sendall(req)

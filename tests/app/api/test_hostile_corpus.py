@@ -35,6 +35,7 @@ from gmts_core.runs.registry import READERS, register_reader
 from tests.app.api import hostile_corpus as corpus
 from tests.app.api.test_runs_hostile import hostile_settings
 from tests.app.api_helpers import LiveServer
+from tests.patience import PATIENCE_S
 
 RSS_SLACK_MB = 200
 
@@ -146,7 +147,7 @@ def test_runs_rewritten_while_read_answer_cleanly(
                         _get(client, route.format(run=_quoted(run_id)), root, start)
     finally:
         stop.set()
-        worker.join(timeout=60)
+        worker.join(timeout=PATIENCE_S)
 
 
 def corpus_in_process(tmp: Path, formats: list[str] | None = None) -> list[str]:

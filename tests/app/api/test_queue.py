@@ -13,6 +13,7 @@ from app.main import create_app
 from app.services.jobs import JobLimiter
 from tests.app.api.test_concurrency import gated
 from tests.app.api_helpers import TINY, LiveServer, given_body, make_settings
+from tests.patience import PATIENCE_S
 
 
 def test_estimate_is_place_times_the_mean_job_duration_over_the_slots() -> None:
@@ -33,7 +34,7 @@ def test_estimate_is_place_times_the_mean_job_duration_over_the_slots() -> None:
     assert jobs.mean_job_s is not None and jobs.mean_job_s < 10.0
 
 
-def _wait_for(cond, timeout_s: float = 30.0) -> bool:  # noqa: ANN001
+def _wait_for(cond, timeout_s: float = PATIENCE_S) -> bool:  # noqa: ANN001
     deadline = time.monotonic() + timeout_s
     while not cond():
         if time.monotonic() > deadline:
@@ -45,7 +46,7 @@ def _wait_for(cond, timeout_s: float = 30.0) -> bool:  # noqa: ANN001
 def test_a_queued_request_can_see_its_place_and_estimate(model_root: Path) -> None:
     app = create_app(make_settings(model_root, max_concurrent_jobs=1, max_queued_jobs=4))
     lm = app.state.services.models.get(TINY)
-    with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+    with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=PATIENCE_S) as http:
         warm = http.post("/v1/analyze", json=given_body())  # a finished job: a mean to go by
         assert warm.status_code == 200
         assert float(warm.headers["x-work-s"]) > 0 and float(warm.headers["x-queue-wait-s"]) >= 0
@@ -55,7 +56,7 @@ def test_a_queued_request_can_see_its_place_and_estimate(model_root: Path) -> No
                 return http.post("/v1/analyze", json=given_body(), headers={"X-Request-ID": rid})
 
             first = pool.submit(send, "first")
-            assert entered.wait(30)
+            assert entered.wait(PATIENCE_S)
             second = pool.submit(send, "second")
             assert _wait_for(lambda: http.get("/v1/queue/second").status_code == 200)
             third = pool.submit(send, "third")

@@ -17,6 +17,7 @@ import pytest
 
 from gmts_core.demo import DEMO_MODEL_DIR
 from tests.app.api_helpers import free_port
+from tests.patience import PATIENCE_S
 
 # The first bash block of the HTTP API page, as written (the port is replaced by a free one).
 HTTP_API_PAGE = Path(__file__).resolve().parents[3] / "docs" / "http-api.md"
@@ -49,7 +50,7 @@ def _commands(port: int) -> list[str]:
     return commands
 
 
-def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = PATIENCE_S) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
@@ -77,7 +78,7 @@ def test_readme_curl_examples_work_against_gmts_serve(tmp_path: Path) -> None:
             outputs.append(done.stdout)
     finally:
         proc.terminate()
-        banner = proc.communicate(timeout=30)[0].decode()
+        banner = proc.communicate(timeout=PATIENCE_S)[0].decode()
     assert f"http://127.0.0.1:{port}/ui" not in banner  # UI disabled in this test
     assert f"http://127.0.0.1:{port}/docs" in banner
     health, models, sampled, given, _ = outputs

@@ -18,6 +18,7 @@ import pytest
 
 from app.main import create_app
 from tests.app.api_helpers import LiveServer, make_settings
+from tests.patience import PATIENCE_S
 
 KEY = "right-key-" + "x" * 20
 
@@ -108,7 +109,7 @@ def test_slow_bodies_are_cut_off_and_one_client_cannot_take_every_socket(
         slow = [_slow_body(live.port) for _ in range(1_100)]
         try:
             other = httpx.HTTPTransport(local_address="127.0.0.2")
-            with httpx.Client(transport=other, timeout=30) as client:
+            with httpx.Client(transport=other, timeout=PATIENCE_S) as client:
                 assert client.get(f"{live.url}/healthz").status_code == 200
             for s in slow:
                 s.settimeout(60)  # far above the deadline: only a server that never cuts fails
@@ -117,7 +118,7 @@ def test_slow_bodies_are_cut_off_and_one_client_cannot_take_every_socket(
                 except ConnectionResetError:
                     data = b""
                 assert data == b"" or b"HTTP/1.1" in data  # closed (or answered), never held
-            assert httpx.get(f"{live.url}/healthz", timeout=30).status_code == 200
+            assert httpx.get(f"{live.url}/healthz", timeout=PATIENCE_S).status_code == 200
         finally:
             for s in slow:
                 s.close()

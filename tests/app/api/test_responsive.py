@@ -26,6 +26,7 @@ import pytest
 
 from app.main import create_app
 from tests.app.api_helpers import LiveServer, make_settings
+from tests.patience import PATIENCE_S
 
 HEALTH_BUDGET_S = 1.0
 TRIES = 3
@@ -93,7 +94,7 @@ def _probe_while(url: str, request: Callable[[], httpx.Response]) -> tuple[httpx
             done.set()
 
     slowest = 0.0
-    with httpx.Client(base_url=url, timeout=60) as probe:
+    with httpx.Client(base_url=url, timeout=PATIENCE_S) as probe:
         probe.get("/healthz")  # open the connection first: time only the answers
         worker = threading.Thread(target=go)
         worker.start()
@@ -149,7 +150,7 @@ def test_health_answers_within_a_second_during_the_largest_requests(
 
 def test_the_run_step_sits_at_the_run_limits(server: LiveServer) -> None:
     """One character more than the worst in-limit run step is refused: it is the worst."""
-    r = httpx.get(f"{server.url}/v1/runs/over.jsonl/steps/1", timeout=60)
+    r = httpx.get(f"{server.url}/v1/runs/over.jsonl/steps/1", timeout=PATIENCE_S)
     assert r.status_code == 413, r.text[:300]
     assert "max_field_chars = 4,000" in r.json()["error"]["message"]
 

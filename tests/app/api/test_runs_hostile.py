@@ -28,6 +28,7 @@ import pytest
 from app.main import create_app
 from gmts_core.runs.trainer_log import SCHEMA
 from tests.app.api_helpers import LiveServer, given_body, make_settings
+from tests.patience import PATIENCE_S
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "runs"
 STEP_BYTES = 2_000_000  # the server's max_step_bytes here: a bomb must stop at it
@@ -225,7 +226,7 @@ def get(server: LiveServer, path: str, **params: Any) -> httpx.Response:
     within :data:`RSS_SLACK_MB` of its start where the server was :func:`warmed_up`."""
     resp = httpx.get(server.url + path, params=params, timeout=120)
     start = time.perf_counter()
-    health = httpx.get(server.url + "/healthz", timeout=30)
+    health = httpx.get(server.url + "/healthz", timeout=PATIENCE_S)
     took_ms = (time.perf_counter() - start) * 1e3
     rss, rss_start = rss_mb(), getattr(server, "rss_start", None)
     grown = "" if rss_start is None else f"; RSS {rss - rss_start:+.0f} MB"
@@ -312,7 +313,7 @@ def assert_line_free(server: LiveServer) -> None:
     services = server.app.state.services
     assert services.jobs.running == 0 and services.jobs.waiting == 0
     assert services.runs.readers.reading.get("load", 0) == 0
-    queue = httpx.get(server.url + "/v1/queue", timeout=30).json()
+    queue = httpx.get(server.url + "/v1/queue", timeout=PATIENCE_S).json()
     assert queue["running"] == 0 and queue["waiting"] == 0, queue
     assert queue["next_place"] == 0 and queue["estimated_wait_s"] == 0.0, queue
 
@@ -421,7 +422,7 @@ def test_deep_nesting_in_a_step_is_a_422(server: LiveServer) -> None:
 def test_the_methods_parameter_is_an_enum_of_the_registered_methods(server: LiveServer) -> None:
     resp = get(server, "/v1/runs/verl/steps/1", methods="entropy,nonsense")
     assert resp.status_code == 422
-    schema = httpx.get(server.url + "/openapi.json", timeout=30).json()
+    schema = httpx.get(server.url + "/openapi.json", timeout=PATIENCE_S).json()
     params = schema["paths"]["/v1/runs/{run_id}/steps/{step}"]["get"]["parameters"]
     pattern = next(p for p in params if p["name"] == "methods")["schema"]["pattern"]
     assert "gmts" in pattern and "entropy" in pattern
@@ -432,8 +433,8 @@ def test_the_server_starts_with_the_ui_on_over_a_hostile_root(
 ) -> None:
     settings = hostile_settings(tmp_path, paths[0], ui_enabled=True, run_list_wait_s=0)
     with LiveServer(create_app(settings), start_timeout_s=120) as live:
-        assert httpx.get(live.url + "/healthz", timeout=30).status_code == 200
-        body = httpx.get(live.url + "/v1/runs", timeout=60).json()
+        assert httpx.get(live.url + "/healthz", timeout=PATIENCE_S).status_code == 200
+        body = httpx.get(live.url + "/v1/runs", timeout=PATIENCE_S).json()
         states = {r["state"] for r in body["runs"]}
         assert states <= {"ready", "indexing", "unreadable"}
 

@@ -30,6 +30,7 @@ from typer.testing import CliRunner
 
 from app.main import create_app
 from tests.app.api_helpers import LiveServer, make_settings
+from tests.patience import PATIENCE_S
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "runs"
 HEALTHZ_BUDGET_S = 1.0  # the bound for /healthz while a run request is processed
@@ -157,7 +158,7 @@ def timed(server: LiveServer, path: str, params: dict[str, Any] | None = None) -
     slowest = 0.0
     with (
         httpx.Client(base_url=server.url, timeout=300) as http,
-        httpx.Client(base_url=server.url, timeout=60) as health,
+        httpx.Client(base_url=server.url, timeout=PATIENCE_S) as health,
     ):
         worker = threading.Thread(target=go, args=(http,))
         health.get("/healthz")  # open the connection first: time only the answer
@@ -247,7 +248,7 @@ def test_the_listing_survives_any_name_and_any_malformed_file(
     assert runs["big_verl"]["readable"]  # its index is file names: the step itself is refused
     assert "notes.txt" not in runs and body["ignored"] == 1 and not body["truncated"]
     no_server_paths(resp.text, root)
-    opened = httpx.get(f"{server.url}/v1/runs/mid_bad.jsonl", timeout=60)
+    opened = httpx.get(f"{server.url}/v1/runs/mid_bad.jsonl", timeout=PATIENCE_S)
     assert opened.status_code == 422 and "mid_bad.jsonl:2" in opened.json()["error"]["message"]
     no_server_paths(opened.text, root)
 
@@ -257,7 +258,7 @@ def test_sources_and_messages_are_relative_to_the_run_root(server: LiveServer, r
     assert resp.status_code == 200, resp.text
     assert resp.json()["report"]["source"] == "trl/completions/completions_00002.parquet"
     no_server_paths(resp.text, root)
-    missing = httpx.get(f"{server.url}/v1/runs/verl/steps/99", timeout=60)
+    missing = httpx.get(f"{server.url}/v1/runs/verl/steps/99", timeout=PATIENCE_S)
     assert missing.status_code == 422 and "no step 99" in missing.text
     no_server_paths(missing.text, root)
 

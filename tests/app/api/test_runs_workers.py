@@ -19,6 +19,7 @@ import pytest
 
 from app.main import create_app
 from tests.app.api_helpers import LiveServer, make_settings
+from tests.patience import PATIENCE_S
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "runs"
 LINE_BYTES = 64 << 20  # the slow line fits the line budget raised to this
@@ -60,7 +61,7 @@ def refused(live: LiveServer, path: str, setting: str) -> None:
     assert resp.status_code == 413, resp.text
     assert setting in resp.json()["error"]["message"], resp.text
     # the server is up, the job slot free, the next reading served by a fresh worker
-    assert httpx.get(live.url + "/healthz", timeout=30).status_code == 200
+    assert httpx.get(live.url + "/healthz", timeout=PATIENCE_S).status_code == 200
     again = httpx.get(live.url + "/v1/runs/verl", timeout=300)
     assert again.status_code == 200, again.text
     services = live.app.state.services
@@ -92,7 +93,7 @@ def test_a_reading_whose_client_went_away_is_killed(tmp_path: Path, root: Path) 
     with serve(tmp_path, root, run_worker_wall_s=600) as live:
         services = live.app.state.services
         jobs = services.jobs
-        with socket.create_connection(("127.0.0.1", live.port), timeout=60) as sock:
+        with socket.create_connection(("127.0.0.1", live.port), timeout=PATIENCE_S) as sock:
             sock.sendall(b"GET /v1/runs/slow/steps/1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             readers = services.runs.readers
             with readers.changed:  # a worker is reading the step
@@ -168,7 +169,7 @@ def test_a_tiny_parquet_bomb_leaves_the_servers_memory_as_it_was(tmp_path: Path)
     size = (root / "bomb" / "completions" / "completions_00001.parquet").stat().st_size
     assert size < 10_000
     with serve(tmp_path, root) as live:
-        assert httpx.get(live.url + "/healthz", timeout=30).status_code == 200
+        assert httpx.get(live.url + "/healthz", timeout=PATIENCE_S).status_code == 200
         before = rss_mb()
 
         def fetch(_: int) -> httpx.Response:

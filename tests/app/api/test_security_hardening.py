@@ -22,6 +22,7 @@ from app.main import create_app
 from app.ui.tabs.explore.view import explore_view
 from app.ui.tabs.train import changes as render_changes
 from tests.app.api_helpers import TINY, LiveServer, given_body, make_settings
+from tests.patience import PATIENCE_S
 
 EVIL = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 LIMIT = 20_000  # make_settings' max_body_bytes
@@ -30,7 +31,9 @@ LIMIT = 20_000  # make_settings' max_body_bytes
 # --- oversized bodies without Content-Length, on a real uvicorn server --------------------------
 
 
-def _read_response(sock: socket.socket, timeout_s: float = 15.0) -> tuple[int, dict[str, Any]]:
+def _read_response(
+    sock: socket.socket, timeout_s: float = PATIENCE_S
+) -> tuple[int, dict[str, Any]]:
     """Status and JSON body of the HTTP response on ``sock`` (the server closes after it)."""
     sock.settimeout(timeout_s)
     data = b""
@@ -73,7 +76,7 @@ def test_endless_chunked_body_is_refused_without_reading_it_all(
 ) -> None:
     app = create_app(make_settings(model_root))
     with LiveServer(app) as server:
-        sock = socket.create_connection(("127.0.0.1", server.port), timeout=15)
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=PATIENCE_S)
         head = (
             f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             "Transfer-Encoding: chunked\r\n\r\n"
@@ -86,7 +89,7 @@ def test_endless_chunked_body_is_refused_without_reading_it_all(
             status, body = _read_response(sock)
         finally:
             stop.set()
-            sender.join(15)
+            sender.join(PATIENCE_S)
             sock.close()
         assert status == 413, body
         assert body["error"]["code"] == "payload_too_large"
@@ -95,7 +98,7 @@ def test_endless_chunked_body_is_refused_without_reading_it_all(
         # without waiting for it; how much the sender pushed first depends on the scheduler,
         # but never less than the first byte over the limit (body bytes, chunk framing aside)
         assert sent[0] > LIMIT
-        with httpx.Client(base_url=server.url, timeout=30) as http:
+        with httpx.Client(base_url=server.url, timeout=PATIENCE_S) as http:
             assert http.get("/healthz").status_code == 200
             assert http.post("/v1/analyze", json=given_body()).status_code == 200
     assert len(app.state.services.sessions.store) == 0
@@ -119,11 +122,14 @@ EVIL_PATTERN = r"(a+)+$"
 
 
 def test_backtracking_regex_reward_returns_promptly_and_blocks_nothing(model_root: Path) -> None:
-    app = create_app(make_settings(model_root, max_total_tokens=20_000))
+    # the per-match cut-off is the subject: the request's reward budget (test_hardening.py's
+    # subject) is set out of its way, as a loaded machine can spend 5 s on eight cut-offs
+    settings = make_settings(model_root, max_total_tokens=20_000, reward_budget_s=PATIENCE_S)
+    app = create_app(settings)
     answers = ["a" * 199 + "!"] * 8  # 2**199 paths to try for each, without the timeout
     body = {"prompt": "q", "answers": answers, "reward": {"kind": "regex", "reference": ""}}
     body["reward"]["reference"] = EVIL_PATTERN
-    with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+    with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=PATIENCE_S) as http:
         assert http.post("/v1/analyze", json=given_body()).status_code == 200  # model loaded
         result: dict[str, Any] = {}
 
@@ -133,7 +139,7 @@ def test_backtracking_regex_reward_returns_promptly_and_blocks_nothing(model_roo
         worker = threading.Thread(target=evil_request)
         worker.start()
         assert http.get("/healthz").status_code == 200  # the event loop stays free
-        worker.join(60)
+        worker.join(PATIENCE_S)
     # without the cut-off each match would try 2**199 paths: an answer at all is the test
     r = result["r"]
     assert r.status_code == 200, r.text

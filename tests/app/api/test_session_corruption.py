@@ -26,6 +26,7 @@ import pytest
 
 from gmts_core.experiments.session_state import _meta_digest
 from tests.app.api.test_session_restart import KNOBS, serve
+from tests.patience import PATIENCE_S
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="FIFOs and POSIX signals")
 
@@ -141,7 +142,7 @@ def test_damaged_sessions_are_quarantined_after_a_restart(
             step = http.post(f"/v1/sessions/{ids['intact']}/step", json={"steps": 1})
             assert step.status_code == 200, step.text
         proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
+        proc.wait(PATIENCE_S)
     for what, damage in DAMAGE.items():
         damage(state / ids[what])
     _junk(state)

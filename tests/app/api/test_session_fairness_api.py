@@ -12,6 +12,7 @@ import httpx
 
 from app.main import create_app
 from tests.app.api_helpers import LiveServer, given_body, make_settings
+from tests.patience import PATIENCE_S
 
 KNOBS = {"group_size": 2, "prompts_per_step": 1, "max_new_tokens": 4}
 
@@ -70,7 +71,10 @@ def test_a_client_at_its_job_cap_gets_429_while_another_gets_in_line(model_root:
             t.start()
         admitted(3)
         refused = httpx.post(
-            live.url + "/v1/analyze", json=given_body(), headers={"X-Forwarded-For": a}, timeout=60
+            live.url + "/v1/analyze",
+            json=given_body(),
+            headers={"X-Forwarded-For": a},
+            timeout=PATIENCE_S,
         )
         assert refused.status_code == 429, refused.text
         assert "GMTS_MAX_JOBS_PER_CLIENT" in refused.json()["error"]["message"]

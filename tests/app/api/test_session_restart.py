@@ -26,6 +26,7 @@ import pytest
 
 from app.main import create_app
 from tests.app.api_helpers import TINY, LiveServer, free_port, make_settings
+from tests.patience import PATIENCE_S
 
 KNOBS = {"group_size": 2, "prompts_per_step": 2, "max_new_tokens": 6, "learning_rate": 0.05}
 PROBE = {
@@ -75,7 +76,7 @@ def serve(model_root: Path, state_dir: Path, log: Path) -> Iterator[tuple[str, s
     finally:
         if proc.poll() is None:
             proc.kill()
-        proc.wait(30)
+        proc.wait(PATIENCE_S)
 
 
 def _logprobs(http: httpx.Client, sid: str) -> list[float]:
@@ -114,8 +115,8 @@ def test_sigkill_mid_class_then_the_session_continues_bit_for_bit(
             assert _until(done)
             history_seen = http.get(f"/v1/sessions/{sid}").json()["history"]
             proc.send_signal(signal.SIGKILL)
-            proc.wait(30)
-            client.join(60)
+            proc.wait(PATIENCE_S)
+            client.join(PATIENCE_S)
             assert isinstance(answer["r"], httpx.HTTPError)  # the connection died with it
     with serve(model_root, state, log) as (url, _proc):
         with httpx.Client(base_url=url, timeout=300) as http:

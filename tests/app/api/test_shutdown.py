@@ -25,6 +25,7 @@ import pytest
 from app.cli.serve import WATCHDOG_MARGIN_S
 from app.main import create_app
 from tests.app.api_helpers import TINY, LiveServer, free_port, given_body, make_settings
+from tests.patience import PATIENCE_S
 
 ENDLESS_STEPS = 100_000  # hours of RL steps: only cancellation ends them early
 
@@ -41,7 +42,7 @@ def _until(cond: Callable[[], bool], tries: int = 1200, pause_s: float = 0.1) ->
 
 def _open_request(port: int, path: str, body: dict[str, Any]) -> socket.socket:
     data = json.dumps(body).encode()
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S)
     sock.sendall(
         f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(data)}\r\n\r\n".encode()
@@ -127,12 +128,12 @@ def test_sigterm_during_an_rl_step_exits_within_the_grace_period(
 
         client = threading.Thread(target=step)
         client.start()
-        running = lambda: httpx.get(f"{url}/readyz", timeout=10).json()["jobs_running"] == 1  # noqa: E731
+        running = lambda: httpx.get(f"{url}/readyz", timeout=PATIENCE_S).json()["jobs_running"] == 1  # noqa: E731
         assert _until(running)
         proc.send_signal(signal.SIGTERM)
         # the documented bound: the grace period, then cancelled jobs stop (watchdog margin)
         proc.wait(timeout=grace + WATCHDOG_MARGIN_S + 10)  # raises TimeoutExpired if not
-        client.join(60)
+        client.join(PATIENCE_S)
         assert answer["status"] == 503  # told, not dropped
         log.flush()
         assert "[create-1]" in (tmp_path / "serve.log").read_text()  # log lines carry the id

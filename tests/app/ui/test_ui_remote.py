@@ -22,6 +22,7 @@ from app.live_server import free_port
 from app.services.catalog import method_infos
 from app.ui.blocks import build_blocks
 from app.ui.remote_backend import RemoteBackend
+from tests.patience import PATIENCE_S
 
 SERVER = textwrap.dedent(
     """
@@ -52,7 +53,7 @@ def server_url() -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + PATIENCE_S
         while True:
             assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
             try:
@@ -64,7 +65,7 @@ def server_url() -> Iterator[str]:
         yield url
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=PATIENCE_S)
 
 
 def _choices(blocks: Any, elem_id: str) -> list[str]:

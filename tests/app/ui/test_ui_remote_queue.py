@@ -23,6 +23,7 @@ from app.ui.remote_backend import RemoteBackend
 from app.ui.status import LiveStatus
 from tests.app.api.test_concurrency import gated
 from tests.app.api_helpers import TINY, LiveServer, given_body, make_settings
+from tests.patience import PATIENCE_S
 
 EVENT: contextvars.ContextVar[str] = contextvars.ContextVar("event")  # as Gradio's LocalContext
 
@@ -45,7 +46,7 @@ def test_remote_analyze_tells_its_place_in_line_and_the_estimate(model_root: Pat
         return backend.analyze(given_body(), LiveStatus(show))
 
     polled: list[str] = []  # the queue paths the backend asked for, as the server saw them
-    with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+    with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=PATIENCE_S) as http:
         assert http.post("/v1/analyze", json=given_body()).status_code == 200  # a mean job time
         backend = RemoteBackend(server.url, poll_s=0.2)
         backend._client.event_hooks["request"].append(
@@ -53,12 +54,12 @@ def test_remote_analyze_tells_its_place_in_line_and_the_estimate(model_root: Pat
         )
         with gated(lm) as (entered, release), ThreadPoolExecutor(2) as pool:
             first = pool.submit(http.post, "/v1/analyze", json=given_body())
-            assert entered.wait(30), "the first analysis never reached the forward pass"
+            assert entered.wait(PATIENCE_S), "the first analysis never reached the forward pass"
             mine = pool.submit(analyze_in_an_event, backend)
-            assert waiting.wait(30), f"no place in the queue was notified: {lines}"
+            assert waiting.wait(PATIENCE_S), f"no place in the queue was notified: {lines}"
             release.set()
-            body = mine.result(timeout=60)
-            assert first.result(timeout=60).status_code == 200
+            body = mine.result(timeout=PATIENCE_S)
+            assert first.result(timeout=PATIENCE_S).status_code == 200
         assert body.answers and len(body.answers) == 3
         assert contexts == {"event-1"}  # notified where the caller's progress can be found
         # the place came from the server's queue for this request, with the queue's estimate

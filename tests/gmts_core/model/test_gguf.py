@@ -28,6 +28,7 @@ from gmts_core.grpo.update import make_optimizer
 from gmts_core.model import gguf
 from gmts_core.model.loading import load_model, resolve_local_model
 from tests.gguf_files import write_tiny_gguf
+from tests.patience import PATIENCE_S
 
 
 @pytest.fixture(autouse=True)
@@ -114,7 +115,7 @@ def test_two_processes_converting_one_file_convert_it_once(
         proc.start()
     results = [out.get(timeout=300) for _ in procs]
     for proc in procs:
-        proc.join(60)
+        proc.join(PATIENCE_S)
         assert proc.exitcode == 0
     assert len({folder for folder, _ in results}) == 1
     assert sorted(converted for _, converted in results) == [False, True]

@@ -18,6 +18,7 @@ from app.services.responses import as_json
 from app.ui.remote_backend import RemoteBackend
 from app.ui.tabs.explore.view import ExploreForm, build_request, reward_note, rule_overridden
 from tests.app.api_helpers import make_settings
+from tests.patience import PATIENCE_S
 
 
 def test_explicit_rewards_win_over_a_rule_and_the_note_says_so() -> None:
@@ -56,11 +57,11 @@ def test_a_blocking_caller_waits_in_line_instead_of_a_429() -> None:
 
     def hold() -> None:
         started.set()
-        release.wait(30)
+        release.wait(PATIENCE_S)
 
     first = threading.Thread(target=lambda: jobs.run_blocking(hold))
     first.start()
-    started.wait(30)
+    started.wait(PATIENCE_S)
     with pytest.raises(QueueFullError):  # without waiting in the queue: refused
         jobs.run_blocking(lambda: None)
     notified: list[str] = []
@@ -75,8 +76,8 @@ def test_a_blocking_caller_waits_in_line_instead_of_a_429() -> None:
     while not notified:
         threading.Event().wait(0.02)
     release.set()
-    first.join(30)
-    second.join(30)
+    first.join(PATIENCE_S)
+    second.join(PATIENCE_S)
     assert result["value"] == 42 and "waits in the queue" in notified[0]
 
 
