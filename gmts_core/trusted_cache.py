@@ -12,9 +12,10 @@ Large cached files (a converted model's 500 MB of weights) are hashed once, when
 record also keeps each file's :func:`file_stamp`, and a later check hashes only the files whose
 stamp differs (a changed file, or one copied or restored: its status-change time is new).
 
-Writing an entry is done by one process at a time (:func:`exclusive`): two processes filling
-the same entry at once (a server and a command started together, or test workers) would
-otherwise replace each other's folder while one of them reads it.
+A converted GGUF folder is written by one process at a time (:func:`exclusive`): two
+processes filling it at once (a server and a command started together, or test workers) would
+otherwise replace each other's folder while one of them reads it. The native library needs no
+lock: a concurrent build writes an equal file, and each file is replaced atomically.
 """
 
 from __future__ import annotations
