@@ -223,7 +223,9 @@ def snippet_env(native_cache: Path) -> dict[str, str]:
 
 class Server:
     """``gmts serve`` on a free port in ``folder``, until :meth:`stop`; ready once uvicorn says
-    so on its log (read by a thread, so the pipe never fills)."""
+    it is running on its log (read by a thread, so the pipe never fills). That line comes after
+    the socket is bound and listening; "Application startup complete" comes before it, and a
+    block started on that one can find the port closed (curl exit 7, seen on a loaded machine)."""
 
     def __init__(self, folder: Path, line: str, env: dict[str, str]) -> None:
         m = SERVER_LINE.match(line.strip())
@@ -247,7 +249,7 @@ class Server:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.log.append(line)
-            if "Uvicorn running on" in line or "Application startup complete" in line:
+            if "Uvicorn running on" in line:
                 self.ready.set()
         self.ready.set()  # ended: the caller sees the exit
 
