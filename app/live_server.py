@@ -38,7 +38,7 @@ def free_port() -> int:
 class LiveServer:
     """``with LiveServer(app) as server: ... server.url ...``: uvicorn serving ``app``."""
 
-    def __init__(self, app: Any, port: int | None = None, start_timeout_s: float = 30) -> None:
+    def __init__(self, app: Any, port: int | None = None, start_timeout_s: float = 300) -> None:
         self.app = app
         self.port = port or free_port()
         self.start_timeout_s = start_timeout_s

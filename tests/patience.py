@@ -9,3 +9,4 @@ header or query limit, an unreachable backend) keeps its own short value.
 """
 
 PATIENCE_S = 300.0
+PATIENCE_MS = int(PATIENCE_S * 1000)  # the same bound for Playwright, which counts milliseconds

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.patience import PATIENCE_S
+
 ROOT = Path(__file__).resolve().parents[1]
 LINT = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=1))"
 WEB = "gmts_core never imports the web layer (app, fastapi, starlette, gradio, plotly, uvicorn)"
@@ -43,7 +45,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
         env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=PATIENCE_S,
     )
 
 
@@ -99,4 +101,3 @@ def test_a_violating_import_breaks_the_check(
     broken_lines = [s for s in run.stdout.splitlines() if verdict.search(s)]
     assert f"{broken} BROKEN" in " ".join(run.stdout.split()), run.stdout
     assert broken_lines, run.stdout
-

@@ -19,9 +19,9 @@ from gmts_core.run_dataset.synthetic import synthetic_step
 from gmts_core.run_dataset.writer import write_step
 from tests.app.api_helpers import LiveServer
 from tests.browser.conftest import ui_settings
+from tests.patience import PATIENCE_MS
 
 pytestmark = pytest.mark.browser
-TIMEOUT_MS = 120_000
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def test_every_group_and_every_token_is_reachable(
 ) -> None:
     context = chromium.new_context(viewport={"width": width, "height": 900})
     page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
+    page.set_default_timeout(PATIENCE_MS)
     page.goto(server.url + "/ui/", wait_until="load")
     page.get_by_role("tab", name="Runs").click()
     page.locator("#analysed-pick input").click()

@@ -18,9 +18,9 @@ from gmts_core.run_dataset.synthetic import synthetic_step
 from gmts_core.run_dataset.writer import write_step
 from tests.app.api_helpers import LiveServer
 from tests.browser.conftest import ui_settings
+from tests.patience import PATIENCE_MS
 
 pytestmark = pytest.mark.browser
-TIMEOUT_MS = 120_000
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_browse_filter_grow_and_download_an_analysed_run(
 ) -> None:
     context = chromium.new_context(viewport={"width": 1366, "height": 900}, accept_downloads=True)
     page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
+    page.set_default_timeout(PATIENCE_MS)
     page.goto(server.url + "/ui/", wait_until="load")
     page.get_by_role("tab", name="Runs").click()
     page.locator("#analysed-pick input").click()
@@ -81,7 +81,7 @@ def test_browse_filter_grow_and_download_an_analysed_run(
     assert 1 <= rank <= pool  # a rank within the pool it names
 
     write_step(dataset, synthetic_step(4, 20, 8, np.random.default_rng(12)))  # the run grows
-    page.get_by_text(re.compile(r"4 steps analysed \(steps 1–4\)")).wait_for(timeout=30_000)
+    page.get_by_text(re.compile(r"4 steps analysed \(steps 1–4\)")).wait_for(timeout=PATIENCE_MS)
 
     with page.expect_download() as info:
         page.click("#analysed-download")

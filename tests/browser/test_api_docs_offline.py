@@ -11,6 +11,7 @@ import pytest
 from app.main import create_app
 from tests.app.api_helpers import LiveServer
 from tests.browser.conftest import ui_settings
+from tests.patience import PATIENCE_MS
 
 pytestmark = pytest.mark.browser
 
@@ -31,7 +32,7 @@ def test_api_docs_render_with_the_network_off(chromium: Any, browser_model_root:
         context.route("**/*", only_the_server)
         page = context.new_page()
         page.goto(server.url + "/docs", wait_until="load")
-        page.wait_for_selector(".opblock-summary-path", timeout=60_000)
+        page.wait_for_selector(".opblock-summary-path", timeout=PATIENCE_MS)
         paths = page.locator(".opblock-summary-path").all_inner_texts()
         assert any("/v1/analyze" in p for p in paths) and any("/v1/runs" in p for p in paths)
         assert refused == []  # nothing asked of a CDN

@@ -21,10 +21,10 @@ from gmts_core.experiments.compare import CompareConfig, run_compare
 from gmts_core.model.loading import load_model
 from tests.app.api_helpers import LiveServer
 from tests.browser.conftest import demo_model_ready
+from tests.patience import PATIENCE_MS
 
 pytestmark = pytest.mark.browser
 
-TIMEOUT_MS = 180_000
 # legend entry text -> the colour of its symbol (a line's stroke, an open marker's stroke, or a
 # filled marker's fill), as rgb(...) strings
 LEGEND_JS = """(sel) => {
@@ -81,7 +81,7 @@ def test_method_colours_are_the_same_on_every_tab(
 ) -> None:
     context = chromium.new_context(viewport={"width": 1366, "height": 768})
     page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
+    page.set_default_timeout(PATIENCE_MS)
     page.goto(ui_server.url + "/ui/", wait_until="load")
 
     # Explore (the default example's group): token marks and the scatter's selection rings

@@ -20,10 +20,10 @@ import pytest
 
 from tests.app.api_helpers import LiveServer
 from tests.browser.predict_reveal import predict_then_reveal
+from tests.patience import PATIENCE_MS
 
 pytestmark = pytest.mark.browser
 
-TIMEOUT_MS = 180_000
 # time (ms since navigation) at which the first token selected by a method appears
 WATCH_JS = """
 window.__gmtsQueueCalls = 0;
@@ -47,7 +47,7 @@ def open_page(chromium: Any, url: str, width: int, height: int) -> Any:
     context = chromium.new_context(viewport={"width": width, "height": height})
     context.add_init_script(WATCH_JS)
     page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
+    page.set_default_timeout(PATIENCE_MS)
     page.goto(url + "/ui/", wait_until="load")
     return page
 

@@ -17,16 +17,16 @@ import pytest
 
 from app.ui.first_view import FIRST_VIEW_ID
 from tests.app.api_helpers import LiveServer
+from tests.patience import PATIENCE_MS
 
 pytestmark = pytest.mark.browser
 
-TIMEOUT_MS = 180_000
 VIEW = f"#{FIRST_VIEW_ID}"
 
 
 def _page(chromium: Any, **context: Any) -> Any:
     page = chromium.new_context(viewport={"width": 1366, "height": 768}, **context).new_page()
-    page.set_default_timeout(TIMEOUT_MS)
+    page.set_default_timeout(PATIENCE_MS)
     return page
 
 
@@ -103,7 +103,7 @@ def test_first_view_tokens_answer_hover_focus_and_tap_before_gradio_boots(
 
 def _page_sized(chromium: Any, width: int, height: int, **context: Any) -> Any:
     page = chromium.new_context(viewport={"width": width, "height": height}, **context).new_page()
-    page.set_default_timeout(TIMEOUT_MS)
+    page.set_default_timeout(PATIENCE_MS)
     return page
 
 

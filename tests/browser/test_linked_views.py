@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from tests.app.api_helpers import LiveServer
+from tests.patience import PATIENCE_MS
 
 pytestmark = pytest.mark.browser
 
-TIMEOUT_MS = 180_000
 TOP_POINT_JS = """() => {
   const data = document.querySelector('#scatter-plot .js-plotly-plot').data;
   let best = null;
@@ -26,7 +26,7 @@ TOP_POINT_JS = """() => {
 
 def open_page(chromium: Any, url: str, width: int = 1366, height: int = 768) -> Any:
     page = chromium.new_context(viewport={"width": width, "height": height}).new_page()
-    page.set_default_timeout(TIMEOUT_MS)
+    page.set_default_timeout(PATIENCE_MS)
     page.goto(url + "/ui/", wait_until="load")
     page.wait_for_selector("#token-view .tok")  # the example group, already there
     return page
@@ -86,7 +86,7 @@ def test_exported_view_works_offline(chromium: Any, ui_server: LiveServer, tmp_p
     """The HTML export opens from a file: tokens, marks, tooltip and the pinned panel."""
     context = chromium.new_context(viewport={"width": 1366, "height": 768}, accept_downloads=True)
     page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
+    page.set_default_timeout(PATIENCE_MS)
     page.goto(ui_server.url + "/ui/", wait_until="load")
     page.get_by_text("Paste answers instead of sampling").click()
     page.fill("#answers textarea", " 4+8=12 carry 1, 2+6+1=9, answer 92\n answer 82")

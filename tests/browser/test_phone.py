@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from tests.app.api_helpers import LiveServer
+from tests.patience import PATIENCE_MS
 
 pytestmark = pytest.mark.browser
 
-TIMEOUT_MS = 180_000
 # every summary label and value: inside the viewport horizontally, or inside an element that
 # scrolls sideways (then it can be reached); returns the ones that are neither
 OUTSIDE_JS = """() => {
@@ -43,7 +43,7 @@ def test_phone_summary_legends_and_analyze(
     chromium: Any, ui_server: LiveServer, artifacts: Path
 ) -> None:
     page = chromium.new_context(viewport={"width": 390, "height": 844}).new_page()
-    page.set_default_timeout(TIMEOUT_MS)
+    page.set_default_timeout(PATIENCE_MS)
     page.goto(ui_server.url + "/ui/", wait_until="load")
     page.wait_for_selector("#summary-table dd")
     box = page.locator("#analyze-btn").bounding_box()

@@ -14,11 +14,11 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from app.ui.blocks import TABS as UI_TABS
 from tests.app.api_helpers import LiveServer
+from tests.patience import PATIENCE_MS
 
 pytestmark = pytest.mark.browser
 
-TIMEOUT_MS = 180_000
-SETTLE_MS = 20_000  # a layout still misfitting after this is a misfit
+
 PHONE = {"width": 390, "height": 844}
 TABS = tuple(t.title for t in UI_TABS)  # every tab of the UI, a new one included
 
@@ -70,7 +70,7 @@ MISFITS_JS = """(root) => {
 def phone_page(chromium: Any, url: str, touch: bool = True) -> Any:
     context = chromium.new_context(viewport=PHONE, is_mobile=touch, has_touch=touch)
     page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
+    page.set_default_timeout(PATIENCE_MS)
     page.goto(url + "/ui/", wait_until="load")
     page.wait_for_selector("#token-view .tok.sel-b")  # Gradio has taken over from the first view
     page.wait_for_selector("#gmts-first-view", state="detached")
@@ -95,14 +95,14 @@ def misfits(panel: Any) -> list[Any]:
 
 def settled_misfits(page: Any, panel: Any) -> list[Any]:
     """What does not fit once Plotly's and Gradio's layout passes have settled: waits (an
-    event, polled) until nothing misfits, and after SETTLE_MS reports what still does, so a
+    event, polled) until nothing misfits, and after PATIENCE_MS reports what still does, so a
     slow layout on a loaded machine is waited for and a real misfit still fails."""
     try:
         page.wait_for_function(
             f"(root) => ({MISFITS_JS})(root).length === 0",
             arg=panel.element_handle(),
             polling=250,
-            timeout=SETTLE_MS,
+            timeout=PATIENCE_MS,
         )
     except PlaywrightTimeoutError:
         pass

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from tests.app.api_helpers import LiveServer
+from tests.patience import PATIENCE_MS
 
 pytestmark = pytest.mark.browser
 
-TIMEOUT_MS = 180_000
 SIZES = [(1366, 900), (390, 844)]
 
 # Every visible HTML text node: its colour against the background it is drawn on (the element's
@@ -54,9 +54,13 @@ CONTRAST_JS = """
 """
 
 
+SETTLED_JS = """() => document.getAnimations().every(a =>
+  a.playState !== 'running' || a.effect?.getTiming().iterations === Infinity)"""
+
+
 def open_page(chromium: Any, url: str, width: int, height: int) -> Any:
     page = chromium.new_context(viewport={"width": width, "height": height}).new_page()
-    page.set_default_timeout(TIMEOUT_MS)
+    page.set_default_timeout(PATIENCE_MS)
     page.goto(url + "/ui/", wait_until="load")
     page.wait_for_selector("#token-view .tok")
     # the server-drawn first view is replaced by Gradio's: measure the page after the swap
@@ -169,8 +173,14 @@ def test_text_contrast_everywhere(
     # sit in its overflow menu)
     names = page.locator("button[role=tab]:visible").all_inner_texts()
     for tab in names:
-        page.get_by_role("tab", name=tab).first.click()
-        page.wait_for_timeout(300)  # the tab's panel is shown (no clock in the assertion)
+        button = page.get_by_role("tab", name=tab).first
+        button.click()
+        # the tab's panel is shown and its transitions have ended (a colour mid-fade is not
+        # the colour read): events, not a clock, so a loaded machine waits as long as it needs
+        page.wait_for_function(
+            "(b) => b.getAttribute('aria-selected') === 'true'", arg=button.element_handle()
+        )
+        page.wait_for_function(SETTLED_JS)
         result = page.evaluate(CONTRAST_JS)
         assert result["checked"] > 10
         if result["count"]:

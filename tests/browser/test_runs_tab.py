@@ -19,12 +19,12 @@ from app.services.runs import StepOptions
 from gmts_core.methods.selection import top_k_count
 from tests.app.api_helpers import LiveServer
 from tests.browser.conftest import ui_settings
+from tests.patience import PATIENCE_MS, PATIENCE_S
 from tests.run_fixtures import FIXTURES, first_step_traits
 
 pytestmark = pytest.mark.browser
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "runs"
-TIMEOUT_MS = 180_000  # as the other browser modules (a loaded full run timed out at 120 s)
 
 
 def dump_fixtures() -> list[tuple[str, Path, tuple[int, int, int | None, bool]]]:
@@ -53,7 +53,7 @@ def runs_server(
 def open_runs_tab(chromium: Any, url: str, width: int = 1280, height: int = 900) -> Any:
     viewport = {"width": width, "height": height}
     page = chromium.new_context(viewport=viewport, accept_downloads=True).new_page()
-    page.set_default_timeout(TIMEOUT_MS)
+    page.set_default_timeout(PATIENCE_MS)
     page.goto(url + "/ui/", wait_until="load")
     page.wait_for_selector("#analyze-btn")
     runs = page.get_by_role("tab", name="Runs")
@@ -187,7 +187,7 @@ def test_a_step_clicked_while_the_first_loads_is_the_one_shown(
         calls.append(run_id)
         if len(calls) == 2:  # the first step's (the run's own table was the first call)
             holding.set()
-            release.wait(TIMEOUT_MS / 1000)
+            release.wait(PATIENCE_S)
         return overview(run_id)
 
     page = open_runs_tab(chromium, runs_server.url)
@@ -195,7 +195,7 @@ def test_a_step_clicked_while_the_first_loads_is_the_one_shown(
     runs.overview = held_overview
     try:
         pick_run(page, "trl (trl, 3 steps)", 3)
-        assert holding.wait(TIMEOUT_MS / 1000)
+        assert holding.wait(PATIENCE_S)
         with page.expect_response(lambda r: "/queue/join" in r.url):
             click_step(page, 3)  # its event is in the server's queue once join answers
     finally:
@@ -331,7 +331,7 @@ def test_the_report_downloads_and_opens_offline(
     saved = tmp_path / "report.html"
     info.value.save_as(saved)
     offline = chromium.new_context(offline=True).new_page()
-    offline.set_default_timeout(TIMEOUT_MS)
+    offline.set_default_timeout(PATIENCE_MS)
     offline.goto(saved.as_uri())
     assert "Step 2" in offline.locator("body").inner_text()
     assert offline.locator("#run-step-view .tok").count() == shown

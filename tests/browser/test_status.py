@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from tests.app.api_helpers import LiveServer
+from tests.patience import PATIENCE_MS
 
 pytestmark = pytest.mark.browser
 
-TIMEOUT_MS = 180_000
 
 # two looks that broke unseen: bold capitals drawn from a fallback typeface (a theme's bold file
 # without them: a capital as wide as in monospace), and a scroll box's edge shadow repeated
@@ -42,7 +42,7 @@ def test_failed_run_marks_results_stale_and_clamps_are_said(
     chromium: Any, ui_server: LiveServer
 ) -> None:
     page = chromium.new_context(viewport={"width": 1366, "height": 768}).new_page()
-    page.set_default_timeout(TIMEOUT_MS)
+    page.set_default_timeout(PATIENCE_MS)
     page.goto(ui_server.url + "/ui/", wait_until="load")
     page.wait_for_selector("#token-view .tok")
     results = page.locator("#explore-results")

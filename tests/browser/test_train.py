@@ -13,10 +13,10 @@ import pytest
 
 from app.services.methods import method_names
 from tests.app.api_helpers import LiveServer
+from tests.patience import PATIENCE_MS, PATIENCE_S
 
 pytestmark = pytest.mark.browser
 
-TIMEOUT_MS = 180_000
 SMALL = {"train-g": 4, "train-prompts": 1, "train-max-new": 40, "train-eval": 10}
 POINTS_JS = """(sel) => {
     const d = document.querySelector(sel + ' .js-plotly-plot');
@@ -30,7 +30,7 @@ def open_tab(chromium: Any, url: str, tab: str, viewport: tuple[int, int] = (128
         viewport={"width": width, "height": height}, accept_downloads=True
     )
     page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
+    page.set_default_timeout(PATIENCE_MS)
     page.goto(url + "/ui/", wait_until="load")
     page.wait_for_selector("#analyze-btn")
     button = page.get_by_role("tab", name=tab)
@@ -169,7 +169,7 @@ def test_two_students_runs_take_turns_step_by_step(chromium: Any, ui_server: Liv
     sessions.step = recorded_step
     try:
         a.click("#train-run-btn")
-        assert a_stepped.wait(TIMEOUT_MS / 1000)
+        assert a_stepped.wait(PATIENCE_S)
         b.click("#train-run-btn")  # while a's run is going
         wait_for_run(b, 1)
         wait_for_run(a, long_run)  # a's run goes on to its end

@@ -17,10 +17,10 @@ from app.ui.render import fmt
 from gmts_core.demo import DEMO_MODEL_DIR
 from tests.app.api_helpers import LiveServer
 from tests.browser.conftest import demo_model_ready, ui_settings
+from tests.patience import PATIENCE_MS
 
 pytestmark = pytest.mark.browser
 
-TIMEOUT_MS = 180_000
 EVIL = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 LONG_ANSWER = " 7+8=15 carry 1, 4+3+1=8, answer 85; checking: 85-38=47, so 47+38 is 85 indeed"
 
@@ -30,7 +30,7 @@ def open_ui(chromium: Any, url: str, width: int = 1280, height: int = 800) -> An
         viewport={"width": width, "height": height}, accept_downloads=True
     )
     page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
+    page.set_default_timeout(PATIENCE_MS)
     page.goto(url + "/ui/", wait_until="load")
     page.wait_for_selector("#analyze-btn")
     # the server-rendered first view hands over to Gradio and goes: fill the form after that

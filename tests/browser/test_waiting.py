@@ -18,11 +18,10 @@ import pytest
 from app.main import create_app
 from tests.app.api_helpers import LiveServer
 from tests.browser.conftest import ui_settings
-from tests.patience import PATIENCE_S
+from tests.patience import PATIENCE_MS, PATIENCE_S
 
 pytestmark = pytest.mark.browser
 
-TIMEOUT_MS = 120_000
 STAGES = ["generating answers", "scoring rewards", "token statistics", "selection"]
 PATTERN = (  # the lines LiveStatus shows while waiting and running
     r"waiting: \d+(st|nd|rd|th) in the queue|"
@@ -56,7 +55,7 @@ def test_a_queued_analyze_says_its_place_then_its_stages(
     server, app = server_and_app
     jobs = app.state.services.jobs
     page = chromium.new_context(viewport={"width": 1366, "height": 768}).new_page()
-    page.set_default_timeout(TIMEOUT_MS)
+    page.set_default_timeout(PATIENCE_MS)
     page.goto(server.url + "/ui/", wait_until="load")
     page.wait_for_selector("#token-view .tok")
 
@@ -64,7 +63,7 @@ def test_a_queued_analyze_says_its_place_then_its_stages(
 
     def job_ahead() -> None:  # another tab's job holding the only slot
         holding.set()
-        release.wait(TIMEOUT_MS / 1000)
+        release.wait(PATIENCE_S)
 
     ahead = threading.Thread(target=lambda: jobs.run_blocking(job_ahead), daemon=True)
     ahead.start()

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from app.live_server import free_port
-from tests.patience import PATIENCE_S
+from tests.patience import PATIENCE_MS, PATIENCE_S
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -102,7 +102,7 @@ def test_wheel_installs_and_serves_the_ui_with_its_assets(tmp_path: Path, chromi
         assert "gmts" in {m["name"] for m in caps["methods"]}
         page = chromium.new_page()
         try:
-            page.set_default_timeout(120_000)
+            page.set_default_timeout(PATIENCE_MS)
             page.goto(f"{url}/ui/", wait_until="load")
             page.wait_for_selector("#analyze-btn")
             # the token renderer's script ran, and its stylesheet's rules are on the page

@@ -20,6 +20,7 @@ from gmts_core.run_dataset.schema import step_file, write_manifest
 from gmts_core.run_dataset.synthetic import synthetic_step
 from gmts_core.run_dataset.writer import write_step
 from tests.app.api_helpers import make_settings
+from tests.patience import PATIENCE_S
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "runs"
 
@@ -130,7 +131,7 @@ def test_the_first_listing_starts_the_run_wide_lane_before_any_ranking(
         assert run_lane.started == 0
         assert len(c.get("/v1/analysed-runs").json()["runs"]) == 2
         with run_lane.changed:  # started by the listing, with no run-wide request made
-            assert run_lane.changed.wait_for(lambda: bool(run_lane._idle), timeout=120)
+            assert run_lane.changed.wait_for(lambda: bool(run_lane._idle), timeout=PATIENCE_S)
         answers = c.get("/v1/analysed-runs/synthetic/answers", params={"by": "reward"})
         assert answers.status_code == 200 and run_lane.started == 1
 

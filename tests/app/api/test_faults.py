@@ -197,7 +197,7 @@ def test_cancelled_requests_through_the_asgi_app_leak_no_job_slot(
             async with anyio.create_task_group() as tg:
                 tg.start_soon(post)  # takes the slot and waits at the gate
                 tg.start_soon(post)  # waits in the queue
-                assert await anyio.to_thread.run_sync(entered.wait, 30)
+                assert await anyio.to_thread.run_sync(entered.wait, PATIENCE_S)
                 while jobs.waiting != 1:
                     await anyio.sleep(0.01)
                 threading.Timer(0.3, release.set).start()

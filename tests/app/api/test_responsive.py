@@ -110,7 +110,7 @@ def _probe_while(url: str, request: Callable[[], httpx.Response]) -> tuple[httpx
 
 def _session(url: str) -> str:
     body = {"group_size": 8, "prompts_per_step": 8, "max_new_tokens": 16}
-    r = httpx.post(f"{url}/v1/sessions", json=body, timeout=120)
+    r = httpx.post(f"{url}/v1/sessions", json=body, timeout=PATIENCE_S)
     assert r.status_code == 201, r.text
     return str(r.json()["session_id"])
 

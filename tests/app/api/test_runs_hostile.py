@@ -224,7 +224,7 @@ def server(paths: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -
 def get(server: LiveServer, path: str, **params: Any) -> httpx.Response:
     """GET ``path``; then /healthz, whose time is printed, and the server's resident memory,
     within :data:`RSS_SLACK_MB` of its start where the server was :func:`warmed_up`."""
-    resp = httpx.get(server.url + path, params=params, timeout=120)
+    resp = httpx.get(server.url + path, params=params, timeout=PATIENCE_S)
     start = time.perf_counter()
     health = httpx.get(server.url + "/healthz", timeout=PATIENCE_S)
     took_ms = (time.perf_counter() - start) * 1e3
@@ -432,7 +432,7 @@ def test_the_server_starts_with_the_ui_on_over_a_hostile_root(
     paths: tuple[Path, Path], tmp_path: Path
 ) -> None:
     settings = hostile_settings(tmp_path, paths[0], ui_enabled=True, run_list_wait_s=0)
-    with LiveServer(create_app(settings), start_timeout_s=120) as live:
+    with LiveServer(create_app(settings), start_timeout_s=PATIENCE_S) as live:
         assert httpx.get(live.url + "/healthz", timeout=PATIENCE_S).status_code == 200
         body = httpx.get(live.url + "/v1/runs", timeout=PATIENCE_S).json()
         states = {r["state"] for r in body["runs"]}

@@ -96,7 +96,7 @@ def _convert_after(barrier: Any, path: str, cache: str, out: Any) -> None:
     """A second process's conversion of ``path`` into ``cache``, started with the other's."""
     os.environ["GMTS_GGUF_CACHE"] = cache
     lines: list[str] = []
-    barrier.wait(120)
+    barrier.wait(PATIENCE_S)
     folder = gguf.converted_folder(Path(path), progress=lines.append)
     out.put((str(folder), any(line.startswith("converting") for line in lines)))
 
