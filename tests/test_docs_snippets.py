@@ -49,7 +49,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.patience import PATIENCE_S
+from tests.patience import PATIENCE_S, patient_env
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -218,6 +218,7 @@ def snippet_env(native_cache: Path) -> dict[str, str]:
         # the blocks' compiled kernels (gmts native build --force too) stay in the session's
         # scratch, not in the user's cache, which other processes may be loading
         "GMTS_NATIVE_CACHE": str(native_cache),
+        **patient_env(),  # the servers' time limits out of a loaded machine's way
     }
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from app.core.config import Settings
 from app.live_server import LiveServer, free_port
+from tests.patience import PATIENT_LIMITS
 
 __all__ = ["TINY", "LiveServer", "free_port", "given_body", "make_settings"]
 
@@ -37,13 +38,10 @@ def make_settings(root: Path, **overrides: Any) -> Settings:
         session_state_dir=None,  # in memory unless a test asks for a state folder
         # TestClient's host, besides the loopback names a live server is reached by
         allowed_hosts=["127.0.0.1", "localhost", "::1", "testserver"],
-        # a query's time limit far above its time on a loaded 2-core CI machine (the tests of
-        # the limit itself set their own)
-        analysed_query_timeout_s=300.0,
-        analysed_queue_wait_s=300.0,
-        # a listing waits for the background index (it answers as soon as that is done): the
-        # tests of the "indexing" state set their own wait
-        run_list_wait_s=300.0,
+        # time limits far above the work's time on a loaded 2-core CI machine; a listing waits
+        # for the background index (it answers as soon as that is done). The tests of a limit
+        # (and of the "indexing" state) set their own.
+        **PATIENT_LIMITS,
     )
     values.update(overrides)
     return Settings(**values)

@@ -309,7 +309,8 @@ def test_what_the_trainer_logged_is_charted(chromium: Any, runs_server: LiveServ
         "() => [...(document.querySelector('#run-trainer-plot .js-plotly-plot')?.data ?? [])]"
         ".some(t => (t.name ?? '').startsWith('entropy mean (GMTS'))"
     )
-    assert "What TRL itself logged" in page.locator("#run-trainer-note").inner_text()
+    # the note is another output of the same update: waited for, not read at once
+    page.locator("#run-trainer-note", has_text="What TRL itself logged").wait_for()
 
 
 def test_the_report_downloads_and_opens_offline(

@@ -207,8 +207,6 @@ def hostile_settings(models: Path, root: Path, **overrides: Any) -> Any:
         default_model="tiny-arith",
         max_total_tokens=4096,
         run_max_step_bytes=STEP_BYTES,
-        run_list_wait_s=300,  # each listing here waits for the index (the default: 2 s)
-        run_worker_wall_s=5.0,
     )
     values.update(overrides)
     return make_settings(models, **values)
