@@ -3,8 +3,11 @@
 Playwright's ``wait_for_function`` stops at the first exception its predicate throws, so
 ``document.querySelector('#x').value`` fails the test with "Cannot read properties of null"
 whenever the page has not drawn ``#x`` yet (a loaded machine, a re-rendered component), instead
-of waiting for it. Every wait in ``tests/browser`` reads such an element through ``?.`` (or
-checks it first). This reads the waits' JavaScript from the test files (no browser)."""
+of waiting for it. A watcher the page runs later (an init script, a MutationObserver's or a
+frame's callback) fails the same way, silently: what it was to record never comes, and the
+test waits until its bound. Every wait and watcher in ``tests/browser`` and ``benchmarks``
+(which the smoke tests run) reads such an element through ``?.`` (or checks it first). This
+reads their JavaScript from the source files (no browser)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,14 @@ import ast
 import re
 from pathlib import Path
 
-BROWSER = Path(__file__).resolve().parent / "browser"
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = [
+    *sorted((ROOT / "tests" / "browser").glob("*.py")),
+    *sorted((ROOT / "benchmarks").glob("*.py")),
+]
+WAITS = {"wait_for_function", "add_init_script"}
+# JavaScript that runs later, in callbacks: a watcher
+WATCHER = re.compile(r"MutationObserver|requestAnimationFrame|setTimeout|addEventListener")
 # a property read straight off querySelector / getElementById / closest, which return null
 UNGUARDED = re.compile(r"\b(?:querySelector|getElementById|closest)\((?:[^()]|\([^()]*\))*\)\s*\.")
 
@@ -47,12 +57,21 @@ def unguarded_waits(source: str) -> list[tuple[int, str]]:
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "wait_for_function"
+            and node.func.attr in WAITS
             and node.args
         ):
             for m in UNGUARDED.finditer(_text(node.args[0], constants)):
                 found.append((node.lineno, m.group(0)))
-    return found
+    for node in tree.body:  # watchers kept in module constants, wherever they are used
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+            and WATCHER.search(node.value.value)
+        ):
+            for m in UNGUARDED.finditer(node.value.value):
+                found.append((node.lineno, m.group(0)))
+    return sorted(set(found))
 
 
 def test_the_check_finds_an_unguarded_read_and_passes_a_guarded_one() -> None:
@@ -66,14 +85,19 @@ def test_the_check_finds_an_unguarded_read_and_passes_a_guarded_one() -> None:
         "page.wait_for_function(\"document.querySelectorAll('#t tr').length === 2\")\n"
         "page.evaluate(\"document.querySelector('#m').value\")\n"  # after a wait: not a wait
     )
+    watcher = (
+        "WATCH = \"new MutationObserver(() => { x = document.querySelector('#s').innerText })\"\n"
+        "ctx.add_init_script(\"setTimeout(() => document.getElementById('n').click(), 0)\")\n"
+    )
     assert [line for line, _ in unguarded_waits(bad)] == [1, 3]
+    assert [line for line, _ in unguarded_waits(watcher)] == [1, 2]
     assert unguarded_waits(good) == []
 
 
 def test_no_browser_wait_reads_a_possibly_missing_element() -> None:
     problems = [
-        f"{path.name}:{line}: {text}"
-        for path in sorted(BROWSER.glob("*.py"))
+        f"{path.relative_to(ROOT)}:{line}: {text}"
+        for path in SOURCES
         for line, text in unguarded_waits(path.read_text(encoding="utf-8"))
     ]
     assert not problems, "\n".join(problems)

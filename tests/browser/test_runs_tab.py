@@ -163,7 +163,8 @@ def test_tooltip_ranks_fit_their_labels(
 SUMMARY_STEPS = """() => {
   window.__steps = [];
   const look = () => {
-    const m = document.querySelector('#run-step-summary').innerText.match(/Step (\\d+) of/);
+    const t = document.querySelector('#run-step-summary')?.innerText ?? '';
+    const m = t.match(/Step (\\d+) of/);
     if (m && window.__steps[window.__steps.length - 1] !== Number(m[1]))
       window.__steps.push(Number(m[1]));
   };
