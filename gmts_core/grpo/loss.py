@@ -23,7 +23,7 @@ import torch
 
 from gmts_core.knobs import DEFAULT_TEMPERATURE
 from gmts_core.model.logit_head import head_path
-from gmts_core.stats.forward import answer_hidden, answer_logits
+from gmts_core.stats.forward import answer_hidden
 
 
 def answer_logprobs(
@@ -32,33 +32,22 @@ def answer_logprobs(
     pad_id: int,
     temperature: float = DEFAULT_TEMPERATURE,
     share_prompts: bool = False,
+    rows: list[int] | None = None,
 ) -> torch.Tensor:
-    """log pi(y_t) of every answer token, flat (N,) in (answer, position) order, float32.
+    """log pi(y_t) of the answer tokens, float32, in the flat (answer, position) order: every
+    one, (N,), or those at ``rows`` only, (len(rows),).
 
     Differentiable when grad is enabled. The LM head runs only on the positions that predict
-    answer tokens (:func:`gmts_core.stats.forward.answer_logits`, which also says what
-    ``share_prompts`` does).
+    answer tokens (:func:`gmts_core.stats.forward.answer_hidden`, which also says what
+    ``share_prompts`` does), and with ``rows`` on those rows alone; each value is the one the
+    every-row call gives for its row, to float32 rounding (the head's product has fewer rows).
     """
-    _, logits = answer_logits(model, sequences, pad_id, share_prompts)  # (N, V)
-    return logprobs_from_logits(logits, answer_targets(sequences, logits.device), temperature)
-
-
-def answer_logprobs_at(
-    model: Any,
-    sequences: list[tuple[list[int], list[int]]],
-    rows: list[int],
-    pad_id: int,
-    temperature: float = DEFAULT_TEMPERATURE,
-    share_prompts: bool = False,
-) -> torch.Tensor:
-    """log pi(y_t) of the answer tokens at ``rows`` of the flat (answer, position) order only,
-    (len(rows),): :func:`answer_logprobs` with the LM head run on those rows alone. Each value
-    is the one :func:`answer_logprobs` gives for its row, to float32 rounding (the head's
-    product has fewer rows)."""
     hidden = answer_hidden(model, sequences, pad_id, share_prompts)  # (N, D)
-    index = torch.tensor(rows, dtype=torch.long, device=hidden.device)
-    logits = head_path(model).logits(hidden.index_select(0, index)).float()  # (R, V)
-    targets = answer_targets(sequences, logits.device).index_select(0, index)
+    targets = answer_targets(sequences, hidden.device)
+    if rows is not None:
+        index = torch.tensor(rows, dtype=torch.long, device=hidden.device)
+        hidden, targets = hidden.index_select(0, index), targets.index_select(0, index)
+    logits = head_path(model).logits(hidden).float()  # (R, V)
     return logprobs_from_logits(logits, targets, temperature)
 
 

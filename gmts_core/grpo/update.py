@@ -19,7 +19,6 @@ from gmts_core.grpo.forward import Parts, Sequences, policy_micro_batches
 from gmts_core.grpo.loss import (
     LossTerms,
     answer_logprobs,
-    answer_logprobs_at,
     grpo_loss,
 )
 from gmts_core.grpo.policy import TrainablePolicy
@@ -188,8 +187,8 @@ def _rows_update(
             zero = LossTerms(torch.zeros(()), 0.0, 0.0, 0, 0, 0, 0)
             terms.append(dataclasses.replace(zero, **counts))
             continue
-        logp = answer_logprobs_at(
-            policy.model, kept, kept_rows, pad_id, config.temperature, share_prompts=True
+        logp = answer_logprobs(
+            policy.model, kept, pad_id, config.temperature, share_prompts=True, rows=kept_rows
         )
         at = torch.tensor(part_rows, dtype=torch.long) + sl.start
         part = grpo_loss(
