@@ -182,11 +182,18 @@ def test_two_students_runs_take_turns_step_by_step(chromium: Any, ui_server: Liv
     b.context.close()
 
 
+# records the status text the first time it carries a rule's warning: every state the page
+# shows is seen (a MutationObserver), not only those a poll happens to catch, so a loaded
+# machine that draws two updates between frames still shows which step the warning came with
 RULE_WARNING_JS = """() => {
-    const t = (document.querySelector('#train-session') || {}).innerText || '';
+    window.__gmtsFirstWarning = null;
     const rule = ['moving far from the start', 'Held-out accuracy is falling',
                   'Held-out accuracy collapsed'];
-    return rule.some(r => t.includes(r)) ? t : null;
+    new MutationObserver(() => {
+      const t = document.querySelector('#train-session')?.innerText ?? '';
+      if (window.__gmtsFirstWarning === null && rule.some(r => t.includes(r)))
+        window.__gmtsFirstWarning = t;
+    }).observe(document.body, {subtree: true, childList: true, characterData: true});
 }"""
 
 
@@ -206,8 +213,9 @@ def test_train_extremes_warn_during_the_run(chromium: Any, ui_server: LiveServer
     extremes = {"train-lr": 3e-4, "train-ratio": 0.05, "train-inner": 8, "train-warmup": 0}
     for elem_id, value in {**SMALL, **extremes, "train-steps": steps}.items():
         set_number(page, elem_id, value)
+    page.evaluate(RULE_WARNING_JS)
     page.click("#train-run-btn")
-    text = page.wait_for_function(RULE_WARNING_JS).json_value()
+    text = page.wait_for_function("() => window.__gmtsFirstWarning").json_value()
     done = int(text.split("steps done ")[1].split()[0])
     assert done < steps, f"the warning came only at the end ({done} of {steps} steps)"
     wait_for_run(page, steps)
