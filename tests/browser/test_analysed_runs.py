@@ -52,6 +52,8 @@ def test_browse_filter_grow_and_download_an_analysed_run(
     page.locator("#analysed-pick input").click()
     page.get_by_role("option", name="big-run").click()
     page.get_by_text(re.compile(r"3 steps analysed \(steps 1–3\)")).wait_for()
+    # the chart is drawn after the label (another output, drawn by Plotly): waited for, once
+    page.locator("#analysed-reward-plot .js-plotly-plot").wait_for()
     assert page.locator("#analysed-reward-plot .js-plotly-plot").count() == 1
 
     group_row = page.locator("#analysed-groups .virtual-row").nth(2)
