@@ -3,25 +3,44 @@
 Never downloads a browser: the tests skip when /usr/bin/chromium is missing. Servers are real
 uvicorn servers of ``create_app`` on 127.0.0.1 (free ports) in background threads. The model is
 the bundled ``tiny-arith`` when it has been trained, else a tiny random Llama under that alias.
+
+Assertions on the page are Playwright's ``expect``, which retries until the suite's one waiting
+bound (``PATIENCE_MS``, set here for every browser test): a plain ``assert`` reads the page at
+once, and an element drawn a moment after the one a test waited for (a Plotly chart, a Gradio
+output of a later tick, what ``gmts.js`` draws) fails it on a loaded machine
+(tests/test_browser_waits.py keeps them out).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from app.core.config import Settings
 from app.live_server import CHROMIUM_ARGS, CHROMIUM_PATH
 from app.main import create_app
 from gmts_core.demo import DEMO_ALIAS, DEMO_MODEL_DIR
 from tests.app.api_helpers import LiveServer, make_settings
+from tests.patience import PATIENCE_MS
 from tests.tiny_models import save_tiny_model
 
 CHROMIUM = Path(CHROMIUM_PATH)
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+# every expect(...) in the browser tests waits up to the suite's bound (the default is 5 s)
+expect.set_options(timeout=PATIENCE_MS)
+
+
+def exactly(text: str) -> re.Pattern[str]:
+    """``text`` as a pattern for ``expect(...).to_have_text(..., use_inner_text=True)``: the
+    whole text, its line breaks included (a string is compared with its whitespace collapsed,
+    a pattern as it is)."""
+    return re.compile("^" + re.escape(text) + "$")
 
 
 def demo_model_ready() -> bool:

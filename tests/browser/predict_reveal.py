@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from playwright.sync_api import expect
+
 HIDDEN = "rgba(0, 0, 0, 0)"
 # one listed token: its text, its rank, and the reason the two methods part on it
 LISTED = re.compile(r"\u201c[^\u201d]*\u201d \((?:rank \d+|not ranked)(?:; ([^)]*))?\)")
@@ -20,10 +22,10 @@ def predict_then_reveal(page: Any, scope_selector: str, opened: bool = False) ->
     scope = page.locator(scope_selector)
     toggle = scope.locator(".predict-toggle")
     if opened:
-        assert toggle.is_checked()
+        expect(toggle).to_be_checked()
     else:
         toggle.check()
-    assert "predicting" in (scope.get_attribute("class") or "")
+    expect(scope).to_have_class(re.compile(r"\bpredicting\b"))
     mark = scope.locator(".tok.mark-b, .tok.mark-both").first
     hidden = mark.evaluate("t => getComputedStyle(t).borderTopColor")
     assert hidden == HIDDEN, hidden  # gmts's mark hidden while predicting
@@ -38,8 +40,8 @@ def predict_then_reveal(page: Any, scope_selector: str, opened: bool = False) ->
     for guess in guesses:
         guess.first.scroll_into_view_if_needed()
         guess.first.click()
-    assert page.locator("#gmts-pin").is_hidden()  # a guess, not the panel
-    assert scope.locator(".predict-count").inner_text() == "3 picked"
+    expect(page.locator("#gmts-pin")).to_be_hidden()  # a guess, not the panel
+    expect(scope.locator(".predict-count")).to_have_text("3 picked", use_inner_text=True)
     scope.locator(".predict-reveal").click()
     score = scope.locator(".predict-score").inner_text()
     want = (
@@ -47,9 +49,9 @@ def predict_then_reveal(page: Any, scope_selector: str, opened: bool = False) ->
     )
     assert want in score, score
     assert "Why they differ" in score and "Your picks it left out" in score
-    assert scope.locator(".tok.guess-hit").count() == 2
-    assert scope.locator(".tok.guess-miss").count() == 1
-    assert scope.locator(".tok.guess-missed").count() == total - 2
+    expect(scope.locator(".tok.guess-hit")).to_have_count(2)
+    expect(scope.locator(".tok.guess-miss")).to_have_count(1)
+    expect(scope.locator(".tok.guess-missed")).to_have_count(total - 2)
     shown = mark.evaluate("t => getComputedStyle(t).borderTopColor")
     assert shown != HIDDEN  # the marks are back
     check_reasons(page, scope, score)
@@ -71,6 +73,6 @@ def check_reasons(page: Any, scope: Any, score: str) -> None:
         side, _, label = reason.partition(": ")
         assert side in ("only entropy", "only gmts"), reason
         if not label:  # the view lists a reason's first tokens only ("+N more")
-            assert tab.locator(".why-differ .why-more").count() > 0, reason
+            expect(tab.locator(".why-differ .why-more").first, reason).to_be_attached()
         else:
             assert label in labels, (reason, labels)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from playwright.sync_api import expect
 
 from app.main import create_app
 from gmts_core.run_dataset.schema import step_file, write_manifest
@@ -43,9 +44,9 @@ def server(browser_model_root: Path, dataset: Path) -> Iterator[LiveServer]:
         yield live
 
 
-def _cell(page: Any, table: str, row: int, col: int) -> str:
-    cells = page.locator(f"#{table} .virtual-row").nth(row).locator("[role=gridcell]")
-    return str(cells.nth(col).inner_text()).strip()
+def _cell(page: Any, table: str, row: int, col: int) -> Any:
+    """A grid cell, for an auto-waiting ``expect`` (its text is compared stripped)."""
+    return page.locator(f"#{table} .virtual-row").nth(row).locator("[role=gridcell]").nth(col)
 
 
 @pytest.mark.parametrize("width", [1366, 390])
@@ -66,13 +67,14 @@ def test_every_group_and_every_token_is_reachable(
         page.get_by_text(shown).wait_for()
     page.click("#analysed-groups-next")  # past the last page: it stays
     page.get_by_text("groups 401–512 of 512").wait_for()
-    assert _cell(page, "analysed-groups", 0, 0) == "400"
+    expect(_cell(page, "analysed-groups", 0, 0)).to_have_text("400", use_inner_text=True)
     page.locator("#analysed-groups .virtual-row").first.locator("[role=gridcell]").first.click()
     page.wait_for_function(
         "[...document.querySelectorAll('#analysed-answers .virtual-row')].length === 2"
     )
-    assert _cell(page, "analysed-answers", 0, 1) == "400"  # a group past the first 200
-    assert "groups 401–512" in note.inner_text()
+    # a group past the first 200
+    expect(_cell(page, "analysed-answers", 0, 1)).to_have_text("400", use_inner_text=True)
+    expect(note).to_contain_text("groups 401–512", use_inner_text=True)
 
     page.locator("#analysed-step input").click()
     page.get_by_role("option", name="2", exact=True).click()
@@ -83,7 +85,7 @@ def test_every_group_and_every_token_is_reachable(
     long_row.locator("[role=gridcell]").first.click()
     tokens = page.locator("#analysed-tokens")
     page.get_by_text(re.compile("tokens 1–1,000 of 4,096")).wait_for()
-    assert tokens.locator(".tok").count() == 1000
+    expect(tokens.locator(".tok")).to_have_count(1000)
     marks = page.evaluate(
         """() => [...document.querySelectorAll('#analysed-tokens .tok')].map(t =>
             [(t.style.boxShadow.match(/inset/g) || []).length, t.title])"""
@@ -97,7 +99,7 @@ def test_every_group_and_every_token_is_reachable(
         page.click("#analysed-tokens-next")
         page.get_by_text(re.compile(f"tokens {first:,}–")).wait_for()
     page.get_by_text("tokens 4,001–4,096 of 4,096").wait_for()
-    assert tokens.locator(".tok").count() == 96
+    expect(tokens.locator(".tok")).to_have_count(96)
     page.click("#analysed-tokens-prev")
     page.get_by_text("tokens 3,001–4,000 of 4,096").wait_for()
     context.close()

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from playwright.sync_api import expect
 
 from app.main import create_app
 from gmts_core.run_dataset.schema import write_manifest
@@ -53,8 +54,7 @@ def test_browse_filter_grow_and_download_an_analysed_run(
     page.get_by_role("option", name="big-run").click()
     page.get_by_text(re.compile(r"3 steps analysed \(steps 1–3\)")).wait_for()
     # the chart is drawn after the label (another output, drawn by Plotly): waited for, once
-    page.locator("#analysed-reward-plot .js-plotly-plot").wait_for()
-    assert page.locator("#analysed-reward-plot .js-plotly-plot").count() == 1
+    expect(page.locator("#analysed-reward-plot .js-plotly-plot")).to_have_count(1)
 
     group_row = page.locator("#analysed-groups .virtual-row").nth(2)
     group_row.wait_for()  # step 1's groups, opened with the run
@@ -62,9 +62,8 @@ def test_browse_filter_grow_and_download_an_analysed_run(
     page.wait_for_function(
         "document.querySelectorAll('#analysed-answers .virtual-row').length === 8"
     )  # the group's 8 answers
-    assert (
-        page.locator("#analysed-answers .virtual-row [role=gridcell]").nth(1).inner_text().strip()
-        == "2"
+    expect(page.locator("#analysed-answers .virtual-row [role=gridcell]").nth(1)).to_have_text(
+        "2", use_inner_text=True
     )
 
     page.locator("#analysed-contains textarea, #analysed-contains input").first.fill("right")
@@ -72,7 +71,7 @@ def test_browse_filter_grow_and_download_an_analysed_run(
     page.get_by_text(re.compile(r"[\d,]+ answers match")).wait_for()
     first = page.locator("#analysed-results .virtual-row").first
     first.wait_for()
-    assert "right" in first.inner_text()
+    expect(first).to_contain_text("right", use_inner_text=True)
     first.locator("[role=gridcell]").first.click()
     token = page.locator("#analysed-tokens .tok").first
     token.wait_for()
@@ -99,8 +98,8 @@ def test_browse_filter_grow_and_download_an_analysed_run(
     report = offline.new_page()
     report.goto(saved.as_uri(), wait_until="load")
     report.wait_for_selector(".js-plotly-plot .main-svg")
-    text = report.locator("body").inner_text()
-    assert "steps analysed" in text and "gmts keeps" in text
-    assert report.locator(".tok").count() > 0  # the answer that was shown
+    expect(report.locator("body")).to_contain_text("steps analysed", use_inner_text=True)
+    expect(report.locator("body")).to_contain_text("gmts keeps", use_inner_text=True)
+    expect(report.locator(".tok").first).to_be_attached()  # the answer that was shown
     offline.close()
     context.close()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.app.api_helpers import LiveServer
 from tests.browser.predict_reveal import predict_then_reveal
@@ -67,11 +68,11 @@ def test_page_opens_on_a_highlighted_example(
     # the example came with the page: no model run was asked for before it showed
     assert page.evaluate("window.__gmtsQueueCallsAtFirstToken") == 0
     first = page.locator("#token-view .tok.sel-b").first
-    assert first.is_visible()  # drawn (a box on the page), not only present in the DOM
+    expect(first).to_be_visible()  # drawn (a box on the page), not only present in the DOM
     view = page.locator("#token-view")
-    assert view.locator(".tok").count() > 0
-    assert view.locator(".tok.sel-a").count() > 0  # entropy's selection, marked
-    assert "Example" in page.locator("#notes").inner_text()
+    expect(view.locator(".tok").first).to_be_attached()
+    expect(view.locator(".tok.sel-a").first).to_be_attached()  # entropy's selection, marked
+    expect(page.locator("#notes")).to_contain_text("Example", use_inner_text=True)
     page.wait_for_selector("#scatter-plot .js-plotly-plot .point")  # charts drawn as well
     assert in_first_screen(page, "#analyze-btn"), "Analyze must be on the first screen"
     # the disagreement, without a click: entropy's picks in a zero-signal group and tokens
@@ -80,9 +81,12 @@ def test_page_opens_on_a_highlighted_example(
         assert in_first_screen(page, f"{card} .spot-sentence"), card
     assert in_first_screen(page, "#spotlight .spot-wasted .tok.tok-wasted.sel-a")
     assert in_first_screen(page, "#spotlight .spot-signal .tok.sel-b:not(.sel-a)")
-    wasted = page.locator("#spotlight .spot-wasted .spot-sentence").inner_text()
-    assert "nothing can be learned" in wasted and "% of its picks here" in wasted
-    assert "gmts picks" in page.locator("#spotlight .spot-signal .spot-sentence").inner_text()
+    wasted = page.locator("#spotlight .spot-wasted .spot-sentence")
+    expect(wasted).to_contain_text("nothing can be learned", use_inner_text=True)
+    expect(wasted).to_contain_text("% of its picks here", use_inner_text=True)
+    expect(page.locator("#spotlight .spot-signal .spot-sentence")).to_contain_text(
+        "gmts picks", use_inner_text=True
+    )
     why = page.locator("#why-differ-view .why-differ h4").bounding_box()
     spot = page.locator("#spotlight").bounding_box()
     assert why is not None and spot is not None
@@ -98,7 +102,7 @@ def test_page_opens_on_a_highlighted_example(
     record.write_text(json.dumps(data, indent=1))
     # the pinned panel works on the example too (its numbers and ranks come with the page)
     first.click()
-    assert "rank of" in page.locator("#gmts-pin").inner_text()
+    expect(page.locator("#gmts-pin")).to_contain_text("rank of", use_inner_text=True)
     page.keyboard.press("Escape")
     predict_then_reveal(page, "#token-view .predict-scope")
     # Learn: the group it explains, opened with the picks hidden (the same bar and script);
@@ -106,9 +110,9 @@ def test_page_opens_on_a_highlighted_example(
     page.get_by_role("tab", name="Learn").first.click()
     learn = "#learn-view .learn-predict .predict-scope"
     page.locator(learn).wait_for()
-    assert page.locator(f"{learn} .predict-reasons").is_hidden()
+    expect(page.locator(f"{learn} .predict-reasons")).to_be_hidden()
     predict_then_reveal(page, learn, opened=True)
-    assert page.locator("#learn-why-differ").is_visible()
+    expect(page.locator("#learn-why-differ")).to_be_visible()
     # a token of its reasons in another group: Learn (and Explore) go to that group and show it
     shown = page.locator("#learn-view .gmts-view").get_attribute("data-group")
     chip = page.locator(f'#learn-why-differ .why-tok:not([data-group="{shown}"])').first
@@ -121,7 +125,7 @@ def test_page_opens_on_a_highlighted_example(
     page.wait_for_function(
         f"() => !!document.querySelector('{token}')?.classList.contains('linked')"
     )
-    assert page.locator(f'#token-view .gmts-view[data-group="{g}"]').count() == 1
+    expect(page.locator(f'#token-view .gmts-view[data-group="{g}"]')).to_have_count(1)
     box = page.locator(f"{learn} .predict-bar").bounding_box()
     assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width, box
     page.context.close()
@@ -134,8 +138,9 @@ def test_results_scroll_into_view_after_analyze(chromium: Any, ui_server: LiveSe
     page.locator("#reference").locator("textarea, input").first.fill("85")
     page.click("#analyze-btn")
     page.wait_for_selector("#json-download", state="visible")
-    assert "47+38" in page.locator("#token-view .prompt-text").inner_text()
-    assert "Example" not in page.locator("#notes").inner_text()  # the new result replaced it
+    expect(page.locator("#token-view .prompt-text")).to_contain_text("47+38", use_inner_text=True)
+    # the new result replaced it
+    expect(page.locator("#notes")).not_to_contain_text("Example", use_inner_text=True)
     # the results were brought into view: the notes above the tokens reach the top of the screen
     page.wait_for_function(
         "() => { const n = document.getElementById('notes');"

@@ -14,9 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from app.ui.first_view import FIRST_VIEW_ID
 from tests.app.api_helpers import LiveServer
+from tests.browser.conftest import exactly
 from tests.patience import PATIENCE_MS
 
 pytestmark = pytest.mark.browser
@@ -48,11 +50,11 @@ def test_tokens_are_on_screen_without_javascript(chromium: Any, ui_server: LiveS
     page = _page(chromium, java_script_enabled=False)
     page.goto(ui_server.url + "/ui/", wait_until="load")
     token = page.locator(f"{VIEW} .tok.sel-b").first
-    assert token.is_visible()
+    expect(token).to_be_visible()
     box = token.bounding_box()
     assert box is not None and 0 <= box["y"] <= 768 - box["height"]  # on the first screen
-    assert page.locator(f"{VIEW} .tok.mark-a, {VIEW} .tok.mark-both").count() > 0
-    assert page.locator("#token-view").count() == 0  # Gradio has drawn nothing
+    expect(page.locator(f"{VIEW} .tok.mark-a, {VIEW} .tok.mark-both").first).to_be_attached()
+    expect(page.locator("#token-view")).to_have_count(0)  # Gradio has drawn nothing
     page.context.close()
 
 
@@ -76,25 +78,33 @@ def test_first_view_tokens_answer_hover_focus_and_tap_before_gradio_boots(
     if not phone:
         token.hover()
         tip.wait_for(state="visible")
-        assert tip.inner_text() == details
+        expect(tip).to_have_text(exactly(details), use_inner_text=True)
         _assert_on_top(page, "#gmts-tip")
         page.mouse.move(0, 0)
         tip.wait_for(state="hidden")
     other.focus()  # keyboard: the focused token's details
     tip.wait_for(state="visible")
-    assert tip.inner_text() == other.get_attribute("data-tip")
+    other_details = other.get_attribute("data-tip")  # drawn by the server: there at once
+    assert other_details
+    expect(tip).to_have_text(exactly(other_details), use_inner_text=True)
     page.keyboard.press("Enter")  # its pinned panel: the same lines of numbers and ranks
     pin = page.locator("#gmts-pin")
     pin.wait_for(state="visible")
-    lines = other.get_attribute("data-tip").split("\n")
-    assert page.locator("#gmts-pin .pin-title").inner_text() == lines[0]
-    assert page.locator("#gmts-pin .pin-ranks").inner_text() == "\n".join(lines[4:-1])
+    lines = other_details.split("\n")
+    expect(page.locator("#gmts-pin .pin-title")).to_have_text(
+        exactly(lines[0]), use_inner_text=True
+    )
+    expect(page.locator("#gmts-pin .pin-ranks")).to_have_text(
+        exactly("\n".join(lines[4:-1])), use_inner_text=True
+    )
     page.keyboard.press("Escape")
     pin.wait_for(state="hidden")
     if phone:
         token.tap()  # touch: the pinned panel, a bottom sheet across the screen
         pin.wait_for(state="visible")
-        assert page.locator("#gmts-pin .pin-title").inner_text() == details.split("\n")[0]
+        expect(page.locator("#gmts-pin .pin-title")).to_have_text(
+            exactly(details.split("\n")[0]), use_inner_text=True
+        )
         box = pin.bounding_box()
         assert box is not None and box["width"] == width and box["y"] + box["height"] <= height
         _assert_on_top(page, "#gmts-pin")
@@ -149,10 +159,11 @@ def test_gradio_takes_over_and_the_first_view_goes(chromium: Any, ui_server: Liv
     page.wait_for_selector(VIEW, state="detached")
     assert page.evaluate("document.activeElement.closest('#token-view') !== null")
     assert page.evaluate("document.activeElement.getAttribute('data-tip')") == focused
-    assert page.locator("#gmts-tip").inner_text() == focused
+    assert focused
+    expect(page.locator("#gmts-tip")).to_have_text(exactly(focused), use_inner_text=True)
     # the same example in both: the interactive view shows the tokens the first view showed
-    assert page.locator("#token-view .tok.sel-b").count() > 0
-    assert "Example" in page.locator("#notes").inner_text()
+    expect(page.locator("#token-view .tok.sel-b").first).to_be_attached()
+    expect(page.locator("#notes")).to_contain_text("Example", use_inner_text=True)
     # the scatter (in the config) is drawn first, then the charts the page-load event sends
     # once it is drawn; all from one Plotly module: the first view's early import and Gradio's
     # are the same request
@@ -164,7 +175,7 @@ def test_gradio_takes_over_and_the_first_view_goes(chromium: Any, ui_server: Liv
     assert sorted(page.evaluate("window.__gmtsDrawn")) == sorted(["#scatter-plot", *later])
     # Explore showed the sketch until Plotly drew; now Plotly's chart has its place
     assert page.evaluate("window.__gmtsSketchFirst") is True
-    assert page.locator("#scatter-sketch").is_hidden()
+    expect(page.locator("#scatter-sketch")).to_be_hidden()
     box = page.locator("#scatter-plot").bounding_box()
     assert box is not None and box["height"] > 400, box
     chunks = page.evaluate(

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.app.api_helpers import LiveServer
 from tests.patience import PATIENCE_MS
@@ -50,10 +51,10 @@ def test_click_on_a_chart_point_shows_its_token(chromium: Any, ui_server: LiveSe
     page.mouse.up()
     linked = page.locator("#token-view .tok.linked.pinned")
     linked.wait_for(state="visible")
-    assert [int(linked.get_attribute("data-answer")), int(linked.get_attribute("data-pos"))] == (
-        wanted
-    )
-    assert page.locator("#gmts-pin").is_visible()
+    answer, pos = wanted
+    expect(linked).to_have_attribute("data-answer", str(int(answer)))
+    expect(linked).to_have_attribute("data-pos", str(int(pos)))
+    expect(page.locator("#gmts-pin")).to_be_visible()
     page.context.close()
 
 
@@ -73,12 +74,14 @@ def test_click_on_a_token_pins_its_details_until_closed(
     assert pool and int(pool.group(1)) >= n and "(it keeps the top " in text
     assert "gmts: #" in text and "entropy: #" in text
     bars = panel.locator(".pin-bar")
-    assert bars.count() >= 2 and "sampled" in bars.first.inner_text()  # token + alternatives
+    expect(bars.nth(1)).to_be_attached()  # token + alternatives
+    expect(bars.first).to_contain_text("sampled", use_inner_text=True)
     page.mouse.move(5, 5)  # hovering elsewhere and clicking outside keep it
     page.locator("#notes").click()
-    assert panel.is_visible() and tok.get_attribute("class").count("pinned") == 1
+    expect(panel).to_be_visible()
+    expect(tok).to_have_class(re.compile(r"^(?!.*pinned.*pinned).*pinned"))  # pinned, once
     panel.locator(".pin-close").click()
-    assert not panel.is_visible()
+    expect(panel).to_be_hidden()
     page.context.close()
 
 
@@ -101,10 +104,11 @@ def test_exported_view_works_offline(chromium: Any, ui_server: LiveServer, tmp_p
         "file:") else route.continue_())  # fmt: skip
     offline.goto(saved.as_uri())
     tokens = offline.locator("#token-view .tok")
-    assert tokens.count() > 0 and offline.locator(".tok.mark-b, .tok.mark-both").count() > 0
+    expect(tokens.first).to_be_attached()
+    expect(offline.locator(".tok.mark-b, .tok.mark-both").first).to_be_attached()
     tokens.nth(2).hover()
     offline.locator("#gmts-tip").wait_for(state="visible")
     tokens.nth(2).click()
     offline.locator("#gmts-pin").wait_for(state="visible")
-    assert offline.locator("#summary-table dd").count() >= 10
+    expect(offline.locator("#summary-table dd").nth(9)).to_be_attached()  # 10 or more
     context.close()

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+from playwright.sync_api import expect
 
 from app.ui.blocks import TABS as UI_TABS
 from tests.app.api_helpers import LiveServer
@@ -134,9 +135,11 @@ def test_first_screen_on_a_phone(chromium: Any, ui_server: LiveServer) -> None:
         ["#analyze-btn", ".spot-wasted", ".spot-signal", "#why-differ-view h4"],
     )
     assert bottoms[1] > 0 and max(bottoms) <= PHONE["height"], bottoms  # all of them, unscrolled
-    assert "Tap a token" in page.locator("#intro").inner_text()
-    assert "Hover a token" not in page.locator("#intro").inner_text()
+    # the rendered text (use_inner_text): both words are in the page, CSS shows one of them
+    intro = page.locator("#intro")
+    expect(intro).to_contain_text("Tap a token", use_inner_text=True)
+    expect(intro).not_to_contain_text("Hover a token", use_inner_text=True)
     page.context.close()
     desktop = phone_page(chromium, ui_server.url, touch=False)  # a mouse: "Hover"
-    assert "Hover a token" in desktop.locator("#intro").inner_text()
+    expect(desktop.locator("#intro")).to_contain_text("Hover a token", use_inner_text=True)
     desktop.context.close()

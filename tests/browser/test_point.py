@@ -6,11 +6,14 @@ token area is one Tab stop whose tokens the arrow keys walk."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.app.api_helpers import LiveServer
+from tests.browser.conftest import exactly
 from tests.patience import PATIENCE_MS
 
 pytestmark = pytest.mark.browser
@@ -86,9 +89,10 @@ def test_opening_view_shows_a_disagreement_and_why(
 ) -> None:
     page = open_page(chromium, ui_server.url, width, height)
     only_one = page.locator("#token-view .tok.mark-a, #token-view .tok.mark-b")
-    assert only_one.count() >= 1  # a token selected by only one method
+    expect(only_one.first).to_be_attached()  # a token selected by only one method
     why = page.locator("#why-differ")
-    assert why.is_visible() and "Why they differ: entropy vs gmts" in why.inner_text()
+    expect(why).to_be_visible()
+    expect(why).to_contain_text("Why they differ: entropy vs gmts", use_inner_text=True)
     cell = page.locator('#why-differ tr[data-reason="zero_advantage"] td.num').first.inner_text()
     assert int(cell.split()[0]) > 0, cell  # the count (its share of the budget under it)
     # the summary's wasted share of entropy is not zero
@@ -121,11 +125,14 @@ def go_to_another_group(page: Any, shown: str) -> None:
     page.wait_for_function(
         f"() => !!document.querySelector('{token}')?.classList.contains('linked')"
     )
-    assert page.locator(token).is_visible()
+    expect(page.locator(token)).to_be_visible()
     page.locator("#gmts-pin").wait_for(state="visible")
-    assert page.locator(".tok.pinned").count() == 1
-    assert page.locator("#group-select input").input_value().startswith(f"group {g}:")
-    assert page.locator("#why-differ .why-note").inner_text() == ""  # no "choose it" message
+    expect(page.locator(".tok.pinned")).to_have_count(1)
+    expect(page.locator("#group-select input")).to_have_value(
+        re.compile("^" + re.escape(f"group {g}:"))
+    )
+    # no "choose it" message
+    expect(page.locator("#why-differ .why-note")).to_have_text(exactly(""), use_inner_text=True)
 
 
 @pytest.mark.parametrize(("width", "height"), SIZES)
@@ -159,7 +166,7 @@ def test_pinned_panel_overlaps_neither_tooltip_nor_summary(
         box = panel.bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width
         page.keyboard.press("Escape")
-        assert not panel.is_visible()
+        expect(panel).to_be_hidden()
     page.context.close()
 
 
@@ -207,11 +214,11 @@ def test_token_area_is_one_tab_stop_with_arrow_keys(chromium: Any, ui_server: Li
     page.keyboard.press("Enter")
     page.locator("#gmts-pin").wait_for(state="visible")
     page.keyboard.press("Escape")
-    assert not page.locator("#gmts-pin").is_visible()
+    expect(page.locator("#gmts-pin")).to_be_hidden()
     # one Tab leaves the token area
     page.keyboard.press("Tab")
     assert not page.evaluate("document.activeElement.classList.contains('tok')")
-    assert page.locator('#token-view .tok[tabindex="0"]').count() == 1
+    expect(page.locator('#token-view .tok[tabindex="0"]')).to_have_count(1)
     page.context.close()
 
 
@@ -222,8 +229,9 @@ def test_method_pickers_show_names_and_list_descriptions(
     page = open_page(chromium, ui_server.url, width, height)
     box = page.locator("#method-b input")
     page.wait_for_function("() => document.querySelector('#method-b input')?.value === 'gmts'")
-    assert page.locator("#method-a input").input_value() == "entropy"
-    assert box.get_attribute("title").startswith("gmts: GMTS")  # the whole label on hover
+    expect(page.locator("#method-a input")).to_have_value("entropy")
+    # the whole label on hover
+    expect(box).to_have_attribute("title", re.compile("^" + re.escape("gmts: GMTS")))
     box.click()  # the open list keeps the descriptions
     option = page.get_by_role("option", name="gmts_paper: GMTS paper, Framework1 code", exact=False)
     option.first.click()

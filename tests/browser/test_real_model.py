@@ -15,12 +15,14 @@ the model's load from the converted cache, the analysis, the step). Skipped wher
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from app.main import create_app
 from gmts_core.model.packaged import SMOLLM2
@@ -62,17 +64,20 @@ def test_the_real_model_example_one_click_away(
     page.goto(real_server.url + "/ui/", wait_until="load")
     page.wait_for_selector("#token-view .tok.sel-b")  # the default example (demo model)
     button = page.locator("#real-model-btn")
-    assert "smollm2-135m" in button.inner_text()
+    expect(button).to_contain_text("smollm2-135m", use_inner_text=True)
     start = time.perf_counter()
     button.click()
     page.wait_for_function(NEW_RESULT_JS, polling=250, timeout=TIMEOUT_MS)
     seconds = time.perf_counter() - start
-    assert page.locator("#prompt textarea").input_value().startswith("What is 2 + 2?")
+    expect(page.locator("#prompt textarea")).to_have_value(
+        re.compile("^" + re.escape("What is 2 + 2?"))
+    )
     tokens = page.locator("#token-view .answer").first.locator(".tok")
+    expect(tokens.nth(7)).to_be_attached()  # drawn before they are read
     texts = tokens.evaluate_all("els => els.map(e => e.textContent)")
     assert len(texts) >= 8  # BPE pieces, not characters: a word is one token
     assert any(t.startswith("\u2423") and len(t) > 2 for t in texts), texts[:20]  # " word" pieces
-    assert page.locator("#token-view .tok.sel-a").count() > 0
+    expect(page.locator("#token-view .tok.sel-a").first).to_be_attached()
     page.screenshot(path=str(artifacts / "real-model-1366px.png"))
     predict_then_reveal(page, "#token-view .predict-scope")  # Explore, 1366 px
     page.set_viewport_size({"width": 390, "height": 844})
@@ -110,8 +115,8 @@ def live_rl_step_on_the_real_model(page: Any) -> None:
     box.fill("smollm2-135m")
     box.press("Enter")
     page.wait_for_selector("#train-model-note:has-text('4 prompts × G = 4 × 64 tokens')")
-    assert page.locator("#train-g input[type=number]").input_value() == "4"
-    assert page.locator("#train-prompts input[type=number]").input_value() == "4"
+    expect(page.locator("#train-g input[type=number]")).to_have_value("4")
+    expect(page.locator("#train-prompts input[type=number]")).to_have_value("4")
     for elem_id, value in (("train-steps", 1), ("train-max-new", 8)):
         number = page.locator(f"#{elem_id} input[type=number]")
         number.fill(str(value))

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from playwright.sync_api import expect
 
 from app.main import create_app
 from app.services.runs import StepOptions
@@ -101,10 +102,10 @@ def test_click_a_logged_step_shows_the_applied_mask(chromium: Any, runs_server: 
     page.wait_for_selector("#run-step-view .gmts-view .tok.sel-a")
     df = pd.read_parquet(DATA / "logged" / "gmts_selection" / "selection_00001.parquet")
     view = page.locator("#run-step-view")
-    assert view.locator(".tok").count() == len(df)
-    assert view.locator(".tok.sel-a").count() == int(df["selected"].sum())  # applied
-    assert view.locator(".tok.sel-b").count() == int(df["selected_gmts"].sum())
-    assert "Step 1" in page.locator("#run-step-summary").inner_text()
+    expect(view.locator(".tok")).to_have_count(len(df))
+    expect(view.locator(".tok.sel-a")).to_have_count(int(df["selected"].sum()))  # applied
+    expect(view.locator(".tok.sel-b")).to_have_count(int(df["selected_gmts"].sum()))
+    expect(page.locator("#run-step-summary")).to_contain_text("Step 1", use_inner_text=True)
     page.wait_for_selector("#run-step-differences .why-differ")  # applied vs GMTS, by reason
     page.click("#run-next")
     page.wait_for_function(
@@ -126,10 +127,10 @@ def test_a_trl_dump_step_is_analysed_and_highlighted(
     page.wait_for_selector("#run-step-view .gmts-view .tok.sel-b")
     df = pd.read_parquet(DATA / "trl" / "completions" / "completions_00002.parquet")
     view = page.locator("#run-step-view")
-    assert view.locator(".gmts-view").count() == df["prompt"].nunique()
-    assert view.locator(".ans-head").count() == len(df)
-    assert view.locator(".tok.sel-a").count() > 0  # entropy's selection
-    assert "Step 2" in page.locator("#run-step-summary").inner_text()
+    expect(view.locator(".gmts-view")).to_have_count(int(df["prompt"].nunique()))
+    expect(view.locator(".ans-head")).to_have_count(len(df))
+    expect(view.locator(".tok.sel-a").first).to_be_attached()  # entropy's selection
+    expect(page.locator("#run-step-summary")).to_contain_text("Step 2", use_inner_text=True)
 
 
 TIPS_JS = """() => [...document.querySelectorAll('#run-step-view .tok[data-tip]')]
@@ -206,7 +207,7 @@ def test_a_step_clicked_while_the_first_loads_is_the_one_shown(
     wait_for_step(page, page.evaluate("window.__steps[window.__steps.length - 1]"))
     assert page.evaluate("window.__steps") == [1, 3]  # the clicked step is the one left shown
     df = pd.read_parquet(DATA / "trl" / "completions" / "completions_00003.parquet")
-    assert page.locator("#run-step-view .ans-head").count() == len(df)
+    expect(page.locator("#run-step-view .ans-head")).to_have_count(len(df))
 
 
 # --- every reader's dumps: a run written by TRL's own GRPOTrainer, and verl/ROLL/AReaL/JSONL --
@@ -244,11 +245,12 @@ def test_a_run_written_by_trl_shows_step_1_tokens_and_metrics_over_steps(
     # time is printed, not asserted: CI machines are shared; benchmarks measure it)
     page.wait_for_selector("#run-step-view .gmts-view .tok")
     print(f"TRL run: step 1's tokens after {time.monotonic() - start:.1f} s")  # noqa: T201
-    assert "Step 1" in page.locator("#run-step-summary").inner_text()
+    expect(page.locator("#run-step-summary")).to_contain_text("Step 1", use_inner_text=True)
     df = pd.read_parquet(every_format_root / "grpo" / "completions" / "completions_00001.parquet")
     view = page.locator("#run-step-view")
-    assert view.locator(".ans-head").count() == len(df)
-    assert view.locator(".tok.sel-a").count() > 0 and view.locator(".tok.sel-b").count() > 0
+    expect(view.locator(".ans-head")).to_have_count(len(df))
+    expect(view.locator(".tok.sel-a").first).to_be_attached()
+    expect(view.locator(".tok.sel-b").first).to_be_attached()
     page.wait_for_selector("#run-step-differences .why-differ")
     # metrics over steps: computed in the background, charted as they come (3 steps)
     page.wait_for_function(
@@ -260,7 +262,7 @@ def test_a_run_written_by_trl_shows_step_1_tokens_and_metrics_over_steps(
             f"document.querySelectorAll('{plot} .scatterlayer .trace').length >= 1"
         )
     points = page.locator("#run-coverage-plot .scatterlayer .trace").first.locator(".point")
-    assert points.count() == 3
+    expect(points).to_have_count(3)
 
 
 @pytest.mark.parametrize(
@@ -279,13 +281,13 @@ def test_verl_roll_areal_and_jsonl_runs_show_their_tokens(
     page.locator("#run-pick input").click()
     page.get_by_role("option", name=label).click()
     page.wait_for_selector("#run-step-view .gmts-view .tok.sel-b")
-    assert f"Step {first}" in page.locator("#run-step-summary").inner_text()
+    expect(page.locator("#run-step-summary")).to_contain_text(f"Step {first}", use_inner_text=True)
     page.wait_for_selector("#run-step-differences .why-differ")
     click_step(page, 2)
     page.wait_for_function(
         "(document.querySelector('#run-step-summary')?.innerText ?? '').includes('Step 2')"
     )
-    assert page.locator("#run-step-view .tok").count() > 0
+    expect(page.locator("#run-step-view .tok").first).to_be_attached()
 
 
 PLOT_JS = """(id) => [...document.querySelector(id + ' .js-plotly-plot').data]
@@ -335,8 +337,8 @@ def test_the_report_downloads_and_opens_offline(
     offline = chromium.new_context(offline=True).new_page()
     offline.set_default_timeout(PATIENCE_MS)
     offline.goto(saved.as_uri())
-    assert "Step 2" in offline.locator("body").inner_text()
-    assert offline.locator("#run-step-view .tok").count() == shown
+    expect(offline.locator("body")).to_contain_text("Step 2", use_inner_text=True)
+    expect(offline.locator("#run-step-view .tok")).to_have_count(shown)
     offline.wait_for_selector(".chart .js-plotly-plot .scatterlayer .trace")  # drawn offline
     offline.locator("#run-step-view .tok").first.click()  # pinned, as in the tab
     offline.wait_for_selector("#gmts-pin.visible")
@@ -380,8 +382,9 @@ def test_a_dump_shows_masked_tokens_mismatch_and_its_own_numbers(
     trained = [t for t in tokens if "tok-untrained" not in t["classes"]]
     assert all("logged by the trainer: " in t["tip"] and "GMTS recomputed" in t["tip"]
                for t in trained)  # fmt: skip
-    summary = page.locator("#run-step-summary").inner_text()
-    assert "Logged: " in summary and "Recomputed: " in summary and "mismatch" in summary
+    summary = page.locator("#run-step-summary")
+    for words in ("Logged: ", "Recomputed: ", "mismatch"):  # as they are, spaces included
+        expect(summary).to_contain_text(re.compile(re.escape(words)), use_inner_text=True)
     # the mismatch as the shade: the largest logged |Δ log p| is the darkest token
     choose(page, "run-colour", "|Δ log p|")
     page.wait_for_selector("#run-step-view .legend-scale:has-text('|Δ log p|')")
@@ -404,7 +407,7 @@ def test_a_dump_shows_masked_tokens_mismatch_and_its_own_numbers(
             arg=top_k_count(0.2, counted),
         )
         if rule == "content":
-            assert page.locator(marked).count() == 0
+            expect(page.locator(marked)).to_have_count(0)
     # miles: rollout log-probs only; the trainer side is the model's, and the view says so
     choose(page, "run-colour", "importance ratio")
     page.locator("#run-pick input").click()
@@ -413,7 +416,9 @@ def test_a_dump_shows_masked_tokens_mismatch_and_its_own_numbers(
     page.wait_for_selector("#run-step-view .legend-scale:has-text('importance ratio')")
     tips = [t["tip"] for t in page.evaluate(TOKENS_JS) if "tok-untrained" not in t["classes"]]
     assert tips and all("trainer side recomputed by the model" in tip for tip in tips)
-    assert "trainer side recomputed by the model" in page.locator("#run-step-summary").inner_text()
+    expect(page.locator("#run-step-summary")).to_contain_text(
+        "trainer side recomputed by the model", use_inner_text=True
+    )
     # the dump's numbers alone (no model, the selections they suffice for): every per-token
     # dump and every format with a loss mask, prime-rl's included
     check_every_dump_format(page, runs, "miles")

@@ -4,9 +4,11 @@ mark goes with the next good run), and a number typed out of range is clamped an
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.app.api_helpers import LiveServer
 from tests.patience import PATIENCE_MS
@@ -46,7 +48,7 @@ def test_failed_run_marks_results_stale_and_clamps_are_said(
     page.goto(ui_server.url + "/ui/", wait_until="load")
     page.wait_for_selector("#token-view .tok")
     results = page.locator("#explore-results")
-    assert "stale" not in (results.get_attribute("class") or "")
+    expect(results).not_to_have_class(re.compile("stale"))
     assert page.evaluate(LOOKS_JS) == {"bold_capitals_fall_back": [], "repeating_shadows": []}
 
     page.locator("#reference").locator("textarea, input").first.fill("")
@@ -78,5 +80,5 @@ def test_failed_run_marks_results_stale_and_clamps_are_said(
         "() => (document.getElementById('gmts-clamp')?.innerText || '')"
         ".includes('Learning rate: 1 is above the maximum 0.0003; using 0.0003')"
     )
-    assert float(lr.input_value()) == 0.0003
+    expect(lr).to_have_value("0.0003")  # 0.0003 as the page writes it (JavaScript's String)
     page.context.close()

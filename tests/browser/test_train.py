@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from app.services.methods import method_names
 from tests.app.api_helpers import LiveServer
@@ -114,15 +115,16 @@ def test_two_steps_move_the_reward_curve(
     assert page.evaluate(POINTS_JS, "#train-wasted-plot")[:2] == [2, 2]  # entropy, gmts
     assert table_rows(page, "train-history") == 2
     batch = page.locator("#train-batch")
-    assert batch.locator(".answer").count() == 4  # 1 prompt x G = 4
-    assert batch.locator(".tok.mark-a").count() > 0  # the selected tokens are marked
+    expect(batch.locator(".answer")).to_have_count(4)  # 1 prompt x G = 4
+    expect(batch.locator(".tok.mark-a").first).to_be_attached()  # the selected tokens are marked
     page.screenshot(path=str(artifacts / "train-tab.png"), full_page=True)
 
     page.click("#train-reset-btn")
     page.wait_for_selector("#train-session:has-text('steps done 0')")
     # the current run is empty; the reset run stays on the chart, faded (reward, accuracy)
     assert page.evaluate(POINTS_JS, "#train-reward-plot") == [0, 0, 0, 2, 2]
-    assert "Learning rate" not in page.locator("#train-session").inner_text()  # no false warning
+    # no false warning
+    expect(page.locator("#train-session")).not_to_contain_text("Learning rate", use_inner_text=True)
     page.context.close()
 
 
@@ -140,7 +142,8 @@ def test_two_browser_contexts_keep_separate_sessions(chromium: Any, ui_server: L
     }
     assert [h["step"] for h in history[sid_a]] == [1, 2]
     assert [h["step"] for h in history[sid_b]] == [1]
-    assert "steps done 2" in a.locator("#train-session").inner_text()  # unchanged by b's step
+    # unchanged by b's step
+    expect(a.locator("#train-session")).to_contain_text("steps done 2", use_inner_text=True)
     assert table_rows(a, "train-history") == 2
     run_train(a, steps=1, expected_done=3)  # a continues its own session
     assert session_id(a) == sid_a
@@ -232,7 +235,7 @@ def test_compare_runs_and_loads_back(
         set_number(page, elem_id, value)
     page.click("#compare-run-btn")
     page.wait_for_selector("#compare-json", state="visible")
-    assert page.locator("#compare-table tbody tr").count() == 2
+    expect(page.locator("#compare-table tbody tr")).to_have_count(2)
     table_text = page.locator("#compare-table table").inner_text()
     assert table_text.index("entropy") < table_text.index("gmts")
     # accuracy: a band and a mean line per method; the mean line has steps 0, 1, 2
@@ -253,12 +256,13 @@ def test_compare_runs_and_loads_back(
     other.locator("#compare-upload input[type=file]").set_input_files(str(saved))
     other.wait_for_selector("#compare-json", state="visible")
     cells = other.locator("#compare-table tbody td")
-    assert other.locator("#compare-table tbody tr").count() == 2 and cells.count() == 2 * 5
+    expect(other.locator("#compare-table tbody tr")).to_have_count(2)
+    expect(cells).to_have_count(2 * 5)
     for i in range(cells.count()):
         box = cells.nth(i).bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, i
         label = cells.nth(i).evaluate("e => getComputedStyle(e, '::before').content")
-        assert label.strip('"') == cells.nth(i).get_attribute("data-label")
+        expect(cells.nth(i)).to_have_attribute("data-label", label.strip('"'))
     other.screenshot(path=str(artifacts / "compare-table-phone.png"), full_page=True)
     page.context.close()
     other.context.close()
@@ -278,10 +282,10 @@ def test_proxy_check_of_the_explore_group(
     page.click("#proxy-run-btn")
     page.wait_for_selector("#proxy-scatter .js-plotly-plot .scatterlayer .point")
     rows = page.locator("#proxy-table tbody tr")
-    assert rows.count() == len(method_names())  # a row per selection method
+    expect(rows).to_have_count(len(method_names()))  # a row per selection method
     table_text = page.locator("#proxy-table table").inner_text()
     assert all(m in table_text for m in ("entropy", "gmts_entropy", "surprisal", "random"))
-    assert "answer tokens" in page.locator("#proxy-summary").inner_text()
+    expect(page.locator("#proxy-summary")).to_contain_text("answer tokens", use_inner_text=True)
     page.screenshot(path=str(artifacts / "proxy-tab.png"), full_page=True)
     page.context.close()
 
@@ -334,14 +338,14 @@ def resize(page: Any, viewport: tuple[int, int]) -> None:
 
 
 def assert_chart_drawn_without_overlay(page: Any) -> None:
-    assert page.locator("#train-reward-plot .js-plotly-plot").is_visible()
-    assert page.locator("#train-reward-plot .progress-text").count() == 0
+    expect(page.locator("#train-reward-plot .js-plotly-plot")).to_be_visible()
+    expect(page.locator("#train-reward-plot .progress-text")).to_have_count(0)
 
 
 def assert_gain_label_on_screen(page: Any) -> None:
     page.locator("#train-reward-plot").scroll_into_view_if_needed()
     label = page.locator("#train-reward-plot .annotation").first
-    assert label.is_visible()
+    expect(label).to_be_visible()
     box, view = label.bounding_box(), page.viewport_size
     assert box is not None and view is not None
     assert 0 <= box["x"] and box["x"] + box["width"] <= view["width"], (box, view)  # not cut off
@@ -370,8 +374,8 @@ def test_train_defaults_reach_the_final_point_with_start_line_and_gain(
     page.wait_for_selector("#analyze-btn")
     page.get_by_role("tab", name="Train").click()
     # the form shows the defaults, unclamped by the server's limits
-    assert page.locator("#train-prompts input[type=number]").input_value() == str(
-        form.prompts_per_step
+    expect(page.locator("#train-prompts input[type=number]")).to_have_value(
+        str(form.prompts_per_step)
     )
     page.click("#train-run-btn")
     # mid-run: a step is drawn and the chart is not under the progress overlay, at both widths

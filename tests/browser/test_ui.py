@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+from playwright.sync_api import expect
 
 from app.main import create_app
 from app.ui.render import fmt
@@ -76,9 +77,9 @@ def run_analysis(page: Any, prompt: str | None = None, answers: list[str] | None
     # the form holds what was typed before Analyze is pressed (a fill into a component still
     # mounting was once lost, and the default prompt was sampled instead)
     if prompt is not None:
-        assert page.locator("#prompt textarea").input_value() == prompt
+        expect(page.locator("#prompt textarea")).to_have_value(prompt)
     if answers is not None:
-        assert page.locator("#answers textarea").input_value() == "\n".join(answers)
+        expect(page.locator("#answers textarea")).to_have_value("\n".join(answers))
     page.click("#analyze-btn")
     page.wait_for_selector("#json-download", state="visible")  # after the new result
 
@@ -105,11 +106,12 @@ def test_explore_sampled_group(chromium: Any, ui_server: LiveServer, artifacts: 
     tokens = all_tokens(body)
     k = body["summary"]["k"]
     view = page.locator("#token-view")
-    assert view.locator(".tok").count() == len(tokens) == body["summary"]["num_tokens"]
-    assert view.locator(".tok.sel-a").count() == k  # entropy
-    assert view.locator(".tok.sel-b").count() == k  # gmts
+    assert len(tokens) == body["summary"]["num_tokens"]
+    expect(view.locator(".tok")).to_have_count(len(tokens))
+    expect(view.locator(".tok.sel-a")).to_have_count(k)  # entropy
+    expect(view.locator(".tok.sel-b")).to_have_count(k)  # gmts
     for ans in body["answers"]:
-        assert view.locator(f'.tok[data-answer="{ans["index"]}"]').count() == ans["length"]
+        expect(view.locator(f'.tok[data-answer="{ans["index"]}"]')).to_have_count(ans["length"])
 
     # hover: the tooltip shows this token's numbers
     span = view.locator(".tok").nth(min(4, len(tokens) - 1))
@@ -126,7 +128,7 @@ def test_explore_sampled_group(chromium: Any, ui_server: LiveServer, artifacts: 
 
     # the scatter chart: a plotly div with at least one point per token
     page.wait_for_selector("#scatter-plot .js-plotly-plot .scatterlayer .point")
-    assert page.locator("#scatter-plot .scatterlayer .point").count() >= len(tokens)
+    expect(page.locator("#scatter-plot .scatterlayer .point").nth(len(tokens) - 1)).to_be_attached()
 
     # CSV export: one row per token
     with download(page, "#csv-download").open(encoding="utf-8", newline="") as f:
@@ -137,7 +139,7 @@ def test_explore_sampled_group(chromium: Any, ui_server: LiveServer, artifacts: 
     page.get_by_role("tab", name="Learn").click()
     learn = page.locator("#learn-view")
     learn.wait_for(state="visible")
-    assert "scaled by" in learn.inner_text() or "no gradient" in learn.inner_text()
+    expect(learn).to_contain_text(re.compile("scaled by|no gradient"), use_inner_text=True)
     page.screenshot(path=str(artifacts / "ui-learn.png"), full_page=True)
     page.context.close()
 
@@ -146,10 +148,12 @@ def test_markup_in_prompt_and_answers_renders_as_text(chromium: Any, ui_server: 
     page = open_ui(chromium, ui_server.url)
     run_analysis(page, prompt=f"Q: 47+38=?{EVIL}\nA:", answers=[f" answer 85 {EVIL}", " 75"])
     assert page.evaluate("window.__pwned") is None
-    assert page.locator("#token-view img").count() == 0
-    assert page.locator("#token-view script").count() == 0
-    assert "<script>" in page.locator("#token-view .prompt-text").inner_text()
-    assert "<img" in page.locator("#token-view .answer").first.inner_text()
+    expect(page.locator("#token-view img")).to_have_count(0)
+    expect(page.locator("#token-view script")).to_have_count(0)
+    expect(page.locator("#token-view .prompt-text")).to_contain_text(
+        "<script>", use_inner_text=True
+    )
+    expect(page.locator("#token-view .answer").first).to_contain_text("<img", use_inner_text=True)
     page.locator("#token-view .tok").first.hover()
     assert page.evaluate("window.__pwned") is None
     page.context.close()
@@ -185,7 +189,7 @@ def test_demo_batch_and_drill_down(chromium: Any, ui_server: LiveServer, artifac
     page.wait_for_selector("#json-download", state="visible")
     body = result_json(page)
     assert len(body["groups"]) == 4
-    assert page.locator("#batch-overview tbody tr").count() == 4  # one row per group
+    expect(page.locator("#batch-overview tbody tr")).to_have_count(4)  # one row per group
     page.wait_for_selector("#budget-plot .js-plotly-plot .barlayer .point")
 
     page.locator("#group-select input").click()
@@ -193,9 +197,10 @@ def test_demo_batch_and_drill_down(chromium: Any, ui_server: LiveServer, artifac
     page.wait_for_selector('#token-view .gmts-view[data-group="2"]')
     group = body["groups"][2]
     view = page.locator("#token-view")
-    assert view.locator(".tok").count() == group["summary"]["num_tokens"]
-    assert view.locator(".tok.sel-b").count() == group["summary"]["selected_count"]["gmts"]
-    assert view.locator(".tok.sel-a").count() == group["summary"]["selected_count"]["entropy"]
+    summary = group["summary"]
+    expect(view.locator(".tok")).to_have_count(summary["num_tokens"])
+    expect(view.locator(".tok.sel-b")).to_have_count(summary["selected_count"]["gmts"])
+    expect(view.locator(".tok.sel-a")).to_have_count(summary["selected_count"]["entropy"])
     page.screenshot(path=str(artifacts / "ui-batch.png"), full_page=True)
     page.context.close()
 
@@ -215,12 +220,14 @@ def test_remote_backend_mode(chromium: Any, browser_model_root: Path) -> None:
         )
         with LiveServer(create_app(front_settings)) as front:
             page = open_ui(chromium, front.url)
-            assert f"remote {backend.url}" in page.locator("body").inner_text()
+            expect(page.locator("body")).to_contain_text(
+                f"remote {backend.url}", use_inner_text=True
+            )
             run_analysis(page, answers=[" answer 85", " answer 75", " 85"])
             body = result_json(page)
             assert body["model"] == backend_settings.default_model
             n = sum(len(a["tokens"]) for a in body["answers"])
-            assert page.locator("#token-view .tok").count() == n
+            expect(page.locator("#token-view .tok")).to_have_count(n)
             page.context.close()
 
 
