@@ -13,28 +13,29 @@ from tests.patience import PATIENCE_S
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# run as the command: waits for the two busy processes this run started (not others on the
-# machine), writes their pids and sessions, and exits with status 3
+# run as the command: waits for the two busy processes this run started (their sessions' leaders
+# are children of under_load.sh, the command's parent; not another run's on the machine), writes
+# their pids and sessions, and exits with status 3
 WATCH = """
 import os, sys, time
-before = set(map(int, sys.argv[1].split())) if sys.argv[1] else set()
+sys.path.insert(0, sys.argv[3])
+from tests.test_under_load import busy_pids
+def parent_of(pid):
+    return int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])
 def busy():
     found = {}
-    for pid in filter(str.isdigit, os.listdir('/proc')):
+    for pid in busy_pids():
         try:
-            cmd = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')
-        except OSError:
-            continue
-        if cmd[-2:] == [b'while True: pass', b''] and int(pid) not in before:
-            try:
-                found[int(pid)] = os.getsid(int(pid))
-            except OSError:
-                pass
+            sid = os.getsid(pid)
+            if parent_of(sid) == os.getppid():
+                found[pid] = sid
+        except OSError:  # ended meanwhile
+            pass
     return found
-deadline = time.monotonic() + float(sys.argv[2])
+deadline = time.monotonic() + float(sys.argv[1])
 while len(busy()) < 2 and time.monotonic() < deadline:
     time.sleep(0.05)
-open(sys.argv[3], 'w').write(' '.join(f'{p}:{s}' for p, s in busy().items()))
+open(sys.argv[2], 'w').write(' '.join(f'{p}:{s}' for p, s in busy().items()))
 sys.exit(3)
 """
 
@@ -52,10 +53,9 @@ def busy_pids() -> set[int]:
 
 
 def test_the_command_runs_beside_the_jobs_and_they_stop_with_it(tmp_path: Path) -> None:
-    before = busy_pids()
     seen, log = tmp_path / "seen", tmp_path / "load.log"
     env = {**os.environ, "JOBS": "2", "PER_JOB": "1", "LOG": str(log)}
-    cmd = [sys.executable, "-c", WATCH, " ".join(map(str, before)), str(PATIENCE_S), str(seen)]
+    cmd = [sys.executable, "-c", WATCH, str(PATIENCE_S), str(seen), str(ROOT)]
     done = subprocess.run(
         ["bash", str(ROOT / "scripts" / "under_load.sh"), *cmd], env=env, timeout=PATIENCE_S
     )
