@@ -291,9 +291,12 @@ def categorical(
 
 
 def _cpu_f32(*tensors: torch.Tensor) -> bool:
+    """Contiguous float32 on CPU, with no gradient to carry: the C kernels write plain memory,
+    so where autograd records (grad mode on and a tensor that requires a gradient) torch's own
+    ops take the work and keep the graph."""
     return all(
         t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors
-    )
+    ) and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:

@@ -208,9 +208,11 @@ class FusedStep:
     def _native(self, h: torch.Tensor, layers: list[Any], pos: int) -> native.DecodeKernels | None:
         """The native kernels, when they take this step: float32 on CPU (activations, norm
         weights, cache buffers, all contiguous), SiLU gates, and the position within the
-        kernels' score buffer; else None."""
+        kernels' score buffer, with no gradient to record (the kernels keep no graph); else
+        None."""
         if not (
-            h.dtype == torch.float32
+            not torch.is_grad_enabled()
+            and h.dtype == torch.float32
             and h.device.type == "cpu"
             and pos < native.MAX_KEYS
             and self.native_gates

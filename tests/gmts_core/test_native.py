@@ -333,6 +333,27 @@ def test_linear_declines_to_torch_outside_its_rows(lib: object) -> None:
 
 
 @needs_compiler
+def test_where_autograd_records_the_kernels_leave_the_work_to_torch(lib: object) -> None:
+    """The C kernels write plain memory and keep no graph: with grad mode on and a tensor that
+    requires a gradient, linear (and the norms and gates, through the same check) take torch's
+    ops, so a gradient through them is autograd's, never a silent zero."""
+    kernels = _linear_kernels()
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 16, generator=gen)
+    w = torch.randn(6, 16, generator=gen, requires_grad=True)
+    out = kernels.linear(x, w)
+    assert out.grad_fn is not None
+    out.sum().backward()
+    assert w.grad is not None
+    assert_close(w.grad, torch.ones(3, 6).t() @ x)  # d sum(x w^T) / dw
+    weight = torch.ones(16, requires_grad=True)
+    assert native.rms_norm(x, weight, 1e-6) is None  # the caller's torch norm keeps the graph
+    with torch.no_grad():  # sampling: the kernels serve
+        assert native.rms_norm(x, weight, 1e-6) is not None
+        assert kernels.linear(x, w).grad_fn is None
+
+
+@needs_compiler
 def test_categorical_forms_only_the_ratios_that_matter(lib: object) -> None:
     """The draw forms p / q only above its cut (q >= u bounds every ratio by p / u), yet its
     token and flag are those of all the ratios. Each row gets a new best A and a runner-up B,
