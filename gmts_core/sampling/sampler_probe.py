@@ -1,4 +1,5 @@
-"""Which models the KV-cached sampler serves: a probe on first use, its verdict kept per model.
+"""Which models the KV-cached sampler serves: a probe on first use, its verdict kept per model
+and path (dtype, device, native kernels on or off).
 
 The sampler's logits, through prefill, repeated rows, decoding and dropped rows, must equal the
 teacher-forced logits of the model's own body and head within the load-time tolerance of
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 
+from gmts_core import native
 from gmts_core.model.kv_cache import (
     keep_rows,
     repeat_rows,
@@ -102,7 +104,18 @@ def serves_mixed_lengths(model: Any) -> bool:
     return _mixed_reason(model) is None
 
 
-_MIXED: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
+# A verdict holds for the code that was probed: the model's parameters' dtype and device, and
+# whether the native kernels take the fused step (GMTS_NATIVE, read on every call). A model
+# moved, cast or run with the kernels switched is probed again.
+PathKey = tuple[torch.dtype, str, bool]
+
+
+def _path_key(model: Any) -> PathKey:
+    weight = next(model.parameters())
+    return weight.dtype, weight.device.type, native.enabled()
+
+
+_MIXED: weakref.WeakKeyDictionary[Any, dict[PathKey, str | None]] = weakref.WeakKeyDictionary()
 
 
 def _mixed_reason(model: Any) -> str | None:
@@ -111,9 +124,10 @@ def _mixed_reason(model: Any) -> str | None:
     apart from the sampler's: a model that fails it is still sampled by the KV-cached sampler,
     one prompt length per call (a float64 model whose attention takes its softmax in float32
     fails it by rounding: the masked slots shift the softmax's summation order)."""
+    key = _path_key(model)
     with _LOCK:
-        if model in _MIXED:
-            return _MIXED[model]
+        if key in _MIXED.get(model, {}):
+            return _MIXED[model][key]
     try:
         diff, size = _probe_mixed_lengths(model.config, head_path(model))
     except Exception as exc:  # noqa: BLE001 - any failure of the model's own layers: not mixed
@@ -125,7 +139,7 @@ def _mixed_reason(model: Any) -> str | None:
         if not diff <= tol * (1.0 + size):
             reason = f"its mixed-length logits differ from its forward's by {diff:.3g}"
     with _LOCK:
-        _MIXED[model] = reason
+        _MIXED.setdefault(model, {})[key] = reason
     if reason is not None:
         logger.info(
             "%s: prompts of different lengths are sampled in separate calls: %s",
@@ -166,7 +180,7 @@ def _probe(config: Any, path: HeadPath, body: DecodeBody) -> tuple[float, float]
     return (diff if math.isfinite(diff) else float("inf")), size
 
 
-_PROBED: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
+_PROBED: weakref.WeakKeyDictionary[Any, dict[PathKey, str | None]] = weakref.WeakKeyDictionary()
 
 _LOGGED: weakref.WeakKeyDictionary[Any, set[str | None]] = weakref.WeakKeyDictionary()
 
@@ -191,17 +205,20 @@ def unserved_reason(model: Any) -> str | None:
     """None if :func:`decode` serves this model, else why not; said in the log once per model
     and reason.
 
-    The probe's verdict is kept per model object; the generation settings are checked on every
-    call, as a caller may change the generation config between calls.
+    The probe's verdict is kept per model object and path (:func:`_path_key`); the generation
+    settings are checked on every call, as a caller may change the generation config between
+    calls.
     """
     settings = unsupported_settings(model.generation_config)
+    key = _path_key(model)
     with _LOCK:
-        probed = model in _PROBED
-        reason = _PROBED.get(model)
+        verdicts = _PROBED.get(model, {})
+        probed = key in verdicts
+        reason = verdicts.get(key)
     if not settings and not probed:
         reason = _probe_verdict(model)
         with _LOCK:
-            _PROBED[model] = reason
+            _PROBED.setdefault(model, {})[key] = reason
     if settings:
         reason = f"its generation config sets {', '.join(settings)}"
     with _LOCK:

@@ -173,6 +173,33 @@ def test_a_model_whose_probe_fails_falls_back(
     assert len(answers) == 2
 
 
+def test_a_verdict_holds_for_the_path_it_probed(
+    tiny_lm: Callable[[str], LoadedModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe's verdict is kept per model and path: the native kernels switched (GMTS_NATIVE,
+    read on every call) or the model cast to another dtype is probed again, each verdict kept
+    for its own path."""
+    lm = load_model(tiny_lm("llama").source, device="cpu", dtype="float32")  # a private copy
+    probed: list[tuple[torch.dtype, bool]] = []
+
+    def counted(model: object) -> tuple[float, float]:
+        probed.append((next(lm.model.parameters()).dtype, sampler_probe.native.enabled()))
+        return 0.0, 1.0
+
+    monkeypatch.setattr(sampler_probe, "probe_difference", counted)
+    monkeypatch.setenv("GMTS_NATIVE", "1")
+    assert unserved_reason(lm.model) is None
+    assert unserved_reason(lm.model) is None  # kept
+    monkeypatch.setenv("GMTS_NATIVE", "0")
+    assert unserved_reason(lm.model) is None
+    lm.model.to(torch.float64)
+    assert unserved_reason(lm.model) is None
+    monkeypatch.setenv("GMTS_NATIVE", "1")
+    lm.model.to(torch.float32)
+    assert unserved_reason(lm.model) is None  # the first path's verdict, kept
+    assert probed == [(torch.float32, True), (torch.float32, False), (torch.float64, False)]
+
+
 def test_decode_rows_are_prompt_by_prompt(tiny_llama: LoadedModel) -> None:
     lm = tiny_llama
     req = DecodeRequest(num_samples=3, max_new_tokens=4, temperature=0)
