@@ -46,6 +46,9 @@ PAGE_READS = {
     "is_checked",
     "is_enabled",
     "is_disabled",
+    "is_editable",
+    "all_inner_texts",
+    "all_text_contents",
 }
 
 
@@ -131,7 +134,7 @@ def _reads_the_page(node: ast.AST) -> bool:
         and isinstance(node.func, ast.Attribute)
         and (
             (node.func.attr in PAGE_READS and not node.args)
-            or (node.func.attr == "get_attribute" and len(node.args) == 1)
+            or (node.func.attr == "get_attribute" and len(node.args) + len(node.keywords) == 1)
         )
     )
 
@@ -155,6 +158,8 @@ def test_the_check_finds_an_assert_on_a_page_read_and_passes_expect() -> None:
         ")\n"
         'assert "c" in (loc.get_attribute("class") or "")\n'
         'assert page.locator("#a input").input_value().startswith("g")\n'
+        'assert "b" in page.locator("li").all_inner_texts()\n'
+        'assert loc.get_attribute(name="title") == "t"\n'
     )
     good = (
         'expect(page.locator("#chart .js-plotly-plot")).to_have_count(1)\n'
@@ -165,7 +170,7 @@ def test_the_check_finds_an_assert_on_a_page_read_and_passes_expect() -> None:
         'assert text.count("pinned") == 1\n'
         'n = page.locator(".tok").count()\n'  # not an assert
     )
-    assert [line for line, _ in page_reads_in_asserts(bad)] == [2, 3, 4, 7, 8]
+    assert [line for line, _ in page_reads_in_asserts(bad)] == [2, 3, 4, 7, 8, 9, 10]
     assert page_reads_in_asserts(good) == []
 
 

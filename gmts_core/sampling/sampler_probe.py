@@ -111,7 +111,9 @@ PathKey = tuple[torch.dtype, str, bool]
 
 
 def _path_key(model: Any) -> PathKey:
-    weight = next(model.parameters())
+    weight = next(iter(getattr(model, "parameters", list)()), None)
+    if weight is None:  # no parameters: the probe itself fails and says why
+        return torch.float32, "none", native.enabled()
     return weight.dtype, weight.device.type, native.enabled()
 
 

@@ -80,6 +80,19 @@ def wait_for_run(page: Any, expected_done: int) -> None:
     )
 
 
+def wait_for_points(page: Any, sel: str, want: list[int], whole: bool = True) -> None:
+    """Wait until the chart in ``sel`` has ``want`` points per trace (its first ``len(want)``
+    traces where not ``whole``): each chart is drawn on its own, after the one waited for."""
+    page.wait_for_function(
+        f"""([sel, want, whole]) => {{
+            const p = ({POINTS_JS})(sel);
+            return !!p && JSON.stringify(whole ? p : p.slice(0, want.length))
+                === JSON.stringify(want);
+        }}""",
+        arg=[sel, want, whole],
+    )
+
+
 def table_rows(page: Any, elem_id: str) -> int:
     """Data rows of an HTML table (app.ui.tables.card_table)."""
     return int(page.locator(f"#{elem_id} tbody tr").count())
@@ -111,8 +124,8 @@ def test_two_steps_move_the_reward_curve(
     # the starting accuracy as a line from step 0 to the last step
     accuracy_points, smooth, reward_points, start = page.evaluate(POINTS_JS, "#train-reward-plot")
     assert reward_points == smooth == 2 and accuracy_points == 2 and start == 2
-    assert page.evaluate(POINTS_JS, "#train-loss-plot") == [2, 2]  # β = 0: loss (= policy), KL
-    assert page.evaluate(POINTS_JS, "#train-wasted-plot")[:2] == [2, 2]  # entropy, gmts
+    wait_for_points(page, "#train-loss-plot", [2, 2])  # β = 0: loss (= policy), KL
+    wait_for_points(page, "#train-wasted-plot", [2, 2], whole=False)  # entropy, gmts
     assert table_rows(page, "train-history") == 2
     batch = page.locator("#train-batch")
     expect(batch.locator(".answer")).to_have_count(4)  # 1 prompt x G = 4
@@ -122,7 +135,7 @@ def test_two_steps_move_the_reward_curve(
     page.click("#train-reset-btn")
     page.wait_for_selector("#train-session:has-text('steps done 0')")
     # the current run is empty; the reset run stays on the chart, faded (reward, accuracy)
-    assert page.evaluate(POINTS_JS, "#train-reward-plot") == [0, 0, 0, 2, 2]
+    wait_for_points(page, "#train-reward-plot", [0, 0, 0, 2, 2])
     # no false warning
     expect(page.locator("#train-session")).not_to_contain_text("Learning rate", use_inner_text=True)
     page.context.close()

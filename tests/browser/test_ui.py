@@ -147,13 +147,14 @@ def test_explore_sampled_group(chromium: Any, ui_server: LiveServer, artifacts: 
 def test_markup_in_prompt_and_answers_renders_as_text(chromium: Any, ui_server: LiveServer) -> None:
     page = open_ui(chromium, ui_server.url)
     run_analysis(page, prompt=f"Q: 47+38=?{EVIL}\nA:", answers=[f" answer 85 {EVIL}", " 75"])
-    assert page.evaluate("window.__pwned") is None
-    expect(page.locator("#token-view img")).to_have_count(0)
-    expect(page.locator("#token-view script")).to_have_count(0)
+    # the new result's view first (the markup shown as text), then nothing of it ran or rendered
     expect(page.locator("#token-view .prompt-text")).to_contain_text(
         "<script>", use_inner_text=True
     )
     expect(page.locator("#token-view .answer").first).to_contain_text("<img", use_inner_text=True)
+    assert page.evaluate("window.__pwned") is None
+    expect(page.locator("#token-view img")).to_have_count(0, timeout=1)
+    expect(page.locator("#token-view script")).to_have_count(0, timeout=1)
     page.locator("#token-view .tok").first.hover()
     assert page.evaluate("window.__pwned") is None
     page.context.close()
