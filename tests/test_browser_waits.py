@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,13 +120,17 @@ def test_the_check_finds_an_unguarded_read_and_passes_a_guarded_one() -> None:
     assert unguarded_waits(good) == []
 
 
-def test_no_browser_wait_reads_a_possibly_missing_element() -> None:
-    problems = [
+def _found(paths: list[Path], check: Callable[[str], list[tuple[int, str]]]) -> str:
+    """What ``check`` finds in the files, a line each (path:line: text)."""
+    return "\n".join(
         f"{path.relative_to(ROOT)}:{line}: {text}"
-        for path in SOURCES
-        for line, text in unguarded_waits(path.read_text(encoding="utf-8"))
-    ]
-    assert not problems, "\n".join(problems)
+        for path in paths
+        for line, text in check(path.read_text(encoding="utf-8"))
+    )
+
+
+def test_no_browser_wait_reads_a_possibly_missing_element() -> None:
+    assert not (found := _found(SOURCES, unguarded_waits)), found
 
 
 def _reads_the_page(node: ast.AST) -> bool:
@@ -175,9 +180,5 @@ def test_the_check_finds_an_assert_on_a_page_read_and_passes_expect() -> None:
 
 
 def test_no_browser_test_asserts_on_a_read_made_at_once() -> None:
-    problems = [
-        f"{path.relative_to(ROOT)}:{line}: {text}  (use playwright's expect)"
-        for path in BROWSER_TESTS
-        for line, text in page_reads_in_asserts(path.read_text(encoding="utf-8"))
-    ]
-    assert not problems, "\n".join(problems)
+    found = _found(BROWSER_TESTS, page_reads_in_asserts)
+    assert not found, "use playwright's expect:\n" + found
