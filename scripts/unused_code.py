@@ -50,6 +50,7 @@ FRAMEWORK_NAMES = [
     "is_mp_src_rank_with_outputs",
     "lr_scheduler_step",
     "pytestmark",  # pytest reads it
+    "pytest_collection_modifyitems",  # a pytest hook (tests/conftest.py)
 ]
 
 

@@ -20,6 +20,7 @@ import torch
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="gmts-test-state-")
 
 from gmts_core.model.loading import LoadedModel, load_model
+from tests.file_order import longest_first, recorded_seconds
 from tests.tiny_models import save_tiny_model
 
 # Tiny models gain nothing from intra-op threads; on a busy 2-core CI machine the thread pool's
@@ -27,6 +28,11 @@ from tests.tiny_models import save_tiny_model
 # is imported, before collection: collecting tests/gmts_core/model/test_arch_conformance.py builds
 # and probes a tiny model of every architecture.
 torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Whole test files, longest first, so both workers finish together (tests/file_order.py)."""
+    items[:] = longest_first(items, recorded_seconds())
 
 
 @pytest.fixture(scope="session")
