@@ -7,6 +7,7 @@ tests must not mutate them (base models are loaded with requires_grad False).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 from collections.abc import Callable
@@ -28,6 +29,21 @@ from tests.tiny_models import save_tiny_model
 # is imported, before collection: collecting tests/gmts_core/model/test_arch_conformance.py builds
 # and probes a tiny model of every architecture.
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_event_loop_left_running(request: pytest.FixtureRequest) -> None:
+    """Each test file starts with no event loop running in the worker's main thread. Files reach
+    a worker in any order, so a loop that one file leaves running (an open sync Playwright's)
+    breaks a later file's `asyncio.run` or `anyio.run` ("Already running asyncio")."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    pytest.fail(
+        f"{request.node.nodeid} starts with {loop!r} running in the worker's main thread"
+        " (left by an earlier file, or opened by a session-scoped fixture)"
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -75,8 +75,11 @@ def ui_settings(root: Path, **overrides: Any) -> Settings:
     return make_settings(root, **values)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
+    """One browser per test file. A sync Playwright keeps its event loop marked as running in
+    the worker's main thread while it is open, and files reach a worker in any order
+    (tests/file_order.py): a browser left open would break a later file's `anyio.run`."""
     if not CHROMIUM.exists():
         pytest.skip("Debian chromium is not installed (/usr/bin/chromium)")
     from playwright.sync_api import sync_playwright
