@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -168,14 +169,24 @@ def test_two_browser_contexts_keep_separate_sessions(chromium: Any, ui_server: L
 def test_two_students_runs_take_turns_step_by_step(chromium: Any, ui_server: LiveServer) -> None:
     """A second student's run does not wait for the whole of the first one's: each step is a
     job in the server's line, so their steps take turns (the UI's events are not limited to
-    one at a time for everyone). The server records the order in which steps ran."""
+    one at a time for everyone). The server records the order in which steps ran.
+
+    a's first step holds the slot until b's step waits in the line, so b's step is in the line
+    while a's run goes, however slowly the browser and the server answer: on a loaded machine
+    b's click once reached the line only after a's 20 steps had all run."""
     long_run = 20  # the most steps a run may ask for (the default GMTS_MAX_SESSION_STEPS)
-    sessions = ui_server.app.state.services.sessions
+    services = ui_server.app.state.services
+    sessions, jobs = services.sessions, services.jobs
     step, order, a_stepped = sessions.step, [], threading.Event()
 
     def recorded_step(session_id: str, *args: Any, **kwargs: Any) -> Any:
         order.append(session_id)
-        a_stepped.set()  # the first step to run is a's
+        if len(order) == 1:  # the first step to run is a's
+            a_stepped.set()
+            # the queue notifies no one of an arrival: a bounded look every 10 ms
+            deadline = time.monotonic() + PATIENCE_S
+            while jobs.waiting == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
         return step(session_id, *args, **kwargs)
 
     a = open_tab(chromium, ui_server.url, "Train")
